@@ -1,0 +1,71 @@
+"""``tether`` command line: ``serve`` (the editor-facing server), ``schema``, ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from tether import __version__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    command: str = args.command or "serve"
+    if command == "serve":
+        return _serve(args.tcp)
+    if command == "schema":
+        return _schema()
+    return _demo(args.workspace)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tether", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"tether {__version__}")
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("TETHER_LOG_LEVEL", "warning"),
+        choices=["debug", "info", "warning", "error"],
+        help="log level (logs go to stderr; default: $TETHER_LOG_LEVEL or warning)",
+    )
+    commands = parser.add_subparsers(dest="command")
+    serve = commands.add_parser("serve", help="serve JSON-RPC on stdio (the default)")
+    serve.add_argument("--tcp", metavar="HOST:PORT", help="serve one client over TCP instead")
+    commands.add_parser("schema", help="print the protocol's JSON Schema")
+    demo = commands.add_parser("demo", help="drive a real server through a session and print it")
+    demo.add_argument("--workspace", default=os.getcwd())
+    return parser
+
+
+def _serve(tcp: str | None) -> int:
+    from tether.rpc.server import TetherServer
+    from tether.rpc.transport import serve_stdio, serve_tcp
+
+    server = TetherServer()
+    if tcp is None:
+        return asyncio.run(serve_stdio(server))
+    host, _, port = tcp.rpartition(":")
+    return asyncio.run(serve_tcp(server, host or "127.0.0.1", int(port)))
+
+
+def _schema() -> int:
+    import orjson
+
+    from tether.protocol.schema import protocol_schema
+
+    sys.stdout.buffer.write(orjson.dumps(protocol_schema(), option=orjson.OPT_INDENT_2) + b"\n")
+    return 0
+
+
+def _demo(workspace: str) -> int:
+    from tether.demo import run_demo
+
+    return asyncio.run(run_demo(workspace))

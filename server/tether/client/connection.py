@@ -1,0 +1,156 @@
+"""A minimal JSON-RPC 2.0 client over LSP framing, talking to a spawned ``tether serve``.
+
+It pipelines freely (many requests in flight), keeps every server notification in order, and
+answers server-to-client requests through an optional callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import orjson
+
+from tether.protocol.framing import Frame, FrameDecoder, encode_frame
+
+logger = logging.getLogger(__name__)
+
+RequestHandler = Callable[[str, Any], Awaitable[Any]]
+
+
+class RpcError(Exception):
+    """An error response: ``code``, ``message`` and ``data`` as the server sent them."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+class Connection:
+    def __init__(
+        self,
+        process: asyncio.subprocess.Process,
+        on_request: RequestHandler | None = None,
+    ) -> None:
+        assert process.stdin is not None and process.stdout is not None
+        self.process = process
+        self._stdin = process.stdin
+        self._stdout = process.stdout
+        self._ids = itertools.count(1)
+        self._pending: dict[int | str, asyncio.Future[Any]] = {}
+        self._on_request = on_request
+        self.notifications: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self.stray: list[dict[str, Any]] = []  # responses that matched no request
+        self._tasks: set[asyncio.Future[None]] = set()
+        self._reader = asyncio.ensure_future(self._read())
+
+    @classmethod
+    async def spawn(
+        cls,
+        argv: Sequence[str] | None = None,
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        on_request: RequestHandler | None = None,
+    ) -> Connection:
+        argv = list(argv or [sys.executable, "-m", "tether", "serve"])
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, **(env or {})},
+            cwd=cwd,
+        )
+        return cls(process, on_request)
+
+    async def request(self, method: str, params: Any = None) -> Any:
+        """Send a request and wait for its result; an error response raises :class:`RpcError`."""
+        msg_id = next(self._ids)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[msg_id] = future
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(message)
+        try:
+            return await future
+        finally:
+            self._pending.pop(msg_id, None)
+
+    def notify(self, method: str, params: Any = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(message)
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.send_raw(encode_frame(orjson.dumps(message)))
+
+    def send_raw(self, data: bytes) -> None:
+        """Write bytes as they are: for framing tests."""
+        self._stdin.write(data)
+
+    async def close(self, grace: float = 5.0) -> int:
+        """Shut the server down politely (``shutdown`` then ``exit``); its exit code."""
+        if self.process.returncode is None:
+            with contextlib.suppress(RpcError, ConnectionError, asyncio.TimeoutError):
+                await asyncio.wait_for(self.request("shutdown"), grace)
+                self.notify("exit")
+            with contextlib.suppress(ConnectionError):
+                self._stdin.close()
+        try:
+            code = await asyncio.wait_for(self.process.wait(), grace)
+        except TimeoutError:
+            self.process.kill()
+            code = await self.process.wait()
+        self._reader.cancel()
+        return code
+
+    async def _read(self) -> None:
+        decoder = FrameDecoder()
+        while chunk := await self._stdout.read(65536):
+            for item in decoder.feed(chunk):
+                if isinstance(item, Frame):
+                    self._receive(orjson.loads(item.body))
+                else:
+                    logger.error("bad frame from server: %s", item.reason)
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(ConnectionError("server closed its output"))
+
+    def _receive(self, message: dict[str, Any]) -> None:
+        if "method" in message:
+            if "id" in message:
+                task = asyncio.ensure_future(self._answer(message))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            else:
+                self.notifications.put_nowait((message["method"], message.get("params")))
+            return
+        future = self._pending.get(message.get("id"))  # type: ignore[arg-type]
+        if future is None or future.done():
+            self.stray.append(message)
+        elif "error" in message:
+            error = message["error"]
+            future.set_exception(RpcError(error["code"], error["message"], error.get("data")))
+        else:
+            future.set_result(message.get("result"))
+
+    async def _answer(self, message: dict[str, Any]) -> None:
+        reply: dict[str, Any] = {"jsonrpc": "2.0", "id": message["id"]}
+        if self._on_request is None:
+            reply["error"] = {"code": -32601, "message": f"no handler for {message['method']}"}
+        else:
+            try:
+                reply["result"] = await self._on_request(message["method"], message.get("params"))
+            except Exception as exc:
+                reply["error"] = {"code": -32603, "message": str(exc)}
+        self.send(reply)

@@ -1,0 +1,34 @@
+"""The base every wire model derives from: camelCase on the wire, snake_case in Python."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+
+class WireModel(BaseModel):
+    """A model that crosses the wire.
+
+    Fields are snake_case in Python and camelCase on the wire; both spellings are accepted on input.
+    Unknown input fields are ignored, so an older server keeps working with a newer client.
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="ignore",
+    )
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON-ready dict: camelCase keys, unset optionals omitted."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def to_wire_json(self) -> bytes:
+        """Like :meth:`to_wire`, already encoded as UTF-8 JSON."""
+        return self.model_dump_json(by_alias=True, exclude_none=True).encode()
+
+
+class Params(WireModel):
+    """Base of every request's params."""

@@ -1,0 +1,143 @@
+"""LSP base-protocol framing: ``Content-Length: N\\r\\n\\r\\n`` + N bytes of JSON.
+
+The decoder is pure (bytes in, frames out) so it can be tested and fuzzed without a process. It is
+strict about what a frame is and forgiving about what surrounds it, so a bad frame never desyncs the
+frames after it:
+
+- header names are case-insensitive, unknown headers (``Content-Type``) are ignored;
+- a header block without a usable ``Content-Length`` is reported and skipped;
+- junk before a header (a body sent without its header, say) is reported and skipped;
+- a body shorter than its ``Content-Length`` is cut where the next frame's header shows up inside
+  it. That is unambiguous: a raw CR LF after ``Content-Length: N`` cannot occur in valid JSON,
+  whose strings escape control characters. The cut body is handed on as it is, so a request in it
+  still gets its response (or a parse error);
+- a body over the size limit is reported and its bytes are discarded as they arrive.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MAX_BODY_BYTES = 256 * 1024 * 1024
+MAX_HEADER_BYTES = 64 * 1024
+
+_HEADER_END = b"\r\n\r\n"
+_TOKEN = re.compile(rb"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_LENGTH_LINE = re.compile(rb"content-length[ \t]*:[ \t]*(\S*)[ \t]*$", re.IGNORECASE)
+# A Content-Length header line, wherever it starts: the mark of a frame boundary inside a body.
+_EMBEDDED_HEADER = re.compile(rb"content-length[ \t]*:[ \t]*\d+[ \t]*\r\n", re.IGNORECASE)
+_EMBEDDED_HEADER_MAX = 64  # the longest such match we need to see across two chunks
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class FrameError:
+    reason: str
+
+
+def encode_frame(body: bytes) -> bytes:
+    return b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+class FrameDecoder:
+    """Turns a byte stream into frames and framing errors, in order."""
+
+    def __init__(self, max_body: int = MAX_BODY_BYTES) -> None:
+        self._buffer = bytearray()
+        self._length: int | None = None  # the body length once its header is read
+        self._scanned = 0  # how far into the pending body we looked for an embedded header
+        self._discard = 0  # bytes of an oversized body still to drop
+        self._max_body = max_body
+
+    def feed(self, data: bytes) -> list[Frame | FrameError]:
+        self._buffer += data
+        out: list[Frame | FrameError] = []
+        while self._step(out):
+            pass
+        return out
+
+    def _step(self, out: list[Frame | FrameError]) -> bool:
+        """Decode one item into ``out``; False when more bytes are needed."""
+        if self._discard:
+            dropped = min(self._discard, len(self._buffer))
+            del self._buffer[:dropped]
+            self._discard -= dropped
+            return not self._discard and bool(self._buffer)
+        if self._length is None:
+            return self._read_header(out)
+        return self._read_body(out)
+
+    def _read_header(self, out: list[Frame | FrameError]) -> bool:
+        end = self._buffer.find(_HEADER_END)
+        if end < 0:
+            if len(self._buffer) > MAX_HEADER_BYTES:
+                out.append(FrameError("header too long; skipped"))
+                del self._buffer[: -len(_HEADER_END)]
+            return False
+        block = bytes(self._buffer[:end])
+        del self._buffer[: end + len(_HEADER_END)]
+        length, problem = _parse_header_block(block)
+        if problem:
+            out.append(FrameError(problem))
+        if length is None:
+            return True
+        if length > self._max_body:
+            out.append(FrameError(f"body of {length} bytes is over the {self._max_body} limit"))
+            self._discard = length
+            return True
+        self._length, self._scanned = length, 0
+        return True
+
+    def _read_body(self, out: list[Frame | FrameError]) -> bool:
+        assert self._length is not None
+        window = min(len(self._buffer), self._length)
+        scan_from = max(0, self._scanned - _EMBEDDED_HEADER_MAX)
+        boundary = _find_embedded_header(self._buffer, scan_from, window)
+        if boundary >= 0:
+            # The body ended early: hand on what it was (valid JSON still gets its answer).
+            out.append(Frame(bytes(self._buffer[:boundary])))
+            del self._buffer[:boundary]
+            self._length = None
+            return True
+        if len(self._buffer) < self._length:
+            self._scanned = window
+            return False
+        out.append(Frame(bytes(self._buffer[: self._length])))
+        del self._buffer[: self._length]
+        self._length = None
+        return True
+
+
+def _find_embedded_header(buffer: bytearray, start: int, end: int) -> int:
+    if buffer.find(b"\r\n", start, end + 2) < 0:
+        return -1
+    match = _EMBEDDED_HEADER.search(buffer, start, min(len(buffer), end + _EMBEDDED_HEADER_MAX))
+    if match is None or match.start() >= end:
+        return -1
+    return match.start()
+
+
+def _parse_header_block(block: bytes) -> tuple[int | None, str | None]:
+    """The Content-Length of a header block, and what was wrong with it, if anything."""
+    length: int | None = None
+    problem: str | None = None
+    for line in block.split(b"\r\n"):
+        match = _LENGTH_LINE.search(line)
+        if match is not None:
+            if match.start() > 0:
+                problem = "junk before a header; skipped"  # e.g. a body sent without its header
+            if not match[1].isdigit():
+                return None, f"invalid Content-Length {match[1][:32]!r}"
+            length = int(match[1])
+            continue
+        name, colon, _ = line.partition(b":")
+        if not colon or not _TOKEN.match(name.strip()):
+            problem = "malformed header line; skipped"
+    if length is None:
+        return None, problem or "header without Content-Length; skipped"
+    return length, problem

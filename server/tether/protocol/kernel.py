@@ -1,0 +1,150 @@
+"""``kernel/run``, ``kernel/cancel`` and the ``kernel/progress`` events."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from tether.protocol.base import Params, WireModel
+from tether.protocol.messages import Content
+
+
+class StopReason(StrEnum):
+    END_TURN = "end_turn"
+    MAX_ITERATIONS = "max_iterations"
+    CANCELLED = "cancelled"
+
+
+class RunParams(Params):
+    session_id: str = Field(min_length=1)
+    prompt: Content
+    max_iterations: int | None = Field(default=None, ge=1, le=1000)
+    model: str | None = None
+    tools: list[str] | None = None
+    work_done_token: str | int | None = None
+
+
+class CancelParams(Params):
+    session_id: str = Field(min_length=1)
+
+
+class CancelResult(WireModel):
+    cancelled: bool
+
+
+class Usage(WireModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class ToolCallRecord(WireModel):
+    iteration: int
+    id: str
+    name: str
+    arguments: str
+    result: str
+    is_error: bool = False
+
+
+class RunResult(WireModel):
+    run_id: str
+    session_id: str
+    stop_reason: StopReason
+    response: str = ""
+    iterations: int
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list)
+    usage: Usage | None = None
+
+
+class ToolCallStatus(StrEnum):
+    PENDING = "pending"
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class RunStarted(WireModel):
+    kind: Literal["run_started"] = "run_started"
+    max_iterations: int
+    user_message_id: str
+
+
+class IterationStarted(WireModel):
+    kind: Literal["iteration_started"] = "iteration_started"
+    iteration: int
+
+
+class MessageDelta(WireModel):
+    kind: Literal["message_delta"] = "message_delta"
+    message_id: str
+    text: str
+
+
+class ToolCallStarted(WireModel):
+    kind: Literal["tool_call"] = "tool_call"
+    tool_call_id: str
+    name: str
+    arguments: str
+    status: Literal[ToolCallStatus.PENDING] = ToolCallStatus.PENDING
+
+
+class ToolCallUpdate(WireModel):
+    kind: Literal["tool_call_update"] = "tool_call_update"
+    tool_call_id: str
+    status: ToolCallStatus
+    result: str | None = None
+    error: str | None = None
+
+
+class IterationFinished(WireModel):
+    kind: Literal["iteration_finished"] = "iteration_finished"
+    iteration: int
+    tool_calls: int
+
+
+class RunFinished(WireModel):
+    kind: Literal["run_finished"] = "run_finished"
+    stop_reason: StopReason
+    iterations: int
+
+
+ProgressEvent = Annotated[
+    RunStarted
+    | IterationStarted
+    | MessageDelta
+    | ToolCallStarted
+    | ToolCallUpdate
+    | IterationFinished
+    | RunFinished,
+    Field(discriminator="kind"),
+]
+
+
+class ProgressParams(WireModel):
+    """The params of a ``kernel/progress`` notification."""
+
+    session_id: str
+    run_id: str
+    seq: int = Field(ge=1, description="1, 2, 3... within a run")
+    event: ProgressEvent
+
+
+class PermissionToolCall(WireModel):
+    id: str
+    name: str
+    arguments: str
+
+
+class PermissionParams(WireModel):
+    """``tool/requestPermission``, a server to client request."""
+
+    session_id: str
+    run_id: str
+    tool_call: PermissionToolCall
+
+
+class PermissionResult(WireModel):
+    outcome: Literal["allow", "allow_always", "reject"]

@@ -1,0 +1,121 @@
+"""The canonical message model: one shape for the wire, the stores and the providers."""
+
+from __future__ import annotations
+
+import binascii
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+import orjson
+from pydantic import BeforeValidator, Field, field_validator, model_validator
+
+from tether.protocol.base import WireModel
+
+
+class Role(StrEnum):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+_ROLE_ALIASES = {"model": Role.ASSISTANT, "function": Role.TOOL}
+
+
+def _accept_role_alias(value: Any) -> Any:
+    return _ROLE_ALIASES.get(value, value) if isinstance(value, str) else value
+
+
+RoleField = Annotated[Role, BeforeValidator(_accept_role_alias)]
+
+
+class TextBlock(WireModel):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ImageBlock(WireModel):
+    type: Literal["image"] = "image"
+    mime_type: str = Field(pattern=r"^image/[\w.+-]+$")
+    data: str = Field(description="base64-encoded image bytes")
+
+    @field_validator("data")
+    @classmethod
+    def _must_be_base64(cls, value: str) -> str:
+        try:
+            binascii.a2b_base64(value, strict_mode=True)
+        except binascii.Error as exc:
+            raise ValueError(f"not valid base64: {exc}") from None
+        return value
+
+
+class ResourceLinkBlock(WireModel):
+    type: Literal["resource_link"] = "resource_link"
+    uri: str = Field(min_length=1)
+    name: str | None = None
+
+
+ContentBlock = Annotated[TextBlock | ImageBlock | ResourceLinkBlock, Field(discriminator="type")]
+Content = str | list[ContentBlock]
+
+
+class ToolCall(WireModel):
+    """A tool call as the model asked for it, in the flat canonical form.
+
+    The nested provider form ``{id, type: "function", function: {name, arguments}}`` is accepted on
+    input, and ``arguments`` may be given as an object, which is encoded to the JSON string form.
+    """
+
+    id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    arguments: str = Field(description="the JSON text of the arguments, as the model produced it")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flatten_provider_form(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("function"), dict):
+            function = data["function"]
+            return {"id": data.get("id"), **function}
+        return data
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _encode_object_arguments(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return orjson.dumps(value).decode()
+        return value
+
+
+class _MessageFields(WireModel):
+    role: RoleField
+    content: Content | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+    author: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class MessageInput(_MessageFields):
+    """A message as a client appends it; the server fills in ``id`` and ``createdAt``."""
+
+    @model_validator(mode="after")
+    def _check_role_fields(self) -> MessageInput:
+        if self.role is Role.TOOL and not self.tool_call_id:
+            raise ValueError("a tool message needs toolCallId (the call it answers)")
+        if self.role is not Role.TOOL and self.tool_call_id is not None:
+            raise ValueError("only a tool message carries toolCallId")
+        if self.tool_calls and self.role is not Role.ASSISTANT:
+            raise ValueError("only an assistant message carries toolCalls")
+        if self.content is None and not self.tool_calls:
+            raise ValueError("content is required unless an assistant message calls tools")
+        return self
+
+
+class Message(_MessageFields):
+    """A message in a session."""
+
+    id: str
+    run_id: str | None = None
+    created_at: datetime

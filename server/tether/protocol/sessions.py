@@ -1,0 +1,109 @@
+"""Sessions and the params and results of the ``session/*`` methods."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import Field
+
+from tether.protocol.base import Params, WireModel
+from tether.protocol.messages import Message, MessageInput
+
+SessionId = str
+
+
+class Session(WireModel):
+    session_id: SessionId
+    workspace: str
+    title: str | None = None
+    agent_id: str | None = None
+    model: str | None = None
+    system_prompt: str | None = None
+    settings: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    tools: list[str] | None = None
+    parent_session_id: SessionId | None = None
+    forked_from_message_id: str | None = None
+    message_count: int = 0
+    created_at: datetime
+    updated_at: datetime
+    running: bool = False
+
+
+class SessionFields(Params):
+    """The fields a client sets on a session, at creation or later."""
+
+    title: str | None = None
+    model: str | None = None
+    system_prompt: str | None = None
+    settings: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    tools: list[str] | None = Field(default=None, description="allow-list of tool names")
+
+
+class CreateSessionParams(SessionFields):
+    workspace: str | None = Field(
+        default=None, description="URI or path; default: the first workspace folder"
+    )
+    agent_id: str | None = None
+
+
+class SessionRef(Params):
+    session_id: SessionId = Field(min_length=1)
+
+
+class GetSessionParams(SessionRef):
+    pass
+
+
+class ConfigureSessionParams(SessionRef, SessionFields):
+    """Fields left out stay as they are; ``settings`` and ``metadata`` are replaced whole."""
+
+
+class ClearSessionParams(SessionRef):
+    pass
+
+
+class DeleteSessionParams(SessionRef):
+    pass
+
+
+class ForkSessionParams(SessionRef):
+    at_message_id: str | None = Field(default=None, description="inclusive; default: the last")
+    title: str | None = None
+
+
+class ListSessionsParams(Params):
+    workspace: str | None = None
+    cursor: str | None = None
+    limit: int = Field(default=50, ge=1, le=1000)
+
+
+class ListSessionsResult(WireModel):
+    sessions: list[Session]
+    next_cursor: str | None = None
+
+
+class MessagesParams(SessionRef):
+    cursor: str | None = None
+    limit: int = Field(default=100, ge=1, le=1000)
+    order: Literal["asc", "desc"] = "asc"
+
+
+class MessagesResult(WireModel):
+    messages: list[Message]
+    total: int
+    next_cursor: str | None = None
+
+
+class AppendParams(SessionRef):
+    messages: list[MessageInput] = Field(min_length=1)
+
+
+class AppendResult(WireModel):
+    messages: list[Message]
+
+
+class DeleteResult(WireModel):
+    deleted: Literal[True] = True

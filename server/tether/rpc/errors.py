@@ -1,0 +1,51 @@
+"""The one place where exceptions become JSON-RPC error objects."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from pydantic import ValidationError
+from pygls.exceptions import JsonRpcException
+
+from tether.protocol import ErrorCode, TetherError
+
+logger = logging.getLogger(__name__)
+
+ErrorObject = dict[str, Any]
+
+
+def error_object(code: int, message: str, data: Any = None) -> ErrorObject:
+    error: ErrorObject = {"code": int(code), "message": message}
+    if data is not None:
+        error["data"] = data
+    return error
+
+
+def error_from_exception(exc: BaseException) -> ErrorObject:
+    """The error object a request that raised ``exc`` is answered with."""
+    if isinstance(exc, TetherError):
+        return error_object(exc.code, exc.message, exc.data)
+    if isinstance(exc, ValidationError):
+        return invalid_params(exc)
+    if isinstance(exc, asyncio.CancelledError):
+        return error_object(ErrorCode.REQUEST_CANCELLED, "request cancelled")
+    if isinstance(exc, JsonRpcException):
+        return error_object(exc.code, exc.message, exc.data)
+    logger.error("internal error", exc_info=exc)
+    return error_object(ErrorCode.INTERNAL_ERROR, f"internal error: {type(exc).__name__}")
+
+
+def invalid_params(exc: ValidationError) -> ErrorObject:
+    """-32602 with one entry per failing field, named by its wire path (``messages.0.role``)."""
+    fields = [
+        {
+            "field": ".".join(str(part) for part in error["loc"]) or "params",
+            "message": error["msg"],
+            "type": error["type"],
+        }
+        for error in exc.errors(include_url=False, include_input=False)
+    ]
+    summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields[:3])
+    return error_object(ErrorCode.INVALID_PARAMS, f"invalid params: {summary}", {"fields": fields})

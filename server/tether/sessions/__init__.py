@@ -1,0 +1,7 @@
+"""Sessions: the store protocol, the in-memory store and the service behind ``session/*``."""
+
+from tether.sessions.memory import MemoryStore
+from tether.sessions.service import SessionService
+from tether.sessions.store import SessionStore
+
+__all__ = ["MemoryStore", "SessionService", "SessionStore"]

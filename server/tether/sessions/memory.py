@@ -1,0 +1,194 @@
+"""The in-memory session store: the default, and the reference the other stores are tested against.
+
+It is confined to one event loop: every method runs to completion without awaiting, so concurrent
+tasks never see a half-applied append and need no lock.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from tether.protocol import (
+    InvalidParams,
+    ListSessionsResult,
+    Message,
+    MessageInput,
+    MessagesResult,
+    Role,
+    Session,
+    SessionNotFound,
+)
+from tether.protocol.sessions import CreateSessionParams, SessionFields
+from tether.sessions.cursors import decode_cursor, encode_cursor
+from tether.sessions.ids import utcnow, uuid7
+from tether.sessions.store import Order
+
+
+@dataclass(slots=True)
+class _Record:
+    session: Session
+    messages: list[Message] = field(default_factory=list)
+    positions: dict[str, int] = field(default_factory=dict)
+    tool_call_ids: set[str] = field(default_factory=set)
+
+
+class MemoryStore:
+    kind = "memory"
+    durable = False
+
+    def __init__(self) -> None:
+        self._records: dict[str, _Record] = {}
+
+    async def create(self, params: CreateSessionParams, workspace: str) -> Session:
+        now = utcnow()
+        session = Session(
+            session_id=uuid7(),
+            workspace=workspace,
+            title=params.title,
+            agent_id=params.agent_id,
+            model=params.model,
+            system_prompt=params.system_prompt,
+            settings=copy.deepcopy(params.settings) or {},
+            metadata=copy.deepcopy(params.metadata) or {},
+            tools=list(params.tools) if params.tools is not None else None,
+            created_at=now,
+            updated_at=now,
+        )
+        self._records[session.session_id] = _Record(session)
+        return session.model_copy(deep=True)
+
+    async def get(self, session_id: str) -> Session:
+        return self._record(session_id).session.model_copy(deep=True)
+
+    async def list_sessions(
+        self, *, workspace: str | None, cursor: str | None, limit: int
+    ) -> ListSessionsResult:
+        sessions = [
+            record.session
+            for record in self._records.values()
+            if workspace is None or record.session.workspace == workspace
+        ]
+        sessions.sort(key=_newest_first_key, reverse=True)
+        if cursor is not None:
+            updated_at, session_id = decode_cursor("sessions", cursor, 2)
+            sessions = [s for s in sessions if _newest_first_key(s) < (updated_at, session_id)]
+        page = sessions[:limit]
+        next_cursor = None
+        if len(sessions) > limit:
+            next_cursor = encode_cursor("sessions", *_newest_first_key(page[-1]))
+        return ListSessionsResult(
+            sessions=[s.model_copy(deep=True) for s in page], next_cursor=next_cursor
+        )
+
+    async def messages(
+        self, session_id: str, *, cursor: str | None, limit: int, order: Order
+    ) -> MessagesResult:
+        record = self._record(session_id)
+        history = record.messages
+        after = self._cursor_position(record, cursor)
+        if order == "asc":
+            start = 0 if after is None else after + 1
+            page = history[start : start + limit]
+            more = start + limit < len(history)
+        else:
+            end = len(history) if after is None else after
+            start = max(0, end - limit)
+            page = history[start:end][::-1]
+            more = start > 0
+        next_cursor = encode_cursor("messages", page[-1].id) if more and page else None
+        return MessagesResult(
+            messages=[_copy_message(m) for m in page], total=len(history), next_cursor=next_cursor
+        )
+
+    async def append(
+        self, session_id: str, messages: Sequence[MessageInput], *, run_id: str | None = None
+    ) -> list[Message]:
+        record = self._record(session_id)
+        _check_tool_results(record.tool_call_ids, messages)
+        now = utcnow()
+        stored = [_new_message(m, now, run_id) for m in messages]
+        for message in stored:
+            record.positions[message.id] = len(record.messages)
+            record.messages.append(message)
+            if message.tool_calls:
+                record.tool_call_ids.update(call.id for call in message.tool_calls)
+        record.session.message_count = len(record.messages)
+        record.session.updated_at = now
+        return [_copy_message(m) for m in stored]
+
+    async def configure(self, session_id: str, changes: SessionFields) -> Session:
+        session = self._record(session_id).session
+        for name in changes.model_fields_set & SessionFields.model_fields.keys():
+            value = getattr(changes, name)
+            if name in ("settings", "metadata") and value is None:
+                value = {}
+            setattr(session, name, copy.deepcopy(value))
+        session.updated_at = utcnow()
+        return session.model_copy(deep=True)
+
+    async def clear(self, session_id: str) -> Session:
+        record = self._record(session_id)
+        record.messages = []
+        record.positions = {}
+        record.tool_call_ids = set()
+        record.session.message_count = 0
+        record.session.updated_at = utcnow()
+        return record.session.model_copy(deep=True)
+
+    async def delete(self, session_id: str) -> None:
+        if self._records.pop(session_id, None) is None:
+            raise SessionNotFound(session_id)
+
+    def _record(self, session_id: str) -> _Record:
+        record = self._records.get(session_id)
+        if record is None:
+            raise SessionNotFound(session_id)
+        return record
+
+    @staticmethod
+    def _cursor_position(record: _Record, cursor: str | None) -> int | None:
+        if cursor is None:
+            return None
+        (message_id,) = decode_cursor("messages", cursor, 1)
+        position = record.positions.get(message_id)
+        if position is None:
+            raise InvalidParams.field("cursor", "the message it points at is no longer there")
+        return position
+
+
+def _newest_first_key(session: Session) -> tuple[str, str]:
+    return (session.updated_at.isoformat(), session.session_id)
+
+
+def _check_tool_results(known_calls: set[str], messages: Sequence[MessageInput]) -> None:
+    """Every tool message must answer a tool call made earlier in the session or the batch."""
+    calls = set(known_calls)
+    for index, message in enumerate(messages):
+        if message.tool_calls:
+            calls.update(call.id for call in message.tool_calls)
+        if message.role is Role.TOOL and message.tool_call_id not in calls:
+            raise InvalidParams.field(
+                f"messages.{index}.toolCallId",
+                f"no tool call {message.tool_call_id!r} in this session to answer",
+            )
+
+
+def _new_message(source: MessageInput, now: datetime, run_id: str | None) -> Message:
+    fields = {name: getattr(source, name) for name in source.model_fields_set}
+    if source.content is not None and not isinstance(source.content, str):
+        fields["content"] = copy.deepcopy(source.content)
+    for name in ("tool_calls", "metadata"):
+        if name in fields:
+            fields[name] = copy.deepcopy(fields[name])
+    return Message.model_construct(id=uuid7(), created_at=now, run_id=run_id, **fields)
+
+
+def _copy_message(message: Message) -> Message:
+    """A copy the caller owns; cheap for the common text-only message."""
+    plain = isinstance(message.content, str | None) and not message.tool_calls
+    if plain and message.metadata is None:
+        return message.model_copy()
+    return message.model_copy(deep=True)
