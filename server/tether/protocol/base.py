@@ -19,6 +19,7 @@ class WireModel(BaseModel):
         alias_generator=to_camel,
         populate_by_name=True,
         extra="ignore",
+        defer_build=True,
     )
 
     def to_wire(self) -> dict[str, Any]:

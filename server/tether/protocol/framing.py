@@ -114,9 +114,11 @@ class FrameDecoder:
 
 
 def _find_embedded_header(buffer: bytearray, start: int, end: int) -> int:
-    if buffer.find(b"\r\n", start, end + 2) < 0:
+    """Where a header line starting before ``end`` begins, or -1."""
+    stop = min(len(buffer), end + _EMBEDDED_HEADER_MAX)
+    if buffer.find(b"\r\n", start, stop) < 0:  # the cheap test first: JSON rarely has CR LF
         return -1
-    match = _EMBEDDED_HEADER.search(buffer, start, min(len(buffer), end + _EMBEDDED_HEADER_MAX))
+    match = _EMBEDDED_HEADER.search(buffer, start, stop)
     if match is None or match.start() >= end:
         return -1
     return match.start()

@@ -15,6 +15,7 @@ pygls keeps what it does well here: handler dispatch, in-flight request futures,
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 from collections.abc import Callable
@@ -55,6 +56,9 @@ class TetherProtocol(LanguageServerProtocol):
         super().__init__(server, converter)
         self._decoder = FrameDecoder()
         self._write: Write | None = None
+        self._unanswered: set[MsgId] = set()  # requests handed to a handler, not yet answered
+        self._answered = asyncio.Event()
+        self._shutdown_id: MsgId | None = None
         self.initialized = False
         self.exit_code: int | None = None
 
@@ -141,6 +145,12 @@ class TetherProtocol(LanguageServerProtocol):
             except Exception as exc:
                 self._send_error(msg_id, error_from_exception(exc))
                 return
+        self._unanswered.add(msg_id)
+        if method == lsp.SHUTDOWN:
+            self._shutdown, self._shutdown_id = (
+                True,
+                msg_id,
+            )  # refuse what follows at once, even in this same read
         self._handle_request(msg_id, method, params)
 
     def _notification(self, method: str, params: Any, data: dict[str, Any]) -> None:
@@ -186,6 +196,7 @@ class TetherProtocol(LanguageServerProtocol):
             )
             return
         self._send_frame(b'{"jsonrpc":"2.0","id":%s,"result":%s}' % (orjson.dumps(msg_id), payload))
+        self._mark_answered(msg_id)
 
     def _send_error(self, msg_id: MsgId | None, error: ErrorObject) -> None:
         try:
@@ -194,6 +205,12 @@ class TetherProtocol(LanguageServerProtocol):
             error.pop("data", None)
             body = orjson.dumps({"jsonrpc": "2.0", "id": msg_id, "error": error})
         self._send_frame(body)
+        self._mark_answered(msg_id)
+
+    def _mark_answered(self, msg_id: MsgId | None) -> None:
+        if msg_id in self._unanswered:
+            self._unanswered.discard(msg_id)
+            self._answered.set()
 
     def _reply_or_log(self, msg_id: Any, error: ErrorObject) -> None:
         if isinstance(msg_id, str | int) and not isinstance(msg_id, bool):
@@ -231,8 +248,9 @@ class TetherProtocol(LanguageServerProtocol):
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    # These two replace pygls's builtins of the same name (registered by method name), which
-    # need lsprotocol-typed params and end the process with sys.exit from inside a callback.
+    # These replace pygls's builtins of the same name (registered by method name): its
+    # initialize needs lsprotocol-typed params, its shutdown cancels the requests in flight
+    # instead of answering them, and its exit calls sys.exit from inside a callback.
     @lsp_method(lsp.INITIALIZE)
     def lsp_initialize(self, params: dict[str, Any] | None) -> InitializeResult:  # type: ignore[override]
         if self.initialized:
@@ -241,7 +259,27 @@ class TetherProtocol(LanguageServerProtocol):
         self.initialized = True
         return result
 
+    @lsp_method(lsp.SHUTDOWN)
+    async def lsp_shutdown(self, *args: Any) -> None:  # type: ignore[override]
+        """Answer once every request received before it has been answered."""
+        await self.settle(cancel=False)
+
     @lsp_method(lsp.EXIT)
     def lsp_exit(self, *args: Any) -> None:  # type: ignore[override]
         self.exit_code = 0 if self._shutdown else 1
         self._server.stop()
+
+    async def settle(self, *, cancel: bool) -> None:
+        """Return once every request received so far has been answered; cancel them if asked.
+
+        Handlers of incoming requests run as asyncio tasks; the concurrent futures pygls keeps in
+        the same table are its own requests to the client, which are not ours to cancel here.
+        """
+        if cancel:
+            for msg_id, future in list(self._request_futures.items()):
+                if isinstance(future, asyncio.Future) and msg_id != self._shutdown_id:
+                    future.cancel()
+        current = self.msg_id
+        while self._unanswered - {current}:
+            self._answered.clear()
+            await self._answered.wait()

@@ -72,6 +72,8 @@ async def serve_stdio(server: TetherServer, stdin_fd: int = 0, stdout_fd: int | 
         await server.stopped.wait()
     finally:
         reader()
+        with contextlib.suppress(TimeoutError):  # what still runs is answered -32800
+            await asyncio.wait_for(server.protocol.settle(cancel=True), 5)
         await close_writer()
     return server.protocol.exit_code or 0
 

@@ -1,0 +1,86 @@
+"""An in-process server: bytes in through ``data_received``, frames out through a list."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tether.protocol.framing import Frame, FrameDecoder, encode_frame
+from tether.rpc.server import TetherServer
+
+
+class Wire:
+    """Feeds a :class:`TetherServer` raw bytes and decodes what it writes back."""
+
+    def __init__(self, server: TetherServer) -> None:
+        self.server = server
+        self._decoder = FrameDecoder()
+        self.messages: list[dict[str, Any]] = []
+        self.bad_frames: list[str] = []
+        self._arrived = asyncio.Event()
+        server.protocol.connect(self._written)
+        self._ids = 0
+
+    def _written(self, data: bytes) -> None:
+        for item in self._decoder.feed(data):
+            if isinstance(item, Frame):
+                self.messages.append(orjson.loads(item.body))
+            else:
+                self.bad_frames.append(item.reason)
+        self._arrived.set()
+
+    def send_bytes(self, data: bytes) -> None:
+        self.server.protocol.data_received(data)
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.send_bytes(encode_frame(orjson.dumps(message)))
+
+    def request(self, method: str, params: Any = None, **extra: Any) -> int:
+        self._ids += 1
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": self._ids, "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send({**message, **extra})
+        return self._ids
+
+    async def response(self, msg_id: Any, timeout: float = 5.0) -> dict[str, Any]:
+        """The one response to ``msg_id``, waiting for it on the event loop."""
+        async with asyncio.timeout(timeout):
+            while True:
+                found = [m for m in self.messages if m.get("id") == msg_id and "method" not in m]
+                if found:
+                    assert len(found) == 1, f"{len(found)} responses to id {msg_id!r}"
+                    return found[0]
+                self._arrived.clear()
+                await self._arrived.wait()
+
+    async def call(self, method: str, params: Any = None) -> dict[str, Any]:
+        return await self.response(self.request(method, params))
+
+    async def result(self, method: str, params: Any = None) -> Any:
+        reply = await self.call(method, params)
+        assert "error" not in reply, reply
+        return reply["result"]
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+@pytest.fixture
+async def wire() -> AsyncIterator[Wire]:
+    yield Wire(TetherServer())
+
+
+@pytest.fixture
+async def ready(wire: Wire, workspace: Path) -> AsyncIterator[Wire]:
+    """A wire whose server has been initialized with ``workspace`` as its folder."""
+    await wire.result("initialize", {"workspaceFolders": [{"uri": workspace.as_uri()}]})
+    wire.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+    yield wire
