@@ -48,9 +48,9 @@ class Wire:
         self.send({**message, **extra})
         return self._ids
 
-    async def response(self, msg_id: Any, timeout: float = 5.0) -> dict[str, Any]:
-        """The one response to ``msg_id``, waiting for it on the event loop."""
-        async with asyncio.timeout(timeout):
+    async def response(self, msg_id: Any) -> dict[str, Any]:
+        """The one response to ``msg_id``, waiting for it on the event loop (5 s at most)."""
+        async with asyncio.timeout(5):
             while True:
                 found = [m for m in self.messages if m.get("id") == msg_id and "method" not in m]
                 if found:

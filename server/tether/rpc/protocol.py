@@ -146,11 +146,8 @@ class TetherProtocol(LanguageServerProtocol):
                 self._send_error(msg_id, error_from_exception(exc))
                 return
         self._unanswered.add(msg_id)
-        if method == lsp.SHUTDOWN:
-            self._shutdown, self._shutdown_id = (
-                True,
-                msg_id,
-            )  # refuse what follows at once, even in this same read
+        if method == lsp.SHUTDOWN:  # refuse what follows at once, even within this same read
+            self._shutdown, self._shutdown_id = True, msg_id
         self._handle_request(msg_id, method, params)
 
     def _notification(self, method: str, params: Any, data: dict[str, Any]) -> None:
