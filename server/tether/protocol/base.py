@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
+
+
+def _as_utc(value: datetime) -> datetime:
+    """Naive datetimes are taken as UTC; aware ones are converted to it."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+UtcDatetime = Annotated[datetime, AfterValidator(_as_utc)]
+"""A timestamp that is always UTC, so it goes on the wire as RFC 3339 ending in ``Z``."""
 
 
 class WireModel(BaseModel):

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import binascii
-from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 import orjson
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from tether.protocol.base import WireModel
+from tether.protocol.base import UtcDatetime, WireModel
 
 
 class Role(StrEnum):
@@ -83,14 +82,21 @@ class ToolCall(WireModel):
     @classmethod
     def _encode_object_arguments(cls, value: Any) -> Any:
         if isinstance(value, dict):
-            return orjson.dumps(value).decode()
+            try:
+                return orjson.dumps(value).decode()
+            except TypeError as exc:
+                raise ValueError(f"arguments cannot be encoded as JSON: {exc}") from None
         return value
+
+
+def _no_calls_is_none(value: Any) -> Any:
+    return None if value == [] else value
 
 
 class _MessageFields(WireModel):
     role: RoleField
     content: Content | None = None
-    tool_calls: list[ToolCall] | None = None
+    tool_calls: Annotated[list[ToolCall] | None, BeforeValidator(_no_calls_is_none)] = None
     tool_call_id: str | None = None
     name: str | None = None
     author: str | None = None
@@ -118,4 +124,4 @@ class Message(_MessageFields):
 
     id: str
     run_id: str | None = None
-    created_at: datetime
+    created_at: UtcDatetime

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import Field
 
-from tether.protocol.base import Params, WireModel
+from tether.protocol.base import Params, UtcDatetime, WireModel
 from tether.protocol.messages import Message, MessageInput
 
 SessionId = str
@@ -26,8 +25,8 @@ class Session(WireModel):
     parent_session_id: SessionId | None = None
     forked_from_message_id: str | None = None
     message_count: int = 0
-    created_at: datetime
-    updated_at: datetime
+    created_at: UtcDatetime
+    updated_at: UtcDatetime
     running: bool = False
 
 

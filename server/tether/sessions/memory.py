@@ -165,11 +165,16 @@ def _newest_first_key(session: Session) -> tuple[str, str]:
 
 def _check_tool_results(known_calls: set[str], messages: Sequence[MessageInput]) -> None:
     """Every tool message must answer a tool call made earlier in the session or the batch."""
-    calls = set(known_calls)
+    batch_calls: set[str] = set()
     for index, message in enumerate(messages):
         if message.tool_calls:
-            calls.update(call.id for call in message.tool_calls)
-        if message.role is Role.TOOL and message.tool_call_id not in calls:
+            batch_calls.update(call.id for call in message.tool_calls)
+        answered = message.tool_call_id
+        if (
+            message.role is Role.TOOL
+            and answered not in batch_calls
+            and answered not in known_calls
+        ):
             raise InvalidParams.field(
                 f"messages.{index}.toolCallId",
                 f"no tool call {message.tool_call_id!r} in this session to answer",
@@ -188,7 +193,7 @@ def _new_message(source: MessageInput, now: datetime, run_id: str | None) -> Mes
 
 def _copy_message(message: Message) -> Message:
     """A copy the caller owns; cheap for the common text-only message."""
-    plain = isinstance(message.content, str | None) and not message.tool_calls
+    plain = isinstance(message.content, str | None) and message.tool_calls is None
     if plain and message.metadata is None:
         return message.model_copy()
     return message.model_copy(deep=True)

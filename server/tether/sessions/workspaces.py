@@ -17,21 +17,24 @@ _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 def canonical_workspace(value: str) -> str:
     """The canonical form of a workspace URI or absolute path (which need not exist)."""
-    if value.startswith("file://"):
-        path = Path(unquote(urlparse(value).path))
-    elif _SCHEME.match(value):
+    if _SCHEME.match(value) and not value.startswith("file://"):
         return value.rstrip("/")
-    else:
-        path = Path(value).expanduser()
-    if not path.is_absolute():
-        raise WorkspaceError(f"workspace must be an absolute path or a URI: {value!r}")
-    return path.resolve().as_uri()
+    try:
+        path = Path(unquote(urlparse(value).path) if value.startswith("file://") else value)
+        path = path.expanduser()
+        if "\x00" in str(path):
+            raise ValueError("NUL byte in path")
+        if not path.is_absolute():
+            raise ValueError("not an absolute path or a URI")
+        return path.resolve().as_uri()
+    except (RuntimeError, ValueError, OSError) as exc:  # unknown ~user, NUL, too long, loops
+        raise WorkspaceError(f"invalid workspace {value!r}: {exc}", {"workspace": value}) from None
 
 
 def existing_workspace(value: str) -> str:
     """Like :func:`canonical_workspace`, and a local workspace must be an existing directory."""
     canonical = canonical_workspace(value)
-    if canonical.startswith("file://") and not local_path(canonical).is_dir():
+    if canonical.startswith("file://") and not _is_dir(local_path(canonical)):
         raise WorkspaceError(
             f"workspace is not an existing directory: {value!r}", {"workspace": value}
         )
@@ -41,3 +44,10 @@ def existing_workspace(value: str) -> str:
 def local_path(canonical: str) -> Path:
     """The filesystem path of a canonical ``file://`` workspace."""
     return Path(unquote(urlparse(canonical).path))
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:  # a name too long, say
+        return False
