@@ -175,3 +175,40 @@ async def test_a_result_is_dumped_by_alias_with_unset_optionals_omitted(ready: W
     session = await ready.result("session/create", {})
     assert "sessionId" in session and "session_id" not in session
     assert "title" not in session and None not in session.values()
+
+
+async def test_a_handler_that_suspends_is_answered_with_its_result_or_its_error(ready: Wire):
+    gate = asyncio.Event()
+
+    async def waits(params: Any) -> dict[str, Any]:
+        await gate.wait()
+        await asyncio.sleep(0)
+        if params.get("fail"):
+            raise RuntimeError("after waiting")
+        return {"waited": True}
+
+    ready.server.feature("test/waits")(waits)
+    ok, failing = ready.request("test/waits", {}), ready.request("test/waits", {"fail": True})
+    assert (await ready.result("session/list", {})) == {"sessions": []}  # not held up by them
+    gate.set()
+    assert (await ready.response(ok))["result"] == {"waited": True}
+    assert error_code(await ready.response(failing)) == ErrorCode.INTERNAL_ERROR
+
+
+async def test_a_suspended_handler_sees_the_cancellation_and_can_clean_up(ready: Wire):
+    cleaned = asyncio.Event()
+    started = asyncio.Event()
+
+    async def guarded(params: Any) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cleaned.set()
+
+    ready.server.feature("test/guarded")(guarded)
+    msg_id = ready.request("test/guarded", {})
+    await started.wait()
+    ready.send({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": msg_id}})
+    assert error_code(await ready.response(msg_id)) == ErrorCode.REQUEST_CANCELLED
+    assert cleaned.is_set()

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Generator
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
@@ -162,6 +163,38 @@ class TetherProtocol(LanguageServerProtocol):
                 return
         self._handle_notification(method, params)
 
+    def _execute_handler(
+        self,
+        msg_id: MsgId,
+        handler: Callable[..., Any],
+        callback: Callable[[Any], None],
+        args: tuple[Any, ...] | None = None,
+        kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        """Start coroutine handlers eagerly, as Python 3.12's eager tasks do.
+
+        pygls wraps every coroutine handler in a task and answers from its done callback: three
+        trips around the event loop for a handler that never waits. Here the coroutine runs at
+        once; only one that suspends becomes a task (and so can be cancelled).
+        """
+        if not inspect.iscoroutinefunction(handler):
+            super()._execute_handler(msg_id, handler, callback, args, kwargs)
+            return
+        coroutine = handler(*(args or ()), **(kwargs or {}))
+        done: Future[Any] = Future()
+        try:
+            waiting_on = coroutine.send(None)
+        except StopIteration as finished:
+            done.set_result(finished.value)
+        except Exception as exc:
+            done.set_exception(exc)
+        else:
+            task = asyncio.ensure_future(_Resume(coroutine, waiting_on))
+            self._request_futures[msg_id] = task  # type: ignore[assignment]  # pygls mixes both kinds
+            task.add_done_callback(callback)
+            return
+        callback(done)
+
     # -- responses ---------------------------------------------------------------------------
 
     def _send_handler_result(self, future: Future[Any], *, msg_id: MsgId) -> None:
@@ -280,3 +313,31 @@ class TetherProtocol(LanguageServerProtocol):
         while self._unanswered - {current}:
             self._answered.clear()
             await self._answered.wait()
+
+
+class _Resume:
+    """The rest of a coroutine that was started eagerly and is suspended on ``waiting_on``.
+
+    Awaited by a task, it passes each awaited future up to the task, and the task's wake-ups,
+    results and cancellations back down, exactly as if the task had run the coroutine from the
+    start.
+    """
+
+    __slots__ = ("_coroutine", "_waiting_on")
+
+    def __init__(self, coroutine: Coroutine[Any, Any, Any], waiting_on: Any) -> None:
+        self._coroutine = coroutine
+        self._waiting_on = waiting_on
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        coroutine, waiting_on = self._coroutine, self._waiting_on
+        while True:
+            thrown: BaseException | None = None
+            try:
+                yield waiting_on
+            except BaseException as exc:  # the task threw in, e.g. CancelledError
+                thrown = exc
+            try:
+                waiting_on = coroutine.send(None) if thrown is None else coroutine.throw(thrown)
+            except StopIteration as finished:
+                return finished.value

@@ -10,6 +10,9 @@ import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
+
+import orjson
 
 from tether.protocol import (
     InvalidParams,
@@ -58,10 +61,10 @@ class MemoryStore:
             updated_at=now,
         )
         self._records[session.session_id] = _Record(session)
-        return session.model_copy(deep=True)
+        return _copy_session(session)
 
     async def get(self, session_id: str) -> Session:
-        return self._record(session_id).session.model_copy(deep=True)
+        return _copy_session(self._record(session_id).session)
 
     async def list_sessions(
         self, *, workspace: str | None, cursor: str | None, limit: int
@@ -80,7 +83,7 @@ class MemoryStore:
         if len(sessions) > limit:
             next_cursor = encode_cursor("sessions", *_newest_first_key(page[-1]))
         return ListSessionsResult(
-            sessions=[s.model_copy(deep=True) for s in page], next_cursor=next_cursor
+            sessions=[_copy_session(s) for s in page], next_cursor=next_cursor
         )
 
     async def messages(
@@ -127,7 +130,7 @@ class MemoryStore:
                 value = {}
             setattr(session, name, copy.deepcopy(value))
         session.updated_at = utcnow()
-        return session.model_copy(deep=True)
+        return _copy_session(session)
 
     async def clear(self, session_id: str) -> Session:
         record = self._record(session_id)
@@ -136,7 +139,7 @@ class MemoryStore:
         record.tool_call_ids = set()
         record.session.message_count = 0
         record.session.updated_at = utcnow()
-        return record.session.model_copy(deep=True)
+        return _copy_session(record.session)
 
     async def delete(self, session_id: str) -> None:
         if self._records.pop(session_id, None) is None:
@@ -188,7 +191,28 @@ def _new_message(source: MessageInput, now: datetime, run_id: str | None) -> Mes
     for name in ("tool_calls", "metadata"):
         if name in fields:
             fields[name] = copy.deepcopy(fields[name])
-    return Message.model_construct(id=uuid7(), created_at=now, run_id=run_id, **fields)
+    return Message(id=uuid7(), created_at=now, run_id=run_id, **fields)
+
+
+def _copy_session(session: Session) -> Session:
+    """A copy the caller owns: only the containers are copied, the rest is immutable."""
+    return session.model_copy(
+        update={
+            "settings": _copy_json(session.settings),
+            "metadata": _copy_json(session.metadata),
+            "tools": None if session.tools is None else list(session.tools),
+        }
+    )
+
+
+def _copy_json(value: dict[str, Any]) -> dict[str, Any]:
+    if not value:
+        return {}
+    try:
+        copied: dict[str, Any] = orjson.loads(orjson.dumps(value))  # JSON data: the fast deep copy
+    except TypeError:
+        copied = copy.deepcopy(value)
+    return copied
 
 
 def _copy_message(message: Message) -> Message:
