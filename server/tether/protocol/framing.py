@@ -77,17 +77,22 @@ class FrameDecoder:
         return self._read_body(out)
 
     def _read_header(self, out: list[Frame | FrameError]) -> bool:
-        end = self._buffer.find(_HEADER_END)
-        if end < 0:
-            if len(self._buffer) > MAX_HEADER_BYTES:
-                out.append(FrameError("header too long; skipped"))
-                del self._buffer[: -len(_HEADER_END)]
-            return False
-        block = bytes(self._buffer[:end])
-        del self._buffer[: end + len(_HEADER_END)]
-        length, problem = _parse_header_block(block)
-        if problem:
-            out.append(FrameError(problem))
+        canonical = _CANONICAL_HEADER.match(self._buffer)
+        if canonical is not None:
+            length: int | None = int(canonical[1])
+            del self._buffer[: canonical.end()]
+        else:
+            end = self._buffer.find(_HEADER_END)
+            if end < 0:
+                if len(self._buffer) > MAX_HEADER_BYTES:
+                    out.append(FrameError("header too long; skipped"))
+                    del self._buffer[: -len(_HEADER_END)]
+                return False
+            block = bytes(self._buffer[:end])
+            del self._buffer[: end + len(_HEADER_END)]
+            length, problem = _parse_header_block(block)
+            if problem:
+                out.append(FrameError(problem))
         if length is None:
             return True
         if length > self._max_body:

@@ -60,6 +60,7 @@ class TetherProtocol(LanguageServerProtocol):
         self._unanswered: set[MsgId] = set()  # requests handed to a handler, not yet answered
         self._answered = asyncio.Event()
         self._shutdown_id: MsgId | None = None
+        self._coroutine_handlers: dict[Callable[..., Any], bool] = {}
         self.initialized = False
         self.exit_code: int | None = None
 
@@ -177,17 +178,19 @@ class TetherProtocol(LanguageServerProtocol):
         trips around the event loop for a handler that never waits. Here the coroutine runs at
         once; only one that suspends becomes a task (and so can be cancelled).
         """
-        if not inspect.iscoroutinefunction(handler):
+        is_coroutine = self._coroutine_handlers.get(handler)
+        if is_coroutine is None:
+            is_coroutine = self._coroutine_handlers[handler] = inspect.iscoroutinefunction(handler)
+        if not is_coroutine:
             super()._execute_handler(msg_id, handler, callback, args, kwargs)
             return
         coroutine = handler(*(args or ()), **(kwargs or {}))
-        done: Future[Any] = Future()
         try:
             waiting_on = coroutine.send(None)
         except StopIteration as finished:
-            done.set_result(finished.value)
+            done = _Done(finished.value, None)
         except Exception as exc:
-            done.set_exception(exc)
+            done = _Done(None, exc)
         else:
             task = asyncio.ensure_future(_Resume(coroutine, waiting_on))
             self._request_futures[msg_id] = task  # type: ignore[assignment]  # pygls mixes both kinds
@@ -341,3 +344,23 @@ class _Resume:
                 waiting_on = coroutine.send(None) if thrown is None else coroutine.throw(thrown)
             except StopIteration as finished:
                 return finished.value
+
+
+class _Done:
+    """A finished handler's outcome, read by pygls's callbacks through the Future interface."""
+
+    __slots__ = ("_exception", "_result")
+
+    def __init__(self, result: Any, exception: BaseException | None) -> None:
+        self._result, self._exception = result, exception
+
+    def cancelled(self) -> bool:
+        return False
+
+    def exception(self) -> BaseException | None:
+        return self._exception
+
+    def result(self) -> Any:
+        if self._exception is not None:
+            raise self._exception
+        return self._result
