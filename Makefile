@@ -4,9 +4,14 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test lint typecheck unit run bench schema clean
+.PHONY: install compile test lint typecheck unit run bench schema clean
 
 install: $(STAMP)
+
+# Byte-compile tether's own modules: the server starts faster, even where the environment sets
+# PYTHONDONTWRITEBYTECODE (imports then never write .pyc files themselves).
+compile: install
+	$(BIN)/python -m compileall -q server/tether
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,15 +26,15 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-unit: install
+unit: compile
 	$(BIN)/pytest -q
 
 test: lint typecheck unit
 
-run: install
+run: compile
 	$(BIN)/python -m tether demo
 
-bench: install
+bench: compile
 	$(BIN)/python bench/rpc_bench.py
 
 schema: install

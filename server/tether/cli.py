@@ -46,14 +46,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(tcp: str | None) -> int:
-    from tether.rpc.server import TetherServer
+    from tether.rpc.app import App
     from tether.rpc.transport import serve_stdio, serve_tcp
 
-    server = TetherServer()
     if tcp is None:
-        return asyncio.run(serve_stdio(server))
+        return asyncio.run(serve_stdio(App()))
     host, _, port = tcp.rpartition(":")
-    return asyncio.run(serve_tcp(server, host or "127.0.0.1", int(port)))
+    return asyncio.run(serve_tcp(App(), host or "127.0.0.1", int(port)))
 
 
 def _schema() -> int:

@@ -11,19 +11,22 @@ import orjson
 import pytest
 
 from tether.protocol.framing import Frame, FrameDecoder, encode_frame
+from tether.rpc.app import App
 from tether.rpc.server import TetherServer
+from tether.rpc.wire import Wire
 
 
-class Wire:
-    """Feeds a :class:`TetherServer` raw bytes and decodes what it writes back."""
+class Peer:
+    """A client in process: feeds a server's wire raw bytes and decodes what it writes back."""
 
-    def __init__(self, server: TetherServer) -> None:
-        self.server = server
+    def __init__(self) -> None:
+        self.wire = Wire(App())
+        self.server = TetherServer(self.wire._app, self.wire)
         self._decoder = FrameDecoder()
         self.messages: list[dict[str, Any]] = []
         self.bad_frames: list[str] = []
         self._arrived = asyncio.Event()
-        server.protocol.connect(self._written)
+        self.wire.connect(self._written)
         self._ids = 0
 
     def _written(self, data: bytes) -> None:
@@ -35,7 +38,7 @@ class Wire:
         self._arrived.set()
 
     def send_bytes(self, data: bytes) -> None:
-        self.server.protocol.data_received(data)
+        self.wire.data_received(data)
 
     def send(self, message: dict[str, Any]) -> None:
         self.send_bytes(encode_frame(orjson.dumps(message)))
@@ -74,13 +77,13 @@ def workspace(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def wire() -> AsyncIterator[Wire]:
-    yield Wire(TetherServer())
+async def peer() -> AsyncIterator[Peer]:
+    yield Peer()
 
 
 @pytest.fixture
-async def ready(wire: Wire, workspace: Path) -> AsyncIterator[Wire]:
-    """A wire whose server has been initialized with ``workspace`` as its folder."""
-    await wire.result("initialize", {"workspaceFolders": [{"uri": workspace.as_uri()}]})
-    wire.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
-    yield wire
+async def ready(peer: Peer, workspace: Path) -> AsyncIterator[Peer]:
+    """A peer whose server has been initialized with ``workspace`` as its folder."""
+    await peer.result("initialize", {"workspaceFolders": [{"uri": workspace.as_uri()}]})
+    peer.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+    yield peer

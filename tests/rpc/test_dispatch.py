@@ -12,7 +12,7 @@ import pytest
 from tether.protocol import ErrorCode
 from tether.protocol.framing import encode_frame
 
-from .conftest import Wire
+from .conftest import Peer
 
 
 def error_code(reply: dict[str, Any]) -> int:
@@ -20,15 +20,15 @@ def error_code(reply: dict[str, Any]) -> int:
     return int(reply["error"]["code"])
 
 
-async def test_a_request_before_initialize_is_refused_with_server_not_initialized(wire: Wire):
-    reply = await wire.call("session/list", {})
+async def test_a_request_before_initialize_is_refused_with_server_not_initialized(peer: Peer):
+    reply = await peer.call("session/list", {})
     assert error_code(reply) == ErrorCode.SERVER_NOT_INITIALIZED
 
 
 async def test_initialize_answers_protocol_version_server_info_and_capabilities(
-    wire: Wire, workspace: Path
+    peer: Peer, workspace: Path
 ):
-    result = await wire.result("initialize", {"rootUri": workspace.as_uri()})
+    result = await peer.result("initialize", {"rootUri": workspace.as_uri()})
     assert result["protocolVersion"] == 1
     assert result["serverInfo"]["name"] == "tether"
     assert result["capabilities"]["sessions"] == {
@@ -39,22 +39,22 @@ async def test_initialize_answers_protocol_version_server_info_and_capabilities(
     assert "session/create" in result["capabilities"]["methods"]
 
 
-async def test_initialize_without_params_is_accepted(wire: Wire):
-    assert (await wire.result("initialize"))["protocolVersion"] == 1
+async def test_initialize_without_params_is_accepted(peer: Peer):
+    assert (await peer.result("initialize"))["protocolVersion"] == 1
 
 
-async def test_a_second_initialize_is_an_invalid_request(ready: Wire):
+async def test_a_second_initialize_is_an_invalid_request(ready: Peer):
     assert error_code(await ready.call("initialize", {})) == ErrorCode.INVALID_REQUEST
 
 
-async def test_initialize_with_ill_typed_params_is_invalid_params(wire: Wire):
-    reply = await wire.call("initialize", {"workspaceFolders": "not a list"})
+async def test_initialize_with_ill_typed_params_is_invalid_params(peer: Peer):
+    reply = await peer.call("initialize", {"workspaceFolders": "not a list"})
     assert error_code(reply) == ErrorCode.INVALID_PARAMS
     assert reply["error"]["data"]["fields"][0]["field"] == "workspaceFolders"
-    assert (await wire.result("initialize", {}))["protocolVersion"] == 1
+    assert (await peer.result("initialize", {}))["protocolVersion"] == 1
 
 
-async def test_a_request_without_params_gets_exactly_one_response(ready: Wire):
+async def test_a_request_without_params_gets_exactly_one_response(ready: Peer):
     assert (await ready.result("session/list")) == {"sessions": []}
     reply = await ready.call("session/get")
     assert error_code(reply) == ErrorCode.INVALID_PARAMS
@@ -63,7 +63,7 @@ async def test_a_request_without_params_gets_exactly_one_response(ready: Wire):
     ]
 
 
-async def test_invalid_params_name_every_failing_field_by_its_wire_path(ready: Wire):
+async def test_invalid_params_name_every_failing_field_by_its_wire_path(ready: Peer):
     session = await ready.result("session/create", {})
     reply = await ready.call(
         "session/append",
@@ -74,22 +74,22 @@ async def test_invalid_params_name_every_failing_field_by_its_wire_path(ready: W
     assert "messages.0.role" in fields
 
 
-async def test_params_that_are_not_an_object_are_invalid_params(ready: Wire):
+async def test_params_that_are_not_an_object_are_invalid_params(ready: Peer):
     reply = await ready.call("session/list", [1, 2])
     assert error_code(reply) == ErrorCode.INVALID_PARAMS
 
 
-async def test_an_unknown_method_is_method_not_found(ready: Wire):
+async def test_an_unknown_method_is_method_not_found(ready: Peer):
     assert error_code(await ready.call("session/teleport", {})) == ErrorCode.METHOD_NOT_FOUND
 
 
-async def test_an_unknown_notification_gets_no_response_and_breaks_nothing(ready: Wire):
+async def test_an_unknown_notification_gets_no_response_and_breaks_nothing(ready: Peer):
     ready.send({"jsonrpc": "2.0", "method": "tether/unknown", "params": {"x": 1}})
     assert (await ready.result("session/list", {})) == {"sessions": []}
     assert all(m.get("id") is not None for m in ready.messages)
 
 
-async def test_a_body_that_is_not_json_is_a_parse_error_with_null_id(ready: Wire):
+async def test_a_body_that_is_not_json_is_a_parse_error_with_null_id(ready: Peer):
     ready.send_bytes(encode_frame(b'{"jsonrpc": "2.0", "id": 7, "method": '))
     reply = await ready.response(None)
     assert error_code(reply) == ErrorCode.PARSE_ERROR
@@ -107,24 +107,24 @@ async def test_a_body_that_is_not_json_is_a_parse_error_with_null_id(ready: Wire
     ],
 )
 async def test_an_invalid_envelope_is_an_invalid_request(
-    ready: Wire, message: dict[str, Any], reply_id: Any
+    ready: Peer, message: dict[str, Any], reply_id: Any
 ):
     ready.send(message)
     assert error_code(await ready.response(reply_id)) == ErrorCode.INVALID_REQUEST
 
 
 @pytest.mark.parametrize("body", [b"[]", b'[{"jsonrpc":"2.0","id":1,"method":"x"}]', b"42", b'"s"'])
-async def test_a_batch_or_scalar_body_is_an_invalid_request_with_null_id(ready: Wire, body: bytes):
+async def test_a_batch_or_scalar_body_is_an_invalid_request_with_null_id(ready: Peer, body: bytes):
     ready.send_bytes(encode_frame(body))
     assert error_code(await ready.response(None)) == ErrorCode.INVALID_REQUEST
 
 
-async def test_string_ids_are_echoed_back_as_strings(ready: Wire):
+async def test_string_ids_are_echoed_back_as_strings(ready: Peer):
     ready.send({"jsonrpc": "2.0", "id": "abc", "method": "session/list", "params": {}})
     assert (await ready.response("abc"))["result"] == {"sessions": []}
 
 
-async def test_an_unserializable_result_is_an_internal_error_and_the_server_goes_on(ready: Wire):
+async def test_an_unserializable_result_is_an_internal_error_and_the_server_goes_on(ready: Peer):
     async def broken(params: Any) -> object:
         return object()
 
@@ -133,7 +133,7 @@ async def test_an_unserializable_result_is_an_internal_error_and_the_server_goes
     assert (await ready.result("session/list", {})) == {"sessions": []}
 
 
-async def test_a_handler_that_raises_is_an_internal_error_without_its_traceback(ready: Wire):
+async def test_a_handler_that_raises_is_an_internal_error_without_its_traceback(ready: Peer):
     async def crash(params: Any) -> None:
         raise RuntimeError("secret detail")
 
@@ -143,7 +143,7 @@ async def test_a_handler_that_raises_is_an_internal_error_without_its_traceback(
     assert "secret detail" not in orjson.dumps(reply).decode()
 
 
-async def test_cancel_request_answers_the_cancelled_request_with_request_cancelled(ready: Wire):
+async def test_cancel_request_answers_the_cancelled_request_with_request_cancelled(ready: Peer):
     started = asyncio.Event()
 
     async def slow(params: Any) -> dict[str, Any]:
@@ -158,26 +158,26 @@ async def test_cancel_request_answers_the_cancelled_request_with_request_cancell
     assert error_code(await ready.response(msg_id)) == ErrorCode.REQUEST_CANCELLED
 
 
-async def test_after_shutdown_requests_are_refused_and_exit_ends_with_code_0(ready: Wire):
+async def test_after_shutdown_requests_are_refused_and_exit_ends_with_code_0(ready: Peer):
     assert (await ready.call("shutdown"))["result"] is None
     assert error_code(await ready.call("session/list", {})) == ErrorCode.INVALID_REQUEST
     ready.send({"jsonrpc": "2.0", "method": "exit"})
-    assert ready.server.stopped.is_set()
-    assert ready.server.protocol.exit_code == 0
+    assert ready.wire.stopped.is_set()
+    assert ready.wire.exit_code == 0
 
 
-async def test_exit_without_shutdown_ends_with_code_1(ready: Wire):
+async def test_exit_without_shutdown_ends_with_code_1(ready: Peer):
     ready.send({"jsonrpc": "2.0", "method": "exit"})
-    assert ready.server.protocol.exit_code == 1
+    assert ready.wire.exit_code == 1
 
 
-async def test_a_result_is_dumped_by_alias_with_unset_optionals_omitted(ready: Wire):
+async def test_a_result_is_dumped_by_alias_with_unset_optionals_omitted(ready: Peer):
     session = await ready.result("session/create", {})
     assert "sessionId" in session and "session_id" not in session
     assert "title" not in session and None not in session.values()
 
 
-async def test_a_handler_that_suspends_is_answered_with_its_result_or_its_error(ready: Wire):
+async def test_a_handler_that_suspends_is_answered_with_its_result_or_its_error(ready: Peer):
     gate = asyncio.Event()
 
     async def waits(params: Any) -> dict[str, Any]:
@@ -195,7 +195,7 @@ async def test_a_handler_that_suspends_is_answered_with_its_result_or_its_error(
     assert error_code(await ready.response(failing)) == ErrorCode.INTERNAL_ERROR
 
 
-async def test_a_suspended_handler_sees_the_cancellation_and_can_clean_up(ready: Wire):
+async def test_a_suspended_handler_sees_the_cancellation_and_can_clean_up(ready: Peer):
     cleaned = asyncio.Event()
     started = asyncio.Event()
 

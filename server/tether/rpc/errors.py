@@ -7,7 +7,6 @@ import logging
 from typing import Any
 
 from pydantic import ValidationError
-from pygls.exceptions import JsonRpcException
 
 from tether.protocol import ErrorCode, TetherError
 
@@ -24,15 +23,20 @@ def error_object(code: int, message: str, data: Any = None) -> ErrorObject:
 
 
 def error_from_exception(exc: BaseException) -> ErrorObject:
-    """The error object a request that raised ``exc`` is answered with."""
+    """The error object a request that raised ``exc`` is answered with.
+
+    Anything that is not one of the contract's errors is a bug: the client learns its type, the
+    log gets the traceback, and the text of the exception stays out of the response.
+    """
     if isinstance(exc, TetherError):
         return error_object(exc.code, exc.message, exc.data)
     if isinstance(exc, ValidationError):
         return invalid_params(exc)
     if isinstance(exc, asyncio.CancelledError):
         return error_object(ErrorCode.REQUEST_CANCELLED, "request cancelled")
-    if isinstance(exc, JsonRpcException):
-        return error_object(exc.code, exc.message, exc.data)
+    code = getattr(exc, "code", None)
+    if isinstance(code, int) and isinstance(getattr(exc, "message", None), str):
+        return error_object(code, exc.message, getattr(exc, "data", None))  # type: ignore[attr-defined]
     logger.error("internal error", exc_info=exc)
     return error_object(ErrorCode.INTERNAL_ERROR, f"internal error: {type(exc).__name__}")
 

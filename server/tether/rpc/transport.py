@@ -2,8 +2,10 @@
 
 stdout is reserved for protocol frames: the server writes to a duplicate of the original stdout
 and points file descriptor 1 at stderr, so a stray ``print`` in any library lands in the log.
-Reads and writes are non-blocking on the event loop; stdin is not read on a worker thread (pygls's
-reader shares its thread pool with ``@thread`` handlers) unless it is a regular file.
+Reads and writes are non-blocking on the event loop (pygls's own reader runs on a worker thread),
+except for a stdin or stdout that is a regular file.
+
+The pygls server is built once ``initialize`` has been answered (see :mod:`tether.rpc.wire`).
 """
 
 from __future__ import annotations
@@ -13,28 +15,52 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tether.rpc.server import TetherServer
+from tether.rpc.app import App
+from tether.rpc.wire import Wire
 
 logger = logging.getLogger(__name__)
 
 
+def open_wire(app: App) -> Wire:
+    """A wire whose pygls server is loaded right after the handshake."""
+    wire: Wire
+
+    def load_server() -> None:
+        from tether.rpc.server import TetherServer  # imports pygls: the slow part of a start
+
+        TetherServer(app, wire)
+
+    def after_handshake() -> None:
+        asyncio.get_running_loop().call_soon(load_server)
+
+    wire = Wire(app, on_initialized=after_handshake)
+    return wire
+
+
 class _Stream(asyncio.Protocol):
-    def __init__(self, on_data: Callable[[bytes], None], on_close: Callable[[], None]) -> None:
-        self._on_data = on_data
-        self._on_close = on_close
+    def __init__(self, wire: Wire) -> None:
+        self._wire = wire
 
     def data_received(self, data: bytes) -> None:
-        self._on_data(data)
+        self._wire.data_received(data)
 
     def eof_received(self) -> bool | None:
-        self._on_close()
+        self._wire.connection_lost()
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._on_close()
+        self._wire.connection_lost()
+
+
+class _Connection(_Stream):
+    """A TCP client: the socket is both ends of the wire."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.WriteTransport)
+        self._wire.connect(transport.write)
 
 
 class _Drained(asyncio.Protocol):
@@ -48,6 +74,42 @@ class _Drained(asyncio.Protocol):
             self.closed.set_result(None)
 
 
+async def serve_stdio(app: App, stdin_fd: int = 0, stdout_fd: int | None = None) -> int:
+    """Serve one client on stdin/stdout until ``exit`` or end of input; the exit code."""
+    loop = asyncio.get_running_loop()
+    wire = open_wire(app)
+    out_fd = _reserve_stdout() if stdout_fd is None else stdout_fd
+    close_writer = await _connect_writer(loop, wire, out_fd)
+    stop_reading = await _connect_reader(loop, wire, stdin_fd)
+    try:
+        await wire.stopped.wait()
+    finally:
+        stop_reading()
+        await _settle(wire)
+        await close_writer()
+    return wire.exit_code or 0
+
+
+async def serve_tcp(app: App, host: str, port: int) -> int:
+    """Serve one client on a TCP socket; the server ends when that client leaves."""
+    loop = asyncio.get_running_loop()
+    wire = open_wire(app)
+    listener = await loop.create_server(lambda: _Connection(wire), host, port)
+    logger.info("listening on %s:%d", host, port)
+    try:
+        await wire.stopped.wait()
+    finally:
+        listener.close()
+        await _settle(wire)
+    return wire.exit_code or 0
+
+
+async def _settle(wire: Wire) -> None:
+    """Answer what still runs (-32800) before the output closes; never hang the exit."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(wire.settle(cancel=True), 5)
+
+
 def _reserve_stdout() -> int:
     """A private descriptor for protocol output; fd 1 (and ``sys.stdout``) now go to stderr."""
     sys.stdout.flush()
@@ -56,31 +118,9 @@ def _reserve_stdout() -> int:
     return protocol_fd
 
 
-def _on_client_gone(server: TetherServer) -> None:
-    protocol = server.protocol
-    if protocol.exit_code is None:
-        protocol.exit_code = 0 if protocol._shutdown else 1
-    server.stop()
-
-
-async def serve_stdio(server: TetherServer, stdin_fd: int = 0, stdout_fd: int | None = None) -> int:
-    loop = asyncio.get_running_loop()
-    out_fd = _reserve_stdout() if stdout_fd is None else stdout_fd
-    close_writer = await _connect_writer(loop, server, out_fd)
-    reader = await _connect_reader(loop, server, stdin_fd)
-    try:
-        await server.stopped.wait()
-    finally:
-        reader()
-        with contextlib.suppress(TimeoutError):  # what still runs is answered -32800
-            await asyncio.wait_for(server.protocol.settle(cancel=True), 5)
-        await close_writer()
-    return server.protocol.exit_code or 0
-
-
 async def _connect_writer(
-    loop: asyncio.AbstractEventLoop, server: TetherServer, fd: int
-) -> Callable[[], Any]:
+    loop: asyncio.AbstractEventLoop, wire: Wire, fd: int
+) -> Callable[[], Awaitable[None]]:
     pipe = os.fdopen(fd, "wb", buffering=0)
     try:
         transport, drained = await loop.connect_write_pipe(_Drained, pipe)
@@ -89,9 +129,9 @@ async def _connect_writer(
         def write_file(data: bytes) -> None:
             pipe.write(data)
 
-        server.protocol.connect(write_file)
-        return _noop_async
-    server.protocol.connect(transport.write)
+        wire.connect(write_file)
+        return _nothing_to_flush
+    wire.connect(transport.write)
 
     async def close() -> None:
         transport.close()  # flushes what is buffered first, then reports the loss
@@ -102,11 +142,10 @@ async def _connect_writer(
 
 
 async def _connect_reader(
-    loop: asyncio.AbstractEventLoop, server: TetherServer, fd: int
+    loop: asyncio.AbstractEventLoop, wire: Wire, fd: int
 ) -> Callable[[], None]:
-    protocol = server.protocol
     pipe = os.fdopen(fd, "rb", buffering=0)
-    stream = _Stream(protocol.data_received, lambda: _on_client_gone(server))
+    stream = _Stream(wire)
     try:
         transport, _ = await loop.connect_read_pipe(lambda: stream, pipe)
     except ValueError:  # a regular file cannot be polled: read it on a thread
@@ -125,31 +164,5 @@ async def _read_file(loop: asyncio.AbstractEventLoop, pipe: Any, stream: _Stream
     stream.eof_received()
 
 
-async def _noop_async() -> None:
+async def _nothing_to_flush() -> None:
     return None
-
-
-async def serve_tcp(server: TetherServer, host: str, port: int) -> int:
-    """Serve one client on a TCP socket; the server ends when that client leaves."""
-    loop = asyncio.get_running_loop()
-
-    def connect() -> _Stream:
-        return _Connection(server)
-
-    listener = await loop.create_server(connect, host, port)
-    logger.info("listening on %s:%d", host, port)
-    try:
-        await server.stopped.wait()
-    finally:
-        listener.close()
-    return server.protocol.exit_code or 0
-
-
-class _Connection(_Stream):
-    def __init__(self, server: TetherServer) -> None:
-        super().__init__(server.protocol.data_received, lambda: _on_client_gone(server))
-        self._server = server
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.WriteTransport)
-        self._server.protocol.connect(transport.write)
