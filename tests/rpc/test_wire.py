@@ -1,0 +1,105 @@
+"""The wire on its own, before any pygls server is attached to it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+
+from tether.protocol import ErrorCode
+from tether.protocol.framing import Frame, FrameDecoder, encode_frame
+from tether.rpc.app import App
+from tether.rpc.server import TetherServer
+from tether.rpc.wire import Wire
+
+
+def frames(*messages: dict[str, object]) -> bytes:
+    return b"".join(encode_frame(orjson.dumps(m)) for m in messages)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.decoder = FrameDecoder()
+        self.replies: list[dict[str, object]] = []
+
+    def __call__(self, data: bytes) -> None:
+        for item in self.decoder.feed(data):
+            assert isinstance(item, Frame)
+            self.replies.append(orjson.loads(item.body))
+
+
+async def test_initialize_is_answered_before_any_server_is_attached(tmp_path: Path):
+    handshakes: list[bool] = []
+    wire = Wire(App(), on_initialized=lambda: handshakes.append(True))
+    written = Recorder()
+    wire.connect(written)
+    wire.data_received(
+        frames(
+            {"jsonrpc": "2.0", "id": 0, "method": "session/list", "params": {}},
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {"rootUri": tmp_path.as_uri()},
+            },
+        )
+    )
+    assert [r["id"] for r in written.replies] == [0, 1]
+    assert written.replies[0]["error"]["code"] == ErrorCode.SERVER_NOT_INITIALIZED  # type: ignore[index]
+    assert written.replies[1]["result"]["protocolVersion"] == 1  # type: ignore[index]
+    assert handshakes == [True]
+
+
+async def test_requests_that_arrive_before_the_server_wait_and_are_answered_in_order(
+    tmp_path: Path,
+):
+    app = App()
+    wire = Wire(app)
+    written = Recorder()
+    wire.connect(written)
+    wire.data_received(
+        frames(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {"rootUri": tmp_path.as_uri()},
+            },
+            {"jsonrpc": "2.0", "method": "initialized", "params": {}},
+            {"jsonrpc": "2.0", "id": 2, "method": "session/create", "params": {"title": "a"}},
+            {"jsonrpc": "2.0", "id": 3, "method": "session/list", "params": {}},
+        )
+    )
+    assert [r["id"] for r in written.replies] == [1]
+    TetherServer(app, wire)  # attaching hands over what waited
+    assert [r["id"] for r in written.replies] == [1, 2, 3]
+    listed = written.replies[2]["result"]["sessions"]  # type: ignore[index]
+    assert [s["title"] for s in listed] == ["a"]
+
+
+async def test_shutdown_waits_for_earlier_requests_and_exit_code_follows_it(tmp_path: Path):
+    app = App()
+    wire = Wire(app)
+    written = Recorder()
+    wire.connect(written)
+    wire.data_received(
+        frames(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {"rootUri": tmp_path.as_uri()},
+            },
+            {"jsonrpc": "2.0", "id": 2, "method": "session/create", "params": {}},
+            {"jsonrpc": "2.0", "id": 3, "method": "shutdown"},
+            {"jsonrpc": "2.0", "id": 4, "method": "session/list", "params": {}},
+        )
+    )
+    assert [r["id"] for r in written.replies] == [1, 4]  # 4 refused at once; 2 waits for pygls
+    assert written.replies[1]["error"]["code"] == ErrorCode.INVALID_REQUEST  # type: ignore[index]
+    TetherServer(app, wire)
+    await wire.settle(cancel=False)
+    assert [r["id"] for r in written.replies] == [1, 4, 2, 3]
+    assert written.replies[3]["result"] is None
+    wire.data_received(frames({"jsonrpc": "2.0", "method": "exit"}))
+    assert wire.stopped.is_set() and wire.exit_code == 0
