@@ -17,26 +17,26 @@ from tether.protocol import (
     ImageBlock,
     Message,
     MessageInput,
-    ProgressParams,
     ResourceLinkBlock,
     Role,
-    RunResult,
     Session,
-    StopReason,
     TextBlock,
     ToolCall,
-    ToolCallRecord,
-    ToolCallStatus,
-    Usage,
 )
 from tether.protocol.kernel import (
     IterationFinished,
     IterationStarted,
     MessageDelta,
+    ProgressParams,
     RunFinished,
+    RunResult,
     RunStarted,
+    StopReason,
+    ToolCallRecord,
     ToolCallStarted,
+    ToolCallStatus,
     ToolCallUpdate,
+    Usage,
 )
 
 NOW = datetime(2025, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)

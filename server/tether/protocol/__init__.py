@@ -1,4 +1,8 @@
-"""The wire contract as pydantic models and error codes. No I/O; imports nothing else of tether."""
+"""The wire contract as pydantic models and error codes. No I/O; imports nothing else of tether.
+
+The ``kernel/*`` models live in :mod:`tether.protocol.kernel`, imported where a run needs them,
+so a server start that only answers the handshake does not build them.
+"""
 
 from tether.protocol.base import Params, WireModel
 from tether.protocol.errors import (
@@ -13,18 +17,6 @@ from tether.protocol.errors import (
     SessionNotFound,
     TetherError,
     WorkspaceError,
-)
-from tether.protocol.kernel import (
-    CancelParams,
-    CancelResult,
-    ProgressEvent,
-    ProgressParams,
-    RunParams,
-    RunResult,
-    StopReason,
-    ToolCallRecord,
-    ToolCallStatus,
-    Usage,
 )
 from tether.protocol.lifecycle import (
     PROTOCOL_VERSION,
@@ -66,8 +58,6 @@ __all__ = [
     "PROTOCOL_VERSION",
     "AppendParams",
     "AppendResult",
-    "CancelParams",
-    "CancelResult",
     "ClearSessionParams",
     "ConfigError",
     "ConfigureSessionParams",
@@ -91,14 +81,10 @@ __all__ = [
     "MessagesParams",
     "MessagesResult",
     "Params",
-    "ProgressEvent",
-    "ProgressParams",
     "ProviderError",
     "RequestCancelled",
     "ResourceLinkBlock",
     "Role",
-    "RunParams",
-    "RunResult",
     "ServerCapabilities",
     "ServerInfo",
     "ServerNotInitialized",
@@ -106,13 +92,9 @@ __all__ = [
     "SessionBusy",
     "SessionCapabilities",
     "SessionNotFound",
-    "StopReason",
     "TetherError",
     "TextBlock",
     "ToolCall",
-    "ToolCallRecord",
-    "ToolCallStatus",
-    "Usage",
     "WireModel",
     "WorkspaceError",
 ]
