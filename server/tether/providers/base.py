@@ -1,0 +1,74 @@
+"""The provider contract: canonical messages in, streamed text and a completion out.
+
+A provider owns its wire format, auth, base URL and retries; nothing outside ``providers/`` knows
+any of them. It is given a shared ``httpx.AsyncClient`` (except the scripted one, which needs
+none) and raises :class:`tether.protocol.ProviderError` once it has given up.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tether.protocol import Message, ToolCall
+from tether.protocol.kernel import Usage
+from tether.protocol.tools import ToolSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelRequest:
+    """One call to the model: what it is told, what it has seen, what it may call."""
+
+    model: str
+    system: str | None = None
+    messages: Sequence[Message]
+    tools: Sequence[ToolSpec] = ()
+    settings: Mapping[str, Any] = field(default_factory=dict)  # temperature, max_tokens, ...
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class TextDelta(_Event):
+    """A piece of the assistant's text, as it streams in."""
+
+    kind: Literal["text_delta"] = "text_delta"
+    text: str
+
+
+class Completion(_Event):
+    """The whole assistant turn: the last event of every stream."""
+
+    kind: Literal["completion"] = "completion"
+    content: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    usage: Usage | None = None
+    finish_reason: str | None = None
+
+
+ProviderEvent = Annotated[TextDelta | Completion, Field(discriminator="kind")]
+
+
+class Provider(ABC):
+    """A model endpoint. ``stream`` yields text deltas, then exactly one :class:`Completion`."""
+
+    name: str
+
+    @abstractmethod
+    def stream(self, request: ModelRequest) -> AsyncIterator[TextDelta | Completion]:
+        """The assistant's turn as it arrives; raises ProviderError when the endpoint fails."""
+
+    async def request(self, request: ModelRequest) -> Completion:
+        """The assistant's whole turn, without streaming it."""
+        async for event in self.stream(request):
+            if isinstance(event, Completion):
+                return event
+        raise RuntimeError(f"provider {self.name} ended its stream without a completion")
+
+    async def aclose(self) -> None:  # noqa: B027 - most providers hold nothing of their own
+        """Release what the provider holds (the shared HTTP client is not its own)."""

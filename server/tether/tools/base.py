@@ -1,0 +1,47 @@
+"""The tool contract: a tool has a spec and runs on arguments inside a session's workspace.
+
+A tool reports failure by raising :class:`ToolError` (or anything else): the executor turns it into
+an error result that goes back to the model, never into a failed run.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from tether.protocol.tools import ToolSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolContext:
+    workspace: Path  # the session's workspace root: tools stay inside it
+    session_id: str
+    run_id: str
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    content: str
+    is_error: bool = False
+
+
+class ToolError(Exception):
+    """A failure the model should read (bad arguments, a missing file, a path outside)."""
+
+
+class Tool(ABC):
+    spec: ToolSpec
+
+    @abstractmethod
+    async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
+        """Do the work; ``arguments`` already match ``spec.parameters``."""
+
+
+class ToolExecutor(Protocol):
+    def list(self) -> list[ToolSpec]: ...
+
+    async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
+        """Run a call as the model made it (``arguments`` is JSON text); errors are results."""
+        ...
