@@ -1,17 +1,55 @@
-"""tether's configuration: pydantic models with defaults (loading and merging: see ``load_config``).
+"""tether's configuration: pydantic models with defaults, and the layers they are loaded from.
 
 Layers, later wins: built-in defaults < user file (``$XDG_CONFIG_HOME/tether/config.toml``) <
 workspace file (``.tether/config.toml``) < environment < ``initializationOptions`` <
-``session/create`` fields < ``kernel/run`` params. Keys are snake_case in TOML; camelCase is also
-accepted in JSON.
+``session/create`` fields < ``kernel/run`` params. :func:`load_config` merges the first five;
+the later ones go on top with :meth:`TetherConfig.overlay`.
+
+Merging is per section and key by key: a later layer that sets ``provider.model`` keeps the
+``provider.base_url`` of an earlier one. Values (lists included) are replaced whole. A ``None``
+value counts as absent. Keys are snake_case in TOML; camelCase is accepted as well (in JSON
+layers it is the usual spelling).
+
+Every layer is validated as it is applied, so an invalid one is reported as
+:class:`tether.protocol.ConfigError` naming that layer (``source``) and the dotted key (``key``).
+Values are echoed in messages only when they are scalars under keys whose names cannot hold a
+credential. API keys are never part of the configuration: ``provider.api_key_env`` names the
+environment variable the provider reads.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import os
+import tomllib
+from collections.abc import Iterator, Mapping
+from functools import cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
+from pydantic_core import ErrorDetails
+
+from tether.protocol import ConfigError
+
+ENV_VARS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "TETHER_PROVIDER": "provider.type",
+        "TETHER_MODEL": "provider.model",
+        "TETHER_BASE_URL": "provider.base_url",
+        "TETHER_MAX_ITERATIONS": "kernel.max_iterations",
+        "TETHER_APPROVAL": "tools.approval",
+        "TETHER_SESSIONS_STORE": "sessions.store",
+        "TETHER_SESSIONS_PATH": "sessions.path",
+    }
+)
+"""The environment variables tether reads, each with the dotted key it sets."""
+
+INIT_OPTIONS_SOURCE: Final = "initializationOptions"
+
+_SECRET_WORDS: Final = ("key", "token", "secret")
+_MAX_ECHO: Final = 80
 
 
 class _Section(BaseModel):
@@ -58,3 +96,205 @@ class TetherConfig(_Section):
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     sessions: SessionsConfig = Field(default_factory=SessionsConfig)
+
+    def overlay(self, layer: Mapping[str, Any] | None, *, source: str = "overlay") -> TetherConfig:
+        """This config with ``layer`` merged on top (nested like the TOML), validated again.
+
+        ``source`` names the layer in errors (e.g. ``"session/create"``, ``"kernel/run"``).
+        ``self`` is never changed. Raises :class:`ConfigError` for an unknown key or an
+        invalid value.
+        """
+        return _overlay(self, layer, source, strict=True)
+
+
+# --- loading ------------------------------------------------------------------------------------
+
+
+def load_config(
+    *,
+    workspace: Path | None,
+    environ: Mapping[str, str] = os.environ,
+    init_options: Mapping[str, Any] | None = None,
+) -> TetherConfig:
+    """Defaults < user file < workspace file < environment < ``initializationOptions``.
+
+    Files that do not exist are skipped. ``environ`` is read for the user file's location
+    (``XDG_CONFIG_HOME``, ``HOME``) and the ``TETHER_*`` variables of :data:`ENV_VARS`.
+    """
+    config = TetherConfig()
+    files = [user_config_path(environ)]
+    if workspace is not None:
+        files.append(workspace_config_path(workspace))
+    for path in files:
+        layer = _read_toml(path) if path is not None else None
+        if layer is not None:
+            config = config.overlay(layer, source=str(path))
+    for source, layer in _environment_layers(environ):
+        config = _overlay(config, layer, source, strict=False)
+    return config.overlay(init_options, source=INIT_OPTIONS_SOURCE)
+
+
+def user_config_path(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """``$XDG_CONFIG_HOME/tether/config.toml``, else ``$HOME/.config/tether/config.toml``.
+
+    A relative ``XDG_CONFIG_HOME`` is ignored, as the XDG spec says. None without either.
+    """
+    xdg = environ.get("XDG_CONFIG_HOME", "")
+    if xdg and Path(xdg).is_absolute():
+        base = Path(xdg)
+    elif home := environ.get("HOME", ""):
+        base = Path(home) / ".config"
+    else:
+        return None
+    return base / "tether" / "config.toml"
+
+
+def workspace_config_path(workspace: Path) -> Path:
+    """``<workspace>/.tether/config.toml``."""
+    return workspace / ".tether" / "config.toml"
+
+
+def _read_toml(path: Path) -> dict[str, Any] | None:
+    """The file's table, or None when there is no such file."""
+    try:
+        raw = path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise _error(str(path), None, f"cannot read the file ({exc.strerror})") from None
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise _error(str(path), None, "not valid UTF-8") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise _error(str(path), None, f"invalid TOML: {exc}") from None
+
+
+def _environment_layers(environ: Mapping[str, str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """One layer per ``TETHER_*`` variable that is set and not empty, named after it."""
+    for var, dotted in ENV_VARS.items():
+        value = environ.get(var, "").strip()
+        if value:
+            section, key = dotted.split(".")
+            yield f"environment {var}", {section: {key: value}}
+
+
+# --- merging ------------------------------------------------------------------------------------
+
+
+def _overlay(
+    config: TetherConfig, layer: Mapping[str, Any] | None, source: str, *, strict: bool
+) -> TetherConfig:
+    """``layer`` merged onto ``config`` and validated; ``strict`` is off only for strings."""
+    if layer is None:
+        return config
+    if not isinstance(layer, Mapping):
+        raise _error(source, None, "expected a table of sections")
+    merged = _merge(config.model_dump(), layer, TetherConfig, source, ())
+    try:
+        return TetherConfig.model_validate(merged, strict=strict)
+    except ValidationError as exc:
+        # not chained: the original error's text carries the input values
+        raise _validation_error(exc, source) from None
+
+
+def _merge(
+    base: dict[str, Any],
+    layer: Mapping[str, Any],
+    model: type[BaseModel],
+    source: str,
+    path: tuple[str, ...],
+) -> dict[str, Any]:
+    """``base`` (by field name) with ``layer`` (either spelling) merged in, section by section."""
+    merged = dict(base)
+    names = _field_names(model)
+    seen: set[str] = set()
+    for key, value in layer.items():
+        name = names.get(key) if isinstance(key, str) else None
+        if name is None:
+            raise _error(source, _dotted((*path, str(key))), "unknown key")
+        if name in seen:
+            raise _error(source, _dotted((*path, name)), "given twice (snake_case and camelCase)")
+        seen.add(name)
+        if value is None:
+            continue
+        section = _section_of(model, name)
+        current = merged.get(name)
+        if section is not None and isinstance(value, Mapping) and isinstance(current, dict):
+            merged[name] = _merge(current, value, section, source, (*path, name))
+        else:
+            merged[name] = value
+    return merged
+
+
+@cache
+def _field_names(model: type[BaseModel]) -> Mapping[str, str]:
+    """Every accepted spelling of the model's keys (name and alias) → the field name."""
+    names: dict[str, str] = {}
+    for name, field in model.model_fields.items():
+        names[name] = name
+        if field.alias:
+            names[field.alias] = name
+    return MappingProxyType(names)
+
+
+def _section_of(model: type[BaseModel], name: str) -> type[BaseModel] | None:
+    """The model of field ``name`` when it is a nested section, else None."""
+    annotation = model.model_fields[name].annotation
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return None
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+def _error(source: str, key: str | None, problem: str) -> ConfigError:
+    where = f"{source}: {key}" if key else source
+    return ConfigError(
+        f"invalid configuration in {where}: {problem}", {"key": key, "source": source}
+    )
+
+
+def _validation_error(exc: ValidationError, source: str) -> ConfigError:
+    """The first problem of ``exc`` as a ConfigError (with a count of the others)."""
+    errors = exc.errors()
+    first = errors[0]
+    key = _key_of(first)
+    problem = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+    if _echoable(key, first["input"]) and first["type"] != "extra_forbidden":
+        problem += f" (got {_shorten(repr(first['input']))})"
+    if len(errors) > 1:
+        problem += f" (and {len(errors) - 1} more)"
+    return _error(source, key, problem)
+
+
+def _key_of(error: ErrorDetails) -> str:
+    """The dotted key of an error, spelled snake_case where the key is known."""
+    parts: list[str] = []
+    model: type[BaseModel] | None = TetherConfig
+    for part in error["loc"]:
+        if isinstance(part, str) and model is not None:
+            name = _field_names(model).get(part)
+            parts.append(name or part)
+            model = _section_of(model, name) if name else None
+        else:
+            parts.append(str(part))
+            model = None
+    return _dotted(tuple(parts))
+
+
+def _dotted(parts: tuple[str, ...]) -> str:
+    return ".".join(parts)
+
+
+def _echoable(key: str, value: object) -> bool:
+    """Whether ``value`` may appear in a message: a scalar under a name that holds no secret."""
+    if not isinstance(value, str | int | float | bool):
+        return False
+    lowered = key.lower()
+    return not any(word in lowered for word in _SECRET_WORDS)
+
+
+def _shorten(text: str) -> str:
+    return text if len(text) <= _MAX_ECHO else text[: _MAX_ECHO - 1] + "…"

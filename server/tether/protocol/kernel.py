@@ -15,6 +15,7 @@ class StopReason(StrEnum):
     END_TURN = "end_turn"
     MAX_ITERATIONS = "max_iterations"
     CANCELLED = "cancelled"
+    ERROR = "error"  # only in a run_finished event: the kernel/run request answers with an error
 
 
 class RunParams(Params):

@@ -98,6 +98,7 @@ class _MessageFields(WireModel):
     content: Content | None = None
     tool_calls: Annotated[list[ToolCall] | None, BeforeValidator(_no_calls_is_none)] = None
     tool_call_id: str | None = None
+    is_error: bool | None = Field(default=None, description="a tool message: the call failed")
     name: str | None = None
     author: str | None = None
     metadata: dict[str, Any] | None = None

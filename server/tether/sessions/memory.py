@@ -107,12 +107,20 @@ class MemoryStore:
         )
 
     async def append(
-        self, session_id: str, messages: Sequence[MessageInput], *, run_id: str | None = None
+        self,
+        session_id: str,
+        messages: Sequence[MessageInput],
+        *,
+        run_id: str | None = None,
+        ids: Sequence[str] | None = None,
     ) -> list[Message]:
         record = self._record(session_id)
         _check_tool_results(record.tool_call_ids, messages)
         now = utcnow()
-        stored = [_new_message(m, now, run_id) for m in messages]
+        new_ids = list(ids) if ids is not None else [uuid7() for _ in messages]
+        if len(new_ids) != len(messages) or any(i in record.positions for i in new_ids):
+            raise ValueError("ids must be new and one per message")
+        stored = [_new_message(m, i, now, run_id) for m, i in zip(messages, new_ids, strict=True)]
         for message in stored:
             record.positions[message.id] = len(record.messages)
             record.messages.append(message)
@@ -121,6 +129,9 @@ class MemoryStore:
         record.session.message_count = len(record.messages)
         record.session.updated_at = now
         return [_copy_message(m) for m in stored]
+
+    async def history(self, session_id: str) -> list[Message]:
+        return [_copy_message(m) for m in self._record(session_id).messages]
 
     async def configure(self, session_id: str, changes: SessionFields) -> Session:
         session = self._record(session_id).session
@@ -184,14 +195,16 @@ def _check_tool_results(known_calls: set[str], messages: Sequence[MessageInput])
             )
 
 
-def _new_message(source: MessageInput, now: datetime, run_id: str | None) -> Message:
+def _new_message(
+    source: MessageInput, message_id: str, now: datetime, run_id: str | None
+) -> Message:
     fields = {name: getattr(source, name) for name in source.model_fields_set}
     if source.content is not None and not isinstance(source.content, str):
         fields["content"] = copy.deepcopy(source.content)
     for name in ("tool_calls", "metadata"):
         if name in fields:
             fields[name] = copy.deepcopy(fields[name])
-    return Message(id=uuid7(), created_at=now, run_id=run_id, **fields)
+    return Message(id=message_id, created_at=now, run_id=run_id, **fields)
 
 
 def _copy_session(session: Session) -> Session:

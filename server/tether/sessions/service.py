@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tether.protocol import (
     AppendParams,
     AppendResult,
@@ -16,18 +18,24 @@ from tether.protocol import (
     MessagesParams,
     MessagesResult,
     Session,
+    SessionBusy,
     WorkspaceError,
 )
 from tether.sessions.store import SessionStore
 from tether.sessions.workspaces import canonical_workspace, existing_workspace
 
 
+def _never(session_id: str) -> bool:
+    return False
+
+
 class SessionService:
     """One method per ``session/*`` request; each takes validated params and returns the result."""
 
-    def __init__(self, store: SessionStore) -> None:
+    def __init__(self, store: SessionStore, running: Callable[[str], bool] = _never) -> None:
         self.store = store
         self.default_workspace: str | None = None
+        self._running = running  # whether a kernel run is going on in a session
 
     def set_default_workspace(self, workspace: str | None) -> None:
         """The workspace used when a request names none (the first folder of ``initialize``)."""
@@ -42,13 +50,16 @@ class SessionService:
         return await self.store.create(params, existing_workspace(workspace))
 
     async def get(self, params: GetSessionParams) -> Session:
-        return await self.store.get(params.session_id)
+        return self._live(await self.store.get(params.session_id))
 
     async def list_sessions(self, params: ListSessionsParams) -> ListSessionsResult:
         workspace = canonical_workspace(params.workspace) if params.workspace else None
-        return await self.store.list_sessions(
+        page = await self.store.list_sessions(
             workspace=workspace, cursor=params.cursor, limit=params.limit
         )
+        for session in page.sessions:
+            self._live(session)
+        return page
 
     async def messages(self, params: MessagesParams) -> MessagesResult:
         return await self.store.messages(
@@ -56,14 +67,26 @@ class SessionService:
         )
 
     async def append(self, params: AppendParams) -> AppendResult:
+        self._refuse_if_running(params.session_id)
         return AppendResult(messages=await self.store.append(params.session_id, params.messages))
 
     async def configure(self, params: ConfigureSessionParams) -> Session:
-        return await self.store.configure(params.session_id, params)
+        return self._live(await self.store.configure(params.session_id, params))
 
     async def clear(self, params: ClearSessionParams) -> Session:
+        self._refuse_if_running(params.session_id)
         return await self.store.clear(params.session_id)
 
     async def delete(self, params: DeleteSessionParams) -> DeleteResult:
+        self._refuse_if_running(params.session_id)
         await self.store.delete(params.session_id)
         return DeleteResult()
+
+    def _live(self, session: Session) -> Session:
+        session.running = self._running(session.session_id)
+        return session
+
+    def _refuse_if_running(self, session_id: str) -> None:
+        """A run owns its session's history until it ends: no appends, clears or deletes."""
+        if self._running(session_id):
+            raise SessionBusy(session_id)

@@ -43,8 +43,19 @@ class SessionStore(Protocol):
     ) -> MessagesResult: ...
 
     async def append(
-        self, session_id: str, messages: Sequence[MessageInput], *, run_id: str | None = None
-    ) -> list[Message]: ...
+        self,
+        session_id: str,
+        messages: Sequence[MessageInput],
+        *,
+        run_id: str | None = None,
+        ids: Sequence[str] | None = None,
+    ) -> list[Message]:
+        """Append in order; ``ids`` (one per message) lets the kernel name a message it streams."""
+        ...
+
+    async def history(self, session_id: str) -> list[Message]:
+        """Every message, oldest first: what a run sends the model (read once per run)."""
+        ...
 
     async def configure(self, session_id: str, changes: SessionFields) -> Session: ...
 
