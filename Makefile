@@ -32,7 +32,7 @@ unit: compile
 test: lint typecheck unit
 
 run: compile
-	$(BIN)/python -m tether demo
+	$(BIN)/tether run "What is this project?" --workspace . --script examples/demo-script.json
 
 bench: compile
 	$(BIN)/python bench/rpc_bench.py

@@ -1,4 +1,4 @@
-"""``tether`` command line: ``serve`` (the editor-facing server), ``schema``, ``demo``."""
+"""``tether`` command line: ``serve`` (the editor-facing server), ``run`` (headless), ``schema``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from tether import __version__
 
@@ -24,7 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _serve(args.tcp)
     if command == "schema":
         return _schema()
-    return _demo(args.workspace)
+    return _run(args)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,8 +41,14 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="serve JSON-RPC on stdio (the default)")
     serve.add_argument("--tcp", metavar="HOST:PORT", help="serve one client over TCP instead")
     commands.add_parser("schema", help="print the protocol's JSON Schema")
-    demo = commands.add_parser("demo", help="drive a real server through a session and print it")
-    demo.add_argument("--workspace", default=os.getcwd())
+    run = commands.add_parser("run", help="run one turn of the kernel without an editor")
+    run.add_argument("prompt")
+    run.add_argument("--workspace", type=Path, default=Path.cwd())
+    run.add_argument("--session", help="continue this session (default: a new one)")
+    run.add_argument("--script", type=Path, help="use the scripted provider with this script")
+    run.add_argument("--max-iterations", type=int)
+    run.add_argument("--model")
+    run.add_argument("--json", action="store_true", help="print the events as JSON lines")
     return parser
 
 
@@ -64,7 +71,16 @@ def _schema() -> int:
     return 0
 
 
-def _demo(workspace: str) -> int:
-    from tether.demo import run_demo
+def _run(args: argparse.Namespace) -> int:
+    from tether.headless import RunOptions, run_headless
 
-    return asyncio.run(run_demo(workspace))
+    options = RunOptions(
+        prompt=args.prompt,
+        workspace=args.workspace,
+        session=args.session,
+        script=args.script,
+        max_iterations=args.max_iterations,
+        model=args.model,
+        json=args.json,
+    )
+    return asyncio.run(run_headless(options))

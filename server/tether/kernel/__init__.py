@@ -1,0 +1,1 @@
+"""The kernel: runs the observe → think → act loop on a session (independent of pygls)."""

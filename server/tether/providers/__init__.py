@@ -1,0 +1,122 @@
+"""LLM providers: canonical messages in, streamed text and one completion out.
+
+- :mod:`tether.providers.openai` — Chat Completions (OpenAI and compatible servers)
+- :mod:`tether.providers.anthropic` — the Anthropic Messages API
+- :mod:`tether.providers.scripted` — plays back a script, for tests and the headless harness
+- :mod:`tether.providers.retry` — backoff with jitter, ``Retry-After``, the give-up error
+
+:func:`make_provider` builds the configured one. The HTTP providers are imported only when one
+is made, so importing this package does not load httpx.
+
+A caller iterates ``stream()`` inside ``contextlib.aclosing`` (or to its end) so that a stream
+given up early releases its connection at once. A :class:`Completion` lists the tool calls the
+model made; ``finish_reason`` uses the words ``stop``, ``length``, ``tool_calls`` and
+``content_filter`` whatever the provider, but a caller should look at ``tool_calls`` to decide
+whether to run tools (some compatible servers say ``stop`` after calling tools).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, assert_never
+
+from tether.config import ProviderConfig
+from tether.protocol import ConfigError
+from tether.providers.base import Completion, ModelRequest, Provider, ProviderEvent, TextDelta
+from tether.providers.errors import ScriptExhausted, ScriptNotUsedUp
+from tether.providers.retry import RetryPolicy, Sleep
+from tether.providers.scripted import ScriptedProvider, ScriptTurn
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = [
+    "Completion",
+    "ModelRequest",
+    "Provider",
+    "ProviderEvent",
+    "RetryPolicy",
+    "ScriptExhausted",
+    "ScriptNotUsedUp",
+    "ScriptTurn",
+    "ScriptedProvider",
+    "TextDelta",
+    "make_provider",
+]
+
+
+def make_provider(
+    config: ProviderConfig,
+    client: httpx.AsyncClient | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    sleep: Sleep | None = None,
+) -> Provider:
+    """The provider ``config`` describes, over ``client`` (its own client when None).
+
+    ``environ`` (default ``os.environ``) supplies API keys and ``OPENAI_BASE_URL`` /
+    ``ANTHROPIC_BASE_URL``; ``sleep`` replaces ``asyncio.sleep`` between retries and in scripted
+    delays. Raises ConfigError (-32013) naming the key at fault.
+    """
+    env = os.environ if environ is None else environ
+    pause = sleep or asyncio.sleep
+    kind = config.type
+    if kind is None:
+        raise _config_error(
+            "provider.type", "no provider is configured (openai, anthropic or scripted)"
+        )
+    if kind == "scripted":
+        if not config.script:
+            raise _config_error("provider.script", "the scripted provider needs a script file")
+        return ScriptedProvider.from_file(config.script, model=config.model, sleep=pause)
+    if not config.model:
+        raise _config_error("provider.model", f"the {kind} provider needs a model name")
+    retry = RetryPolicy(max_retries=config.max_retries, sleep=pause)
+    if kind == "openai":
+        from tether.providers import openai
+
+        return openai.OpenAIProvider(
+            base_url=_base_url(config, env, "OPENAI_BASE_URL", openai.DEFAULT_BASE_URL),
+            api_key=_api_key(config, env, "OPENAI_API_KEY"),
+            client=client,
+            model=config.model,
+            timeout=config.timeout,
+            retry=retry,
+        )
+    if kind == "anthropic":
+        from tether.providers import anthropic
+
+        return anthropic.AnthropicProvider(
+            base_url=_base_url(config, env, "ANTHROPIC_BASE_URL", anthropic.DEFAULT_BASE_URL),
+            api_key=_api_key(config, env, "ANTHROPIC_API_KEY"),
+            client=client,
+            model=config.model,
+            timeout=config.timeout,
+            retry=retry,
+        )
+    assert_never(kind)
+
+
+def _config_error(key: str, problem: str) -> ConfigError:
+    return ConfigError(f"{key}: {problem}", {"key": key})
+
+
+def _base_url(config: ProviderConfig, env: Mapping[str, str], variable: str, default: str) -> str:
+    url = config.base_url or env.get(variable) or default
+    if not url.startswith(("http://", "https://")):
+        key = "provider.base_url" if config.base_url else variable
+        raise _config_error(key, f"{url!r} is not an http:// or https:// URL")
+    return url
+
+
+def _api_key(config: ProviderConfig, env: Mapping[str, str], default_variable: str) -> str | None:
+    if config.api_key_env:
+        key = env.get(config.api_key_env)
+        if not key:
+            raise _config_error(
+                "provider.api_key_env", f"the environment variable {config.api_key_env} is not set"
+            )
+        return key
+    return env.get(default_variable) or None

@@ -1,6 +1,15 @@
-"""What tether serves, independent of the JSON-RPC machinery: its methods and its handshake."""
+"""What tether serves, independent of the JSON-RPC machinery: its methods and its handshake.
+
+The session methods are ready at once; the kernel (providers, tools, HTTP) is loaded after the
+handshake by :meth:`App.load_kernel`, so answering ``initialize`` imports as little as it can.
+"""
 
 from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tether import __version__
 from tether.protocol import (
@@ -12,31 +21,116 @@ from tether.protocol import (
 )
 from tether.rpc.handlers import Handler, session_methods
 from tether.sessions import MemoryStore, SessionService, SessionStore
+from tether.sessions.workspaces import canonical_workspace, local_path
+
+if TYPE_CHECKING:
+    import httpx
+
+    from tether.config import ProviderConfig, TetherConfig
+    from tether.kernel.kernel import Kernel
+    from tether.providers.base import Provider
+    from tether.rpc.progress import Notify
+    from tether.tools.base import ToolExecutor
+
+KERNEL_METHODS = ("kernel/cancel", "kernel/run")
 
 
 class App:
     """The services behind the methods, and the table of request methods they answer."""
 
-    def __init__(self, store: SessionStore | None = None) -> None:
-        self.sessions = SessionService(store or MemoryStore())
+    def __init__(
+        self, store: SessionStore | None = None, environ: Mapping[str, str] | None = None
+    ) -> None:
+        self.sessions = SessionService(store or MemoryStore(), running=self._is_running)
         self.methods: dict[str, Handler] = session_methods(self.sessions)
         self.client: InitializeParams | None = None
+        self.kernel: Kernel | None = None
+        self.notify: Notify = _nowhere
+        self._environ = os.environ if environ is None else environ
+        self._config: TetherConfig | None = None
+        self._http: httpx.AsyncClient | None = None
 
     def initialize(self, params: InitializeParams) -> InitializeResult:
-        """Record what the client told us and say what this server offers."""
+        """Record what the client told us, load the configuration, say what this server offers."""
+        from tether.config import load_config
+
+        workspace = _first_workspace(params)
+        self.sessions.set_default_workspace(workspace)
+        self._config = load_config(
+            workspace=_local(self.sessions.default_workspace),
+            environ=self._environ,
+            init_options=params.initialization_options,
+        )
         self.client = params
-        self.sessions.set_default_workspace(_first_workspace(params))
         store = self.sessions.store
         return InitializeResult(
             server_info=ServerInfo(name="tether", version=__version__),
             capabilities=ServerCapabilities(
                 sessions=SessionCapabilities(store=store.kind, fork=False, durable=store.durable),
-                methods=sorted(self.methods),
+                methods=sorted([*self.methods, *KERNEL_METHODS]),
+                providers=["anthropic", "openai", "scripted"],
             ),
         )
+
+    def load_kernel(self) -> None:
+        """Build the kernel and add its methods (after the handshake: this imports a lot)."""
+        from tether.kernel.kernel import Kernel
+        from tether.memory import load_memory
+        from tether.rpc.kernel_methods import kernel_methods
+
+        self.kernel = Kernel(
+            self.sessions.store,
+            config=self.config,
+            providers=self._provider,
+            tools=_tools,
+            memory=load_memory,
+        )
+        self.methods.update(kernel_methods(self.kernel, self.sessions, self._notify))
+
+    def config(self) -> TetherConfig:
+        if self._config is None:
+            from tether.config import load_config
+
+            self._config = load_config(workspace=None, environ=self._environ)
+        return self._config
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+
+    def _provider(self, config: ProviderConfig) -> Provider:
+        from tether.providers import make_provider
+
+        if self._http is None and config.type in ("openai", "anthropic"):
+            import httpx
+
+            self._http = httpx.AsyncClient(timeout=config.timeout)
+        return make_provider(config, self._http)
+
+    def _notify(self, method: str, params: Any) -> None:
+        self.notify(method, params)
+
+    def _is_running(self, session_id: str) -> bool:
+        return self.kernel is not None and self.kernel.is_running(session_id)
+
+
+def _tools(config: TetherConfig) -> ToolExecutor:
+    from tether.tools import builtin_registry
+
+    return builtin_registry(config.tools.enabled)
 
 
 def _first_workspace(params: InitializeParams) -> str | None:
     if params.workspace_folders:
         return params.workspace_folders[0].uri
     return params.root_uri or params.root_path
+
+
+def _local(workspace: str | None) -> Path | None:
+    if workspace is None or not canonical_workspace(workspace).startswith("file://"):
+        return None
+    return local_path(workspace)
+
+
+def _nowhere(method: str, params: Any) -> None:
+    return None

@@ -29,6 +29,7 @@ class TetherServer(LanguageServer):
             converter_factory=make_converter,
         )
         self.app = app
+        app.load_kernel()
         for method, handle in app.methods.items():
             self.feature(method)(handle)
         self.protocol.bind(wire)

@@ -48,6 +48,7 @@ class Dispatcher(Protocol):
 class Wire:
     def __init__(self, app: App, on_initialized: Callable[[], None] | None = None) -> None:
         self._app = app
+        app.notify = self.send_notification
         self._on_initialized = on_initialized
         self._decoder = FrameDecoder()
         self._write: Write | None = None

@@ -1,0 +1,128 @@
+"""The kernel service: starts runs on sessions, keeps one run per session, cancels them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+from tether.config import ProviderConfig, TetherConfig
+from tether.kernel.run import Emit, Run, RunSetup
+from tether.protocol import (
+    ConfigError,
+    RequestCancelled,
+    Session,
+    SessionBusy,
+    WorkspaceError,
+)
+from tether.protocol.kernel import RunParams, RunResult
+from tether.protocol.tools import ToolSpec
+from tether.providers.base import Provider
+from tether.sessions.ids import uuid7
+from tether.sessions.store import SessionStore
+from tether.sessions.workspaces import local_path
+from tether.tools.base import ToolContext, ToolExecutor
+
+ProviderFactory = Callable[[ProviderConfig], Provider]
+MemoryLoader = Callable[[Path, list[str]], str]
+
+
+class Kernel:
+    def __init__(
+        self,
+        store: SessionStore,
+        *,
+        config: Callable[[], TetherConfig],
+        providers: ProviderFactory,
+        tools: Callable[[TetherConfig], ToolExecutor],
+        memory: MemoryLoader,
+    ) -> None:
+        self._store = store
+        self._config = config
+        self._providers = providers
+        self._tools = tools
+        self._memory = memory
+        self._runs: dict[str, asyncio.Task[RunResult]] = {}
+
+    def is_running(self, session_id: str) -> bool:
+        return session_id in self._runs
+
+    async def run(self, params: RunParams, emit: Emit) -> RunResult:
+        """Run to the end. If this call is cancelled (``$/cancelRequest``), the run stops and
+        :class:`RequestCancelled` carries its partial result."""
+        session_id = params.session_id
+        if session_id in self._runs:
+            raise SessionBusy(session_id)
+        session = await self._store.get(session_id)
+        if session_id in self._runs:  # another run started while the session was read
+            raise SessionBusy(session_id)
+        run = Run(await self._setup(session, params, emit))
+        task = asyncio.ensure_future(run.execute(params.prompt))
+        self._runs[session_id] = task
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.cancel()
+            result = await task
+            raise RequestCancelled("run cancelled", result.to_wire()) from None
+        finally:
+            self._runs.pop(session_id, None)
+
+    def cancel(self, session_id: str) -> bool:
+        """Stop the session's run; it then answers ``stopReason: "cancelled"``."""
+        task = self._runs.get(session_id)
+        if task is None or task.done():
+            return False
+        task.cancel()
+        return True
+
+    async def _setup(self, session: Session, params: RunParams, emit: Emit) -> RunSetup:
+        config = self._config()
+        provider_config = config.provider.model_copy(
+            update={"model": params.model or session.model or config.provider.model}
+        )
+        model = provider_config.model or ("scripted" if provider_config.type == "scripted" else "")
+        if not model:
+            raise ConfigError(
+                "no model: set provider.model, or `model` on the session or the run",
+                {"key": "provider.model"},
+            )
+        workspace = _workspace_root(session)
+        executor = self._tools(config)
+        memory = await asyncio.to_thread(self._memory, workspace, config.memory.paths)
+        system = _system_prompt(session.system_prompt or config.kernel.system_prompt, memory)
+        return RunSetup(
+            session_id=session.session_id,
+            store=self._store,
+            provider=self._providers(provider_config),
+            tools=executor,
+            tool_specs=_allowed(executor.list(), session.tools, params.tools),
+            context=ToolContext(workspace=workspace, session_id=session.session_id, run_id=uuid7()),
+            model=model,
+            system=system,
+            max_iterations=params.max_iterations or config.kernel.max_iterations,
+            history=await self._store.history(session.session_id),
+            emit=emit,
+            settings=dict(session.settings),
+        )
+
+
+def _workspace_root(session: Session) -> Path:
+    if not session.workspace.startswith("file://"):
+        raise WorkspaceError(
+            f"runs need a local workspace; this session's is {session.workspace}",
+            {"workspace": session.workspace},
+        )
+    return local_path(session.workspace)
+
+
+def _system_prompt(prompt: str | None, memory: str) -> str | None:
+    parts = [part for part in (prompt, memory) if part]
+    return "\n\n".join(parts) or None
+
+
+def _allowed(
+    specs: list[ToolSpec], session_tools: list[str] | None, run_tools: list[str] | None
+) -> list[ToolSpec]:
+    allowed = [spec for spec in specs if session_tools is None or spec.name in session_tools]
+    return [spec for spec in allowed if run_tools is None or spec.name in run_tools]

@@ -1,0 +1,251 @@
+"""One ``kernel/run``: observe → think → act until the model answers, runs out of iterations, or
+is cancelled.
+
+Each iteration is one step that returns what comes next (:class:`RunAgain` or :class:`Final`);
+cancellation arrives as ``CancelledError`` wherever the run is waiting and ends it as
+``cancelled``. Whatever happens, the session stays valid for the model: every assistant tool call
+that was persisted gets a result, and a cancelled call is recorded as the error result
+"cancelled".
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import assert_never
+
+from tether.protocol import Content, Message, MessageInput, Role, ToolCall
+from tether.protocol.kernel import (
+    IterationFinished,
+    IterationStarted,
+    MessageDelta,
+    ProgressEvent,
+    ProgressParams,
+    RunFinished,
+    RunResult,
+    RunStarted,
+    StopReason,
+    ToolCallRecord,
+    ToolCallStarted,
+    ToolCallStatus,
+    ToolCallUpdate,
+    Usage,
+)
+from tether.protocol.tools import ToolSpec
+from tether.providers.base import Completion, ModelRequest, Provider, TextDelta
+from tether.sessions.ids import uuid7
+from tether.sessions.store import SessionStore
+from tether.tools.base import ToolContext, ToolExecutor, ToolResult
+
+Emit = Callable[[ProgressParams], None]
+CANCELLED_RESULT = "cancelled"
+
+
+@dataclass(frozen=True)
+class RunAgain:
+    """The model called tools: their results are in; ask it again."""
+
+
+@dataclass(frozen=True)
+class Final:
+    stop_reason: StopReason
+
+
+Step = RunAgain | Final
+
+
+@dataclass(kw_only=True)
+class RunSetup:
+    """Everything a run is given, resolved from configuration, session and request."""
+
+    session_id: str
+    store: SessionStore
+    provider: Provider
+    tools: ToolExecutor
+    tool_specs: Sequence[ToolSpec]
+    context: ToolContext
+    model: str
+    system: str | None
+    max_iterations: int
+    history: list[Message]
+    emit: Emit
+    settings: dict[str, object] = field(default_factory=dict)
+
+
+class Run:
+    def __init__(self, setup: RunSetup) -> None:
+        self._setup = setup
+        self.run_id = setup.context.run_id
+        self._history = setup.history  # what the model sees; grows as the run persists messages
+        self._allowed = {spec.name for spec in setup.tool_specs}
+        self._seq = 0
+        self.iterations = 0
+        self.response = ""
+        self.records: list[ToolCallRecord] = []
+        self.usage = Usage()
+        self._unanswered: list[ToolCall] = []  # persisted calls still waiting for their result
+        self._results: dict[str, ToolResult] = {}
+
+    async def execute(self, prompt: Content) -> RunResult:
+        """The whole run; cancellation ends it with ``stopReason: "cancelled"``."""
+        [user] = await self._persist([MessageInput(role=Role.USER, content=prompt)])
+        self._emit(RunStarted(max_iterations=self._setup.max_iterations, user_message_id=user.id))
+        try:
+            stop = await self._loop()
+        except asyncio.CancelledError:
+            await self._record_cancelled_calls()
+            stop = StopReason.CANCELLED
+        except BaseException:
+            await self._record_cancelled_calls()
+            self._emit(RunFinished(stop_reason=StopReason.ERROR, iterations=self.iterations))
+            raise
+        self._emit(RunFinished(stop_reason=stop, iterations=self.iterations))
+        return self.result(stop)
+
+    def result(self, stop: StopReason) -> RunResult:
+        return RunResult(
+            run_id=self.run_id,
+            session_id=self._setup.session_id,
+            stop_reason=stop,
+            response=self.response,
+            iterations=self.iterations,
+            tool_calls=self.records,
+            usage=self.usage,
+        )
+
+    async def _loop(self) -> StopReason:
+        while self.iterations < self._setup.max_iterations:
+            step = await self._iterate()
+            match step:
+                case RunAgain():
+                    continue
+                case Final(stop_reason=reason):
+                    return reason
+                case _:
+                    assert_never(step)
+        return StopReason.MAX_ITERATIONS
+
+    async def _iterate(self) -> Step:
+        self.iterations += 1
+        self._emit(IterationStarted(iteration=self.iterations))
+        message_id = uuid7()
+        completion = await self._think(message_id)
+        calls = completion.tool_calls
+        self.response = completion.content or ""
+        content = completion.content if completion.content or not calls else None
+        assistant = MessageInput(role=Role.ASSISTANT, content=content, tool_calls=calls or None)
+        self._unanswered = list(calls)
+        await self._persist([assistant], ids=[message_id])
+        if not calls:
+            self._emit(IterationFinished(iteration=self.iterations, tool_calls=0))
+            return Final(StopReason.END_TURN)
+        await self._act(calls)
+        await self._persist_results()
+        self._emit(IterationFinished(iteration=self.iterations, tool_calls=len(calls)))
+        return RunAgain()
+
+    async def _think(self, message_id: str) -> Completion:
+        setup = self._setup
+        request = ModelRequest(
+            model=setup.model,
+            system=setup.system,
+            messages=self._history,
+            tools=setup.tool_specs,
+            settings=setup.settings,
+        )
+        completion: Completion | None = None
+        async for event in setup.provider.stream(request):
+            if isinstance(event, TextDelta):
+                if event.text:
+                    self._emit(MessageDelta(message_id=message_id, text=event.text))
+            else:
+                completion = event
+        if completion is None:
+            raise RuntimeError(f"provider {setup.provider.name} ended without a completion")
+        if completion.usage is not None:
+            self.usage.input_tokens += completion.usage.input_tokens
+            self.usage.output_tokens += completion.usage.output_tokens
+        return completion
+
+    async def _act(self, calls: Sequence[ToolCall]) -> None:
+        """Run the calls concurrently; results are kept in the order the model asked for them."""
+        self._results = {}
+        for call in calls:
+            self._emit(
+                ToolCallStarted(tool_call_id=call.id, name=call.name, arguments=call.arguments)
+            )
+        await asyncio.gather(*(self._call(call) for call in calls))
+
+    async def _call(self, call: ToolCall) -> None:
+        self._emit(ToolCallUpdate(tool_call_id=call.id, status=ToolCallStatus.IN_PROGRESS))
+        if call.name in self._allowed:
+            result = await self._setup.tools.execute(call.name, call.arguments, self._setup.context)
+        else:
+            available = ", ".join(sorted(self._allowed)) or "none"
+            result = ToolResult(
+                f"tool {call.name!r} is not available (available: {available})", True
+            )
+        self._results[call.id] = result
+        status = ToolCallStatus.FAILED if result.is_error else ToolCallStatus.COMPLETED
+        self._emit(
+            ToolCallUpdate(
+                tool_call_id=call.id,
+                status=status,
+                result=None if result.is_error else result.content,
+                error=result.content if result.is_error else None,
+            )
+        )
+
+    async def _persist_results(self) -> None:
+        calls, self._unanswered = self._unanswered, []
+        results = [self._results[call.id] for call in calls]
+        for call, result in zip(calls, results, strict=True):
+            self.records.append(
+                ToolCallRecord(
+                    iteration=self.iterations,
+                    id=call.id,
+                    name=call.name,
+                    arguments=call.arguments,
+                    result=result.content,
+                    is_error=result.is_error,
+                )
+            )
+        await self._persist(
+            [
+                MessageInput(
+                    role=Role.TOOL,
+                    tool_call_id=call.id,
+                    content=result.content,
+                    is_error=result.is_error or None,
+                )
+                for call, result in zip(calls, results, strict=True)
+            ]
+        )
+
+    async def _record_cancelled_calls(self) -> None:
+        """Give every persisted call a result: finished ones keep theirs, the rest "cancelled"."""
+        if not self._unanswered:
+            return
+        for call in self._unanswered:
+            if call.id not in self._results:
+                self._results[call.id] = ToolResult(CANCELLED_RESULT, is_error=True)
+                self._emit(ToolCallUpdate(tool_call_id=call.id, status=ToolCallStatus.CANCELLED))
+        await self._persist_results()
+
+    async def _persist(
+        self, messages: list[MessageInput], ids: list[str] | None = None
+    ) -> list[Message]:
+        stored = await self._setup.store.append(
+            self._setup.session_id, messages, run_id=self.run_id, ids=ids
+        )
+        self._history.extend(stored)
+        return stored
+
+    def _emit(self, event: ProgressEvent) -> None:
+        self._seq += 1
+        self._setup.emit(
+            ProgressParams(
+                session_id=self._setup.session_id, run_id=self.run_id, seq=self._seq, event=event
+            )
+        )

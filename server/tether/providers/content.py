@@ -1,0 +1,57 @@
+"""Helpers the wire mappings share: canonical content as plain text, settings, error marks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic.alias_generators import to_camel
+
+from tether.protocol import Content, ImageBlock, Message, ResourceLinkBlock, TextBlock
+
+
+def resource_text(block: ResourceLinkBlock) -> str:
+    """A resource link as the model reads it: its name (when given) and its URI."""
+    return f"[resource {block.name}: {block.uri}]" if block.name else f"[resource: {block.uri}]"
+
+
+def image_placeholder(block: ImageBlock) -> str:
+    """What stands for an image where the wire format takes text only."""
+    return f"[image: {block.mime_type}]"
+
+
+def flatten_text(content: Content | None) -> str:
+    """Content as one string; blocks are joined by newlines, images become a placeholder."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for block in content:
+        if isinstance(block, TextBlock):
+            parts.append(block.text)
+        elif isinstance(block, ResourceLinkBlock):
+            parts.append(resource_text(block))
+        else:
+            parts.append(image_placeholder(block))
+    return "\n".join(parts)
+
+
+def is_error_result(message: Message) -> bool:
+    """Whether a tool message reports a failure (``isError``)."""
+    return bool(message.is_error)
+
+
+def pick_settings(settings: Mapping[str, Any], names: Iterable[str]) -> dict[str, Any]:
+    """The settings a wire format understands, under their snake_case names.
+
+    Settings hold what a session was configured with (``thinkingLevel``, ...); only the names
+    listed are passed on, given in snake_case or camelCase.
+    """
+    picked: dict[str, Any] = {}
+    for name in names:
+        for key in (name, to_camel(name)):
+            if key in settings and settings[key] is not None:
+                picked[name] = settings[key]
+                break
+    return picked

@@ -1,0 +1,180 @@
+"""What the HTTP providers share: one POST per turn, read as server-sent events, with retries.
+
+A subclass maps a :class:`ModelRequest` to its JSON payload and supplies a :class:`TurnReader`
+that turns the events of its wire format into text pieces and, at the end, a :class:`Completion`.
+A server that answers with plain JSON although streaming was asked for is read as a whole turn;
+any other content type is read as an event stream.
+
+``timeout`` bounds each wait on the network: connecting, sending, and the gap between two pieces
+of the answer (a slow but steady stream is not cut off).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import aclosing, asynccontextmanager
+from typing import Any
+
+import httpx
+import orjson
+
+from tether.providers.base import Completion, ModelRequest, Provider, TextDelta
+from tether.providers.errors import AttemptFailed
+from tether.providers.retry import BODY_LIMIT, RetryPolicy, parse_retry_after, with_retries
+from tether.providers.sse import ServerSentEvent, iter_events
+
+
+class TurnReader(ABC):
+    """Reads one streamed turn of a wire format."""
+
+    done: bool = False  # set when the stream said its turn is over
+
+    @abstractmethod
+    def feed(self, event: ServerSentEvent) -> str | None:
+        """Take one event; return the text piece it carries, if any."""
+
+    @abstractmethod
+    def completion(self) -> Completion:
+        """The whole turn; raises AttemptFailed when the stream stopped before its end."""
+
+    @abstractmethod
+    def whole(self, body: Any) -> Completion:
+        """The turn from a non-streamed JSON answer."""
+
+
+def decode_json(text: str | bytes) -> Any:
+    """Parsed JSON of a piece of the answer; a broken piece makes the try fail for good."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise AttemptFailed(
+            "the endpoint sent invalid JSON",
+            retryable=False,
+            body=text[:BODY_LIMIT] if isinstance(text, str) else text[:BODY_LIMIT].decode(),
+        ) from None
+
+
+def obj(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else an empty one: odd servers do not break a reader."""
+    return value if isinstance(value, dict) else {}
+
+
+def index_of(value: Any, default: int) -> int:
+    """A block or call index, or ``default`` when the server sent none (or nonsense)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def transport_failure(exc: httpx.HTTPError) -> AttemptFailed:
+    """A network error as a failed try: timeouts and lost connections may be tried again."""
+    detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if isinstance(exc, httpx.TimeoutException):
+        return AttemptFailed(f"the request timed out ({detail})", retryable=True)
+    if isinstance(exc, httpx.NetworkError | httpx.RemoteProtocolError):
+        return AttemptFailed(f"the connection failed ({detail})", retryable=True)
+    return AttemptFailed(f"the request failed ({detail})", retryable=False)
+
+
+async def read_head(response: httpx.Response) -> str:
+    """The first ``BODY_LIMIT`` bytes of a response body, as text."""
+    head = bytearray()
+    try:
+        async for chunk in response.aiter_bytes():
+            head += chunk
+            if len(head) >= BODY_LIMIT:
+                break
+    except httpx.HTTPError:
+        pass  # what arrived is enough to report
+    return head[:BODY_LIMIT].decode("utf-8", "replace")
+
+
+class HttpProvider(Provider):
+    """A provider that POSTs each turn to ``url`` over a (usually shared) ``httpx.AsyncClient``."""
+
+    name: str
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        headers: Mapping[str, str],
+        client: httpx.AsyncClient | None = None,
+        api_key: str | None = None,
+        model: str | None = None,
+        timeout: float = 60.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.url = url
+        self.model = model  # the configured model, for callers that build requests
+        self._headers = {
+            "content-type": "application/json",
+            "accept": "text/event-stream",
+            **headers,
+        }
+        self._secret = api_key
+        self._own_client = client is None
+        self._client = client if client is not None else httpx.AsyncClient()
+        self._timeout = httpx.Timeout(timeout)
+        self.retry = retry if retry is not None else RetryPolicy()
+
+    @abstractmethod
+    def payload(self, request: ModelRequest) -> dict[str, Any]:
+        """The JSON body of the request, in the provider's wire format."""
+
+    @abstractmethod
+    def reader(self) -> TurnReader:
+        """A fresh reader for one turn."""
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[TextDelta | Completion, None]:
+        body = orjson.dumps(self.payload(request))
+        async with aclosing(
+            with_retries(
+                lambda: self._attempt(body), self.retry, provider=self.name, secret=self._secret
+            )
+        ) as events:
+            async for event in events:
+                yield event
+
+    async def aclose(self) -> None:
+        if self._own_client:
+            await self._client.aclose()
+
+    async def _attempt(self, body: bytes) -> AsyncGenerator[TextDelta | Completion, None]:
+        reader = self.reader()
+        try:
+            async with self._open(body) as response:
+                if "json" not in response.headers.get("content-type", ""):
+                    async for event in iter_events(response.aiter_lines()):
+                        text = reader.feed(event)
+                        if text:
+                            yield TextDelta(text=text)
+                        if reader.done:
+                            break
+                    completion = reader.completion()
+                else:
+                    completion = reader.whole(decode_json(await response.aread()))
+                    if completion.content:
+                        yield TextDelta(text=completion.content)
+        except httpx.HTTPError as exc:
+            raise transport_failure(exc) from exc
+        yield completion  # after the response is closed: a caller may stop at the completion
+
+    @asynccontextmanager
+    async def _open(self, body: bytes) -> AsyncIterator[httpx.Response]:
+        request = self._client.build_request(
+            "POST", self.url, content=body, headers=self._headers, timeout=self._timeout
+        )
+        response = await self._client.send(request, stream=True)
+        try:
+            if not response.is_success:
+                status = response.status_code
+                raise AttemptFailed(
+                    f"HTTP {status}",
+                    retryable=status == 429 or status >= 500,
+                    status=status,
+                    body=await read_head(response),
+                    retry_after=parse_retry_after(response.headers),
+                )
+            yield response
+        finally:
+            await response.aclose()

@@ -1,0 +1,271 @@
+"""The OpenAI Chat Completions provider, for OpenAI and every server that speaks its format.
+
+``POST {base_url}/chat/completions`` with ``stream: true``. What compatible servers (Ollama, vLLM,
+llama.cpp, LM Studio) do differently is tolerated: no ``usage``, tool calls without ``id`` (one is
+made up) or without ``index``, a tool call arriving whole in one delta, a last chunk with no
+choices, no ``[DONE]`` after the finish reason, and a plain JSON answer to a streaming request.
+
+Tool-call arguments are passed on as the text the model produced, even when it is not valid
+JSON: the kernel validates them and tells the model what was wrong.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+from pydantic import ValidationError
+
+from tether.protocol import ImageBlock, Message, ResourceLinkBlock, Role, TextBlock, ToolCall
+from tether.protocol.kernel import Usage
+from tether.protocol.tools import ToolSpec
+from tether.providers.base import Completion, ModelRequest
+from tether.providers.content import flatten_text, pick_settings, resource_text
+from tether.providers.errors import AttemptFailed
+from tether.providers.http import HttpProvider, TurnReader, decode_json, index_of, obj
+from tether.providers.retry import RetryPolicy
+from tether.providers.sse import ServerSentEvent
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+SETTINGS = (
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "parallel_tool_calls",
+    "reasoning_effort",
+)
+
+
+class OpenAIProvider(HttpProvider):
+    name = "openai"
+
+    def __init__(
+        self,
+        *,
+        base_url: str = DEFAULT_BASE_URL,
+        api_key: str | None = None,
+        client: httpx.AsyncClient | None = None,
+        model: str | None = None,
+        timeout: float = 60.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        super().__init__(
+            url=base_url.rstrip("/") + "/chat/completions",
+            headers={"authorization": f"Bearer {api_key}"} if api_key else {},
+            client=client,
+            api_key=api_key,
+            model=model,
+            timeout=timeout,
+            retry=retry,
+        )
+
+    def payload(self, request: ModelRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": request.model,
+            "messages": openai_messages(request.system, request.messages),
+        }
+        if request.tools:
+            body["tools"] = openai_tools(request.tools)
+        body.update(pick_settings(request.settings, SETTINGS))
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        return body
+
+    def reader(self) -> ChatCompletionReader:
+        return ChatCompletionReader()
+
+
+# --- canonical → Chat Completions -------------------------------------------------------------
+
+
+def openai_messages(system: str | None, messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The ``messages`` array: the system prompt first, then the history in order."""
+    wire: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    wire.extend(_message(message) for message in messages)
+    return wire
+
+
+def openai_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": tool.parameters,
+            },
+        }
+        for tool in tools
+    ]
+
+
+def _message(message: Message) -> dict[str, Any]:
+    if message.role is Role.TOOL:
+        return {
+            "role": "tool",
+            "tool_call_id": message.tool_call_id,
+            "content": flatten_text(message.content),
+        }
+    if message.role is Role.ASSISTANT:
+        wire: dict[str, Any] = {"role": "assistant", "content": flatten_text(message.content)}
+        if message.tool_calls:
+            wire["content"] = wire["content"] or None
+            wire["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+                for call in message.tool_calls
+            ]
+        return wire
+    if message.role is Role.SYSTEM:
+        return {"role": "system", "content": flatten_text(message.content)}
+    return {"role": "user", "content": _user_content(message)}
+
+
+def _user_content(message: Message) -> str | list[dict[str, Any]]:
+    content = message.content
+    if content is None or isinstance(content, str):
+        return content or ""
+    parts: list[dict[str, Any]] = []
+    for block in content:
+        if isinstance(block, TextBlock):
+            parts.append({"type": "text", "text": block.text})
+        elif isinstance(block, ResourceLinkBlock):
+            parts.append({"type": "text", "text": resource_text(block)})
+        elif isinstance(block, ImageBlock):
+            url = f"data:{block.mime_type};base64,{block.data}"
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+    return parts
+
+
+# --- Chat Completions → canonical -------------------------------------------------------------
+
+
+@dataclass
+class _PartialCall:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+class ChatCompletionReader(TurnReader):
+    """Reassembles a streamed chat completion: text pieces, tool calls by index, usage."""
+
+    def __init__(self) -> None:
+        self._calls: dict[int, _PartialCall] = {}
+        self._text: list[str] = []
+        self._usage: Usage | None = None
+        self._finish_reason: str | None = None
+
+    def feed(self, event: ServerSentEvent) -> str | None:
+        if event.data.strip() == "[DONE]":
+            self.done = True
+            return None
+        chunk = decode_json(event.data)
+        if not isinstance(chunk, dict):
+            return None
+        if chunk.get("error"):
+            raise AttemptFailed(
+                "the endpoint reported an error in the stream", retryable=True, body=event.data
+            )
+        self._take_usage(chunk.get("usage"))
+        text = None
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict) or index_of(choice.get("index"), 0) != 0:
+                continue  # only the first choice is asked for
+            delta = obj(choice.get("delta"))
+            piece = delta.get("content")
+            if isinstance(piece, str) and piece:
+                self._text.append(piece)
+                text = piece
+            self._take_calls(delta.get("tool_calls"))
+            if choice.get("finish_reason"):
+                self._finish_reason = str(choice["finish_reason"])
+        return text
+
+    def completion(self) -> Completion:
+        if not self.done and self._finish_reason is None:
+            raise AttemptFailed("the stream ended before the turn was complete", retryable=True)
+        return self._completion()
+
+    def whole(self, body: Any) -> Completion:
+        if not isinstance(body, dict):
+            raise AttemptFailed("the endpoint sent an unexpected answer", retryable=False)
+        choices = body.get("choices")
+        choice = obj(choices[0]) if isinstance(choices, list) and choices else {}
+        message = obj(choice.get("message"))
+        content = message.get("content")
+        if isinstance(content, str):
+            self._text.append(content)
+        self._take_calls(message.get("tool_calls"))
+        self._take_usage(body.get("usage"))
+        self._finish_reason = choice.get("finish_reason")
+        return self._completion()
+
+    def _take_usage(self, usage: Any) -> None:
+        if isinstance(usage, dict):
+            self._usage = Usage(
+                input_tokens=int(usage.get("prompt_tokens") or 0),
+                output_tokens=int(usage.get("completion_tokens") or 0),
+            )
+
+    def _take_calls(self, deltas: Any) -> None:
+        for delta in deltas if isinstance(deltas, list) else ():
+            if not isinstance(delta, dict):
+                continue
+            call = self._calls.setdefault(self._index_of(delta), _PartialCall())
+            if delta.get("id") and not call.id:
+                call.id = str(delta["id"])
+            function = obj(delta.get("function"))
+            name = function.get("name")
+            if name and name != call.name:
+                call.name += name  # some servers repeat the whole name, a few stream it in pieces
+            arguments = function.get("arguments")
+            if isinstance(arguments, str):
+                call.arguments.append(arguments)
+            elif arguments is not None:  # an object instead of its JSON text
+                call.arguments.append(orjson.dumps(arguments).decode())
+
+    def _index_of(self, delta: dict[str, Any]) -> int:
+        index = index_of(delta.get("index"), -1)
+        if index >= 0:
+            return index
+        # No index: the call with this id, a new call when it names a function, else the last one.
+        for known, call in self._calls.items():
+            if delta.get("id") and call.id == delta["id"]:
+                return known
+        last = max(self._calls, default=-1)
+        starts = bool(delta.get("id") or obj(delta.get("function")).get("name"))
+        return last + 1 if starts or last < 0 else last
+
+    def _completion(self) -> Completion:
+        try:
+            calls = [
+                ToolCall(
+                    id=call.id or f"call_{uuid.uuid4().hex[:24]}",
+                    name=call.name,
+                    arguments="".join(call.arguments) or "{}",
+                )
+                for _, call in sorted(self._calls.items())
+            ]
+        except ValidationError:
+            raise AttemptFailed(
+                "the endpoint sent a tool call without a name", retryable=False
+            ) from None
+        return Completion(
+            content="".join(self._text) or None,
+            tool_calls=calls,
+            usage=self._usage,
+            finish_reason=self._finish_reason,
+        )

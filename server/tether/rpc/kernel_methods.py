@@ -1,0 +1,22 @@
+"""The ``kernel/*`` request methods. Imported after the handshake: they pull in the kernel."""
+
+from __future__ import annotations
+
+from tether.kernel.kernel import Kernel
+from tether.protocol.kernel import CancelParams, CancelResult, RunParams, RunResult
+from tether.rpc.handlers import Handler, handler
+from tether.rpc.progress import Notify, progress_emitter
+from tether.sessions import SessionService
+
+NAMES = ("kernel/run", "kernel/cancel")
+
+
+def kernel_methods(kernel: Kernel, sessions: SessionService, notify: Notify) -> dict[str, Handler]:
+    async def run(params: RunParams) -> RunResult:
+        return await kernel.run(params, progress_emitter(notify, params.work_done_token))
+
+    async def cancel(params: CancelParams) -> CancelResult:
+        await sessions.store.get(params.session_id)  # an unknown session is -32010
+        return CancelResult(cancelled=kernel.cancel(params.session_id))
+
+    return {"kernel/run": handler(RunParams, run), "kernel/cancel": handler(CancelParams, cancel)}

@@ -1,0 +1,24 @@
+"""The built-in workspace tools (read-only for now) and the registry the kernel starts from."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from tether.tools.base import Tool
+from tether.tools.list_files import ListFiles
+from tether.tools.read_file import ReadFile
+from tether.tools.registry import ToolRegistry
+from tether.tools.search_text import SearchText
+
+BUILTIN_TOOL_NAMES = ("read_file", "list_files", "search_text")
+
+
+def builtin_tools() -> list[Tool]:
+    """A fresh instance of every built-in tool, in the order they are offered to the model."""
+    return [ReadFile(), ListFiles(), SearchText()]
+
+
+def builtin_registry(enabled: Collection[str] | None = None) -> ToolRegistry:
+    """A registry of the built-in tools, offering only ``enabled`` ones when it is given
+    (``tools.enabled``; ``None`` offers them all). Tools registered later obey the same list."""
+    return ToolRegistry(builtin_tools()).restricted(enabled)

@@ -1,0 +1,71 @@
+"""``list_files``: the files under a workspace directory, optionally matching a glob."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from pydantic import Field
+
+from tether.protocol.tools import ToolKind
+from tether.tools.base import ToolContext, ToolResult
+from tether.tools.sandbox import Sandbox
+from tether.tools.typed import ToolArguments, TypedTool
+from tether.tools.walk import Glob, run_in_thread, walk_files
+
+DEFAULT_LIMIT = 500
+MAX_LIMIT = 5000
+MAX_SCANNED = 200_000
+
+
+class ListFilesArguments(ToolArguments):
+    path: str = Field(
+        default=".", description="directory to list, relative to the workspace root (default: it)"
+    )
+    glob: str | None = Field(
+        default=None,
+        description=(
+            "only files matching this glob relative to path, e.g. '**/*.py' or 'src/*.{ts,tsx}'; "
+            "a glob without '/' matches file names at any depth"
+        ),
+    )
+    limit: int = Field(
+        default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description="most paths to return"
+    )
+
+
+class ListFiles(TypedTool[ListFilesArguments]):
+    def __init__(self) -> None:
+        super().__init__(
+            name="list_files",
+            description=(
+                "List the files under a workspace directory, recursively, as sorted paths relative "
+                "to the workspace root (skips .git, node_modules, caches and virtualenvs)."
+            ),
+            kind=ToolKind.SEARCH,
+            arguments_model=ListFilesArguments,
+        )
+
+    async def call(self, args: ListFilesArguments, context: ToolContext) -> ToolResult:
+        return await run_in_thread(lambda stop: _list(args, context.workspace, stop))
+
+
+def _list(args: ListFilesArguments, workspace: Path, stop: threading.Event) -> ToolResult:
+    sandbox = Sandbox(workspace)
+    glob = Glob.compile(args.glob) if args.glob is not None else None
+    start = sandbox.directory(args.path)
+    walk = walk_files(sandbox.root, start, glob=glob, max_entries=MAX_SCANNED, stop=stop)
+    lines = [file.rel for file in walk.files[: args.limit]]
+    if not lines:
+        lines.append("no files match" if glob else "no files")
+    if len(walk.files) > args.limit:
+        lines.append(
+            f"[showing {args.limit} of {len(walk.files)} files: narrow with path or glob, "
+            f"or raise limit (at most {MAX_LIMIT})]"
+        )
+    if not walk.complete:
+        lines.append(
+            f"[stopped after scanning {MAX_SCANNED} entries, so the list is incomplete: "
+            "narrow with path]"
+        )
+    return ToolResult("\n".join(lines))

@@ -1,0 +1,176 @@
+"""Paths named by the model, confined to one workspace root.
+
+Rules (each refusal is a :class:`ToolError` the model reads):
+
+- a relative path is relative to the root; an absolute path is accepted only inside the root;
+- a relative path whose ``..`` climbs above the root is refused as written; then the path is
+  resolved with every symlink followed (``os.path.realpath``) and must end inside the root, so
+  absolute paths elsewhere and symlinks (or symlinked parents, or chains) pointing out are refused;
+- a NUL byte is refused before anything touches the filesystem;
+- a file is read only if it is a regular file (never a device, FIFO or socket) no larger than a
+  size cap.
+
+Reading is race-free on POSIX: the resolved path is opened one component at a time from a
+descriptor of the root, refusing to follow any symlink, so a path that becomes a symlink between
+the check and the read is refused instead of followed. Writing tools reuse :meth:`Sandbox.resolve`
+with ``must_exist=False`` and the same opening walk.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+from tether.tools.base import ToolError
+
+DEFAULT_MAX_FILE_BYTES = 8 * 1024 * 1024
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # a FIFO must not block the open
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_BINARY = getattr(os, "O_BINARY", 0)
+_OPEN_BENEATH = bool(_NOFOLLOW and _DIRECTORY) and os.open in os.supports_dir_fd
+
+
+def format_size(size: int) -> str:
+    """``size`` bytes for people: ``512 B``, ``1.5 KiB``, ``8.0 MiB``."""
+    if size < 1024:
+        return f"{size} B"
+    value = size / 1024
+    for unit in ("KiB", "MiB"):
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
+
+
+class Sandbox:
+    """One workspace root and the paths inside it."""
+
+    def __init__(self, root: Path | str, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> None:
+        try:
+            self.root = Path(os.path.realpath(root, strict=True))
+        except (OSError, ValueError) as exc:
+            raise ToolError(
+                f"the workspace root is not available: {root} ({_reason(exc)})"
+            ) from None
+        if not self.root.is_dir():
+            raise ToolError(f"the workspace root is not a directory: {root}")
+        self.max_file_bytes = max_file_bytes
+
+    def resolve(self, path: str | os.PathLike[str], *, must_exist: bool = True) -> Path:
+        """The real path (symlinks resolved) that ``path`` names inside the root.
+
+        With ``must_exist=False`` the last components may be missing (a file about to be
+        created); whatever exists is still resolved, dangling symlinks included.
+        """
+        text = os.fspath(path)
+        if "\x00" in text:
+            raise ToolError("invalid path: it contains a NUL byte")
+        if not text.strip():
+            raise ToolError("invalid path: it is empty (use '.' for the workspace root)")
+        candidate = Path(text)
+        if not candidate.is_absolute():
+            if os.path.normpath(text).split(os.sep)[0] == "..":
+                raise ToolError(f"access denied: {text} is outside the workspace")
+            candidate = self.root / candidate
+        try:
+            real = Path(os.path.realpath(candidate, strict=must_exist))
+        except FileNotFoundError:
+            raise ToolError(f"no such file or directory: {text}") from None
+        except (OSError, ValueError) as exc:
+            raise ToolError(f"cannot resolve {text}: {_reason(exc)}") from None
+        if not real.is_relative_to(self.root):
+            raise ToolError(f"access denied: {text} is outside the workspace")
+        return real
+
+    def relative(self, real: Path) -> str:
+        """``real`` (inside the root) as the model should name it: relative, '/'-separated."""
+        rel = real.relative_to(self.root).as_posix()
+        return rel if rel != "" else "."
+
+    def directory(self, path: str) -> Path:
+        """The real path of an existing directory inside the root."""
+        real = self.resolve(path)
+        if not real.is_dir():
+            raise ToolError(f"not a directory: {path}")
+        return real
+
+    def read_bytes(self, path: str | os.PathLike[str], *, max_bytes: int | None = None) -> bytes:
+        """The content of a regular file inside the root, refused above ``max_bytes``."""
+        limit = self.max_file_bytes if max_bytes is None else max_bytes
+        shown = os.fspath(path)
+        fd = self.open(self.resolve(path), os.O_RDONLY, shown=shown)
+        try:
+            info = os.fstat(fd)
+            if stat.S_ISDIR(info.st_mode):
+                raise ToolError(f"{shown} is a directory, not a file")
+            if not stat.S_ISREG(info.st_mode):
+                raise ToolError(f"{shown} is not a regular file (a device, FIFO or socket)")
+            if info.st_size > limit:
+                raise _too_large(shown, info.st_size, limit)
+            data = _read_at_most(fd, limit + 1)  # the file may have grown since fstat
+        finally:
+            os.close(fd)
+        if len(data) > limit:
+            raise _too_large(shown, len(data), limit)
+        return data
+
+    def open(self, real: Path, flags: int, *, shown: str, mode: int = 0o666) -> int:
+        """A descriptor for ``real`` (a result of :meth:`resolve`) opened with ``flags``.
+
+        No symlink is followed on the way: if one appeared since ``real`` was resolved, the open is
+        refused. FIFOs open without blocking; the caller checks the file type with ``fstat``.
+        """
+        flags |= _NONBLOCK | _CLOEXEC | _BINARY
+        try:
+            if not _OPEN_BENEATH:  # no openat(2): the check above is all there is
+                return os.open(real, flags, mode)
+            return self._open_beneath(real.relative_to(self.root).parts, flags, mode)
+        except FileNotFoundError:
+            raise ToolError(f"no such file or directory: {shown}") from None
+        except IsADirectoryError:
+            raise ToolError(f"{shown} is a directory, not a file") from None
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+                raise ToolError(f"access denied: {shown} changed while it was opened") from None
+            raise ToolError(f"cannot open {shown}: {_reason(exc)}") from None
+
+    def _open_beneath(self, parts: tuple[str, ...], flags: int, mode: int) -> int:
+        directory = os.open(self.root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
+        try:
+            for part in parts[:-1]:
+                child = os.open(
+                    part, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=directory
+                )
+                os.close(directory)
+                directory = child
+            if not parts:
+                return os.dup(directory)
+            return os.open(parts[-1], flags | _NOFOLLOW, mode, dir_fd=directory)
+        finally:
+            os.close(directory)
+
+
+def _read_at_most(fd: int, count: int) -> bytes:
+    chunks: list[bytes] = []
+    while count > 0:
+        chunk = os.read(fd, min(count, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        count -= len(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(shown: str, size: int, limit: int) -> ToolError:
+    return ToolError(
+        f"{shown} is too large to read: {format_size(size)}, over the limit of {format_size(limit)}"
+    )
+
+
+def _reason(exc: BaseException) -> str:
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)

@@ -1,0 +1,149 @@
+"""``search_text``: lines of workspace files that match a regular expression."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from pathlib import Path
+
+from pydantic import Field
+
+from tether.protocol.tools import ToolKind
+from tether.tools.base import ToolContext, ToolError, ToolResult
+from tether.tools.sandbox import Sandbox, format_size
+from tether.tools.text import clip, decode, is_binary, split_lines
+from tether.tools.typed import ToolArguments, TypedTool
+from tether.tools.walk import Glob, WalkedFile, run_in_thread, walk_files
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
+MAX_SCANNED = 200_000
+MAX_SEARCH_FILE_BYTES = 1024 * 1024
+MAX_OUTPUT_BYTES = 256 * 1024
+MAX_LINE_CHARS = 300
+
+
+class SearchTextArguments(ToolArguments):
+    pattern: str = Field(
+        min_length=1, description="Python regular expression, matched against each line"
+    )
+    path: str = Field(
+        default=".",
+        description="file or directory to search, relative to the workspace root (default: it)",
+    )
+    glob: str | None = Field(
+        default=None,
+        description="only files matching this glob relative to path, e.g. '**/*.py' or '*.md'",
+    )
+    limit: int = Field(
+        default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description="most matching lines to return"
+    )
+    ignore_case: bool = Field(default=False, description="match case-insensitively")
+
+
+class SearchText(TypedTool[SearchTextArguments]):
+    def __init__(self) -> None:
+        super().__init__(
+            name="search_text",
+            description=(
+                "Search workspace text files for lines matching a Python regular expression; "
+                "returns 'path:line: text' (skips binary files, files over 1 MiB and ignored dirs)."
+            ),
+            kind=ToolKind.SEARCH,
+            arguments_model=SearchTextArguments,
+        )
+
+    async def call(self, args: SearchTextArguments, context: ToolContext) -> ToolResult:
+        return await run_in_thread(lambda stop: _search(args, context.workspace, stop))
+
+
+def _compile(pattern: str, ignore_case: bool) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern, re.IGNORECASE if ignore_case else 0)
+    except (re.error, OverflowError, RecursionError) as exc:
+        raise ToolError(f"invalid regular expression {pattern!r}: {exc}") from None
+
+
+class _Search:
+    def __init__(self, sandbox: Sandbox, regex: re.Pattern[str], limit: int) -> None:
+        self.sandbox = sandbox
+        self.regex = regex
+        self.limit = limit
+        self.matches: list[str] = []
+        self.size = 0
+        self.full = False  # limit or output cap reached
+        self.skipped = {"binary": 0, "large": 0, "unreadable": 0}
+
+    def file(self, file: WalkedFile) -> None:
+        if file.size > MAX_SEARCH_FILE_BYTES:
+            self.skipped["large"] += 1
+            return
+        try:
+            data = self.sandbox.read_bytes(file.path, max_bytes=MAX_SEARCH_FILE_BYTES)
+        except ToolError:
+            self.skipped["unreadable"] += 1
+            return
+        if is_binary(data):
+            self.skipped["binary"] += 1
+            return
+        for number, line in enumerate(split_lines(decode(data)[0]), 1):
+            if self.regex.search(line) is None:
+                continue
+            match = f"{file.rel}:{number}: {clip(line, MAX_LINE_CHARS)}"
+            self.size += len(match.encode()) + 1
+            if len(self.matches) >= self.limit or self.size > MAX_OUTPUT_BYTES:
+                self.full = True
+                return
+            self.matches.append(match)
+
+    def notes(self) -> list[str]:
+        notes: list[str] = []
+        if self.full:
+            notes.append(
+                f"[stopped at {len(self.matches)} matches, there may be more: narrow with path, "
+                f"glob or pattern, or raise limit (at most {MAX_LIMIT})]"
+            )
+        counts = self.skipped
+        kinds = {
+            f"{counts['binary']} binary": counts["binary"],
+            f"{counts['large']} over {format_size(MAX_SEARCH_FILE_BYTES)}": counts["large"],
+            f"{counts['unreadable']} unreadable": counts["unreadable"],
+        }
+        kept = [text for text, count in kinds.items() if count]
+        if kept:
+            notes.append(f"[skipped files: {', '.join(kept)}]")
+        return notes
+
+
+def _size(path: Path, shown: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError as exc:
+        raise ToolError(f"cannot search {shown}: {exc.strerror or exc}") from None
+
+
+def _search(args: SearchTextArguments, workspace: Path, stop: threading.Event) -> ToolResult:
+    sandbox = Sandbox(workspace)
+    regex = _compile(args.pattern, args.ignore_case)
+    glob = Glob.compile(args.glob) if args.glob is not None else None
+    target = sandbox.resolve(args.path)
+    complete = True
+    if target.is_dir():
+        walk = walk_files(sandbox.root, target, glob=glob, max_entries=MAX_SCANNED, stop=stop)
+        files, complete = walk.files, walk.complete
+    else:
+        files = [WalkedFile(sandbox.relative(target), str(target), _size(target, args.path))]
+    search = _Search(sandbox, regex, args.limit)
+    for file in files:
+        if stop.is_set() or search.full:
+            break
+        search.file(file)
+    lines = search.matches or [f"no matches in {len(files)} files"]
+    lines += search.notes()
+    if not complete:
+        lines.append(
+            f"[stopped after scanning {MAX_SCANNED} entries, so some files were not searched: "
+            "narrow with path]"
+        )
+    return ToolResult("\n".join(lines))

@@ -1,0 +1,222 @@
+"""Walking the workspace for the search tools: globs, skipped directories, stopping on cancel.
+
+A walk never follows symlinks (a symlinked file is not listed, a symlinked directory not entered),
+skips :data:`IGNORED_DIRS` below its start, and scans at most ``max_entries`` directory entries.
+The blocking work runs in a thread that checks a stop flag, set when the awaiting task is
+cancelled, so a cancelled search does not keep a thread busy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from tether.tools.base import ToolError
+
+T = TypeVar("T")
+
+IGNORED_DIRS = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        ".jj",
+        ".bzr",
+        "node_modules",
+        "bower_components",
+        "__pycache__",
+        ".venv",
+        "venv",
+        ".tox",
+        ".nox",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".hypothesis",
+        ".eggs",
+        ".gradle",
+        ".next",
+        ".nuxt",
+        ".cache",
+        ".idea",
+        ".vs",
+    }
+)
+"""Directory names no walk enters (version control, dependencies, caches, editor state)."""
+
+
+async def run_in_thread(work: Callable[[threading.Event], T]) -> T:
+    """``work(stop)`` in a worker thread; ``stop`` is set once the caller stops waiting."""
+    stop = threading.Event()
+    try:
+        return await asyncio.to_thread(work, stop)
+    finally:
+        stop.set()
+
+
+@dataclass(frozen=True)
+class Glob:
+    """A glob over '/'-separated paths relative to where the walk starts.
+
+    ``*`` and ``?`` stay inside one path segment, ``**`` spans any number of segments, ``[a-z]``
+    and ``[!a-z]`` are classes, ``{py,pyi}`` alternatives, and a backslash escapes the next
+    character. A pattern without '/' matches the file name at any depth (``*.py``).
+    """
+
+    pattern: str
+    regex: re.Pattern[str]
+    name_only: bool
+
+    @classmethod
+    def compile(cls, pattern: str) -> Glob:
+        text = pattern.removeprefix("./")
+        if not text or "\x00" in text:
+            raise ToolError(f"invalid glob {pattern!r}: it is empty or contains a NUL byte")
+        segments = text.split("/")
+        if text.startswith("/") or ".." in segments or "" in segments:
+            raise ToolError(
+                f"invalid glob {pattern!r}: it must be relative, without '..' or empty segments"
+            )
+        try:
+            regex = re.compile(_translate(segments, pattern))
+        except re.error as exc:
+            raise ToolError(f"invalid glob {pattern!r}: {exc}") from None
+        return cls(pattern=pattern, regex=regex, name_only=len(segments) == 1)
+
+    def matches(self, rel: str) -> bool:
+        target = rel.rpartition("/")[2] if self.name_only else rel
+        return self.regex.fullmatch(target) is not None
+
+
+def _translate(segments: list[str], pattern: str) -> str:
+    parts: list[str] = []
+    for index, segment in enumerate(segments):
+        last = index == len(segments) - 1
+        if segment == "**":
+            parts.append(".*" if last else "(?:[^/]+/)*")
+            continue
+        parts.append(_translate_segment(segment, pattern))
+        if not last:
+            parts.append("/")
+    return "".join(parts)
+
+
+def _translate_segment(segment: str, pattern: str) -> str:
+    out: list[str] = []
+    in_braces = False
+    i, n = 0, len(segment)
+    while i < n:
+        char = segment[i]
+        i += 1
+        if char == "*":
+            while i < n and segment[i] == "*":
+                i += 1
+            out.append("[^/]*")
+        elif char == "?":
+            out.append("[^/]")
+        elif char == "[":
+            cls, i = _character_class(segment, i, pattern)
+            out.append(cls)
+        elif char == "{":
+            if in_braces:
+                raise ToolError(f"invalid glob {pattern!r}: nested '{{' is not supported")
+            in_braces = True
+            out.append("(?:")
+        elif char == "," and in_braces:
+            out.append("|")
+        elif char == "}" and in_braces:
+            in_braces = False
+            out.append(")")
+        elif char == "\\" and i < n:
+            out.append(re.escape(segment[i]))
+            i += 1
+        else:
+            out.append(re.escape(char))
+    if in_braces:
+        raise ToolError(
+            f"invalid glob {pattern!r}: '{{' without '}}' (alternatives cannot contain '/')"
+        )
+    return "".join(out)
+
+
+def _character_class(segment: str, start: int, pattern: str) -> tuple[str, int]:
+    """The regex class for ``[...]`` whose body starts at ``start``; and the index after it."""
+    i = start
+    if i < len(segment) and segment[i] in "!^":
+        i += 1
+    if i < len(segment) and segment[i] == "]":
+        i += 1  # a leading ']' is literal
+    end = segment.find("]", i)
+    if end < 0:
+        raise ToolError(f"invalid glob {pattern!r}: '[' without ']'")
+    body = segment[start:end]
+    negate = body[:1] in ("!", "^")
+    if negate:
+        body = body[1:]
+    body = "".join("\\" + ch if ch in "\\[]^&~|" else ch for ch in body)
+    return (f"[^/{body}]" if negate else f"[{body}]"), end + 1
+
+
+@dataclass(frozen=True, slots=True)
+class WalkedFile:
+    rel: str  # relative to the workspace root, '/'-separated
+    path: str  # absolute
+    size: int
+
+
+@dataclass
+class Walk:
+    files: list[WalkedFile] = field(default_factory=list)
+    complete: bool = True  # False: stopped after scanning max_entries entries
+    scanned: int = 0
+
+
+def walk_files(
+    root: Path, start: Path, *, glob: Glob | None, max_entries: int, stop: threading.Event
+) -> Walk:
+    """The regular files under ``start`` (inside ``root``) that ``glob`` matches, sorted by path."""
+    prefix = "" if start == root else start.relative_to(root).as_posix() + "/"
+    walk = Walk()
+    stack = [(str(start), "")]
+    while stack and not stop.is_set():
+        directory, rel_dir = stack.pop()
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    walk.scanned += 1
+                    if walk.scanned > max_entries:
+                        walk.complete = False
+                        stack.clear()
+                        break
+                    _visit(entry, rel_dir + entry.name, prefix, glob, walk, stack)
+        except OSError:  # unreadable or vanished directory: skip it
+            continue
+    walk.files.sort(key=lambda file: file.rel)
+    return walk
+
+
+def _visit(
+    entry: os.DirEntry[str],
+    rel: str,
+    prefix: str,
+    glob: Glob | None,
+    walk: Walk,
+    stack: list[tuple[str, str]],
+) -> None:
+    try:
+        if entry.is_symlink():
+            return
+        if entry.is_dir(follow_symlinks=False):
+            if entry.name not in IGNORED_DIRS:
+                stack.append((entry.path, rel + "/"))
+        elif entry.is_file(follow_symlinks=False) and (glob is None or glob.matches(rel)):
+            size = entry.stat(follow_symlinks=False).st_size
+            walk.files.append(WalkedFile(prefix + rel, entry.path, size))
+    except OSError:  # vanished meanwhile
+        return

@@ -1,0 +1,330 @@
+"""kernel/run through the real server, with the scripted provider reading a script file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether.client import Connection, RpcError
+from tether.protocol import ErrorCode
+
+from .conftest import SERVER
+
+
+def call(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:
+    return {"id": call_id, "name": name, "arguments": json.dumps(arguments)}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    (root / "src").mkdir(parents=True)
+    (root / "README.md").write_text("# Demo\nA small project.\n")
+    (root / "src" / "app.py").write_text("def main():\n    return 42\n")
+    return root
+
+
+async def start(project: Path, turns: list[dict[str, Any]], **provider: Any) -> Connection:
+    script = project.parent / "script.json"
+    script.write_text(json.dumps(turns))
+    options = {"provider": {"type": "scripted", "script": str(script), **provider}}
+    connection = await Connection.spawn(SERVER)
+    await connection.request(
+        "initialize",
+        {"workspaceFolders": [{"uri": project.as_uri()}], "initializationOptions": options},
+    )
+    connection.notify("initialized", {})
+    return connection
+
+
+def drain(connection: Connection) -> list[dict[str, Any]]:
+    events = []
+    while not connection.notifications.empty():
+        method, params = connection.notifications.get_nowait()
+        if method == "kernel/progress":
+            events.append(params)
+    return events
+
+
+async def next_event(connection: Connection, kind: str) -> dict[str, Any]:
+    async with asyncio.timeout(20):
+        while True:
+            method, params = await connection.notifications.get()
+            if method == "kernel/progress" and params["event"]["kind"] == kind:
+                return params
+
+
+async def test_a_run_with_tool_calls_records_the_exchange_and_streams_ordered_progress(
+    project: Path,
+):
+    connection = await start(
+        project,
+        [
+            {
+                "text": "Let me look.",
+                "toolCalls": [call("c1", "list_files"), call("c2", "read_file", path="README.md")],
+            },
+            {"text": "It is a demo project."},
+        ],
+    )
+    try:
+        sid = (await connection.request("session/create", {}))["sessionId"]
+        result = await connection.request(
+            "kernel/run", {"sessionId": sid, "prompt": "What is this?"}
+        )
+        events = drain(connection)
+        history = (await connection.request("session/messages", {"sessionId": sid}))["messages"]
+    finally:
+        await connection.close()
+
+    assert result["stopReason"] == "end_turn"
+    assert result["response"] == "It is a demo project."
+    assert result["iterations"] == 2
+    assert [(c["name"], c["isError"]) for c in result["toolCalls"]] == [
+        ("list_files", False),
+        ("read_file", False),
+    ]
+    assert "A small project." in result["toolCalls"][1]["result"]
+
+    assert [m["role"] for m in history] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert [c["id"] for c in history[1]["toolCalls"]] == ["c1", "c2"]
+    assert [m["toolCallId"] for m in history[2:4]] == ["c1", "c2"]
+    assert all(m["runId"] == result["runId"] for m in history)
+
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    kinds = [e["event"]["kind"] for e in events]
+    assert kinds[0] == "run_started" and kinds[-1] == "run_finished"
+    assert kinds.count("iteration_started") == 2 and kinds.count("tool_call") == 2
+    deltas = [e["event"] for e in events if e["event"]["kind"] == "message_delta"]
+    assert "".join(d["text"] for d in deltas) == "Let me look.It is a demo project."
+    assert {d["messageId"] for d in deltas} == {history[1]["id"], history[4]["id"]}
+    assert events[0]["event"]["userMessageId"] == history[0]["id"]
+
+
+async def test_max_iterations_ends_the_run_with_a_partial_result_kept_in_the_session(
+    project: Path,
+):
+    turns = [{"toolCalls": [call(f"c{n}", "list_files")]} for n in range(3)]
+    connection = await start(project, turns)
+    try:
+        sid = (await connection.request("session/create", {}))["sessionId"]
+        result = await connection.request(
+            "kernel/run", {"sessionId": sid, "prompt": "loop", "maxIterations": 3}
+        )
+        total = (await connection.request("session/messages", {"sessionId": sid}))["total"]
+    finally:
+        await connection.close()
+    assert result["stopReason"] == "max_iterations" and result["iterations"] == 3
+    assert total == 1 + 3 * 2
+
+
+async def test_a_failing_tool_call_goes_back_to_the_model_as_an_error_result(project: Path):
+    connection = await start(
+        project,
+        [
+            {
+                "toolCalls": [
+                    call("c1", "read_file", path="missing.txt"),
+                    call("c2", "no_such_tool"),
+                ]
+            },
+            {"text": "That file does not exist."},
+        ],
+    )
+    try:
+        sid = (await connection.request("session/create", {}))["sessionId"]
+        result = await connection.request("kernel/run", {"sessionId": sid, "prompt": "read it"})
+        history = (await connection.request("session/messages", {"sessionId": sid}))["messages"]
+    finally:
+        await connection.close()
+    assert result["stopReason"] == "end_turn"
+    assert [c["isError"] for c in result["toolCalls"]] == [True, True]
+    assert [m.get("isError") for m in history if m["role"] == "tool"] == [True, True]
+
+
+async def test_kernel_cancel_stops_a_streaming_run_and_the_session_stays_consistent(
+    project: Path,
+):
+    connection = await start(project, [{"text": "a very long answer " * 50, "delay": 30}])
+    try:
+        sid = (await connection.request("session/create", {}))["sessionId"]
+        run = asyncio.ensure_future(
+            connection.request("kernel/run", {"sessionId": sid, "prompt": "go"})
+        )
+        await next_event(connection, "iteration_started")
+        with pytest.raises(RpcError) as busy:
+            await connection.request("kernel/run", {"sessionId": sid, "prompt": "again"})
+        assert busy.value.code == ErrorCode.SESSION_BUSY
+        assert (await connection.request("session/get", {"sessionId": sid}))["running"] is True
+        assert await connection.request("kernel/cancel", {"sessionId": sid}) == {"cancelled": True}
+        result = await asyncio.wait_for(run, 20)
+        session = await connection.request("session/get", {"sessionId": sid})
+    finally:
+        await connection.close()
+    assert result["stopReason"] == "cancelled"
+    assert session["running"] is False and session["messageCount"] >= 1
+
+
+async def test_cancel_request_on_a_run_answers_32800_with_the_partial_result(project: Path):
+    connection = await start(
+        project,
+        [{"toolCalls": [call("c1", "list_files")]}, {"text": "slow " * 50, "delay": 30}],
+    )
+    try:
+        sid = (await connection.request("session/create", {}))["sessionId"]
+        msg_id = 1000
+        future = asyncio.get_running_loop().create_future()
+        connection._pending[msg_id] = future
+        connection.send(
+            {
+                "jsonrpc": "2.0",
+                "id": msg_id,
+                "method": "kernel/run",
+                "params": {"sessionId": sid, "prompt": "go"},
+            }
+        )
+        await next_event(connection, "iteration_finished")
+        await next_event(connection, "iteration_started")
+        connection.notify("$/cancelRequest", {"id": msg_id})
+        with pytest.raises(RpcError) as raised:
+            await asyncio.wait_for(future, 20)
+        history = (await connection.request("session/messages", {"sessionId": sid}))["messages"]
+    finally:
+        await connection.close()
+    assert raised.value.code == ErrorCode.REQUEST_CANCELLED
+    partial = raised.value.data
+    assert partial["stopReason"] == "cancelled" and partial["iterations"] == 2
+    assert [c["id"] for c in partial["toolCalls"]] == ["c1"]
+    assert [m["role"] for m in history[:3]] == ["user", "assistant", "tool"]
+
+
+async def test_an_unreachable_endpoint_is_a_provider_error_after_retries(project: Path):
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    connection = await Connection.spawn(SERVER, env={"OPENAI_API_KEY": "sk-test-secret"})
+    try:
+        await connection.request(
+            "initialize",
+            {
+                "workspaceFolders": [{"uri": project.as_uri()}],
+                "initializationOptions": {
+                    "provider": {
+                        "type": "openai",
+                        "baseUrl": f"http://127.0.0.1:{port}/v1",
+                        "model": "m",
+                        "maxRetries": 1,
+                        "timeout": 5,
+                    }
+                },
+            },
+        )
+        sid = (await connection.request("session/create", {}))["sessionId"]
+        with pytest.raises(RpcError) as raised:
+            await connection.request("kernel/run", {"sessionId": sid, "prompt": "hi"})
+        total = (await connection.request("session/messages", {"sessionId": sid}))["total"]
+    finally:
+        await connection.close()
+    assert raised.value.code == ErrorCode.PROVIDER_ERROR
+    assert raised.value.data["provider"] == "openai"
+    assert "sk-test-secret" not in json.dumps(raised.value.data) + raised.value.message
+    assert total == 1  # the prompt is kept; nothing half-made follows it
+
+
+async def test_kernel_methods_refuse_unknown_sessions(project: Path):
+    connection = await start(project, [])
+    try:
+        for method in ("kernel/run", "kernel/cancel"):
+            with pytest.raises(RpcError) as raised:
+                await connection.request(method, {"sessionId": "nope", "prompt": "x"})
+            assert raised.value.code == ErrorCode.SESSION_NOT_FOUND
+    finally:
+        await connection.close()
+
+
+def test_tether_run_prints_the_streamed_answer_and_a_line_per_tool_call(project: Path):
+    script = project.parent / "cli-script.json"
+    script.write_text(
+        json.dumps(
+            [
+                {"text": "Reading.", "toolCalls": [call("c1", "read_file", path="src/app.py")]},
+                {"text": "main returns 42."},
+            ]
+        )
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tether",
+            "run",
+            "What does main return?",
+            "--workspace",
+            str(project),
+            "--script",
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "main returns 42." in done.stdout
+    assert '→ read_file {"path": "src/app.py"}' in done.stdout and "✓ read_file" in done.stdout
+
+
+def test_tether_run_json_prints_events_and_the_result_as_json_lines(project: Path):
+    script = project.parent / "cli-script.json"
+    script.write_text(json.dumps([{"text": "Hello."}]))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tether",
+            "run",
+            "hi",
+            "--json",
+            "--workspace",
+            str(project),
+            "--script",
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert lines[0]["event"]["kind"] == "run_started"
+    assert lines[-1]["result"]["response"] == "Hello."
+
+
+def test_tether_run_exits_non_zero_on_an_error(project: Path):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tether",
+            "run",
+            "hi",
+            "--workspace",
+            str(project),
+            "--session",
+            "no-such-session",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "-32010" in done.stderr

@@ -1,0 +1,681 @@
+"""A real loopback HTTP server that plays a model endpoint, for tests and benchmarks.
+
+It speaks the OpenAI Chat Completions format (``POST .../chat/completions``) and the Anthropic
+Messages format (``POST .../messages``), streamed as server-sent events or as one JSON answer, as
+the request asks. Each test queues what the next requests get::
+
+    async with ModelServer() as server:
+        server.push(Reply(text="Hello"), Status(429, retry_after="1"), Hang())
+        provider = OpenAIProvider(base_url=server.openai_url, ...)
+
+A :class:`Reply` is rendered in the format of the request that takes it, so one script serves
+both providers. Faults: :class:`Status` (429 with ``Retry-After``, 500, ...), :class:`Hang` (no
+answer, or a stream that stalls), :class:`Reset` (the connection reset, before the answer or in
+the middle of the stream), :class:`Truncate` (the stream ends in the middle of an event), and a
+malformed tool call is a :class:`Call` whose ``arguments`` are broken JSON. ``latency`` delays
+every answer. When the queue is empty, ``default`` answers, or a 400 that names the problem.
+
+For a subprocess (the real ``tether serve``), run it in a thread::
+
+    with ModelServer.in_thread(latency=0.05) as server:
+        spawn(..., base_url=server.openai_url)
+
+Every request is recorded in ``requests`` (method, path, lower-case headers, parsed JSON body).
+Minimal HTTP/1.1 by hand over ``asyncio.start_server``: keep-alive, Content-Length or chunked
+request bodies, chunked streamed answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import socket
+import struct
+import threading
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Format = Literal["openai", "anthropic"]
+
+_WORD = re.compile(r"\s*\S+\s*")
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found"}
+
+
+# --- what a request gets ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Call:
+    """A tool call in a reply; ``arguments`` as text may be broken JSON on purpose."""
+
+    name: str
+    arguments: str | Mapping[str, Any] = "{}"
+    id: str | None = None
+
+    @property
+    def arguments_text(self) -> str:
+        if isinstance(self.arguments, str):
+            return self.arguments
+        return json.dumps(self.arguments)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reply:
+    """A model turn: text (streamed word by word) and/or tool calls."""
+
+    text: str = ""
+    tool_calls: Sequence[Call] = ()
+    usage: tuple[int, int] | None = (12, 7)  # (input, output) tokens; None: no usage at all
+    stream: bool | None = None  # None: as the request asks
+    finish_reason: str | None = None  # default: the format's word for "stop" or "tool calls"
+    argument_pieces: int = 3  # tool-call arguments arrive in this many deltas ...
+    whole_tool_calls: bool = False  # ... or every call whole, in one delta (OpenAI)
+    interleave: bool = False  # deltas of parallel calls alternate (OpenAI)
+    omit_tool_call_ids: bool = False  # like some OpenAI-compatible servers
+    done_marker: bool = True  # OpenAI: end with ``data: [DONE]``
+
+
+@dataclass(frozen=True)
+class Status:
+    """An HTTP error; ``body`` defaults to an error object in the request's format."""
+
+    status: int
+    retry_after: str | None = None
+    body: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Hang:
+    """Never answer; with ``after_text``, stream that text first and then stall."""
+
+    after_text: str | None = None
+
+
+@dataclass(frozen=True)
+class Reset:
+    """Reset the connection: before answering, or after streaming ``after_text``."""
+
+    after_text: str | None = None
+
+
+@dataclass(frozen=True)
+class Truncate:
+    """Stream ``after_text``, then half an event, then end the body as if all was sent."""
+
+    after_text: str = ""
+
+
+@dataclass(frozen=True)
+class Raw:
+    """Bytes sent as they are, for what the other responses cannot say."""
+
+    body: str | bytes
+    content_type: str = "text/event-stream"
+    status: int = 200
+
+
+Response = Reply | Status | Hang | Reset | Truncate | Raw
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    body: Any  # the parsed JSON, or None
+    raw: bytes
+
+    @property
+    def format(self) -> Format | None:
+        return _format_of(self.path)
+
+
+def _format_of(path: str) -> Format | None:
+    path = path.split("?", 1)[0].rstrip("/")
+    if path.endswith("/chat/completions"):
+        return "openai"
+    if path.endswith("/messages"):
+        return "anthropic"
+    return None
+
+
+# --- the wire formats -------------------------------------------------------------------------
+
+
+def _pieces(text: str, count: int) -> list[str]:
+    if count <= 1 or len(text) <= 1:
+        return [text]
+    size = -(-len(text) // count)
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _sse(data: Any, event: str | None = None) -> str:
+    payload = data if isinstance(data, str) else json.dumps(data)
+    return (f"event: {event}\n" if event else "") + f"data: {payload}\n\n"
+
+
+class _OpenAI:
+    def __init__(self, request: RecordedRequest) -> None:
+        body = request.body if isinstance(request.body, dict) else {}
+        self.model = body.get("model", "fake-model")
+        self.include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
+    def _chunk(self, choices: list[Any], usage: Any = None) -> str:
+        chunk: dict[str, Any] = {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion.chunk",
+            "created": 1700000000,
+            "model": self.model,
+            "choices": choices,
+        }
+        if usage is not None:
+            chunk["usage"] = usage
+        return _sse(chunk)
+
+    def _delta(self, delta: dict[str, Any], finish_reason: str | None = None) -> str:
+        return self._chunk([{"index": 0, "delta": delta, "finish_reason": finish_reason}])
+
+    def prefix(self, text: str) -> list[str]:
+        events = [self._delta({"role": "assistant", "content": ""})]
+        events += [self._delta({"content": piece}) for piece in _WORD.findall(text)]
+        return events
+
+    def events(self, reply: Reply) -> list[str]:
+        events = self.prefix(reply.text) + self._tool_events(reply)
+        events.append(self._delta({}, self._finish_reason(reply)))
+        if reply.usage is not None and self.include_usage:
+            events.append(self._chunk([], self._usage(reply)))
+        if reply.done_marker:
+            events.append(_sse("[DONE]"))
+        return events
+
+    def _tool_events(self, reply: Reply) -> list[str]:
+        per_call: list[list[dict[str, Any]]] = []
+        for index, call in enumerate(reply.tool_calls):
+            head: dict[str, Any] = {"index": index, "type": "function"}
+            if not reply.omit_tool_call_ids:
+                head["id"] = _call_id(call, index)
+            arguments = call.arguments_text
+            if reply.whole_tool_calls:
+                head["function"] = {"name": call.name, "arguments": arguments}
+                per_call.append([head])
+                continue
+            head["function"] = {"name": call.name, "arguments": ""}
+            rest = [
+                {"index": index, "function": {"arguments": piece}}
+                for piece in _pieces(arguments, reply.argument_pieces)
+            ]
+            per_call.append([head, *rest])
+        if reply.whole_tool_calls and per_call:
+            return [self._delta({"tool_calls": [calls[0] for calls in per_call]})]
+        if reply.interleave:
+            order = [d for row in _zip_longest(per_call) for d in row]
+        else:
+            order = [d for calls in per_call for d in calls]
+        return [self._delta({"tool_calls": [d]}) for d in order]
+
+    def partial(self) -> str:
+        return 'data: {"id":"chatcmpl-fake","choices":[{"index":0,"delta":{"content":"cut off'
+
+    def whole(self, reply: Reply) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": _call_id(call, index),
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments_text},
+                }
+                for index, call in enumerate(reply.tool_calls)
+            ]
+        body: dict[str, Any] = {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion",
+            "created": 1700000000,
+            "model": self.model,
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": self._finish_reason(reply)}
+            ],
+        }
+        if reply.usage is not None:
+            body["usage"] = self._usage(reply)
+        return body
+
+    def error(self, status: int) -> dict[str, Any]:
+        return {"error": {"message": f"fake error {status}", "type": "fake", "code": status}}
+
+    def _usage(self, reply: Reply) -> dict[str, int]:
+        assert reply.usage is not None
+        prompt, completion = reply.usage
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+
+    def _finish_reason(self, reply: Reply) -> str:
+        return reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+
+
+class _Anthropic:
+    def __init__(self, request: RecordedRequest) -> None:
+        body = request.body if isinstance(request.body, dict) else {}
+        self.model = body.get("model", "fake-model")
+
+    def _start(self, reply_usage: tuple[int, int] | None) -> str:
+        usage = {"input_tokens": reply_usage[0], "output_tokens": 1} if reply_usage else {}
+        message = {
+            "id": "msg_fake",
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": usage,
+        }
+        return _sse({"type": "message_start", "message": message}, "message_start")
+
+    def prefix(self, text: str, usage: tuple[int, int] | None = (12, 7)) -> list[str]:
+        events = [self._start(usage)]
+        if text:
+            block = {"type": "text", "text": ""}
+            events.append(
+                _sse(
+                    {"type": "content_block_start", "index": 0, "content_block": block},
+                    "content_block_start",
+                )
+            )
+            events.append(_sse({"type": "ping"}, "ping"))
+            events += [
+                _sse(
+                    {
+                        "type": "content_block_delta",
+                        "index": 0,
+                        "delta": {"type": "text_delta", "text": piece},
+                    },
+                    "content_block_delta",
+                )
+                for piece in _WORD.findall(text)
+            ]
+        return events
+
+    def events(self, reply: Reply) -> list[str]:
+        events = self.prefix(reply.text, reply.usage)
+        index = 0
+        if reply.text:
+            events.append(_stop(0))
+            index = 1
+        for number, call in enumerate(reply.tool_calls):
+            block = {"type": "tool_use", "id": _call_id(call, number), "name": call.name}
+            events.append(
+                _sse(
+                    {
+                        "type": "content_block_start",
+                        "index": index,
+                        "content_block": {**block, "input": {}},
+                    },
+                    "content_block_start",
+                )
+            )
+            for piece in ["", *_pieces(call.arguments_text, reply.argument_pieces)]:
+                delta = {"type": "input_json_delta", "partial_json": piece}
+                events.append(
+                    _sse(
+                        {"type": "content_block_delta", "index": index, "delta": delta},
+                        "content_block_delta",
+                    )
+                )
+            events.append(_stop(index))
+            index += 1
+        message_delta: dict[str, Any] = {
+            "type": "message_delta",
+            "delta": {"stop_reason": self._stop_reason(reply), "stop_sequence": None},
+        }
+        if reply.usage is not None:
+            message_delta["usage"] = {"output_tokens": reply.usage[1]}
+        events.append(_sse(message_delta, "message_delta"))
+        events.append(_sse({"type": "message_stop"}, "message_stop"))
+        return events
+
+    def partial(self) -> str:
+        return (
+            "event: content_block_delta\n"
+            'data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"cu'
+        )
+
+    def whole(self, reply: Reply) -> dict[str, Any]:
+        content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
+        for number, call in enumerate(reply.tool_calls):
+            try:
+                arguments = json.loads(call.arguments_text)
+            except ValueError:
+                arguments = {}
+            content.append(
+                {
+                    "type": "tool_use",
+                    "id": _call_id(call, number),
+                    "name": call.name,
+                    "input": arguments,
+                }
+            )
+        body: dict[str, Any] = {
+            "id": "msg_fake",
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": content,
+            "stop_reason": self._stop_reason(reply),
+            "stop_sequence": None,
+        }
+        if reply.usage is not None:
+            body["usage"] = {"input_tokens": reply.usage[0], "output_tokens": reply.usage[1]}
+        return body
+
+    def error(self, status: int) -> dict[str, Any]:
+        kind = "rate_limit_error" if status == 429 else "api_error"
+        return {"type": "error", "error": {"type": kind, "message": f"fake error {status}"}}
+
+    def _stop_reason(self, reply: Reply) -> str:
+        return reply.finish_reason or ("tool_use" if reply.tool_calls else "end_turn")
+
+
+def _stop(index: int) -> str:
+    return _sse({"type": "content_block_stop", "index": index}, "content_block_stop")
+
+
+def _call_id(call: Call, index: int) -> str:
+    return call.id or f"call_fake_{index}"
+
+
+def _zip_longest(rows: list[list[dict[str, Any]]]) -> Iterator[list[dict[str, Any]]]:
+    for position in range(max((len(row) for row in rows), default=0)):
+        yield [row[position] for row in rows if position < len(row)]
+
+
+# --- the server -------------------------------------------------------------------------------
+
+
+class ModelServer:
+    """The fake endpoint. ``url`` is its root; ``openai_url`` and ``anthropic_url`` are the
+    base URLs the providers take."""
+
+    def __init__(self, *, latency: float = 0.0, default: Response | None = None) -> None:
+        self.latency = latency
+        self.default = default
+        self.requests: list[RecordedRequest] = []
+        self._queue: deque[Response] = deque()
+        self._lock = threading.Condition()
+        self._server: asyncio.Server | None = None
+        self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._closing: asyncio.Event | None = None
+        self.port = 0
+
+    # --- scripting and inspection (safe from any thread) ---
+
+    def push(self, *responses: Response) -> None:
+        """Queue answers for the next requests, in order."""
+        with self._lock:
+            self._queue.extend(responses)
+
+    @property
+    def pending(self) -> int:
+        """Queued answers no request has taken yet."""
+        with self._lock:
+            return len(self._queue)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def openai_url(self) -> str:
+        return f"{self.url}/v1"
+
+    @property
+    def anthropic_url(self) -> str:
+        return self.url
+
+    def wait_for_requests_sync(self, count: int, seconds: float = 5.0) -> list[RecordedRequest]:
+        """Block until ``count`` requests have arrived (TimeoutError after ``seconds``)."""
+        with self._lock:
+            if not self._lock.wait_for(lambda: len(self.requests) >= count, seconds):
+                raise TimeoutError(f"{len(self.requests)} of {count} requests arrived")
+            return list(self.requests)
+
+    async def wait_for_requests(self, count: int, seconds: float = 5.0) -> list[RecordedRequest]:
+        """Wait until ``count`` requests have arrived (TimeoutError after ``seconds``)."""
+        return await asyncio.to_thread(self.wait_for_requests_sync, count, seconds)
+
+    # --- lifecycle ---
+
+    async def __aenter__(self) -> ModelServer:
+        self._closing = asyncio.Event()
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._server is not None and self._closing is not None
+        self._closing.set()  # stalled answers give up
+        self._server.close()
+        for writer in self._connections.values():
+            writer.transport.abort()  # idle keep-alive connections see the end
+        if self._connections:
+            await asyncio.wait(list(self._connections), timeout=5)
+        await self._server.wait_closed()
+
+    @classmethod
+    @contextlib.contextmanager
+    def in_thread(cls, **options: Any) -> Iterator[ModelServer]:
+        """The server on its own event loop in a daemon thread, for subprocess tests."""
+        server = cls(**options)
+        ready = threading.Event()
+        stop: list[Any] = []
+        failure: list[BaseException] = []
+
+        async def main() -> None:
+            async with server:
+                stopped = asyncio.Event()
+                loop = asyncio.get_running_loop()
+                stop.append(lambda: loop.call_soon_threadsafe(stopped.set))
+                ready.set()
+                await stopped.wait()
+
+        def run() -> None:
+            try:
+                asyncio.run(main())
+            except BaseException as exc:
+                failure.append(exc)
+                ready.set()
+
+        thread = threading.Thread(target=run, name="model-server", daemon=True)
+        thread.start()
+        if not ready.wait(10) or failure:
+            raise RuntimeError(f"the model server did not start: {failure}")
+        try:
+            yield server
+        finally:
+            stop[0]()
+            thread.join(10)
+
+    # --- HTTP ---
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[task] = writer
+        try:
+            while True:
+                request = await _read_request(reader)
+                if request is None:
+                    break
+                with self._lock:
+                    self.requests.append(request)
+                    self._lock.notify_all()
+                if not await self._answer(request, writer):
+                    break
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            self._connections.pop(task, None)
+            if not writer.transport.is_closing():
+                writer.close()
+
+    def _take(self) -> Response | None:
+        with self._lock:
+            return self._queue.popleft() if self._queue else self.default
+
+    async def _answer(self, request: RecordedRequest, writer: asyncio.StreamWriter) -> bool:
+        """Write the answer; False when the connection must not be reused."""
+        kind = request.format
+        if request.method != "POST" or kind is None:
+            await _send(writer, 404, b'{"error": "not found"}')
+            return True
+        wire = _OpenAI(request) if kind == "openai" else _Anthropic(request)
+        response = self._take()
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        if response is None:
+            message = f"fake model server: no scripted response left ({len(self.requests)})"
+            await _send(writer, 400, json.dumps({"error": {"message": message}}).encode())
+            return True
+        keep = await self._respond(response, request, wire, writer)
+        return keep and request.headers.get("connection", "").lower() != "close"
+
+    async def _respond(
+        self,
+        response: Response,
+        request: RecordedRequest,
+        wire: _OpenAI | _Anthropic,
+        writer: asyncio.StreamWriter,
+    ) -> bool:
+        if isinstance(response, Reply):
+            asked = isinstance(request.body, dict) and bool(request.body.get("stream"))
+            if response.stream if response.stream is not None else asked:
+                await _stream(writer, wire.events(response))
+            else:
+                await _send(writer, 200, json.dumps(wire.whole(response)).encode())
+            return True
+        if isinstance(response, Status):
+            headers = dict(response.headers)
+            if response.retry_after is not None:
+                headers["Retry-After"] = response.retry_after
+            body = (
+                response.body
+                if response.body is not None
+                else json.dumps(wire.error(response.status))
+            )
+            await _send(writer, response.status, body.encode(), headers)
+            return True
+        if isinstance(response, Raw):
+            raw = response.body.encode() if isinstance(response.body, str) else response.body
+            await _send(writer, response.status, raw, content_type=response.content_type)
+            return True
+        if isinstance(response, Truncate):
+            await _stream(writer, [*wire.prefix(response.after_text), wire.partial()])
+            return True
+        if isinstance(response, Reset):
+            if response.after_text is not None:
+                await _stream(writer, wire.prefix(response.after_text), end=False)
+            _reset(writer)
+            return False
+        assert isinstance(response, Hang)
+        if response.after_text is not None:
+            await _stream(writer, wire.prefix(response.after_text), end=False)
+        assert self._closing is not None
+        await self._closing.wait()
+        return False
+
+
+async def _read_request(reader: asyncio.StreamReader) -> RecordedRequest | None:
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError:
+        return None
+    lines = head.decode("latin-1").split("\r\n")
+    method, target, _ = lines[0].split(" ", 2)
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        if line:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+    if "content-length" in headers:
+        raw = await reader.readexactly(int(headers["content-length"]))
+    elif headers.get("transfer-encoding", "").lower() == "chunked":
+        raw = await _read_chunked(reader)
+    else:
+        raw = b""
+    try:
+        body = json.loads(raw) if raw else None
+    except ValueError:
+        body = None
+    return RecordedRequest(method=method, path=target, headers=headers, body=body, raw=raw)
+
+
+async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
+    body = bytearray()
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+        if size == 0:
+            await reader.readuntil(b"\r\n")
+            return bytes(body)
+        body += await reader.readexactly(size)
+        await reader.readexactly(2)
+
+
+def _head(status: int, headers: Mapping[str, str]) -> bytes:
+    lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Fake Status')}"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+async def _send(
+    writer: asyncio.StreamWriter,
+    status: int,
+    body: bytes,
+    headers: Mapping[str, str] | None = None,
+    content_type: str = "application/json",
+) -> None:
+    all_headers = {
+        "Content-Type": content_type,
+        "Content-Length": str(len(body)),
+        **(headers or {}),
+    }
+    writer.write(_head(status, all_headers) + body)
+    await writer.drain()
+
+
+async def _stream(writer: asyncio.StreamWriter, events: Sequence[str], *, end: bool = True) -> None:
+    """An SSE answer, one chunk per event, flushed as it goes."""
+    writer.write(
+        _head(
+            200,
+            {
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                "Transfer-Encoding": "chunked",
+            },
+        )
+    )
+    for event in events:
+        data = event.encode()
+        writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        await writer.drain()
+    if end:
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+
+def _reset(writer: asyncio.StreamWriter) -> None:
+    """Close with a TCP reset (SO_LINGER 0), as a crashed peer or a dropped proxy would."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()

@@ -1,0 +1,229 @@
+"""The kernel in process: a memory store, the scripted provider, and tools faked at the boundary."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether.config import TetherConfig
+from tether.kernel.kernel import Kernel
+from tether.protocol import (
+    ConfigError,
+    CreateSessionParams,
+    ProviderError,
+    RequestCancelled,
+    Role,
+    SessionBusy,
+)
+from tether.protocol.kernel import ProgressParams, RunParams, StopReason
+from tether.protocol.tools import ToolSpec
+from tether.providers.scripted import ScriptedProvider
+from tether.sessions import MemoryStore
+from tether.tools.base import ToolContext, ToolResult
+
+
+class Tools:
+    """A tool executor whose tools each wait for their own gate, then echo their arguments."""
+
+    def __init__(self, *names: str) -> None:
+        self.specs = [ToolSpec(name=n, description=n, parameters={"type": "object"}) for n in names]
+        self.gates: dict[str, asyncio.Event] = {}
+        self.started: dict[str, asyncio.Event] = {}
+        self.finished: dict[str, asyncio.Event] = {}
+        self.cancelled: list[str] = []
+
+    def gate(self, name: str) -> asyncio.Event:
+        return self.gates.setdefault(name, asyncio.Event())
+
+    def list(self) -> list[ToolSpec]:
+        return self.specs
+
+    async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
+        self.started.setdefault(name, asyncio.Event()).set()
+        try:
+            await self.gate(name).wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(name)
+            raise
+        self.finished.setdefault(name, asyncio.Event()).set()
+        if name == "broken":
+            return ToolResult("it broke", is_error=True)
+        return ToolResult(f"{name}:{arguments}")
+
+
+def call(call_id: str, name: str) -> dict[str, Any]:
+    return {"id": call_id, "name": name, "arguments": "{}"}
+
+
+class Harness:
+    def __init__(self, tmp_path: Path, turns: list[dict[str, Any]], tools: Tools) -> None:
+        self.store = MemoryStore()
+        self.provider = ScriptedProvider(turns)
+        self.tools = tools
+        self.events: list[ProgressParams] = []
+        self.memory: Callable[[Path, list[str]], str] = lambda root, paths: "remember: tabs"
+        self.workspace = tmp_path
+        self.kernel = Kernel(
+            self.store,
+            config=lambda: TetherConfig.model_validate(
+                {
+                    "provider": {"type": "scripted", "model": "m"},
+                    "kernel": {"systemPrompt": "Be brief."},
+                }
+            ),
+            providers=lambda config: self.provider,
+            tools=lambda config: self.tools,
+            memory=lambda root, paths: self.memory(root, paths),
+        )
+
+    async def session(self, **fields: Any) -> str:
+        params = CreateSessionParams(**fields)
+        return (await self.store.create(params, self.workspace.as_uri())).session_id
+
+    async def run(self, session_id: str, **params: Any) -> Any:
+        return await self.kernel.run(
+            RunParams(session_id=session_id, prompt="go", **params), self.events.append
+        )
+
+    def kinds(self) -> list[str]:
+        return [e.event.kind for e in self.events]
+
+
+@pytest.fixture
+def tools() -> Tools:
+    return Tools("first", "second", "broken")
+
+
+async def test_calls_run_concurrently_and_results_follow_the_order_the_model_asked(
+    tmp_path: Path, tools: Tools
+):
+    harness = Harness(
+        tmp_path,
+        [{"toolCalls": [call("a", "first"), call("b", "second")]}, {"text": "done"}],
+        tools,
+    )
+    sid = await harness.session()
+    run = asyncio.ensure_future(harness.run(sid))
+    await tools.started.setdefault("first", asyncio.Event()).wait()
+    await tools.started.setdefault("second", asyncio.Event()).wait()  # both at once
+    tools.gate("second").set()  # the second finishes first
+    await tools.finished.setdefault("second", asyncio.Event()).wait()
+    tools.gate("first").set()
+    result = await run
+    history = await harness.store.history(sid)
+    assert [m.tool_call_id for m in history if m.role is Role.TOOL] == ["a", "b"]
+    assert [r.id for r in result.tool_calls] == ["a", "b"]
+    assert result.stop_reason is StopReason.END_TURN
+    request = harness.provider.requests[-1]
+    assert request.system == "Be brief.\n\nremember: tabs"
+    assert [m.role for m in request.messages] == [Role.USER, Role.ASSISTANT, Role.TOOL, Role.TOOL]
+
+
+async def test_cancelling_mid_tool_records_finished_results_and_cancelled_ones(
+    tmp_path: Path, tools: Tools
+):
+    harness = Harness(tmp_path, [{"toolCalls": [call("a", "first"), call("b", "second")]}], tools)
+    sid = await harness.session()
+    tools.gate("first").set()
+    run = asyncio.ensure_future(harness.run(sid))
+    await tools.started.setdefault("second", asyncio.Event()).wait()
+    assert harness.kernel.cancel(sid)
+    result = await run
+    assert result.stop_reason is StopReason.CANCELLED
+    assert tools.cancelled == ["second"]
+    results = {
+        m.tool_call_id: (m.content, m.is_error)
+        for m in await harness.store.history(sid)
+        if m.role is Role.TOOL
+    }
+    assert results == {"a": ("first:{}", None), "b": ("cancelled", True)}
+    assert harness.kinds()[-1] == "run_finished"
+    assert not harness.kernel.is_running(sid)
+
+
+async def test_cancelling_the_request_raises_request_cancelled_with_the_partial_result(
+    tmp_path: Path, tools: Tools
+):
+    harness = Harness(tmp_path, [{"toolCalls": [call("a", "first")]}], tools)
+    sid = await harness.session()
+    run = asyncio.ensure_future(harness.run(sid))
+    await tools.started.setdefault("first", asyncio.Event()).wait()
+    run.cancel()
+    with pytest.raises(RequestCancelled) as raised:
+        await run
+    assert raised.value.data["stopReason"] == "cancelled"
+    assert raised.value.data["toolCalls"][0]["result"] == "cancelled"
+
+
+async def test_a_second_run_on_a_busy_session_is_refused(tmp_path: Path, tools: Tools):
+    harness = Harness(tmp_path, [{"toolCalls": [call("a", "first")]}, {"text": "ok"}], tools)
+    sid = await harness.session()
+    run = asyncio.ensure_future(harness.run(sid))
+    await tools.started.setdefault("first", asyncio.Event()).wait()
+    with pytest.raises(SessionBusy):
+        await harness.run(sid)
+    tools.gate("first").set()
+    assert (await run).stop_reason is StopReason.END_TURN
+
+
+async def test_a_provider_failure_fails_the_run_but_leaves_every_call_answered(
+    tmp_path: Path, tools: Tools
+):
+    harness = Harness(tmp_path, [{"toolCalls": [call("a", "broken")]}], tools)  # then it runs out
+    sid = await harness.session()
+    tools.gate("broken").set()
+    with pytest.raises(ProviderError):
+        await harness.run(sid)
+    history = await harness.store.history(sid)
+    assert [(m.role, m.is_error) for m in history] == [
+        (Role.USER, None),
+        (Role.ASSISTANT, None),
+        (Role.TOOL, True),
+    ]
+    finished = harness.events[-1].event
+    assert finished.kind == "run_finished" and finished.stop_reason is StopReason.ERROR
+
+
+async def test_tools_outside_the_session_allow_list_are_neither_offered_nor_run(
+    tmp_path: Path, tools: Tools
+):
+    harness = Harness(tmp_path, [{"toolCalls": [call("a", "second")]}, {"text": "ok"}], tools)
+    sid = await harness.session(tools=["first"])
+    result = await harness.run(sid)
+    assert [s.name for s in harness.provider.requests[0].tools] == ["first"]
+    assert result.tool_calls[0].is_error and "not available" in result.tool_calls[0].result
+    assert "second" not in tools.started
+
+
+async def test_memory_that_fails_to_load_fails_the_run_before_anything_is_recorded(
+    tmp_path: Path, tools: Tools
+):
+    harness = Harness(tmp_path, [{"text": "never"}], tools)
+
+    def broken(root: Path, paths: list[str]) -> str:
+        raise ConfigError("memory.paths: cannot read notes.md", {"key": "memory.paths"})
+
+    harness.memory = broken
+    sid = await harness.session()
+    with pytest.raises(ConfigError):
+        await harness.run(sid)
+    assert await harness.store.history(sid) == []
+    assert harness.provider.requests == []
+
+
+async def test_events_are_numbered_from_one_and_bracketed_by_start_and_finish(
+    tmp_path: Path, tools: Tools
+):
+    harness = Harness(tmp_path, [{"text": "hello there"}], tools)
+    sid = await harness.session()
+    result = await harness.run(sid, max_iterations=2)
+    assert [e.seq for e in harness.events] == list(range(1, len(harness.events) + 1))
+    assert harness.kinds()[0] == "run_started" and harness.kinds()[-1] == "run_finished"
+    assert {e.run_id for e in harness.events} == {result.run_id}
+    assert harness.events[0].event.max_iterations == 2
+    assert json.loads(result.model_dump_json())["response"] == "hello there"

@@ -1,0 +1,231 @@
+"""Memory entries: which files feed the system prompt, in what order, and when loading fails."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tether.config import MemoryConfig
+from tether.memory import (
+    DEFAULT_MEMORY_PATH,
+    MemoryLoadError,
+    load_memory,
+    read_memory,
+    render_memory,
+)
+from tether.protocol import ConfigError, ErrorCode
+
+
+def write(root: Path, rel: str, content: str | bytes) -> Path:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    return path
+
+
+def _modes_are_enforced() -> bool:
+    """False when this process reads files whatever their mode (root, CAP_DAC_OVERRIDE)."""
+    with tempfile.TemporaryDirectory() as directory:
+        probe = Path(directory) / "probe"
+        probe.write_text("x")
+        probe.chmod(0)
+        try:
+            probe.read_text()
+        except PermissionError:
+            return True
+        return False
+
+
+needs_enforced_modes = pytest.mark.skipif(
+    not _modes_are_enforced(), reason="this process reads files whatever their mode"
+)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    return root
+
+
+def names(workspace: Path, paths: list[str]) -> list[str]:
+    return [entry.name for entry in read_memory(workspace, paths)]
+
+
+def test_the_default_path_matches_the_configuration_default() -> None:
+    assert MemoryConfig().paths == [DEFAULT_MEMORY_PATH]
+
+
+def test_a_missing_default_path_is_simply_no_memory(workspace: Path) -> None:
+    assert load_memory(workspace, [DEFAULT_MEMORY_PATH]) == ""
+    assert load_memory(workspace, [".tether/memory/"]) == ""
+
+
+def test_no_configured_paths_is_no_memory(workspace: Path) -> None:
+    assert load_memory(workspace, []) == ""
+
+
+def test_entries_of_a_directory_come_sorted_by_path_each_headed_by_its_name(
+    workspace: Path,
+) -> None:
+    write(workspace, ".tether/memory/b.md", "Use tabs.\n")
+    write(workspace, ".tether/memory/a.md", "Be brief.\n")
+    write(workspace, ".tether/memory/team/c.md", "Ask Ann.\n")
+    text = load_memory(workspace, [DEFAULT_MEMORY_PATH])
+    assert text == (
+        "# Memory\n\n"
+        "## .tether/memory/a.md\n\nBe brief.\n\n"
+        "## .tether/memory/b.md\n\nUse tabs.\n\n"
+        "## .tether/memory/team/c.md\n\nAsk Ann."
+    )
+
+
+def test_only_visible_markdown_files_are_entries(workspace: Path) -> None:
+    write(workspace, ".tether/memory/notes.md", "yes")
+    write(workspace, ".tether/memory/UPPER.MD", "yes")
+    write(workspace, ".tether/memory/notes.txt", "no")
+    write(workspace, ".tether/memory/.draft.md", "no")
+    write(workspace, ".tether/memory/.hidden/x.md", "no")
+    os.mkfifo(workspace / ".tether/memory/pipe.md")
+    assert names(workspace, [DEFAULT_MEMORY_PATH]) == [
+        ".tether/memory/UPPER.MD",
+        ".tether/memory/notes.md",
+    ]
+
+
+def test_empty_entries_are_left_out(workspace: Path) -> None:
+    write(workspace, ".tether/memory/empty.md", " \n\n")
+    write(workspace, ".tether/memory/full.md", "x")
+    assert names(workspace, [DEFAULT_MEMORY_PATH]) == [".tether/memory/full.md"]
+
+
+def test_configured_paths_keep_their_order_and_a_file_counts_once(workspace: Path) -> None:
+    write(workspace, ".tether/memory/a.md", "a")
+    write(workspace, "docs/STYLE.md", "style")
+    order = names(workspace, ["docs/STYLE.md", DEFAULT_MEMORY_PATH, "docs/STYLE.md"])
+    assert order == ["docs/STYLE.md", ".tether/memory/a.md"]
+
+
+def test_a_configured_file_need_not_end_in_md(workspace: Path) -> None:
+    write(workspace, "AGENTS.txt", "rules")
+    assert names(workspace, ["AGENTS.txt"]) == ["AGENTS.txt"]
+
+
+def test_an_absolute_path_outside_the_workspace_is_headed_as_configured(
+    workspace: Path, tmp_path: Path
+) -> None:
+    write(tmp_path / "home-notes", "me.md", "I like short answers.")
+    write(tmp_path / "home-notes", "sub/more.md", "More.")
+    configured = str(tmp_path / "home-notes")
+    assert names(workspace, [configured]) == [f"{configured}/me.md", f"{configured}/sub/more.md"]
+
+
+def test_a_byte_order_mark_is_dropped(workspace: Path) -> None:
+    write(workspace, "m.md", "\ufeffhello".encode())
+    [entry] = read_memory(workspace, ["m.md"])
+    assert entry.text == "hello"
+
+
+def test_an_explicitly_configured_missing_path_is_a_config_error(workspace: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_memory(workspace, ["docs/memory"])
+    assert not isinstance(caught.value, MemoryLoadError)
+    assert caught.value.code == ErrorCode.CONFIG_ERROR
+    assert caught.value.data == {"key": "memory.paths", "path": "docs/memory"}
+
+
+def test_a_missing_absolute_path_is_a_config_error(workspace: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError):
+        load_memory(workspace, [str(tmp_path / "nowhere")])
+
+
+@pytest.mark.parametrize("configured", ["", "bad\x00path"])
+def test_an_unusable_path_is_a_config_error(workspace: Path, configured: str) -> None:
+    with pytest.raises(ConfigError):
+        load_memory(workspace, [configured])
+
+
+def test_a_configured_fifo_is_a_config_error(workspace: Path) -> None:
+    os.mkfifo(workspace / "pipe.md")
+    with pytest.raises(ConfigError):
+        load_memory(workspace, ["pipe.md"])
+
+
+def test_a_workspace_path_that_resolves_outside_it_is_refused(
+    workspace: Path, tmp_path: Path
+) -> None:
+    write(tmp_path / "elsewhere", "secret.md", "key")
+    (workspace / ".tether").mkdir()
+    (workspace / ".tether" / "memory").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ConfigError):
+        load_memory(workspace, [DEFAULT_MEMORY_PATH])
+    with pytest.raises(ConfigError):
+        load_memory(workspace, ["../elsewhere"])
+
+
+def test_an_entry_linking_outside_the_workspace_is_refused(workspace: Path, tmp_path: Path) -> None:
+    secret = write(tmp_path, "id_rsa", "PRIVATE KEY")
+    (workspace / ".tether" / "memory").mkdir(parents=True)
+    (workspace / ".tether" / "memory" / "key.md").symlink_to(secret)
+    with pytest.raises(MemoryLoadError):
+        load_memory(workspace, [DEFAULT_MEMORY_PATH])
+
+
+def test_an_entry_linking_inside_the_workspace_is_read(workspace: Path) -> None:
+    write(workspace, "docs/style.md", "style")
+    (workspace / ".tether" / "memory").mkdir(parents=True)
+    (workspace / ".tether" / "memory" / "style.md").symlink_to(workspace / "docs/style.md")
+    assert names(workspace, [DEFAULT_MEMORY_PATH]) == [".tether/memory/style.md"]
+
+
+def test_a_file_that_is_not_utf8_is_a_memory_load_error(workspace: Path) -> None:
+    write(workspace, ".tether/memory/latin.md", "caf\xe9".encode("latin-1"))
+    with pytest.raises(MemoryLoadError) as caught:
+        load_memory(workspace, [DEFAULT_MEMORY_PATH])
+    assert caught.value.code == ErrorCode.CONFIG_ERROR
+    assert caught.value.path == ".tether/memory/latin.md"
+
+
+@needs_enforced_modes
+def test_an_unreadable_file_is_a_memory_load_error(workspace: Path) -> None:
+    path = write(workspace, ".tether/memory/locked.md", "x")
+    path.chmod(0)
+    with pytest.raises(MemoryLoadError):
+        load_memory(workspace, [DEFAULT_MEMORY_PATH])
+
+
+@needs_enforced_modes
+def test_an_unreadable_directory_is_a_memory_load_error(workspace: Path) -> None:
+    directory = workspace / ".tether" / "memory"
+    write(directory, "a.md", "x")
+    directory.chmod(0)
+    try:
+        with pytest.raises(MemoryLoadError):
+            load_memory(workspace, [DEFAULT_MEMORY_PATH])
+    finally:
+        directory.chmod(0o755)
+
+
+def test_memory_over_the_size_cap_is_a_memory_load_error(workspace: Path) -> None:
+    write(workspace, ".tether/memory/a.md", "a" * 60)
+    write(workspace, ".tether/memory/b.md", "b" * 40)
+    assert len(read_memory(workspace, [DEFAULT_MEMORY_PATH], max_bytes=100)) == 2
+    with pytest.raises(MemoryLoadError):
+        read_memory(workspace, [DEFAULT_MEMORY_PATH], max_bytes=99)
+
+
+def test_a_huge_file_is_refused_without_being_read_whole(workspace: Path) -> None:
+    with (workspace / "huge.md").open("wb") as file:
+        file.truncate(1 << 30)
+    with pytest.raises(MemoryLoadError):
+        load_memory(workspace, ["huge.md"])
+
+
+def test_rendering_no_entries_is_empty() -> None:
+    assert render_memory([]) == ""

@@ -1,0 +1,115 @@
+"""search_text: 'path:line: text' matches of a regex, skipping what cannot or should not be read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tether.tools.search_text import MAX_LINE_CHARS, MAX_SEARCH_FILE_BYTES
+
+from .conftest import Call, needs_enforced_modes, write
+
+
+@pytest.fixture
+def tree(workspace: Path) -> Path:
+    write(workspace, "src/app.py", "import os\n\ndef main():\n    return TODO\n")
+    write(workspace, "src/util.py", "# todo: tidy\nVALUE = 1\n")
+    write(workspace, "README.md", "Nothing TODO here.\n")
+    write(workspace, ".git/HEAD", "TODO in git\n")
+    write(workspace, "node_modules/m/index.js", "// TODO\n")
+    return workspace
+
+
+async def test_matches_come_as_path_line_text_in_path_order(call: Call, tree: Path) -> None:
+    result = await call("search_text", {"pattern": "TODO"})
+    assert not result.is_error
+    assert result.content.splitlines() == [
+        "README.md:1: Nothing TODO here.",
+        "src/app.py:4:     return TODO",
+    ]
+
+
+async def test_ignore_case_matches_either_case(call: Call, tree: Path) -> None:
+    result = await call("search_text", {"pattern": "todo", "ignoreCase": True, "glob": "*.py"})
+    assert result.content.splitlines() == [
+        "src/app.py:4:     return TODO",
+        "src/util.py:1: # todo: tidy",
+    ]
+
+
+async def test_the_pattern_is_a_python_regex_matched_per_line(call: Call, tree: Path) -> None:
+    result = await call("search_text", {"pattern": r"^def \w+\(\):$"})
+    assert result.content.splitlines() == ["src/app.py:3: def main():"]
+
+
+async def test_a_path_can_name_a_single_file(call: Call, tree: Path) -> None:
+    result = await call("search_text", {"pattern": "=", "path": "src/util.py"})
+    assert result.content.splitlines() == ["src/util.py:2: VALUE = 1"]
+
+
+async def test_an_invalid_regex_is_an_error(call: Call, tree: Path) -> None:
+    for pattern in ["(unclosed", "[z-a]", "*star", "a{2,1}"]:
+        result = await call("search_text", {"pattern": pattern})
+        assert result.is_error, pattern
+
+
+async def test_an_empty_pattern_fails_validation(call: Call, tree: Path) -> None:
+    result = await call("search_text", {"pattern": ""})
+    assert result.is_error
+
+
+async def test_a_bad_glob_is_an_error(call: Call, tree: Path) -> None:
+    result = await call("search_text", {"pattern": "x", "glob": "[oops"})
+    assert result.is_error
+
+
+async def test_no_match_is_not_an_error(call: Call, tree: Path) -> None:
+    result = await call("search_text", {"pattern": "no such text anywhere"})
+    assert not result.is_error
+    assert result.content.startswith("no matches")
+
+
+async def test_the_limit_stops_the_search_with_a_note(call: Call, workspace: Path) -> None:
+    write(workspace, "many.txt", "hit\n" * 50)
+    result = await call("search_text", {"pattern": "hit", "limit": 10})
+    lines = result.content.splitlines()
+    assert lines[:10] == [f"many.txt:{n}: hit" for n in range(1, 11)]
+    assert len(lines) == 11
+    assert "limit" in lines[10]
+
+
+async def test_exactly_limit_matches_has_no_note(call: Call, workspace: Path) -> None:
+    write(workspace, "few.txt", "hit\n" * 3)
+    result = await call("search_text", {"pattern": "hit", "limit": 3})
+    assert len(result.content.splitlines()) == 3
+
+
+async def test_binary_and_huge_files_are_skipped_and_counted(call: Call, workspace: Path) -> None:
+    write(workspace, "blob.bin", b"needle\x00\x01\x02")
+    write(workspace, "huge.txt", "needle\n" + "x" * MAX_SEARCH_FILE_BYTES)
+    write(workspace, "small.txt", "needle\n")
+    result = await call("search_text", {"pattern": "needle"})
+    lines = result.content.splitlines()
+    assert lines[0] == "small.txt:1: needle"
+    assert "1 binary" in lines[1] and "1 over" in lines[1]
+    assert len(lines) == 2
+
+
+async def test_a_long_matching_line_is_clipped(call: Call, workspace: Path) -> None:
+    write(workspace, "min.js", "needle" + "q" * (MAX_LINE_CHARS * 10) + "\n")
+    result = await call("search_text", {"pattern": "needle"})
+    assert len(result.content) < MAX_LINE_CHARS + 100
+
+
+async def test_a_missing_path_is_an_error(call: Call, tree: Path) -> None:
+    result = await call("search_text", {"pattern": "x", "path": "nope"})
+    assert result.is_error
+
+
+@needs_enforced_modes
+async def test_unreadable_files_are_skipped_and_counted(call: Call, workspace: Path) -> None:
+    write(workspace, "locked.txt", "needle").chmod(0)
+    write(workspace, "open.txt", "needle")
+    result = await call("search_text", {"pattern": "needle"})
+    assert result.content.splitlines() == ["open.txt:1: needle", "[skipped files: 1 unreadable]"]
