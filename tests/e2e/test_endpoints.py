@@ -1,0 +1,141 @@
+"""The real server against a real loopback model endpoint, in both wire formats."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.model_server import Call, Hang, ModelServer, Reply, Status
+from tether.client import Connection, RpcError
+from tether.protocol import ErrorCode
+
+from .conftest import SERVER
+
+KEY = "sk-e2e-secret-key-0123456789"
+
+
+@pytest.fixture
+def endpoint() -> Iterator[ModelServer]:
+    with ModelServer.in_thread() as server:
+        yield server
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "notes.txt").write_text("the answer is 42\n")
+    return tmp_path
+
+
+async def connect(project: Path, provider: dict[str, Any], **init: Any) -> Connection:
+    connection = await Connection.spawn(
+        SERVER, env={"OPENAI_API_KEY": KEY, "ANTHROPIC_API_KEY": KEY, "TETHER_LOG_LEVEL": "debug"}
+    )
+    await connection.request(
+        "initialize",
+        {
+            "workspaceFolders": [{"uri": project.as_uri()}],
+            "initializationOptions": {
+                "provider": provider,
+                "kernel": {"systemPrompt": "Be brief."},
+            },
+            **init,
+        },
+    )
+    connection.notify("initialized", {})
+    return connection
+
+
+@pytest.fixture(params=["openai", "anthropic"])
+async def connection(
+    request: pytest.FixtureRequest, endpoint: ModelServer, project: Path
+) -> AsyncIterator[Connection]:
+    kind = request.param
+    base_url = endpoint.openai_url if kind == "openai" else endpoint.anthropic_url
+    provider = {"type": kind, "baseUrl": base_url, "model": "test-model", "maxRetries": 1}
+    connection = await connect(project, provider)
+    yield connection
+    await connection.close()
+
+
+async def test_a_run_streams_a_real_endpoint_and_sends_it_the_whole_exchange(
+    connection: Connection, endpoint: ModelServer
+):
+    endpoint.push(
+        Reply(text="Reading it.", tool_calls=[Call("read_file", {"path": "notes.txt"}, id="t1")]),
+        Reply(text="The answer is 42."),
+    )
+    sid = (await connection.request("session/create", {}))["sessionId"]
+    result = await connection.request("kernel/run", {"sessionId": sid, "prompt": "What is it?"})
+    assert result["stopReason"] == "end_turn" and result["response"] == "The answer is 42."
+    assert "the answer is 42" in result["toolCalls"][0]["result"]
+    assert result["usage"]["inputTokens"] > 0
+
+    first, second = endpoint.requests[-2:]
+    assert first.headers.get("authorization", first.headers.get("x-api-key", "")).endswith(KEY)
+    assert first.body["stream"] is True and first.body["model"] == "test-model"
+    assert "read_file" in json.dumps(first.body["tools"])
+    sent = json.dumps(second.body)
+    assert "Be brief." in sent and "What is it?" in sent and "the answer is 42" in sent
+    assert "t1" in sent  # the tool result answers its call by id
+
+
+async def test_the_endpoint_failing_after_retries_is_a_provider_error_with_its_status(
+    connection: Connection, endpoint: ModelServer
+):
+    endpoint.push(Status(500), Status(500))
+    sid = (await connection.request("session/create", {}))["sessionId"]
+    with pytest.raises(RpcError) as raised:
+        await connection.request("kernel/run", {"sessionId": sid, "prompt": "hi"})
+    assert raised.value.code == ErrorCode.PROVIDER_ERROR
+    assert raised.value.data["status"] == 500
+    assert KEY not in json.dumps(raised.value.data) + raised.value.message
+
+
+async def test_cancel_stops_a_stream_that_stalled(connection: Connection, endpoint: ModelServer):
+    endpoint.push(Hang(after_text="Thinking about it"))
+    sid = (await connection.request("session/create", {}))["sessionId"]
+    run = asyncio.ensure_future(
+        connection.request("kernel/run", {"sessionId": sid, "prompt": "hi"})
+    )
+    async with asyncio.timeout(20):
+        while True:
+            method, params = await connection.notifications.get()
+            if method == "kernel/progress" and params["event"]["kind"] == "message_delta":
+                break
+    await connection.request("kernel/cancel", {"sessionId": sid})
+    result = await asyncio.wait_for(run, 20)
+    assert result["stopReason"] == "cancelled"
+    roles = [
+        m["role"]
+        for m in (await connection.request("session/messages", {"sessionId": sid}))["messages"]
+    ]
+    assert roles == ["user"]
+
+
+async def test_a_work_done_token_gets_lsp_progress_begin_reports_and_end(
+    endpoint: ModelServer, project: Path
+):
+    endpoint.push(Reply(tool_calls=[Call("list_files", {}, id="t1")]), Reply(text="ok"))
+    provider = {"type": "openai", "baseUrl": endpoint.openai_url, "model": "m"}
+    connection = await connect(project, provider)
+    try:
+        sid = (await connection.request("session/create", {}))["sessionId"]
+        await connection.request(
+            "kernel/run", {"sessionId": sid, "prompt": "hi", "workDoneToken": "tok-1"}
+        )
+        progress = []
+        while not connection.notifications.empty():
+            method, params = connection.notifications.get_nowait()
+            if method == "$/progress":
+                progress.append(params)
+    finally:
+        await connection.close()
+    assert {p["token"] for p in progress} == {"tok-1"}
+    kinds = [p["value"]["kind"] for p in progress]
+    assert kinds[0] == "begin" and kinds[-1] == "end" and "report" in kinds
+    assert any("list_files" in p["value"].get("message", "") for p in progress)
