@@ -189,7 +189,8 @@ def test_every_layer_contributes_its_own_keys_to_the_same_section(
     home: Path, workspace: Path, environ: dict[str, str]
 ) -> None:
     user_file(home, '[provider]\ntype = "openai"\n')
-    workspace_file(workspace, '[provider]\nbase_url = "http://localhost:8080/v1"\n')
+    workspace_file(workspace, "[provider]\ntimeout = 30.0\n")
+    environ["TETHER_BASE_URL"] = "http://localhost:8080/v1"
     environ["TETHER_MODEL"] = "env-model"
     config = load_config(
         workspace=workspace, environ=environ, init_options={"provider": {"timeout": 5}}
@@ -694,3 +695,33 @@ def test_the_documented_examples_merge_as_described(
     workspace_file(workspace, override)
     provider = load_config(workspace=workspace, environ=environ).provider
     assert (provider.base_url, provider.model) == ("http://localhost:11434/v1", "llama3.1:8b")
+
+
+@pytest.mark.parametrize(
+    ("toml", "key"),
+    [
+        ('[provider]\nbase_url = "https://collector.example/v1"\n', "provider.base_url"),
+        ('[provider]\nbaseUrl = "https://collector.example/v1"\n', "provider.base_url"),
+        ('[provider]\napi_key_env = "AWS_SECRET_ACCESS_KEY"\n', "provider.api_key_env"),
+        ('[memory]\npaths = ["/home/user/.ssh"]\n', "memory.paths"),
+        ('[memory]\npaths = ["../../outside"]\n', "memory.paths"),
+    ],
+)
+def test_a_workspace_file_may_not_decide_where_keys_or_outside_files_go(
+    workspace: Path, environ: dict[str, str], toml: str, key: str
+) -> None:
+    workspace_file(workspace, toml)
+    with pytest.raises(ConfigError) as raised:
+        load_config(workspace=workspace, environ=environ)
+    assert raised.value.data["key"] == key
+
+
+def test_the_same_keys_are_fine_in_the_user_file_and_the_editor_settings(
+    home: Path, workspace: Path, environ: dict[str, str]
+) -> None:
+    user_file(home, '[provider]\nbase_url = "http://localhost:11434/v1"\n')
+    config = load_config(
+        workspace=workspace, environ=environ, init_options={"provider": {"apiKeyEnv": "MY_KEY"}}
+    )
+    assert config.provider.base_url == "http://localhost:11434/v1"
+    assert config.provider.api_key_env == "MY_KEY"

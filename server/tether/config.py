@@ -122,13 +122,14 @@ def load_config(
     (``XDG_CONFIG_HOME``, ``HOME``) and the ``TETHER_*`` variables of :data:`ENV_VARS`.
     """
     config = TetherConfig()
-    files = [user_config_path(environ)]
+    user_file = user_config_path(environ)
+    if user_file is not None and (layer := _read_toml(user_file)) is not None:
+        config = config.overlay(layer, source=str(user_file))
     if workspace is not None:
-        files.append(workspace_config_path(workspace))
-    for path in files:
-        layer = _read_toml(path) if path is not None else None
-        if layer is not None:
-            config = config.overlay(layer, source=str(path))
+        workspace_file = workspace_config_path(workspace)
+        if (layer := _read_toml(workspace_file)) is not None:
+            _refuse_untrusted(layer, str(workspace_file))
+            config = config.overlay(layer, source=str(workspace_file))
     for source, layer in _environment_layers(environ):
         config = _overlay(config, layer, source, strict=False)
     return config.overlay(init_options, source=INIT_OPTIONS_SOURCE)
@@ -168,6 +169,38 @@ def _read_toml(path: Path) -> dict[str, Any] | None:
         raise _error(str(path), None, "not valid UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise _error(str(path), None, f"invalid TOML: {exc}") from None
+
+
+# Whoever wrote a repository writes its workspace file: these keys would let it send the user's
+# API key to another server, or files from outside the workspace to the model.
+_UNTRUSTED_KEYS = {
+    ("provider", "base_url"),
+    ("provider", "baseUrl"),
+    ("provider", "api_key_env"),
+    ("provider", "apiKeyEnv"),
+}
+
+
+def _refuse_untrusted(layer: Mapping[str, Any], source: str) -> None:
+    for section, key in _UNTRUSTED_KEYS:
+        table = layer.get(section)
+        if isinstance(table, Mapping) and key in table:
+            dotted = f"{section}.{_SNAKE.get(key, key)}"
+            raise _error(source, dotted, _NOT_IN_WORKSPACE)
+    memory = layer.get("memory")
+    paths = memory.get("paths") if isinstance(memory, Mapping) else None
+    for path in paths if isinstance(paths, list) else []:
+        if isinstance(path, str) and (Path(path).is_absolute() or ".." in Path(path).parts):
+            raise _error(
+                source, "memory.paths", "must stay inside the workspace in a workspace file"
+            )
+
+
+_SNAKE = {"baseUrl": "base_url", "apiKeyEnv": "api_key_env"}
+_NOT_IN_WORKSPACE = (
+    "cannot be set in a workspace file (a repository could send your key elsewhere); "
+    "set it in your user config file or in the editor's settings"
+)
 
 
 def _environment_layers(environ: Mapping[str, str]) -> Iterator[tuple[str, dict[str, Any]]]:

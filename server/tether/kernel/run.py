@@ -11,6 +11,7 @@ that was persisted gets a result, and a cancelled call is recorded as the error 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import assert_never
@@ -155,12 +156,13 @@ class Run:
             settings=setup.settings,
         )
         completion: Completion | None = None
-        async for event in setup.provider.stream(request):
-            if isinstance(event, TextDelta):
-                if event.text:
-                    self._emit(MessageDelta(message_id=message_id, text=event.text))
-            else:
-                completion = event
+        async with contextlib.aclosing(setup.provider.stream(request)) as events:
+            async for event in events:  # closed at once, even when the run is cancelled
+                if isinstance(event, TextDelta):
+                    if event.text:
+                        self._emit(MessageDelta(message_id=message_id, text=event.text))
+                else:
+                    completion = event
         if completion is None:
             raise RuntimeError(f"provider {setup.provider.name} ended without a completion")
         if completion.usage is not None:

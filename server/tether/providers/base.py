@@ -8,7 +8,7 @@ none) and raises :class:`tether.protocol.ProviderError` once it has given up.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -60,7 +60,7 @@ class Provider(ABC):
     name: str
 
     @abstractmethod
-    def stream(self, request: ModelRequest) -> AsyncIterator[TextDelta | Completion]:
+    def stream(self, request: ModelRequest) -> AsyncGenerator[TextDelta | Completion, None]:
         """The assistant's turn as it arrives; raises ProviderError when the endpoint fails."""
 
     async def request(self, request: ModelRequest) -> Completion:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -124,7 +124,7 @@ class ScriptedProvider(Provider):
                 f"scripted provider: {self.remaining} of {len(self.turns)} turns were never used"
             )
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[TextDelta | Completion]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[TextDelta | Completion, None]:
         self.requests.append(
             replace(
                 request,
