@@ -705,6 +705,7 @@ def test_the_documented_examples_merge_as_described(
         ('[provider]\napi_key_env = "AWS_SECRET_ACCESS_KEY"\n', "provider.api_key_env"),
         ('[memory]\npaths = ["/home/user/.ssh"]\n', "memory.paths"),
         ('[memory]\npaths = ["../../outside"]\n', "memory.paths"),
+        ('[memory]\npaths = ["~/.aws/credentials"]\n', "memory.paths"),
     ],
 )
 def test_a_workspace_file_may_not_decide_where_keys_or_outside_files_go(

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
@@ -54,12 +54,20 @@ _MAX_ECHO: Final = 80
 
 class _Section(BaseModel):
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", validate_default=True
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        validate_default=True,
+        defer_build=True,
     )
 
 
+ProviderType = Literal["openai", "anthropic", "scripted"]
+PROVIDER_TYPES: tuple[str, ...] = get_args(ProviderType)
+
+
 class ProviderConfig(_Section):
-    type: Literal["openai", "anthropic", "scripted"] | None = None
+    type: ProviderType | None = None
     base_url: str | None = None
     model: str | None = None
     api_key_env: str | None = Field(
@@ -190,7 +198,9 @@ def _refuse_untrusted(layer: Mapping[str, Any], source: str) -> None:
     memory = layer.get("memory")
     paths = memory.get("paths") if isinstance(memory, Mapping) else None
     for path in paths if isinstance(paths, list) else []:
-        if isinstance(path, str) and (Path(path).is_absolute() or ".." in Path(path).parts):
+        if isinstance(path, str) and (
+            path.startswith("~") or Path(path).is_absolute() or ".." in Path(path).parts
+        ):
             raise _error(
                 source, "memory.paths", "must stay inside the workspace in a workspace file"
             )

@@ -32,7 +32,7 @@ class RunOptions:
 async def run_headless(
     options: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr
 ) -> int:
-    connection = await Connection.spawn(cwd=str(options.workspace))
+    connection = await Connection.spawn()
     view: _View = _JsonLines(out) if options.json else _Terminal(out, err)
     try:
         await connection.request("initialize", _initialize_params(options))
@@ -48,6 +48,9 @@ async def run_headless(
         result = await _follow(connection, view, connection.request("kernel/run", params))
     except RpcError as exc:
         view.error(exc)
+        return 1
+    except ConnectionError as exc:
+        view.error(RpcError(-32603, f"the server stopped: {exc}"))
         return 1
     finally:
         await connection.close()

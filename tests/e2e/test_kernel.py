@@ -328,3 +328,48 @@ def test_tether_run_exits_non_zero_on_an_error(project: Path):
     )
     assert done.returncode == 1
     assert "-32010" in done.stderr
+
+
+async def test_two_runs_sent_together_on_one_session_one_is_refused_as_busy(project: Path):
+    connection = await start(project, [{"text": "one"}, {"text": "two"}])
+    try:
+        sid = (await connection.request("session/create", {}))["sessionId"]
+        both = await asyncio.gather(
+            connection.request("kernel/run", {"sessionId": sid, "prompt": "a"}),
+            connection.request("kernel/run", {"sessionId": sid, "prompt": "b"}),
+            return_exceptions=True,
+        )
+        history = (await connection.request("session/messages", {"sessionId": sid}))["messages"]
+    finally:
+        await connection.close()
+    refused = [r for r in both if isinstance(r, RpcError)]
+    assert [r.code for r in refused] == [ErrorCode.SESSION_BUSY]
+    assert [m["role"] for m in history] == ["user", "assistant"]
+
+
+async def test_the_script_goes_on_from_one_run_to_the_next_and_an_empty_turn_is_an_empty_answer(
+    project: Path,
+):
+    connection = await start(project, [{"text": "first"}, {}])
+    try:
+        sid = (await connection.request("session/create", {}))["sessionId"]
+        first = await connection.request("kernel/run", {"sessionId": sid, "prompt": "a"})
+        second = await connection.request("kernel/run", {"sessionId": sid, "prompt": "b"})
+        history = (await connection.request("session/messages", {"sessionId": sid}))["messages"]
+    finally:
+        await connection.close()
+    assert (first["response"], second["response"]) == ("first", "")
+    assert second["stopReason"] == "end_turn"
+    assert [(m["role"], m["content"]) for m in history[2:]] == [("user", "b"), ("assistant", "")]
+
+
+async def test_an_empty_prompt_is_invalid_params(project: Path):
+    connection = await start(project, [])
+    try:
+        sid = (await connection.request("session/create", {}))["sessionId"]
+        for prompt in ("", "   ", []):
+            with pytest.raises(RpcError) as raised:
+                await connection.request("kernel/run", {"sessionId": sid, "prompt": prompt})
+            assert raised.value.code == ErrorCode.INVALID_PARAMS
+    finally:
+        await connection.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import sys
 from collections import Counter
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+import tether
 from tether.client import Connection, RpcError
 from tether.protocol import ErrorCode
 from tether.protocol.framing import Frame, FrameDecoder, encode_frame
@@ -20,7 +22,7 @@ from .conftest import SERVER
 async def test_initialize_reports_protocol_version_1_and_the_session_store(raw: Connection):
     result = await raw.request("initialize", {"clientInfo": {"name": "test"}})
     assert result["protocolVersion"] == 1
-    assert result["serverInfo"] == {"name": "tether", "version": result["serverInfo"]["version"]}
+    assert result["serverInfo"] == {"name": "tether", "version": tether.__version__}
     assert result["capabilities"]["sessions"]["store"] == "memory"
 
 
@@ -168,3 +170,36 @@ def test_python_m_tether_version_prints_the_version():
         [sys.executable, "-m", "tether", "--version"], capture_output=True, text=True, check=True
     )
     assert out.stdout.startswith("tether ")
+
+
+async def test_tcp_serves_its_first_client_and_turns_a_second_away():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = await asyncio.create_subprocess_exec(
+        *SERVER, "--tcp", f"127.0.0.1:{port}", stdin=asyncio.subprocess.DEVNULL
+    )
+    try:
+        async with asyncio.timeout(20):
+            while True:
+                try:
+                    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                    break
+                except ConnectionRefusedError:
+                    await asyncio.sleep(0.05)  # the server is still starting: poll its port
+            second_reader, second_writer = await asyncio.open_connection("127.0.0.1", port)
+            assert await second_reader.read() == b""  # closed at once
+            second_writer.close()
+            request = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+            writer.write(encode_frame(orjson.dumps(request)))
+            decoder, frames = FrameDecoder(), []
+            while not frames:
+                frames = decoder.feed(await reader.read(65536))
+            reply = orjson.loads(frames[0].body)  # type: ignore[union-attr]
+            assert reply["result"]["protocolVersion"] == 1
+            writer.write(encode_frame(orjson.dumps({"jsonrpc": "2.0", "method": "exit"})))
+            assert await process.wait() == 1  # exit without shutdown
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()

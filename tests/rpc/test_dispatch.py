@@ -212,3 +212,67 @@ async def test_a_suspended_handler_sees_the_cancellation_and_can_clean_up(ready:
     ready.send({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": msg_id}})
     assert error_code(await ready.response(msg_id)) == ErrorCode.REQUEST_CANCELLED
     assert cleaned.is_set()
+
+
+async def test_a_response_to_no_request_of_ours_is_dropped_and_breaks_nothing(ready: Peer):
+    started = asyncio.Event()
+
+    async def slow(params: Any) -> dict[str, Any]:
+        started.set()
+        await asyncio.Event().wait()
+        return {}
+
+    ready.server.feature("test/slow")(slow)
+    slow_id = ready.request("test/slow", {})
+    await started.wait()
+    get_id = 500
+    ready.send_bytes(
+        encode_frame(orjson.dumps({"jsonrpc": "2.0", "id": slow_id, "result": None}))
+        + encode_frame(orjson.dumps({"jsonrpc": "2.0", "id": 77, "error": "not an object"}))
+        + encode_frame(
+            orjson.dumps({"jsonrpc": "2.0", "id": get_id, "method": "session/list", "params": {}})
+        )
+    )
+    assert (await ready.response(get_id))["result"] == {"sessions": []}
+    ready.send({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": slow_id}})
+    assert error_code(await ready.response(slow_id)) == ErrorCode.REQUEST_CANCELLED
+
+
+async def test_after_shutdown_a_running_request_can_still_be_cancelled(ready: Peer):
+    started = asyncio.Event()
+
+    async def slow(params: Any) -> dict[str, Any]:
+        started.set()
+        await asyncio.Event().wait()
+        return {}
+
+    ready.server.feature("test/slow")(slow)
+    slow_id = ready.request("test/slow", {})
+    await started.wait()
+    shutdown_id = ready.request("shutdown")
+    ready.send({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": slow_id}})
+    assert error_code(await ready.response(slow_id)) == ErrorCode.REQUEST_CANCELLED
+    assert (await ready.response(shutdown_id))["result"] is None
+
+
+async def test_initialize_lists_the_tools_the_configuration_enables(peer: Peer, workspace: Path):
+    result = await peer.result(
+        "initialize",
+        {
+            "rootUri": workspace.as_uri(),
+            "initializationOptions": {"tools": {"enabled": ["read_file", "search_text"]}},
+        },
+    )
+    assert result["capabilities"]["tools"] == ["read_file", "search_text"]
+    assert set(result["capabilities"]["providers"]) == {"openai", "anthropic", "scripted"}
+
+
+async def test_invalid_initialization_options_are_a_config_error_and_initialize_can_be_retried(
+    peer: Peer,
+):
+    reply = await peer.call(
+        "initialize", {"initializationOptions": {"kernel": {"maxIterations": 0}}}
+    )
+    assert error_code(reply) == ErrorCode.CONFIG_ERROR
+    assert reply["error"]["data"]["key"] == "kernel.max_iterations"
+    assert (await peer.result("initialize", {}))["protocolVersion"] == 1

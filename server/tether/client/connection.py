@@ -61,7 +61,9 @@ class Connection:
         cwd: str | None = None,
         on_request: RequestHandler | None = None,
     ) -> Connection:
-        argv = list(argv or [sys.executable, "-m", "tether", "serve"])
+        # -P: the working directory is not put on sys.path, so a repository's own "tether"
+        # package cannot stand in for this one.
+        argv = list(argv or [sys.executable, "-P", "-m", "tether", "serve"])
         process = await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.PIPE,

@@ -9,13 +9,12 @@ from pathlib import Path
 from tether.config import ProviderConfig, TetherConfig
 from tether.kernel.run import Emit, Run, RunSetup
 from tether.protocol import (
-    ConfigError,
     RequestCancelled,
     Session,
     SessionBusy,
     WorkspaceError,
 )
-from tether.protocol.kernel import RunParams, RunResult
+from tether.protocol.kernel import RunParams, RunResult, StopReason
 from tether.protocol.tools import ToolSpec
 from tether.providers.base import Provider
 from tether.sessions.ids import uuid7
@@ -53,11 +52,8 @@ class Kernel:
         session_id = params.session_id
         if session_id in self._runs:
             raise SessionBusy(session_id)
-        session = await self._store.get(session_id)
-        if session_id in self._runs:  # another run started while the session was read
-            raise SessionBusy(session_id)
-        run = Run(await self._setup(session, params, emit))
-        task = asyncio.ensure_future(run.execute(params.prompt))
+        # Claimed before the first await, so a second run or an append sent meanwhile is refused.
+        task = asyncio.ensure_future(self._start_and_run(params, emit))
         self._runs[session_id] = task
         try:
             return await asyncio.shield(task)
@@ -66,7 +62,8 @@ class Kernel:
             result = await task
             raise RequestCancelled("run cancelled", result.to_wire()) from None
         finally:
-            self._runs.pop(session_id, None)
+            if self._runs.get(session_id) is task:
+                del self._runs[session_id]
 
     def cancel(self, session_id: str) -> bool:
         """Stop the session's run; it then answers ``stopReason: "cancelled"``."""
@@ -76,17 +73,28 @@ class Kernel:
         task.cancel()
         return True
 
-    async def _setup(self, session: Session, params: RunParams, emit: Emit) -> RunSetup:
+    async def _start_and_run(self, params: RunParams, emit: Emit) -> RunResult:
+        run_id = uuid7()
+        try:
+            session = await self._store.get(params.session_id)
+            run = Run(await self._setup(session, params, run_id, emit))
+        except asyncio.CancelledError:  # cancelled before it began: nothing was recorded
+            return RunResult(
+                run_id=run_id,
+                session_id=params.session_id,
+                stop_reason=StopReason.CANCELLED,
+                iterations=0,
+            )
+        return await run.execute(params.prompt)
+
+    async def _setup(
+        self, session: Session, params: RunParams, run_id: str, emit: Emit
+    ) -> RunSetup:
         config = self._config()
         provider_config = config.provider.model_copy(
             update={"model": params.model or session.model or config.provider.model}
         )
-        model = provider_config.model or ("scripted" if provider_config.type == "scripted" else "")
-        if not model:
-            raise ConfigError(
-                "no model: set provider.model, or `model` on the session or the run",
-                {"key": "provider.model"},
-            )
+        provider = self._providers(provider_config)  # ConfigError when it is not configured
         workspace = _workspace_root(session)
         executor = self._tools(config)
         memory = await asyncio.to_thread(self._memory, workspace, config.memory.paths)
@@ -94,11 +102,11 @@ class Kernel:
         return RunSetup(
             session_id=session.session_id,
             store=self._store,
-            provider=self._providers(provider_config),
+            provider=provider,
             tools=executor,
             tool_specs=_allowed(executor.list(), session.tools, params.tools),
-            context=ToolContext(workspace=workspace, session_id=session.session_id, run_id=uuid7()),
-            model=model,
+            context=ToolContext(workspace=workspace, session_id=session.session_id, run_id=run_id),
+            model=provider_config.model or "",
             system=system,
             max_iterations=params.max_iterations or config.kernel.max_iterations,
             history=await self._store.history(session.session_id),

@@ -5,7 +5,8 @@ Each iteration is one step that returns what comes next (:class:`RunAgain` or :c
 cancellation arrives as ``CancelledError`` wherever the run is waiting and ends it as
 ``cancelled``. Whatever happens, the session stays valid for the model: every assistant tool call
 that was persisted gets a result, and a cancelled call is recorded as the error result
-"cancelled".
+"cancelled". A run that fails (the provider gave up) keeps what it persisted, and its calls get
+results too.
 """
 
 from __future__ import annotations
@@ -134,10 +135,10 @@ class Run:
         completion = await self._think(message_id)
         calls = completion.tool_calls
         self.response = completion.content or ""
-        content = completion.content if completion.content or not calls else None
+        content = completion.content or (None if calls else "")  # an empty answer is still one
         assistant = MessageInput(role=Role.ASSISTANT, content=content, tool_calls=calls or None)
-        self._unanswered = list(calls)
         await self._persist([assistant], ids=[message_id])
+        self._unanswered = list(calls)
         if not calls:
             self._emit(IterationFinished(iteration=self.iterations, tool_calls=0))
             return Final(StopReason.END_TURN)
@@ -177,7 +178,9 @@ class Run:
             self._emit(
                 ToolCallStarted(tool_call_id=call.id, name=call.name, arguments=call.arguments)
             )
-        await asyncio.gather(*(self._call(call) for call in calls))
+        async with asyncio.TaskGroup() as group:  # one failing cancels the others
+            for call in calls:
+                group.create_task(self._call(call))
 
     async def _call(self, call: ToolCall) -> None:
         self._emit(ToolCallUpdate(tool_call_id=call.id, status=ToolCallStatus.IN_PROGRESS))

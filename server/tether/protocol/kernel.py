@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from tether.protocol.base import Params, WireModel
 from tether.protocol.messages import Content
@@ -25,6 +25,13 @@ class RunParams(Params):
     model: str | None = None
     tools: list[str] | None = None
     work_done_token: str | int | None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _not_empty(cls, prompt: Content) -> Content:
+        if not prompt or (isinstance(prompt, str) and not prompt.strip()):
+            raise ValueError("the prompt is empty")
+        return prompt
 
 
 class CancelParams(Params):

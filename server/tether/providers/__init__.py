@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, assert_never
 
 from tether.config import ProviderConfig
@@ -49,12 +49,15 @@ __all__ = [
 
 def make_provider(
     config: ProviderConfig,
-    client: httpx.AsyncClient | None = None,
+    client: httpx.AsyncClient | Callable[[], httpx.AsyncClient] | None = None,
     *,
     environ: Mapping[str, str] | None = None,
     sleep: Sleep | None = None,
 ) -> Provider:
     """The provider ``config`` describes, over ``client`` (its own client when None).
+
+    ``client`` may be a function that returns the shared client, called only for a provider that
+    speaks HTTP (so that a scripted run never imports httpx).
 
     ``environ`` (default ``os.environ``) supplies API keys and ``OPENAI_BASE_URL`` /
     ``ANTHROPIC_BASE_URL``; ``sleep`` replaces ``asyncio.sleep`` between retries and in scripted
@@ -74,6 +77,8 @@ def make_provider(
     if not config.model:
         raise _config_error("provider.model", f"the {kind} provider needs a model name")
     retry = RetryPolicy(max_retries=config.max_retries, sleep=pause)
+    if callable(client):
+        client = client()
     if kind == "openai":
         from tether.providers import openai
 

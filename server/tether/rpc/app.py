@@ -49,10 +49,12 @@ class App:
         self._environ = os.environ if environ is None else environ
         self._config: TetherConfig | None = None
         self._http: httpx.AsyncClient | None = None
+        self._providers: dict[str, Provider] = {}
 
     def initialize(self, params: InitializeParams) -> InitializeResult:
         """Record what the client told us, load the configuration, say what this server offers."""
-        from tether.config import load_config
+        from tether.config import PROVIDER_TYPES, load_config
+        from tether.tools import BUILTIN_TOOL_NAMES
 
         workspace = _first_workspace(params)
         self.sessions.set_default_workspace(workspace)
@@ -68,7 +70,12 @@ class App:
             capabilities=ServerCapabilities(
                 sessions=SessionCapabilities(store=store.kind, fork=False, durable=store.durable),
                 methods=sorted([*self.methods, *KERNEL_METHODS]),
-                providers=["anthropic", "openai", "scripted"],
+                providers=list(PROVIDER_TYPES),
+                tools=[
+                    name
+                    for name in BUILTIN_TOOL_NAMES
+                    if self._config.tools.enabled is None or name in self._config.tools.enabled
+                ],
             ),
         )
 
@@ -95,17 +102,30 @@ class App:
         return self._config
 
     async def aclose(self) -> None:
+        """Release the providers and the shared HTTP client."""
+        for provider in self._providers.values():
+            await provider.aclose()
         if self._http is not None:
             await self._http.aclose()
 
     def _provider(self, config: ProviderConfig) -> Provider:
+        """One provider per distinct configuration, kept for the life of the server (a scripted
+        provider goes on through its script from one run to the next)."""
         from tether.providers import make_provider
 
-        if self._http is None and config.type in ("openai", "anthropic"):
+        key = config.model_dump_json()
+        provider = self._providers.get(key)
+        if provider is None:
+            provider = self._providers[key] = make_provider(config, self._shared_http)
+        return provider
+
+    def _shared_http(self) -> httpx.AsyncClient:
+        """The one HTTP client every provider shares (made on first use)."""
+        if self._http is None:
             import httpx
 
-            self._http = httpx.AsyncClient(timeout=config.timeout)
-        return make_provider(config, self._http)
+            self._http = httpx.AsyncClient(limits=httpx.Limits(max_connections=200))
+        return self._http
 
     def _notify(self, method: str, params: Any) -> None:
         self.notify(method, params)

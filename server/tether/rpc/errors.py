@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tether.protocol import ErrorCode, TetherError
+from tether.protocol import ErrorCode, InvalidParams, TetherError
 
 logger = logging.getLogger(__name__)
 
@@ -30,19 +30,18 @@ def error_from_exception(exc: BaseException) -> ErrorObject:
     """
     if isinstance(exc, TetherError):
         return error_object(exc.code, exc.message, exc.data)
-    if isinstance(exc, ValidationError):
-        return invalid_params(exc)
     if isinstance(exc, asyncio.CancelledError):
         return error_object(ErrorCode.REQUEST_CANCELLED, "request cancelled")
-    code = getattr(exc, "code", None)
-    if isinstance(code, int) and isinstance(getattr(exc, "message", None), str):
-        return error_object(code, exc.message, getattr(exc, "data", None))  # type: ignore[attr-defined]
     logger.error("internal error", exc_info=exc)
     return error_object(ErrorCode.INTERNAL_ERROR, f"internal error: {type(exc).__name__}")
 
 
-def invalid_params(exc: ValidationError) -> ErrorObject:
-    """-32602 with one entry per failing field, named by its wire path (``messages.0.role``)."""
+def invalid_params(exc: ValidationError) -> InvalidParams:
+    """-32602 with one entry per failing field, named by its wire path (``messages.0.role``).
+
+    Only for the validation of a request's params: a model that fails validation anywhere else is
+    a bug, answered -32603.
+    """
     fields = [
         {
             "field": ".".join(str(part) for part in error["loc"]) or "params",
@@ -52,4 +51,4 @@ def invalid_params(exc: ValidationError) -> ErrorObject:
         for error in exc.errors(include_url=False, include_input=False)
     ]
     summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields[:3])
-    return error_object(ErrorCode.INVALID_PARAMS, f"invalid params: {summary}", {"fields": fields})
+    return InvalidParams(f"invalid params: {summary}", {"fields": fields})

@@ -17,12 +17,15 @@ import contextvars
 import inspect
 import logging
 from collections.abc import Callable, Coroutine, Generator
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import attrs
 from lsprotocol import types as lsp
+from pygls.exceptions import JsonRpcException
 from pygls.protocol import LanguageServerProtocol
 
+from tether.protocol import ErrorCode
 from tether.rpc.errors import error_from_exception, error_object
 from tether.rpc.wire import Message, MsgId, Wire
 
@@ -60,7 +63,7 @@ class TetherProtocol(LanguageServerProtocol):
             try:
                 params = self.structure_message(message).params
             except Exception as exc:
-                self._out().send_error(msg_id, error_from_exception(exc))
+                self._out().send_error(msg_id, _error_of(exc))
                 return
         contextvars.copy_context().run(self._handle_request, msg_id, method, params)
 
@@ -74,7 +77,15 @@ class TetherProtocol(LanguageServerProtocol):
         contextvars.copy_context().run(self._handle_notification, method, params)
 
     def response(self, message: Message) -> None:
-        self.handle_message(self.structure_message(message))
+        """An answer to one of our requests to the client; anything else is dropped."""
+        pending = self._request_futures.get(message["id"])
+        if not isinstance(pending, Future):  # unknown id, or the id of one of *its* requests
+            logger.warning("dropped a response to no request of ours: id %r", message["id"])
+            return
+        try:
+            self.handle_message(self.structure_message(message))
+        except Exception:
+            logger.exception("dropped a malformed response to request %r", message["id"])
 
     def cancel_requests(self) -> None:
         """Cancel the handlers still running (pygls's own requests to the client are left)."""
@@ -128,9 +139,11 @@ class TetherProtocol(LanguageServerProtocol):
     def _send_handler_result(self, future: Any, *, msg_id: MsgId) -> None:
         self._request_futures.pop(msg_id, None)
         if future.cancelled():
-            self._out().send_error(msg_id, error_object(-32800, "request cancelled"))
+            self._out().send_error(
+                msg_id, error_object(ErrorCode.REQUEST_CANCELLED, "request cancelled")
+            )
         elif (exc := future.exception()) is not None:
-            self._out().send_error(msg_id, error_from_exception(exc))
+            self._out().send_error(msg_id, _error_of(exc))
         else:
             self._out().send_result(msg_id, future.result(), self._to_json)
 
@@ -159,6 +172,13 @@ class TetherProtocol(LanguageServerProtocol):
         if hasattr(value, "model_dump"):
             return value.model_dump(mode="json", by_alias=True, exclude_none=True)
         raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _error_of(exc: BaseException) -> dict[str, Any]:
+    """pygls's own exceptions (method not found, invalid LSP params) keep their code."""
+    if isinstance(exc, JsonRpcException):
+        return error_object(exc.code, exc.message, exc.data)
+    return error_from_exception(exc)
 
 
 class _Done:

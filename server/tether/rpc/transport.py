@@ -56,11 +56,36 @@ class _Stream(asyncio.Protocol):
 
 
 class _Connection(_Stream):
-    """A TCP client: the socket is both ends of the wire."""
+    """A TCP client: the socket is both ends of the wire. Only the first one is served."""
+
+    def __init__(self, wire: Wire, listener: _Listener) -> None:
+        super().__init__(wire)
+        self._listener = listener
+        self._served = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.WriteTransport)
+        if self._listener.taken:
+            logger.warning("refused a second client: this server serves one")
+            transport.close()
+            return
+        self._listener.taken = self._served = True
         self._wire.connect(transport.write)
+
+    def data_received(self, data: bytes) -> None:
+        if self._served:
+            super().data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return super().eof_received() if self._served else None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._served:
+            super().connection_lost(exc)
+
+
+class _Listener:
+    taken = False
 
 
 class _Drained(asyncio.Protocol):
@@ -87,6 +112,7 @@ async def serve_stdio(app: App, stdin_fd: int = 0, stdout_fd: int | None = None)
         stop_reading()
         await _settle(wire)
         await close_writer()
+        await app.aclose()
     return wire.exit_code or 0
 
 
@@ -94,13 +120,15 @@ async def serve_tcp(app: App, host: str, port: int) -> int:
     """Serve one client on a TCP socket; the server ends when that client leaves."""
     loop = asyncio.get_running_loop()
     wire = open_wire(app)
-    listener = await loop.create_server(lambda: _Connection(wire), host, port)
+    state = _Listener()
+    listener = await loop.create_server(lambda: _Connection(wire, state), host, port)
     logger.info("listening on %s:%d", host, port)
     try:
         await wire.stopped.wait()
     finally:
         listener.close()
         await _settle(wire)
+        await app.aclose()
     return wire.exit_code or 0
 
 

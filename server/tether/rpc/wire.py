@@ -24,6 +24,7 @@ from tether.protocol import ErrorCode, InitializeParams
 from tether.protocol.framing import Frame, FrameDecoder, encode_frame
 from tether.rpc.app import App
 from tether.rpc.errors import ErrorObject, error_from_exception, error_object
+from tether.rpc.handlers import validate_params
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +104,14 @@ class Wire:
             reason = "batches are not supported" if isinstance(message, list) else "not an object"
             self.send_error(None, error_object(ErrorCode.INVALID_REQUEST, reason))
             return
-        self._route(message)
+        try:
+            self._route(message)
+        except Exception as exc:  # a bug: answer the request it was, and go on to the next
+            msg_id = message.get("id")
+            if "method" in message and isinstance(msg_id, str | int) and msg_id in self._unanswered:
+                self.send_error(msg_id, error_from_exception(exc))
+            else:
+                logger.exception("could not handle a message")
 
     def _route(self, message: Message) -> None:
         msg_id = message.get("id")
@@ -153,7 +161,7 @@ class Wire:
         if method == "exit":
             self.exit_code = 0 if self.shut_down else 1
             self.stopped.set()
-        elif self.shut_down or not self.initialized:
+        elif not self.initialized or (self.shut_down and method != "$/cancelRequest"):
             logger.info("ignored notification %r outside the session", method)
         else:
             self._forward(message)
@@ -164,7 +172,7 @@ class Wire:
             self.send_error(msg_id, error)
             return
         try:
-            result = self._app.initialize(InitializeParams.model_validate(params or {}))
+            result = self._app.initialize(validate_params(InitializeParams, params))
         except Exception as exc:
             self.send_error(msg_id, error_from_exception(exc))
             return

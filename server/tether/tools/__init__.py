@@ -1,10 +1,44 @@
-"""Tools: the contract, the registry the kernel calls, and the built-in workspace tools."""
+"""Tools: the contract, the registry the kernel calls, and the built-in workspace tools.
 
-from tether.tools.base import Tool, ToolContext, ToolError, ToolExecutor, ToolResult
-from tether.tools.builtin import BUILTIN_TOOL_NAMES, builtin_registry, builtin_tools
-from tether.tools.registry import ToolRegistry
-from tether.tools.sandbox import Sandbox
-from tether.tools.typed import ToolArguments, TypedTool
+The names below are imported on first use, so that reading :data:`BUILTIN_TOOL_NAMES` (which the
+handshake reports) does not load the tools themselves.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+BUILTIN_TOOL_NAMES = ("read_file", "list_files", "search_text")
+
+_HOMES = {
+    "Tool": "base",
+    "ToolContext": "base",
+    "ToolError": "base",
+    "ToolExecutor": "base",
+    "ToolResult": "base",
+    "builtin_registry": "builtin",
+    "builtin_tools": "builtin",
+    "ToolRegistry": "registry",
+    "Sandbox": "sandbox",
+    "ToolArguments": "typed",
+    "TypedTool": "typed",
+}
+
+if TYPE_CHECKING:
+    from tether.tools.base import Tool, ToolContext, ToolError, ToolExecutor, ToolResult
+    from tether.tools.builtin import builtin_registry, builtin_tools
+    from tether.tools.registry import ToolRegistry
+    from tether.tools.sandbox import Sandbox
+    from tether.tools.typed import ToolArguments, TypedTool
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'tether.tools' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"tether.tools.{home}"), name)
+
 
 __all__ = [
     "BUILTIN_TOOL_NAMES",

@@ -10,8 +10,6 @@ from tether.tools.read_file import ReadFile
 from tether.tools.registry import ToolRegistry
 from tether.tools.search_text import SearchText
 
-BUILTIN_TOOL_NAMES = ("read_file", "list_files", "search_text")
-
 
 def builtin_tools() -> list[Tool]:
     """A fresh instance of every built-in tool, in the order they are offered to the model."""
