@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
+from tether.tools import search_text
 from tether.tools.search_text import MAX_LINE_CHARS, MAX_SEARCH_FILE_BYTES
 
 from .conftest import Call, needs_enforced_modes, write
@@ -113,3 +115,18 @@ async def test_unreadable_files_are_skipped_and_counted(call: Call, workspace: P
     write(workspace, "open.txt", "needle")
     result = await call("search_text", {"pattern": "needle"})
     assert result.content.splitlines() == ["open.txt:1: needle", "[skipped files: 1 unreadable]"]
+
+
+async def test_a_pattern_that_backtracks_without_end_is_stopped_and_the_loop_keeps_running(
+    call: Call, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(search_text, "TIME_BUDGET_SECONDS", 1.0)
+    write(workspace, "evil.txt", "a" * 60 + "b\n")
+    search = asyncio.ensure_future(call("search_text", {"pattern": "(a|aa)+$"}))
+    ticked = asyncio.Event()
+    asyncio.get_running_loop().call_later(0.1, ticked.set)
+    await asyncio.wait_for(ticked.wait(), 5)
+    assert not search.done()  # the event loop ran while the pattern was being matched
+    result = await asyncio.wait_for(search, 10)
+    assert not result.is_error
+    assert "backtracks" in result.content.splitlines()[-1]

@@ -1,12 +1,18 @@
-"""``search_text``: lines of workspace files that match a regular expression."""
+"""``search_text``: lines of workspace files that match a regular expression.
+
+Patterns come from the model, so they run on the ``regex`` engine with a time budget: a pattern
+that backtracks without end is stopped (``re`` cannot be stopped, and holds the interpreter while
+it runs), and matching releases the interpreter lock so the server keeps answering meanwhile.
+"""
 
 from __future__ import annotations
 
 import os
-import re
 import threading
+import time
 from pathlib import Path
 
+import regex as re
 from pydantic import Field
 
 from tether.protocol.tools import ToolKind
@@ -22,6 +28,7 @@ MAX_SCANNED = 200_000
 MAX_SEARCH_FILE_BYTES = 1024 * 1024
 MAX_OUTPUT_BYTES = 256 * 1024
 MAX_LINE_CHARS = 300
+TIME_BUDGET_SECONDS = 10.0  # for all the matching of one search
 
 
 class SearchTextArguments(ToolArguments):
@@ -61,7 +68,7 @@ class SearchText(TypedTool[SearchTextArguments]):
 def _compile(pattern: str, ignore_case: bool) -> re.Pattern[str]:
     try:
         return re.compile(pattern, re.IGNORECASE if ignore_case else 0)
-    except (re.error, OverflowError, RecursionError) as exc:
+    except (re.error, OverflowError, RecursionError, ValueError) as exc:
         raise ToolError(f"invalid regular expression {pattern!r}: {exc}") from None
 
 
@@ -74,6 +81,8 @@ class _Search:
         self.size = 0
         self.full = False  # limit or output cap reached
         self.skipped = {"binary": 0, "large": 0, "unreadable": 0}
+        self.deadline = time.monotonic() + TIME_BUDGET_SECONDS
+        self.timed_out = False
 
     def file(self, file: WalkedFile) -> None:
         if file.size > MAX_SEARCH_FILE_BYTES:
@@ -88,7 +97,14 @@ class _Search:
             self.skipped["binary"] += 1
             return
         for number, line in enumerate(split_lines(decode(data)[0]), 1):
-            if self.regex.search(line) is None:
+            try:
+                found = self.regex.search(
+                    line, timeout=max(0.0, self.deadline - time.monotonic()), concurrent=True
+                )
+            except TimeoutError:
+                self.timed_out = self.full = True
+                return
+            if found is None:
                 continue
             match = f"{file.rel}:{number}: {clip(line, MAX_LINE_CHARS)}"
             self.size += len(match.encode()) + 1
@@ -99,7 +115,12 @@ class _Search:
 
     def notes(self) -> list[str]:
         notes: list[str] = []
-        if self.full:
+        if self.timed_out:
+            notes.append(
+                f"[stopped after {TIME_BUDGET_SECONDS:g} s of matching: the pattern backtracks "
+                "too much; simplify it or narrow with path and glob]"
+            )
+        elif self.full:
             notes.append(
                 f"[stopped at {len(self.matches)} matches, there may be more: narrow with path, "
                 f"glob or pattern, or raise limit (at most {MAX_LIMIT})]"
