@@ -199,11 +199,7 @@ def _new_message(
     source: MessageInput, message_id: str, now: datetime, run_id: str | None
 ) -> Message:
     fields = {name: getattr(source, name) for name in source.model_fields_set}
-    if source.content is not None and not isinstance(source.content, str):
-        fields["content"] = copy.deepcopy(source.content)
-    for name in ("tool_calls", "metadata"):
-        if name in fields:
-            fields[name] = copy.deepcopy(fields[name])
+    fields.update(_copied_containers(source))
     return Message(id=message_id, created_at=now, run_id=run_id, **fields)
 
 
@@ -229,8 +225,17 @@ def _copy_json(value: dict[str, Any]) -> dict[str, Any]:
 
 
 def _copy_message(message: Message) -> Message:
-    """A copy the caller owns; cheap for the common text-only message."""
-    plain = isinstance(message.content, str | None) and message.tool_calls is None
-    if plain and message.metadata is None:
-        return message.model_copy()
-    return message.model_copy(deep=True)
+    """A copy the caller owns: only its containers are copied (their items hold only strings)."""
+    return message.model_copy(update=_copied_containers(message))
+
+
+def _copied_containers(message: MessageInput | Message) -> dict[str, Any]:
+    """Fresh copies of the mutable parts of a message: content blocks, tool calls, metadata."""
+    copies: dict[str, Any] = {}
+    if isinstance(message.content, list):
+        copies["content"] = [block.model_copy() for block in message.content]
+    if message.tool_calls is not None:
+        copies["tool_calls"] = [call.model_copy() for call in message.tool_calls]
+    if message.metadata is not None:
+        copies["metadata"] = _copy_json(message.metadata)
+    return copies
