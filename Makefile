@@ -36,6 +36,7 @@ run: compile
 
 bench: compile
 	$(BIN)/python bench/rpc_bench.py
+	$(BIN)/python bench/kernel_bench.py
 
 schema: install
 	$(BIN)/python -m tether schema > docs/protocol.schema.json
