@@ -2,7 +2,8 @@
 
 Streamed text goes to stdout as it arrives, with a line per tool call; on a terminal a status
 line on stderr shows the iteration and the tool at work. ``--json`` prints the raw events as JSON
-lines instead (and the result last). The exit code is 0 when the run ends, 1 on an error.
+lines instead (and the result last). The exit code is 0 when the run ends, 1 on an error, and 130
+when it was interrupted (Ctrl-C cancels the run, which then shows how it ended).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ async def run_headless(
             params["maxIterations"] = options.max_iterations
         if options.model:
             params["model"] = options.model
-        result = await _follow(connection, view, connection.request("kernel/run", params))
+        result = await _follow(connection, view, session_id, params)
     except RpcError as exc:
         view.error(exc)
         return 1
@@ -55,7 +56,7 @@ async def run_headless(
     finally:
         await connection.close()
     view.result(result)
-    return 0
+    return 130 if result["stopReason"] == "cancelled" else 0
 
 
 def _initialize_params(options: RunOptions) -> dict[str, Any]:
@@ -69,18 +70,37 @@ def _initialize_params(options: RunOptions) -> dict[str, Any]:
     return params
 
 
-async def _follow(connection: Connection, view: _View, request: Any) -> Any:
-    """Show the progress notifications until the run's response arrives."""
-    response = asyncio.ensure_future(request)
+async def _follow(
+    connection: Connection, view: _View, session_id: str, params: dict[str, Any]
+) -> Any:
+    """Run, showing the progress notifications until the response arrives. Interrupted (Ctrl-C),
+    it cancels the run and shows how it ended."""
+    response = asyncio.ensure_future(connection.request("kernel/run", params))
+    try:
+        return await _show_progress(connection, view, response)
+    except asyncio.CancelledError:
+        with contextlib.suppress(RpcError, ConnectionError, TimeoutError):
+            await asyncio.wait_for(
+                connection.request("kernel/cancel", {"sessionId": session_id}), 5
+            )
+        return await asyncio.wait_for(_show_progress(connection, view, response), 10)
+
+
+async def _show_progress(connection: Connection, view: _View, response: asyncio.Future[Any]) -> Any:
     while True:
         notification = asyncio.ensure_future(connection.notifications.get())
-        done, _ = await asyncio.wait({response, notification}, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            done, _ = await asyncio.wait(
+                {response, notification}, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            if not notification.done():
+                notification.cancel()
         if notification in done:
             method, params = notification.result()
             if method == "kernel/progress":
                 view.event(params)
             continue
-        notification.cancel()
         while not connection.notifications.empty():  # written before the response: show them
             method, params = connection.notifications.get_nowait()
             if method == "kernel/progress":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -166,10 +167,12 @@ async def test_kernel_cancel_stops_a_streaming_run_and_the_session_stays_consist
         assert await connection.request("kernel/cancel", {"sessionId": sid}) == {"cancelled": True}
         result = await asyncio.wait_for(run, 20)
         session = await connection.request("session/get", {"sessionId": sid})
+        history = (await connection.request("session/messages", {"sessionId": sid}))["messages"]
     finally:
         await connection.close()
     assert result["stopReason"] == "cancelled"
-    assert session["running"] is False and session["messageCount"] >= 1
+    assert session["running"] is False
+    assert [m["role"] for m in history] == ["user"]  # the cut-short answer is not kept
 
 
 async def test_cancel_request_on_a_run_answers_32800_with_the_partial_result(project: Path):
@@ -179,17 +182,7 @@ async def test_cancel_request_on_a_run_answers_32800_with_the_partial_result(pro
     )
     try:
         sid = (await connection.request("session/create", {}))["sessionId"]
-        msg_id = 1000
-        future = asyncio.get_running_loop().create_future()
-        connection._pending[msg_id] = future
-        connection.send(
-            {
-                "jsonrpc": "2.0",
-                "id": msg_id,
-                "method": "kernel/run",
-                "params": {"sessionId": sid, "prompt": "go"},
-            }
-        )
+        msg_id, future = connection.start_request("kernel/run", {"sessionId": sid, "prompt": "go"})
         await next_event(connection, "iteration_finished")
         await next_event(connection, "iteration_started")
         connection.notify("$/cancelRequest", {"id": msg_id})
@@ -373,3 +366,33 @@ async def test_an_empty_prompt_is_invalid_params(project: Path):
             assert raised.value.code == ErrorCode.INVALID_PARAMS
     finally:
         await connection.close()
+
+
+def test_interrupting_tether_run_cancels_the_run_and_exits_130(project: Path):
+    script = project.parent / "slow-script.json"
+    script.write_text(json.dumps([{"text": "a slow answer", "delay": 30}]))
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tether",
+            "run",
+            "hi",
+            "--json",
+            "--workspace",
+            str(project),
+            "--script",
+            str(script),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    for line in process.stdout:  # wait until the answer has started to stream
+        if json.loads(line).get("event", {}).get("kind") == "message_delta":
+            break
+    process.send_signal(signal.SIGINT)
+    out, _ = process.communicate(timeout=30)
+    assert process.returncode == 130
+    assert json.loads(out.splitlines()[-1])["result"]["stopReason"] == "cancelled"

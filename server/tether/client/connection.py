@@ -70,11 +70,22 @@ class Connection:
             stdout=asyncio.subprocess.PIPE,
             env={**os.environ, **(env or {})},
             cwd=cwd,
+            # Ctrl-C in a terminal is the client's to handle (it cancels the run): the server
+            # is left out of the terminal's process group, and ends when its stdin closes.
+            start_new_session=True,
         )
         return cls(process, on_request)
 
     async def request(self, method: str, params: Any = None) -> Any:
         """Send a request and wait for its result; an error response raises :class:`RpcError`."""
+        msg_id, future = self.start_request(method, params)
+        try:
+            return await future
+        finally:
+            self._pending.pop(msg_id, None)
+
+    def start_request(self, method: str, params: Any = None) -> tuple[int, asyncio.Future[Any]]:
+        """Send a request; its id (for ``$/cancelRequest``) and the future of its result."""
         msg_id = next(self._ids)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[msg_id] = future
@@ -82,10 +93,7 @@ class Connection:
         if params is not None:
             message["params"] = params
         self.send(message)
-        try:
-            return await future
-        finally:
-            self._pending.pop(msg_id, None)
+        return msg_id, future
 
     def notify(self, method: str, params: Any = None) -> None:
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}

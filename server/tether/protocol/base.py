@@ -36,10 +36,6 @@ class WireModel(BaseModel):
         """The JSON-ready dict: camelCase keys, unset optionals omitted."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
-    def to_wire_json(self) -> bytes:
-        """Like :meth:`to_wire`, already encoded as UTF-8 JSON."""
-        return self.model_dump_json(by_alias=True, exclude_none=True).encode()
-
 
 class Params(WireModel):
     """Base of every request's params."""

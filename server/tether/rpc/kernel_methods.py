@@ -8,8 +8,6 @@ from tether.rpc.handlers import Handler, handler
 from tether.rpc.progress import Notify, progress_emitter
 from tether.sessions import SessionService
 
-NAMES = ("kernel/run", "kernel/cancel")
-
 
 def kernel_methods(kernel: Kernel, sessions: SessionService, notify: Notify) -> dict[str, Handler]:
     async def run(params: RunParams) -> RunResult:
