@@ -39,6 +39,7 @@ from tether.providers.content import (
     is_error_result,
     pick_settings,
     resource_text,
+    token_count,
 )
 from tether.providers.errors import AttemptFailed
 from tether.providers.http import HttpProvider, TurnReader, decode_json, index_of, obj
@@ -299,7 +300,7 @@ class MessagesReader(TurnReader):
             return
         if usage.get("input_tokens") is not None:
             self._input_tokens = sum(
-                int(usage.get(key) or 0)
+                token_count(usage.get(key))
                 for key in (
                     "input_tokens",
                     "cache_creation_input_tokens",
@@ -307,7 +308,7 @@ class MessagesReader(TurnReader):
                 )
             )
         if usage.get("output_tokens") is not None:
-            self._output_tokens = int(usage["output_tokens"])
+            self._output_tokens = token_count(usage["output_tokens"])
 
     def _completion(self) -> Completion:
         usage = None

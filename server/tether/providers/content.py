@@ -55,3 +55,10 @@ def pick_settings(settings: Mapping[str, Any], names: Iterable[str]) -> dict[str
                 picked[name] = settings[key]
                 break
     return picked
+
+
+def token_count(value: Any) -> int:
+    """A token count as an endpoint reported it; anything odd (a string, a float) counts as 0."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return 0

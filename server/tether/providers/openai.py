@@ -24,7 +24,7 @@ from tether.protocol import ImageBlock, Message, ResourceLinkBlock, Role, TextBl
 from tether.protocol.kernel import Usage
 from tether.protocol.tools import ToolSpec
 from tether.providers.base import Completion, ModelRequest
-from tether.providers.content import flatten_text, pick_settings, resource_text
+from tether.providers.content import flatten_text, pick_settings, resource_text, token_count
 from tether.providers.errors import AttemptFailed
 from tether.providers.http import HttpProvider, TurnReader, decode_json, index_of, obj
 from tether.providers.retry import RetryPolicy
@@ -216,8 +216,8 @@ class ChatCompletionReader(TurnReader):
     def _take_usage(self, usage: Any) -> None:
         if isinstance(usage, dict):
             self._usage = Usage(
-                input_tokens=int(usage.get("prompt_tokens") or 0),
-                output_tokens=int(usage.get("completion_tokens") or 0),
+                input_tokens=token_count(usage.get("prompt_tokens")),
+                output_tokens=token_count(usage.get("completion_tokens")),
             )
 
     def _take_calls(self, deltas: Any) -> None:
