@@ -15,6 +15,19 @@ from tether.protocol.framing import encode_frame
 from .conftest import Peer
 
 
+def register_slow(peer: Peer) -> asyncio.Event:
+    """A method ``test/slow`` that runs until it is cancelled; the event tells it has started."""
+    started = asyncio.Event()
+
+    async def slow(params: Any) -> dict[str, Any]:
+        started.set()
+        await asyncio.Event().wait()
+        return {}
+
+    peer.server.feature("test/slow")(slow)
+    return started
+
+
 def error_code(reply: dict[str, Any]) -> int:
     assert "error" in reply, reply
     return int(reply["error"]["code"])
@@ -144,14 +157,7 @@ async def test_a_handler_that_raises_is_an_internal_error_without_its_traceback(
 
 
 async def test_cancel_request_answers_the_cancelled_request_with_request_cancelled(ready: Peer):
-    started = asyncio.Event()
-
-    async def slow(params: Any) -> dict[str, Any]:
-        started.set()
-        await asyncio.Event().wait()
-        return {}
-
-    ready.server.feature("test/slow")(slow)
+    started = register_slow(ready)
     msg_id = ready.request("test/slow", {})
     await started.wait()
     ready.send({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": msg_id}})
@@ -215,14 +221,7 @@ async def test_a_suspended_handler_sees_the_cancellation_and_can_clean_up(ready:
 
 
 async def test_a_response_to_no_request_of_ours_is_dropped_and_breaks_nothing(ready: Peer):
-    started = asyncio.Event()
-
-    async def slow(params: Any) -> dict[str, Any]:
-        started.set()
-        await asyncio.Event().wait()
-        return {}
-
-    ready.server.feature("test/slow")(slow)
+    started = register_slow(ready)
     slow_id = ready.request("test/slow", {})
     await started.wait()
     get_id = 500
@@ -239,14 +238,7 @@ async def test_a_response_to_no_request_of_ours_is_dropped_and_breaks_nothing(re
 
 
 async def test_after_shutdown_a_running_request_can_still_be_cancelled(ready: Peer):
-    started = asyncio.Event()
-
-    async def slow(params: Any) -> dict[str, Any]:
-        started.set()
-        await asyncio.Event().wait()
-        return {}
-
-    ready.server.feature("test/slow")(slow)
+    started = register_slow(ready)
     slow_id = ready.request("test/slow", {})
     await started.wait()
     shutdown_id = ready.request("shutdown")

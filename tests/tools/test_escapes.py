@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.files import write
 from tether.tools import ToolResult
 
-from .conftest import SECRET, Call, write
+from .conftest import SECRET, Call
 
 PASSWD_MARK = "root:"
 

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.files import write
 from tether.tools.list_files import MAX_LIMIT
 
-from .conftest import Call, write
+from .conftest import Call
 
 
 @pytest.fixture

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.files import needs_enforced_modes, write
 from tether.tools import ToolContext, ToolRegistry
 from tether.tools.read_file import MAX_LINE_CHARS, MAX_OUTPUT_BYTES, MAX_OUTPUT_LINES, ReadFile
 
-from .conftest import Call, needs_enforced_modes, write
+from .conftest import Call
 
 
 def lines_of(count: int) -> str:

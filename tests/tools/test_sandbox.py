@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.files import write
 from tether.tools import Sandbox, ToolError
 from tether.tools.sandbox import format_size
 
-from .conftest import SECRET, write
+from .conftest import SECRET
 
 
 @pytest.fixture

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.files import needs_enforced_modes, write
 from tether.tools import search_text
 from tether.tools.search_text import MAX_LINE_CHARS, MAX_SEARCH_FILE_BYTES
 
-from .conftest import Call, needs_enforced_modes, write
+from .conftest import Call
 
 
 @pytest.fixture

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.files import write
 from tether.tools import ToolError
 from tether.tools.walk import Glob, run_in_thread, walk_files
-
-from .conftest import write
 
 
 @pytest.mark.parametrize(
