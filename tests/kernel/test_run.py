@@ -15,10 +15,12 @@ from tether.kernel.kernel import Kernel
 from tether.protocol import (
     ConfigError,
     CreateSessionParams,
+    MessageInput,
     ProviderError,
     RequestCancelled,
     Role,
     SessionBusy,
+    ToolCall,
 )
 from tether.protocol.kernel import ProgressParams, RunParams, StopReason
 from tether.protocol.tools import ToolSpec
@@ -227,3 +229,27 @@ async def test_events_are_numbered_from_one_and_bracketed_by_start_and_finish(
     assert {e.run_id for e in harness.events} == {result.run_id}
     assert harness.events[0].event.max_iterations == 2
     assert json.loads(result.model_dump_json())["response"] == "hello there"
+
+
+async def test_tool_calls_left_without_a_result_are_answered_interrupted_before_the_prompt(
+    tmp_path: Path, tools: Tools
+):
+    harness = Harness(tmp_path, [{"text": "ok"}], tools)
+    sid = await harness.session()
+    await harness.store.append(
+        sid,
+        [
+            MessageInput(role=Role.USER, content="earlier"),
+            MessageInput(
+                role=Role.ASSISTANT,
+                tool_calls=[ToolCall(id="x1", name="first", arguments="{}")],
+            ),
+        ],
+    )
+    await harness.run(sid)
+    history = await harness.store.history(sid)
+    assert [(m.role, m.tool_call_id, m.is_error) for m in history[2:4]] == [
+        (Role.TOOL, "x1", True),
+        (Role.USER, None, None),
+    ]
+    assert harness.provider.requests[0].messages[2].content == "interrupted"

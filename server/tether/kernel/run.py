@@ -42,6 +42,7 @@ from tether.tools.base import ToolContext, ToolExecutor, ToolResult
 
 Emit = Callable[[ProgressParams], None]
 CANCELLED_RESULT = "cancelled"
+INTERRUPTED_RESULT = "interrupted"
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class Run:
 
     async def execute(self, prompt: Content) -> RunResult:
         """The whole run; cancellation ends it with ``stopReason: "cancelled"``."""
+        await self._answer_dangling_calls()
         [user] = await self._persist([MessageInput(role=Role.USER, content=prompt)])
         self._emit(RunStarted(max_iterations=self._setup.max_iterations, user_message_id=user.id))
         try:
@@ -237,6 +239,31 @@ class Run:
                 self._results[call.id] = ToolResult(CANCELLED_RESULT, is_error=True)
                 self._emit(ToolCallUpdate(tool_call_id=call.id, status=ToolCallStatus.CANCELLED))
         await self._persist_results()
+
+    async def _answer_dangling_calls(self) -> None:
+        """Tool calls left without a result (a client appended them so, or a server stopped in
+        the middle of a run) get the error result "interrupted": providers refuse a history with
+        an unanswered call."""
+        answered = {m.tool_call_id for m in self._history if m.role is Role.TOOL}
+        dangling = [
+            call
+            for message in self._history
+            if message.tool_calls
+            for call in message.tool_calls
+            if call.id not in answered
+        ]
+        if dangling:
+            await self._persist(
+                [
+                    MessageInput(
+                        role=Role.TOOL,
+                        tool_call_id=call.id,
+                        content=INTERRUPTED_RESULT,
+                        is_error=True,
+                    )
+                    for call in dangling
+                ]
+            )
 
     async def _persist(
         self, messages: list[MessageInput], ids: list[str] | None = None
