@@ -16,7 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from tether.client import Connection, RpcError
+from tether.client import Run, TetherClient, TetherClientError
+from tether.protocol.kernel import (
+    IterationStarted,
+    MessageDelta,
+    ProgressParams,
+    RunResult,
+    StopReason,
+    ToolCallStarted,
+    ToolCallUpdate,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,103 +42,76 @@ class RunOptions:
 async def run_headless(
     options: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr
 ) -> int:
-    connection = await Connection.spawn()
     view: _View = _JsonLines(out) if options.json else _Terminal(out, err)
     try:
-        await connection.request("initialize", _initialize_params(options))
-        connection.notify("initialized", {})
-        session_id = (
-            options.session or (await connection.request("session/create", {}))["sessionId"]
-        )
-        params: dict[str, Any] = {"sessionId": session_id, "prompt": options.prompt}
-        if options.max_iterations:
-            params["maxIterations"] = options.max_iterations
-        if options.model:
-            params["model"] = options.model
-        result = await _follow(connection, view, session_id, params)
-    except RpcError as exc:
+        async with TetherClient.spawn(
+            workspace=options.workspace,
+            options=_initialization_options(options),
+            client_name="tether-run",
+        ) as client:
+            session_id = options.session or (await client.create_session()).session_id
+            run = client.run(
+                session_id,
+                options.prompt,
+                max_iterations=options.max_iterations or None,
+                model=options.model or None,
+            )
+            result = await _follow(client, view, run)
+    except TetherClientError as exc:
         view.error(exc)
         return 1
     except ConnectionError as exc:
-        view.error(RpcError(-32603, f"the server stopped: {exc}"))
+        view.error(TetherClientError(-32603, f"the server stopped: {exc}"))
         return 1
-    finally:
-        await connection.close()
     view.result(result)
-    return 130 if result["stopReason"] == "cancelled" else 0
+    return 130 if result.stop_reason is StopReason.CANCELLED else 0
 
 
-def _initialize_params(options: RunOptions) -> dict[str, Any]:
-    params: dict[str, Any] = {
-        "clientInfo": {"name": "tether-run"},
-        "workspaceFolders": [{"uri": options.workspace.resolve().as_uri()}],
-    }
-    if options.script is not None:
-        script = str(options.script.resolve())
-        params["initializationOptions"] = {"provider": {"type": "scripted", "script": script}}
-    return params
+def _initialization_options(options: RunOptions) -> dict[str, Any] | None:
+    if options.script is None:
+        return None
+    return {"provider": {"type": "scripted", "script": str(options.script.resolve())}}
 
 
-async def _follow(
-    connection: Connection, view: _View, session_id: str, params: dict[str, Any]
-) -> Any:
-    """Run, showing the progress notifications until the response arrives. Interrupted (Ctrl-C),
-    it cancels the run and shows how it ended."""
-    response = asyncio.ensure_future(connection.request("kernel/run", params))
+async def _follow(client: TetherClient, view: _View, run: Run) -> RunResult:
+    """Run, showing the progress events until the response arrives. Interrupted (Ctrl-C), it
+    cancels the run and shows how it ended."""
     try:
-        return await _show_progress(connection, view, response)
+        await _show_progress(view, run)
     except asyncio.CancelledError:
-        with contextlib.suppress(RpcError, ConnectionError, TimeoutError):
-            await asyncio.wait_for(
-                connection.request("kernel/cancel", {"sessionId": session_id}), 5
-            )
-        return await asyncio.wait_for(_show_progress(connection, view, response), 10)
+        with contextlib.suppress(TetherClientError, ConnectionError, TimeoutError):
+            await asyncio.wait_for(client.cancel(run.session_id), 5)
+        await asyncio.wait_for(_show_progress(view, run), 10)
+    return await run
 
 
-async def _show_progress(connection: Connection, view: _View, response: asyncio.Future[Any]) -> Any:
-    while True:
-        notification = asyncio.ensure_future(connection.notifications.get())
-        try:
-            done, _ = await asyncio.wait(
-                {response, notification}, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            if not notification.done():
-                notification.cancel()
-        if notification in done:
-            method, params = notification.result()
-            if method == "kernel/progress":
-                view.event(params)
-            continue
-        while not connection.notifications.empty():  # written before the response: show them
-            method, params = connection.notifications.get_nowait()
-            if method == "kernel/progress":
-                view.event(params)
-        return response.result()
+async def _show_progress(view: _View, run: Run) -> None:
+    async for progress in run:  # goes on where an interrupted pass stopped
+        view.event(progress)
 
 
 _MARKS = {"completed": "✓", "failed": "✗", "cancelled": "⊘"}
 
 
 class _View:
-    def event(self, params: dict[str, Any]) -> None: ...
+    def event(self, progress: ProgressParams) -> None: ...
 
-    def result(self, result: Any) -> None: ...
+    def result(self, result: RunResult) -> None: ...
 
-    def error(self, exc: RpcError) -> None: ...
+    def error(self, exc: TetherClientError) -> None: ...
 
 
 class _JsonLines(_View):
     def __init__(self, out: TextIO) -> None:
         self._out = out
 
-    def event(self, params: dict[str, Any]) -> None:
-        print(json.dumps(params), file=self._out, flush=True)
+    def event(self, progress: ProgressParams) -> None:
+        print(json.dumps(progress.to_wire()), file=self._out, flush=True)
 
-    def result(self, result: Any) -> None:
-        print(json.dumps({"result": result}), file=self._out, flush=True)
+    def result(self, result: RunResult) -> None:
+        print(json.dumps({"result": result.to_wire()}), file=self._out, flush=True)
 
-    def error(self, exc: RpcError) -> None:
+    def error(self, exc: TetherClientError) -> None:
         error = {"code": exc.code, "message": exc.message, "data": exc.data}
         print(json.dumps({"error": error}), file=self._out, flush=True)
 
@@ -141,30 +123,29 @@ class _Terminal(_View):
         self._mid_line = False
         self._names: dict[str, str] = {}  # tool call id -> tool name
 
-    def event(self, params: dict[str, Any]) -> None:
-        event = params["event"]
-        kind = event["kind"]
-        if kind == "message_delta":
-            self._write(event["text"])
-            self._mid_line = not event["text"].endswith("\n")
-        elif kind == "tool_call":
-            self._names[event["toolCallId"]] = event["name"]
-            self._line(f"→ {event['name']} {event['arguments']}")
-        elif kind == "tool_call_update" and event["status"] in _MARKS:
-            name = self._names.get(event["toolCallId"], event["toolCallId"])
-            error = event.get("error")
-            self._line(f"{_MARKS[event['status']]} {name}" + (f": {error}" if error else ""))
-        elif kind == "iteration_started":
-            self._status(f"iteration {event['iteration']}")
+    def event(self, progress: ProgressParams) -> None:
+        event = progress.event
+        if isinstance(event, MessageDelta):
+            self._write(event.text)
+            self._mid_line = not event.text.endswith("\n")
+        elif isinstance(event, ToolCallStarted):
+            self._names[event.tool_call_id] = event.name
+            self._line(f"→ {event.name} {event.arguments}")
+        elif isinstance(event, ToolCallUpdate) and event.status in _MARKS:
+            name = self._names.get(event.tool_call_id, event.tool_call_id)
+            error = event.error
+            self._line(f"{_MARKS[event.status]} {name}" + (f": {error}" if error else ""))
+        elif isinstance(event, IterationStarted):
+            self._status(f"iteration {event.iteration}")
 
-    def result(self, result: Any) -> None:
+    def result(self, result: RunResult) -> None:
         self._status("")
         if self._mid_line:
             self._write("\n")
-        if result["stopReason"] != "end_turn":
-            print(f"[stopped: {result['stopReason']}]", file=self._err, flush=True)
+        if result.stop_reason is not StopReason.END_TURN:
+            print(f"[stopped: {result.stop_reason}]", file=self._err, flush=True)
 
-    def error(self, exc: RpcError) -> None:
+    def error(self, exc: TetherClientError) -> None:
         self._status("")
         print(f"tether: error {exc.code}: {exc.message}", file=self._err, flush=True)
 

@@ -1,5 +1,59 @@
-"""Clients of a tether server: a raw JSON-RPC connection over a spawned process's stdio."""
+"""Clients of a tether server over a spawned process's stdio.
 
-from tether.client.connection import Connection, RpcError
+- :class:`TetherClient`: the async client of the whole contract, with typed results and errors.
+- :class:`Connection`: the raw JSON-RPC connection it is built on (any message, even a bad one).
+"""
 
-__all__ = ["Connection", "RpcError"]
+from tether.client.connection import Connection
+from tether.client.errors import (
+    ERRORS,
+    ConfigInvalidError,
+    InternalServerError,
+    InvalidParamsError,
+    InvalidRequestError,
+    MethodNotFoundError,
+    ParseFailedError,
+    ProviderFailedError,
+    RequestCancelledError,
+    RpcError,
+    ServerNotInitializedError,
+    SessionBusyError,
+    SessionNotFoundError,
+    TetherClientError,
+    WorkspaceInvalidError,
+    error_from,
+)
+from tether.client.run import Run
+from tether.client.tether_client import (
+    UNSET,
+    PermissionHandler,
+    PermissionOutcome,
+    TetherClient,
+    workspace_uri,
+)
+
+__all__ = [
+    "ERRORS",
+    "UNSET",
+    "ConfigInvalidError",
+    "Connection",
+    "InternalServerError",
+    "InvalidParamsError",
+    "InvalidRequestError",
+    "MethodNotFoundError",
+    "ParseFailedError",
+    "PermissionHandler",
+    "PermissionOutcome",
+    "ProviderFailedError",
+    "RequestCancelledError",
+    "RpcError",
+    "Run",
+    "ServerNotInitializedError",
+    "SessionBusyError",
+    "SessionNotFoundError",
+    "TetherClient",
+    "TetherClientError",
+    "WorkspaceInvalidError",
+    "error_from",
+    "workspace_uri",
+]

@@ -1,7 +1,8 @@
 """A minimal JSON-RPC 2.0 client over LSP framing, talking to a spawned ``tether serve``.
 
 It pipelines freely (many requests in flight), keeps every server notification in order, and
-answers server-to-client requests through an optional callback.
+answers server-to-client requests through an optional callback. Error responses raise the
+exception class of their code (:mod:`tether.client.errors`), all subclasses of :class:`RpcError`.
 """
 
 from __future__ import annotations
@@ -17,21 +18,21 @@ from typing import Any
 
 import orjson
 
+from tether.client.errors import RpcError, error_from
+from tether.protocol.errors import ErrorCode
 from tether.protocol.framing import Frame, FrameDecoder, encode_frame
 
 logger = logging.getLogger(__name__)
 
 RequestHandler = Callable[[str, Any], Awaitable[Any]]
+"""Answers a server-to-client request: ``(method, params)`` → result; raise an ``RpcError`` to
+answer with its code, any other exception answers ``-32603``."""
 
+NotificationHandler = Callable[[str, Any], bool]
+"""Sees each server notification as it is read, before any response read after it: ``(method,
+params)`` → True when it took the notification, False to leave it in ``notifications``."""
 
-class RpcError(Exception):
-    """An error response: ``code``, ``message`` and ``data`` as the server sent them."""
-
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-        self.data = data
+__all__ = ["Connection", "NotificationHandler", "RequestHandler", "RpcError"]
 
 
 class Connection:
@@ -39,6 +40,7 @@ class Connection:
         self,
         process: asyncio.subprocess.Process,
         on_request: RequestHandler | None = None,
+        on_notification: NotificationHandler | None = None,
     ) -> None:
         assert process.stdin is not None and process.stdout is not None
         self.process = process
@@ -46,7 +48,8 @@ class Connection:
         self._stdout = process.stdout
         self._ids = itertools.count(1)
         self._pending: dict[int | str, asyncio.Future[Any]] = {}
-        self._on_request = on_request
+        self.on_request = on_request
+        self.on_notification = on_notification
         self.notifications: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self.stray: list[dict[str, Any]] = []  # responses that matched no request
         self._tasks: set[asyncio.Future[None]] = set()
@@ -60,6 +63,7 @@ class Connection:
         env: dict[str, str] | None = None,
         cwd: str | None = None,
         on_request: RequestHandler | None = None,
+        on_notification: NotificationHandler | None = None,
     ) -> Connection:
         # -P: the working directory is not put on sys.path, so a repository's own "tether"
         # package cannot stand in for this one.
@@ -74,21 +78,20 @@ class Connection:
             # is left out of the terminal's process group, and ends when its stdin closes.
             start_new_session=True,
         )
-        return cls(process, on_request)
+        return cls(process, on_request, on_notification)
 
     async def request(self, method: str, params: Any = None) -> Any:
-        """Send a request and wait for its result; an error response raises :class:`RpcError`."""
-        msg_id, future = self.start_request(method, params)
-        try:
-            return await future
-        finally:
-            self._pending.pop(msg_id, None)
+        """Send a request and wait for its result; an error response raises :class:`RpcError`
+        (the subclass of its code)."""
+        _, future = self.start_request(method, params)
+        return await future
 
     def start_request(self, method: str, params: Any = None) -> tuple[int, asyncio.Future[Any]]:
         """Send a request; its id (for ``$/cancelRequest``) and the future of its result."""
         msg_id = next(self._ids)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[msg_id] = future
+        future.add_done_callback(lambda _: self._pending.pop(msg_id, None))
         message: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id, "method": method}
         if params is not None:
             message["params"] = params
@@ -143,24 +146,42 @@ class Connection:
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
             else:
-                self.notifications.put_nowait((message["method"], message.get("params")))
+                self._notification(message["method"], message.get("params"))
             return
         future = self._pending.get(message.get("id"))  # type: ignore[arg-type]
         if future is None or future.done():
             self.stray.append(message)
         elif "error" in message:
             error = message["error"]
-            future.set_exception(RpcError(error["code"], error["message"], error.get("data")))
+            future.set_exception(error_from(error["code"], error["message"], error.get("data")))
         else:
             future.set_result(message.get("result"))
 
+    def _notification(self, method: str, params: Any) -> None:
+        if self.on_notification is not None:
+            try:
+                if self.on_notification(method, params):
+                    return
+            except Exception:
+                logger.exception("the notification handler failed on %s", method)
+        self.notifications.put_nowait((method, params))
+
     async def _answer(self, message: dict[str, Any]) -> None:
         reply: dict[str, Any] = {"jsonrpc": "2.0", "id": message["id"]}
-        if self._on_request is None:
-            reply["error"] = {"code": -32601, "message": f"no handler for {message['method']}"}
+        if self.on_request is None:
+            reply["error"] = {
+                "code": int(ErrorCode.METHOD_NOT_FOUND),
+                "message": f"no handler for {message['method']}",
+            }
         else:
             try:
-                reply["result"] = await self._on_request(message["method"], message.get("params"))
+                reply["result"] = await self.on_request(message["method"], message.get("params"))
+            except RpcError as exc:
+                reply["error"] = {"code": exc.code, "message": exc.message}
+                if exc.data is not None:
+                    reply["error"]["data"] = exc.data
             except Exception as exc:
-                reply["error"] = {"code": -32603, "message": str(exc)}
-        self.send(reply)
+                logger.exception("the request handler failed on %s", message["method"])
+                reply["error"] = {"code": int(ErrorCode.INTERNAL_ERROR), "message": str(exc)}
+        with contextlib.suppress(ConnectionError):
+            self.send(reply)

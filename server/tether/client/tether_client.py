@@ -1,0 +1,339 @@
+"""An async client of ``tether serve`` for tools and test harnesses: the contract, typed.
+
+::
+
+    async with TetherClient.spawn(workspace=path, options=config) as client:
+        session = await client.create_session()
+        run = client.run(session.session_id, "What is this?")
+        async for progress in run:      # ProgressParams, run_started ... run_finished
+            ...
+        result = await run              # RunResult
+
+Every method sends one request of ``docs/protocol.md`` and returns its result as the protocol's
+model. Error responses raise the exception class of their code (:mod:`tether.client.errors`); a
+server that went away raises ``ConnectionError``. Requests may be sent concurrently.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import logging
+import os
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Literal
+
+from tether.client.connection import Connection
+from tether.client.errors import MethodNotFoundError
+from tether.client.run import Run, RunRouter
+from tether.protocol.base import WireModel
+from tether.protocol.kernel import CancelResult, PermissionParams, PermissionResult
+from tether.protocol.lifecycle import PROTOCOL_VERSION, InitializeResult
+from tether.protocol.messages import ContentBlock, Message, MessageInput
+from tether.protocol.sessions import AppendResult, ListSessionsResult, MessagesResult, Session
+
+logger = logging.getLogger(__name__)
+
+PermissionOutcome = Literal["allow", "allow_always", "reject"]
+PermissionHandler = Callable[[PermissionParams], Awaitable[PermissionOutcome] | PermissionOutcome]
+"""Answers ``tool/requestPermission``: gets its params, returns the outcome (may be async)."""
+
+
+class _Unset(enum.Enum):
+    UNSET = "UNSET"
+
+
+UNSET: Final = _Unset.UNSET
+"""The default of :meth:`TetherClient.configure`'s fields: left out, so left as it is."""
+
+
+def workspace_uri(workspace: Path | str) -> str:
+    """A workspace as the server names it: a path becomes its absolute ``file://`` URI."""
+    if isinstance(workspace, str) and "://" in workspace:
+        return workspace
+    return Path(workspace).expanduser().resolve().as_uri()
+
+
+def _wire(value: WireModel | Mapping[str, Any]) -> dict[str, Any]:
+    return value.to_wire() if isinstance(value, WireModel) else dict(value)
+
+
+def _params(**fields: Any) -> dict[str, Any]:
+    """Params with the fields that are not None (wire names given by the caller)."""
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+class TetherClient:
+    """A client of one ``tether serve`` process; make it with :meth:`spawn`."""
+
+    def __init__(
+        self,
+        connection: Connection,
+        on_permission: PermissionHandler | None = None,
+    ) -> None:
+        """Drive an existing, not yet initialized connection (:meth:`spawn` does it all)."""
+        self.connection = connection
+        self.initialize_result: InitializeResult | None = None
+        self._on_permission = on_permission
+        self._router = RunRouter()
+        connection.on_notification = self._router.notification
+        connection.on_request = self._answer
+
+    @classmethod
+    def spawn(
+        cls,
+        workspace: Path | str | None = None,
+        options: Mapping[str, Any] | None = None,
+        *,
+        argv: Sequence[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | str | None = None,
+        on_permission: PermissionHandler | None = None,
+        client_name: str = "tether-python-client",
+    ) -> _Spawn:
+        """Start ``tether serve`` and initialize it.
+
+        ``workspace`` (a path or URI) is the workspace folder, the default of
+        :meth:`create_session`; ``options`` the ``initializationOptions`` (a configuration
+        overlay, e.g. ``{"provider": {"type": "scripted", "script": path}}``); ``argv`` the
+        server's command line (default: this Python's ``tether serve``) and ``env`` variables
+        added to this process's environment. With ``on_permission`` the client declares
+        ``capabilities.tether.permissions`` and answers ``tool/requestPermission`` with it.
+
+        Use it as ``async with TetherClient.spawn(...) as client:`` (shut down on exit), or
+        ``client = await TetherClient.spawn(...)`` and later ``await client.close()``. An
+        invalid ``options`` raises ``ConfigInvalidError``, with the server stopped.
+        """
+
+        async def start() -> TetherClient:
+            connection = await Connection.spawn(
+                argv, env=dict(env or {}), cwd=None if cwd is None else str(cwd)
+            )
+            client = cls(connection, on_permission)
+            try:
+                await client._initialize(workspace, options, client_name)
+            except BaseException:
+                await connection.close()
+                raise
+            return client
+
+        return _Spawn(start)
+
+    async def _initialize(
+        self, workspace: Path | str | None, options: Mapping[str, Any] | None, client_name: str
+    ) -> None:
+        params: dict[str, Any] = {
+            "processId": os.getpid(),
+            "clientInfo": {"name": client_name},
+            "protocolVersion": PROTOCOL_VERSION,
+            "capabilities": {"tether": {"permissions": self._on_permission is not None}},
+        }
+        if workspace is not None:
+            params["workspaceFolders"] = [{"uri": workspace_uri(workspace)}]
+        if options is not None:
+            params["initializationOptions"] = dict(options)
+        result = await self.connection.request("initialize", params)
+        self.initialize_result = InitializeResult.model_validate(result)
+        self.connection.notify("initialized", {})
+
+    async def close(self) -> int:
+        """Cancel the runs still going, shut the server down (``shutdown``, ``exit``) and wait for
+        it to end; its exit code."""
+        for run in list(self._router.runs):
+            run.cancel()
+        return await self.connection.close()
+
+    async def __aenter__(self) -> TetherClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- sessions --------------------------------------------------------------------------
+
+    async def create_session(
+        self,
+        *,
+        workspace: Path | str | None = None,
+        title: str | None = None,
+        agent_id: str | None = None,
+        model: str | None = None,
+        system_prompt: str | None = None,
+        settings: Mapping[str, Any] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        tools: Sequence[str] | None = None,
+    ) -> Session:
+        """``session/create``; ``workspace`` defaults to the client's workspace folder."""
+        params = _params(
+            workspace=None if workspace is None else workspace_uri(workspace),
+            title=title,
+            agentId=agent_id,
+            model=model,
+            systemPrompt=system_prompt,
+            settings=None if settings is None else dict(settings),
+            metadata=None if metadata is None else dict(metadata),
+            tools=None if tools is None else list(tools),
+        )
+        return Session.model_validate(await self.request("session/create", params))
+
+    async def get_session(self, session_id: str) -> Session:
+        """``session/get``."""
+        return Session.model_validate(await self.request("session/get", {"sessionId": session_id}))
+
+    async def list_sessions(
+        self,
+        *,
+        workspace: Path | str | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+    ) -> ListSessionsResult:
+        """``session/list``: one page, newest ``updated_at`` first; ``next_cursor`` for the next."""
+        params = _params(
+            workspace=None if workspace is None else workspace_uri(workspace),
+            cursor=cursor,
+            limit=limit,
+        )
+        return ListSessionsResult.model_validate(await self.request("session/list", params))
+
+    async def messages(
+        self,
+        session_id: str,
+        *,
+        cursor: str | None = None,
+        limit: int | None = None,
+        order: Literal["asc", "desc"] | None = None,
+    ) -> MessagesResult:
+        """``session/messages``: one page of the history and its ``total``."""
+        params = _params(sessionId=session_id, cursor=cursor, limit=limit, order=order)
+        return MessagesResult.model_validate(await self.request("session/messages", params))
+
+    async def append(
+        self, session_id: str, messages: Sequence[MessageInput | Mapping[str, Any]]
+    ) -> list[Message]:
+        """``session/append`` (all or nothing): the messages with their ids and timestamps."""
+        params = {"sessionId": session_id, "messages": [_wire(m) for m in messages]}
+        return AppendResult.model_validate(await self.request("session/append", params)).messages
+
+    async def configure(
+        self,
+        session_id: str,
+        *,
+        title: str | _Unset | None = UNSET,
+        model: str | _Unset | None = UNSET,
+        system_prompt: str | _Unset | None = UNSET,
+        settings: Mapping[str, Any] | _Unset | None = UNSET,
+        metadata: Mapping[str, Any] | _Unset | None = UNSET,
+        tools: Sequence[str] | _Unset | None = UNSET,
+    ) -> Session:
+        """``session/configure``: a field left out stays as it is, ``None`` clears it;
+        ``settings`` and ``metadata`` are replaced whole."""
+        fields = {
+            "title": title,
+            "model": model,
+            "systemPrompt": system_prompt,
+            "settings": settings if not isinstance(settings, Mapping) else dict(settings),
+            "metadata": metadata if not isinstance(metadata, Mapping) else dict(metadata),
+            "tools": tools if tools is None or isinstance(tools, _Unset) else list(tools),
+        }
+        params: dict[str, Any] = {"sessionId": session_id}
+        params.update({name: v for name, v in fields.items() if not isinstance(v, _Unset)})
+        return Session.model_validate(await self.request("session/configure", params))
+
+    async def fork(
+        self, session_id: str, *, at_message_id: str | None = None, title: str | None = None
+    ) -> Session:
+        """``session/fork`` (not served yet: ``MethodNotFoundError`` until it is)."""
+        params = _params(sessionId=session_id, atMessageId=at_message_id, title=title)
+        return Session.model_validate(await self.request("session/fork", params))
+
+    async def clear(self, session_id: str) -> Session:
+        """``session/clear``: the session without its messages, settings kept."""
+        return Session.model_validate(
+            await self.request("session/clear", {"sessionId": session_id})
+        )
+
+    async def delete(self, session_id: str) -> None:
+        """``session/delete``."""
+        await self.request("session/delete", {"sessionId": session_id})
+
+    # -- the kernel ------------------------------------------------------------------------
+
+    def run(
+        self,
+        session_id: str,
+        prompt: str | Sequence[ContentBlock | Mapping[str, Any]],
+        *,
+        max_iterations: int | None = None,
+        model: str | None = None,
+        tools: Sequence[str] | None = None,
+    ) -> Run:
+        """Send ``kernel/run`` now; the :class:`Run` iterates its progress events and awaits to its
+        :class:`~tether.protocol.kernel.RunResult`."""
+        params = _params(
+            sessionId=session_id,
+            prompt=prompt if isinstance(prompt, str) else [_wire(block) for block in prompt],
+            maxIterations=max_iterations,
+            model=model,
+            tools=None if tools is None else list(tools),
+        )
+        request_id, future = self.connection.start_request("kernel/run", params)
+        run = Run(self.connection, session_id, request_id, future)
+        self._router.add(run)  # before any await: no event of it can have been read yet
+        return run
+
+    async def cancel(self, session_id: str) -> bool:
+        """``kernel/cancel``: whether a run was going (it then ends with ``cancelled``)."""
+        result = await self.request("kernel/cancel", {"sessionId": session_id})
+        return CancelResult.model_validate(result).cancelled
+
+    # -- anything else ---------------------------------------------------------------------
+
+    async def request(self, method: str, params: Any = None) -> Any:
+        """Any request, its result as plain JSON."""
+        return await self.connection.request(method, params)
+
+    @property
+    def returncode(self) -> int | None:
+        """The server's exit code once it has ended."""
+        return self.connection.process.returncode
+
+    async def _answer(self, method: str, params: Any) -> Any:
+        """Server-to-client requests."""
+        if method == "tool/requestPermission" and self._on_permission is not None:
+            request = PermissionParams.model_validate(params)
+            outcome = self._on_permission(request)
+            if inspect.isawaitable(outcome):
+                outcome = await outcome
+            return PermissionResult.model_validate({"outcome": outcome}).to_wire()
+        raise MethodNotFoundError(f"this client does not answer {method}")
+
+
+class _Spawn:
+    """What :meth:`TetherClient.spawn` returns: awaitable, or an async context manager."""
+
+    def __init__(self, start: Callable[[], Awaitable[TetherClient]]) -> None:
+        self._start = start
+        self._client: TetherClient | None = None
+
+    def __await__(self) -> Generator[Any, None, TetherClient]:
+        return self._start().__await__()
+
+    async def __aenter__(self) -> TetherClient:
+        self._client = await self._start()
+        return self._client
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        assert self._client is not None
+        await self._client.close()

@@ -1,0 +1,107 @@
+"""A pytest plugin for harnesses that drive tether: the real server, a scripted model, a client.
+
+Installed with tether (the ``pytest11`` entry point ``tether``), it gives these fixtures:
+
+``tether_client``
+    A :class:`~tether.client.TetherClient` of a fresh ``tether serve`` (one per test), initialized
+    with ``tether_workspace`` as its workspace and ``tether_options`` as its configuration, and
+    shut down after the test. Needs pytest-asyncio; it runs on the loop of the test.
+``tether_script``
+    The turns the scripted model plays, in the format of ``tether.providers.scripted`` (default
+    ``[]``). Override the fixture, or parametrize it::
+
+        @pytest.mark.parametrize("tether_script", [[{"text": "Hello."}]])
+        async def test_hello(tether_client):
+            session = await tether_client.create_session()
+            assert (await tether_client.run(session.session_id, "hi")).response == "Hello."
+``tether_workspace``
+    The workspace folder: an empty directory under ``tmp_path`` by default.
+``tether_options``
+    The ``initializationOptions``: the scripted provider playing ``tether_script`` (written to a
+    file under ``tmp_path``). Override it to add configuration or to use another provider.
+``tether_on_permission``
+    The client's ``tool/requestPermission`` handler: ``None`` by default (the server's policy
+    decides).
+
+:func:`tool_call` writes a tool call of a script turn.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+import pytest
+
+if TYPE_CHECKING:  # tether itself is imported when a test needs it, not when pytest starts
+    from tether.client import PermissionHandler, TetherClient
+
+__all__ = ["scripted_options", "tool_call"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def tool_call(name: str, call_id: str | None = None, /, **arguments: Any) -> dict[str, Any]:
+    """A tool call for a script turn's ``toolCalls``: ``tool_call("read_file", path="a.py")``."""
+    call: dict[str, Any] = {"name": name, "arguments": arguments}
+    if call_id is not None:
+        call["id"] = call_id
+    return call
+
+
+def scripted_options(script: Path | str) -> dict[str, Any]:
+    """``initializationOptions`` that make the server play the script file ``script``."""
+    return {"provider": {"type": "scripted", "script": str(Path(script).resolve())}}
+
+
+@pytest.fixture
+def tether_script() -> list[dict[str, Any]]:
+    return []
+
+
+@pytest.fixture
+def tether_workspace(tmp_path: Path) -> Path:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir(exist_ok=True)
+    return workspace
+
+
+@pytest.fixture
+def tether_options(tmp_path: Path, tether_script: list[dict[str, Any]]) -> dict[str, Any]:
+    script = tmp_path / "tether-script.json"
+    script.write_text(json.dumps(tether_script))
+    return scripted_options(script)
+
+
+@pytest.fixture
+def tether_on_permission() -> PermissionHandler | None:
+    return None
+
+
+def _async_fixture(function: _F) -> _F:
+    """Declared with pytest-asyncio, so the fixture works in its strict mode too; without
+    pytest-asyncio, with pytest's own decorator (pytest then says the fixture needs a plugin)."""
+    try:
+        import pytest_asyncio
+    except ImportError:
+        return cast(_F, pytest.fixture(function))
+    return cast(_F, pytest_asyncio.fixture(function))
+
+
+@_async_fixture
+async def tether_client(
+    tether_workspace: Path,
+    tether_options: dict[str, Any],
+    tether_on_permission: PermissionHandler | None,
+) -> AsyncIterator[TetherClient]:
+    from tether.client import TetherClient
+
+    async with TetherClient.spawn(
+        workspace=tether_workspace,
+        options=tether_options,
+        on_permission=tether_on_permission,
+        client_name="tether-pytest",
+    ) as client:
+        yield client
