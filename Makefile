@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install compile test lint typecheck unit run bench schema clean
+.PHONY: install compile test lint typecheck unit vscode-test vscode-package run bench schema clean
 
 install: $(STAMP)
 
@@ -29,7 +29,22 @@ typecheck: install
 unit: compile
 	$(BIN)/pytest -q
 
-test: lint typecheck unit
+# The VS Code extension (editor-clients/vscode): Node packages from its package-lock.json, then its
+# typecheck, build and `node --test` suite against the real server of this checkout.
+VSCODE := editor-clients/vscode
+NPM_STAMP := $(VSCODE)/node_modules/.installed
+
+$(NPM_STAMP): $(VSCODE)/package.json $(VSCODE)/package-lock.json
+	cd $(VSCODE) && npm ci --no-audit --no-fund
+	touch $(NPM_STAMP)
+
+vscode-test: compile $(NPM_STAMP)
+	cd $(VSCODE) && npm test
+
+vscode-package: $(NPM_STAMP)
+	cd $(VSCODE) && npm run package
+
+test: lint typecheck unit vscode-test
 
 run: compile
 	$(BIN)/tether run "What is this project?" --workspace . --script examples/demo-script.json
@@ -43,3 +58,4 @@ schema: install
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VSCODE)/node_modules $(VSCODE)/dist $(VSCODE)/out $(VSCODE)/tether.vsix

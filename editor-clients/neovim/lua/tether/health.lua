@@ -1,0 +1,47 @@
+-- :checkhealth tether — does the configured server start and answer initialize?
+local M = {}
+
+local health = vim.health or require('health')
+local start = health.start or health.report_start
+local ok = health.ok or health.report_ok
+local info = health.info or health.report_info
+local report_error = health.error or health.report_error
+
+function M.check()
+  local config = require('tether.config')
+  local rpc = require('tether.rpc')
+  start('tether')
+  local cmd = config.options.cmd
+  info('server command: ' .. table.concat(cmd, ' '))
+  if vim.fn.executable(cmd[1]) ~= 1 then
+    report_error(cmd[1] .. ' is not executable', { 'Set cmd in require("tether").setup{ cmd = {...} }' })
+    return
+  end
+  local answer
+  local client = rpc.start({
+    cmd = cmd,
+    cwd = config.options.cwd,
+    init_options = config.init_options(),
+  }, function(err, result)
+    answer = { err = err, result = result }
+  end)
+  vim.wait(10000, function()
+    return answer ~= nil
+  end, 20)
+  if not answer then
+    report_error('the server did not answer initialize within 10 s')
+  elseif answer.err then
+    report_error('initialize failed: ' .. tostring(answer.err.message))
+  else
+    local server = answer.result.serverInfo or {}
+    ok(string.format('server starts: %s %s, protocol %s', server.name or '?', server.version or '?',
+      tostring(answer.result.protocolVersion)))
+    local caps = answer.result.capabilities or {}
+    if caps.providers then
+      info('providers: ' .. table.concat(caps.providers, ', '))
+    end
+  end
+  client:stop()
+end
+
+return M

@@ -1,0 +1,33 @@
+-- Commands of the tether plugin. Everything else lives in lua/tether/ and loads on first use.
+if vim.g.loaded_tether then
+  return
+end
+vim.g.loaded_tether = true
+
+local function tether()
+  return require('tether')
+end
+
+vim.api.nvim_create_user_command('TetherNew', function(opts)
+  tether().new_session(opts.args ~= '' and opts.args or nil)
+end, { nargs = '?', desc = 'tether: start a new session' })
+
+vim.api.nvim_create_user_command('TetherAsk', function(opts)
+  local context
+  if opts.range > 0 then
+    context = { buf = vim.api.nvim_get_current_buf(), first = opts.line1, last = opts.line2 }
+  end
+  tether().ask(opts.args ~= '' and opts.args or nil, context)
+end, { nargs = '*', range = true, desc = 'tether: ask the agent (a range adds the lines as context)' })
+
+vim.api.nvim_create_user_command('TetherCancel', function()
+  tether().cancel()
+end, { desc = 'tether: cancel the running turn' })
+
+vim.api.nvim_create_user_command('TetherSessions', function()
+  tether().sessions()
+end, { desc = 'tether: pick a session and open its transcript' })
+
+vim.api.nvim_create_user_command('TetherFork', function(opts)
+  tether().fork(opts.args ~= '' and opts.args or nil)
+end, { nargs = '?', desc = 'tether: fork the current session' })

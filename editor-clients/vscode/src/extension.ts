@@ -1,0 +1,323 @@
+import * as vscode from "vscode";
+import { describe, transcript } from "./render";
+import {
+  DEFAULT_COMMAND,
+  ErrorCodes,
+  TetherConnection,
+  errorCode,
+  type PermissionOutcome,
+  type PermissionParams,
+  type ProgressParams,
+  type RunHandle,
+  type Session,
+} from "./rpc";
+
+const TRANSCRIPT_SCHEME = "tether-transcript";
+const MAX_RESTARTS = 3;
+
+/** What a run in flight reports to: its progress notification and the output channel. */
+interface ActiveRun {
+  handle: RunHandle;
+  report(message: string): void;
+  iteration: number;
+}
+
+class TetherExtension implements vscode.Disposable {
+  private readonly output = vscode.window.createOutputChannel("Tether");
+  private readonly transcripts = new Map<string, string>();
+  private readonly transcriptChanged = new vscode.EventEmitter<vscode.Uri>();
+  private connection: Promise<TetherConnection> | undefined;
+  private session: Session | undefined;
+  private active: ActiveRun | undefined;
+  private restarts = 0;
+  private disposed = false;
+
+  register(context: vscode.ExtensionContext): void {
+    const command = (id: string, handler: () => unknown): void => {
+      context.subscriptions.push(vscode.commands.registerCommand(id, handler));
+    };
+    command("tether.newSession", () => this.newSession());
+    command("tether.ask", () => this.ask());
+    command("tether.cancel", () => this.cancel());
+    command("tether.showSessions", () => this.showSessions());
+    command("tether.forkSession", () => this.forkSession());
+    context.subscriptions.push(
+      this.output,
+      this.transcriptChanged,
+      vscode.workspace.registerTextDocumentContentProvider(TRANSCRIPT_SCHEME, {
+        onDidChange: this.transcriptChanged.event,
+        provideTextDocumentContent: (uri) => this.transcripts.get(uri.path) ?? "",
+      }),
+      vscode.workspace.onDidChangeConfiguration((event) => {
+        if (event.affectsConfiguration("tether")) void this.stopServer();
+      }),
+      this,
+    );
+  }
+
+  // -- the server ------------------------------------------------------------------------
+
+  private server(): Promise<TetherConnection> {
+    this.connection ??= this.startServer().catch((error: unknown) => {
+      this.connection = undefined;
+      throw error;
+    });
+    return this.connection;
+  }
+
+  private async startServer(): Promise<TetherConnection> {
+    const config = vscode.workspace.getConfiguration("tether");
+    const command = config.get<string[]>("serverCommand") ?? [...DEFAULT_COMMAND];
+    const provider = config.get<Record<string, unknown>>("provider") ?? {};
+    const approval = config.get<string>("approval") ?? "ask";
+    const initializationOptions: Record<string, unknown> = { tools: { approval } };
+    if (Object.keys(provider).length > 0) initializationOptions.provider = provider;
+    const folders = vscode.workspace.workspaceFolders ?? [];
+    this.output.appendLine(`[tether] starting ${command.join(" ")}`);
+    const connection = await TetherConnection.start({
+      command,
+      cwd: folders[0]?.uri.fsPath,
+      workspaceFolders: folders.map((folder) => folder.uri.toString()),
+      initializationOptions,
+      onPermission: approval === "ask" ? (params) => this.askPermission(params) : undefined,
+      onStderr: (text) => this.output.append(text),
+    });
+    connection.onProgress((params) => this.progress(params));
+    connection.onExit((info) => {
+      this.connection = undefined;
+      this.session = undefined;
+      if (info.expected || this.disposed) return;
+      const why = info.signal ? `signal ${info.signal}` : `exit code ${String(info.code)}`;
+      this.output.appendLine(`[tether] the server stopped unexpectedly (${why})`);
+      if (this.restarts >= MAX_RESTARTS) {
+        void vscode.window.showErrorMessage(
+          `Tether: the server stopped unexpectedly (${why}). It will start again with the next command.`,
+        );
+        return;
+      }
+      this.restarts += 1;
+      void vscode.window.showErrorMessage(
+        `Tether: the server stopped unexpectedly (${why}); restarting it. The sessions it held are gone.`,
+      );
+      this.server().then(
+        () => this.output.appendLine("[tether] the server is running again"),
+        (error: unknown) => this.output.appendLine(`[tether] restart failed: ${describe(error)}`),
+      );
+    });
+    const info = connection.initializeResult?.serverInfo;
+    this.output.appendLine(
+      `[tether] ${info?.name ?? "tether"} ${info?.version ?? ""} ready (pid ${String(connection.process.pid)})`,
+    );
+    return connection;
+  }
+
+  private async stopServer(): Promise<void> {
+    const pending = this.connection;
+    this.connection = undefined;
+    this.session = undefined;
+    if (pending) await (await pending.catch(() => undefined))?.shutdown();
+  }
+
+  private async askPermission(params: PermissionParams): Promise<PermissionOutcome> {
+    const { name, arguments: args } = params.toolCall;
+    const choice = await vscode.window.showWarningMessage(
+      `Tether wants to run the tool "${name}".`,
+      { modal: true, detail: `Arguments: ${args}` },
+      "Allow",
+      "Always",
+      "Reject",
+    );
+    const outcome: PermissionOutcome =
+      choice === "Allow" ? "allow" : choice === "Always" ? "allow_always" : "reject";
+    this.output.appendLine(`[permission] ${name}: ${outcome}`);
+    return outcome;
+  }
+
+  // -- commands --------------------------------------------------------------------------
+
+  async newSession(): Promise<Session | undefined> {
+    return this.guard(async () => {
+      const connection = await this.server();
+      this.session = await connection.createSession({});
+      void vscode.window.showInformationMessage(`Tether: new session ${this.session.sessionId}`);
+      return this.session;
+    });
+  }
+
+  async ask(): Promise<unknown> {
+    if (this.active) {
+      void vscode.window.showWarningMessage("Tether: a run is already going (Tether: Cancel stops it).");
+      return undefined;
+    }
+    const question = await vscode.window.showInputBox({
+      title: "Tether: Ask",
+      prompt: "What should tether do?",
+      ignoreFocusOut: true,
+    });
+    if (!question) return undefined;
+    const prompt = question + selectionContext();
+    return this.guard(async () => {
+      const connection = await this.server();
+      this.session ??= await connection.createSession({});
+      const session = this.session;
+      this.output.show(true);
+      this.output.appendLine(`\n> ${question}`);
+      return vscode.window.withProgress(
+        { location: vscode.ProgressLocation.Notification, title: "Tether", cancellable: true },
+        async (progress, token) => {
+          const handle = connection.run({ sessionId: session.sessionId, prompt });
+          this.active = { handle, iteration: 0, report: (message) => progress.report({ message }) };
+          const cancelling = token.onCancellationRequested(() => void this.cancel());
+          try {
+            const result = await handle.result;
+            this.output.appendLine(
+              `\n[${result.stopReason}] ${result.iterations} iteration(s), ${result.toolCalls.length} tool call(s)`,
+            );
+            return result;
+          } finally {
+            cancelling.dispose();
+            this.active = undefined;
+          }
+        },
+      );
+    });
+  }
+
+  async cancel(): Promise<boolean> {
+    const active = this.active;
+    if (!active) {
+      void vscode.window.showInformationMessage("Tether: no run is going.");
+      return false;
+    }
+    return this.guard(() => active.handle.cancel()).then((cancelled) => cancelled ?? false);
+  }
+
+  async showSessions(): Promise<Session | undefined> {
+    return this.guard(async () => {
+      const connection = await this.server();
+      const picked = await this.pickSession(connection, "Open the transcript of a session");
+      if (!picked) return undefined;
+      const messages = await connection.allMessages(picked.sessionId);
+      const path = `/${picked.sessionId}.md`;
+      this.transcripts.set(path, transcript(picked, messages));
+      const uri = vscode.Uri.parse(`${TRANSCRIPT_SCHEME}:${path}`);
+      this.transcriptChanged.fire(uri);
+      const document = await vscode.workspace.openTextDocument(uri);
+      await vscode.window.showTextDocument(document, { preview: true });
+      this.session = picked;
+      return picked;
+    });
+  }
+
+  async forkSession(): Promise<Session | undefined> {
+    return this.guard(async () => {
+      const connection = await this.server();
+      const source = this.session ?? (await this.pickSession(connection, "Fork which session?"));
+      if (!source) return undefined;
+      try {
+        this.session = await connection.fork({ sessionId: source.sessionId });
+      } catch (error) {
+        if (errorCode(error) !== ErrorCodes.MethodNotFound) throw error;
+        void vscode.window.showWarningMessage("Tether: this server cannot fork sessions yet.");
+        return undefined;
+      }
+      void vscode.window.showInformationMessage(
+        `Tether: forked ${source.sessionId} into ${this.session.sessionId}`,
+      );
+      return this.session;
+    });
+  }
+
+  // -- helpers ---------------------------------------------------------------------------
+
+  private async pickSession(
+    connection: TetherConnection,
+    placeHolder: string,
+  ): Promise<Session | undefined> {
+    const { sessions } = await connection.listSessions({ limit: 200 });
+    if (sessions.length === 0) {
+      void vscode.window.showInformationMessage("Tether: no sessions yet (Tether: New Session).");
+      return undefined;
+    }
+    const item = await vscode.window.showQuickPick(
+      sessions.map((session) => ({
+        label: session.title ?? session.sessionId,
+        description: `${session.messageCount} message(s)${session.running ? ", running" : ""}`,
+        detail: `updated ${session.updatedAt}`,
+        session,
+      })),
+      { placeHolder },
+    );
+    return item?.session;
+  }
+
+  private progress({ sessionId, event }: ProgressParams): void {
+    const active = this.active?.handle.sessionId === sessionId ? this.active : undefined;
+    switch (event.kind) {
+      case "iteration_started":
+        if (active) active.iteration = event.iteration;
+        active?.report(`iteration ${event.iteration}`);
+        break;
+      case "message_delta":
+        this.output.append(event.text);
+        break;
+      case "tool_call":
+        this.output.appendLine(`\n[tool] ${event.name} ${event.arguments}`);
+        active?.report(`iteration ${active.iteration} · tool ${event.name}`);
+        break;
+      case "tool_call_update":
+        if (event.status !== "in_progress") {
+          this.output.appendLine(`[tool] ${event.toolCallId} ${event.status}`);
+        }
+        break;
+      default:
+        break;
+    }
+  }
+
+  /** Runs a command; an error becomes a message instead of a rejected command. */
+  private async guard<T>(body: () => Promise<T>): Promise<T | undefined> {
+    try {
+      const result = await body();
+      this.restarts = 0; // the server works again: crashes from here on count anew
+      return result;
+    } catch (error) {
+      this.output.appendLine(`[error] ${describe(error)}`);
+      void vscode.window.showErrorMessage(`Tether: ${describe(error)}`);
+      return undefined;
+    }
+  }
+
+  dispose(): void {
+    this.disposed = true;
+    void this.stopServer();
+  }
+
+  async stop(): Promise<void> {
+    this.disposed = true;
+    await this.stopServer();
+  }
+}
+
+/** The current selection as context for the prompt, or "". */
+function selectionContext(): string {
+  const editor = vscode.window.activeTextEditor;
+  if (!editor || editor.selection.isEmpty) return "";
+  const text = editor.document.getText(editor.selection);
+  const file = vscode.workspace.asRelativePath(editor.document.uri);
+  const first = editor.selection.start.line + 1;
+  const last = editor.selection.end.line + 1;
+  return `\n\nContext: ${file}, lines ${first}-${last}:\n\`\`\`\n${text}\n\`\`\``;
+}
+
+let extension: TetherExtension | undefined;
+
+export function activate(context: vscode.ExtensionContext): void {
+  extension = new TetherExtension();
+  extension.register(context);
+}
+
+export async function deactivate(): Promise<void> {
+  await extension?.stop();
+  extension = undefined;
+}

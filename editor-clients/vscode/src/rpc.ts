@@ -1,0 +1,377 @@
+/**
+ * The tether wire protocol (docs/protocol.md) over a child process's stdio.
+ *
+ * This module does not import `vscode`: it runs, and is tested, under plain Node.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import {
+  createMessageConnection,
+  Emitter,
+  ResponseError,
+  StreamMessageReader,
+  StreamMessageWriter,
+  type Disposable,
+  type Event,
+  type MessageConnection,
+} from "vscode-jsonrpc/node";
+
+export { ResponseError };
+
+/** Error codes of docs/protocol.md that clients decide on. */
+export const ErrorCodes = {
+  MethodNotFound: -32601,
+  InvalidParams: -32602,
+  RequestCancelled: -32800,
+  SessionNotFound: -32010,
+  SessionBusy: -32011,
+  ProviderError: -32012,
+  ConfigError: -32013,
+  WorkspaceError: -32014,
+} as const;
+
+export interface Session {
+  sessionId: string;
+  workspace: string;
+  title?: string;
+  model?: string;
+  parentSessionId?: string;
+  forkedFromMessageId?: string;
+  messageCount: number;
+  createdAt: string;
+  updatedAt: string;
+  running: boolean;
+  [key: string]: unknown;
+}
+
+export type ContentBlock =
+  | { type: "text"; text: string }
+  | { type: "image"; mimeType: string; data: string }
+  | { type: "resource_link"; uri: string; name?: string };
+
+export interface ToolCall {
+  id: string;
+  name: string;
+  arguments: string;
+}
+
+export interface Message {
+  id: string;
+  role: "system" | "user" | "assistant" | "tool";
+  content?: string | ContentBlock[];
+  toolCalls?: ToolCall[];
+  toolCallId?: string;
+  isError?: boolean;
+  runId?: string;
+  createdAt: string;
+  [key: string]: unknown;
+}
+
+export interface ToolCallRecord extends ToolCall {
+  iteration: number;
+  result: string;
+  isError: boolean;
+}
+
+export type StopReason = "end_turn" | "max_iterations" | "cancelled";
+
+export interface RunResult {
+  runId: string;
+  sessionId: string;
+  stopReason: StopReason;
+  response: string;
+  iterations: number;
+  toolCalls: ToolCallRecord[];
+  usage?: { inputTokens: number; outputTokens: number };
+}
+
+export type ProgressEvent =
+  | { kind: "run_started"; maxIterations: number; userMessageId: string }
+  | { kind: "iteration_started"; iteration: number }
+  | { kind: "message_delta"; messageId: string; text: string }
+  | { kind: "tool_call"; toolCallId: string; name: string; arguments: string; status: "pending" }
+  | {
+      kind: "tool_call_update";
+      toolCallId: string;
+      status: "in_progress" | "completed" | "failed" | "cancelled";
+      result?: string;
+      error?: string;
+    }
+  | { kind: "iteration_finished"; iteration: number; toolCalls: number }
+  | { kind: "run_finished"; stopReason: StopReason | "error"; iterations: number };
+
+export interface ProgressParams {
+  sessionId: string;
+  runId: string;
+  seq: number;
+  event: ProgressEvent;
+}
+
+export interface PermissionParams {
+  sessionId: string;
+  runId: string;
+  toolCall: ToolCall;
+}
+
+export type PermissionOutcome = "allow" | "allow_always" | "reject";
+export type PermissionHandler = (
+  params: PermissionParams,
+) => PermissionOutcome | Promise<PermissionOutcome>;
+
+export interface InitializeResult {
+  protocolVersion: number;
+  serverInfo: { name: string; version?: string };
+  capabilities: {
+    sessions?: { store?: string; fork?: boolean; durable?: boolean };
+    methods?: string[];
+    providers?: string[];
+    tools?: string[];
+    progress?: boolean;
+  };
+}
+
+export interface CreateSessionParams {
+  workspace?: string;
+  title?: string;
+  agentId?: string;
+  model?: string;
+  systemPrompt?: string;
+  settings?: Record<string, unknown>;
+  metadata?: Record<string, unknown>;
+  tools?: string[];
+}
+
+export interface RunParams {
+  sessionId: string;
+  prompt: string | ContentBlock[];
+  maxIterations?: number;
+  model?: string;
+  tools?: string[];
+}
+
+/** A `kernel/run` in flight: its result, and what to cancel it with. */
+export interface RunHandle {
+  sessionId: string;
+  result: Promise<RunResult>;
+  /** Sends `kernel/cancel` for the run's session; the run then ends with `stopReason: "cancelled"`. */
+  cancel(): Promise<boolean>;
+}
+
+export interface ExitInfo {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  /** False when the server ended without being asked to (a crash). */
+  expected: boolean;
+}
+
+export interface TetherOptions {
+  /** The server's command line, e.g. `["python3", "-m", "tether", "serve"]`. */
+  command?: string[];
+  cwd?: string;
+  env?: NodeJS.ProcessEnv;
+  /** Workspace folders as `file://` URIs; the first is the default of `session/create`. */
+  workspaceFolders?: string[];
+  /** A configuration overlay (`{provider: {...}, tools: {approval}}`). */
+  initializationOptions?: Record<string, unknown>;
+  /** With a handler the client declares `capabilities.tether.permissions` and answers with it. */
+  onPermission?: PermissionHandler;
+  /** The server's stderr (its log), chunk by chunk. */
+  onStderr?: (text: string) => void;
+  clientName?: string;
+}
+
+export const DEFAULT_COMMAND: readonly string[] = ["python3", "-m", "tether", "serve"];
+
+export class TetherConnection implements Disposable {
+  readonly process: ChildProcess;
+  readonly connection: MessageConnection;
+  initializeResult: InitializeResult | undefined;
+
+  private readonly exitEmitter = new Emitter<ExitInfo>();
+  private readonly progressEmitter = new Emitter<ProgressParams>();
+  private stopping = false;
+  private exitInfo: ExitInfo | undefined;
+  private readonly exited: Promise<ExitInfo>;
+
+  /** Fires once when the server process ends; `expected: false` means it crashed. */
+  readonly onExit: Event<ExitInfo> = this.exitEmitter.event;
+
+  private constructor(private readonly options: TetherOptions) {
+    const [program, ...args] = options.command ?? DEFAULT_COMMAND;
+    if (program === undefined) throw new Error("tether: the server command is empty");
+    this.process = spawn(program, args, {
+      cwd: options.cwd,
+      env: options.env ?? process.env,
+      stdio: ["pipe", "pipe", "pipe"],
+    });
+    const child = this.process;
+    child.stderr?.setEncoding("utf8");
+    child.stderr?.on("data", (text: string) => options.onStderr?.(text));
+    // A server that cannot be written to has gone away: 'exit' reports it.
+    child.stdin?.on("error", () => undefined);
+    this.exited = new Promise<ExitInfo>((resolve) => {
+      const finish = (code: number | null, signal: NodeJS.Signals | null): void => {
+        if (this.exitInfo) return;
+        this.exitInfo = { code, signal, expected: this.stopping };
+        this.connection.dispose(); // rejects the requests still waiting for an answer
+        this.exitEmitter.fire(this.exitInfo);
+        resolve(this.exitInfo);
+      };
+      child.on("exit", finish);
+      child.on("error", (error) => {
+        options.onStderr?.(`tether: cannot start ${program}: ${error.message}\n`);
+        finish(null, null);
+      });
+    });
+    if (!child.stdout || !child.stdin) throw new Error("tether: no stdio pipes");
+    this.connection = createMessageConnection(
+      new StreamMessageReader(child.stdout),
+      new StreamMessageWriter(child.stdin),
+    );
+    this.connection.onNotification("kernel/progress", (params: ProgressParams) =>
+      this.progressEmitter.fire(params),
+    );
+    this.connection.onRequest("tool/requestPermission", async (params: PermissionParams) => {
+      const handler = this.options.onPermission;
+      if (!handler) {
+        return new ResponseError(ErrorCodes.MethodNotFound, "this client answers no permission requests");
+      }
+      return { outcome: await handler(params) };
+    });
+    this.connection.listen();
+  }
+
+  /** Spawn the server and initialize it. A failed `initialize` stops the server and throws. */
+  static async start(options: TetherOptions = {}): Promise<TetherConnection> {
+    const tether = new TetherConnection(options);
+    try {
+      await tether.initialize();
+    } catch (error) {
+      tether.dispose();
+      throw error;
+    }
+    return tether;
+  }
+
+  private async initialize(): Promise<void> {
+    const folders = this.options.workspaceFolders ?? [];
+    const params: Record<string, unknown> = {
+      processId: process.pid,
+      clientInfo: { name: this.options.clientName ?? "tether-vscode" },
+      protocolVersion: 1,
+      capabilities: { tether: { permissions: this.options.onPermission !== undefined } },
+    };
+    if (folders.length > 0) params.workspaceFolders = folders.map((uri) => ({ uri }));
+    if (this.options.initializationOptions) {
+      params.initializationOptions = this.options.initializationOptions;
+    }
+    this.initializeResult = await this.request<InitializeResult>("initialize", params);
+    await this.connection.sendNotification("initialized", {});
+  }
+
+  get running(): boolean {
+    return this.exitInfo === undefined;
+  }
+
+  /** Any request; the result as plain JSON. Error responses reject with a `ResponseError`. */
+  request<R>(method: string, params?: object): Promise<R> {
+    if (this.exitInfo) return Promise.reject(new Error("tether: the server has stopped"));
+    return params === undefined
+      ? this.connection.sendRequest<R>(method)
+      : this.connection.sendRequest<R>(method, params);
+  }
+
+  onProgress(handler: (params: ProgressParams) => void): Disposable {
+    return this.progressEmitter.event(handler);
+  }
+
+  createSession(params: CreateSessionParams = {}): Promise<Session> {
+    return this.request("session/create", params);
+  }
+
+  getSession(sessionId: string): Promise<Session> {
+    return this.request("session/get", { sessionId });
+  }
+
+  listSessions(
+    params: { workspace?: string; cursor?: string; limit?: number } = {},
+  ): Promise<{ sessions: Session[]; nextCursor?: string }> {
+    return this.request("session/list", params);
+  }
+
+  messages(params: {
+    sessionId: string;
+    cursor?: string;
+    limit?: number;
+    order?: "asc" | "desc";
+  }): Promise<{ messages: Message[]; total: number; nextCursor?: string }> {
+    return this.request("session/messages", params);
+  }
+
+  /** Every message of a session, page by page. */
+  async allMessages(sessionId: string): Promise<Message[]> {
+    const all: Message[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await this.messages({ sessionId, cursor, limit: 1000 });
+      all.push(...page.messages);
+      cursor = page.nextCursor;
+    } while (cursor !== undefined);
+    return all;
+  }
+
+  /** `session/fork`; a server that does not serve it yet rejects with code -32601. */
+  fork(params: { sessionId: string; atMessageId?: string; title?: string }): Promise<Session> {
+    return this.request("session/fork", params);
+  }
+
+  /** Send `kernel/run` now; its progress arrives through `onProgress`. */
+  run(params: RunParams): RunHandle {
+    return {
+      sessionId: params.sessionId,
+      result: this.request<RunResult>("kernel/run", params),
+      cancel: () => this.cancel(params.sessionId),
+    };
+  }
+
+  /** `kernel/cancel`: whether a run was going. */
+  async cancel(sessionId: string): Promise<boolean> {
+    const result = await this.request<{ cancelled: boolean }>("kernel/cancel", { sessionId });
+    return result.cancelled;
+  }
+
+  /**
+   * `shutdown` then `exit`, and wait for the process to end (killed after `timeoutMs`).
+   * Resolves to the exit code.
+   */
+  async shutdown(timeoutMs = 10_000): Promise<number | null> {
+    if (this.exitInfo) return this.exitInfo.code;
+    this.stopping = true;
+    const timer = setTimeout(() => this.process.kill("SIGKILL"), timeoutMs);
+    try {
+      await Promise.race([this.request("shutdown"), this.exited]);
+      if (this.running) await this.connection.sendNotification("exit");
+    } catch {
+      // The server went away meanwhile, or cannot answer: it is killed below if need be.
+      if (this.running) this.process.kill();
+    }
+    const info = await this.exited;
+    clearTimeout(timer);
+    return info.code;
+  }
+
+  /** Stop the server without ceremony (close stdin, which the server reads as `exit`). */
+  dispose(): void {
+    this.stopping = true;
+    if (this.running) {
+      this.process.stdin?.end();
+      const timer = setTimeout(() => this.process.kill("SIGKILL"), 2000);
+      void this.exited.then(() => clearTimeout(timer));
+    }
+    this.progressEmitter.dispose();
+  }
+}
+
+/** The numeric code of a JSON-RPC error response, or undefined for other errors. */
+export function errorCode(error: unknown): number | undefined {
+  return error instanceof ResponseError ? error.code : undefined;
+}

@@ -1,0 +1,136 @@
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+
+import { SERVER_COMMAND, call, within, workspace, type Workspace } from "./helpers";
+import * as stub from "./vscode-stub";
+
+stub.install();
+
+interface Extension {
+  activate(context: { subscriptions: { dispose(): unknown }[] }): void;
+  deactivate(): Promise<void>;
+}
+
+interface SessionLike {
+  sessionId: string;
+  workspace: string;
+}
+
+describe("activate() with a stand-in vscode module", { timeout: 300_000 }, () => {
+  let ws: Workspace;
+  let extension: Extension;
+  const context = { subscriptions: [] as { dispose(): unknown }[] };
+
+  before(() => {
+    ws = workspace();
+    stub.setWorkspace(ws.root);
+    stub.settings["tether.serverCommand"] = SERVER_COMMAND;
+    stub.settings["tether.provider"] = ws.provider([
+      { text: "Let me look.", toolCalls: [call("c1", "read_file", { path: "README.md" })] },
+      { text: "It is a demo project." },
+      { text: "too slow", delay: 30 },
+    ]);
+    // The bundle that ships: dist/extension.js, loaded after the stand-in is in place.
+    extension = require(join(__dirname, "..", "..", "dist", "extension.js")) as Extension;
+    extension.activate(context);
+  });
+
+  after(async () => {
+    await within(extension.deactivate(), "deactivate", 15_000);
+    for (const item of context.subscriptions) item.dispose();
+    ws.remove();
+  });
+
+  test("registers the five commands", () => {
+    assert.deepEqual(
+      [...stub.commands.keys()].sort(),
+      ["tether.ask", "tether.cancel", "tether.forkSession", "tether.newSession", "tether.showSessions"],
+    );
+  });
+
+  test("Tether: New Session calls session/create", { timeout: 60_000 }, async () => {
+    const session = (await within(
+      stub.vscode.commands.executeCommand("tether.newSession"),
+      "tether.newSession",
+    )) as SessionLike;
+    assert.ok(session, `no session; errors: ${stub.shown.errors.join("; ")}`);
+    assert.equal(session.workspace, stub.Uri.file(ws.root).toString());
+    assert.ok(stub.shown.info.some((m) => m.includes(session.sessionId)));
+  });
+
+  test("Tether: Ask streams the answer and tool calls into the output channel", { timeout: 60_000 }, async () => {
+    stub.ui.inputBox = () => "What is this?";
+    const result = (await within(stub.vscode.commands.executeCommand("tether.ask"), "tether.ask")) as {
+      stopReason: string;
+    };
+    assert.equal(result?.stopReason, "end_turn", `errors: ${stub.shown.errors.join("; ")}`);
+    const output = stub.outputText();
+    assert.match(output, /> What is this\?/);
+    assert.match(output, /Let me look\./);
+    assert.match(output, /\[tool\] read_file \{"path": ?"README.md"\}/);
+    assert.match(output, /\[tool\] c1 completed/);
+    assert.match(output, /It is a demo project\./);
+    assert.match(output, /\[end_turn\] 2 iteration\(s\), 1 tool call\(s\)/);
+    assert.deepEqual(stub.shown.progress, ["iteration 1", "iteration 1 · tool read_file", "iteration 2"]);
+  });
+
+  test("cancelling the progress notification sends kernel/cancel", { timeout: 60_000 }, async () => {
+    stub.ui.inputBox = () => "Take your time";
+    let cancel: (() => void) | undefined;
+    stub.ui.progressStarted = (cancelProgress) => {
+      cancel = cancelProgress;
+    };
+    const before = stub.shown.progress.length;
+    const asking = stub.vscode.commands.executeCommand("tether.ask");
+    // Cancel once the run has started (its first iteration is reported).
+    await within(stub.when(() => cancel !== undefined && stub.shown.progress.length > before), "run started");
+    cancel?.();
+    const result = (await within(asking, "tether.ask")) as { stopReason: string };
+    assert.equal(result?.stopReason, "cancelled", `errors: ${stub.shown.errors.join("; ")}`);
+    assert.match(stub.outputText(), /\[cancelled\]/);
+  });
+
+  test("Tether: Show Sessions opens a transcript from session/messages", { timeout: 60_000 }, async () => {
+    const picked = (await within(
+      stub.vscode.commands.executeCommand("tether.showSessions"),
+      "tether.showSessions",
+    )) as SessionLike;
+    assert.ok(picked, `errors: ${stub.shown.errors.join("; ")}`);
+    const transcript = stub.shown.documents.at(-1) ?? "";
+    assert.match(transcript, /## user\n\nWhat is this\?/);
+    assert.match(transcript, /tool call `read_file`/);
+    assert.match(transcript, /It is a demo project\./);
+  });
+
+  test("Tether: Fork Session forks, or says the server cannot yet", { timeout: 60_000 }, async () => {
+    const forked = await within(stub.vscode.commands.executeCommand("tether.forkSession"), "tether.forkSession");
+    if (forked === undefined) {
+      assert.ok(stub.shown.warnings.some((m) => m.includes("cannot fork")), stub.shown.errors.join("; "));
+    } else {
+      assert.ok(stub.shown.info.some((m) => m.startsWith("Tether: forked")));
+    }
+    assert.deepEqual(stub.shown.errors, []);
+  });
+
+  test("a server crash shows an error and restarts the server", { timeout: 60_000 }, async () => {
+    const pids = () => [...stub.outputText().matchAll(/ready \(pid (\d+)\)/g)].map((m) => Number(m[1]));
+    const [pid] = pids().slice(-1);
+    assert.ok(pid, "the server was started");
+    process.kill(pid, "SIGKILL");
+    await within(stub.when(() => stub.shown.errors.some((m) => m.includes("restarting"))), "the crash message");
+    await within(stub.when(() => pids().length === 2), "the restart");
+    assert.match(stub.shown.errors.at(-1) ?? "", /stopped unexpectedly \(signal SIGKILL\)/);
+    stub.shown.errors.length = 0;
+    const session = (await within(
+      stub.vscode.commands.executeCommand("tether.newSession"),
+      "tether.newSession after the restart",
+    )) as SessionLike;
+    assert.ok(session?.sessionId, stub.shown.errors.join("; "));
+  });
+
+  test("Tether: Cancel without a run says so", async () => {
+    assert.equal(await stub.vscode.commands.executeCommand("tether.cancel"), false);
+    assert.ok(stub.shown.info.includes("Tether: no run is going."));
+  });
+});

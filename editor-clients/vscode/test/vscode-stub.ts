@@ -1,0 +1,193 @@
+/**
+ * A small stand-in for the `vscode` module: enough of the API for the extension to activate and
+ * run its commands under plain Node. Tests script the user's answers through `ui` and read what
+ * the extension showed from `shown`.
+ */
+import Module from "node:module";
+
+type Listener<T> = (value: T) => unknown;
+
+export class EventEmitter<T> {
+  private listeners = new Set<Listener<T>>();
+  readonly event = (listener: Listener<T>) => {
+    this.listeners.add(listener);
+    return { dispose: () => this.listeners.delete(listener) };
+  };
+  fire(value: T): void {
+    for (const listener of [...this.listeners]) listener(value);
+  }
+  dispose(): void {
+    this.listeners.clear();
+  }
+}
+
+export class Uri {
+  private constructor(
+    readonly scheme: string,
+    readonly path: string,
+  ) {}
+  static parse(value: string): Uri {
+    const colon = value.indexOf(":");
+    return new Uri(value.slice(0, colon), value.slice(colon + 1).replace(/^\/\/[^/]*/, ""));
+  }
+  static file(path: string): Uri {
+    return new Uri("file", path);
+  }
+  get fsPath(): string {
+    return this.path;
+  }
+  toString(): string {
+    return this.scheme === "file" ? `file://${encodeURI(this.path)}` : `${this.scheme}:${this.path}`;
+  }
+}
+
+interface ContentProvider {
+  provideTextDocumentContent(uri: Uri): string;
+}
+
+/** What the extension showed the user. */
+export const shown = {
+  info: [] as string[],
+  warnings: [] as string[],
+  errors: [] as string[],
+  progress: [] as string[],
+  output: [] as string[],
+  documents: [] as string[],
+};
+
+type Shown = keyof typeof shown;
+const changed = new EventEmitter<void>();
+
+function show(kind: Shown, text: string): void {
+  shown[kind].push(text);
+  changed.fire();
+}
+
+/** Resolves once `predicate` holds, checked whenever the extension shows something. */
+export function when(predicate: () => boolean): Promise<void> {
+  return new Promise((resolve) => {
+    if (predicate()) return resolve();
+    const listener = changed.event(() => {
+      if (predicate()) {
+        listener.dispose();
+        resolve();
+      }
+    });
+  });
+}
+
+/** The user's answers, set by the tests; each is called when the extension asks. */
+export const ui = {
+  inputBox: (): string | undefined => undefined,
+  quickPick: <T>(items: T[]): T | undefined => items[0],
+  modal: (_message: string, ...buttons: string[]): string | undefined => buttons[0],
+  /** Called with a function that cancels the run's progress notification. */
+  progressStarted: (_cancel: () => void): void => undefined,
+};
+
+export const settings: Record<string, unknown> = {};
+export const commands = new Map<string, (...args: unknown[]) => unknown>();
+const providers = new Map<string, ContentProvider>();
+const configurationChanged = new EventEmitter<{ affectsConfiguration(section: string): boolean }>();
+let workspaceFolders: { uri: Uri; name: string; index: number }[] = [];
+
+export function setWorkspace(path: string): void {
+  workspaceFolders = [{ uri: Uri.file(path), name: "project", index: 0 }];
+}
+
+export function outputText(): string {
+  return shown.output.join("");
+}
+
+const disposable = { dispose: () => undefined };
+
+export const vscode = {
+  EventEmitter,
+  Uri,
+  ProgressLocation: { SourceControl: 1, Window: 10, Notification: 15 },
+  commands: {
+    registerCommand(id: string, handler: (...args: unknown[]) => unknown) {
+      if (commands.has(id)) throw new Error(`command ${id} registered twice`);
+      commands.set(id, handler);
+      return { dispose: () => commands.delete(id) };
+    },
+    async executeCommand(id: string, ...args: unknown[]) {
+      const handler = commands.get(id);
+      if (!handler) throw new Error(`command '${id}' not found`);
+      return handler(...args);
+    },
+  },
+  window: {
+    activeTextEditor: undefined,
+    createOutputChannel: (_name: string) => ({
+      append: (text: string) => show("output", text),
+      appendLine: (text: string) => show("output", `${text}\n`),
+      show: () => undefined,
+      dispose: () => undefined,
+    }),
+    showInformationMessage: async (message: string) => show("info", message),
+    showErrorMessage: async (message: string) => show("errors", message),
+    showWarningMessage: async (message: string, ...rest: unknown[]) => {
+      const options = rest[0];
+      if (typeof options === "object" && options !== null && (options as { modal?: boolean }).modal) {
+        return ui.modal(message, ...(rest.slice(1) as string[]));
+      }
+      show("warnings", message);
+      return undefined;
+    },
+    showInputBox: async () => ui.inputBox(),
+    showQuickPick: async <T>(items: T[] | Promise<T[]>) => ui.quickPick(await items),
+    showTextDocument: async (document: { getText(): string }) => {
+      show("documents", document.getText());
+      return {};
+    },
+    async withProgress<R>(
+      options: { cancellable?: boolean },
+      task: (
+        progress: { report(value: { message?: string }): void },
+        token: { isCancellationRequested: boolean; onCancellationRequested: EventEmitter<void>["event"] },
+      ) => Promise<R>,
+    ): Promise<R> {
+      const cancelled = new EventEmitter<void>();
+      const token = { isCancellationRequested: false, onCancellationRequested: cancelled.event };
+      if (options.cancellable) {
+        ui.progressStarted(() => {
+          token.isCancellationRequested = true;
+          cancelled.fire();
+        });
+      }
+      return task({ report: ({ message }) => message && show("progress", message) }, token);
+    },
+  },
+  workspace: {
+    get workspaceFolders() {
+      return workspaceFolders;
+    },
+    getConfiguration: (section: string) => ({
+      get: <T>(key: string, fallback?: T): T | undefined =>
+        (settings[`${section}.${key}`] as T | undefined) ?? fallback,
+    }),
+    onDidChangeConfiguration: configurationChanged.event,
+    registerTextDocumentContentProvider(scheme: string, provider: ContentProvider) {
+      providers.set(scheme, provider);
+      return { dispose: () => providers.delete(scheme) };
+    },
+    async openTextDocument(uri: Uri) {
+      const provider = providers.get(uri.scheme);
+      if (!provider) throw new Error(`no content provider for ${uri.scheme}`);
+      const text = provider.provideTextDocumentContent(uri);
+      return { uri, getText: () => text };
+    },
+    asRelativePath: (uri: Uri) => uri.path,
+  },
+  Disposable: { from: () => disposable },
+};
+
+/** Make `require("vscode")` answer the stand-in, from now on. */
+export function install(): void {
+  const loader = Module as unknown as { _load: (request: string, ...rest: unknown[]) => unknown };
+  const original = loader._load;
+  loader._load = function (request: string, ...rest: unknown[]) {
+    return request === "vscode" ? vscode : original.call(this, request, ...rest);
+  };
+}
