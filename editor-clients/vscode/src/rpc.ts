@@ -164,7 +164,7 @@ export interface ExitInfo {
 }
 
 export interface TetherOptions {
-  /** The server's command line, e.g. `["python3", "-m", "tether", "serve"]`. */
+  /** The server's command line, e.g. `["python3", "-P", "-m", "tether", "serve"]`. */
   command?: string[];
   cwd?: string;
   env?: NodeJS.ProcessEnv;
@@ -179,7 +179,7 @@ export interface TetherOptions {
   clientName?: string;
 }
 
-export const DEFAULT_COMMAND: readonly string[] = ["python3", "-m", "tether", "serve"];
+export const DEFAULT_COMMAND: readonly string[] = ["python3", "-P", "-m", "tether", "serve"];
 
 export class TetherConnection implements Disposable {
   readonly process: ChildProcess;

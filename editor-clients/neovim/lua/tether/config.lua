@@ -3,7 +3,7 @@ local M = {}
 
 M.defaults = {
   -- The server command (a list, as for vim.system / vim.lsp.rpc.start).
-  cmd = { 'python3', '-m', 'tether', 'serve' },
+  cmd = { 'python3', '-P', '-m', 'tether', 'serve' }, -- -P: the workspace is not on sys.path
   -- Working directory of the server; nil is Neovim's current directory.
   cwd = nil,
   -- Provider settings, sent as initializationOptions.provider (nil: the server's own config).
