@@ -242,6 +242,17 @@ async def test_kernel_methods_refuse_unknown_sessions(project: Path):
         await connection.close()
 
 
+def tether_run(*args: str) -> subprocess.CompletedProcess[str]:
+    """``tether run ARGS`` in a process of its own, bounded in time."""
+    return subprocess.run(
+        [sys.executable, "-m", "tether", "run", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def test_tether_run_prints_the_streamed_answer_and_a_line_per_tool_call(project: Path):
     script = project.parent / "cli-script.json"
     script.write_text(
@@ -252,22 +263,8 @@ def test_tether_run_prints_the_streamed_answer_and_a_line_per_tool_call(project:
             ]
         )
     )
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tether",
-            "run",
-            "What does main return?",
-            "--workspace",
-            str(project),
-            "--script",
-            str(script),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    done = tether_run(
+        "What does main return?", "--workspace", str(project), "--script", str(script)
     )
     assert done.returncode == 0, done.stderr
     assert "main returns 42." in done.stdout
@@ -277,24 +274,7 @@ def test_tether_run_prints_the_streamed_answer_and_a_line_per_tool_call(project:
 def test_tether_run_json_prints_events_and_the_result_as_json_lines(project: Path):
     script = project.parent / "cli-script.json"
     script.write_text(json.dumps([{"text": "Hello."}]))
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tether",
-            "run",
-            "hi",
-            "--json",
-            "--workspace",
-            str(project),
-            "--script",
-            str(script),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = tether_run("hi", "--json", "--workspace", str(project), "--script", str(script))
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert lines[0]["event"]["kind"] == "run_started"
@@ -302,23 +282,7 @@ def test_tether_run_json_prints_events_and_the_result_as_json_lines(project: Pat
 
 
 def test_tether_run_exits_non_zero_on_an_error(project: Path):
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tether",
-            "run",
-            "hi",
-            "--workspace",
-            str(project),
-            "--session",
-            "no-such-session",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = tether_run("hi", "--workspace", str(project), "--session", "no-such-session")
     assert done.returncode == 1
     assert "-32010" in done.stderr
 
