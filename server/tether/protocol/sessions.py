@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from tether.protocol.base import Params, UtcDatetime, WireModel
+from tether.protocol.kernel import Usage
 from tether.protocol.messages import Message, MessageInput
 
 SessionId = str
@@ -22,9 +23,12 @@ class Session(WireModel):
     settings: dict[str, Any] = Field(default_factory=dict)
     metadata: dict[str, Any] = Field(default_factory=dict)
     tools: list[str] | None = None
+    allowed_models: list[str] | None = None
+    state: dict[str, Any] = Field(default_factory=dict)
     parent_session_id: SessionId | None = None
     forked_from_message_id: str | None = None
     message_count: int = 0
+    usage: Usage = Field(default_factory=Usage, description="token totals of every run")
     created_at: UtcDatetime
     updated_at: UtcDatetime
     running: bool = False
@@ -39,6 +43,12 @@ class SessionFields(Params):
     settings: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
     tools: list[str] | None = Field(default=None, description="allow-list of tool names")
+    allowed_models: list[str] | None = Field(
+        default=None, description="allow-list of models a run may use"
+    )
+    state: dict[str, Any] | None = Field(
+        default=None, description="JSON object kept across turns; replaced whole"
+    )
 
 
 class CreateSessionParams(SessionFields):
@@ -69,8 +79,12 @@ class DeleteSessionParams(SessionRef):
 
 
 class ForkSessionParams(SessionRef):
+    """The fork inherits the parent's fields; those given here replace them."""
+
     at_message_id: str | None = Field(default=None, description="inclusive; default: the last")
     title: str | None = None
+    tools: list[str] | None = None
+    allowed_models: list[str] | None = None
 
 
 class ListSessionsParams(Params):

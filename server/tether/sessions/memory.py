@@ -24,6 +24,7 @@ from tether.protocol import (
     Session,
     SessionNotFound,
 )
+from tether.protocol.kernel import Usage
 from tether.protocol.sessions import CreateSessionParams, SessionFields
 from tether.sessions.cursors import decode_cursor, encode_cursor
 from tether.sessions.ids import utcnow, uuid7
@@ -57,6 +58,10 @@ class MemoryStore:
             settings=copy.deepcopy(params.settings) or {},
             metadata=copy.deepcopy(params.metadata) or {},
             tools=list(params.tools) if params.tools is not None else None,
+            allowed_models=(
+                list(params.allowed_models) if params.allowed_models is not None else None
+            ),
+            state=_copy_json(params.state) if params.state else {},
             created_at=now,
             updated_at=now,
         )
@@ -137,11 +142,16 @@ class MemoryStore:
         session = self._record(session_id).session
         for name in changes.model_fields_set & SessionFields.model_fields.keys():
             value = getattr(changes, name)
-            if name in ("settings", "metadata") and value is None:
+            if name in ("settings", "metadata", "state") and value is None:
                 value = {}
             setattr(session, name, copy.deepcopy(value))
         session.updated_at = utcnow()
         return _copy_session(session)
+
+    async def add_usage(self, session_id: str, usage: Usage) -> None:
+        total = self._record(session_id).session.usage
+        total.input_tokens += usage.input_tokens
+        total.output_tokens += usage.output_tokens
 
     async def clear(self, session_id: str) -> Session:
         record = self._record(session_id)
@@ -210,6 +220,11 @@ def _copy_session(session: Session) -> Session:
             "settings": _copy_json(session.settings),
             "metadata": _copy_json(session.metadata),
             "tools": None if session.tools is None else list(session.tools),
+            "allowed_models": (
+                None if session.allowed_models is None else list(session.allowed_models)
+            ),
+            "state": _copy_json(session.state),
+            "usage": session.usage.model_copy(),
         }
     )
 

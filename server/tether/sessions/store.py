@@ -12,6 +12,7 @@ from tether.protocol import (
     MessagesResult,
     Session,
 )
+from tether.protocol.kernel import Usage
 from tether.protocol.sessions import CreateSessionParams, SessionFields
 
 Order = Literal["asc", "desc"]
@@ -58,6 +59,10 @@ class SessionStore(Protocol):
         ...
 
     async def configure(self, session_id: str, changes: SessionFields) -> Session: ...
+
+    async def add_usage(self, session_id: str, usage: Usage) -> None:
+        """Add a run's token counts to the session's totals (``Session.usage``)."""
+        ...
 
     async def clear(self, session_id: str) -> Session: ...
 
