@@ -7,6 +7,7 @@ an error result that goes back to the model, never into a failed run.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -14,17 +15,27 @@ from typing import Any, Protocol
 from tether.protocol.tools import ToolSpec
 
 
+def _no_progress(message: str) -> None:
+    return None
+
+
 @dataclass(frozen=True, kw_only=True)
 class ToolContext:
+    """Where a call runs. The kernel makes one per call (``dataclasses.replace``), filling in
+    ``tool_call_id`` and ``progress``, which reports a line of progress to the editor."""
+
     workspace: Path  # the session's workspace root: tools stay inside it
     session_id: str
     run_id: str
+    tool_call_id: str | None = None
+    progress: Callable[[str], None] = _no_progress
 
 
 @dataclass(frozen=True)
 class ToolResult:
     content: str
     is_error: bool = False
+    diff: str | None = None  # a unified diff of what an edit changed, for editors to render
 
 
 class ToolError(Exception):
