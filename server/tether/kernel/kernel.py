@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tether.config import ProviderConfig, TetherConfig
+from tether.kernel.approval import Approvals, Approver
 from tether.kernel.run import Emit, Run, RunSetup
 from tether.protocol import (
     RequestCancelled,
@@ -35,12 +36,16 @@ class Kernel:
         providers: ProviderFactory,
         tools: Callable[[TetherConfig], ToolExecutor],
         memory: MemoryLoader,
+        approver: Approver | None = None,
     ) -> None:
+        """``approver`` asks the user about calls of tools that edit or execute (policy
+        ``tools.approval = "ask"``); without one, such calls are refused under ``ask``."""
         self._store = store
         self._config = config
         self._providers = providers
         self._tools = tools
         self._memory = memory
+        self._approvals = Approvals(approver)
         self._runs: dict[str, asyncio.Task[RunResult]] = {}
 
     def is_running(self, session_id: str) -> bool:
@@ -111,6 +116,7 @@ class Kernel:
             max_iterations=params.max_iterations or config.kernel.max_iterations,
             history=await self._store.history(session.session_id),
             emit=emit,
+            approval=self._approvals.gate(config.tools.approval, session.session_id, run_id),
             settings=dict(session.settings),
         )
 

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import assert_never
 
+from tether.kernel.approval import Gate
 from tether.protocol import Content, Message, MessageInput, Role, ToolCall
 from tether.protocol.kernel import (
     IterationFinished,
@@ -34,7 +36,7 @@ from tether.protocol.kernel import (
     ToolCallUpdate,
     Usage,
 )
-from tether.protocol.tools import ToolSpec
+from tether.protocol.tools import ToolKind, ToolSpec
 from tether.providers.base import Completion, ModelRequest, Provider, TextDelta
 from tether.sessions.ids import uuid7
 from tether.sessions.store import SessionStore
@@ -73,6 +75,7 @@ class RunSetup:
     max_iterations: int
     history: list[Message]
     emit: Emit
+    approval: Gate
     settings: dict[str, object] = field(default_factory=dict)
 
 
@@ -81,7 +84,7 @@ class Run:
         self._setup = setup
         self.run_id = setup.context.run_id
         self._history = setup.history  # what the model sees; grows as the run persists messages
-        self._allowed = {spec.name for spec in setup.tool_specs}
+        self._allowed = {spec.name: spec for spec in setup.tool_specs}
         self._seq = 0
         self.iterations = 0
         self.response = ""
@@ -177,22 +180,38 @@ class Run:
         """Run the calls concurrently; results are kept in the order the model asked for them."""
         self._results = {}
         for call in calls:
+            spec = self._allowed.get(call.name)
             self._emit(
-                ToolCallStarted(tool_call_id=call.id, name=call.name, arguments=call.arguments)
+                ToolCallStarted(
+                    tool_call_id=call.id,
+                    name=call.name,
+                    arguments=call.arguments,
+                    tool_kind=spec.kind if spec is not None else ToolKind.OTHER,
+                )
             )
         async with asyncio.TaskGroup() as group:  # one failing cancels the others
             for call in calls:
                 group.create_task(self._call(call))
 
     async def _call(self, call: ToolCall) -> None:
-        self._emit(ToolCallUpdate(tool_call_id=call.id, status=ToolCallStatus.IN_PROGRESS))
-        if call.name in self._allowed:
-            result = await self._setup.tools.execute(call.name, call.arguments, self._setup.context)
-        else:
+        """One call: approved (when its kind needs it), then run; a refusal is its result."""
+        spec = self._allowed.get(call.name)
+        if spec is None:
+            self._emit(ToolCallUpdate(tool_call_id=call.id, status=ToolCallStatus.IN_PROGRESS))
             available = ", ".join(sorted(self._allowed)) or "none"
             result = ToolResult(
                 f"tool {call.name!r} is not available (available: {available})", True
             )
+        else:
+            refusal = await self._setup.approval.check(spec, call)
+            if refusal is not None:
+                result = refusal
+            else:
+                self._emit(ToolCallUpdate(tool_call_id=call.id, status=ToolCallStatus.IN_PROGRESS))
+                context = dataclasses.replace(
+                    self._setup.context, tool_call_id=call.id, progress=self._progress_of(call)
+                )
+                result = await self._setup.tools.execute(call.name, call.arguments, context)
         self._results[call.id] = result
         status = ToolCallStatus.FAILED if result.is_error else ToolCallStatus.COMPLETED
         self._emit(
@@ -201,8 +220,20 @@ class Run:
                 status=status,
                 result=None if result.is_error else result.content,
                 error=result.content if result.is_error else None,
+                diff=result.diff,
             )
         )
+
+    def _progress_of(self, call: ToolCall) -> Callable[[str], None]:
+        def progress(text: str) -> None:
+            if call.id not in self._results:  # nothing after the call's last update
+                self._emit(
+                    ToolCallUpdate(
+                        tool_call_id=call.id, status=ToolCallStatus.IN_PROGRESS, progress=text
+                    )
+                )
+
+        return progress
 
     async def _persist_results(self) -> None:
         calls, self._unanswered = self._unanswered, []

@@ -9,6 +9,7 @@ from pydantic import Field, field_validator
 
 from tether.protocol.base import Params, WireModel
 from tether.protocol.messages import Content
+from tether.protocol.tools import ToolKind
 
 
 class StopReason(StrEnum):
@@ -96,6 +97,10 @@ class ToolCallStarted(WireModel):
     tool_call_id: str
     name: str
     arguments: str
+    # ``kind`` names the event, so the tool's kind is ``toolKind`` on the wire.
+    tool_kind: ToolKind = Field(
+        default=ToolKind.OTHER, description="the tool's kind (other for a tool not on offer)"
+    )
     status: Literal[ToolCallStatus.PENDING] = ToolCallStatus.PENDING
 
 
@@ -105,6 +110,10 @@ class ToolCallUpdate(WireModel):
     status: ToolCallStatus
     result: str | None = None
     error: str | None = None
+    diff: str | None = Field(default=None, description="unified diff of what an edit changed")
+    progress: str | None = Field(
+        default=None, description="a line of progress the running tool reported (in_progress)"
+    )
 
 
 class IterationFinished(WireModel):
