@@ -37,7 +37,17 @@ REJECTED_RESULT = "rejected by user"
 
 class ApprovalError(Exception):
     """The client could not give an answer (it answered with an error, or with something that
-    is not an outcome). The message says what happened; the call is refused."""
+    is not an outcome). The message says what happened; the call is refused.
+
+    Hierarchy::
+
+        ApprovalError
+        └── CannotAsk    nobody can be asked (the client did not declare the capability)
+    """
+
+
+class CannotAsk(ApprovalError):
+    """The approver has nobody to ask: refused as when there is no approver at all."""
 
 
 Approver = Callable[[PermissionParams], Awaitable[PermissionResult]]
@@ -85,18 +95,13 @@ class Gate:
                 'tools.approval is "deny"'
             )
         if self.approver is None:
-            return _refused(
-                f"{call.name} ({spec.kind} tool) needs approval, but the client cannot be asked "
-                "(it did not declare capabilities.tether.permissions); refused. Set "
-                'tools.approval to "auto" to run such tools without asking, or use a client '
-                "that answers tool/requestPermission"
-            )
+            return _cannot_ask(spec, call)
         async with self._asking:
             if call.name in self.always:
                 return None
-            return await self._ask(self.approver, call)
+            return await self._ask(self.approver, spec, call)
 
-    async def _ask(self, approver: Approver, call: ToolCall) -> ToolResult | None:
+    async def _ask(self, approver: Approver, spec: ToolSpec, call: ToolCall) -> ToolResult | None:
         params = PermissionParams(
             session_id=self.session_id,
             run_id=self.run_id,
@@ -104,6 +109,8 @@ class Gate:
         )
         try:
             answer = await approver(params)
+        except CannotAsk:
+            return _cannot_ask(spec, call)
         except ApprovalError as exc:
             return _refused(f"{call.name} refused: {exc}")
         except Exception:
@@ -114,6 +121,15 @@ class Gate:
         if answer.outcome == "allow_always":
             self.always.add(call.name)
         return None
+
+
+def _cannot_ask(spec: ToolSpec, call: ToolCall) -> ToolResult:
+    return _refused(
+        f"{call.name} ({spec.kind} tool) needs approval, but the client cannot be asked "
+        "(it did not declare capabilities.tether.permissions); refused. Set "
+        'tools.approval to "auto" to run such tools without asking, or use a client '
+        "that answers tool/requestPermission"
+    )
 
 
 def _refused(text: str) -> ToolResult:

@@ -7,7 +7,7 @@ handshake by :meth:`App.load_kernel`, so answering ``initialize`` imports as lit
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,11 +28,15 @@ if TYPE_CHECKING:
 
     from tether.config import ProviderConfig, TetherConfig
     from tether.kernel.kernel import Kernel
+    from tether.protocol.kernel import PermissionParams, PermissionResult
     from tether.providers.base import Provider
     from tether.rpc.progress import Notify
     from tether.tools.base import ToolExecutor
 
 KERNEL_METHODS = ("kernel/cancel", "kernel/run")
+
+RequestClient = Callable[[str, Any], Awaitable[Any]]
+"""Sends a request to the client and returns its result (cancelling the await withdraws it)."""
 
 
 class App:
@@ -46,6 +50,7 @@ class App:
         self.client: InitializeParams | None = None
         self.kernel: Kernel | None = None
         self.notify: Notify = _nowhere
+        self.request_client: RequestClient = _no_client  # set once the server is loaded
         self._environ = os.environ if environ is None else environ
         self._config: TetherConfig | None = None
         self._http: httpx.AsyncClient | None = None
@@ -91,6 +96,7 @@ class App:
             providers=self._provider,
             tools=_tools,
             memory=load_memory,
+            approver=self._ask_permission,
         )
         self.methods.update(kernel_methods(self.kernel, self.sessions, self._notify))
 
@@ -127,6 +133,31 @@ class App:
             self._http = httpx.AsyncClient(limits=httpx.Limits(max_connections=200))
         return self._http
 
+    async def _ask_permission(self, params: PermissionParams) -> PermissionResult:
+        """``tool/requestPermission`` to a client that declared it answers it."""
+        from pydantic import ValidationError
+
+        from tether.kernel.approval import ApprovalError, CannotAsk
+        from tether.protocol.kernel import PermissionResult
+        from tether.rpc.errors import ClientError
+
+        if self.client is None or not self.client.capabilities.tether.permissions:
+            raise CannotAsk("the client did not declare capabilities.tether.permissions")
+        try:
+            answer = await self.request_client("tool/requestPermission", params.to_wire())
+        except ClientError as exc:
+            code = "" if exc.code is None else f" {exc.code}"
+            raise ApprovalError(
+                f"the client answered tool/requestPermission with an error{code}: {exc.message}"
+            ) from None
+        try:
+            return PermissionResult.model_validate(answer)
+        except ValidationError:
+            raise ApprovalError(
+                "the client's answer to tool/requestPermission is not "
+                '{"outcome": "allow" | "allow_always" | "reject"}'
+            ) from None
+
     def _notify(self, method: str, params: Any) -> None:
         self.notify(method, params)
 
@@ -154,3 +185,7 @@ def _local(workspace: str | None) -> Path | None:
 
 def _nowhere(method: str, params: Any) -> None:
     return None
+
+
+async def _no_client(method: str, params: Any) -> Any:
+    raise RuntimeError(f"no client to send {method} to")

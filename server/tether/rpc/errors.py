@@ -15,6 +15,16 @@ logger = logging.getLogger(__name__)
 ErrorObject = dict[str, Any]
 
 
+class ClientError(Exception):
+    """The client's answer to one of our requests is an error, or is not a JSON-RPC response.
+    ``code`` is the client's error code, ``None`` for a malformed answer."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
 def error_object(code: int, message: str, data: Any = None) -> ErrorObject:
     error: ErrorObject = {"code": int(code), "message": message}
     if data is not None:

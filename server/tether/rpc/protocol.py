@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import itertools
 import logging
 from collections.abc import Callable, Coroutine, Generator
 from concurrent.futures import Future
@@ -26,7 +27,7 @@ from pygls.exceptions import JsonRpcException
 from pygls.protocol import LanguageServerProtocol
 
 from tether.protocol import ErrorCode
-from tether.rpc.errors import error_from_exception, error_object
+from tether.rpc.errors import ClientError, error_from_exception, error_object
 from tether.rpc.wire import Message, MsgId, Wire
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ class TetherProtocol(LanguageServerProtocol):
     def __init__(self, server: JsonRPCServer, converter: Converter) -> None:
         self.wire: Wire | None = None
         self._coroutine_handlers: dict[Callable[..., Any], bool] = {}
+        self._client_ids = itertools.count(1)
         super().__init__(server, converter)  # type: ignore[arg-type]
 
     def bind(self, wire: Wire) -> None:
@@ -77,15 +79,47 @@ class TetherProtocol(LanguageServerProtocol):
         contextvars.copy_context().run(self._handle_notification, method, params)
 
     def response(self, message: Message) -> None:
-        """An answer to one of our requests to the client; anything else is dropped."""
-        pending = self._request_futures.get(message["id"])
+        """An answer to one of our requests to the client; anything else is dropped.
+
+        A malformed answer (neither ``result`` nor a well-formed ``error``) fails the request,
+        so nothing waits for an answer that will not come.
+        """
+        msg_id = message["id"]
+        pending = self._request_futures.get(msg_id)
         if not isinstance(pending, Future):  # unknown id, or the id of one of *its* requests
-            logger.warning("dropped a response to no request of ours: id %r", message["id"])
+            logger.warning("dropped a response to no request of ours: id %r", msg_id)
             return
         try:
+            if "result" not in message and not isinstance(message.get("error"), dict):
+                raise ValueError("neither a result nor an error object")
             self.handle_message(self.structure_message(message))
         except Exception:
-            logger.exception("dropped a malformed response to request %r", message["id"])
+            logger.warning("malformed response to request %r", msg_id, exc_info=True)
+            self._forget(msg_id)
+            if not pending.done():
+                pending.set_exception(ClientError("the client's answer is not a valid response"))
+
+    async def request_client(self, method: str, params: Any) -> Any:
+        """Send a request to the client and return its result.
+
+        An error answer raises :class:`ClientError` with the client's code. Cancelling the await
+        withdraws the request: the client is sent ``$/cancelRequest``, and a late answer is
+        dropped as an answer to no request of ours.
+        """
+        msg_id = f"tether-{next(self._client_ids)}"  # never clashes with pygls's uuid ids
+        future = self.send_request(method, params, msg_id=msg_id)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            self._forget(msg_id)
+            self.notify("$/cancelRequest", {"id": msg_id})
+            raise
+        except JsonRpcException as exc:
+            raise ClientError(exc.message, exc.code) from None
+
+    def _forget(self, msg_id: MsgId) -> None:
+        self._request_futures.pop(msg_id, None)
+        self._result_types.pop(msg_id, None)
 
     def cancel_requests(self) -> None:
         """Cancel the handlers still running (pygls's own requests to the client are left)."""

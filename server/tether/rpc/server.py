@@ -33,6 +33,7 @@ class TetherServer(LanguageServer):
         for method, handle in app.methods.items():
             self.feature(method)(handle)
         self.protocol.bind(wire)
+        app.request_client = self.protocol.request_client
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         # Requests already answer with their error; the rest is for the log, not a popup.

@@ -123,8 +123,8 @@ class Wire:
                 self.send_error(msg_id if valid_id else None, error)
             return
         if method is None:
-            if valid_id and ("result" in message or "error" in message):
-                self._forward(message)  # the answer to one of our requests
+            if valid_id:
+                self._forward(message)  # the answer to one of our requests (or a malformed one)
             return
         params = message.get("params")
         problem = None

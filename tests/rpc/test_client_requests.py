@@ -1,0 +1,79 @@
+"""Requests from the server to the client: answers routed back, errors, malformed answers,
+and a request withdrawn with ``$/cancelRequest`` when its waiter is cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from tether.rpc.errors import ClientError
+
+from .conftest import Peer
+
+
+async def sent(peer: Peer, method: str) -> dict[str, Any]:
+    """The one message of ``method`` the server wrote, waiting for it (5 s at most)."""
+    async with asyncio.timeout(5):
+        while True:
+            found = [m for m in peer.messages if m.get("method") == method]
+            if found:
+                assert len(found) == 1, found
+                return found[0]
+            peer._arrived.clear()
+            await peer._arrived.wait()
+
+
+def ask(peer: Peer) -> asyncio.Task[Any]:
+    request = peer.server.protocol.request_client("test/ask", {"question": "ok?"})
+    return asyncio.ensure_future(request)
+
+
+async def test_the_clients_result_is_returned(ready: Peer):
+    answer = ask(ready)
+    request = await sent(ready, "test/ask")
+    assert request["params"] == {"question": "ok?"}
+    ready.send({"jsonrpc": "2.0", "id": request["id"], "result": {"outcome": "allow"}})
+    assert await asyncio.wait_for(answer, 5) == {"outcome": "allow"}
+
+
+async def test_an_error_answer_raises_client_error_with_its_code(ready: Peer):
+    answer = ask(ready)
+    request = await sent(ready, "test/ask")
+    error = {"code": -32601, "message": "no such method"}
+    ready.send({"jsonrpc": "2.0", "id": request["id"], "error": error})
+    with pytest.raises(ClientError) as raised:
+        await asyncio.wait_for(answer, 5)
+    assert (raised.value.code, raised.value.message) == (-32601, "no such method")
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [{}, {"error": "not an object"}, {"error": {"message": "no code"}}],
+    ids=["empty", "error-string", "error-without-code"],
+)
+async def test_a_malformed_answer_fails_the_request_instead_of_leaving_it_waiting(
+    ready: Peer, reply: dict[str, Any]
+):
+    answer = ask(ready)
+    request = await sent(ready, "test/ask")
+    ready.send({"jsonrpc": "2.0", "id": request["id"], **reply})
+    with pytest.raises(ClientError) as raised:
+        await asyncio.wait_for(answer, 5)
+    assert raised.value.code is None
+    assert (await ready.result("session/list", {})) == {"sessions": []}  # the server goes on
+
+
+async def test_cancelling_the_waiter_sends_cancel_request_and_a_late_answer_is_dropped(
+    ready: Peer,
+):
+    answer = ask(ready)
+    request = await sent(ready, "test/ask")
+    answer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await answer
+    cancel = await sent(ready, "$/cancelRequest")
+    assert cancel["params"] == {"id": request["id"]}
+    ready.send({"jsonrpc": "2.0", "id": request["id"], "result": {"outcome": "allow"}})
+    assert (await ready.result("session/list", {})) == {"sessions": []}
