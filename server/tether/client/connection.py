@@ -26,7 +26,8 @@ logger = logging.getLogger(__name__)
 
 RequestHandler = Callable[[str, Any], Awaitable[Any]]
 """Answers a server-to-client request: ``(method, params)`` → result; raise an ``RpcError`` to
-answer with its code, any other exception answers ``-32603``."""
+answer with its code, any other exception answers ``-32603``. A request the server withdraws
+(``$/cancelRequest``) cancels the handler, and is answered ``-32800``."""
 
 NotificationHandler = Callable[[str, Any], bool]
 """Sees each server notification as it is read, before any response read after it: ``(method,
@@ -53,6 +54,7 @@ class Connection:
         self.notifications: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self.stray: list[dict[str, Any]] = []  # responses that matched no request
         self._tasks: set[asyncio.Future[None]] = set()
+        self._answering: dict[Any, asyncio.Future[None]] = {}  # server requests being answered
         self._reader = asyncio.ensure_future(self._read())
 
     @classmethod
@@ -142,10 +144,15 @@ class Connection:
     def _receive(self, message: dict[str, Any]) -> None:
         if "method" in message:
             if "id" in message:
+                msg_id = message["id"]
                 task = asyncio.ensure_future(self._answer(message))
                 self._tasks.add(task)
+                self._answering[msg_id] = task
                 task.add_done_callback(self._tasks.discard)
+                task.add_done_callback(lambda _: self._answering.pop(msg_id, None))
             else:
+                if message["method"] == "$/cancelRequest":
+                    self._withdraw(message.get("params"))
                 self._notification(message["method"], message.get("params"))
             return
         future = self._pending.get(message.get("id"))  # type: ignore[arg-type]
@@ -166,6 +173,13 @@ class Connection:
                 logger.exception("the notification handler failed on %s", method)
         self.notifications.put_nowait((method, params))
 
+    def _withdraw(self, params: Any) -> None:
+        """The server's ``$/cancelRequest``: stop answering that request (the callback sees a
+        ``CancelledError``). The notification is still handed on, so callers can see it."""
+        task = self._answering.get(params.get("id")) if isinstance(params, dict) else None
+        if task is not None:
+            task.cancel()
+
     async def _answer(self, message: dict[str, Any]) -> None:
         reply: dict[str, Any] = {"jsonrpc": "2.0", "id": message["id"]}
         if self.on_request is None:
@@ -176,6 +190,11 @@ class Connection:
         else:
             try:
                 reply["result"] = await self.on_request(message["method"], message.get("params"))
+            except asyncio.CancelledError:  # the server withdrew it (see _withdraw)
+                reply["error"] = {
+                    "code": int(ErrorCode.REQUEST_CANCELLED),
+                    "message": "cancelled by the server",
+                }
             except RpcError as exc:
                 reply["error"] = {"code": exc.code, "message": exc.message}
                 if exc.data is not None:

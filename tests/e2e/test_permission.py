@@ -1,0 +1,184 @@
+"""Approval of tool calls through the real server: ``tool/requestPermission`` answered by the
+Python client, remembered, rejected, withdrawn when the run is cancelled, and refused when the
+client cannot be asked."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether.client import RequestCancelledError, TetherClient
+from tether.protocol.kernel import (
+    PermissionParams,
+    ProgressParams,
+    StopReason,
+    ToolCallStarted,
+    ToolCallUpdate,
+)
+from tether.testing import scripted_options, tool_call
+from tether.tools import BUILTIN_TOOL_NAMES
+
+pytestmark = pytest.mark.skipif(
+    "write_file" not in BUILTIN_TOOL_NAMES, reason="needs the write_file built-in tool"
+)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    return root
+
+
+def options(tmp_path: Path, turns: list[dict[str, Any]]) -> dict[str, Any]:
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps(turns))
+    return scripted_options(path)
+
+
+def write(call_id: str, path: str) -> dict[str, Any]:
+    return tool_call("write_file", call_id, path=path, content="written\n")
+
+
+class Answers:
+    """An ``on_permission`` callback answering from a list; records what it was asked."""
+
+    def __init__(self, *outcomes: str) -> None:
+        self.outcomes = list(outcomes)
+        self.asked: list[PermissionParams] = []
+
+    def __call__(self, params: PermissionParams) -> Any:
+        self.asked.append(params)
+        return self.outcomes.pop(0)
+
+
+async def test_an_allowed_write_runs_and_its_events_carry_the_kind(project: Path, tmp_path: Path):
+    answers = Answers("allow")
+    turns = [{"toolCalls": [write("c1", "a.txt")]}, {"text": "done"}]
+    async with TetherClient.spawn(
+        workspace=project, options=options(tmp_path, turns), on_permission=answers
+    ) as client:
+        sid = (await client.create_session()).session_id
+        run = client.run(sid, "write it")
+        events = [progress.event async for progress in run]
+        result = await run
+
+    [asked] = answers.asked
+    assert (asked.session_id, asked.run_id) == (sid, result.run_id)
+    assert (asked.tool_call.id, asked.tool_call.name) == ("c1", "write_file")
+    assert json.loads(asked.tool_call.arguments)["path"] == "a.txt"
+    assert (project / "a.txt").read_text() == "written\n"
+    [started] = [e for e in events if isinstance(e, ToolCallStarted)]
+    assert started.tool_kind == "edit"
+    statuses = [e.status for e in events if isinstance(e, ToolCallUpdate)]
+    assert statuses[0] == "in_progress" and statuses[-1] == "completed"
+    assert not result.tool_calls[0].is_error
+
+
+async def test_allow_always_is_not_asked_again_in_the_session(project: Path, tmp_path: Path):
+    answers = Answers("allow_always")
+    turns = [
+        {"toolCalls": [write("c1", "a.txt")]},
+        {"toolCalls": [write("c2", "b.txt")]},
+        {"text": "done"},
+    ]
+    async with TetherClient.spawn(
+        workspace=project, options=options(tmp_path, turns), on_permission=answers
+    ) as client:
+        sid = (await client.create_session()).session_id
+        result = await client.run(sid, "write both")
+
+    assert [a.tool_call.id for a in answers.asked] == ["c1"]
+    assert [r.is_error for r in result.tool_calls] == [False, False]
+    assert (project / "a.txt").exists() and (project / "b.txt").exists()
+
+
+async def test_a_rejected_write_is_not_done_and_the_model_reads_rejected_by_user(
+    project: Path, tmp_path: Path
+):
+    answers = Answers("reject")
+    turns = [{"toolCalls": [write("c1", "a.txt")]}, {"text": "fine, I will not"}]
+    async with TetherClient.spawn(
+        workspace=project, options=options(tmp_path, turns), on_permission=answers
+    ) as client:
+        sid = (await client.create_session()).session_id
+        result = await client.run(sid, "write it")
+        history = (await client.messages(sid)).messages
+
+    assert not (project / "a.txt").exists()
+    [tool_message] = [m for m in history if m.tool_call_id == "c1"]
+    assert (tool_message.content, tool_message.is_error) == ("rejected by user", True)
+    assert result.stop_reason is StopReason.END_TURN
+    assert result.response == "fine, I will not"  # the model was asked again after the refusal
+
+
+async def test_a_client_without_the_capability_gets_a_refusal_not_a_wait(
+    project: Path, tmp_path: Path
+):
+    turns = [{"toolCalls": [write("c1", "a.txt")]}, {"text": "done"}]
+    async with TetherClient.spawn(workspace=project, options=options(tmp_path, turns)) as client:
+        sid = (await client.create_session()).session_id
+        result = await asyncio.wait_for(client.run(sid, "write it"), 20)
+
+    [record] = result.tool_calls
+    assert record.is_error
+    assert "capabilities.tether.permissions" in record.result
+    assert "tools.approval" in record.result
+    assert not (project / "a.txt").exists()
+
+
+@pytest.mark.parametrize("how", ["kernel/cancel", "$/cancelRequest"])
+async def test_cancelling_a_run_while_permission_is_pending_withdraws_the_request(
+    project: Path, tmp_path: Path, how: str
+):
+    asked = asyncio.Event()
+
+    async def never(params: PermissionParams) -> Any:
+        asked.set()
+        await asyncio.Event().wait()
+
+    turns = [{"toolCalls": [write("c1", "a.txt")]}]
+    async with TetherClient.spawn(
+        workspace=project, options=options(tmp_path, turns), on_permission=never
+    ) as client:
+        sid = (await client.create_session()).session_id
+        run = client.run(sid, "write it")
+        await asyncio.wait_for(asked.wait(), 20)
+        if how == "kernel/cancel":
+            assert await client.cancel(sid)
+            result = await asyncio.wait_for(run.result(), 20)
+        else:
+            run.cancel()
+            with pytest.raises(RequestCancelledError) as raised:
+                await asyncio.wait_for(run.result(), 20)
+            partial = raised.value.partial
+            assert partial is not None
+            result = partial
+        withdrawn = await next_notification(client, "$/cancelRequest")
+        history = (await client.messages(sid)).messages
+        events: list[ProgressParams] = []
+        with contextlib.suppress(RequestCancelledError):
+            async for progress in run:
+                events.append(progress)
+
+    assert isinstance(withdrawn["id"], str)
+    assert result.stop_reason is StopReason.CANCELLED
+    [record] = result.tool_calls
+    assert (record.result, record.is_error) == ("cancelled", True)
+    [tool_message] = [m for m in history if m.tool_call_id == "c1"]
+    assert tool_message.content == "cancelled"
+    assert [e.event.status for e in events if isinstance(e.event, ToolCallUpdate)] == ["cancelled"]
+    assert not (project / "a.txt").exists()
+
+
+async def next_notification(client: TetherClient, method: str) -> Any:
+    async with asyncio.timeout(20):
+        while True:
+            got, params = await client.connection.notifications.get()
+            if got == method:
+                return params
