@@ -229,7 +229,7 @@ def test_an_empty_allow_list_offers_nothing(tools: ToolRegistry) -> None:
     assert tools.restricted([]).list() == []
 
 
-def test_the_builtin_registry_offers_the_three_read_only_tools() -> None:
+def test_the_builtin_registry_offers_the_read_only_tools_first_then_edits_and_commands() -> None:
     specs = builtin_registry().list()
     assert tuple(spec.name for spec in specs) == BUILTIN_TOOL_NAMES
     kinds = {spec.name: spec.kind for spec in specs}
@@ -237,6 +237,9 @@ def test_the_builtin_registry_offers_the_three_read_only_tools() -> None:
         "read_file": ToolKind.READ,
         "list_files": ToolKind.SEARCH,
         "search_text": ToolKind.SEARCH,
+        "write_file": ToolKind.EDIT,
+        "edit_file": ToolKind.EDIT,
+        "run_command": ToolKind.EXECUTE,
     }
     assert all(spec.description and "\n" not in spec.description for spec in specs)
 

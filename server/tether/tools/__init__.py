@@ -9,7 +9,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-BUILTIN_TOOL_NAMES = ("read_file", "list_files", "search_text")
+BUILTIN_TOOL_NAMES = (
+    "read_file",
+    "list_files",
+    "search_text",
+    "write_file",
+    "edit_file",
+    "run_command",
+)
 
 _HOMES = {
     "Tool": "base",

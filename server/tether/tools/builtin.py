@@ -1,19 +1,23 @@
-"""The built-in workspace tools (read-only for now) and the registry the kernel starts from."""
+"""The built-in workspace tools and the registry the kernel starts from."""
 
 from __future__ import annotations
 
 from collections.abc import Collection
 
 from tether.tools.base import Tool
+from tether.tools.edit_file import EditFile
 from tether.tools.list_files import ListFiles
 from tether.tools.read_file import ReadFile
 from tether.tools.registry import ToolRegistry
+from tether.tools.run_command import RunCommand
 from tether.tools.search_text import SearchText
+from tether.tools.write_file import WriteFile
 
 
 def builtin_tools() -> list[Tool]:
-    """A fresh instance of every built-in tool, in the order they are offered to the model."""
-    return [ReadFile(), ListFiles(), SearchText()]
+    """A fresh instance of every built-in tool, in the order they are offered to the model
+    (read-only ones first)."""
+    return [ReadFile(), ListFiles(), SearchText(), WriteFile(), EditFile(), RunCommand()]
 
 
 def builtin_registry(enabled: Collection[str] | None = None) -> ToolRegistry:

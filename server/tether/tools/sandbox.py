@@ -12,8 +12,12 @@ Rules (each refusal is a :class:`ToolError` the model reads):
 
 Reading is race-free on POSIX: the resolved path is opened one component at a time from a
 descriptor of the root, refusing to follow any symlink, so a path that becomes a symlink between
-the check and the read is refused instead of followed. Writing tools reuse :meth:`Sandbox.resolve`
-with ``must_exist=False`` and the same opening walk.
+the check and the read is refused instead of followed. Writing is race-free the same way:
+:meth:`Sandbox.resolve_for_write` also refuses a file that is itself a symlink, and
+:meth:`Sandbox.open_parent` opens the file's directory by the same walk (making missing
+directories with ``mkdir``, which follows no symlink either), so the writing tools create and
+rename their files relative to a directory that is known to lie inside the root (see
+:mod:`tether.tools.writing`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from tether.tools.base import ToolError
@@ -72,11 +77,7 @@ class Sandbox:
             raise ToolError("invalid path: it contains a NUL byte")
         if not text.strip():
             raise ToolError("invalid path: it is empty (use '.' for the workspace root)")
-        candidate = Path(text)
-        if not candidate.is_absolute():
-            if os.path.normpath(text).split(os.sep)[0] == "..":
-                raise ToolError(f"access denied: {text} is outside the workspace")
-            candidate = self.root / candidate
+        candidate = self._candidate(text)
         try:
             real = Path(os.path.realpath(candidate, strict=must_exist))
         except FileNotFoundError:
@@ -85,6 +86,27 @@ class Sandbox:
             raise ToolError(f"cannot resolve {text}: {_reason(exc)}") from None
         if not real.is_relative_to(self.root):
             raise ToolError(f"access denied: {text} is outside the workspace")
+        return real
+
+    def _candidate(self, text: str) -> Path:
+        candidate = Path(text)
+        if candidate.is_absolute():
+            return candidate
+        if os.path.normpath(text).split(os.sep)[0] == "..":
+            raise ToolError(f"access denied: {text} is outside the workspace")
+        return self.root / candidate
+
+    def resolve_for_write(self, path: str, *, must_exist: bool = False) -> Path:
+        """Like :meth:`resolve`, for a file about to be written: a symlink named as the file
+        itself is refused (even one pointing inside), so a write never goes through a link;
+        symlinked directories on the way are resolved like any path."""
+        real = self.resolve(path, must_exist=must_exist)
+        candidate = self._candidate(path)
+        if os.path.islink(candidate):
+            raise ToolError(
+                f"{path} is a symbolic link (to {self.relative(real)}): "
+                "name the file it points to instead"
+            )
         return real
 
     def relative(self, real: Path) -> str:
@@ -140,19 +162,85 @@ class Sandbox:
             raise ToolError(f"cannot open {shown}: {_reason(exc)}") from None
 
     def _open_beneath(self, parts: tuple[str, ...], flags: int, mode: int) -> int:
-        directory = os.open(self.root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
+        if not parts:
+            return os.open(self.root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
+        directory = self._walk(parts[:-1], created=None)
         try:
-            for part in parts[:-1]:
-                child = os.open(
-                    part, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=directory
-                )
-                os.close(directory)
-                directory = child
-            if not parts:
-                return os.dup(directory)
             return os.open(parts[-1], flags | _NOFOLLOW, mode, dir_fd=directory)
         finally:
             os.close(directory)
+
+    def _walk(self, parts: tuple[str, ...], *, created: list[Path] | None) -> int:
+        """A descriptor of the directory ``root/parts``, opened one component at a time without
+        following a symlink; missing directories are made on the way when ``created`` collects
+        them (``mkdir`` never follows a symlink either)."""
+        directory = os.open(self.root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
+        try:
+            for index, part in enumerate(parts):
+                flags = os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC
+                try:
+                    child = os.open(part, flags, dir_fd=directory)
+                except FileNotFoundError:
+                    if created is None:
+                        raise
+                    try:
+                        os.mkdir(part, 0o777, dir_fd=directory)
+                        created.append(self.root.joinpath(*parts[: index + 1]))
+                    except FileExistsError:
+                        pass  # made meanwhile: opened below like any other
+                    child = os.open(part, flags, dir_fd=directory)
+                os.close(directory)
+                directory = child
+        except BaseException:
+            os.close(directory)
+            raise
+        return directory
+
+    def open_parent(self, real: Path, *, shown: str, create: bool = False) -> Parent:
+        """The directory that holds ``real`` (a result of :meth:`resolve`), opened race-free
+        like :meth:`open`, to create, replace or inspect the entry ``real.name`` in it.
+
+        With ``create``, missing directories on the way are made (inside the root, since no
+        symlink is followed); :attr:`Parent.created` lists them.
+        """
+        parts = real.relative_to(self.root).parts
+        if not parts:
+            raise ToolError(f"{shown} is the workspace root, not a file")
+        if not _OPEN_BENEATH:
+            raise ToolError("writing files needs a system with openat(2) and O_NOFOLLOW")
+        created: list[Path] = []
+        try:
+            fd = self._walk(parts[:-1], created=created if create else None)
+        except FileNotFoundError:
+            raise ToolError(f"no such file or directory: {shown}") from None
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+                raise ToolError(
+                    f"access denied: {shown} changed while it was opened, or a directory on "
+                    "its way is a file"
+                ) from None
+            raise ToolError(f"cannot open the directory of {shown}: {_reason(exc)}") from None
+        return Parent(fd=fd, name=parts[-1], path=real, created=tuple(created))
+
+
+@dataclass(frozen=True)
+class Parent:
+    """An open directory of the workspace and the name of one entry in it (see
+    :meth:`Sandbox.open_parent`). Close it with :meth:`close`, or use it as a context manager."""
+
+    fd: int
+    name: str
+    path: Path  # the entry's real path, for messages
+    created: tuple[Path, ...] = ()  # directories made on the way, outermost first
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def __enter__(self) -> Parent:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 def _read_at_most(fd: int, count: int) -> bytes:

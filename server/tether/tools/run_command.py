@@ -1,0 +1,224 @@
+"""``run_command``: run a program (an argv list, or a string for ``/bin/sh -c``) in the workspace.
+
+The command runs in its own session and process group, with stdin from ``/dev/null`` and
+stdout and stderr captured together (interleaved, as a terminal shows them) up to an output cap
+that keeps the head and the tail. It ends when its process exits; processes it left running that
+still hold the output open are killed after a short grace. On timeout, or when the call is
+cancelled, the whole process tree is killed (:func:`tether.tools.processes.kill_tree`).
+
+This is not a sandbox: the command can do whatever the user running tether can, which is why the
+tool's kind is ``execute`` (it needs the user's approval). Only the working directory is checked
+to lie inside the workspace, and environment variables whose names look secret are not passed on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import time
+from collections.abc import Mapping
+
+from pydantic import Field
+
+from tether.protocol.tools import ToolKind
+from tether.tools.base import ToolContext, ToolError, ToolResult
+from tether.tools.processes import kill_tree
+from tether.tools.sandbox import Sandbox, format_size
+from tether.tools.typed import ToolArguments, TypedTool
+
+DEFAULT_TIMEOUT_SECONDS = 60.0
+MAX_TIMEOUT_SECONDS = 600.0
+DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024
+EXIT_GRACE_SECONDS = 1.0  # for the output to end once the command has exited
+KILL_WAIT_SECONDS = 5.0
+SHELL = "/bin/sh"
+
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+
+
+class RunCommandArguments(ToolArguments):
+    command: list[str] | str = Field(
+        description="program and arguments as a list (run directly, no shell), or a string run "
+        "with /bin/sh -c (pipes, redirections, &&)"
+    )
+    cwd: str = Field(default=".", description="directory to run in, relative to the workspace root")
+    timeout: float = Field(
+        default=DEFAULT_TIMEOUT_SECONDS,
+        gt=0,
+        le=MAX_TIMEOUT_SECONDS,
+        description="seconds before the command and its processes are killed (default 60)",
+    )
+
+
+class RunCommand(TypedTool[RunCommandArguments]):
+    def __init__(self, *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> None:
+        super().__init__(
+            name="run_command",
+            description=(
+                "Run a command in the workspace (argv list, or a string for /bin/sh -c) with a "
+                "timeout; returns its exit code and its output (stdout and stderr together)."
+            ),
+            kind=ToolKind.EXECUTE,
+            arguments_model=RunCommandArguments,
+        )
+        self.max_output_bytes = max_output_bytes
+
+    async def call(self, args: RunCommandArguments, context: ToolContext) -> ToolResult:
+        argv = _argv(args.command)
+        cwd = await asyncio.to_thread(Sandbox(context.workspace).directory, args.cwd)
+        output = CappedOutput(self.max_output_bytes)
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        try:
+            transport, capture = await loop.subprocess_exec(
+                lambda: _Capture(output, loop),
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                cwd=cwd,
+                env=child_environment(os.environ),
+                start_new_session=True,
+            )
+        except FileNotFoundError:
+            raise ToolError(f"command not found: {argv[0]}") from None
+        except (OSError, ValueError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise ToolError(f"cannot run {argv[0]}: {reason}") from None
+        try:
+            outcome = await _supervise(transport.get_pid(), capture, args.timeout)
+            code = transport.get_returncode()
+        finally:
+            transport.close()
+        return _result(outcome, code, output, args.timeout, time.monotonic() - started)
+
+
+class _Capture(asyncio.SubprocessProtocol):
+    """Collects the output; tells when the process exited and when its output ended (which is
+    later when processes it started still hold the output open)."""
+
+    def __init__(self, output: CappedOutput, loop: asyncio.AbstractEventLoop) -> None:
+        self.output = output
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.closed: asyncio.Future[None] = loop.create_future()
+
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        self.output.add(data.encode() if isinstance(data, str) else data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
+def _argv(command: list[str] | str) -> list[str]:
+    if isinstance(command, str):
+        if not command.strip():
+            raise ToolError("command is empty")
+        return [SHELL, "-c", command]
+    if not command or not command[0]:
+        raise ToolError("command is empty: give the program first, then its arguments")
+    return command
+
+
+def child_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without the variables whose names look secret (API keys, tokens, passwords)."""
+    return {name: value for name, value in environ.items() if not _SECRET_NAME.search(name)}
+
+
+async def _supervise(pid: int, capture: _Capture, limit: float) -> str:
+    """Wait for the command; ``"exited"``, ``"exited-leftovers"`` (processes it left holding the
+    output were killed) or ``"timeout"``. Cancellation kills the tree and propagates."""
+    outcome = "exited"
+    try:
+        if not await _within(capture.exited, limit):
+            outcome = "timeout"
+            kill_tree(pid)
+        if not await _within(capture.closed, EXIT_GRACE_SECONDS):
+            outcome = "exited-leftovers" if outcome == "exited" else outcome
+            kill_tree(pid)
+            await _within(capture.closed, KILL_WAIT_SECONDS)
+        await _within(capture.exited, KILL_WAIT_SECONDS)
+    except BaseException:  # cancelled (or failing): leave nothing running
+        kill_tree(pid)
+        with contextlib.suppress(BaseException):
+            await _within(capture.exited, KILL_WAIT_SECONDS)
+        raise
+    return outcome
+
+
+async def _within(future: asyncio.Future[None], seconds: float) -> bool:
+    """Whether ``future`` is done within ``seconds`` (it is not cancelled when it is not)."""
+    done, _ = await asyncio.wait({future}, timeout=seconds)
+    return bool(done)
+
+
+class CappedOutput:
+    """The bytes of a stream within a cap: the first half and the last half of it are kept."""
+
+    def __init__(self, cap: int) -> None:
+        self.head_cap = cap // 2
+        self.tail_cap = cap - self.head_cap
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.head_cap - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > self.tail_cap:
+                del self.tail[: len(self.tail) - self.tail_cap]
+
+    @property
+    def cut(self) -> int:
+        return self.total - len(self.head) - len(self.tail)
+
+    def text(self) -> str:
+        if not self.cut:
+            return (self.head + self.tail).decode(errors="replace")
+        return (
+            f"{self.head.decode(errors='replace')}\n"
+            f"[… {format_size(self.cut)} of output cut here: {format_size(self.total)} in all, "
+            f"the first and last {format_size(self.head_cap)} are shown …]\n"
+            f"{self.tail.decode(errors='replace')}"
+        )
+
+
+def _result(
+    outcome: str, code: int | None, output: CappedOutput, timeout: float, elapsed: float
+) -> ToolResult:
+    if outcome == "timeout":
+        status = f"timed out after {timeout:g} s: the command and its processes were killed"
+    elif code is not None and code < 0:
+        status = f"killed by signal {_signal_name(-code)}"
+    else:
+        status = f"exit code {code}"
+    if outcome == "exited-leftovers":
+        status += " (processes it left running with the output open were killed)"
+    is_error = outcome == "timeout" or code != 0
+    lines = [f"{status} ({elapsed:.1f} s)"]
+    if output.total:
+        cut = f", {format_size(output.cut)} cut" if output.cut else ""
+        lines.append(f"output ({format_size(output.total)}{cut}):")
+        lines.append(output.text())
+    else:
+        lines.append("(no output)")
+    return ToolResult("\n".join(lines), is_error=is_error)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)

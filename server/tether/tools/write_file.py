@@ -1,0 +1,82 @@
+"""``write_file``: create or replace a workspace file with the given text, atomically."""
+
+from __future__ import annotations
+
+import asyncio
+
+from pydantic import Field
+
+from tether.protocol.tools import ToolKind
+from tether.tools.base import ToolContext, ToolError, ToolResult
+from tether.tools.sandbox import DEFAULT_MAX_FILE_BYTES, Sandbox, format_size
+from tether.tools.typed import ToolArguments, TypedTool
+from tether.tools.writing import (
+    MAX_DIFF_INPUT_BYTES,
+    commit,
+    count_lines,
+    inspect,
+    read_entry,
+    too_large,
+    unified_diff,
+)
+
+
+class WriteFileArguments(ToolArguments):
+    path: str = Field(description="file to write, relative to the workspace root")
+    content: str = Field(description="the whole new content of the file")
+
+
+class WriteFile(TypedTool[WriteFileArguments]):
+    def __init__(self, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> None:
+        super().__init__(
+            name="write_file",
+            description=(
+                "Create a workspace file, or replace its whole content, with the given text "
+                "(missing parent directories are made); to change part of a file use edit_file."
+            ),
+            kind=ToolKind.EDIT,
+            arguments_model=WriteFileArguments,
+        )
+        self.max_file_bytes = max_file_bytes
+
+    async def call(self, args: WriteFileArguments, context: ToolContext) -> ToolResult:
+        sandbox = Sandbox(context.workspace, max_file_bytes=self.max_file_bytes)
+        return await asyncio.to_thread(write_file, sandbox, args.path, args.content)
+
+
+def write_file(sandbox: Sandbox, path: str, content: str) -> ToolResult:
+    """Write ``content`` to ``path`` inside ``sandbox``; the result names what happened."""
+    data = encode(content, "content")
+    if len(data) > sandbox.max_file_bytes:
+        raise too_large("the content", len(data), sandbox.max_file_bytes, "write")
+    real = sandbox.resolve_for_write(path)
+    rel = sandbox.relative(real)
+    with sandbox.open_parent(real, shown=path, create=True) as parent:
+        info = inspect(parent, path)
+        old: bytes | None = None
+        if info is not None and info.st_size <= MAX_DIFF_INPUT_BYTES:
+            old = read_entry(parent, info, path, limit=MAX_DIFF_INPUT_BYTES)
+        if old == data:
+            return ToolResult(f"{rel} already has this content: nothing was written")
+        commit(parent, data, shown=path, expect=info)
+        made = [sandbox.relative(directory) for directory in parent.created]
+    summary = f"{count_lines(data)} lines, {format_size(len(data))}"
+    if info is None:
+        message = f"created {rel} ({summary})"
+    else:
+        was = f"{count_lines(old)} lines" if old is not None else format_size(info.st_size)
+        message = f"replaced {rel} ({summary}; it had {was})"
+    if made:
+        message += f"; made the directories {', '.join(made)}"
+    diff = None if info is not None and old is None else unified_diff(rel, old, data)
+    if diff is None:
+        message += " (too large to show a diff)"
+    return ToolResult(message, diff=diff)
+
+
+def encode(text: str, what: str) -> bytes:
+    """``text`` as UTF-8; bytes that were read undecodable (as lone surrogates) come back."""
+    try:
+        return text.encode("utf-8", errors="surrogateescape")
+    except UnicodeEncodeError:
+        raise ToolError(f"{what} is not valid Unicode text (it has a lone surrogate)") from None
