@@ -1,4 +1,4 @@
-"""A stand-in for a server that asks for permissions (tether does not send them yet).
+"""A stand-in for a server that asks for permissions, reporting the answers it gets.
 
 It answers ``initialize`` and ``shutdown``, reports the ``initialize`` params as a
 ``test/initialize`` notification, sends one ``tool/requestPermission`` per tool name given on its

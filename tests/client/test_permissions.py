@@ -1,7 +1,8 @@
 """``tool/requestPermission`` answered by ``on_permission``.
 
-tether does not send permission requests yet, so these tests run the client against a small
-stand-in peer (``permission_peer.py``) that asks, over the same wire, and reports the answers.
+These tests run the client against a small stand-in peer (``permission_peer.py``) that asks,
+over the same wire, and reports the answers as it saw them; ``tests/e2e/test_permission.py`` drives
+the real server.
 """
 
 from __future__ import annotations

@@ -4,11 +4,14 @@ and a request withdrawn with ``$/cancelRequest`` when its waiter is cancelled.""
 from __future__ import annotations
 
 import asyncio
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tether.rpc.errors import ClientError
+from tether.testing import scripted_options, tool_call
 
 from .conftest import Peer
 
@@ -77,3 +80,45 @@ async def test_cancelling_the_waiter_sends_cancel_request_and_a_late_answer_is_d
     assert cancel["params"] == {"id": request["id"]}
     ready.send({"jsonrpc": "2.0", "id": request["id"], "result": {"outcome": "allow"}})
     assert (await ready.result("session/list", {})) == {"sessions": []}
+
+
+async def initialized(peer: Peer, workspace: Path, turns: list[dict[str, Any]]) -> str:
+    """Initialize with the permissions capability and a script; a new session's id."""
+    script = workspace.parent / f"{workspace.name}-script.json"
+    script.write_text(json.dumps(turns))
+    await peer.result(
+        "initialize",
+        {
+            "workspaceFolders": [{"uri": workspace.as_uri()}],
+            "capabilities": {"tether": {"permissions": True}},
+            "initializationOptions": scripted_options(script),
+        },
+    )
+    peer.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+    return str((await peer.result("session/create", {}))["sessionId"])
+
+
+@pytest.mark.parametrize(
+    ("reply", "reason"),
+    [
+        ({"result": {"outcome": "sure"}}, "is not"),
+        ({"result": None}, "is not"),
+        ({"error": "boom"}, "not a valid response"),
+        ({"error": {"code": -32603, "message": "dialog crashed"}}, "dialog crashed"),
+    ],
+    ids=["unknown-outcome", "null", "error-string", "error"],
+)
+async def test_a_bad_answer_to_a_permission_request_is_a_rejection_saying_why(
+    peer: Peer, workspace: Path, reply: dict[str, Any], reason: str
+):
+    write = tool_call("write_file", "c1", path="a.txt", content="x")
+    sid = await initialized(peer, workspace, [{"toolCalls": [write]}, {"text": "ok"}])
+    run = peer.request("kernel/run", {"sessionId": sid, "prompt": "write"})
+    request = await sent(peer, "tool/requestPermission")
+    assert request["params"]["toolCall"]["name"] == "write_file"
+    peer.send({"jsonrpc": "2.0", "id": request["id"], **reply})
+    result = (await peer.response(run))["result"]
+    [record] = result["toolCalls"]
+    assert record["isError"] is True
+    assert reason in record["result"]
+    assert not (workspace / "a.txt").exists()

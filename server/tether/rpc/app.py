@@ -146,9 +146,12 @@ class App:
         try:
             answer = await self.request_client("tool/requestPermission", params.to_wire())
         except ClientError as exc:
-            code = "" if exc.code is None else f" {exc.code}"
+            if exc.code is None:
+                raise ApprovalError(
+                    "the client's answer to tool/requestPermission is not a valid response"
+                ) from None
             raise ApprovalError(
-                f"the client answered tool/requestPermission with an error{code}: {exc.message}"
+                f"the client answered tool/requestPermission with error {exc.code}: {exc.message}"
             ) from None
         try:
             return PermissionResult.model_validate(answer)
