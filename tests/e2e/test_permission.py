@@ -136,11 +136,15 @@ async def test_a_client_without_the_capability_gets_a_refusal_not_a_wait(
 async def test_cancelling_a_run_while_permission_is_pending_withdraws_the_request(
     project: Path, tmp_path: Path, how: str
 ):
-    asked = asyncio.Event()
+    asked, handler_cancelled = asyncio.Event(), asyncio.Event()
 
     async def never(params: PermissionParams) -> Any:
         asked.set()
-        await asyncio.Event().wait()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:  # the client stops answering a withdrawn request
+            handler_cancelled.set()
+            raise
 
     turns = [{"toolCalls": [write("c1", "a.txt")]}]
     async with TetherClient.spawn(
@@ -160,6 +164,7 @@ async def test_cancelling_a_run_while_permission_is_pending_withdraws_the_reques
             assert partial is not None
             result = partial
         withdrawn = await next_notification(client, "$/cancelRequest")
+        await asyncio.wait_for(handler_cancelled.wait(), 20)
         history = (await client.messages(sid)).messages
         events: list[ProgressParams] = []
         with contextlib.suppress(RequestCancelledError):
