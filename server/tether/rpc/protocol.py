@@ -44,6 +44,8 @@ _TYPED_LSP = frozenset(lsp.METHOD_TO_TYPES) - {
     lsp.EXIT,
 }
 
+_MAX_WITHDRAWN = 1024
+
 
 class TetherProtocol(LanguageServerProtocol):
     """A :class:`tether.rpc.wire.Dispatcher` built from pygls's protocol."""
@@ -52,6 +54,7 @@ class TetherProtocol(LanguageServerProtocol):
         self.wire: Wire | None = None
         self._coroutine_handlers: dict[Callable[..., Any], bool] = {}
         self._client_ids = itertools.count(1)
+        self._withdrawn: set[MsgId] = set()  # our requests cancelled before their answer came
         super().__init__(server, converter)  # type: ignore[arg-type]
 
     def bind(self, wire: Wire) -> None:
@@ -87,7 +90,11 @@ class TetherProtocol(LanguageServerProtocol):
         msg_id = message["id"]
         pending = self._request_futures.get(msg_id)
         if not isinstance(pending, Future):  # unknown id, or the id of one of *its* requests
-            logger.warning("dropped a response to no request of ours: id %r", msg_id)
+            if msg_id in self._withdrawn:
+                self._withdrawn.discard(msg_id)
+                logger.debug("dropped the late answer to withdrawn request %r", msg_id)
+            else:
+                logger.warning("dropped a response to no request of ours: id %r", msg_id)
             return
         try:
             if "result" not in message and not isinstance(message.get("error"), dict):
@@ -112,6 +119,9 @@ class TetherProtocol(LanguageServerProtocol):
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:
             self._forget(msg_id)
+            if len(self._withdrawn) >= _MAX_WITHDRAWN:  # clients that never answer them
+                self._withdrawn.clear()
+            self._withdrawn.add(msg_id)
             self.notify("$/cancelRequest", {"id": msg_id})
             raise
         except JsonRpcException as exc:
