@@ -9,7 +9,7 @@ from pathlib import Path
 from tests.files import write
 from tether.tools import ToolContext, ToolRegistry
 from tether.tools.write_file import WriteFile
-from tether.tools.writing import TEMP_PREFIX
+from tether.tools.writing import MAX_DIFF_INPUT_BYTES, TEMP_PREFIX
 
 from .conftest import Call
 
@@ -146,3 +146,20 @@ async def test_missing_arguments_fail_validation(call: Call) -> None:
     result = await call("write_file", {"path": "a.txt"})
     assert result.is_error
     assert "content" in result.content
+
+
+async def test_an_empty_new_file_is_created_without_a_diff(call: Call, workspace: Path) -> None:
+    result = await call("write_file", {"path": "empty.txt", "content": ""})
+    assert not result.is_error
+    assert result.content == "created empty.txt (0 lines, 0 B)"
+    assert result.diff is None
+    assert (workspace / "empty.txt").read_bytes() == b""
+
+
+async def test_a_file_too_large_to_diff_is_still_replaced(call: Call, workspace: Path) -> None:
+    path = write(workspace, "big.txt", "x" * (MAX_DIFF_INPUT_BYTES + 1))
+    result = await call("write_file", {"path": "big.txt", "content": "small\n"})
+    assert not result.is_error
+    assert "too large to show a diff" in result.content
+    assert result.diff is None
+    assert path.read_text() == "small\n"
