@@ -12,7 +12,14 @@ from tether.tools.sandbox import DEFAULT_MAX_FILE_BYTES, Sandbox, format_size
 from tether.tools.text import is_binary
 from tether.tools.typed import ToolArguments, TypedTool
 from tether.tools.write_file import encode
-from tether.tools.writing import commit, inspect, read_entry, too_large, unified_diff
+from tether.tools.writing import (
+    MAX_DIFF_INPUT_BYTES,
+    commit,
+    inspect,
+    read_entry,
+    too_large,
+    unified_diff,
+)
 
 MAX_SHOWN_DIFF_BYTES = 64 * 1024
 
@@ -74,7 +81,8 @@ def edit_file(sandbox: Sandbox, args: EditFileArguments) -> ToolResult:
     times = "1 occurrence" if count == 1 else f"{count} occurrences"
     message = f"edited {rel}: replaced {times}"
     if diff is None:
-        return ToolResult(f"{message} (too large to show a diff)")
+        too_large_to_diff = max(len(data), len(new_data)) > MAX_DIFF_INPUT_BYTES
+        return ToolResult(f"{message} (too large to show a diff)" if too_large_to_diff else message)
     shown = diff
     if len(diff.encode()) > MAX_SHOWN_DIFF_BYTES:
         shown = diff.encode()[:MAX_SHOWN_DIFF_BYTES].decode(errors="ignore")

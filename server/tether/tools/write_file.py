@@ -68,8 +68,9 @@ def write_file(sandbox: Sandbox, path: str, content: str) -> ToolResult:
         message = f"replaced {rel} ({summary}; it had {was})"
     if made:
         message += f"; made the directories {', '.join(made)}"
-    diff = None if info is not None and old is None else unified_diff(rel, old, data)
-    if diff is None:
+    too_large_to_diff = (info is not None and old is None) or len(data) > MAX_DIFF_INPUT_BYTES
+    diff = None if too_large_to_diff else unified_diff(rel, old, data)
+    if too_large_to_diff:
         message += " (too large to show a diff)"
     return ToolResult(message, diff=diff)
 

@@ -129,7 +129,8 @@ def too_large(shown: str, size: int, limit: int, verb: str) -> ToolError:
 
 def unified_diff(rel: str, old: bytes | None, new: bytes) -> str | None:
     """A git-style unified diff of ``rel`` from ``old`` (``None``: a new file) to ``new``;
-    ``None`` when nothing changed or either side is too large to compare."""
+    ``None`` when there is no line to show (nothing changed, an empty new file) or either side
+    is too large to compare."""
     if old == new:
         return None
     if max(len(old or b""), len(new)) > MAX_DIFF_INPUT_BYTES:
@@ -142,7 +143,7 @@ def unified_diff(rel: str, old: bytes | None, new: bytes) -> str | None:
         lines.append(line)
         if not line.endswith("\n"):
             lines.append("\n\\ No newline at end of file\n")
-    return "".join(lines)
+    return "".join(lines) or None
 
 
 def _lines(data: bytes) -> list[str]:

@@ -1,0 +1,107 @@
+"""The workspace tools through the real server: a command cancelled with its run leaves nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether.client import Connection
+from tether.tools.processes import is_alive
+
+from .conftest import SERVER
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="commands run on POSIX systems")
+
+
+async def start(project: Path, turns: list[dict[str, Any]]) -> Connection:
+    script = project.parent / "script.json"
+    script.write_text(json.dumps(turns))
+    options = {
+        "provider": {"type": "scripted", "script": str(script)},
+        "tools": {"approval": "auto"},
+    }
+    connection = await Connection.spawn(SERVER)
+    await connection.request(
+        "initialize",
+        {"workspaceFolders": [{"uri": project.as_uri()}], "initializationOptions": options},
+    )
+    connection.notify("initialized", {})
+    return connection
+
+
+async def tool_update(connection: Connection, status: str) -> dict[str, Any]:
+    async with asyncio.timeout(20):
+        while True:
+            method, params = await connection.notifications.get()
+            event = params.get("event", {}) if method == "kernel/progress" else {}
+            if event.get("kind") == "tool_call_update" and event.get("status") == status:
+                return event
+
+
+def read_pids(path: Path) -> list[int]:
+    return [int(word) for word in path.read_text().split()] if path.exists() else []
+
+
+async def pids_written(path: Path, count: int) -> list[int]:
+    deadline = time.monotonic() + 20
+    while len(pids := read_pids(path)) < count:
+        assert time.monotonic() < deadline, f"{path} did not get {count} pids"
+        await asyncio.sleep(0.05)
+    return pids
+
+
+async def all_gone(pids: list[int]) -> bool:
+    deadline = time.monotonic() + 20
+    while any(is_alive(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
+async def test_cancelling_a_run_mid_command_kills_the_command_and_records_cancelled(
+    tmp_path: Path,
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    command = "sleep 300 & echo $! >> pids; echo $$ >> pids; wait"
+    turns = [
+        {
+            "toolCalls": [
+                {
+                    "id": "c1",
+                    "name": "run_command",
+                    "arguments": {"command": command, "timeout": 600},
+                }
+            ]
+        }
+    ]
+    connection = await start(project, turns)
+    try:
+        sid = (await connection.request("session/create", {}))["sessionId"]
+        run = asyncio.ensure_future(
+            connection.request("kernel/run", {"sessionId": sid, "prompt": "sleep a while"})
+        )
+        await tool_update(connection, "in_progress")
+        pids = await pids_written(project / "pids", 2)
+        assert all(is_alive(pid) for pid in pids)
+        assert await connection.request("kernel/cancel", {"sessionId": sid}) == {"cancelled": True}
+        result = await asyncio.wait_for(run, 20)
+        cancelled = await tool_update(connection, "cancelled")
+        history = (await connection.request("session/messages", {"sessionId": sid}))["messages"]
+    finally:
+        await connection.close()
+    assert result["stopReason"] == "cancelled"
+    assert [(c["id"], c["result"], c["isError"]) for c in result["toolCalls"]] == [
+        ("c1", "cancelled", True)
+    ]
+    assert cancelled["toolCallId"] == "c1"
+    assert [m["role"] for m in history] == ["user", "assistant", "tool"]
+    assert history[2]["content"] == "cancelled"
+    assert await all_gone(pids)
