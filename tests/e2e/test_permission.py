@@ -75,8 +75,9 @@ async def test_an_allowed_write_runs_and_its_events_carry_the_kind(project: Path
     assert (project / "a.txt").read_text() == "written\n"
     [started] = [e for e in events if isinstance(e, ToolCallStarted)]
     assert started.tool_kind == "edit"
-    statuses = [e.status for e in events if isinstance(e, ToolCallUpdate)]
-    assert statuses[0] == "in_progress" and statuses[-1] == "completed"
+    updates = [e for e in events if isinstance(e, ToolCallUpdate)]
+    assert updates[0].status == "in_progress" and updates[-1].status == "completed"
+    assert updates[-1].diff is not None and "+written" in updates[-1].diff  # for editors
     assert not result.tool_calls[0].is_error
 
 
