@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tether.config import ProviderConfig, TetherConfig
+from tether.kernel.access import check_access
 from tether.kernel.run import Emit, Run, RunSetup
 from tether.protocol import (
     RequestCancelled,
@@ -94,6 +95,7 @@ class Kernel:
         provider_config = config.provider.model_copy(
             update={"model": params.model or session.model or config.provider.model}
         )
+        check_access(session, params, provider_config.model)  # InvalidParams: nothing recorded
         provider = self._providers(provider_config)  # ConfigError when it is not configured
         workspace = _workspace_root(session)
         executor = self._tools(config)

@@ -102,8 +102,10 @@ class Run:
             stop = StopReason.CANCELLED
         except BaseException:
             await self._record_cancelled_calls()
+            await self._add_usage()
             self._emit(RunFinished(stop_reason=StopReason.ERROR, iterations=self.iterations))
             raise
+        await self._add_usage()
         self._emit(RunFinished(stop_reason=stop, iterations=self.iterations))
         return self.result(stop)
 
@@ -273,6 +275,11 @@ class Run:
         )
         self._history.extend(stored)
         return stored
+
+    async def _add_usage(self) -> None:
+        """Add what the run used to the session's totals (whatever way it ended)."""
+        if self.usage.input_tokens or self.usage.output_tokens:
+            await self._setup.store.add_usage(self._setup.session_id, self.usage)
 
     def _emit(self, event: ProgressEvent) -> None:
         self._seq += 1
