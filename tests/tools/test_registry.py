@@ -237,6 +237,8 @@ def test_the_builtin_registry_offers_the_three_read_only_tools() -> None:
         "read_file": ToolKind.READ,
         "list_files": ToolKind.SEARCH,
         "search_text": ToolKind.SEARCH,
+        "state_get": ToolKind.READ,
+        "state_set": ToolKind.OTHER,
     }
     assert all(spec.description and "\n" not in spec.description for spec in specs)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from tether.config import ProviderConfig, TetherConfig
 from tether.kernel.access import check_access
 from tether.kernel.run import Emit, Run, RunSetup
+from tether.kernel.state import StoreState
 from tether.protocol import (
     RequestCancelled,
     Session,
@@ -107,7 +108,12 @@ class Kernel:
             provider=provider,
             tools=executor,
             tool_specs=_allowed(executor.list(), session.tools, params.tools),
-            context=ToolContext(workspace=workspace, session_id=session.session_id, run_id=run_id),
+            context=ToolContext(
+                workspace=workspace,
+                session_id=session.session_id,
+                run_id=run_id,
+                state=StoreState(self._store, session.session_id),
+            ),
             model=provider_config.model or "",
             system=system,
             max_iterations=params.max_iterations or config.kernel.max_iterations,

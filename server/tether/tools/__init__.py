@@ -9,9 +9,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-BUILTIN_TOOL_NAMES = ("read_file", "list_files", "search_text")
+BUILTIN_TOOL_NAMES = ("read_file", "list_files", "search_text", "state_get", "state_set")
 
 _HOMES = {
+    "SessionState": "base",
     "Tool": "base",
     "ToolContext": "base",
     "ToolError": "base",
@@ -26,7 +27,14 @@ _HOMES = {
 }
 
 if TYPE_CHECKING:
-    from tether.tools.base import Tool, ToolContext, ToolError, ToolExecutor, ToolResult
+    from tether.tools.base import (
+        SessionState,
+        Tool,
+        ToolContext,
+        ToolError,
+        ToolExecutor,
+        ToolResult,
+    )
     from tether.tools.builtin import builtin_registry, builtin_tools
     from tether.tools.registry import ToolRegistry
     from tether.tools.sandbox import Sandbox
@@ -43,6 +51,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "BUILTIN_TOOL_NAMES",
     "Sandbox",
+    "SessionState",
     "Tool",
     "ToolArguments",
     "ToolContext",

@@ -1,4 +1,5 @@
-"""The built-in workspace tools (read-only for now) and the registry the kernel starts from."""
+"""The built-in tools (the workspace tools, then the session state pair) and the registry the
+kernel starts from."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from tether.tools.list_files import ListFiles
 from tether.tools.read_file import ReadFile
 from tether.tools.registry import ToolRegistry
 from tether.tools.search_text import SearchText
+from tether.tools.state import state_tools
 
 
 def builtin_tools() -> list[Tool]:
     """A fresh instance of every built-in tool, in the order they are offered to the model."""
-    return [ReadFile(), ListFiles(), SearchText()]
+    return [ReadFile(), ListFiles(), SearchText(), *state_tools()]
 
 
 def builtin_registry(enabled: Collection[str] | None = None) -> ToolRegistry:
