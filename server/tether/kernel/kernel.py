@@ -10,6 +10,7 @@ from tether.config import ProviderConfig, TetherConfig
 from tether.kernel.access import check_access
 from tether.kernel.run import Emit, Run, RunSetup
 from tether.kernel.state import StoreState
+from tether.kernel.window import EstimatingCounter, TokenCounter, window
 from tether.protocol import (
     RequestCancelled,
     Session,
@@ -37,12 +38,14 @@ class Kernel:
         providers: ProviderFactory,
         tools: Callable[[TetherConfig], ToolExecutor],
         memory: MemoryLoader,
+        counter: TokenCounter | None = None,
     ) -> None:
         self._store = store
         self._config = config
         self._providers = providers
         self._tools = tools
         self._memory = memory
+        self._counter = counter or EstimatingCounter()  # for the history window
         self._runs: dict[str, asyncio.Task[RunResult]] = {}
 
     def is_running(self, session_id: str) -> bool:
@@ -102,12 +105,13 @@ class Kernel:
         executor = self._tools(config)
         memory = await asyncio.to_thread(self._memory, workspace, config.memory.paths)
         system = _system_prompt(session.system_prompt or config.kernel.system_prompt, memory)
+        specs = _allowed(executor.list(), session.tools, params.tools)
         return RunSetup(
             session_id=session.session_id,
             store=self._store,
             provider=provider,
             tools=executor,
-            tool_specs=_allowed(executor.list(), session.tools, params.tools),
+            tool_specs=specs,
             context=ToolContext(
                 workspace=workspace,
                 session_id=session.session_id,
@@ -120,6 +124,7 @@ class Kernel:
             history=await self._store.history(session.session_id),
             emit=emit,
             settings=dict(session.settings),
+            window=window(config.context.max_tokens, self._counter, system, specs),
         )
 
 

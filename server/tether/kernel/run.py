@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import assert_never
 
+from tether.kernel.window import HistoryWindow
 from tether.protocol import Content, Message, MessageInput, Role, ToolCall
 from tether.protocol.kernel import (
     IterationFinished,
@@ -74,13 +75,15 @@ class RunSetup:
     history: list[Message]
     emit: Emit
     settings: dict[str, object] = field(default_factory=dict)
+    window: HistoryWindow | None = None  # None: every request carries the whole history
 
 
 class Run:
     def __init__(self, setup: RunSetup) -> None:
         self._setup = setup
         self.run_id = setup.context.run_id
-        self._history = setup.history  # what the model sees; grows as the run persists messages
+        self._history = setup.history  # the session's history; grows as the run persists messages
+        self._turn_start = 0  # where this run's prompt is in it
         self._allowed = {spec.name for spec in setup.tool_specs}
         self._seq = 0
         self.iterations = 0
@@ -94,6 +97,7 @@ class Run:
         """The whole run; cancellation ends it with ``stopReason: "cancelled"``."""
         await self._answer_dangling_calls()
         [user] = await self._persist([MessageInput(role=Role.USER, content=prompt)])
+        self._turn_start = len(self._history) - 1
         self._emit(RunStarted(max_iterations=self._setup.max_iterations, user_message_id=user.id))
         try:
             stop = await self._loop()
@@ -151,12 +155,19 @@ class Run:
         self._emit(IterationFinished(iteration=self.iterations, tool_calls=len(calls)))
         return RunAgain()
 
+    def _request_messages(self) -> Sequence[Message]:
+        """The history, or as much of it as the window lets the request carry."""
+        window = self._setup.window
+        if window is None:
+            return self._history
+        return window.messages(self._history, self._turn_start)
+
     async def _think(self, message_id: str) -> Completion:
         setup = self._setup
         request = ModelRequest(
             model=setup.model,
             system=setup.system,
-            messages=self._history,
+            messages=self._request_messages(),
             tools=setup.tool_specs,
             settings=setup.settings,
         )
