@@ -98,6 +98,8 @@ class Run:
         await self._answer_dangling_calls()
         [user] = await self._persist([MessageInput(role=Role.USER, content=prompt)])
         self._turn_start = len(self._history) - 1
+        if self._setup.window is not None:
+            self._setup.window.index(self._history)  # counts the history once, as the run starts
         self._emit(RunStarted(max_iterations=self._setup.max_iterations, user_message_id=user.id))
         try:
             stop = await self._loop()

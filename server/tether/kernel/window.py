@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 CHARS_PER_TOKEN = 4
 MESSAGE_OVERHEAD = 4  # role and separators, per message
 IMAGE_TOKENS = 1024  # an image, whatever its size (a provider's own count varies with it)
+_TOOL, _USER = Role.TOOL, Role.USER
 
 
 class TokenCounter(Protocol):
@@ -55,21 +56,22 @@ class EstimatingCounter:
         return -(-len(text) // CHARS_PER_TOKEN)
 
     def count_message(self, message: Message) -> int:
-        tokens = MESSAGE_OVERHEAD
-        chars = 0
         content = message.content
+        tokens = MESSAGE_OVERHEAD
         if isinstance(content, str):
-            chars += len(content)
-        elif content:
-            for block in content:
+            chars = len(content)
+        else:
+            chars = 0
+            for block in content or ():
                 if isinstance(block, TextBlock):
                     chars += len(block.text)
                 elif isinstance(block, ImageBlock):
                     tokens += IMAGE_TOKENS
                 elif isinstance(block, ResourceLinkBlock):
                     chars += len(block.uri) + len(block.name or "")
-        if message.tool_calls:
-            for call in message.tool_calls:
+        calls = message.tool_calls
+        if calls:
+            for call in calls:
                 chars += len(call.name) + len(call.arguments)
         return tokens + -(-chars // CHARS_PER_TOKEN)
 
@@ -110,7 +112,7 @@ class HistoryWindow:
     def messages(self, history: Sequence[Message], turn_start: int) -> Sequence[Message]:
         """What to send: ``history`` itself when it fits, else its head and its newest part.
         ``turn_start`` is the index of this run's user prompt."""
-        self._index(history)
+        self.index(history)
         self.left_out = 0
         head = self._head
         total = self._totals[-1]
@@ -132,19 +134,29 @@ class HistoryWindow:
         )
         return [*history[:head], *history[resume:]]
 
-    def _index(self, history: Sequence[Message]) -> None:
-        totals, waiting, count = self._totals, self._waiting, self._counter.count_message
-        for index in range(len(totals) - 1, len(history)):
+    def index(self, history: Sequence[Message]) -> None:
+        """Count and classify the messages added since the last call (a loop kept tight: it
+        sees the whole history once per run, which the kernel does as the run starts)."""
+        totals = self._totals
+        start = len(totals) - 1
+        if start == len(history):
+            return
+        waiting, cuts, count = self._waiting, self._cuts, self._counter.count_message
+        first_user, head, total = self._first_user, self._head, totals[-1]
+        for index in range(start, len(history)):
             message = history[index]
             role = message.role
-            if role is not Role.TOOL and not waiting:
-                self._cuts.append(index)
-                if self._head is None and self._first_user is not None:
-                    self._head = index
-            if role is Role.USER and self._first_user is None:
-                self._first_user = index
-            if message.tool_calls:
-                waiting.update(call.id for call in message.tool_calls)
-            elif role is Role.TOOL and message.tool_call_id is not None:
+            if role is not _TOOL and not waiting:
+                cuts.append(index)
+                if head is None and first_user is not None:
+                    head = index
+            if role is _USER:
+                if first_user is None:
+                    first_user = index
+            elif role is _TOOL:
                 waiting.discard(message.tool_call_id)
-            totals.append(totals[-1] + count(message))
+            elif message.tool_calls:
+                waiting.update([call.id for call in message.tool_calls])
+            total += count(message)
+            totals.append(total)
+        self._first_user, self._head = first_user, head
