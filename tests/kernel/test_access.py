@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from tether.protocol import ErrorCode, InvalidParams
 from tether.protocol.kernel import StopReason
 
 from .support import KernelHarness, tool_call
+from .test_run import Tools
 
 
 async def test_a_run_asking_for_a_tool_outside_the_session_list_is_refused_before_anything(
@@ -119,3 +121,25 @@ async def test_a_run_that_fails_still_adds_the_usage_it_had(tmp_path: Path):
     assert getattr(raised.value, "code", None) == ErrorCode.PROVIDER_ERROR
     totals = (await harness.store.get(sid)).usage
     assert (totals.input_tokens, totals.output_tokens) == (50, 3)
+
+
+async def test_a_cancelled_run_still_adds_the_usage_it_had(tmp_path: Path):
+    tools = Tools("first")
+    harness = KernelHarness(
+        tmp_path,
+        [
+            {
+                "toolCalls": [tool_call("a", "first")],
+                "usage": {"inputTokens": 70, "outputTokens": 9},
+            }
+        ],
+        tools=tools,
+    )
+    sid = await harness.session()
+    run = asyncio.ensure_future(harness.run(sid))
+    await tools.started.setdefault("first", asyncio.Event()).wait()
+    assert harness.kernel.cancel(sid)
+    result = await run
+    assert result.stop_reason is StopReason.CANCELLED
+    totals = (await harness.store.get(sid)).usage
+    assert (totals.input_tokens, totals.output_tokens) == (70, 9)
