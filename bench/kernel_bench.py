@@ -212,9 +212,16 @@ def script(iterations: int) -> list[ScriptTurn]:
     return [*turns, ScriptTurn(text=prose(rng, 400))]
 
 
+CONTEXT_MAX_TOKENS: int | None = None  # --context-max-tokens: a history window in every run
+
+
 def config(provider: dict[str, Any]) -> TetherConfig:
     return TetherConfig.model_validate(
-        {"provider": provider, "kernel": {"systemPrompt": SYSTEM_PROMPT}}
+        {
+            "provider": provider,
+            "kernel": {"systemPrompt": SYSTEM_PROMPT},
+            "context": {"maxTokens": CONTEXT_MAX_TOKENS},
+        }
     )
 
 
@@ -808,7 +815,8 @@ async def bench(args: argparse.Namespace, workspace: Path) -> int:
             f"\noverhead per iteration, in process (scripted provider, no model time): "
             f"{args.repetitions} runs of {args.iterations} iterations per history size after "
             f"{args.warmup} warm-up, medians; {overhead.progress_frames} progress frames "
-            f"({overhead.progress_bytes / 1024:.0f} KB) encoded\n"
+            f"({overhead.progress_bytes / 1024:.0f} KB) encoded; context.max_tokens "
+            f"{CONTEXT_MAX_TOKENS or 'unset'}\n"
         )
         print("\n".join(overhead_report(overhead, sizes, args.iterations)))
     if concurrency is not None:
@@ -839,11 +847,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--skip-overhead", action="store_true")
     parser.add_argument("--skip-concurrency", action="store_true")
+    parser.add_argument(
+        "--context-max-tokens", type=int, help="context.max_tokens of the runs (a history window)"
+    )
     parser.add_argument("--profile", choices=PROFILES, help="print a profile instead")
     parser.add_argument("--top", type=int, default=25, help="functions a profile lists")
     args = parser.parse_args(argv)
     if args.iterations < 2:
         parser.error("--iterations must be at least 2 (tool calls, then an answer)")
+    global CONTEXT_MAX_TOKENS
+    CONTEXT_MAX_TOKENS = args.context_max_tokens
     with tempfile.TemporaryDirectory(prefix="tether-kernel-bench-") as tmp:
         workspace = Path(tmp)
         if args.profile:

@@ -83,6 +83,17 @@ class KernelConfig(_Section):
     system_prompt: str | None = None
 
 
+MIN_CONTEXT_TOKENS = 1024
+
+
+class ContextConfig(_Section):
+    max_tokens: int | None = Field(
+        default=None,
+        ge=MIN_CONTEXT_TOKENS,
+        description="estimated tokens a model request may hold; None: the whole history",
+    )
+
+
 class ToolsConfig(_Section):
     enabled: list[str] | None = Field(default=None, description="None: every built-in tool")
     approval: Literal["ask", "auto", "deny"] = "ask"
@@ -104,6 +115,7 @@ class TetherConfig(_Section):
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     sessions: SessionsConfig = Field(default_factory=SessionsConfig)
+    context: ContextConfig = Field(default_factory=ContextConfig)
 
     def overlay(self, layer: Mapping[str, Any] | None, *, source: str = "overlay") -> TetherConfig:
         """This config with ``layer`` merged on top (nested like the TOML), validated again.

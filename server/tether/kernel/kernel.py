@@ -7,8 +7,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tether.config import ProviderConfig, TetherConfig
+from tether.kernel.access import check_access
 from tether.kernel.approval import Approvals, Approver
 from tether.kernel.run import Emit, Run, RunSetup
+from tether.kernel.state import StoreState
+from tether.kernel.window import EstimatingCounter, TokenCounter, window
 from tether.protocol import (
     RequestCancelled,
     Session,
@@ -37,6 +40,7 @@ class Kernel:
         tools: Callable[[TetherConfig], ToolExecutor],
         memory: MemoryLoader,
         approver: Approver | None = None,
+        counter: TokenCounter | None = None,
     ) -> None:
         """``approver`` asks the user about calls of tools that edit or execute (policy
         ``tools.approval = "ask"``); without one, such calls are refused under ``ask``."""
@@ -46,6 +50,7 @@ class Kernel:
         self._tools = tools
         self._memory = memory
         self._approvals = Approvals(approver)
+        self._counter = counter or EstimatingCounter()  # for the history window
         self._runs: dict[str, asyncio.Task[RunResult]] = {}
 
     def is_running(self, session_id: str) -> bool:
@@ -99,18 +104,25 @@ class Kernel:
         provider_config = config.provider.model_copy(
             update={"model": params.model or session.model or config.provider.model}
         )
+        check_access(session, params, provider_config.model)  # InvalidParams: nothing recorded
         provider = self._providers(provider_config)  # ConfigError when it is not configured
         workspace = _workspace_root(session)
         executor = self._tools(config)
         memory = await asyncio.to_thread(self._memory, workspace, config.memory.paths)
         system = _system_prompt(session.system_prompt or config.kernel.system_prompt, memory)
+        specs = _allowed(executor.list(), session.tools, params.tools)
         return RunSetup(
             session_id=session.session_id,
             store=self._store,
             provider=provider,
             tools=executor,
-            tool_specs=_allowed(executor.list(), session.tools, params.tools),
-            context=ToolContext(workspace=workspace, session_id=session.session_id, run_id=run_id),
+            tool_specs=specs,
+            context=ToolContext(
+                workspace=workspace,
+                session_id=session.session_id,
+                run_id=run_id,
+                state=StoreState(self._store, session.session_id),
+            ),
             model=provider_config.model or "",
             system=system,
             max_iterations=params.max_iterations or config.kernel.max_iterations,
@@ -118,6 +130,7 @@ class Kernel:
             emit=emit,
             approval=self._approvals.gate(config.tools.approval, session.session_id, run_id),
             settings=dict(session.settings),
+            window=window(config.context.max_tokens, self._counter, system, specs),
         )
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import assert_never
 
 from tether.kernel.approval import Gate
+from tether.kernel.window import HistoryWindow
 from tether.protocol import Content, Message, MessageInput, Role, ToolCall
 from tether.protocol.kernel import (
     IterationFinished,
@@ -77,13 +78,15 @@ class RunSetup:
     emit: Emit
     approval: Gate
     settings: dict[str, object] = field(default_factory=dict)
+    window: HistoryWindow | None = None  # None: every request carries the whole history
 
 
 class Run:
     def __init__(self, setup: RunSetup) -> None:
         self._setup = setup
         self.run_id = setup.context.run_id
-        self._history = setup.history  # what the model sees; grows as the run persists messages
+        self._history = setup.history  # the session's history; grows as the run persists messages
+        self._turn_start = 0  # where this run's prompt is in it
         self._allowed = {spec.name: spec for spec in setup.tool_specs}
         self._seq = 0
         self.iterations = 0
@@ -97,6 +100,9 @@ class Run:
         """The whole run; cancellation ends it with ``stopReason: "cancelled"``."""
         await self._answer_dangling_calls()
         [user] = await self._persist([MessageInput(role=Role.USER, content=prompt)])
+        self._turn_start = len(self._history) - 1
+        if self._setup.window is not None:
+            self._setup.window.index(self._history)  # counts the history once, as the run starts
         self._emit(RunStarted(max_iterations=self._setup.max_iterations, user_message_id=user.id))
         try:
             stop = await self._loop()
@@ -105,8 +111,10 @@ class Run:
             stop = StopReason.CANCELLED
         except BaseException:
             await self._record_cancelled_calls()
+            await self._add_usage()
             self._emit(RunFinished(stop_reason=StopReason.ERROR, iterations=self.iterations))
             raise
+        await self._add_usage()
         self._emit(RunFinished(stop_reason=stop, iterations=self.iterations))
         return self.result(stop)
 
@@ -152,12 +160,19 @@ class Run:
         self._emit(IterationFinished(iteration=self.iterations, tool_calls=len(calls)))
         return RunAgain()
 
+    def _request_messages(self) -> Sequence[Message]:
+        """The history, or as much of it as the window lets the request carry."""
+        window = self._setup.window
+        if window is None:
+            return self._history
+        return window.messages(self._history, self._turn_start)
+
     async def _think(self, message_id: str) -> Completion:
         setup = self._setup
         request = ModelRequest(
             model=setup.model,
             system=setup.system,
-            messages=self._history,
+            messages=self._request_messages(),
             tools=setup.tool_specs,
             settings=setup.settings,
         )
@@ -304,6 +319,11 @@ class Run:
         )
         self._history.extend(stored)
         return stored
+
+    async def _add_usage(self) -> None:
+        """Add what the run used to the session's totals (whatever way it ended)."""
+        if self.usage.input_tokens or self.usage.output_tokens:
+            await self._setup.store.add_usage(self._setup.session_id, self.usage)
 
     def _emit(self, event: ProgressEvent) -> None:
         self._seq += 1

@@ -16,9 +16,12 @@ BUILTIN_TOOL_NAMES = (
     "write_file",
     "edit_file",
     "run_command",
+    "state_get",
+    "state_set",
 )
 
 _HOMES = {
+    "SessionState": "base",
     "Tool": "base",
     "ToolContext": "base",
     "ToolError": "base",
@@ -33,7 +36,14 @@ _HOMES = {
 }
 
 if TYPE_CHECKING:
-    from tether.tools.base import Tool, ToolContext, ToolError, ToolExecutor, ToolResult
+    from tether.tools.base import (
+        SessionState,
+        Tool,
+        ToolContext,
+        ToolError,
+        ToolExecutor,
+        ToolResult,
+    )
     from tether.tools.builtin import builtin_registry, builtin_tools
     from tether.tools.registry import ToolRegistry
     from tether.tools.sandbox import Sandbox
@@ -50,6 +60,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "BUILTIN_TOOL_NAMES",
     "Sandbox",
+    "SessionState",
     "Tool",
     "ToolArguments",
     "ToolContext",

@@ -19,6 +19,18 @@ def _no_progress(message: str) -> None:
     return None
 
 
+class SessionState(Protocol):
+    """The state of the session a call runs in (``Session.state``, a JSON object)."""
+
+    async def get(self) -> dict[str, Any]:
+        """A copy of the whole state."""
+        ...
+
+    async def set(self, state: dict[str, Any]) -> None:
+        """Replace the whole state."""
+        ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class ToolContext:
     """Where a call runs. The kernel makes one per call (``dataclasses.replace``), filling in
@@ -29,6 +41,7 @@ class ToolContext:
     run_id: str
     tool_call_id: str | None = None
     progress: Callable[[str], None] = _no_progress
+    state: SessionState | None = None  # the session's state, for state_get / state_set
 
 
 @dataclass(frozen=True)

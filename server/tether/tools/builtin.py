@@ -1,4 +1,5 @@
-"""The built-in workspace tools and the registry the kernel starts from."""
+"""The built-in tools (the workspace tools, then the session state pair) and the registry the
+kernel starts from."""
 
 from __future__ import annotations
 
@@ -11,13 +12,22 @@ from tether.tools.read_file import ReadFile
 from tether.tools.registry import ToolRegistry
 from tether.tools.run_command import RunCommand
 from tether.tools.search_text import SearchText
+from tether.tools.state import state_tools
 from tether.tools.write_file import WriteFile
 
 
 def builtin_tools() -> list[Tool]:
     """A fresh instance of every built-in tool, in the order they are offered to the model
-    (read-only ones first)."""
-    return [ReadFile(), ListFiles(), SearchText(), WriteFile(), EditFile(), RunCommand()]
+    (read-only ones first, then the session state pair)."""
+    return [
+        ReadFile(),
+        ListFiles(),
+        SearchText(),
+        WriteFile(),
+        EditFile(),
+        RunCommand(),
+        *state_tools(),
+    ]
 
 
 def builtin_registry(enabled: Collection[str] | None = None) -> ToolRegistry:
