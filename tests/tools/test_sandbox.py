@@ -162,3 +162,49 @@ def test_a_file_that_becomes_a_symlink_after_the_check_is_not_followed(
 )
 def test_sizes_are_shown_in_binary_units(size: int, text: str) -> None:
     assert format_size(size) == text
+
+
+def test_open_parent_makes_missing_directories_inside_and_lists_them(
+    sandbox: Sandbox, workspace: Path
+) -> None:
+    real = sandbox.resolve_for_write("a/b/c.txt")
+    with sandbox.open_parent(real, shown="a/b/c.txt", create=True) as parent:
+        assert parent.name == "c.txt"
+        assert parent.created == (workspace / "a", workspace / "a/b")
+        assert os.path.samestat(os.fstat(parent.fd), (workspace / "a/b").stat())
+    with sandbox.open_parent(real, shown="a/b/c.txt", create=True) as again:
+        assert again.created == ()
+
+
+def test_open_parent_without_create_refuses_a_missing_directory(
+    sandbox: Sandbox, workspace: Path
+) -> None:
+    real = sandbox.resolve_for_write("missing/c.txt")
+    with pytest.raises(ToolError, match="no such file"):
+        sandbox.open_parent(real, shown="missing/c.txt")
+    assert not (workspace / "missing").exists()
+
+
+def test_open_parent_refuses_the_root_itself(sandbox: Sandbox) -> None:
+    with pytest.raises(ToolError, match="workspace root"):
+        sandbox.open_parent(sandbox.resolve_for_write("."), shown=".")
+
+
+def test_resolve_for_write_refuses_a_symlink_even_one_pointing_inside(
+    sandbox: Sandbox, workspace: Path
+) -> None:
+    write(workspace, "real.txt", "x")
+    (workspace / "alias.txt").symlink_to(workspace / "real.txt")
+    with pytest.raises(ToolError, match=r"symbolic link \(to real.txt\)"):
+        sandbox.resolve_for_write("alias.txt")
+    assert sandbox.resolve_for_write("real.txt") == workspace / "real.txt"
+
+
+def test_a_directory_made_for_a_write_cannot_be_a_symlink_planted_meanwhile(
+    sandbox: Sandbox, workspace: Path, outside: Path
+) -> None:
+    real = sandbox.resolve_for_write("made/file.txt")
+    (workspace / "made").symlink_to(outside)  # planted after the check, before the walk
+    with pytest.raises(ToolError, match="changed"):
+        sandbox.open_parent(real, shown="made/file.txt", create=True)
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]

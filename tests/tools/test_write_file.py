@@ -124,6 +124,7 @@ async def test_a_file_where_a_directory_should_be_is_an_error(call: Call, worksp
     write(workspace, "a.txt", "x")
     result = await call("write_file", {"path": "a.txt/b.txt", "content": "x"})
     assert result.is_error
+    assert "a.txt is a file, not a directory" in result.content
     assert (workspace / "a.txt").read_text() == "x"
     assert leftovers(workspace) == []
 

@@ -20,6 +20,7 @@ import re
 import signal
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 from pydantic import Field
 
@@ -70,30 +71,50 @@ class RunCommand(TypedTool[RunCommandArguments]):
         argv = _argv(args.command)
         cwd = await asyncio.to_thread(Sandbox(context.workspace).directory, args.cwd)
         output = CappedOutput(self.max_output_bytes)
-        loop = asyncio.get_running_loop()
         started = time.monotonic()
-        try:
-            transport, capture = await loop.subprocess_exec(
-                lambda: _Capture(output, loop),
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                cwd=cwd,
-                env=child_environment(os.environ),
-                start_new_session=True,
-            )
-        except FileNotFoundError:
-            raise ToolError(f"command not found: {argv[0]}") from None
-        except (OSError, ValueError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise ToolError(f"cannot run {argv[0]}: {reason}") from None
+        transport, capture = await _spawn(argv, cwd, output)
         try:
             outcome = await _supervise(transport.get_pid(), capture, args.timeout)
             code = transport.get_returncode()
         finally:
             transport.close()
         return _result(outcome, code, output, args.timeout, time.monotonic() - started)
+
+
+async def _spawn(
+    argv: list[str], cwd: Path, output: CappedOutput
+) -> tuple[asyncio.SubprocessTransport, _Capture]:
+    """Start the command. The start is shielded: the process may run before its pipes are
+    connected, so a cancellation that arrives meanwhile waits for the start, then kills the
+    whole tree (asyncio alone would kill only the first process)."""
+    loop = asyncio.get_running_loop()
+    starting = asyncio.ensure_future(
+        loop.subprocess_exec(
+            lambda: _Capture(output, loop),
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            cwd=cwd,
+            env=child_environment(os.environ),
+            start_new_session=True,
+        )
+    )
+    try:
+        return await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            transport, capture = await starting
+            kill_tree(transport.get_pid())
+            with contextlib.suppress(BaseException):
+                await _within(capture.exited, KILL_WAIT_SECONDS)
+            transport.close()
+        raise
+    except FileNotFoundError:
+        raise ToolError(f"command not found: {argv[0]}") from None
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ToolError(f"cannot run {argv[0]}: {reason}") from None
 
 
 class _Capture(asyncio.SubprocessProtocol):

@@ -215,12 +215,29 @@ class Sandbox:
             raise ToolError(f"no such file or directory: {shown}") from None
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
-                raise ToolError(
-                    f"access denied: {shown} changed while it was opened, or a directory on "
-                    "its way is a file"
-                ) from None
+                blocking = self._file_on_the_way(real)
+                if blocking is not None:
+                    raise ToolError(
+                        f"cannot write {shown}: {self.relative(blocking)} is a file, "
+                        "not a directory"
+                    ) from None
+                raise ToolError(f"access denied: {shown} changed while it was opened") from None
             raise ToolError(f"cannot open the directory of {shown}: {_reason(exc)}") from None
         return Parent(fd=fd, name=parts[-1], path=real, created=tuple(created))
+
+    def _file_on_the_way(self, real: Path) -> Path | None:
+        """The first ancestor of ``real`` below the root that is neither a directory nor a
+        symlink (for a message only: the walk has refused the path already)."""
+        for ancestor in reversed(real.parents):
+            if ancestor == self.root or not ancestor.is_relative_to(self.root):
+                continue
+            try:
+                mode = ancestor.lstat().st_mode
+            except OSError:
+                return None
+            if not stat.S_ISDIR(mode) and not stat.S_ISLNK(mode):
+                return ancestor
+        return None
 
 
 @dataclass(frozen=True)
