@@ -5,7 +5,8 @@ Run it as ``python tests/fakes/mcp_server.py [--http PORT]`` (stdio by default).
 - ``echo`` (read-only): returns its ``text``;
 - ``count``: reports progress ``steps`` times, then says how many;
 - ``fail``: answers with an ``isError`` result;
-- ``slow``: waits until it is cancelled, then writes the file named by ``TETHER_MCP_MARKER``;
+- ``slow``: writes ``started`` to the file named by ``TETHER_MCP_MARKER``, waits until it is
+  cancelled, then writes ``cancelled`` there;
 - ``crash`` (destructive): ends the process at once (``os._exit``).
 
 On start it appends its pid to the file named by ``TETHER_MCP_PIDS``, when that is set.
@@ -48,12 +49,15 @@ def fail(reason: str) -> str:
 @server.tool()
 async def slow() -> str:
     """Waits until cancelled."""
+    marker = os.environ.get("TETHER_MCP_MARKER")
+    if marker:
+        await anyio.Path(marker).write_text("started")
     try:
         await anyio.sleep_forever()
     finally:
-        marker = os.environ.get("TETHER_MCP_MARKER")
         if marker:
-            await anyio.Path(marker).write_text("cancelled")
+            with anyio.CancelScope(shield=True):
+                await anyio.Path(marker).write_text("cancelled")
     return "never"
 
 
