@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -281,3 +282,61 @@ def test_content_other_than_text_is_described_in_the_result():
     structured = types.CallToolResult(content=[], structured_content={"n": 1})
     assert render_result(structured) == ToolResult('{"n": 1}')
     assert render_result(types.CallToolResult(content=[], is_error=True)).is_error
+
+
+# --- streamable HTTP ----------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def accepting(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture
+async def http_server(fake: Fake) -> AsyncIterator[str]:
+    """The fake server over streamable HTTP on loopback; its endpoint URL."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "TETHER_MCP_PIDS": str(fake.pids_file),
+        "TETHER_MCP_MARKER": str(fake.marker),
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(FAKE), "--http", str(port), env=env, stderr=asyncio.subprocess.DEVNULL
+    )
+    try:
+        await eventually(lambda: accepting(port), "the HTTP server listens")
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.kill()
+        await process.wait()
+
+
+async def test_a_server_over_streamable_http_offers_and_runs_its_tools(
+    manager: McpManager,
+    workspace: Path,
+    context: ToolContext,
+    progress: list[str],
+    http_server: str,
+    fake: Fake,
+):
+    spec = McpServerSpec(name="web", url=http_server, headers={"X-Test": "1"})
+    tools = await executor(manager, workspace, spec)
+    assert "web__echo" in [spec.name for spec in tools.list()]
+    assert await call(tools, context, "web__echo", text="via HTTP") == ToolResult("via HTTP")
+    assert await call(tools, context, "web__count", steps=2) == ToolResult("counted to 2")
+    assert progress == ["step 1 of 2", "step 2 of 2"]
+
+    task = asyncio.create_task(call(tools, context, "web__slow"))
+    await eventually(lambda: fake.marked("started"), "the slow tool started")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await eventually(lambda: fake.marked("cancelled"), "the server saw the cancellation")
