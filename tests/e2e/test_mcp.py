@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from pathlib import Path
@@ -100,3 +101,25 @@ async def test_a_sessions_own_mcp_server_serves_its_runs_and_stops_when_it_is_de
     finally:
         await connection.close()
     assert [(c["name"], c["result"]) for c in result["toolCalls"]] == [("mine__echo", "just mine")]
+
+
+async def test_cancelling_a_run_cancels_its_mcp_call_at_the_server(project: Path, tmp_path: Path):
+    marker = tmp_path / "marker.txt"
+    server = fake_server(tmp_path)
+    server["env"]["TETHER_MCP_MARKER"] = str(marker)
+    connection = await start(
+        project, [{"toolCalls": [call("c1", "fake__slow")]}], mcpServers=[server]
+    )
+    try:
+        sid = (await connection.request("session/create", {}))["sessionId"]
+        run = asyncio.ensure_future(
+            connection.request("kernel/run", {"sessionId": sid, "prompt": "wait"})
+        )
+        await eventually(lambda: marker.exists(), "the slow tool started")
+        assert await connection.request("kernel/cancel", {"sessionId": sid}) == {"cancelled": True}
+        result = await asyncio.wait_for(run, 20)
+        await eventually(lambda: marker.read_text() == "cancelled", "the server saw the cancel")
+    finally:
+        await connection.close()
+    assert result["stopReason"] == "cancelled"
+    assert [(c["name"], c["result"]) for c in result["toolCalls"]] == [("fake__slow", "cancelled")]
