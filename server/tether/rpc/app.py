@@ -146,7 +146,8 @@ class App:
     async def _tools(self, config: TetherConfig, session_id: str, workspace: Path) -> ToolExecutor:
         from tether.tools import builtin_registry, builtin_tools
 
-        if not config.tools.mcp_servers and not self.mcp.has_session_servers(session_id):
+        own = self._mcp is not None and self._mcp.has_session_servers(session_id)
+        if not config.tools.mcp_servers and not own:
             return builtin_registry(config.tools.enabled)
         return await self.mcp.executor(
             builtin_tools(),
