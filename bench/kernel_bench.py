@@ -291,6 +291,15 @@ class Overhead:
     progress_bytes: int = 0
 
 
+def fixed_tools(tools: Tools) -> Callable[[TetherConfig, str, Path], Awaitable[Tools]]:
+    """A kernel tools factory that always gives ``tools``."""
+
+    async def factory(config: TetherConfig, session_id: str, workspace: Path) -> Tools:
+        return tools
+
+    return factory
+
+
 def scripted_kernel(store: MemoryStore, tools: Tools, iterations: int) -> Kernel:
     """The kernel as the server builds it, with a fresh scripted provider for each run."""
     turns = script(iterations)
@@ -298,7 +307,7 @@ def scripted_kernel(store: MemoryStore, tools: Tools, iterations: int) -> Kernel
         store,
         config=lambda: config({"type": "scripted", "model": "bench"}),
         providers=lambda _: ScriptedProvider(turns),
-        tools=lambda _: tools,
+        tools=fixed_tools(tools),
         memory=load_memory,
     )
 
@@ -504,7 +513,7 @@ class HttpKernel(Runner):
             self.store,
             config=lambda: provider_config,
             providers=provider,
-            tools=lambda _: self.tools,
+            tools=fixed_tools(self.tools),
             memory=load_memory,
         )
         self.emit = progress(Sink())

@@ -27,11 +27,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails
 
 from tether.protocol import ConfigError
+from tether.protocol.tools import McpServerSpec, unique_server_names
 
 ENV_VARS: Final[Mapping[str, str]] = MappingProxyType(
     {
@@ -94,9 +95,18 @@ class ContextConfig(_Section):
     )
 
 
+class McpServerConfig(McpServerSpec):
+    """An MCP server of ``tools.mcp_servers``: the wire model, with unknown keys refused."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+
 class ToolsConfig(_Section):
-    enabled: list[str] | None = Field(default=None, description="None: every built-in tool")
+    enabled: list[str] | None = Field(default=None, description="None: every tool")
     approval: Literal["ask", "auto", "deny"] = "ask"
+    mcp_servers: list[McpServerConfig] = Field(default_factory=list)
+
+    _unique_servers = field_validator("mcp_servers")(unique_server_names)
 
 
 class MemoryConfig(_Section):
@@ -199,6 +209,8 @@ _UNTRUSTED_KEYS = {
     ("provider", "api_key_env"),
     ("provider", "apiKeyEnv"),
 }
+# ... and these would let it run any command on the user's machine.
+_UNTRUSTED_COMMANDS = {("tools", "mcp_servers"), ("tools", "mcpServers")}
 
 
 def _refuse_untrusted(layer: Mapping[str, Any], source: str) -> None:
@@ -207,6 +219,10 @@ def _refuse_untrusted(layer: Mapping[str, Any], source: str) -> None:
         if isinstance(table, Mapping) and key in table:
             dotted = f"{section}.{_SNAKE.get(key, key)}"
             raise _error(source, dotted, _NOT_IN_WORKSPACE)
+    for section, key in _UNTRUSTED_COMMANDS:
+        table = layer.get(section)
+        if isinstance(table, Mapping) and key in table:
+            raise _error(source, "tools.mcp_servers", _COMMANDS_NOT_IN_WORKSPACE)
     memory = layer.get("memory")
     paths = memory.get("paths") if isinstance(memory, Mapping) else None
     for path in paths if isinstance(paths, list) else []:
@@ -219,6 +235,10 @@ def _refuse_untrusted(layer: Mapping[str, Any], source: str) -> None:
 
 
 _SNAKE = {"baseUrl": "base_url", "apiKeyEnv": "api_key_env"}
+_COMMANDS_NOT_IN_WORKSPACE = (
+    "cannot be set in a workspace file (a repository could run any command); "
+    "set it in your user config file or in the editor's settings"
+)
 _NOT_IN_WORKSPACE = (
     "cannot be set in a workspace file (a repository could send your key elsewhere); "
     "set it in your user config file or in the editor's settings"
@@ -348,6 +368,8 @@ def _echoable(key: str, value: object) -> bool:
     if not isinstance(value, str | int | float | bool):
         return False
     lowered = key.lower()
+    if lowered.startswith("tools.mcp_servers.") and (".env." in lowered or ".headers." in lowered):
+        return False  # environment variables and headers of MCP servers often hold credentials
     return not any(word in lowered for word in _SECRET_WORDS)
 
 

@@ -79,9 +79,12 @@ class Harness:
                 }
             ),
             providers=lambda config: self.provider,
-            tools=lambda config: self.tools,
+            tools=self._tools,
             memory=lambda root, paths: self.memory(root, paths),
         )
+
+    async def _tools(self, config: TetherConfig, session_id: str, workspace: Path) -> Tools:
+        return self.tools
 
     async def session(self, **fields: Any) -> str:
         params = CreateSessionParams(**fields)

@@ -199,3 +199,26 @@ async def test_the_service_passes_session_methods_through_to_the_store(
     assert await service.delete(DeleteSessionParams(session_id=sid)) == DeleteResult()
     with pytest.raises(SessionNotFound):
         await service.get(GetSessionParams(session_id=sid))
+
+
+async def test_hooks_hear_of_each_created_and_deleted_session(
+    service: SessionService, workspace: Path
+) -> None:
+    created: list[tuple[str, CreateSessionParams]] = []
+    deleted: list[str] = []
+
+    async def on_delete(session_id: str) -> None:
+        deleted.append(session_id)
+
+    service.on_create.append(lambda session, params: created.append((session.session_id, params)))
+    service.on_delete.append(on_delete)
+    params = CreateSessionParams(
+        workspace=str(workspace),
+        mcp_servers=[{"name": "s", "command": "x", "env": {"TOKEN": "s3cret"}}],
+    )
+    session = await service.create(params)
+    assert created == [(session.session_id, params)]
+    assert "s3cret" not in session.model_dump_json()  # the server specs stay out of the session
+
+    await service.delete(DeleteSessionParams(session_id=session.session_id))
+    assert deleted == [session.session_id]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from tether.config import ProviderConfig, TetherConfig
@@ -28,6 +28,8 @@ from tether.tools.base import ToolContext, ToolExecutor
 
 ProviderFactory = Callable[[ProviderConfig], Provider]
 MemoryLoader = Callable[[Path, list[str]], str]
+# The tools of a run in a session (configuration, session id, workspace root); may start servers.
+ToolsFactory = Callable[[TetherConfig, str, Path], Awaitable[ToolExecutor]]
 
 
 class Kernel:
@@ -37,7 +39,7 @@ class Kernel:
         *,
         config: Callable[[], TetherConfig],
         providers: ProviderFactory,
-        tools: Callable[[TetherConfig], ToolExecutor],
+        tools: ToolsFactory,
         memory: MemoryLoader,
         approver: Approver | None = None,
         counter: TokenCounter | None = None,
@@ -107,7 +109,7 @@ class Kernel:
         check_access(session, params, provider_config.model)  # InvalidParams: nothing recorded
         provider = self._providers(provider_config)  # ConfigError when it is not configured
         workspace = _workspace_root(session)
-        executor = self._tools(config)
+        executor = await self._tools(config, session.session_id, workspace)
         memory = await asyncio.to_thread(self._memory, workspace, config.memory.paths)
         system = _system_prompt(session.system_prompt or config.kernel.system_prompt, memory)
         specs = _allowed(executor.list(), session.tools, params.tools)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from tether.protocol.base import Params, UtcDatetime, WireModel
 from tether.protocol.kernel import Usage
 from tether.protocol.messages import Message, MessageInput
+from tether.protocol.tools import McpServerSpec, unique_server_names
 
 SessionId = str
 
@@ -56,6 +57,14 @@ class CreateSessionParams(SessionFields):
         default=None, description="URI or path; default: the first workspace folder"
     )
     agent_id: str | None = None
+    mcp_servers: list[McpServerSpec] | None = Field(
+        default=None,
+        description="MCP servers of this session alone; kept in the server's memory, not stored",
+    )
+
+    _unique_servers = field_validator("mcp_servers")(
+        lambda servers: None if servers is None else unique_server_names(servers)
+    )
 
 
 class SessionRef(Params):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from tether.protocol.base import WireModel
 
@@ -23,3 +23,47 @@ class ToolSpec(WireModel):
     description: str = Field(description="one line the model sees")
     parameters: dict[str, Any] = Field(description="JSON Schema of the arguments object")
     kind: ToolKind = ToolKind.OTHER
+
+
+MCP_SERVER_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,32}$"
+
+
+class McpServerSpec(WireModel):
+    """An MCP server whose tools the model is offered: a command to run (stdio) or the URL of a
+    streamable HTTP endpoint. Its tools are named ``<name>__<tool>``."""
+
+    name: str = Field(pattern=MCP_SERVER_NAME_PATTERN, description="prefix of its tool names")
+    command: str | None = Field(default=None, min_length=1, description="stdio: the program")
+    args: list[str] = Field(default_factory=list, description="stdio: its arguments")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="stdio: variables added to a minimal environment"
+    )
+    cwd: str | None = Field(
+        default=None, description="stdio: working directory; default: the session's workspace"
+    )
+    url: str | None = Field(default=None, description="streamable HTTP: the endpoint")
+    headers: dict[str, str] = Field(default_factory=dict, description="streamable HTTP")
+    timeout: float = Field(default=120.0, gt=0, description="seconds allowed per tool call")
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerSpec:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give either `command` (stdio) or `url` (streamable HTTP)")
+        if self.url is not None:
+            if self.args or self.env or self.cwd is not None:
+                raise ValueError("`args`, `env` and `cwd` go with `command`, not with `url`")
+            if not self.url.startswith(("http://", "https://")):
+                raise ValueError("`url` must be an http:// or https:// URL")
+        elif self.headers:
+            raise ValueError("`headers` go with `url`, not with `command`")
+        return self
+
+
+def unique_server_names(servers: list[McpServerSpec]) -> list[McpServerSpec]:
+    """``servers``, or a ValueError naming the first name given twice."""
+    seen: set[str] = set()
+    for server in servers:
+        if server.name in seen:
+            raise ValueError(f"two MCP servers are named {server.name!r}")
+        seen.add(server.name)
+    return servers

@@ -28,10 +28,12 @@ if TYPE_CHECKING:
 
     from tether.config import ProviderConfig, TetherConfig
     from tether.kernel.kernel import Kernel
+    from tether.protocol import CreateSessionParams, Session
     from tether.protocol.kernel import PermissionParams, PermissionResult
     from tether.providers.base import Provider
     from tether.rpc.progress import Notify
     from tether.tools.base import ToolExecutor
+    from tether.tools.mcp import McpManager
 
 KERNEL_METHODS = ("kernel/cancel", "kernel/run")
 
@@ -55,6 +57,9 @@ class App:
         self._config: TetherConfig | None = None
         self._http: httpx.AsyncClient | None = None
         self._providers: dict[str, Provider] = {}
+        self._mcp: McpManager | None = None  # made when a session or a run first needs it
+        self.sessions.on_create.append(self._remember_mcp_servers)
+        self.sessions.on_delete.append(self._close_mcp_servers)
 
     def initialize(self, params: InitializeParams) -> InitializeResult:
         """Record what the client told us, load the configuration, say what this server offers."""
@@ -94,7 +99,7 @@ class App:
             self.sessions.store,
             config=self.config,
             providers=self._provider,
-            tools=_tools,
+            tools=self._tools,
             memory=load_memory,
             approver=self._ask_permission,
         )
@@ -108,7 +113,9 @@ class App:
         return self._config
 
     async def aclose(self) -> None:
-        """Release the providers and the shared HTTP client."""
+        """Stop the MCP servers; release the providers and the shared HTTP client."""
+        if self._mcp is not None:
+            await self._mcp.aclose()
         for provider in self._providers.values():
             await provider.aclose()
         if self._http is not None:
@@ -161,17 +168,42 @@ class App:
                 '{"outcome": "allow" | "allow_always" | "reject"}'
             ) from None
 
+    @property
+    def mcp(self) -> McpManager:
+        """The MCP servers of every session (per-session server specs live only here)."""
+        if self._mcp is None:
+            from tether.tools.mcp import McpManager
+
+            self._mcp = McpManager()
+        return self._mcp
+
+    async def _tools(self, config: TetherConfig, session_id: str, workspace: Path) -> ToolExecutor:
+        from tether.tools import builtin_registry, builtin_tools
+
+        own = self._mcp is not None and self._mcp.has_session_servers(session_id)
+        if not config.tools.mcp_servers and not own:
+            return builtin_registry(config.tools.enabled)
+        return await self.mcp.executor(
+            builtin_tools(),
+            servers=config.tools.mcp_servers,
+            enabled=config.tools.enabled,
+            session_id=session_id,
+            workspace=workspace,
+        )
+
+    def _remember_mcp_servers(self, session: Session, params: CreateSessionParams) -> None:
+        if params.mcp_servers:
+            self.mcp.set_session_servers(session.session_id, params.mcp_servers)
+
+    async def _close_mcp_servers(self, session_id: str) -> None:
+        if self._mcp is not None:
+            await self._mcp.close_session(session_id)
+
     def _notify(self, method: str, params: Any) -> None:
         self.notify(method, params)
 
     def _is_running(self, session_id: str) -> bool:
         return self.kernel is not None and self.kernel.is_running(session_id)
-
-
-def _tools(config: TetherConfig) -> ToolExecutor:
-    from tether.tools import builtin_registry
-
-    return builtin_registry(config.tools.enabled)
 
 
 def _first_workspace(params: InitializeParams) -> str | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from tether.protocol import (
     AppendParams,
@@ -36,6 +36,10 @@ class SessionService:
         self.store = store
         self.default_workspace: str | None = None
         self._running = running  # whether a kernel run is going on in a session
+        # Called after a session is created, and after one is deleted (to release what belongs
+        # to it, such as its MCP servers).
+        self.on_create: list[Callable[[Session, CreateSessionParams], None]] = []
+        self.on_delete: list[Callable[[str], Awaitable[None]]] = []
 
     def set_default_workspace(self, workspace: str | None) -> None:
         """The workspace used when a request names none (the first folder of ``initialize``)."""
@@ -47,7 +51,10 @@ class SessionService:
             raise WorkspaceError(
                 "no workspace: pass `workspace`, or initialize with a workspace folder"
             )
-        return await self.store.create(params, existing_workspace(workspace))
+        session = await self.store.create(params, existing_workspace(workspace))
+        for created in self.on_create:
+            created(session, params)
+        return session
 
     async def get(self, params: GetSessionParams) -> Session:
         return self._live(await self.store.get(params.session_id))
@@ -80,6 +87,8 @@ class SessionService:
     async def delete(self, params: DeleteSessionParams) -> DeleteResult:
         self._refuse_if_running(params.session_id)
         await self.store.delete(params.session_id)
+        for deleted in self.on_delete:
+            await deleted(params.session_id)
         return DeleteResult()
 
     def _live(self, session: Session) -> Session:

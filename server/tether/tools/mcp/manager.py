@@ -1,0 +1,267 @@
+"""MCP servers as tool sources: which servers a session has, starting them, and its executor.
+
+A session's servers are those of ``tools.mcp_servers`` (shared by the sessions of a workspace)
+plus those it was created with (``session/create {mcpServers}``, which win on a name clash). The
+latter are kept here, in memory, for the life of the process: they never enter the session or
+the store, since their ``env`` and ``headers`` may hold credentials.
+
+A server starts when a run first needs the tool list, and is asked for its tools at the start of
+every run. A server that fails to start, or that stopped (it crashed), is logged and restarted
+at the next run; meanwhile its tools (as last listed) answer with an error result saying so,
+and the run goes on with the other tools. Nothing here raises but cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tether.protocol.tools import McpServerSpec, ToolSpec
+from tether.tools.base import Tool, ToolContext, ToolResult
+from tether.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:
+    import mcp_types as types
+
+    from tether.tools.mcp.connection import McpConnection
+
+logger = logging.getLogger(__name__)
+
+SEPARATOR = "__"
+
+
+class McpServer:
+    """One server: its connection while it runs, and the tools it listed last."""
+
+    def __init__(self, spec: McpServerSpec, cwd: Path) -> None:
+        self.spec = spec
+        self.cwd = cwd
+        self.error: str | None = None  # why it is not running, when it is not
+        self._connection: McpConnection | None = None
+        self._tools: list[types.Tool] = []
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def running(self) -> bool:
+        return self._connection is not None and not self._connection.stopped
+
+    async def refresh(self) -> list[types.Tool]:
+        """Start the server if it is not running (again, if it stopped) and list its tools; the
+        last listing when that fails."""
+        from tether.tools.mcp.connection import McpConnection, describe
+
+        async with self._lock:
+            if self._closed:
+                return []
+            connection = self._connection
+            if connection is not None and not connection.stopped:
+                try:
+                    self._tools = await connection.list_tools()
+                    return self._tools
+                except Exception as exc:
+                    logger.warning("MCP server %s stopped answering (%s)", self.name, describe(exc))
+            if connection is not None:
+                logger.info("restarting MCP server %s", self.name)
+                self._connection = None
+                await connection.aclose()
+            try:
+                connection = await McpConnection.open(self.spec, self.cwd)
+            except Exception as exc:
+                self.error = f"it failed to start: {describe(exc)}"
+                logger.error("MCP server %s failed to start: %s", self.name, describe(exc))
+                return self._tools
+            try:
+                self._tools = await connection.list_tools()
+            except BaseException as exc:
+                await connection.aclose()
+                if not isinstance(exc, Exception):
+                    raise
+                self.error = f"it did not list its tools: {describe(exc)}"
+                logger.error("MCP server %s did not list its tools: %s", self.name, describe(exc))
+                return self._tools
+            self._connection, self.error = connection, None
+            logger.info("MCP server %s started with %d tools", self.name, len(self._tools))
+            return self._tools
+
+    async def call(self, tool: str, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
+        """Forward a call; every failure is an error result."""
+        from tether.tools.mcp.connection import CONNECTION_CLOSED, REQUEST_TIMEOUT, MCPError
+        from tether.tools.mcp.tools import render_result
+
+        connection = self._connection
+        if connection is None or connection.stopped:
+            reason = self.error or "it stopped"
+            return ToolResult(f"{self._unavailable()} ({reason}); {_RESTART}", is_error=True)
+
+        async def report(progress: float, total: float | None, message: str | None) -> None:
+            context.progress(message or (f"{progress:g}/{total:g}" if total else f"{progress:g}"))
+
+        try:
+            result = await connection.call_tool(tool, arguments, report)
+        except MCPError as exc:
+            if exc.code == CONNECTION_CLOSED:
+                self.error = f"it stopped while running {tool!r}"
+                logger.error("MCP server %s stopped while running %s", self.name, tool)
+                return ToolResult(
+                    f"MCP server {self.name!r} stopped (it crashed or exited) while running "
+                    f"{tool!r}; {_RESTART}",
+                    is_error=True,
+                )
+            if exc.code == REQUEST_TIMEOUT:
+                return ToolResult(
+                    f"{tool!r} on MCP server {self.name!r} timed out after {self.spec.timeout:g} s",
+                    is_error=True,
+                )
+            return ToolResult(f"MCP server {self.name!r} refused the call: {exc}", is_error=True)
+        return render_result(result)
+
+    async def aclose(self) -> None:
+        async with self._lock:
+            self._closed = True
+            connection, self._connection = self._connection, None
+            if connection is not None:
+                await connection.aclose()
+
+    def _unavailable(self) -> str:
+        return f"MCP server {self.name!r} is not running"
+
+
+_RESTART = "it is started again at the next run"
+
+
+class McpTool(Tool):
+    """A tool of an MCP server, offered under its prefixed name."""
+
+    def __init__(self, server: McpServer, spec: ToolSpec, remote_name: str) -> None:
+        self.spec = spec
+        self.server = server
+        self.remote_name = remote_name
+
+    async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
+        return await self.server.call(self.remote_name, arguments, context)
+
+
+class McpExecutor:
+    """The tool registry of a run, telling calls to a server that offered no tools why."""
+
+    def __init__(self, registry: ToolRegistry, failures: Mapping[str, str]) -> None:
+        self.registry = registry
+        self.failures = dict(failures)
+
+    def list(self) -> list[ToolSpec]:
+        return self.registry.list()
+
+    async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
+        if self.registry.get(name) is None:
+            server, separator, _ = name.partition(SEPARATOR)
+            if separator and server in self.failures:
+                reason = self.failures[server]
+                return ToolResult(
+                    f"MCP server {server!r} is not running ({reason}); {_RESTART}", is_error=True
+                )
+        return await self.registry.execute(name, arguments, context)
+
+
+class McpManager:
+    """Every MCP server of the process: shared ones by spec and workspace, others by session."""
+
+    def __init__(self) -> None:
+        self._shared: dict[tuple[str, Path], McpServer] = {}
+        self._session_specs: dict[str, list[McpServerSpec]] = {}
+        self._session_servers: dict[str, dict[str, McpServer]] = {}
+
+    def set_session_servers(self, session_id: str, specs: Sequence[McpServerSpec]) -> None:
+        """The servers of ``session_id`` alone (``session/create {mcpServers}``)."""
+        self._session_specs[session_id] = list(specs)
+
+    def has_session_servers(self, session_id: str) -> bool:
+        return bool(self._session_specs.get(session_id))
+
+    async def close_session(self, session_id: str) -> None:
+        """Forget the session's own servers and stop those that run."""
+        self._session_specs.pop(session_id, None)
+        servers = self._session_servers.pop(session_id, {})
+        await asyncio.gather(*(server.aclose() for server in servers.values()))
+
+    async def aclose(self) -> None:
+        """Stop every server."""
+        servers = list(self._shared.values())
+        for by_name in self._session_servers.values():
+            servers.extend(by_name.values())
+        self._shared.clear()
+        self._session_servers.clear()
+        self._session_specs.clear()
+        await asyncio.gather(*(server.aclose() for server in servers))
+
+    async def executor(
+        self,
+        builtin: Iterable[Tool],
+        *,
+        servers: Sequence[McpServerSpec],
+        enabled: Collection[str] | None,
+        session_id: str,
+        workspace: Path,
+    ) -> McpExecutor:
+        """The built-in tools and those of the session's servers (started as needed), limited
+        to ``enabled`` (``tools.enabled``; ``None``: all)."""
+        chosen = self._servers(servers, session_id, workspace)
+        tools: list[Tool] = list(builtin)
+        taken = {tool.spec.name for tool in tools}
+        listings = await asyncio.gather(*(server.refresh() for server in chosen))
+        failures: dict[str, str] = {}
+        for server, listing in zip(chosen, listings, strict=True):
+            if server.error is not None:
+                failures[server.name] = server.error
+            tools.extend(_mcp_tools(server, listing, taken))
+        return McpExecutor(ToolRegistry(tools).restricted(enabled), failures)
+
+    def _servers(
+        self, configured: Sequence[McpServerSpec], session_id: str, workspace: Path
+    ) -> list[McpServer]:
+        by_name: dict[str, McpServer] = {}
+        for spec in configured:
+            cwd = _cwd(spec, workspace)
+            key = (spec.model_dump_json(), cwd)
+            by_name[spec.name] = self._shared.get(key) or self._shared.setdefault(
+                key, McpServer(spec, cwd)
+            )
+        own = self._session_servers.setdefault(session_id, {})
+        for spec in self._session_specs.get(session_id, []):
+            server = own.get(spec.name)
+            if server is None:
+                server = own[spec.name] = McpServer(spec, _cwd(spec, workspace))
+            by_name[spec.name] = server
+        if not own:
+            del self._session_servers[session_id]
+        return list(by_name.values())
+
+
+def _mcp_tools(server: McpServer, listing: list[types.Tool], taken: set[str]) -> list[Tool]:
+    from tether.tools.mcp.tools import tool_name, tool_spec
+
+    tools: list[Tool] = []
+    for remote in listing:
+        name = tool_name(server.name, remote.name, taken)
+        try:
+            spec = tool_spec(name, server.name, remote)
+        except ValueError as exc:
+            logger.warning("MCP server %s: skipping tool %r (%s)", server.name, remote.name, exc)
+            continue
+        taken.add(name)
+        tools.append(McpTool(server, spec, remote.name))
+    return tools
+
+
+def _cwd(spec: McpServerSpec, workspace: Path) -> Path:
+    """The server's working directory: ``cwd`` (relative to the workspace), else the workspace."""
+    if spec.cwd is None:
+        return workspace
+    return workspace / Path(spec.cwd).expanduser()

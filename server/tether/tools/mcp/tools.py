@@ -1,0 +1,69 @@
+"""MCP tools as tether tools: their names, kinds and specs, and their results as text."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection
+from typing import Any
+
+import mcp_types as types
+
+from tether.protocol.tools import ToolKind, ToolSpec
+from tether.tools.base import ToolResult
+
+MAX_NAME = 64
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def tool_name(server: str, tool: str, taken: Collection[str] = ()) -> str:
+    """``server__tool`` with every character a ToolSpec name refuses replaced by ``_``, cut to
+    64 characters, and made unique among ``taken`` with a ``_2``, ``_3``… suffix."""
+    base = _UNSAFE.sub("_", f"{server}__{tool}")[:MAX_NAME]
+    name, n = base, 2
+    while name in taken:
+        suffix = f"_{n}"
+        name = base[: MAX_NAME - len(suffix)] + suffix
+        n += 1
+    return name
+
+
+def tool_kind(tool: types.Tool) -> ToolKind:
+    """``read`` for a read-only tool, ``edit`` for a destructive one, else ``other``."""
+    hints = tool.annotations
+    if hints is not None and hints.read_only_hint:
+        return ToolKind.READ
+    if hints is not None and hints.destructive_hint:
+        return ToolKind.EDIT
+    return ToolKind.OTHER
+
+
+def tool_spec(name: str, server: str, tool: types.Tool) -> ToolSpec:
+    """The spec the model sees: the server's description and input schema."""
+    description = tool.description or tool.title or f"{tool.name} (from MCP server {server})"
+    parameters: dict[str, Any] = dict(tool.input_schema or {"type": "object"})
+    return ToolSpec(name=name, description=description, parameters=parameters, kind=tool_kind(tool))
+
+
+def render_result(result: types.CallToolResult) -> ToolResult:
+    """The result as the model reads it: text blocks as they are, other content described."""
+    parts = [_render(block) for block in result.content]
+    if not parts and result.structured_content is not None:
+        parts = [json.dumps(result.structured_content, ensure_ascii=False)]
+    text = "\n".join(parts)
+    if result.is_error:
+        return ToolResult(text or "the tool reported an error", is_error=True)
+    return ToolResult(text)
+
+
+def _render(block: types.ContentBlock) -> str:
+    if isinstance(block, types.TextContent):
+        return block.text
+    if isinstance(block, types.ImageContent | types.AudioContent):
+        return f"[{block.type} {block.mime_type}, {len(block.data) * 3 // 4} bytes]"
+    if isinstance(block, types.ResourceLink):
+        return f"[resource {block.uri}]"
+    resource = block.resource
+    if isinstance(resource, types.TextResourceContents):
+        return resource.text
+    return f"[resource {resource.uri} ({resource.mime_type or 'binary'})]"
