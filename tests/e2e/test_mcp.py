@@ -41,6 +41,7 @@ def pids(tmp_path: Path) -> list[int]:
 async def start(project: Path, turns: list[dict[str, Any]], **tools: Any) -> Connection:
     script = project.parent / "script.json"
     script.write_text(json.dumps(turns))
+    tools.setdefault("approval", "auto")  # MCP tools that are not read-only need approval
     options = {"provider": {"type": "scripted", "script": str(script)}, "tools": tools}
     connection = await Connection.spawn(SERVER)
     await connection.request(

@@ -41,9 +41,13 @@ class KernelHarness:
             self.store,
             config=lambda: self.config,
             providers=lambda config: self.provider,
-            tools=lambda config: tools or builtin_registry(config.tools.enabled),
+            tools=self._tools,
             memory=lambda root, paths: "",
         )
+        self._given_tools = tools
+
+    async def _tools(self, config: TetherConfig, session_id: str, workspace: Path) -> ToolExecutor:
+        return self._given_tools or builtin_registry(config.tools.enabled)
 
     async def session(self, **fields: Any) -> str:
         params = CreateSessionParams(**fields)

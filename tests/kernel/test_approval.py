@@ -97,10 +97,15 @@ class Harness:
             self.store,
             config=lambda: config,
             providers=lambda config: self.provider,
-            tools=lambda config: registry,
+            tools=self._tools,
             memory=lambda root, paths: "",
             approver=approver,
         )
+
+        self._registry = registry
+
+    async def _tools(self, config: TetherConfig, session_id: str, workspace: Path) -> ToolRegistry:
+        return self._registry
 
     async def session(self) -> str:
         return (await self.store.create(CreateSessionParams(), self.workspace.as_uri())).session_id

@@ -122,8 +122,8 @@ async def test_the_tools_of_a_server_are_offered_with_its_prefix_schemas_and_kin
     assert echo.parameters["required"] == ["text"]
     assert (echo.kind, specs["fake__crash"].kind, specs["fake__count"].kind) == (
         ToolKind.READ,
-        ToolKind.EDIT,
-        ToolKind.OTHER,
+        ToolKind.EXECUTE,
+        ToolKind.EXECUTE,
     )
 
 

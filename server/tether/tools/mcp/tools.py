@@ -29,13 +29,15 @@ def tool_name(server: str, tool: str, taken: Collection[str] = ()) -> str:
 
 
 def tool_kind(tool: types.Tool) -> ToolKind:
-    """``read`` for a read-only tool, ``edit`` for a destructive one, else ``other``."""
+    """``read`` for a tool that declares itself read-only, else ``execute``.
+
+    A tool of another process may do anything it does not disclaim (MCP's own defaults take an
+    unannotated tool as destructive), so every other MCP tool needs approval like ``run_command``.
+    """
     hints = tool.annotations
     if hints is not None and hints.read_only_hint:
         return ToolKind.READ
-    if hints is not None and hints.destructive_hint:
-        return ToolKind.EDIT
-    return ToolKind.OTHER
+    return ToolKind.EXECUTE
 
 
 def tool_spec(name: str, server: str, tool: types.Tool) -> ToolSpec:
