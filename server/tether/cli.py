@@ -49,6 +49,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--max-iterations", type=int)
     run.add_argument("--model")
     run.add_argument("--json", action="store_true", help="print the events as JSON lines")
+    run.add_argument(
+        "--approval",
+        choices=("ask", "auto", "deny"),
+        help="tools.approval for writes and commands (ask: on a terminal, asks you; else refuses)",
+    )
     return parser
 
 
@@ -82,5 +87,6 @@ def _run(args: argparse.Namespace) -> int:
         max_iterations=args.max_iterations,
         model=args.model,
         json=args.json,
+        approval=args.approval,
     )
     return asyncio.run(run_headless(options))

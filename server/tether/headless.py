@@ -3,7 +3,8 @@
 Streamed text goes to stdout as it arrives, with a line per tool call; on a terminal a status
 line on stderr shows the iteration and the tool at work. ``--json`` prints the raw events as JSON
 lines instead (and the result last). The exit code is 0 when the run ends, 1 on an error, and 130
-when it was interrupted (Ctrl-C cancels the run, which then shows how it ended).
+when it was interrupted (Ctrl-C cancels the run, which then shows how it ended). On a terminal,
+``tool/requestPermission`` is answered by asking the person at it.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from tether.client import Run, TetherClient, TetherClientError
+from tether.client.tether_client import PermissionOutcome
 from tether.protocol.kernel import (
     IterationStarted,
     MessageDelta,
+    PermissionParams,
     ProgressParams,
     RunResult,
     StopReason,
@@ -37,6 +40,7 @@ class RunOptions:
     max_iterations: int | None = None
     model: str | None = None
     json: bool = False
+    approval: str | None = None  # tools.approval for this run; None: as configured
 
 
 async def run_headless(
@@ -48,6 +52,7 @@ async def run_headless(
             workspace=options.workspace,
             options=_initialization_options(options),
             client_name="tether-run",
+            on_permission=_ask_on_terminal if sys.stdin.isatty() else None,
         ) as client:
             session_id = options.session or (await client.create_session()).session_id
             run = client.run(
@@ -68,9 +73,25 @@ async def run_headless(
 
 
 def _initialization_options(options: RunOptions) -> dict[str, Any] | None:
-    if options.script is None:
-        return None
-    return {"provider": {"type": "scripted", "script": str(options.script.resolve())}}
+    layer: dict[str, Any] = {}
+    if options.script is not None:
+        layer["provider"] = {"type": "scripted", "script": str(options.script.resolve())}
+    if options.approval is not None:
+        layer["tools"] = {"approval": options.approval}
+    return layer or None
+
+
+_ANSWERS: dict[str, PermissionOutcome] = {"y": "allow", "a": "allow_always"}
+
+
+async def _ask_on_terminal(params: PermissionParams) -> PermissionOutcome:
+    """``tool/requestPermission`` answered by the person at the terminal (anything else than
+    yes or always is a rejection)."""
+    call = params.tool_call
+    question = f"\nallow {call.name} {call.arguments}? [y]es / [a]lways / [N]o: "
+    print(question, end="", file=sys.stderr, flush=True)
+    answer = await asyncio.to_thread(sys.stdin.readline)
+    return _ANSWERS.get(answer.strip().lower()[:1], "reject")
 
 
 async def _follow(client: TetherClient, view: _View, run: Run) -> RunResult:

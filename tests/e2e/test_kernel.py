@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import pty
 import signal
 import socket
 import subprocess
@@ -269,6 +271,51 @@ def test_tether_run_prints_the_streamed_answer_and_a_line_per_tool_call(project:
     assert done.returncode == 0, done.stderr
     assert "main returns 42." in done.stdout
     assert '→ read_file {"path": "src/app.py"}' in done.stdout and "✓ read_file" in done.stdout
+
+
+def write_script(project: Path, path: str) -> Path:
+    script = project.parent / "cli-write-script.json"
+    turns = [{"toolCalls": [call("w1", "write_file", path=path, content="hi\n")]}, {"text": "ok"}]
+    script.write_text(json.dumps(turns))
+    return script
+
+
+def test_tether_run_refuses_writes_when_nobody_can_be_asked_and_allows_them_with_auto(
+    project: Path,
+):
+    script = write_script(project, "refused.txt")
+    refused = tether_run("write", "--workspace", str(project), "--script", str(script))
+    assert refused.returncode == 0, refused.stderr
+    assert "✗ write_file" in refused.stdout and "tools.approval" in refused.stdout
+    assert not (project / "refused.txt").exists()
+
+    script = write_script(project, "allowed.txt")
+    args = ("--workspace", str(project), "--script", str(script), "--approval", "auto")
+    allowed = tether_run("write", *args)
+    assert allowed.returncode == 0, allowed.stderr
+    assert (project / "allowed.txt").read_text() == "hi\n"
+
+
+def test_tether_run_on_a_terminal_asks_before_a_write(project: Path):
+    script = write_script(project, "asked.txt")
+    argv = [sys.executable, "-m", "tether", "run", "write", "--workspace", str(project)]
+    controller, terminal = pty.openpty()
+    os.write(controller, b"y\n")  # typed ahead: read when the question comes
+    try:
+        done = subprocess.run(
+            [*argv, "--script", str(script)],
+            stdin=terminal,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(terminal)
+        os.close(controller)
+    assert done.returncode == 0, done.stderr
+    assert "allow write_file" in done.stderr
+    assert (project / "asked.txt").read_text() == "hi\n"
 
 
 def test_tether_run_json_prints_events_and_the_result_as_json_lines(project: Path):
