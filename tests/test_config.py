@@ -748,6 +748,19 @@ def test_a_workspace_file_may_not_define_mcp_servers(
     assert "run any command" in str(raised.value)
 
 
+def test_a_workspace_file_may_make_approval_stricter_but_not_turn_it_off(
+    workspace: Path, environ: dict[str, str]
+) -> None:
+    workspace_file(workspace, '[tools]\napproval = "deny"\n')
+    assert load_config(workspace=workspace, environ=environ).tools.approval == "deny"
+
+    workspace_file(workspace, '[tools]\napproval = "auto"\n')
+    with pytest.raises(ConfigError) as raised:
+        load_config(workspace=workspace, environ=environ)
+    assert raised.value.data["key"] == "tools.approval"
+    assert "without asking" in str(raised.value)
+
+
 def test_mcp_servers_come_from_the_user_file_and_the_editor_settings(
     home: Path, workspace: Path, environ: dict[str, str]
 ) -> None:

@@ -223,6 +223,9 @@ def _refuse_untrusted(layer: Mapping[str, Any], source: str) -> None:
         table = layer.get(section)
         if isinstance(table, Mapping) and key in table:
             raise _error(source, "tools.mcp_servers", _COMMANDS_NOT_IN_WORKSPACE)
+    tools = layer.get("tools")
+    if isinstance(tools, Mapping) and tools.get("approval") == "auto":
+        raise _error(source, "tools.approval", _AUTO_NOT_IN_WORKSPACE)
     memory = layer.get("memory")
     paths = memory.get("paths") if isinstance(memory, Mapping) else None
     for path in paths if isinstance(paths, list) else []:
@@ -237,6 +240,10 @@ def _refuse_untrusted(layer: Mapping[str, Any], source: str) -> None:
 _SNAKE = {"baseUrl": "base_url", "apiKeyEnv": "api_key_env"}
 _COMMANDS_NOT_IN_WORKSPACE = (
     "cannot be set in a workspace file (a repository could run any command); "
+    "set it in your user config file or in the editor's settings"
+)
+_AUTO_NOT_IN_WORKSPACE = (
+    'cannot be "auto" in a workspace file (a repository could run commands without asking); '
     "set it in your user config file or in the editor's settings"
 )
 _NOT_IN_WORKSPACE = (
