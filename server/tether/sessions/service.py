@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime, timedelta
 
 from tether.protocol import (
     AppendParams,
@@ -12,6 +13,7 @@ from tether.protocol import (
     CreateSessionParams,
     DeleteResult,
     DeleteSessionParams,
+    ForkSessionParams,
     GetSessionParams,
     ListSessionsParams,
     ListSessionsResult,
@@ -81,6 +83,13 @@ class SessionService:
         self._refuse_if_running(params.session_id)
         await self.store.delete(params.session_id)
         return DeleteResult()
+
+    async def fork(self, params: ForkSessionParams) -> Session:
+        return self._live(await self.store.fork(params))
+
+    async def sweep(self, ttl: timedelta, now: datetime) -> list[str]:
+        """Delete the sessions idle for longer than ``ttl`` at ``now``, never one that runs."""
+        return await self.store.expire(now - ttl, keep=self._running)
 
     def _live(self, session: Session) -> Session:
         session.running = self._running(session.session_id)

@@ -606,6 +606,9 @@ class SqlStore:
 
 def _open_engine(url: str) -> Engine:
     engine = make_engine(url)
+    database = engine.url.database
+    if engine.dialect.name == "sqlite" and database and database != ":memory:":
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
     try:
         with engine.connect() as connection:
             connection.execution_options(tether_write=True)
