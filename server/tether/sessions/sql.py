@@ -45,6 +45,7 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
+    bindparam,
     create_engine,
     delete,
     event,
@@ -207,6 +208,38 @@ MIGRATIONS: list[Callable[[Connection], None]] = [_create_v1, _add_run_index]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
+# The statements of the hot paths, built once (SQLAlchemy then reuses their compiled form).
+_S = sessions_table.c
+_M = messages_table.c
+_COUNTERS = select(_S.id, _S.owner, _S.base_count, _S.own_count, _S.agent_id).where(
+    _S.id == bindparam("sid")
+)
+_RESERVE = (
+    update(sessions_table)
+    .where(_S.id == bindparam("sid"))
+    .values(own_count=_S.own_count + bindparam("n"), updated_at=bindparam("now", type_=_Micros))
+    .returning(_S.id, _S.owner, _S.base_count, _S.own_count, _S.agent_id)
+)
+_MESSAGE_COLUMNS = (
+    _M.id, _M.role, _M.content, _M.tool_calls, _M.tool_call_id, _M.is_error, _M.name,
+    _M.author, _M.metadata, _M.run_id, _M.created_at,
+)  # fmt: skip
+_RANGE = (
+    select(*_MESSAGE_COLUMNS)
+    .where(
+        _M.owner == bindparam("owner"),
+        _M.position >= bindparam("low"),
+        _M.position < bindparam("high"),
+    )
+    .order_by(_M.position)
+)
+_INSERT_MESSAGES = insert(messages_table)
+_INSERT_CALLS = insert(tool_calls_table)
+_CALLS_BY_ID = select(
+    tool_calls_table.c.owner, tool_calls_table.c.position, tool_calls_table.c.call_id
+).where(tool_calls_table.c.call_id.in_(bindparam("ids", expanding=True)))
+
+
 def migrate(connection: Connection, target: int = SCHEMA_VERSION) -> int:
     """Run the steps from the database's version up to ``target``; return the version found."""
     schema_version.create(connection, checkfirst=True)
@@ -267,6 +300,7 @@ class SqlStore:
     def __init__(self, engine: Engine, executor: ThreadPoolExecutor) -> None:
         self._engine = engine
         self._executor = executor
+        self._connection: Connection | None = None  # used on the worker thread only
         self.kind = engine.dialect.name
         self.url = engine.url
 
@@ -288,7 +322,7 @@ class SqlStore:
         return cls(executor.submit(_open_engine, url).result(), executor)
 
     async def aclose(self) -> None:
-        await self._run(self._engine.dispose)
+        await self._run(self._close)
         self._executor.shutdown(wait=True)
 
     # -- running on the worker ---------------------------------------------------------------
@@ -303,10 +337,18 @@ class SqlStore:
         return await self._run(partial(self._in_transaction, call, write=True))
 
     def _in_transaction(self, call: Callable[[Connection], T], *, write: bool) -> T:
-        with self._engine.connect() as connection:
-            connection.execution_options(tether_write=write)
-            with connection.begin():
-                return call(connection)
+        connection = self._connection
+        if connection is None or connection.closed or connection.invalidated:
+            connection = self._connection = self._engine.connect()
+        connection.execution_options(tether_write=write)
+        with connection.begin():
+            return call(connection)
+
+    def _close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+        self._engine.dispose()
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -523,7 +565,7 @@ class SqlStore:
         after_id = decode_cursor("messages", cursor, 1)[0] if cursor is not None else None
 
         def page(connection: Connection) -> MessagesResult:
-            row = _session_row(connection, session_id)
+            row = _counters(connection, session_id)
             chain = _chain(connection, session_id) if row.base_count else []
             segments = [*chain, (row.owner, row.own_count)]
             total = row.base_count + row.own_count
@@ -551,7 +593,7 @@ class SqlStore:
 
     async def history(self, session_id: str) -> list[Message]:
         def history(connection: Connection) -> list[Message]:
-            row = _session_row(connection, session_id)
+            row = _counters(connection, session_id)
             chain = _chain(connection, session_id) if row.base_count else []
             segments = [*chain, (row.owner, row.own_count)]
             return _read_range(connection, segments, 0, row.base_count + row.own_count)
@@ -573,26 +615,29 @@ class SqlStore:
         stored = [new_message(m, i, now, run_id) for m, i in zip(messages, new_ids, strict=True)]
 
         def append(connection: Connection) -> None:
-            row = _session_row(connection, session_id)
-            _check_tool_results(connection, row, messages)
-            first = row.own_count
-            rows = [_message_row(row, first + offset, m) for offset, m in enumerate(stored)]
+            # one statement moves the counter and reads the session; an error below undoes it
+            reserved = connection.execute(
+                _RESERVE, {"sid": session_id, "n": len(stored), "now": now}
+            ).first()
+            if reserved is None:
+                raise SessionNotFound(session_id)
+            first = reserved.own_count - len(stored)
+            _check_tool_results(connection, reserved, first, messages)
+            owner, agent_id = reserved.owner, reserved.agent_id
+            rows = [
+                _message_row(owner, agent_id, first + offset, m) for offset, m in enumerate(stored)
+            ]
             calls = [
-                {"owner": row.owner, "position": first + offset, "call_id": call.id}
+                {"owner": owner, "position": first + offset, "call_id": call.id}
                 for offset, m in enumerate(stored)
                 for call in m.tool_calls or ()
             ]
             try:
-                connection.execute(insert(messages_table), rows)
+                connection.execute(_INSERT_MESSAGES, rows)
             except IntegrityError:
                 raise ValueError("ids must be new and one per message") from None
             if calls:
-                connection.execute(insert(tool_calls_table), calls)
-            connection.execute(
-                update(sessions_table)
-                .where(sessions_table.c.id == session_id)
-                .values(own_count=first + len(stored), updated_at=now)
-            )
+                connection.execute(_INSERT_CALLS, calls)
 
         if stored:
             await self._write(append)
@@ -627,6 +672,14 @@ def _find_session_row(connection: Connection, session_id: str) -> Row[Any] | Non
 
 def _session_row(connection: Connection, session_id: str) -> Row[Any]:
     row = _find_session_row(connection, session_id)
+    if row is None:
+        raise SessionNotFound(session_id)
+    return row
+
+
+def _counters(connection: Connection, session_id: str) -> Any:
+    """What reading the history needs of a session: its owner and counters."""
+    row = connection.execute(_COUNTERS, {"sid": session_id}).first()
     if row is None:
         raise SessionNotFound(session_id)
     return row
@@ -700,13 +753,8 @@ def _read_range(
     for owner, upto in segments:
         low, high = max(start - offset, 0), min(end - offset, upto)
         if low < high:
-            col = messages_table.c
-            query = (
-                select(messages_table)
-                .where(col.owner == owner, col.position >= low, col.position < high)
-                .order_by(col.position)
-            )
-            found.extend(_message(m) for m in connection.execute(query))
+            rows = connection.execute(_RANGE, {"owner": owner, "low": low, "high": high})
+            found.extend(_message(m) for m in rows)
         offset += upto
         if offset >= end:
             break
@@ -725,7 +773,7 @@ def _newest_first(
 
 
 def _check_tool_results(
-    connection: Connection, row: Row[Any], messages: Sequence[MessageInput]
+    connection: Connection, row: Row[Any], own_count: int, messages: Sequence[MessageInput]
 ) -> None:
     """Every tool message must answer a call made earlier in the session or the batch."""
     batch_calls: set[str] = set()
@@ -737,18 +785,11 @@ def _check_tool_results(
             wanted[index] = message.tool_call_id or ""
     if not wanted:
         return
-    col = tool_calls_table.c
-    query = select(col.owner, col.position, col.call_id).where(
-        col.call_id.in_(set(wanted.values()))
-    )
     chain = _chain(connection, row.id) if row.base_count else []
     limits = dict(chain)
-    limits[row.owner] = row.own_count
-    known = {
-        call_id
-        for owner, position, call_id in connection.execute(query)
-        if position < limits.get(owner, 0)
-    }
+    limits[row.owner] = own_count
+    found = connection.execute(_CALLS_BY_ID, {"ids": sorted(set(wanted.values()))})
+    known = {call_id for owner, position, call_id in found if position < limits.get(owner, 0)}
     for index, call_id in wanted.items():
         if call_id not in known:
             raise InvalidParams.field(
@@ -757,12 +798,14 @@ def _check_tool_results(
             )
 
 
-def _message_row(session: Row[Any], position: int, message: Message) -> dict[str, Any]:
+def _message_row(
+    owner: str, agent_id: str | None, position: int, message: Message
+) -> dict[str, Any]:
     content: Any = message.content
     if isinstance(content, list):
         content = [block.model_dump(mode="json", exclude_none=True) for block in content]
     return {
-        "owner": session.owner,
+        "owner": owner,
         "position": position,
         "id": message.id,
         "role": message.role.value,
@@ -777,29 +820,22 @@ def _message_row(session: Row[Any], position: int, message: Message) -> dict[str
         "name": message.name,
         "author": message.author,
         "metadata": message.metadata,
-        "agent_id": session.agent_id,
+        "agent_id": agent_id,
         "run_id": message.run_id,
         "created_at": message.created_at,
     }
 
 
-_MESSAGE_FIELDS = (
-    "content",
-    "tool_calls",
-    "tool_call_id",
-    "is_error",
-    "name",
-    "author",
-    "metadata",
-    "run_id",
-)
+_OPTIONAL_FIELDS = (
+    "content", "tool_calls", "tool_call_id", "is_error", "name", "author", "metadata", "run_id",
+)  # fmt: skip
 
 
-def _message(row: Row[Any]) -> Message:
-    fields: dict[str, Any] = {"id": row.id, "role": row.role, "created_at": row.created_at}
-    mapping = row._mapping
-    for name in _MESSAGE_FIELDS:
-        value = mapping[name]
+def _message(row: Sequence[Any]) -> Message:
+    """A row of ``_MESSAGE_COLUMNS`` as a message."""
+    message_id, role, *optional, created_at = row
+    fields: dict[str, Any] = {"id": message_id, "role": role, "created_at": created_at}
+    for name, value in zip(_OPTIONAL_FIELDS, optional, strict=True):
         if value is not None:
             fields[name] = value
     return Message.model_validate(fields)
