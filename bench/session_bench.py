@@ -38,7 +38,10 @@ RESULT = "def parse(path):\n    parts = path.split('/')\n    return [p for p in 
 
 
 def steps(turns: int) -> Iterator[list[MessageInput]]:
-    """The steps of ``turns`` kernel runs: user; assistant + 2 calls; 2 results; answer."""
+    """The steps of ``turns`` kernel runs: user; assistant + 2 calls; 2 results; answer.
+
+    Every text is its own string, as in a real session (shared strings would flatter memory).
+    """
     for turn in range(turns):
         yield [MessageInput(role=Role.USER, content=f"{turn}: {USER}")]
         calls = [

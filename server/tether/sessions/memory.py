@@ -2,6 +2,10 @@
 
 It is confined to one event loop: every method runs to completion without awaiting, so concurrent
 tasks never see a half-applied append and need no lock.
+
+Messages are kept packed, as tuples of their values (a pydantic object with its field dicts
+takes about four times the size of the message's JSON); a read builds fresh messages from them,
+which is what the copy every read makes would cost anyway.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from tether.protocol import (
     Role,
     Session,
     SessionNotFound,
+    ToolCall,
 )
 from tether.protocol.kernel import Usage
 from tether.protocol.sessions import CreateSessionParams, ForkSessionParams, SessionFields
@@ -31,12 +36,56 @@ from tether.sessions.forks import check_fork_point, cut_chain
 from tether.sessions.ids import utcnow, uuid7
 from tether.sessions.store import Order
 
+Packed = tuple[Any, ...]
+"""A stored message: ``(id, role, content, tool_calls, tool_call_id, is_error, name, author,
+metadata, run_id, created_at)``, tool calls as ``(id, name, arguments)`` tuples."""
+
+
+def pack(message: Message) -> Packed:
+    """A message the store owns, packed (its containers must be the store's own copies)."""
+    calls = message.tool_calls
+    return (
+        message.id,
+        message.role,
+        message.content,
+        None if calls is None else tuple((c.id, c.name, c.arguments) for c in calls),
+        message.tool_call_id,
+        message.is_error,
+        message.name,
+        message.author,
+        message.metadata,
+        message.run_id,
+        message.created_at,
+    )
+
+
+def unpack(packed: Packed) -> Message:
+    """A new message the caller owns, built from a packed one."""
+    (id_, role, content, calls, call_id, is_error, name, author, metadata, run_id, at) = packed
+    return Message.model_construct(
+        id=id_,
+        role=role,
+        content=[b.model_copy() for b in content] if isinstance(content, list) else content,
+        tool_calls=(
+            None
+            if calls is None
+            else [ToolCall.model_construct(id=i, name=n, arguments=a) for i, n, a in calls]
+        ),
+        tool_call_id=call_id,
+        is_error=is_error,
+        name=name,
+        author=author,
+        metadata=None if metadata is None else _copy_json(metadata),
+        run_id=run_id,
+        created_at=at,
+    )
+
 
 @dataclass(slots=True)
 class _Segment:
     """Messages stored together: a session's own, or a shared prefix a fork inherits."""
 
-    messages: list[Message] = field(default_factory=list)
+    messages: list[Packed] = field(default_factory=list)
     positions: dict[str, int] = field(default_factory=dict)  # message id -> position
     tool_call_ids: dict[str, int] = field(default_factory=dict)  # call id -> position
 
@@ -50,7 +99,7 @@ class _Record:
     """
 
     session: Session
-    messages: list[Message] = field(default_factory=list)
+    messages: list[Packed] = field(default_factory=list)
     positions: dict[str, int] = field(default_factory=dict)
     tool_call_ids: dict[str, int] = field(default_factory=dict)
     chain: list[tuple[_Segment, int]] = field(default_factory=list)
@@ -86,9 +135,9 @@ class _Record:
                 return True
         return False
 
-    def slice(self, start: int, end: int) -> list[Message]:
+    def slice(self, start: int, end: int) -> list[Packed]:
         """Messages ``start`` to ``end`` (exclusive) of the whole history."""
-        found: list[Message] = []
+        found: list[Packed] = []
         offset = 0
         for segment, upto in self.segments():
             low, high = max(start - offset, 0), min(end - offset, upto)
@@ -107,7 +156,7 @@ class _Record:
             offset += upto
         for segment, offset, upto in reversed(offset_ends):
             for position in range(min(upto, end - offset) - 1, -1, -1):
-                yield segment.messages[position]
+                yield unpack(segment.messages[position])
 
 
 class MemoryStore:
@@ -177,9 +226,9 @@ class MemoryStore:
             start = max(0, end - limit)
             page = record.slice(start, end)[::-1]
             more = start > 0
-        next_cursor = encode_cursor("messages", page[-1].id) if more and page else None
+        next_cursor = encode_cursor("messages", page[-1][0]) if more and page else None
         return MessagesResult(
-            messages=[_copy_message(m) for m in page], total=total, next_cursor=next_cursor
+            messages=[unpack(m) for m in page], total=total, next_cursor=next_cursor
         )
 
     async def append(
@@ -200,7 +249,7 @@ class MemoryStore:
         for message in stored:
             position = len(record.messages)
             record.positions[message.id] = position
-            record.messages.append(message)
+            record.messages.append(pack(message))
             if message.tool_calls:
                 for call in message.tool_calls:
                     record.tool_call_ids[call.id] = position
@@ -210,7 +259,7 @@ class MemoryStore:
 
     async def history(self, session_id: str) -> list[Message]:
         record = self._record(session_id)
-        return [_copy_message(m) for m in record.slice(0, record.total())]
+        return [unpack(m) for m in record.slice(0, record.total())]
 
     async def configure(self, session_id: str, changes: SessionFields) -> Session:
         session = self._record(session_id).session
@@ -256,7 +305,7 @@ class MemoryStore:
             update={
                 "session_id": uuid7(),
                 "parent_session_id": parent.session.session_id,
-                "forked_from_message_id": parent.slice(keep - 1, keep)[0].id if keep else None,
+                "forked_from_message_id": parent.slice(keep - 1, keep)[0][0] if keep else None,
                 "message_count": keep,
                 "usage": Usage(),
                 "created_at": now,
