@@ -16,6 +16,7 @@ POSTGRES_URL = os.environ.get("TETHER_TEST_POSTGRES_URL")
 STORES = [
     "memory",
     "sqlite",
+    "sqlite-core",  # the SQLAlchemy path that other databases take, on SQLite
     pytest.param(
         "postgres",
         marks=pytest.mark.skipif(
@@ -30,8 +31,8 @@ async def open_store(kind: str, tmp_path: Path) -> SessionStore:
         return MemoryStore()
     from tether.sessions.sql import SqlStore, sqlite_url
 
-    if kind == "sqlite":
-        return await SqlStore.open(sqlite_url(tmp_path / "sessions.db"))
+    if kind in ("sqlite", "sqlite-core"):
+        return await SqlStore.open(sqlite_url(tmp_path / "sessions.db"), fast=kind == "sqlite")
     assert POSTGRES_URL
     store = await SqlStore.open(POSTGRES_URL)
     await _empty_postgres(store)

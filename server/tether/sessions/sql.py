@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import orjson
 from sqlalchemy import (
@@ -90,20 +91,24 @@ class _Micros(TypeDecorator[datetime]):
     cache_ok = True
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> int | None:
-        if value is None:
-            return None
-        delta = value - _EPOCH
-        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+        return None if value is None else _to_micros(value)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return datetime.fromtimestamp(value // 1_000_000, UTC).replace(
-            microsecond=value % 1_000_000
-        )
+        return None if value is None else _from_micros(value)
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _to_micros(value: datetime) -> int:
+    delta = value - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _from_micros(value: int) -> datetime:
+    return datetime.fromtimestamp(value // 1_000_000, UTC).replace(microsecond=value % 1_000_000)
+
+
 _ID = String(64)
 
 metadata = MetaData()
@@ -235,9 +240,15 @@ _RANGE = (
 )
 _INSERT_MESSAGES = insert(messages_table)
 _INSERT_CALLS = insert(tool_calls_table)
-_CALLS_BY_ID = select(
+_CALL_BY_ID = select(
     tool_calls_table.c.owner, tool_calls_table.c.position, tool_calls_table.c.call_id
-).where(tool_calls_table.c.call_id.in_(bindparam("ids", expanding=True)))
+).where(tool_calls_table.c.call_id == bindparam("call_id"))
+_CHAIN = (
+    select(segments_table.c.owner, segments_table.c.upto)
+    .where(segments_table.c.session_id == bindparam("sid"))
+    .order_by(segments_table.c.seq)
+)
+_BY_MESSAGE_ID = select(_M.owner, _M.position).where(_M.id == bindparam("message_id"))
 
 
 def migrate(connection: Connection, target: int = SCHEMA_VERSION) -> int:
@@ -292,20 +303,105 @@ def sqlite_url(path: str | os.PathLike[str]) -> str:
     return f"sqlite:///{Path(path)}"
 
 
+class _Exec:
+    """The reads and writes of the hot paths, through SQLAlchemy (any database)."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+
+    def rows(self, statement: Any, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """Rows of plain values (strings and integers: no column needs converting)."""
+        return [tuple(row) for row in self.connection.execute(statement, params)]
+
+    def messages(self, owner: str, low: int, high: int) -> list[Message]:
+        rows = self.connection.execute(_RANGE, {"owner": owner, "low": low, "high": high})
+        return [_message(row) for row in rows]
+
+    def insert(self, messages: list[dict[str, Any]], calls: list[dict[str, Any]]) -> None:
+        self.connection.execute(_INSERT_MESSAGES, messages)
+        if calls:
+            self.connection.execute(_INSERT_CALLS, calls)
+
+
+class _Compiled:
+    """A statement compiled once for SQLite, with the order of its parameters."""
+
+    def __init__(self, statement: Any, dialect: Dialect) -> None:
+        compiled = statement.compile(dialect=dialect)
+        self.sql: str = compiled.string
+        self.names: tuple[str, ...] = tuple(compiled.positiontup or ())
+
+    def args(self, params: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(params[name] for name in self.names)
+
+
+class _SqliteExec(_Exec):
+    """The same on the sqlite3 connection under SQLAlchemy's, with the statements SQLAlchemy
+    compiled: the hot paths then cost what sqlite3 costs (SQLAlchemy's execution layer would
+    take most of the time of a small append)."""
+
+    def __init__(self, connection: Connection, compiled: dict[int, _Compiled]) -> None:
+        super().__init__(connection)
+        self.raw: Any = connection.connection.driver_connection
+        self._compiled = compiled
+
+    def _sql(self, statement: Any) -> _Compiled:
+        compiled = self._compiled.get(id(statement))
+        if compiled is None:
+            compiled = self._compiled[id(statement)] = _Compiled(statement, self.connection.dialect)
+        return compiled
+
+    def rows(self, statement: Any, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        compiled = self._sql(statement)
+        return list(self.raw.execute(compiled.sql, compiled.args(params)))
+
+    def messages(self, owner: str, low: int, high: int) -> list[Message]:
+        compiled = self._sql(_RANGE)
+        found = []
+        params = {"owner": owner, "low": low, "high": high}
+        for row in self.raw.execute(compiled.sql, compiled.args(params)):
+            values = list(row)
+            for index in (2, 3, 8):  # content, tool_calls, metadata: JSON text
+                if values[index] is not None:
+                    values[index] = orjson.loads(values[index])
+            if values[5] is not None:
+                values[5] = bool(values[5])
+            values[10] = _from_micros(values[10])
+            found.append(_message(values))
+        return found
+
+    def insert(self, messages: list[dict[str, Any]], calls: list[dict[str, Any]]) -> None:
+        compiled = self._sql(_INSERT_MESSAGES)
+        rows = []
+        for message in messages:
+            for name in ("content", "tool_calls", "metadata"):
+                if message[name] is not None:
+                    message[name] = orjson.dumps(message[name]).decode()
+            message["created_at"] = _to_micros(message["created_at"])
+            rows.append(compiled.args(message))
+        self.raw.executemany(compiled.sql, rows)
+        if calls:
+            compiled = self._sql(_INSERT_CALLS)
+            self.raw.executemany(compiled.sql, [compiled.args(call) for call in calls])
+
+
 class SqlStore:
     """A :class:`tether.sessions.store.SessionStore` on SQLAlchemy. Make it with :meth:`open`."""
 
     durable = True
 
-    def __init__(self, engine: Engine, executor: ThreadPoolExecutor) -> None:
+    def __init__(self, engine: Engine, executor: ThreadPoolExecutor, *, fast: bool = True) -> None:
+        """``fast``: on SQLite, run the hot paths on sqlite3 directly (see ``_SqliteExec``)."""
         self._engine = engine
         self._executor = executor
+        self._fast = fast and engine.dialect.name == "sqlite"
+        self._compiled: dict[int, _Compiled] = {}
         self._connection: Connection | None = None  # used on the worker thread only
         self.kind = engine.dialect.name
         self.url = engine.url
 
     @classmethod
-    async def open(cls, url: str) -> SqlStore:
+    async def open(cls, url: str, *, fast: bool = True) -> SqlStore:
         """Open (creating and migrating as needed) the database at ``url``."""
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-sessions")
         try:
@@ -313,7 +409,7 @@ class SqlStore:
         except BaseException:
             executor.shutdown(wait=False)
             raise
-        return cls(engine, executor)
+        return cls(engine, executor, fast=fast)
 
     @classmethod
     def open_sync(cls, url: str) -> SqlStore:
@@ -343,6 +439,9 @@ class SqlStore:
         connection.execution_options(tether_write=write)
         with connection.begin():
             return call(connection)
+
+    def _exec(self, connection: Connection) -> _Exec:
+        return _SqliteExec(connection, self._compiled) if self._fast else _Exec(connection)
 
     def _close(self) -> None:
         if self._connection is not None:
@@ -502,15 +601,15 @@ class SqlStore:
             if params.at_message_id is None:
                 keep = total
             else:
-                index = _index_of(connection, parent, chain, params.at_message_id)
+                index = _index_of(_Exec(connection), parent, chain, params.at_message_id)
                 if index is None:
                     raise InvalidParams.field("atMessageId", "no such message in this session")
                 keep = index + 1
             segments = [*chain, (parent.owner, parent.own_count)]
-            check_fork_point(_newest_first(connection, segments, keep))
+            check_fork_point(_newest_first(_Exec(connection), segments, keep))
             fork_point = None
             if keep:
-                fork_point = _read_range(connection, segments, keep - 1, keep)[0].id
+                fork_point = _read_range(_Exec(connection), segments, keep - 1, keep)[0].id
             inherited = cut_chain(chain, parent.owner, parent.own_count, keep)
             now = utcnow()
             session_id = uuid7()
@@ -565,13 +664,14 @@ class SqlStore:
         after_id = decode_cursor("messages", cursor, 1)[0] if cursor is not None else None
 
         def page(connection: Connection) -> MessagesResult:
-            row = _counters(connection, session_id)
-            chain = _chain(connection, session_id) if row.base_count else []
+            db = self._exec(connection)
+            row = _counters(db, session_id)
+            chain = _chain(db, session_id) if row.base_count else []
             segments = [*chain, (row.owner, row.own_count)]
             total = row.base_count + row.own_count
             after = None
             if after_id is not None:
-                after = _index_of(connection, row, chain, after_id)
+                after = _index_of(db, row, chain, after_id)
                 if after is None:
                     raise InvalidParams.field(
                         "cursor", "the message it points at is no longer there"
@@ -579,12 +679,12 @@ class SqlStore:
             if order == "asc":
                 start = 0 if after is None else after + 1
                 end = min(total, start + limit)
-                found = _read_range(connection, segments, start, end)
+                found = _read_range(db, segments, start, end)
                 more = end < total
             else:
                 end = total if after is None else after
                 start = max(0, end - limit)
-                found = _read_range(connection, segments, start, end)[::-1]
+                found = _read_range(db, segments, start, end)[::-1]
                 more = start > 0
             next_cursor = encode_cursor("messages", found[-1].id) if more and found else None
             return MessagesResult(messages=found, total=total, next_cursor=next_cursor)
@@ -593,10 +693,11 @@ class SqlStore:
 
     async def history(self, session_id: str) -> list[Message]:
         def history(connection: Connection) -> list[Message]:
-            row = _counters(connection, session_id)
-            chain = _chain(connection, session_id) if row.base_count else []
+            db = self._exec(connection)
+            row = _counters(db, session_id)
+            chain = _chain(db, session_id) if row.base_count else []
             segments = [*chain, (row.owner, row.own_count)]
-            return _read_range(connection, segments, 0, row.base_count + row.own_count)
+            return _read_range(db, segments, 0, row.base_count + row.own_count)
 
         return await self._read(history)
 
@@ -616,13 +717,14 @@ class SqlStore:
 
         def append(connection: Connection) -> None:
             # one statement moves the counter and reads the session; an error below undoes it
-            reserved = connection.execute(
-                _RESERVE, {"sid": session_id, "n": len(stored), "now": now}
-            ).first()
-            if reserved is None:
+            db = self._exec(connection)
+            now_param = _to_micros(now) if self._fast else now
+            found = db.rows(_RESERVE, {"sid": session_id, "n": len(stored), "now": now_param})
+            if not found:
                 raise SessionNotFound(session_id)
+            reserved = _Counters(*found[0])
             first = reserved.own_count - len(stored)
-            _check_tool_results(connection, reserved, first, messages)
+            _check_tool_results(db, reserved, first, messages)
             owner, agent_id = reserved.owner, reserved.agent_id
             rows = [
                 _message_row(owner, agent_id, first + offset, m) for offset, m in enumerate(stored)
@@ -633,11 +735,9 @@ class SqlStore:
                 for call in m.tool_calls or ()
             ]
             try:
-                connection.execute(_INSERT_MESSAGES, rows)
-            except IntegrityError:
+                db.insert(rows, calls)
+            except (IntegrityError, sqlite3.IntegrityError):
                 raise ValueError("ids must be new and one per message") from None
-            if calls:
-                connection.execute(_INSERT_CALLS, calls)
 
         if stored:
             await self._write(append)
@@ -677,21 +777,27 @@ def _session_row(connection: Connection, session_id: str) -> Row[Any]:
     return row
 
 
-def _counters(connection: Connection, session_id: str) -> Any:
-    """What reading the history needs of a session: its owner and counters."""
-    row = connection.execute(_COUNTERS, {"sid": session_id}).first()
-    if row is None:
+class _Counters(NamedTuple):
+    """What reading or appending to the history needs of a session."""
+
+    id: str
+    owner: str
+    base_count: int
+    own_count: int
+    agent_id: str | None
+
+
+def _counters(db: _Exec, session_id: str) -> _Counters:
+    rows = db.rows(_COUNTERS, {"sid": session_id})
+    if not rows:
         raise SessionNotFound(session_id)
-    return row
+    return _Counters(*rows[0])
 
 
-def _chain(connection: Connection, session_id: str) -> list[tuple[str, int]]:
-    query = (
-        select(segments_table.c.owner, segments_table.c.upto)
-        .where(segments_table.c.session_id == session_id)
-        .order_by(segments_table.c.seq)
-    )
-    return [(owner, upto) for owner, upto in connection.execute(query)]
+def _chain(db: _Exec | Connection, session_id: str) -> list[tuple[str, int]]:
+    if isinstance(db, Connection):
+        db = _Exec(db)
+    return [(owner, upto) for owner, upto in db.rows(_CHAIN, {"sid": session_id})]
 
 
 def _session(row: Row[Any]) -> Session:
@@ -725,17 +831,13 @@ def _json_safe(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _index_of(
-    connection: Connection, row: Row[Any], chain: list[tuple[str, int]], message_id: str
+    db: _Exec, row: _Counters | Row[Any], chain: list[tuple[str, int]], message_id: str
 ) -> int | None:
     """The index of a message in a session's history, or None when it is not in it."""
-    found = connection.execute(
-        select(messages_table.c.owner, messages_table.c.position).where(
-            messages_table.c.id == message_id
-        )
-    ).first()
-    if found is None:
+    found = db.rows(_BY_MESSAGE_ID, {"message_id": message_id})
+    if not found:
         return None
-    owner, position = found
+    owner, position = found[0]
     offset = 0
     for segment_owner, upto in [*chain, (row.owner, row.own_count)]:
         if owner == segment_owner and position < upto:
@@ -744,36 +846,31 @@ def _index_of(
     return None
 
 
-def _read_range(
-    connection: Connection, segments: list[tuple[str, int]], start: int, end: int
-) -> list[Message]:
+def _read_range(db: _Exec, segments: list[tuple[str, int]], start: int, end: int) -> list[Message]:
     """Messages ``start`` to ``end`` (exclusive) of the history made of ``segments``."""
     found: list[Message] = []
     offset = 0
     for owner, upto in segments:
         low, high = max(start - offset, 0), min(end - offset, upto)
         if low < high:
-            rows = connection.execute(_RANGE, {"owner": owner, "low": low, "high": high})
-            found.extend(_message(m) for m in rows)
+            found.extend(db.messages(owner, low, high))
         offset += upto
         if offset >= end:
             break
     return found
 
 
-def _newest_first(
-    connection: Connection, segments: list[tuple[str, int]], end: int
-) -> Iterator[Message]:
+def _newest_first(db: _Exec, segments: list[tuple[str, int]], end: int) -> Iterator[Message]:
     """The history before ``end``, newest first, read a few at a time."""
     batch = 16
     while end > 0:
         start = max(0, end - batch)
-        yield from reversed(_read_range(connection, segments, start, end))
+        yield from reversed(_read_range(db, segments, start, end))
         end, batch = start, batch * 4
 
 
 def _check_tool_results(
-    connection: Connection, row: Row[Any], own_count: int, messages: Sequence[MessageInput]
+    db: _Exec, row: _Counters, own_count: int, messages: Sequence[MessageInput]
 ) -> None:
     """Every tool message must answer a call made earlier in the session or the batch."""
     batch_calls: set[str] = set()
@@ -785,11 +882,15 @@ def _check_tool_results(
             wanted[index] = message.tool_call_id or ""
     if not wanted:
         return
-    chain = _chain(connection, row.id) if row.base_count else []
+    chain = _chain(db, row.id) if row.base_count else []
     limits = dict(chain)
     limits[row.owner] = own_count
-    found = connection.execute(_CALLS_BY_ID, {"ids": sorted(set(wanted.values()))})
-    known = {call_id for owner, position, call_id in found if position < limits.get(owner, 0)}
+    known = {
+        call_id
+        for wanted_id in set(wanted.values())
+        for owner, position, call_id in db.rows(_CALL_BY_ID, {"call_id": wanted_id})
+        if position < limits.get(owner, 0)
+    }
     for index, call_id in wanted.items():
         if call_id not in known:
             raise InvalidParams.field(
