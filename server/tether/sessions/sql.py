@@ -433,15 +433,35 @@ class SqlStore:
         return await self._run(partial(self._in_transaction, call, write=True))
 
     def _in_transaction(self, call: Callable[[Connection], T], *, write: bool) -> T:
-        connection = self._connection
-        if connection is None or connection.closed or connection.invalidated:
-            connection = self._connection = self._engine.connect()
+        connection = self._live()
         connection.execution_options(tether_write=write)
         with connection.begin():
             return call(connection)
 
-    def _exec(self, connection: Connection) -> _Exec:
-        return _SqliteExec(connection, self._compiled) if self._fast else _Exec(connection)
+    def _live(self) -> Connection:
+        connection = self._connection
+        if connection is None or connection.closed or connection.invalidated:
+            connection = self._connection = self._engine.connect()
+        return connection
+
+    async def _hot(self, call: Callable[[_Exec], T], *, write: bool) -> T:
+        """A transaction of the hot paths: on SQLite, begun and committed on sqlite3 itself."""
+        if not self._fast:
+            return await self._run(
+                partial(self._in_transaction, lambda c: call(_Exec(c)), write=write)
+            )
+        return await self._run(partial(self._sqlite_transaction, call, write=write))
+
+    def _sqlite_transaction(self, call: Callable[[_Exec], T], *, write: bool) -> T:
+        db = _SqliteExec(self._live(), self._compiled)
+        db.raw.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            result = call(db)
+        except BaseException:
+            db.raw.rollback()
+            raise
+        db.raw.commit()
+        return result
 
     def _close(self) -> None:
         if self._connection is not None:
@@ -663,8 +683,7 @@ class SqlStore:
     ) -> MessagesResult:
         after_id = decode_cursor("messages", cursor, 1)[0] if cursor is not None else None
 
-        def page(connection: Connection) -> MessagesResult:
-            db = self._exec(connection)
+        def page(db: _Exec) -> MessagesResult:
             row = _counters(db, session_id)
             chain = _chain(db, session_id) if row.base_count else []
             segments = [*chain, (row.owner, row.own_count)]
@@ -689,17 +708,16 @@ class SqlStore:
             next_cursor = encode_cursor("messages", found[-1].id) if more and found else None
             return MessagesResult(messages=found, total=total, next_cursor=next_cursor)
 
-        return await self._read(page)
+        return await self._hot(page, write=False)
 
     async def history(self, session_id: str) -> list[Message]:
-        def history(connection: Connection) -> list[Message]:
-            db = self._exec(connection)
+        def history(db: _Exec) -> list[Message]:
             row = _counters(db, session_id)
             chain = _chain(db, session_id) if row.base_count else []
             segments = [*chain, (row.owner, row.own_count)]
             return _read_range(db, segments, 0, row.base_count + row.own_count)
 
-        return await self._read(history)
+        return await self._hot(history, write=False)
 
     async def append(
         self,
@@ -715,9 +733,8 @@ class SqlStore:
             raise ValueError("ids must be new and one per message")
         stored = [new_message(m, i, now, run_id) for m, i in zip(messages, new_ids, strict=True)]
 
-        def append(connection: Connection) -> None:
+        def append(db: _Exec) -> None:
             # one statement moves the counter and reads the session; an error below undoes it
-            db = self._exec(connection)
             now_param = _to_micros(now) if self._fast else now
             found = db.rows(_RESERVE, {"sid": session_id, "n": len(stored), "now": now_param})
             if not found:
@@ -740,7 +757,7 @@ class SqlStore:
                 raise ValueError("ids must be new and one per message") from None
 
         if stored:
-            await self._write(append)
+            await self._hot(append, write=True)
         else:
             await self.get(session_id)
         return stored
