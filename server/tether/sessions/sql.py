@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 import orjson
+from pydantic import TypeAdapter
 from sqlalchemy import (
     JSON,
     BigInteger,
@@ -70,8 +71,10 @@ from tether.protocol import (
     Role,
     Session,
     SessionNotFound,
+    ToolCall,
 )
 from tether.protocol.kernel import Usage
+from tether.protocol.messages import Content
 from tether.protocol.sessions import CreateSessionParams, ForkSessionParams, SessionFields
 from tether.sessions.cursors import decode_cursor, encode_cursor
 from tether.sessions.forks import check_fork_point, cut_chain
@@ -949,14 +952,26 @@ _OPTIONAL_FIELDS = (
 )  # fmt: skip
 
 
+_CONTENT: TypeAdapter[Content] = TypeAdapter(Content)
+
+
 def _message(row: Sequence[Any]) -> Message:
-    """A row of ``_MESSAGE_COLUMNS`` as a message."""
-    message_id, role, *optional, created_at = row
-    fields: dict[str, Any] = {"id": message_id, "role": role, "created_at": created_at}
-    for name, value in zip(_OPTIONAL_FIELDS, optional, strict=True):
-        if value is not None:
-            fields[name] = value
-    return Message.model_validate(fields)
+    """A row of ``_MESSAGE_COLUMNS`` as a message.
+
+    Rows hold messages that were validated when they were appended, so only the nested models
+    are rebuilt (validating every field again would be most of the cost of a page).
+    """
+    message_id, role, content, calls, *rest, created_at = row
+    if isinstance(content, list):
+        content = _CONTENT.validate_python(content)
+    return Message.model_construct(
+        id=message_id,
+        role=Role(role),
+        content=content,
+        tool_calls=None if calls is None else [ToolCall.model_construct(**c) for c in calls],
+        **dict(zip(_OPTIONAL_FIELDS[2:], rest, strict=True)),
+        created_at=created_at,
+    )
 
 
 def _delete(connection: Connection, session_id: str) -> None:
