@@ -79,7 +79,7 @@ from tether.protocol.sessions import CreateSessionParams, ForkSessionParams, Ses
 from tether.sessions.cursors import decode_cursor, encode_cursor
 from tether.sessions.forks import check_fork_point, cut_chain
 from tether.sessions.ids import utcnow, uuid7
-from tether.sessions.memory import new_message
+from tether.sessions.memory import new_message, trusted_message
 from tether.sessions.store import Order
 
 T = TypeVar("T")
@@ -947,11 +947,6 @@ def _message_row(
     }
 
 
-_OPTIONAL_FIELDS = (
-    "content", "tool_calls", "tool_call_id", "is_error", "name", "author", "metadata", "run_id",
-)  # fmt: skip
-
-
 _CONTENT: TypeAdapter[Content] = TypeAdapter(Content)
 
 
@@ -961,16 +956,25 @@ def _message(row: Sequence[Any]) -> Message:
     Rows hold messages that were validated when they were appended, so only the nested models
     are rebuilt (validating every field again would be most of the cost of a page).
     """
-    message_id, role, content, calls, *rest, created_at = row
+    message_id, role, content, calls, call_id, is_error, name, author, metadata, run_id, at = row
     if isinstance(content, list):
         content = _CONTENT.validate_python(content)
-    return Message.model_construct(
-        id=message_id,
-        role=Role(role),
-        content=content,
-        tool_calls=None if calls is None else [ToolCall.model_construct(**c) for c in calls],
-        **dict(zip(_OPTIONAL_FIELDS[2:], rest, strict=True)),
-        created_at=created_at,
+    return trusted_message(
+        {
+            "role": Role(role),
+            "content": content,
+            "tool_calls": (
+                None if calls is None else [ToolCall.model_construct(**c) for c in calls]
+            ),
+            "tool_call_id": call_id,
+            "is_error": is_error,
+            "name": name,
+            "author": author,
+            "metadata": metadata,
+            "id": message_id,
+            "run_id": run_id,
+            "created_at": at,
+        }
     )
 
 
