@@ -52,6 +52,7 @@ run: compile
 bench: compile
 	$(BIN)/python bench/rpc_bench.py
 	$(BIN)/python bench/kernel_bench.py
+	$(BIN)/python bench/session_bench.py
 
 schema: install
 	$(BIN)/python -m tether schema > docs/protocol.schema.json

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Iterator, Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -293,6 +294,7 @@ ENV_EXAMPLES: dict[str, tuple[str, Any]] = {
     "TETHER_APPROVAL": ("auto", "auto"),
     "TETHER_SESSIONS_STORE": ("sqlite", "sqlite"),
     "TETHER_SESSIONS_PATH": ("/var/lib/tether/sessions.db", "/var/lib/tether/sessions.db"),
+    "TETHER_SESSIONS_TTL": ("30d", "30d"),
 }
 
 
@@ -819,3 +821,60 @@ def test_an_invalid_mcp_server_env_value_is_not_echoed() -> None:
         TetherConfig().overlay({"tools": {"mcpServers": [server]}})
     assert raised.value.data["key"] == "tools.mcp_servers.0.env.GH_PAT"
     assert "12345678" not in str(raised.value)
+
+
+# --- sessions -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["store", "path"])
+def test_a_workspace_file_may_not_choose_where_sessions_are_kept(tmp_path: Path, key: str) -> None:
+    workspace = tmp_path / "repo"
+    (workspace / ".tether").mkdir(parents=True)
+    (workspace / ".tether" / "config.toml").write_text(f'[sessions]\n{key} = "sqlite"\n')
+    with pytest.raises(ConfigError) as excinfo:
+        load_config(workspace=workspace, environ={})
+    assert excinfo.value.data["key"] == f"sessions.{key}"
+    assert "sessions elsewhere" in excinfo.value.message
+
+
+def test_a_workspace_file_may_set_the_ttl(tmp_path: Path) -> None:
+    workspace = tmp_path / "repo"
+    (workspace / ".tether").mkdir(parents=True)
+    (workspace / ".tether" / "config.toml").write_text('[sessions]\nttl = "12h"\n')
+    config = load_config(workspace=workspace, environ={})
+    assert config.sessions.ttl_delta() == timedelta(hours=12)
+
+
+@pytest.mark.parametrize(
+    ("ttl", "seconds"), [("30d", 30 * 86400), ("12h", 43200), ("90m", 5400), ("45s", 45)]
+)
+def test_ttl_durations(ttl: str, seconds: int) -> None:
+    config = TetherConfig().overlay({"sessions": {"ttl": ttl}})
+    assert config.sessions.ttl_delta() == timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("ttl", ["30", "1w", "-3d", "0s", "d", "1.5h", ""])
+def test_an_invalid_ttl_is_a_config_error_naming_the_key(ttl: str) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        TetherConfig().overlay({"sessions": {"ttl": ttl}}, source="initializationOptions")
+    assert excinfo.value.data["key"] == "sessions.ttl"
+    assert "30d" in excinfo.value.message
+
+
+def test_an_unknown_store_is_a_config_error() -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        TetherConfig().overlay({"sessions": {"store": "redis"}})
+    assert excinfo.value.data["key"] == "sessions.store"
+
+
+def test_the_sqlite_store_defaults_to_the_xdg_data_directory(tmp_path: Path) -> None:
+    sessions = TetherConfig().overlay({"sessions": {"store": "sqlite"}}).sessions
+    xdg = {"XDG_DATA_HOME": str(tmp_path / "data"), "HOME": str(tmp_path / "home")}
+    assert sessions.url(xdg) == f"sqlite:///{tmp_path}/data/tether/sessions.db"
+    home = {"HOME": str(tmp_path / "home")}
+    assert sessions.url(home) == f"sqlite:///{tmp_path}/home/.local/share/tether/sessions.db"
+    chosen = TetherConfig().overlay({"sessions": {"store": "sqlite", "path": "/x/s.db"}})
+    assert chosen.sessions.url(home) == "sqlite:////x/s.db"
+    url = "postgresql+psycopg://me@db/tether"
+    assert TetherConfig().overlay({"sessions": {"store": url}}).sessions.url(home) == url
+    assert TetherConfig().sessions.url(home) is None

@@ -20,8 +20,10 @@ environment variable the provider reads.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Iterator, Mapping
+from datetime import timedelta
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
@@ -43,6 +45,7 @@ ENV_VARS: Final[Mapping[str, str]] = MappingProxyType(
         "TETHER_APPROVAL": "tools.approval",
         "TETHER_SESSIONS_STORE": "sessions.store",
         "TETHER_SESSIONS_PATH": "sessions.path",
+        "TETHER_SESSIONS_TTL": "sessions.ttl",
     }
 )
 """The environment variables tether reads, each with the dotted key it sets."""
@@ -113,10 +116,64 @@ class MemoryConfig(_Section):
     paths: list[str] = Field(default_factory=lambda: [".tether/memory"])
 
 
+_TTL = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
+_TTL_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
 class SessionsConfig(_Section):
-    store: str = "memory"
-    path: str | None = None
-    ttl: str | None = None
+    store: str = Field(
+        default="memory",
+        description='"memory", "sqlite" (a file at `path`) or a SQLAlchemy URL',
+    )
+    path: str | None = Field(default=None, description="the SQLite file of the sqlite store")
+    ttl: str | None = Field(
+        default=None, description='sessions idle longer are deleted: "30d", "12h", "90m", "45s"'
+    )
+
+    @field_validator("store")
+    @classmethod
+    def _known_store(cls, value: str) -> str:
+        if value not in ("memory", "sqlite") and "://" not in value:
+            raise ValueError('expected "memory", "sqlite" or a database URL (sqlite:///…)')
+        return value
+
+    @field_validator("ttl")
+    @classmethod
+    def _duration(cls, value: str | None) -> str | None:
+        if value is not None and (not _TTL.match(value) or _ttl_seconds(value) == 0):
+            raise ValueError('expected a duration such as "30d", "12h", "90m" or "45s"')
+        return value
+
+    def ttl_delta(self) -> timedelta | None:
+        """``ttl`` as a duration; None when sessions never expire."""
+        return None if self.ttl is None else timedelta(seconds=_ttl_seconds(self.ttl))
+
+    def url(self, environ: Mapping[str, str] = os.environ) -> str | None:
+        """The database URL of the store; None for the memory store.
+
+        ``sqlite`` is the file at ``path``, by default ``$XDG_DATA_HOME/tether/sessions.db``
+        (else ``$HOME/.local/share/tether/sessions.db``).
+        """
+        if self.store == "memory":
+            return None
+        if self.store != "sqlite":
+            return self.store
+        if self.path is not None:
+            path = Path(self.path).expanduser()
+        else:
+            xdg = environ.get("XDG_DATA_HOME", "")
+            if xdg and Path(xdg).is_absolute():
+                base = Path(xdg)
+            else:
+                base = Path(environ.get("HOME") or Path.home()) / ".local" / "share"
+            path = base / "tether" / "sessions.db"
+        return f"sqlite:///{path}"
+
+
+def _ttl_seconds(value: str) -> int:
+    match = _TTL.match(value)
+    assert match is not None
+    return int(match.group(1)) * _TTL_UNITS[match.group(2)]
 
 
 class TetherConfig(_Section):
@@ -202,23 +259,27 @@ def _read_toml(path: Path) -> dict[str, Any] | None:
 
 
 # Whoever wrote a repository writes its workspace file: these keys would let it send the user's
-# API key to another server, or files from outside the workspace to the model.
+# API key to another server, files from outside the workspace to the model, or the user's
+# sessions to a database of its choosing.
 _UNTRUSTED_KEYS = {
     ("provider", "base_url"),
     ("provider", "baseUrl"),
     ("provider", "api_key_env"),
     ("provider", "apiKeyEnv"),
+    ("sessions", "store"),
+    ("sessions", "path"),
 }
 # ... and these would let it run any command on the user's machine.
 _UNTRUSTED_COMMANDS = {("tools", "mcp_servers"), ("tools", "mcpServers")}
 
 
 def _refuse_untrusted(layer: Mapping[str, Any], source: str) -> None:
-    for section, key in _UNTRUSTED_KEYS:
+    for section, key in sorted(_UNTRUSTED_KEYS):
         table = layer.get(section)
         if isinstance(table, Mapping) and key in table:
             dotted = f"{section}.{_SNAKE.get(key, key)}"
-            raise _error(source, dotted, _NOT_IN_WORKSPACE)
+            problem = _SESSIONS_NOT_IN_WORKSPACE if section == "sessions" else _NOT_IN_WORKSPACE
+            raise _error(source, dotted, problem)
     for section, key in _UNTRUSTED_COMMANDS:
         table = layer.get(section)
         if isinstance(table, Mapping) and key in table:
@@ -245,6 +306,10 @@ _COMMANDS_NOT_IN_WORKSPACE = (
 _AUTO_NOT_IN_WORKSPACE = (
     'cannot be "auto" in a workspace file (a repository could run commands without asking); '
     "set it in your user config file or in the editor's settings"
+)
+_SESSIONS_NOT_IN_WORKSPACE = (
+    "cannot be set in a workspace file (a repository could send your sessions elsewhere); "
+    "set it in your user config file, the environment or the editor's settings"
 )
 _NOT_IN_WORKSPACE = (
     "cannot be set in a workspace file (a repository could send your key elsewhere); "

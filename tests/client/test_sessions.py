@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from tether.client import (
-    MethodNotFoundError,
     SessionNotFoundError,
     TetherClient,
     workspace_uri,
@@ -137,12 +136,14 @@ async def test_clear_keeps_the_session_and_delete_removes_it(project: Path):
     assert raised.value.session_id == sid
 
 
-async def test_fork_is_in_the_contract_but_not_served_yet(project: Path):
+async def test_fork_makes_a_session_that_shares_the_history(project: Path):
     async with TetherClient.spawn(workspace=project) as client:
-        sid = (await client.create_session()).session_id
-        with pytest.raises(MethodNotFoundError) as raised:
-            await client.fork(sid, title="branch")
-    assert raised.value.code == -32601
+        sid = (await client.create_session(title="main")).session_id
+        await client.append(sid, [{"role": "user", "content": "hello"}])
+        fork = await client.fork(sid, title="branch")
+        messages = await client.messages(fork.session_id)
+    assert (fork.parent_session_id, fork.title, fork.message_count) == (sid, "branch", 1)
+    assert [m.content for m in messages.messages] == ["hello"]
 
 
 async def test_the_raw_request_escape_hatch_returns_plain_json(project: Path):

@@ -205,11 +205,13 @@ def test_sessions_opens_a_transcript_and_fork_reports_what_the_server_answers(
     editor.wait_text("[completed] list_files {}")
     assert editor.lines()[:4] == ["# tether: first", "", "> hi", ""]
     assert "Hello." in editor.lines()
-    # session/fork is not served yet: the server's answer is reported, nothing else changes.
+    # the fork becomes the current session; it shares the history and the title
+    first_id = editor.lua("return require('tether')._state.session.sessionId")
     editor.nvim.command("TetherFork")
     editor.wait(
-        "#vim.tbl_filter(function(n) return n:find('session/fork:', 1, true) end, _G.notes) > 0"
+        "#vim.tbl_filter(function(n) return n:find('forked into', 1, true) end, _G.notes) > 0"
     )
+    assert editor.lua("return require('tether')._state.session.parentSessionId") == first_id
     assert editor.lua("return require('tether')._state.session.title") == "first"
 
 

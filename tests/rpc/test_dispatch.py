@@ -46,7 +46,7 @@ async def test_initialize_answers_protocol_version_server_info_and_capabilities(
     assert result["serverInfo"]["name"] == "tether"
     assert result["capabilities"]["sessions"] == {
         "store": "memory",
-        "fork": False,
+        "fork": True,
         "durable": False,
     }
     assert "session/create" in result["capabilities"]["methods"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -18,9 +19,11 @@ from tether.protocol import (
     ListSessionsParams,
     MessageInput,
     MessagesParams,
+    Session,
     SessionNotFound,
     WorkspaceError,
 )
+from tether.protocol.sessions import ForkSessionParams
 from tether.sessions import MemoryStore, SessionService
 
 
@@ -222,3 +225,25 @@ async def test_hooks_hear_of_each_created_and_deleted_session(
 
     await service.delete(DeleteSessionParams(session_id=session.session_id))
     assert deleted == [session.session_id]
+
+
+async def test_hooks_hear_of_forks_and_of_sessions_that_expire(
+    service: SessionService, workspace: Path
+) -> None:
+    forked: list[Session] = []
+    deleted: list[str] = []
+
+    async def on_delete(session_id: str) -> None:
+        deleted.append(session_id)
+
+    service.on_fork.append(forked.append)
+    service.on_delete.append(on_delete)
+    parent = await service.create(CreateSessionParams(workspace=str(workspace)))
+    child = await service.fork(ForkSessionParams(session_id=parent.session_id))
+    assert [(s.session_id, s.parent_session_id) for s in forked] == [
+        (child.session_id, parent.session_id)
+    ]
+
+    later = child.updated_at + timedelta(days=2)
+    expired = await service.sweep(timedelta(days=1), later)
+    assert sorted(expired) == sorted(deleted) == sorted([parent.session_id, child.session_id])

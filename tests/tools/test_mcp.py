@@ -237,6 +237,17 @@ async def test_a_sessions_own_servers_stop_when_the_session_is_closed(
     assert not manager.has_session_servers("s1")
 
 
+async def test_a_fork_gets_the_servers_of_its_parent_and_keeps_them_when_the_parent_goes(
+    manager: McpManager, workspace: Path, fake: Fake
+):
+    manager.set_session_servers("parent", [fake.spec(name="mine")])
+    manager.share_session_servers("parent", "fork")
+    manager.share_session_servers("none", "other")
+    await manager.close_session("parent")
+    assert manager.has_session_servers("fork")
+    assert not manager.has_session_servers("other")
+
+
 async def test_configured_servers_are_shared_by_the_sessions_of_a_workspace(
     manager: McpManager, workspace: Path, fake: Fake
 ):

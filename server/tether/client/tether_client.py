@@ -249,7 +249,7 @@ class TetherClient:
     async def fork(
         self, session_id: str, *, at_message_id: str | None = None, title: str | None = None
     ) -> Session:
-        """``session/fork`` (not served yet: ``MethodNotFoundError`` until it is)."""
+        """``session/fork``: a new session sharing the history up to ``at_message_id``."""
         params = _params(sessionId=session_id, atMessageId=at_message_id, title=title)
         return Session.model_validate(await self.request("session/fork", params))
 

@@ -2,12 +2,17 @@
 
 The session methods are ready at once; the kernel (providers, tools, HTTP) is loaded after the
 handshake by :meth:`App.load_kernel`, so answering ``initialize`` imports as little as it can.
+A configured SQL store is opened right after the handshake too (requests wait for it), and the
+sweep of expired sessions starts then.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +26,8 @@ from tether.protocol import (
 )
 from tether.rpc.handlers import Handler, session_methods
 from tether.sessions import MemoryStore, SessionService, SessionStore
+from tether.sessions.ids import utcnow
+from tether.sessions.opening import OpeningStore
 from tether.sessions.workspaces import canonical_workspace, local_path
 
 if TYPE_CHECKING:
@@ -35,6 +42,8 @@ if TYPE_CHECKING:
     from tether.tools.base import ToolExecutor
     from tether.tools.mcp import McpManager
 
+logger = logging.getLogger(__name__)
+
 KERNEL_METHODS = ("kernel/cancel", "kernel/run")
 
 RequestClient = Callable[[str, Any], Awaitable[Any]]
@@ -45,9 +54,16 @@ class App:
     """The services behind the methods, and the table of request methods they answer."""
 
     def __init__(
-        self, store: SessionStore | None = None, environ: Mapping[str, str] | None = None
+        self,
+        store: SessionStore | None = None,
+        environ: Mapping[str, str] | None = None,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
+        """``store``: the session store to use whatever the configuration says (tests)."""
         self.sessions = SessionService(store or MemoryStore(), running=self._is_running)
+        self._store_given = store is not None
+        self._clock = clock
+        self._sweeper: asyncio.Task[None] | None = None
         self.methods: dict[str, Handler] = session_methods(self.sessions)
         self.client: InitializeParams | None = None
         self.kernel: Kernel | None = None
@@ -60,6 +76,7 @@ class App:
         self._mcp: McpManager | None = None  # made when a session or a run first needs it
         self.sessions.on_create.append(self._remember_mcp_servers)
         self.sessions.on_delete.append(self._close_mcp_servers)
+        self.sessions.on_fork.append(self._fork_mcp_servers)
 
     def initialize(self, params: InitializeParams) -> InitializeResult:
         """Record what the client told us, load the configuration, say what this server offers."""
@@ -74,11 +91,18 @@ class App:
             init_options=params.initialization_options,
         )
         self.client = params
+        url = self._config.sessions.url(self._environ)
+        if url is not None and not self._store_given:
+            self.sessions.store = OpeningStore(url)
+        try:
+            asyncio.get_running_loop().call_soon(self.start)
+        except RuntimeError:  # no event loop: the store opens on first use, nothing is swept
+            pass
         store = self.sessions.store
         return InitializeResult(
             server_info=ServerInfo(name="tether", version=__version__),
             capabilities=ServerCapabilities(
-                sessions=SessionCapabilities(store=store.kind, fork=False, durable=store.durable),
+                sessions=SessionCapabilities(store=store.kind, fork=True, durable=store.durable),
                 methods=sorted([*self.methods, *KERNEL_METHODS]),
                 providers=list(PROVIDER_TYPES),
                 tools=[
@@ -112,14 +136,47 @@ class App:
             self._config = load_config(workspace=None, environ=self._environ)
         return self._config
 
+    def start(self) -> None:
+        """After the handshake: open the configured store, start sweeping expired sessions."""
+        store = self.sessions.store
+        if isinstance(store, OpeningStore):
+            store.start()
+        if self.config().sessions.ttl is not None and self._sweeper is None:
+            self._sweeper = asyncio.ensure_future(self._sweep_forever())
+
+    async def sweep(self) -> list[str]:
+        """Delete the sessions idle for longer than ``sessions.ttl`` (none without a TTL)."""
+        ttl = self.config().sessions.ttl_delta()
+        if ttl is None:
+            return []
+        expired = await self.sessions.sweep(ttl, self._clock())
+        if expired:
+            logger.info("deleted %d expired session(s)", len(expired))
+        return expired
+
+    async def _sweep_forever(self) -> None:
+        ttl = self.config().sessions.ttl_delta()
+        assert ttl is not None
+        interval = min(max(ttl.total_seconds() / 4, 1.0), 3600.0)
+        while True:
+            try:
+                await self.sweep()
+            except Exception:  # a store that cannot be opened, a database error: try later
+                logger.exception("could not sweep expired sessions")
+            await asyncio.sleep(interval)
+
     async def aclose(self) -> None:
-        """Stop the MCP servers; release the providers and the shared HTTP client."""
+        """Stop the sweep and the MCP servers; release the providers, the shared HTTP client and
+        the store."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         if self._mcp is not None:
             await self._mcp.aclose()
         for provider in self._providers.values():
             await provider.aclose()
         if self._http is not None:
             await self._http.aclose()
+        await self.sessions.store.aclose()
 
     def _provider(self, config: ProviderConfig) -> Provider:
         """One provider per distinct configuration, kept for the life of the server (a scripted
@@ -194,6 +251,10 @@ class App:
     def _remember_mcp_servers(self, session: Session, params: CreateSessionParams) -> None:
         if params.mcp_servers:
             self.mcp.set_session_servers(session.session_id, params.mcp_servers)
+
+    def _fork_mcp_servers(self, session: Session) -> None:
+        if self._mcp is not None and session.parent_session_id is not None:
+            self._mcp.share_session_servers(session.parent_session_id, session.session_id)
 
     async def _close_mcp_servers(self, session_id: str) -> None:
         if self._mcp is not None:

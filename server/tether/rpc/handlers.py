@@ -13,6 +13,7 @@ from tether.protocol import (
     ConfigureSessionParams,
     CreateSessionParams,
     DeleteSessionParams,
+    ForkSessionParams,
     GetSessionParams,
     ListSessionsParams,
     MessagesParams,
@@ -52,4 +53,5 @@ def session_methods(sessions: SessionService) -> dict[str, Handler]:
         "session/configure": handler(ConfigureSessionParams, sessions.configure),
         "session/clear": handler(ClearSessionParams, sessions.clear),
         "session/delete": handler(DeleteSessionParams, sessions.delete),
+        "session/fork": handler(ForkSessionParams, sessions.fork),
     }

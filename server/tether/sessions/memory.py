@@ -2,12 +2,16 @@
 
 It is confined to one event loop: every method runs to completion without awaiting, so concurrent
 tasks never see a half-applied append and need no lock.
+
+Messages are kept packed, as tuples of their values (a pydantic object with its field dicts
+takes about four times the size of the message's JSON); a read builds fresh messages from them,
+which is what the copy every read makes would cost anyway.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -23,20 +27,157 @@ from tether.protocol import (
     Role,
     Session,
     SessionNotFound,
+    ToolCall,
 )
 from tether.protocol.kernel import Usage
-from tether.protocol.sessions import CreateSessionParams, SessionFields
+from tether.protocol.sessions import CreateSessionParams, ForkSessionParams, SessionFields
 from tether.sessions.cursors import decode_cursor, encode_cursor
+from tether.sessions.forks import check_fork_point, cut_chain
 from tether.sessions.ids import utcnow, uuid7
 from tether.sessions.store import Order
+
+Packed = tuple[Any, ...]
+"""A stored message: ``(id, role, content, tool_calls, tool_call_id, is_error, name, author,
+metadata, run_id, created_at)``, tool calls as ``(id, name, arguments)`` tuples."""
+
+
+def pack(message: Message) -> Packed:
+    """A message the store owns, packed (its containers must be the store's own copies)."""
+    calls = message.tool_calls
+    return (
+        message.id,
+        message.role,
+        message.content,
+        None if calls is None else tuple((c.id, c.name, c.arguments) for c in calls),
+        message.tool_call_id,
+        message.is_error,
+        message.name,
+        message.author,
+        message.metadata,
+        message.run_id,
+        message.created_at,
+    )
+
+
+def unpack(packed: Packed) -> Message:
+    """A new message the caller owns, built from a packed one."""
+    (id_, role, content, calls, call_id, is_error, name, author, metadata, run_id, at) = packed
+    return trusted_message(
+        {
+            "role": role,
+            "content": (
+                [b.model_copy() for b in content] if isinstance(content, list) else content
+            ),
+            "tool_calls": (
+                None
+                if calls is None
+                else [ToolCall.model_construct(id=i, name=n, arguments=a) for i, n, a in calls]
+            ),
+            "tool_call_id": call_id,
+            "is_error": is_error,
+            "name": name,
+            "author": author,
+            "metadata": None if metadata is None else _copy_json(metadata),
+            "id": id_,
+            "run_id": run_id,
+            "created_at": at,
+        }
+    )
+
+
+_SET_ATTR = object.__setattr__
+
+
+def trusted_message(fields: dict[str, Any]) -> Message:
+    """A message from values a store validated when they were appended (every field given).
+
+    What ``Message.model_construct`` does, without its generic per-field work: reads build
+    thousands of these, and that work was most of the cost of a page.
+    """
+    message = Message.__new__(Message)
+    _SET_ATTR(message, "__dict__", fields)
+    _SET_ATTR(message, "__pydantic_fields_set__", {k for k, v in fields.items() if v is not None})
+    _SET_ATTR(message, "__pydantic_extra__", None)
+    _SET_ATTR(message, "__pydantic_private__", None)
+    return message
+
+
+@dataclass(slots=True)
+class _Segment:
+    """Messages stored together: a session's own, or a shared prefix a fork inherits."""
+
+    messages: list[Packed] = field(default_factory=list)
+    positions: dict[str, int] = field(default_factory=dict)  # message id -> position
+    tool_call_ids: dict[str, int] = field(default_factory=dict)  # call id -> position
 
 
 @dataclass(slots=True)
 class _Record:
+    """A session: an inherited chain of ``(segment, upto)`` prefixes, then its own messages.
+
+    A fork shares its parent's lists (never copied); appends only ever go past ``upto``, and
+    ``clear`` gives the session new lists, so a shared prefix never changes.
+    """
+
     session: Session
-    messages: list[Message] = field(default_factory=list)
+    messages: list[Packed] = field(default_factory=list)
     positions: dict[str, int] = field(default_factory=dict)
-    tool_call_ids: set[str] = field(default_factory=set)
+    tool_call_ids: dict[str, int] = field(default_factory=dict)
+    chain: list[tuple[_Segment, int]] = field(default_factory=list)
+    base_count: int = 0
+
+    def own(self) -> _Segment:
+        return _Segment(self.messages, self.positions, self.tool_call_ids)
+
+    def segments(self) -> list[tuple[_Segment, int]]:
+        return [*self.chain, (self.own(), len(self.messages))]
+
+    def total(self) -> int:
+        return self.base_count + len(self.messages)
+
+    def index_of(self, message_id: str) -> int | None:
+        offset = 0
+        for segment, upto in self.chain:
+            position = segment.positions.get(message_id)
+            if position is not None and position < upto:
+                return offset + position
+            offset += upto
+        position = self.positions.get(message_id)
+        return None if position is None else offset + position
+
+    def knows_call(self, call_id: str | None) -> bool:
+        if call_id is None:
+            return False
+        if call_id in self.tool_call_ids:
+            return True
+        for segment, upto in self.chain:
+            position = segment.tool_call_ids.get(call_id)
+            if position is not None and position < upto:
+                return True
+        return False
+
+    def slice(self, start: int, end: int) -> list[Packed]:
+        """Messages ``start`` to ``end`` (exclusive) of the whole history."""
+        found: list[Packed] = []
+        offset = 0
+        for segment, upto in self.segments():
+            low, high = max(start - offset, 0), min(end - offset, upto)
+            if low < high:
+                found.extend(segment.messages[low:high])
+            offset += upto
+            if offset >= end:
+                break
+        return found
+
+    def newest_first(self, end: int) -> Iterator[Message]:
+        offset_ends: list[tuple[_Segment, int, int]] = []
+        offset = 0
+        for segment, upto in self.segments():
+            offset_ends.append((segment, offset, upto))
+            offset += upto
+        for segment, offset, upto in reversed(offset_ends):
+            for position in range(min(upto, end - offset) - 1, -1, -1):
+                yield unpack(segment.messages[position])
 
 
 class MemoryStore:
@@ -95,20 +236,20 @@ class MemoryStore:
         self, session_id: str, *, cursor: str | None, limit: int, order: Order
     ) -> MessagesResult:
         record = self._record(session_id)
-        history = record.messages
+        total = record.total()
         after = self._cursor_position(record, cursor)
         if order == "asc":
             start = 0 if after is None else after + 1
-            page = history[start : start + limit]
-            more = start + limit < len(history)
+            page = record.slice(start, start + limit)
+            more = start + limit < total
         else:
-            end = len(history) if after is None else after
+            end = total if after is None else after
             start = max(0, end - limit)
-            page = history[start:end][::-1]
+            page = record.slice(start, end)[::-1]
             more = start > 0
-        next_cursor = encode_cursor("messages", page[-1].id) if more and page else None
+        next_cursor = encode_cursor("messages", page[-1][0]) if more and page else None
         return MessagesResult(
-            messages=[_copy_message(m) for m in page], total=len(history), next_cursor=next_cursor
+            messages=[unpack(m) for m in page], total=total, next_cursor=next_cursor
         )
 
     async def append(
@@ -120,23 +261,26 @@ class MemoryStore:
         ids: Sequence[str] | None = None,
     ) -> list[Message]:
         record = self._record(session_id)
-        _check_tool_results(record.tool_call_ids, messages)
+        _check_tool_results(record.knows_call, messages)
         now = utcnow()
         new_ids = list(ids) if ids is not None else [uuid7() for _ in messages]
-        if len(new_ids) != len(messages) or any(i in record.positions for i in new_ids):
+        if len(new_ids) != len(messages) or any(record.index_of(i) is not None for i in new_ids):
             raise ValueError("ids must be new and one per message")
-        stored = [_new_message(m, i, now, run_id) for m, i in zip(messages, new_ids, strict=True)]
+        stored = [new_message(m, i, now, run_id) for m, i in zip(messages, new_ids, strict=True)]
         for message in stored:
-            record.positions[message.id] = len(record.messages)
-            record.messages.append(message)
+            position = len(record.messages)
+            record.positions[message.id] = position
+            record.messages.append(pack(message))
             if message.tool_calls:
-                record.tool_call_ids.update(call.id for call in message.tool_calls)
-        record.session.message_count = len(record.messages)
+                for call in message.tool_calls:
+                    record.tool_call_ids[call.id] = position
+        record.session.message_count = record.total()
         record.session.updated_at = now
         return [_copy_message(m) for m in stored]
 
     async def history(self, session_id: str) -> list[Message]:
-        return [_copy_message(m) for m in self._record(session_id).messages]
+        record = self._record(session_id)
+        return [unpack(m) for m in record.slice(0, record.total())]
 
     async def configure(self, session_id: str, changes: SessionFields) -> Session:
         session = self._record(session_id).session
@@ -157,7 +301,9 @@ class MemoryStore:
         record = self._record(session_id)
         record.messages = []
         record.positions = {}
-        record.tool_call_ids = set()
+        record.tool_call_ids = {}
+        record.chain = []
+        record.base_count = 0
         record.session.message_count = 0
         record.session.updated_at = utcnow()
         return _copy_session(record.session)
@@ -165,6 +311,49 @@ class MemoryStore:
     async def delete(self, session_id: str) -> None:
         if self._records.pop(session_id, None) is None:
             raise SessionNotFound(session_id)
+
+    async def fork(self, params: ForkSessionParams) -> Session:
+        parent = self._record(params.session_id)
+        keep = parent.total()
+        if params.at_message_id is not None:
+            index = parent.index_of(params.at_message_id)
+            if index is None:
+                raise InvalidParams.field("atMessageId", "no such message in this session")
+            keep = index + 1
+        check_fork_point(parent.newest_first(keep))
+        now = utcnow()
+        session = _copy_session(parent.session).model_copy(
+            update={
+                "session_id": uuid7(),
+                "parent_session_id": parent.session.session_id,
+                "forked_from_message_id": parent.slice(keep - 1, keep)[0][0] if keep else None,
+                "message_count": keep,
+                "usage": Usage(),
+                "created_at": now,
+                "updated_at": now,
+            }
+        )
+        for name in ("title", "tools", "allowed_models"):
+            if name in params.model_fields_set:
+                value = getattr(params, name)
+                setattr(session, name, list(value) if isinstance(value, list) else value)
+        chain = cut_chain(parent.chain, parent.own(), len(parent.messages), keep)
+        self._records[session.session_id] = _Record(session, chain=chain, base_count=keep)
+        return _copy_session(session)
+
+    async def expire(self, idle_before: datetime, keep: Callable[[str], bool]) -> list[str]:
+        """Delete the sessions last updated before ``idle_before``, except those ``keep`` keeps."""
+        expired = [
+            session_id
+            for session_id, record in self._records.items()
+            if record.session.updated_at < idle_before and not keep(session_id)
+        ]
+        for session_id in expired:
+            del self._records[session_id]
+        return expired
+
+    async def aclose(self) -> None:
+        return None
 
     def _record(self, session_id: str) -> _Record:
         record = self._records.get(session_id)
@@ -177,7 +366,7 @@ class MemoryStore:
         if cursor is None:
             return None
         (message_id,) = decode_cursor("messages", cursor, 1)
-        position = record.positions.get(message_id)
+        position = record.index_of(message_id)
         if position is None:
             raise InvalidParams.field("cursor", "the message it points at is no longer there")
         return position
@@ -187,25 +376,23 @@ def _newest_first_key(session: Session) -> tuple[str, str]:
     return (session.updated_at.isoformat(), session.session_id)
 
 
-def _check_tool_results(known_calls: set[str], messages: Sequence[MessageInput]) -> None:
+def _check_tool_results(
+    known_call: Callable[[str | None], bool], messages: Sequence[MessageInput]
+) -> None:
     """Every tool message must answer a tool call made earlier in the session or the batch."""
     batch_calls: set[str] = set()
     for index, message in enumerate(messages):
         if message.tool_calls:
             batch_calls.update(call.id for call in message.tool_calls)
         answered = message.tool_call_id
-        if (
-            message.role is Role.TOOL
-            and answered not in batch_calls
-            and answered not in known_calls
-        ):
+        if message.role is Role.TOOL and answered not in batch_calls and not known_call(answered):
             raise InvalidParams.field(
                 f"messages.{index}.toolCallId",
                 f"no tool call {message.tool_call_id!r} in this session to answer",
             )
 
 
-def _new_message(
+def new_message(
     source: MessageInput, message_id: str, now: datetime, run_id: str | None
 ) -> Message:
     fields = {name: getattr(source, name) for name in source.model_fields_set}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 
 from tether.protocol import (
     AppendParams,
@@ -12,6 +13,7 @@ from tether.protocol import (
     CreateSessionParams,
     DeleteResult,
     DeleteSessionParams,
+    ForkSessionParams,
     GetSessionParams,
     ListSessionsParams,
     ListSessionsResult,
@@ -39,7 +41,8 @@ class SessionService:
         # Called after a session is created, and after one is deleted (to release what belongs
         # to it, such as its MCP servers).
         self.on_create: list[Callable[[Session, CreateSessionParams], None]] = []
-        self.on_delete: list[Callable[[str], Awaitable[None]]] = []
+        self.on_delete: list[Callable[[str], Awaitable[None]]] = []  # deleted or expired
+        self.on_fork: list[Callable[[Session], None]] = []
 
     def set_default_workspace(self, workspace: str | None) -> None:
         """The workspace used when a request names none (the first folder of ``initialize``)."""
@@ -87,9 +90,25 @@ class SessionService:
     async def delete(self, params: DeleteSessionParams) -> DeleteResult:
         self._refuse_if_running(params.session_id)
         await self.store.delete(params.session_id)
-        for deleted in self.on_delete:
-            await deleted(params.session_id)
+        await self._deleted([params.session_id])
         return DeleteResult()
+
+    async def fork(self, params: ForkSessionParams) -> Session:
+        session = await self.store.fork(params)
+        for forked in self.on_fork:
+            forked(session)
+        return self._live(session)
+
+    async def sweep(self, ttl: timedelta, now: datetime) -> list[str]:
+        """Delete the sessions idle for longer than ``ttl`` at ``now``, never one that runs."""
+        expired = await self.store.expire(now - ttl, keep=self._running)
+        await self._deleted(expired)
+        return expired
+
+    async def _deleted(self, session_ids: list[str]) -> None:
+        for session_id in session_ids:
+            for deleted in self.on_delete:
+                await deleted(session_id)
 
     def _live(self, session: Session) -> Session:
         session.running = self._running(session.session_id)

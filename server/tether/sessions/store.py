@@ -1,8 +1,9 @@
-"""The ``SessionStore`` protocol every store implements (memory now, SQL later)."""
+"""The ``SessionStore`` protocol every store implements (memory, SQL)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Literal, Protocol
 
 from tether.protocol import (
@@ -13,7 +14,7 @@ from tether.protocol import (
     Session,
 )
 from tether.protocol.kernel import Usage
-from tether.protocol.sessions import CreateSessionParams, SessionFields
+from tether.protocol.sessions import CreateSessionParams, ForkSessionParams, SessionFields
 
 Order = Literal["asc", "desc"]
 
@@ -66,4 +67,23 @@ class SessionStore(Protocol):
 
     async def clear(self, session_id: str) -> Session: ...
 
-    async def delete(self, session_id: str) -> None: ...
+    async def delete(self, session_id: str) -> None:
+        """Remove the session; forks of it keep their history (shared messages stay)."""
+        ...
+
+    async def fork(self, params: ForkSessionParams) -> Session:
+        """A new session sharing the history up to ``at_message_id`` (no message is copied).
+
+        InvalidParams on ``atMessageId`` when it is not in the session, or when it is inside a
+        tool exchange (see :func:`tether.sessions.forks.check_fork_point`).
+        """
+        ...
+
+    async def expire(self, idle_before: datetime, keep: Callable[[str], bool]) -> list[str]:
+        """Delete the sessions not updated since ``idle_before`` (except those ``keep`` keeps);
+        return their ids."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release what the store holds (connections, threads)."""
+        ...

@@ -182,6 +182,12 @@ class McpManager:
         """The servers of ``session_id`` alone (``session/create {mcpServers}``)."""
         self._session_specs[session_id] = list(specs)
 
+    def share_session_servers(self, parent_id: str, child_id: str) -> None:
+        """Give a fork the servers of the session it was forked from (started anew for it)."""
+        specs = self._session_specs.get(parent_id)
+        if specs:
+            self._session_specs[child_id] = list(specs)
+
     def has_session_servers(self, session_id: str) -> bool:
         return bool(self._session_specs.get(session_id))
 

@@ -1,4 +1,4 @@
-"""The in-memory session store against the ``SessionStore`` contract."""
+"""Every session store (memory, SQLite; PostgreSQL when configured) against its contract."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from tether.protocol import (
     ToolCall,
 )
 from tether.protocol.sessions import CreateSessionParams
-from tether.sessions import MemoryStore
+from tether.sessions import MemoryStore, SessionStore
 from tether.sessions.store import Order
 
 WORKSPACE = "file:///work/project"
@@ -44,17 +44,17 @@ def answering(call_id: str) -> MessageInput:
     return MessageInput(role=Role.TOOL, tool_call_id=call_id, content="result")
 
 
-async def fill(store: MemoryStore, session_id: str, count: int) -> list[Message]:
+async def fill(store: SessionStore, session_id: str, count: int) -> list[Message]:
     """Append ``count`` user messages whose contents are "0", "1", ... in order."""
     return await store.append(session_id, [user(str(i)) for i in range(count)]) if count else []
 
 
-async def all_messages(store: MemoryStore, session_id: str) -> list[Message]:
+async def all_messages(store: SessionStore, session_id: str) -> list[Message]:
     return (await store.messages(session_id, cursor=None, limit=1000, order="asc")).messages
 
 
 async def walk(
-    store: MemoryStore, session_id: str, *, limit: int, order: Order
+    store: SessionStore, session_id: str, *, limit: int, order: Order
 ) -> list[MessagesResult]:
     """Every page of a session's messages, following nextCursor until it is absent."""
     pages = [await store.messages(session_id, cursor=None, limit=limit, order=order)]
@@ -77,7 +77,7 @@ async def yield_to_other_tasks() -> None:
 
 
 async def test_create_returns_a_new_session_with_the_given_fields_and_no_messages(
-    store: MemoryStore,
+    store: SessionStore,
 ) -> None:
     params = CreateSessionParams(
         title="t", agent_id="a", model="m", settings={"k": 1}, metadata={"x": "y"}, tools=["read"]
@@ -94,24 +94,24 @@ async def test_create_returns_a_new_session_with_the_given_fields_and_no_message
     assert session.created_at.utcoffset() == timedelta(0)
 
 
-async def test_create_without_settings_or_metadata_gives_empty_objects(store: MemoryStore) -> None:
+async def test_create_without_settings_or_metadata_gives_empty_objects(store: SessionStore) -> None:
     session = await store.create(CreateSessionParams(), WORKSPACE)
     assert (session.settings, session.metadata, session.tools) == ({}, {}, None)
     assert session.to_wire()["settings"] == {}
 
 
-async def test_get_returns_the_session_as_created(store: MemoryStore, session: Session) -> None:
+async def test_get_returns_the_session_as_created(store: SessionStore, session: Session) -> None:
     assert await store.get(session.session_id) == session
 
 
-async def test_each_created_session_gets_its_own_id(store: MemoryStore) -> None:
+async def test_each_created_session_gets_its_own_id(store: SessionStore) -> None:
     sessions = [await store.create(CreateSessionParams(), WORKSPACE) for _ in range(20)]
     assert len({s.session_id for s in sessions}) == 20
 
 
 # --- unknown sessions -------------------------------------------------------------------------
 
-MissingCall = Callable[[MemoryStore, str], Awaitable[Any]]
+MissingCall = Callable[[SessionStore, str], Awaitable[Any]]
 BY_ID_METHODS: dict[str, MissingCall] = {
     "get": lambda store, sid: store.get(sid),
     "messages": lambda store, sid: store.messages(sid, cursor=None, limit=10, order="asc"),
@@ -126,7 +126,7 @@ BY_ID_METHODS: dict[str, MissingCall] = {
 
 @pytest.mark.parametrize("method", BY_ID_METHODS.values(), ids=BY_ID_METHODS.keys())
 async def test_every_method_raises_session_not_found_for_an_unknown_id(
-    store: MemoryStore, session: Session, method: MissingCall
+    store: SessionStore, session: Session, method: MissingCall
 ) -> None:
     with pytest.raises(SessionNotFound) as caught:
         await method(store, "no-such-session")
@@ -136,7 +136,7 @@ async def test_every_method_raises_session_not_found_for_an_unknown_id(
 
 @pytest.mark.parametrize("method", BY_ID_METHODS.values(), ids=BY_ID_METHODS.keys())
 async def test_every_method_raises_session_not_found_for_a_deleted_session(
-    store: MemoryStore, session: Session, method: MissingCall
+    store: SessionStore, session: Session, method: MissingCall
 ) -> None:
     await store.delete(session.session_id)
     with pytest.raises(SessionNotFound) as caught:
@@ -159,7 +159,7 @@ def mutate_session(session: Session) -> None:
 
 
 async def test_mutating_any_returned_session_never_changes_what_the_store_returns_next(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     sid = session.session_id
     expected = await store.get(sid)
@@ -179,7 +179,7 @@ async def test_mutating_any_returned_session_never_changes_what_the_store_return
 
 
 async def test_mutating_the_create_and_configure_params_afterwards_never_changes_the_session(
-    store: MemoryStore,
+    store: SessionStore,
 ) -> None:
     params = CreateSessionParams(settings={"a": {"b": 1}}, metadata={"m": [1]}, tools=["read"])
     session = await store.create(params, WORKSPACE)
@@ -218,7 +218,7 @@ def mutate_message(message: Message) -> None:
 
 
 async def test_mutating_returned_messages_never_changes_what_the_store_returns_next(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     sid = session.session_id
     [appended] = await store.append(sid, [rich_message()])
@@ -231,7 +231,7 @@ async def test_mutating_returned_messages_never_changes_what_the_store_returns_n
 
 
 async def test_mutating_a_plain_text_message_copy_never_changes_the_store(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     [appended] = await store.append(session.session_id, [user("hello")])
     appended.content = "changed"
@@ -243,7 +243,7 @@ async def test_mutating_a_plain_text_message_copy_never_changes_the_store(
 
 
 async def test_mutating_an_appended_input_afterwards_never_changes_the_stored_message(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     source = rich_message()
     [appended] = await store.append(session.session_id, [source])
@@ -255,7 +255,7 @@ async def test_mutating_an_appended_input_afterwards_never_changes_the_stored_me
 
 
 async def test_an_empty_tool_calls_list_is_stored_as_no_tool_calls(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     sid = session.session_id
     [appended] = await store.append(
@@ -270,7 +270,7 @@ async def test_an_empty_tool_calls_list_is_stored_as_no_tool_calls(
 
 
 async def test_append_fills_in_ids_and_timestamps_and_keeps_the_given_fields(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     batch = [user("question"), calling("c1"), answering("c1")]
     appended = await store.append(session.session_id, batch, run_id="run-1")
@@ -285,7 +285,7 @@ async def test_append_fills_in_ids_and_timestamps_and_keeps_the_given_fields(
 
 
 async def test_append_counts_the_messages_and_bumps_updated_at(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     appended = await fill(store, session.session_id, 3)
     after = await store.get(session.session_id)
@@ -295,7 +295,7 @@ async def test_append_counts_the_messages_and_bumps_updated_at(
 
 
 async def test_an_appended_message_without_tool_fields_goes_on_the_wire_without_them(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     [message] = await store.append(session.session_id, [user("hi")])
     assert set(message.to_wire()) == {"id", "role", "content", "createdAt"}
@@ -303,9 +303,10 @@ async def test_an_appended_message_without_tool_fields_goes_on_the_wire_without_
 
 
 async def test_200_concurrent_tasks_appending_50_messages_each_lose_nothing(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
-    tasks, per_task = 200, 50
+    # a SQL store writes each append to disk: fewer of them keep the test quick
+    tasks, per_task = (200, 50) if isinstance(store, MemoryStore) else (40, 10)
     sid = session.session_id
 
     async def append_in_turn(task: int) -> None:
@@ -327,7 +328,7 @@ async def test_200_concurrent_tasks_appending_50_messages_each_lose_nothing(
 
 
 async def test_append_is_all_or_nothing_when_a_tool_result_answers_an_unknown_call(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     sid = session.session_id
     await fill(store, sid, 2)
@@ -345,7 +346,7 @@ async def test_append_is_all_or_nothing_when_a_tool_result_answers_an_unknown_ca
 
 
 async def test_a_tool_result_answering_a_call_from_an_earlier_append_is_accepted(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     await store.append(session.session_id, [calling("c1", "c2")])
     appended = await store.append(session.session_id, [answering("c2"), answering("c1")])
@@ -353,14 +354,14 @@ async def test_a_tool_result_answering_a_call_from_an_earlier_append_is_accepted
 
 
 async def test_a_tool_result_answering_a_call_from_the_same_batch_is_accepted(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     appended = await store.append(session.session_id, [calling("c1"), answering("c1")])
     assert len(appended) == 2
 
 
 async def test_a_tool_result_placed_before_its_call_in_a_batch_is_rejected(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     with pytest.raises(InvalidParams):
         await store.append(session.session_id, [answering("c1"), calling("c1")])
@@ -368,7 +369,7 @@ async def test_a_tool_result_placed_before_its_call_in_a_batch_is_rejected(
 
 
 async def test_a_tool_result_answering_a_call_of_another_session_is_rejected(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     other = await store.create(CreateSessionParams(), WORKSPACE)
     await store.append(other.session_id, [calling("c1")])
@@ -445,14 +446,21 @@ class WatchedDict(dict[str, Any]):
 
 
 class WatchedIds:
-    """Stands in for the set of a session's tool call ids; counts walks over all of them.
+    """Stands in for a session's tool call ids (id -> position); counts walks over all of them.
 
-    Not a ``set`` subclass: copying a real set subclass happens in C without calling ``__iter__``.
+    Not a ``dict`` subclass: copying a real dict subclass happens in C without calling
+    ``__iter__``.
     """
 
-    def __init__(self, ids: set[str]) -> None:
-        self._ids = set(ids)
+    def __init__(self, ids: dict[str, int]) -> None:
+        self._ids = dict(ids)
         self.whole_reads = 0
+
+    def __setitem__(self, key: str, value: int) -> None:
+        self._ids[key] = value
+
+    def get(self, key: str) -> int | None:
+        return self._ids.get(key)
 
     def __iter__(self) -> Iterator[str]:
         self.whole_reads += 1
@@ -464,16 +472,12 @@ class WatchedIds:
     def __len__(self) -> int:
         return len(self._ids)
 
-    def add(self, item: str) -> None:
-        self._ids.add(item)
-
-    def update(self, items: Any) -> None:
-        self._ids.update(items)
-
 
 async def test_appending_to_a_100k_message_history_neither_copies_nor_walks_it(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
+    if not isinstance(store, MemoryStore):
+        pytest.skip("looks inside the memory store")
     sid = session.session_id
     same_input = [user("x")] * 10_000
     for _ in range(10):
@@ -495,8 +499,10 @@ async def test_appending_to_a_100k_message_history_neither_copies_nor_walks_it(
 
 
 async def test_appending_to_a_history_of_many_tool_calls_does_not_walk_their_ids(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
+    if not isinstance(store, MemoryStore):
+        pytest.skip("looks inside the memory store")
     sid = session.session_id
     calls = 5_000
     await store.append(
@@ -517,7 +523,7 @@ async def test_appending_to_a_history_of_many_tool_calls_does_not_walk_their_ids
 
 @pytest.mark.parametrize("order", ["asc", "desc"])
 async def test_the_messages_of_an_empty_session_are_one_empty_last_page(
-    store: MemoryStore, session: Session, order: Order
+    store: SessionStore, session: Session, order: Order
 ) -> None:
     page = await store.messages(session.session_id, cursor=None, limit=10, order=order)
     assert (page.messages, page.total, page.next_cursor) == ([], 0, None)
@@ -530,7 +536,7 @@ async def test_the_messages_of_an_empty_session_are_one_empty_last_page(
     ids=lambda value: str(value),
 )
 async def test_a_paged_walk_visits_every_message_once_in_order(
-    store: MemoryStore, session: Session, count: int, limit: int, order: Order
+    store: SessionStore, session: Session, count: int, limit: int, order: Order
 ) -> None:
     await fill(store, session.session_id, count)
     pages = await walk(store, session.session_id, limit=limit, order=order)
@@ -549,7 +555,7 @@ async def test_a_paged_walk_visits_every_message_once_in_order(
 
 @pytest.mark.parametrize("order", ["asc", "desc"])
 async def test_a_limit_equal_to_the_total_gives_one_page_without_a_next_cursor(
-    store: MemoryStore, session: Session, order: Order
+    store: SessionStore, session: Session, order: Order
 ) -> None:
     await fill(store, session.session_id, 4)
     page = await store.messages(session.session_id, cursor=None, limit=4, order=order)
@@ -558,7 +564,7 @@ async def test_a_limit_equal_to_the_total_gives_one_page_without_a_next_cursor(
 
 
 async def test_the_first_descending_page_holds_the_newest_messages_newest_first(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     await fill(store, session.session_id, 10)
     page = await store.messages(session.session_id, cursor=None, limit=3, order="desc")
@@ -566,7 +572,7 @@ async def test_the_first_descending_page_holds_the_newest_messages_newest_first(
 
 
 async def test_messages_appended_during_an_ascending_walk_are_reached_by_it(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     sid = session.session_id
     await fill(store, sid, 4)
@@ -579,7 +585,7 @@ async def test_messages_appended_during_an_ascending_walk_are_reached_by_it(
 
 
 async def test_a_session_list_cursor_is_rejected_by_messages(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     await store.create(CreateSessionParams(), WORKSPACE)
     await fill(store, session.session_id, 3)
@@ -596,7 +602,7 @@ GARBAGE_CURSORS = ["", "garbage", "!!!", "é", "W10", "WyJtZXNzYWdlcyJd", "bnVsb
 @pytest.mark.parametrize("cursor", GARBAGE_CURSORS)
 @pytest.mark.parametrize("order", ["asc", "desc"])
 async def test_a_garbage_cursor_is_rejected_by_messages(
-    store: MemoryStore, session: Session, cursor: str, order: Order
+    store: SessionStore, session: Session, cursor: str, order: Order
 ) -> None:
     await fill(store, session.session_id, 3)
     with pytest.raises(InvalidParams):
@@ -604,7 +610,7 @@ async def test_a_garbage_cursor_is_rejected_by_messages(
 
 
 async def test_a_messages_cursor_invalidated_by_clear_is_rejected(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     sid = session.session_id
     await fill(store, sid, 3)
@@ -616,7 +622,7 @@ async def test_a_messages_cursor_invalidated_by_clear_is_rejected(
 
 
 async def test_a_messages_cursor_of_another_session_is_rejected(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     other = await store.create(CreateSessionParams(), WORKSPACE)
     await fill(store, other.session_id, 3)
@@ -629,17 +635,17 @@ async def test_a_messages_cursor_of_another_session_is_rejected(
 # --- list_sessions ----------------------------------------------------------------------------
 
 
-async def list_all(store: MemoryStore, workspace: str | None = None) -> list[str]:
+async def list_all(store: SessionStore, workspace: str | None = None) -> list[str]:
     result = await store.list_sessions(workspace=workspace, cursor=None, limit=1000)
     return [s.session_id for s in result.sessions]
 
 
-async def test_an_empty_store_lists_no_sessions_and_no_cursor(store: MemoryStore) -> None:
+async def test_an_empty_store_lists_no_sessions_and_no_cursor(store: SessionStore) -> None:
     result = await store.list_sessions(workspace=None, cursor=None, limit=10)
     assert (result.sessions, result.next_cursor) == ([], None)
 
 
-async def test_sessions_are_listed_newest_updated_at_first(store: MemoryStore) -> None:
+async def test_sessions_are_listed_newest_updated_at_first(store: SessionStore) -> None:
     a, b, c = [await store.create(CreateSessionParams(title=t), WORKSPACE) for t in "abc"]
     assert await list_all(store) == [c.session_id, b.session_id, a.session_id]
     await fill(store, a.session_id, 1)
@@ -652,7 +658,7 @@ async def test_sessions_are_listed_newest_updated_at_first(store: MemoryStore) -
     assert [s.updated_at for s in listed] == sorted((s.updated_at for s in listed), reverse=True)
 
 
-async def test_sessions_are_filtered_by_workspace(store: MemoryStore) -> None:
+async def test_sessions_are_filtered_by_workspace(store: SessionStore) -> None:
     here = [await store.create(CreateSessionParams(), WORKSPACE) for _ in range(3)]
     there = [await store.create(CreateSessionParams(), OTHER_WORKSPACE) for _ in range(2)]
     assert set(await list_all(store, WORKSPACE)) == {s.session_id for s in here}
@@ -663,7 +669,7 @@ async def test_sessions_are_filtered_by_workspace(store: MemoryStore) -> None:
 
 @pytest.mark.parametrize("limit", [1, 2, 3, 7, 8])
 async def test_paging_through_sessions_visits_each_once_newest_first(
-    store: MemoryStore, limit: int
+    store: SessionStore, limit: int
 ) -> None:
     created = [await store.create(CreateSessionParams(), WORKSPACE) for _ in range(7)]
     await store.create(CreateSessionParams(), OTHER_WORKSPACE)
@@ -685,14 +691,14 @@ async def test_paging_through_sessions_visits_each_once_newest_first(
 
 @pytest.mark.parametrize("cursor", GARBAGE_CURSORS)
 async def test_a_garbage_cursor_is_rejected_by_list_sessions(
-    store: MemoryStore, session: Session, cursor: str
+    store: SessionStore, session: Session, cursor: str
 ) -> None:
     with pytest.raises(InvalidParams):
         await store.list_sessions(workspace=None, cursor=cursor, limit=1)
 
 
 async def test_a_messages_cursor_is_rejected_by_list_sessions(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     await fill(store, session.session_id, 3)
     page = await store.messages(session.session_id, cursor=None, limit=1, order="asc")
@@ -700,7 +706,7 @@ async def test_a_messages_cursor_is_rejected_by_list_sessions(
         await store.list_sessions(workspace=None, cursor=page.next_cursor, limit=1)
 
 
-async def test_deleted_sessions_are_not_listed(store: MemoryStore, session: Session) -> None:
+async def test_deleted_sessions_are_not_listed(store: SessionStore, session: Session) -> None:
     other = await store.create(CreateSessionParams(), WORKSPACE)
     await store.delete(session.session_id)
     assert await list_all(store) == [other.session_id]
@@ -710,7 +716,7 @@ async def test_deleted_sessions_are_not_listed(store: MemoryStore, session: Sess
 
 
 async def test_configure_replaces_only_the_fields_it_is_given(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     changes = ConfigureSessionParams.model_validate(
         {"sessionId": session.session_id, "model": "m2", "tools": ["write"]}
@@ -723,7 +729,7 @@ async def test_configure_replaces_only_the_fields_it_is_given(
 
 
 async def test_configure_with_an_explicit_null_title_clears_it(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     changes = ConfigureSessionParams.model_validate(
         {"sessionId": session.session_id, "title": None}
@@ -735,7 +741,7 @@ async def test_configure_with_an_explicit_null_title_clears_it(
 
 
 async def test_configure_replaces_settings_and_metadata_whole(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     changes = ConfigureSessionParams.model_validate(
         {"sessionId": session.session_id, "settings": {"temperature": 0}, "metadata": {}}
@@ -745,7 +751,7 @@ async def test_configure_replaces_settings_and_metadata_whole(
 
 
 async def test_configure_with_null_settings_and_metadata_empties_them(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     changes = ConfigureSessionParams.model_validate(
         {"sessionId": session.session_id, "settings": None, "metadata": None}
@@ -756,7 +762,7 @@ async def test_configure_with_null_settings_and_metadata_empties_them(
 
 
 async def test_configure_with_no_fields_changes_nothing_but_updated_at(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     changes = ConfigureSessionParams(session_id=session.session_id)
     configured = await store.configure(session.session_id, changes)
@@ -770,7 +776,7 @@ async def test_configure_with_no_fields_changes_nothing_but_updated_at(
 
 
 async def test_clear_empties_the_history_and_keeps_the_configuration(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     sid = session.session_id
     await store.append(sid, [user("q"), calling("c1"), answering("c1")])
@@ -784,7 +790,7 @@ async def test_clear_empties_the_history_and_keeps_the_configuration(
 
 
 async def test_after_clear_appends_start_a_fresh_history(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     sid = session.session_id
     await store.append(sid, [calling("c1")])
@@ -797,7 +803,7 @@ async def test_after_clear_appends_start_a_fresh_history(
 
 
 async def test_delete_then_get_raises_session_not_found(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     await store.delete(session.session_id)
     with pytest.raises(SessionNotFound) as caught:
@@ -806,7 +812,7 @@ async def test_delete_then_get_raises_session_not_found(
 
 
 async def test_deleting_one_session_leaves_the_others_untouched(
-    store: MemoryStore, session: Session
+    store: SessionStore, session: Session
 ) -> None:
     other = await store.create(CreateSessionParams(), WORKSPACE)
     await fill(store, other.session_id, 2)

@@ -1,0 +1,122 @@
+"""A configured store that is opened after the handshake: calls made before it is open wait.
+
+Opening a SQL store imports SQLAlchemy and may create or migrate a database; doing that before
+answering ``initialize`` would slow every start. :class:`OpeningStore` stands in for the store
+from the start: :meth:`start` opens it in the background, and every call waits for it. A store
+that cannot be opened makes every call raise the same :class:`tether.protocol.ConfigError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from tether.protocol import ConfigError, ListSessionsResult, Message, MessageInput, MessagesResult
+from tether.protocol import Session as SessionModel
+from tether.protocol.kernel import Usage
+from tether.protocol.sessions import CreateSessionParams, ForkSessionParams, SessionFields
+from tether.sessions.store import Order, SessionStore
+
+
+def url_kind(url: str) -> str:
+    """The store kind a URL opens, without importing SQLAlchemy: ``sqlite``, ``postgresql``…"""
+    return url.split(":", 1)[0].split("+", 1)[0]
+
+
+class OpeningStore:
+    """Stands in for the SQL store at ``url`` until it is open."""
+
+    durable = True
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.kind = url_kind(url)
+        self._task: asyncio.Task[SessionStore] | None = None
+
+    def start(self) -> None:
+        """Begin opening the store (at most once); needs a running event loop."""
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._open())
+
+    async def store(self) -> SessionStore:
+        self.start()
+        assert self._task is not None
+        return await asyncio.shield(self._task)
+
+    async def _open(self) -> SessionStore:
+        try:
+            sql = await asyncio.to_thread(importlib.import_module, "tether.sessions.sql")
+            opened: SessionStore = await sql.SqlStore.open(self.url)
+        except ConfigError:
+            raise
+        except Exception as exc:
+            raise ConfigError(
+                f"cannot open the session store ({self.kind}): {type(exc).__name__}: {exc}",
+                {"key": "sessions.store", "source": "sessions"},
+            ) from None
+        return opened
+
+    async def aclose(self) -> None:
+        if self._task is None:
+            return
+        if not self._task.done():
+            self._task.cancel()
+        try:
+            opened = await self._task
+        except (asyncio.CancelledError, Exception):
+            return
+        await opened.aclose()
+
+    # -- the SessionStore methods, once the store is open ----------------------------------
+
+    async def create(self, params: CreateSessionParams, workspace: str) -> SessionModel:
+        return await (await self.store()).create(params, workspace)
+
+    async def get(self, session_id: str) -> SessionModel:
+        return await (await self.store()).get(session_id)
+
+    async def list_sessions(
+        self, *, workspace: str | None, cursor: str | None, limit: int
+    ) -> ListSessionsResult:
+        store = await self.store()
+        return await store.list_sessions(workspace=workspace, cursor=cursor, limit=limit)
+
+    async def messages(
+        self, session_id: str, *, cursor: str | None, limit: int, order: Order
+    ) -> MessagesResult:
+        store = await self.store()
+        return await store.messages(session_id, cursor=cursor, limit=limit, order=order)
+
+    async def append(
+        self,
+        session_id: str,
+        messages: Sequence[MessageInput],
+        *,
+        run_id: str | None = None,
+        ids: Sequence[str] | None = None,
+    ) -> list[Message]:
+        store = await self.store()
+        return await store.append(session_id, messages, run_id=run_id, ids=ids)
+
+    async def history(self, session_id: str) -> list[Message]:
+        return await (await self.store()).history(session_id)
+
+    async def configure(self, session_id: str, changes: SessionFields) -> SessionModel:
+        return await (await self.store()).configure(session_id, changes)
+
+    async def add_usage(self, session_id: str, usage: Usage) -> None:
+        await (await self.store()).add_usage(session_id, usage)
+
+    async def clear(self, session_id: str) -> SessionModel:
+        return await (await self.store()).clear(session_id)
+
+    async def delete(self, session_id: str) -> None:
+        await (await self.store()).delete(session_id)
+
+    async def fork(self, params: ForkSessionParams) -> SessionModel:
+        return await (await self.store()).fork(params)
+
+    async def expire(self, idle_before: datetime, keep: Callable[[str], bool]) -> list[str]:
+        return await (await self.store()).expire(idle_before, keep)

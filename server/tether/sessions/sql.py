@@ -1,0 +1,1000 @@
+"""The SQL session store: SQLite (a file) or any SQLAlchemy URL (PostgreSQL for a shared store).
+
+Layout (see also :mod:`tether.sessions.forks`):
+
+- ``sessions``: one row per session, with the counters an append needs (``own_count``,
+  ``base_count``) so that it never counts messages, and ``owner``, the key its own messages are
+  stored under (a new one after ``clear``);
+- ``messages``: keyed by ``(owner, position)``; a page is a range scan of that key;
+- ``tool_calls``: one row per call an assistant message makes, indexed by call id, so a tool
+  result is checked against the calls of the session without reading its history;
+- ``segments``: the inherited prefix of each fork, ``(session_id, seq) -> (owner, upto)``,
+  indexed by owner so rows that nothing refers to any more can be found and removed;
+- ``schema_version``: the version of this layout, moved forward by :data:`MIGRATIONS`.
+
+SQLAlchemy is synchronous: every call runs on one worker thread per store, so the event loop
+never blocks and the database sees one writer per process. Each write is one transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any, NamedTuple, TypeVar
+
+import orjson
+from pydantic import TypeAdapter
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    Connection,
+    Dialect,
+    Engine,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    Row,
+    String,
+    Table,
+    Text,
+    and_,
+    bindparam,
+    create_engine,
+    delete,
+    event,
+    exists,
+    insert,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.schema import CreateIndex, CreateTable
+from sqlalchemy.types import TypeDecorator
+
+from tether.protocol import (
+    ConfigError,
+    InvalidParams,
+    ListSessionsResult,
+    Message,
+    MessageInput,
+    MessagesResult,
+    Role,
+    Session,
+    SessionNotFound,
+    ToolCall,
+)
+from tether.protocol.kernel import Usage
+from tether.protocol.messages import Content
+from tether.protocol.sessions import CreateSessionParams, ForkSessionParams, SessionFields
+from tether.sessions.cursors import decode_cursor, encode_cursor
+from tether.sessions.forks import check_fork_point, cut_chain
+from tether.sessions.ids import utcnow, uuid7
+from tether.sessions.memory import new_message, trusted_message
+from tether.sessions.store import Order
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 2
+
+
+class _Micros(TypeDecorator[datetime]):
+    """A UTC datetime as integer microseconds since the epoch: exact, portable, sortable."""
+
+    impl = BigInteger
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> int | None:
+        return None if value is None else _to_micros(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        return None if value is None else _from_micros(value)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _to_micros(value: datetime) -> int:
+    delta = value - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _from_micros(value: int) -> datetime:
+    return datetime.fromtimestamp(value // 1_000_000, UTC).replace(microsecond=value % 1_000_000)
+
+
+_ID = String(64)
+
+metadata = MetaData()
+
+schema_version = Table("schema_version", metadata, Column("version", Integer, nullable=False))
+
+sessions_table = Table(
+    "sessions",
+    metadata,
+    Column("id", _ID, primary_key=True),
+    Column("workspace", Text, nullable=False),
+    Column("title", Text),
+    Column("agent_id", Text),
+    Column("model", Text),
+    Column("system_prompt", Text),
+    Column("settings", JSON, nullable=False),
+    Column("metadata", JSON, nullable=False),
+    Column("tools", JSON(none_as_null=True)),
+    Column("allowed_models", JSON(none_as_null=True)),
+    Column("state", JSON, nullable=False),
+    Column("parent_session_id", _ID),
+    Column("forked_from_message_id", _ID),
+    Column("owner", _ID, nullable=False),
+    Column("base_count", Integer, nullable=False),
+    Column("own_count", Integer, nullable=False),
+    Column("input_tokens", BigInteger, nullable=False),
+    Column("output_tokens", BigInteger, nullable=False),
+    Column("created_at", _Micros, nullable=False),
+    Column("updated_at", _Micros, nullable=False),
+)
+
+segments_table = Table(
+    "segments",
+    metadata,
+    Column("session_id", _ID, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("owner", _ID, nullable=False),
+    Column("upto", Integer, nullable=False),
+    PrimaryKeyConstraint("session_id", "seq"),
+)
+
+messages_table = Table(
+    "messages",
+    metadata,
+    Column("owner", _ID, nullable=False),
+    Column("position", Integer, nullable=False),
+    Column("id", _ID, nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("content", JSON(none_as_null=True)),
+    Column("tool_calls", JSON(none_as_null=True)),
+    Column("tool_call_id", Text),
+    Column("is_error", Boolean),
+    Column("name", Text),
+    Column("author", Text),
+    Column("metadata", JSON(none_as_null=True)),
+    Column("agent_id", Text),
+    Column("run_id", _ID),
+    Column("created_at", _Micros, nullable=False),
+    PrimaryKeyConstraint("owner", "position"),
+)
+
+tool_calls_table = Table(
+    "tool_calls",
+    metadata,
+    Column("owner", _ID, nullable=False),
+    Column("position", Integer, nullable=False),
+    Column("call_id", Text, nullable=False),
+)
+
+_V1_INDEXES = [
+    Index("ix_messages_id", messages_table.c.id, unique=True),
+    Index(
+        "ix_sessions_workspace_updated",
+        sessions_table.c.workspace,
+        sessions_table.c.updated_at,
+        sessions_table.c.id,
+    ),
+    Index("ix_sessions_updated", sessions_table.c.updated_at, sessions_table.c.id),
+    Index("ix_sessions_owner", sessions_table.c.owner),
+    Index("ix_segments_owner", segments_table.c.owner),
+    Index("ix_tool_calls_call", tool_calls_table.c.call_id),
+    Index("ix_tool_calls_owner", tool_calls_table.c.owner, tool_calls_table.c.position),
+]
+_V2_INDEXES = [Index("ix_messages_run", messages_table.c.run_id)]
+
+
+def _create_v1(connection: Connection) -> None:
+    for table in (sessions_table, segments_table, messages_table, tool_calls_table):
+        connection.execute(CreateTable(table))
+    for index in _V1_INDEXES:
+        connection.execute(CreateIndex(index))
+
+
+def _add_run_index(connection: Connection) -> None:
+    for index in _V2_INDEXES:
+        connection.execute(CreateIndex(index))
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_create_v1, _add_run_index]
+"""Step ``i`` moves the schema from version ``i`` to ``i + 1`` (0: an empty database)."""
+
+assert len(MIGRATIONS) == SCHEMA_VERSION
+
+
+# The statements of the hot paths, built once (SQLAlchemy then reuses their compiled form).
+_S = sessions_table.c
+_M = messages_table.c
+_COUNTERS = select(_S.id, _S.owner, _S.base_count, _S.own_count, _S.agent_id).where(
+    _S.id == bindparam("sid")
+)
+_RESERVE = (
+    update(sessions_table)
+    .where(_S.id == bindparam("sid"))
+    .values(own_count=_S.own_count + bindparam("n"), updated_at=bindparam("now", type_=_Micros))
+    .returning(_S.id, _S.owner, _S.base_count, _S.own_count, _S.agent_id)
+)
+_MESSAGE_COLUMNS = (
+    _M.id, _M.role, _M.content, _M.tool_calls, _M.tool_call_id, _M.is_error, _M.name,
+    _M.author, _M.metadata, _M.run_id, _M.created_at,
+)  # fmt: skip
+_RANGE = (
+    select(*_MESSAGE_COLUMNS)
+    .where(
+        _M.owner == bindparam("owner"),
+        _M.position >= bindparam("low"),
+        _M.position < bindparam("high"),
+    )
+    .order_by(_M.position)
+)
+_INSERT_MESSAGES = insert(messages_table)
+_INSERT_CALLS = insert(tool_calls_table)
+_CALL_BY_ID = select(
+    tool_calls_table.c.owner, tool_calls_table.c.position, tool_calls_table.c.call_id
+).where(tool_calls_table.c.call_id == bindparam("call_id"))
+_CHAIN = (
+    select(segments_table.c.owner, segments_table.c.upto)
+    .where(segments_table.c.session_id == bindparam("sid"))
+    .order_by(segments_table.c.seq)
+)
+_BY_MESSAGE_ID = select(_M.owner, _M.position).where(_M.id == bindparam("message_id"))
+
+
+def migrate(connection: Connection, target: int = SCHEMA_VERSION) -> int:
+    """Run the steps from the database's version up to ``target``; return the version found."""
+    schema_version.create(connection, checkfirst=True)
+    found = connection.execute(select(schema_version.c.version)).scalar()
+    current = found or 0
+    if current > SCHEMA_VERSION:
+        raise ConfigError(
+            f"the session database has schema version {current}, newer than this tether "
+            f"understands ({SCHEMA_VERSION}): upgrade tether",
+            {"key": "sessions.store", "source": "sessions database"},
+        )
+    for step in MIGRATIONS[current:target]:
+        step(connection)
+    if found is None:
+        connection.execute(insert(schema_version).values(version=max(current, target)))
+    elif target > current:
+        connection.execute(update(schema_version).values(version=target))
+    return current
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; SQLite gets WAL, a busy timeout and explicit transactions."""
+    engine = create_engine(
+        url,
+        json_serializer=lambda value: orjson.dumps(value).decode(),
+        json_deserializer=orjson.loads,
+    )
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_connected)
+        event.listen(engine, "begin", _sqlite_begin)
+    return engine
+
+
+def _sqlite_connected(dbapi_connection: Any, record: Any) -> None:
+    dbapi_connection.isolation_level = None  # transactions are begun by _sqlite_begin
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA synchronous=NORMAL")  # in WAL: a commit survives a killed process
+    cursor.close()
+
+
+def _sqlite_begin(connection: Connection) -> None:
+    # A write takes the lock at once, so two processes never deadlock upgrading read locks.
+    write = connection.get_execution_options().get("tether_write", False)
+    connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def sqlite_url(path: str | os.PathLike[str]) -> str:
+    return f"sqlite:///{Path(path)}"
+
+
+class _Exec:
+    """The reads and writes of the hot paths, through SQLAlchemy (any database)."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+
+    def rows(self, statement: Any, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """Rows of plain values (strings and integers: no column needs converting)."""
+        return [tuple(row) for row in self.connection.execute(statement, params)]
+
+    def messages(self, owner: str, low: int, high: int) -> list[Message]:
+        rows = self.connection.execute(_RANGE, {"owner": owner, "low": low, "high": high})
+        return [_message(row) for row in rows]
+
+    def insert(self, messages: list[dict[str, Any]], calls: list[dict[str, Any]]) -> None:
+        self.connection.execute(_INSERT_MESSAGES, messages)
+        if calls:
+            self.connection.execute(_INSERT_CALLS, calls)
+
+
+class _Compiled:
+    """A statement compiled once for SQLite, with the order of its parameters."""
+
+    def __init__(self, statement: Any, dialect: Dialect) -> None:
+        compiled = statement.compile(dialect=dialect)
+        self.sql: str = compiled.string
+        self.names: tuple[str, ...] = tuple(compiled.positiontup or ())
+
+    def args(self, params: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(params[name] for name in self.names)
+
+
+class _SqliteExec(_Exec):
+    """The same on the sqlite3 connection under SQLAlchemy's, with the statements SQLAlchemy
+    compiled: the hot paths then cost what sqlite3 costs (SQLAlchemy's execution layer would
+    take most of the time of a small append)."""
+
+    def __init__(self, connection: Connection, compiled: dict[int, _Compiled]) -> None:
+        super().__init__(connection)
+        self.raw: Any = connection.connection.driver_connection
+        self._compiled = compiled
+
+    def _sql(self, statement: Any) -> _Compiled:
+        compiled = self._compiled.get(id(statement))
+        if compiled is None:
+            compiled = self._compiled[id(statement)] = _Compiled(statement, self.connection.dialect)
+        return compiled
+
+    def rows(self, statement: Any, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        compiled = self._sql(statement)
+        return list(self.raw.execute(compiled.sql, compiled.args(params)))
+
+    def messages(self, owner: str, low: int, high: int) -> list[Message]:
+        compiled = self._sql(_RANGE)
+        found = []
+        params = {"owner": owner, "low": low, "high": high}
+        for row in self.raw.execute(compiled.sql, compiled.args(params)):
+            values = list(row)
+            for index in (2, 3, 8):  # content, tool_calls, metadata: JSON text
+                if values[index] is not None:
+                    values[index] = orjson.loads(values[index])
+            if values[5] is not None:
+                values[5] = bool(values[5])
+            values[10] = _from_micros(values[10])
+            found.append(_message(values))
+        return found
+
+    def insert(self, messages: list[dict[str, Any]], calls: list[dict[str, Any]]) -> None:
+        compiled = self._sql(_INSERT_MESSAGES)
+        rows = []
+        for message in messages:
+            for name in ("content", "tool_calls", "metadata"):
+                if message[name] is not None:
+                    message[name] = orjson.dumps(message[name]).decode()
+            message["created_at"] = _to_micros(message["created_at"])
+            rows.append(compiled.args(message))
+        self.raw.executemany(compiled.sql, rows)
+        if calls:
+            compiled = self._sql(_INSERT_CALLS)
+            self.raw.executemany(compiled.sql, [compiled.args(call) for call in calls])
+
+
+class SqlStore:
+    """A :class:`tether.sessions.store.SessionStore` on SQLAlchemy. Make it with :meth:`open`."""
+
+    durable = True
+
+    def __init__(self, engine: Engine, executor: ThreadPoolExecutor, *, fast: bool = True) -> None:
+        """``fast``: on SQLite, run the hot paths on sqlite3 directly (see ``_SqliteExec``)."""
+        self._engine = engine
+        self._executor = executor
+        self._fast = fast and engine.dialect.name == "sqlite"
+        self._compiled: dict[int, _Compiled] = {}
+        self._connection: Connection | None = None  # used on the worker thread only
+        self.kind = engine.dialect.name
+        self.url = engine.url
+
+    @classmethod
+    async def open(cls, url: str, *, fast: bool = True) -> SqlStore:
+        """Open (creating and migrating as needed) the database at ``url``."""
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-sessions")
+        try:
+            engine = await asyncio.get_running_loop().run_in_executor(executor, _open_engine, url)
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        return cls(engine, executor, fast=fast)
+
+    @classmethod
+    def open_sync(cls, url: str) -> SqlStore:
+        """:meth:`open` for code that has no event loop running yet (tests, tools)."""
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-sessions")
+        return cls(executor.submit(_open_engine, url).result(), executor)
+
+    async def aclose(self) -> None:
+        await self._run(self._close)
+        self._executor.shutdown(wait=True)
+
+    # -- running on the worker ---------------------------------------------------------------
+
+    async def _run(self, call: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    async def _read(self, call: Callable[[Connection], T]) -> T:
+        return await self._run(partial(self._in_transaction, call, write=False))
+
+    async def _write(self, call: Callable[[Connection], T]) -> T:
+        return await self._run(partial(self._in_transaction, call, write=True))
+
+    def _in_transaction(self, call: Callable[[Connection], T], *, write: bool) -> T:
+        connection = self._live()
+        connection.execution_options(tether_write=write)
+        with connection.begin():
+            return call(connection)
+
+    def _live(self) -> Connection:
+        connection = self._connection
+        if connection is None or connection.closed or connection.invalidated:
+            connection = self._connection = self._engine.connect()
+        return connection
+
+    async def _hot(self, call: Callable[[_Exec], T], *, write: bool) -> T:
+        """A transaction of the hot paths: on SQLite, begun and committed on sqlite3 itself."""
+        if not self._fast:
+            return await self._run(
+                partial(self._in_transaction, lambda c: call(_Exec(c)), write=write)
+            )
+        return await self._run(partial(self._sqlite_transaction, call, write=write))
+
+    def _sqlite_transaction(self, call: Callable[[_Exec], T], *, write: bool) -> T:
+        db = _SqliteExec(self._live(), self._compiled)
+        db.raw.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            result = call(db)
+        except BaseException:
+            db.raw.rollback()
+            raise
+        db.raw.commit()
+        return result
+
+    def _close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+        self._engine.dispose()
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    async def create(self, params: CreateSessionParams, workspace: str) -> Session:
+        now = utcnow()
+        session_id = uuid7()
+        row = {
+            "id": session_id,
+            "workspace": workspace,
+            "title": params.title,
+            "agent_id": params.agent_id,
+            "model": params.model,
+            "system_prompt": params.system_prompt,
+            "settings": params.settings or {},
+            "metadata": params.metadata or {},
+            "tools": params.tools,
+            "allowed_models": params.allowed_models,
+            "state": params.state or {},
+            "parent_session_id": None,
+            "forked_from_message_id": None,
+            "owner": session_id,
+            "base_count": 0,
+            "own_count": 0,
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "created_at": now,
+            "updated_at": now,
+        }
+
+        def create(connection: Connection) -> None:
+            connection.execute(insert(sessions_table).values(_json_safe(row)))
+
+        await self._write(create)
+        return await self.get(session_id)
+
+    async def get(self, session_id: str) -> Session:
+        return await self._read(lambda c: _session(_session_row(c, session_id)))
+
+    async def list_sessions(
+        self, *, workspace: str | None, cursor: str | None, limit: int
+    ) -> ListSessionsResult:
+        query = select(sessions_table)
+        if workspace is not None:
+            query = query.where(sessions_table.c.workspace == workspace)
+        if cursor is not None:
+            updated, session_id = decode_cursor("sessions", cursor, 2)
+            try:
+                updated_at = datetime.fromisoformat(updated)
+            except ValueError:
+                raise InvalidParams.field("cursor", "not a cursor this method returned") from None
+            col = sessions_table.c
+            query = query.where(
+                or_(
+                    col.updated_at < updated_at,
+                    and_(col.updated_at == updated_at, col.id < session_id),
+                )
+            )
+        query = query.order_by(
+            sessions_table.c.updated_at.desc(), sessions_table.c.id.desc()
+        ).limit(limit + 1)
+        rows = await self._read(lambda c: list(c.execute(query)))
+        page = [_session(row) for row in rows[:limit]]
+        next_cursor = None
+        if len(rows) > limit:
+            last = page[-1]
+            next_cursor = encode_cursor("sessions", last.updated_at.isoformat(), last.session_id)
+        return ListSessionsResult(sessions=page, next_cursor=next_cursor)
+
+    async def configure(self, session_id: str, changes: SessionFields) -> Session:
+        values: dict[str, Any] = {}
+        for name in changes.model_fields_set & SessionFields.model_fields.keys():
+            value = getattr(changes, name)
+            if name in ("settings", "metadata", "state") and value is None:
+                value = {}
+            values[name] = value
+        values["updated_at"] = utcnow()
+
+        def configure(connection: Connection) -> Session:
+            _session_row(connection, session_id)
+            connection.execute(
+                update(sessions_table)
+                .where(sessions_table.c.id == session_id)
+                .values(_json_safe(values))
+            )
+            return _session(_session_row(connection, session_id))
+
+        return await self._write(configure)
+
+    async def add_usage(self, session_id: str, usage: Usage) -> None:
+        def add(connection: Connection) -> None:
+            col = sessions_table.c
+            done = connection.execute(
+                update(sessions_table)
+                .where(col.id == session_id)
+                .values(
+                    input_tokens=col.input_tokens + usage.input_tokens,
+                    output_tokens=col.output_tokens + usage.output_tokens,
+                )
+            )
+            if done.rowcount == 0:
+                raise SessionNotFound(session_id)
+
+        await self._write(add)
+
+    async def clear(self, session_id: str) -> Session:
+        def clear(connection: Connection) -> Session:
+            row = _session_row(connection, session_id)
+            owners = {row.owner, *(owner for owner, _ in _chain(connection, session_id))}
+            connection.execute(delete(segments_table).where(segments_table.c.session_id == row.id))
+            connection.execute(
+                update(sessions_table)
+                .where(sessions_table.c.id == session_id)
+                .values(owner=uuid7(), base_count=0, own_count=0, updated_at=utcnow())
+            )
+            _collect(connection, owners)
+            return _session(_session_row(connection, session_id))
+
+        return await self._write(clear)
+
+    async def delete(self, session_id: str) -> None:
+        await self._write(lambda c: _delete(c, session_id))
+
+    async def expire(self, idle_before: datetime, keep: Callable[[str], bool]) -> list[str]:
+        """Delete the sessions last updated before ``idle_before``, except those ``keep`` keeps."""
+
+        def expired(connection: Connection) -> list[str]:
+            query = select(sessions_table.c.id).where(sessions_table.c.updated_at < idle_before)
+            return list(connection.execute(query).scalars())
+
+        removed = []
+        for session_id in await self._read(expired):
+            if keep(session_id):
+                continue
+
+            def expire(connection: Connection, session_id: str = session_id) -> bool:
+                row = _find_session_row(connection, session_id)
+                if row is None or row.updated_at >= idle_before:
+                    return False  # touched since: not idle any more
+                _delete(connection, session_id)
+                return True
+
+            if await self._write(expire):
+                removed.append(session_id)
+        return removed
+
+    async def fork(self, params: ForkSessionParams) -> Session:
+        def fork(connection: Connection) -> str:
+            parent = _session_row(connection, params.session_id)
+            chain = _chain(connection, parent.id)
+            total = parent.base_count + parent.own_count
+            if params.at_message_id is None:
+                keep = total
+            else:
+                index = _index_of(_Exec(connection), parent, chain, params.at_message_id)
+                if index is None:
+                    raise InvalidParams.field("atMessageId", "no such message in this session")
+                keep = index + 1
+            segments = [*chain, (parent.owner, parent.own_count)]
+            check_fork_point(_newest_first(_Exec(connection), segments, keep))
+            fork_point = None
+            if keep:
+                fork_point = _read_range(_Exec(connection), segments, keep - 1, keep)[0].id
+            inherited = cut_chain(chain, parent.owner, parent.own_count, keep)
+            now = utcnow()
+            session_id = uuid7()
+            values = {
+                name: getattr(parent, name)
+                for name in (
+                    "workspace",
+                    "title",
+                    "agent_id",
+                    "model",
+                    "system_prompt",
+                    "settings",
+                    "metadata",
+                    "tools",
+                    "allowed_models",
+                    "state",
+                )
+            }
+            for name in ("title", "tools", "allowed_models"):
+                if name in params.model_fields_set:
+                    values[name] = getattr(params, name)
+            values.update(
+                id=session_id,
+                parent_session_id=parent.id,
+                forked_from_message_id=fork_point,
+                owner=session_id,
+                base_count=keep,
+                own_count=0,
+                input_tokens=0,
+                output_tokens=0,
+                created_at=now,
+                updated_at=now,
+            )
+            connection.execute(insert(sessions_table).values(_json_safe(values)))
+            if inherited:
+                connection.execute(
+                    insert(segments_table),
+                    [
+                        {"session_id": session_id, "seq": seq, "owner": owner, "upto": upto}
+                        for seq, (owner, upto) in enumerate(inherited)
+                    ],
+                )
+            return session_id
+
+        return await self.get(await self._write(fork))
+
+    # -- messages ----------------------------------------------------------------------------
+
+    async def messages(
+        self, session_id: str, *, cursor: str | None, limit: int, order: Order
+    ) -> MessagesResult:
+        after_id = decode_cursor("messages", cursor, 1)[0] if cursor is not None else None
+
+        def page(db: _Exec) -> MessagesResult:
+            row = _counters(db, session_id)
+            chain = _chain(db, session_id) if row.base_count else []
+            segments = [*chain, (row.owner, row.own_count)]
+            total = row.base_count + row.own_count
+            after = None
+            if after_id is not None:
+                after = _index_of(db, row, chain, after_id)
+                if after is None:
+                    raise InvalidParams.field(
+                        "cursor", "the message it points at is no longer there"
+                    )
+            if order == "asc":
+                start = 0 if after is None else after + 1
+                end = min(total, start + limit)
+                found = _read_range(db, segments, start, end)
+                more = end < total
+            else:
+                end = total if after is None else after
+                start = max(0, end - limit)
+                found = _read_range(db, segments, start, end)[::-1]
+                more = start > 0
+            next_cursor = encode_cursor("messages", found[-1].id) if more and found else None
+            return MessagesResult(messages=found, total=total, next_cursor=next_cursor)
+
+        return await self._hot(page, write=False)
+
+    async def history(self, session_id: str) -> list[Message]:
+        def history(db: _Exec) -> list[Message]:
+            row = _counters(db, session_id)
+            chain = _chain(db, session_id) if row.base_count else []
+            segments = [*chain, (row.owner, row.own_count)]
+            return _read_range(db, segments, 0, row.base_count + row.own_count)
+
+        return await self._hot(history, write=False)
+
+    async def append(
+        self,
+        session_id: str,
+        messages: Sequence[MessageInput],
+        *,
+        run_id: str | None = None,
+        ids: Sequence[str] | None = None,
+    ) -> list[Message]:
+        now = utcnow()
+        new_ids = list(ids) if ids is not None else [uuid7() for _ in messages]
+        if len(new_ids) != len(messages) or len(set(new_ids)) != len(new_ids):
+            raise ValueError("ids must be new and one per message")
+        stored = [new_message(m, i, now, run_id) for m, i in zip(messages, new_ids, strict=True)]
+
+        def append(db: _Exec) -> None:
+            # one statement moves the counter and reads the session; an error below undoes it
+            now_param = _to_micros(now) if self._fast else now
+            found = db.rows(_RESERVE, {"sid": session_id, "n": len(stored), "now": now_param})
+            if not found:
+                raise SessionNotFound(session_id)
+            reserved = _Counters(*found[0])
+            first = reserved.own_count - len(stored)
+            _check_tool_results(db, reserved, first, messages)
+            owner, agent_id = reserved.owner, reserved.agent_id
+            rows = [
+                _message_row(owner, agent_id, first + offset, m) for offset, m in enumerate(stored)
+            ]
+            calls = [
+                {"owner": owner, "position": first + offset, "call_id": call.id}
+                for offset, m in enumerate(stored)
+                for call in m.tool_calls or ()
+            ]
+            try:
+                db.insert(rows, calls)
+            except (IntegrityError, sqlite3.IntegrityError):
+                raise ValueError("ids must be new and one per message") from None
+
+        if stored:
+            await self._hot(append, write=True)
+        else:
+            await self.get(session_id)
+        return stored
+
+
+# --- helpers (run on the worker thread) -----------------------------------------------------
+
+
+def _open_engine(url: str) -> Engine:
+    engine = make_engine(url)
+    database = engine.url.database
+    if engine.dialect.name == "sqlite" and database and database != ":memory:":
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with engine.connect() as connection:
+            connection.execution_options(tether_write=True)
+            with connection.begin():
+                migrate(connection)
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine
+
+
+def _find_session_row(connection: Connection, session_id: str) -> Row[Any] | None:
+    query = select(sessions_table).where(sessions_table.c.id == session_id)
+    return connection.execute(query).first()
+
+
+def _session_row(connection: Connection, session_id: str) -> Row[Any]:
+    row = _find_session_row(connection, session_id)
+    if row is None:
+        raise SessionNotFound(session_id)
+    return row
+
+
+class _Counters(NamedTuple):
+    """What reading or appending to the history needs of a session."""
+
+    id: str
+    owner: str
+    base_count: int
+    own_count: int
+    agent_id: str | None
+
+
+def _counters(db: _Exec, session_id: str) -> _Counters:
+    rows = db.rows(_COUNTERS, {"sid": session_id})
+    if not rows:
+        raise SessionNotFound(session_id)
+    return _Counters(*rows[0])
+
+
+def _chain(db: _Exec | Connection, session_id: str) -> list[tuple[str, int]]:
+    if isinstance(db, Connection):
+        db = _Exec(db)
+    return [(owner, upto) for owner, upto in db.rows(_CHAIN, {"sid": session_id})]
+
+
+def _session(row: Row[Any]) -> Session:
+    return Session(
+        session_id=row.id,
+        workspace=row.workspace,
+        title=row.title,
+        agent_id=row.agent_id,
+        model=row.model,
+        system_prompt=row.system_prompt,
+        settings=row.settings,
+        metadata=row.metadata,
+        tools=row.tools,
+        allowed_models=row.allowed_models,
+        state=row.state,
+        parent_session_id=row.parent_session_id,
+        forked_from_message_id=row.forked_from_message_id,
+        message_count=row.base_count + row.own_count,
+        usage=Usage(input_tokens=row.input_tokens, output_tokens=row.output_tokens),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def _json_safe(values: dict[str, Any]) -> dict[str, Any]:
+    """JSON columns of a session row as plain JSON data (the caller keeps its own objects)."""
+    for name in ("settings", "metadata", "state", "tools", "allowed_models"):
+        if name in values and values[name] is not None:
+            values[name] = orjson.loads(orjson.dumps(values[name]))
+    return values
+
+
+def _index_of(
+    db: _Exec, row: _Counters | Row[Any], chain: list[tuple[str, int]], message_id: str
+) -> int | None:
+    """The index of a message in a session's history, or None when it is not in it."""
+    found = db.rows(_BY_MESSAGE_ID, {"message_id": message_id})
+    if not found:
+        return None
+    owner, position = found[0]
+    offset = 0
+    for segment_owner, upto in [*chain, (row.owner, row.own_count)]:
+        if owner == segment_owner and position < upto:
+            return offset + int(position)
+        offset += upto
+    return None
+
+
+def _read_range(db: _Exec, segments: list[tuple[str, int]], start: int, end: int) -> list[Message]:
+    """Messages ``start`` to ``end`` (exclusive) of the history made of ``segments``."""
+    found: list[Message] = []
+    offset = 0
+    for owner, upto in segments:
+        low, high = max(start - offset, 0), min(end - offset, upto)
+        if low < high:
+            found.extend(db.messages(owner, low, high))
+        offset += upto
+        if offset >= end:
+            break
+    return found
+
+
+def _newest_first(db: _Exec, segments: list[tuple[str, int]], end: int) -> Iterator[Message]:
+    """The history before ``end``, newest first, read a few at a time."""
+    batch = 16
+    while end > 0:
+        start = max(0, end - batch)
+        yield from reversed(_read_range(db, segments, start, end))
+        end, batch = start, batch * 4
+
+
+def _check_tool_results(
+    db: _Exec, row: _Counters, own_count: int, messages: Sequence[MessageInput]
+) -> None:
+    """Every tool message must answer a call made earlier in the session or the batch."""
+    batch_calls: set[str] = set()
+    wanted: dict[int, str] = {}
+    for index, message in enumerate(messages):
+        if message.tool_calls:
+            batch_calls.update(call.id for call in message.tool_calls)
+        if message.role is Role.TOOL and message.tool_call_id not in batch_calls:
+            wanted[index] = message.tool_call_id or ""
+    if not wanted:
+        return
+    chain = _chain(db, row.id) if row.base_count else []
+    limits = dict(chain)
+    limits[row.owner] = own_count
+    known = {
+        call_id
+        for wanted_id in set(wanted.values())
+        for owner, position, call_id in db.rows(_CALL_BY_ID, {"call_id": wanted_id})
+        if position < limits.get(owner, 0)
+    }
+    for index, call_id in wanted.items():
+        if call_id not in known:
+            raise InvalidParams.field(
+                f"messages.{index}.toolCallId",
+                f"no tool call {call_id!r} in this session to answer",
+            )
+
+
+def _message_row(
+    owner: str, agent_id: str | None, position: int, message: Message
+) -> dict[str, Any]:
+    content: Any = message.content
+    if isinstance(content, list):
+        content = [block.model_dump(mode="json", exclude_none=True) for block in content]
+    return {
+        "owner": owner,
+        "position": position,
+        "id": message.id,
+        "role": message.role.value,
+        "content": content,
+        "tool_calls": (
+            None
+            if message.tool_calls is None
+            else [call.model_dump(mode="json") for call in message.tool_calls]
+        ),
+        "tool_call_id": message.tool_call_id,
+        "is_error": message.is_error,
+        "name": message.name,
+        "author": message.author,
+        "metadata": message.metadata,
+        "agent_id": agent_id,
+        "run_id": message.run_id,
+        "created_at": message.created_at,
+    }
+
+
+_CONTENT: TypeAdapter[Content] = TypeAdapter(Content)
+
+
+def _message(row: Sequence[Any]) -> Message:
+    """A row of ``_MESSAGE_COLUMNS`` as a message.
+
+    Rows hold messages that were validated when they were appended, so only the nested models
+    are rebuilt (validating every field again would be most of the cost of a page).
+    """
+    message_id, role, content, calls, call_id, is_error, name, author, metadata, run_id, at = row
+    if isinstance(content, list):
+        content = _CONTENT.validate_python(content)
+    return trusted_message(
+        {
+            "role": Role(role),
+            "content": content,
+            "tool_calls": (
+                None if calls is None else [ToolCall.model_construct(**c) for c in calls]
+            ),
+            "tool_call_id": call_id,
+            "is_error": is_error,
+            "name": name,
+            "author": author,
+            "metadata": metadata,
+            "id": message_id,
+            "run_id": run_id,
+            "created_at": at,
+        }
+    )
+
+
+def _delete(connection: Connection, session_id: str) -> None:
+    row = _session_row(connection, session_id)
+    owners = {row.owner, *(owner for owner, _ in _chain(connection, session_id))}
+    connection.execute(delete(segments_table).where(segments_table.c.session_id == session_id))
+    connection.execute(delete(sessions_table).where(sessions_table.c.id == session_id))
+    _collect(connection, owners)
+
+
+def _collect(connection: Connection, owners: set[str]) -> None:
+    """Remove the messages of owners that no session holds or inherits any more."""
+    for owner in owners:
+        held = connection.execute(
+            select(
+                exists().where(sessions_table.c.owner == owner)
+                | exists().where(segments_table.c.owner == owner)
+            )
+        ).scalar()
+        if not held:
+            connection.execute(delete(messages_table).where(messages_table.c.owner == owner))
+            connection.execute(delete(tool_calls_table).where(tool_calls_table.c.owner == owner))

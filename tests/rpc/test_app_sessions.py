@@ -1,0 +1,88 @@
+"""The app's session store and sweep: chosen by the configuration, run after the handshake."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from tether.protocol import ConfigError, InitializeParams, SessionNotFound
+from tether.protocol.sessions import CreateSessionParams, GetSessionParams
+from tether.rpc.app import App
+from tether.sessions.ids import utcnow
+from tether.sessions.opening import OpeningStore
+
+
+def init(tmp_path: Path) -> InitializeParams:
+    return InitializeParams.model_validate({"workspaceFolders": [{"uri": tmp_path.as_uri()}]})
+
+
+async def test_the_app_sweeps_sessions_idle_longer_than_the_ttl(tmp_path: Path) -> None:
+    now = [utcnow()]
+    app = App(environ={"TETHER_SESSIONS_TTL": "1h", "HOME": str(tmp_path)}, clock=lambda: now[0])
+    app.initialize(init(tmp_path))
+    await asyncio.sleep(0)  # the sweep starts after the handshake
+    try:
+        session = await app.sessions.create(CreateSessionParams())
+        now[0] += timedelta(minutes=59)
+        assert await app.sweep() == []
+        now[0] += timedelta(minutes=2)
+        assert await app.sweep() == [session.session_id]
+        with pytest.raises(SessionNotFound):
+            await app.sessions.get(GetSessionParams(session_id=session.session_id))
+    finally:
+        await app.aclose()
+
+
+async def test_without_a_ttl_nothing_is_swept(tmp_path: Path) -> None:
+    app = App(environ={"HOME": str(tmp_path)}, clock=lambda: utcnow() + timedelta(days=9999))
+    app.initialize(init(tmp_path))
+    try:
+        await app.sessions.create(CreateSessionParams())
+        assert await app.sweep() == []
+    finally:
+        await app.aclose()
+
+
+async def test_a_sqlite_store_is_opened_after_the_handshake_and_closed_with_the_app(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "data" / "sessions.db"
+    app = App(environ={"TETHER_SESSIONS_STORE": "sqlite", "TETHER_SESSIONS_PATH": str(path)})
+    result = app.initialize(init(tmp_path))
+    assert result.capabilities.sessions.store == "sqlite"
+    assert result.capabilities.sessions.durable
+    assert isinstance(app.sessions.store, OpeningStore)
+    session = await app.sessions.create(CreateSessionParams(title="kept"))
+    await app.aclose()
+    assert path.exists()
+
+    again = App(environ={"TETHER_SESSIONS_STORE": "sqlite", "TETHER_SESSIONS_PATH": str(path)})
+    again.initialize(init(tmp_path))
+    try:
+        got = await again.sessions.get(GetSessionParams(session_id=session.session_id))
+        assert got.title == "kept"
+    finally:
+        await again.aclose()
+
+
+async def test_a_store_that_cannot_be_opened_is_a_config_error_on_every_call(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "file").write_text("")
+    app = App(
+        environ={
+            "TETHER_SESSIONS_STORE": "sqlite",
+            "TETHER_SESSIONS_PATH": str(tmp_path / "file" / "sessions.db"),
+        }
+    )
+    app.initialize(init(tmp_path))
+    try:
+        for _ in range(2):
+            with pytest.raises(ConfigError) as failed:
+                await app.sessions.create(CreateSessionParams())
+            assert failed.value.data["key"] == "sessions.store"
+    finally:
+        await app.aclose()

@@ -1,0 +1,182 @@
+"""What only the SQL store has: a file that outlives the store, schema versions, two writers."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Connection, create_engine, insert, inspect, select
+
+from tether.protocol import ConfigError, MessageInput, Role, ToolCall
+from tether.protocol.sessions import CreateSessionParams, ForkSessionParams
+from tether.sessions.sql import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    SqlStore,
+    migrate,
+    schema_version,
+    sqlite_url,
+)
+
+from .conftest import WORKSPACE
+
+
+def user(text: str) -> MessageInput:
+    return MessageInput(role=Role.USER, content=text)
+
+
+async def test_a_new_store_on_the_same_file_sees_everything(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path / "s.db")
+    first = await SqlStore.open(url)
+    session = await first.create(CreateSessionParams(title="t", state={"n": 1}), WORKSPACE)
+    call = ToolCall(id="c1", name="read", arguments="{}")
+    stored = await first.append(
+        session.session_id,
+        [user("hi"), MessageInput(role=Role.ASSISTANT, tool_calls=[call])],
+        run_id="r1",
+    )
+    child = await first.fork(
+        ForkSessionParams(session_id=session.session_id, at_message_id=stored[0].id)
+    )
+    await first.aclose()
+
+    second = await SqlStore.open(url)
+    try:
+        assert await second.get(session.session_id) == await_session(session, 2)
+        assert await second.history(session.session_id) == stored
+        assert await second.history(child.session_id) == stored[:1]
+        listed = await second.list_sessions(workspace=WORKSPACE, cursor=None, limit=10)
+        assert {s.session_id for s in listed.sessions} == {session.session_id, child.session_id}
+        # the dangling call is there for the next run to answer "interrupted"
+        answer = MessageInput(role=Role.TOOL, tool_call_id="c1", content="interrupted")
+        await second.append(session.session_id, [answer])
+    finally:
+        await second.aclose()
+
+
+def await_session(session: object, count: int) -> object:
+    from tether.protocol import Session
+
+    assert isinstance(session, Session)
+    return session.model_copy(update={"message_count": count, "updated_at": ANY_TIME})
+
+
+class _AnyTime:
+    def __eq__(self, other: object) -> bool:
+        return True
+
+
+ANY_TIME = _AnyTime()
+
+
+def _version(connection: Connection) -> int:
+    return int(connection.execute(select(schema_version.c.version)).scalar_one())
+
+
+async def test_a_version_1_database_opens_and_is_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    engine = create_engine(sqlite_url(path))
+    with engine.begin() as connection:
+        migrate(connection, target=1)
+        assert _version(connection) == 1
+        assert "ix_messages_run" not in {
+            i["name"] for i in inspect(connection).get_indexes("messages")
+        }
+    engine.dispose()
+
+    store = await SqlStore.open(sqlite_url(path))
+    try:
+        session = await store.create(CreateSessionParams(), WORKSPACE)
+        await store.append(session.session_id, [user("after the migration")])
+        version = await store._read(_version)
+        indexes = await store._read(
+            lambda c: {i["name"] for i in inspect(c).get_indexes("messages")}
+        )
+    finally:
+        await store.aclose()
+    assert version == SCHEMA_VERSION == len(MIGRATIONS)
+    assert "ix_messages_run" in indexes
+
+
+async def test_a_database_from_a_newer_tether_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    engine = create_engine(sqlite_url(path))
+    with engine.begin() as connection:
+        schema_version.create(connection)
+        connection.execute(insert(schema_version).values(version=SCHEMA_VERSION + 1))
+    engine.dispose()
+    with pytest.raises(ConfigError, match="newer"):
+        await SqlStore.open(sqlite_url(path))
+
+
+async def test_the_file_is_in_wal_mode(tmp_path: Path) -> None:
+    store = await SqlStore.open(sqlite_url(tmp_path / "s.db"))
+    try:
+        mode = await store._read(lambda c: c.exec_driver_sql("PRAGMA journal_mode").scalar())
+    finally:
+        await store.aclose()
+    assert mode == "wal"
+
+
+async def test_two_stores_on_one_file_append_to_one_session_without_losing_anything(
+    tmp_path: Path,
+) -> None:
+    url = sqlite_url(tmp_path / "s.db")
+    one, two = await SqlStore.open(url), await SqlStore.open(url)
+    try:
+        session = await one.create(CreateSessionParams(), WORKSPACE)
+        sid = session.session_id
+
+        async def writer(store: SqlStore, name: str) -> None:
+            for i in range(50):
+                await store.append(sid, [user(f"{name}{i}"), user(f"{name}{i}b")])
+
+        await asyncio.gather(writer(one, "a"), writer(two, "b"))
+        history = await two.history(sid)
+    finally:
+        await one.aclose()
+        await two.aclose()
+    assert len(history) == 200
+    for name in "ab":
+        mine = [m.content for m in history if str(m.content).startswith(name)]
+        assert mine == [x for i in range(50) for x in (f"{name}{i}", f"{name}{i}b")]
+
+
+async def test_a_page_reads_only_its_rows(tmp_path: Path) -> None:
+    """The tail page of a long history costs a few statements, none of them over all rows."""
+    from sqlalchemy import event
+
+    store = await SqlStore.open(sqlite_url(tmp_path / "s.db"))
+    try:
+        session = await store.create(CreateSessionParams(), WORKSPACE)
+        for start in range(0, 2000, 500):
+            await store.append(
+                session.session_id, [user(str(i)) for i in range(start, start + 500)]
+            )
+        statements: list[str] = []
+        event.listen(
+            store._engine,
+            "before_cursor_execute",
+            lambda conn, cursor, statement, *rest: statements.append(statement),
+        )
+        page = await store.messages(session.session_id, cursor=None, limit=50, order="desc")
+        plans = await store._read(
+            lambda c: [
+                str(row)
+                for statement in statements
+                if statement.lstrip().upper().startswith("SELECT")
+                for row in c.exec_driver_sql(
+                    "EXPLAIN QUERY PLAN " + statement, _params_for(statement, session.session_id)
+                )
+            ]
+        )
+    finally:
+        await store.aclose()
+    assert [m.content for m in page.messages][:2] == ["1999", "1998"] and page.total == 2000
+    assert not any("SCAN messages" in plan for plan in plans), plans
+    assert not any("count(" in s.lower() for s in statements)
+
+
+def _params_for(statement: str, session_id: str) -> tuple[object, ...]:
+    return tuple(session_id if i == 0 else 0 for i in range(statement.count("?")))
