@@ -298,6 +298,46 @@ def test_a_permission_request_withdrawn_by_a_cancelled_run_is_dropped(
     assert not editor.lua("return require('tether').running()")
 
 
+def test_with_two_questions_open_the_cancelled_call_withdraws_the_right_one(
+    start_editor: StartEditor,
+) -> None:
+    # $/cancelRequest names a request id the handler never sees: with two questions open (runs in
+    # two sessions), the progress event that settles a call picks the question to drop.
+    editor = start_editor([])
+    result = editor.lua(
+        """
+        local tether = require('tether')
+        _G.choose, _G.answers = {}, {}
+        vim.ui.select = function(items, opts, on_choice)
+          table.insert(_G.choose, function() on_choice(items[1]) end)
+        end
+        for _, n in ipairs({ '1', '2' }) do
+          coroutine.wrap(function()
+            local result, err = tether.request_permission({ sessionId = 's' .. n, runId = 'r' .. n,
+              toolCall = { id = 'c' .. n, name = 'write_file', arguments = '{}' } })
+            _G.answers[n] = { result = result, err = err }
+          end)()
+        end
+        vim.wait(2000, function() return #_G.choose == 2 end, 10)
+        tether._on_cancel_request({ id = 'tether-2' })
+        local open_after_cancel = #tether._state.prompts
+        tether._on_progress({ sessionId = 's2', runId = 'r2', seq = 4,
+          event = { kind = 'tool_call_update', toolCallId = 'c2', status = 'cancelled' } })
+        local withdrawn = _G.answers['2']
+        _G.choose[2]()  -- a late choice on the withdrawn prompt: nothing happens
+        _G.choose[1]()
+        vim.wait(2000, function() return _G.answers['1'] ~= nil end, 10)
+        return { open_after_cancel = open_after_cancel, withdrawn = withdrawn,
+          answers = _G.answers, open = #tether._state.prompts }
+        """
+    )
+    assert result["open_after_cancel"] == 2
+    assert result["withdrawn"]["err"]["code"] == -32800
+    assert result["answers"]["2"] == result["withdrawn"]
+    assert result["answers"]["1"] == {"result": {"outcome": "allow"}}
+    assert result["open"] == 0
+
+
 def test_sessions_opens_a_transcript_and_fork_reports_what_the_server_answers(
     start_editor: StartEditor,
 ) -> None:

@@ -108,6 +108,9 @@ withdraw_settled = function(params)
   end
 end
 
+M._on_progress = on_progress -- for tests
+M._on_cancel_request = on_cancel_request
+
 --- Answer tool/requestPermission. Runs inside the coroutine of the rpc layer: the prompt is shown
 --- on the main loop and the coroutine waits for the choice, so any vim.ui.select works. A question
 --- the server withdraws makes the coroutine answer -32800 at once; the prompt (which cannot be
