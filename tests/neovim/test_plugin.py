@@ -178,6 +178,166 @@ def test_reject_is_the_answer_when_the_prompt_is_dismissed(start_editor: StartEd
     assert answer == {"outcome": "reject"}
 
 
+def test_an_allowed_write_file_shows_its_kind_and_its_diff_under_the_tool_line(
+    start_editor: StartEditor, project: Any
+) -> None:
+    editor = start_editor(
+        [
+            {
+                "text": "Writing.",
+                "toolCalls": [
+                    call("w1", "write_file", path="notes.txt", content="hello\nworld\n"),
+                    call("r1", "list_files"),
+                ],
+            },
+            {"text": "Written."},
+        ]
+    )
+    editor.lua(
+        """
+        _G.prompts = {}
+        vim.ui.select = function(items, opts, on_choice)
+          table.insert(_G.prompts, opts.prompt)
+          vim.schedule(function() on_choice(items[1]) end)
+        end
+        """
+    )
+    editor.nvim.command("TetherAsk Write a note")
+    editor.wait_text("-- end_turn")
+    assert (project / "notes.txt").read_text() == "hello\nworld\n"
+    assert editor.lua("return _G.prompts") == [
+        'tether: run write_file {"path": "notes.txt", "content": "hello\\nworld\\n"}?'
+    ]
+    lines = editor.lines()
+    tool = '  [completed] (edit) write_file {"path": "notes.txt", "content": "hello\\nworld\\n"}'
+    assert tool in lines
+    at = lines.index(tool)
+    diff = lines[at + 1 : lines.index("    +world") + 1]
+    assert diff[:2] == ["    --- /dev/null", "    +++ b/notes.txt"]
+    assert diff[2].startswith("    @@ ")
+    assert diff[-2:] == ["    +hello", "    +world"]
+    # The other call's line moved down under the diff, unmarked (it only reads).
+    assert lines[at + len(diff) + 1] == "  [completed] list_files {}"
+    assert lines[-3:] == ["Written.", "", "-- end_turn (2 iterations)"]
+    groups = editor.lua(
+        """
+        local buf = require('tether').buffer()
+        local ns = vim.api.nvim_create_namespace('tether_diff')
+        local groups = {}
+        for _, mark in ipairs(vim.api.nvim_buf_get_extmarks(buf, ns, 0, -1, { details = true })) do
+          local line = vim.api.nvim_buf_get_lines(buf, mark[2], mark[2] + 1, false)[1]
+          groups[line] = mark[4].hl_group
+        end
+        return groups
+        """
+    )
+    assert groups["    +hello"] == "DiffAdd"
+    assert groups["    +++ b/notes.txt"] == "DiffText"
+
+
+def test_progress_lines_update_the_tool_line_in_place(start_editor: StartEditor) -> None:
+    # No built-in tool reports progress (MCP tools do): the view is fed the events directly.
+    editor = start_editor([])
+    lines = editor.lua(
+        """
+        local ui = require('tether.ui')
+        local view = ui.view({ sessionId = 'p1', title = 'progress' }, true)
+        ui.tool_call(view, { toolCallId = 'c1', name = 'mcp__build', arguments = '{}',
+          toolKind = 'execute', status = 'pending' })
+        ui.text(view, 'meanwhile')
+        ui.tool_update(view, { toolCallId = 'c1', status = 'in_progress' })
+        ui.tool_update(view, { toolCallId = 'c1', status = 'in_progress', progress = '1/3' })
+        ui.tool_update(view, { toolCallId = 'c1', status = 'in_progress', progress = '2/3' })
+        local seen = vim.api.nvim_buf_get_lines(view.buf, 0, -1, false)
+        ui.tool_update(view, { toolCallId = 'c1', status = 'completed', result = 'ok' })
+        return { seen, vim.api.nvim_buf_get_lines(view.buf, 0, -1, false) }
+        """
+    )
+    assert lines[0] == [
+        "# tether: progress",
+        "  [in_progress] (execute) mcp__build {} — 2/3",
+        "meanwhile",
+    ]
+    assert lines[1][1] == "  [completed] (execute) mcp__build {}"
+
+
+def test_a_permission_request_withdrawn_by_a_cancelled_run_is_dropped(
+    start_editor: StartEditor, project: Any
+) -> None:
+    editor = start_editor(
+        [{"toolCalls": [call("w2", "write_file", path="never.txt", content="no\n")]}]
+    )
+    # A user who has not answered yet: the choice is kept for later.
+    editor.lua(
+        """
+        _G.later = nil
+        vim.ui.select = function(items, opts, on_choice)
+          _G.later = function() on_choice(items[1]) end
+        end
+        """
+    )
+    editor.nvim.command("TetherAsk Write it")
+    editor.wait("_G.later ~= nil")
+    assert "  [pending] (edit) write_file" in editor.text()
+    editor.nvim.command("TetherCancel")
+    editor.wait_text("-- cancelled", timeout_ms=10000)
+    editor.wait(
+        "vim.tbl_contains(_G.notes,"
+        " 'tether: the permission request for write_file was withdrawn (the run ended)')"
+    )
+    assert '  [cancelled] (edit) write_file {"path": "never.txt", "content": "no\\n"}' in (
+        editor.lines()
+    )
+    assert editor.lua("return #require('tether')._state.prompts") == 0
+    # Answering the stale prompt now does nothing: no error, nothing written, the editor works on.
+    notes = len(editor.lua("return _G.notes"))
+    editor.lua("_G.later()")
+    editor.lua("vim.wait(200)")
+    assert not (project / "never.txt").exists()
+    assert editor.lua("return _G.notes")[notes:] == []
+    assert not editor.lua("return require('tether').running()")
+
+
+def test_with_two_questions_open_the_cancelled_call_withdraws_the_right_one(
+    start_editor: StartEditor,
+) -> None:
+    # $/cancelRequest names a request id the handler never sees: with two questions open (runs in
+    # two sessions), the progress event that settles a call picks the question to drop.
+    editor = start_editor([])
+    result = editor.lua(
+        """
+        local tether = require('tether')
+        _G.choose, _G.answers = {}, {}
+        vim.ui.select = function(items, opts, on_choice)
+          table.insert(_G.choose, function() on_choice(items[1]) end)
+        end
+        for _, n in ipairs({ '1', '2' }) do
+          coroutine.wrap(function()
+            local result, err = tether.request_permission({ sessionId = 's' .. n, runId = 'r' .. n,
+              toolCall = { id = 'c' .. n, name = 'write_file', arguments = '{}' } })
+            _G.answers[n] = { result = result, err = err }
+          end)()
+        end
+        vim.wait(2000, function() return #_G.choose == 2 end, 10)
+        tether._on_cancel_request({ id = 'tether-2' })
+        local open_after_cancel = #tether._state.prompts
+        tether._on_progress({ sessionId = 's2', runId = 'r2', seq = 4,
+          event = { kind = 'tool_call_update', toolCallId = 'c2', status = 'cancelled' } })
+        local withdrawn = _G.answers['2']
+        _G.choose[2]()  -- a late choice on the withdrawn prompt: nothing happens
+        _G.choose[1]()
+        vim.wait(2000, function() return _G.answers['1'] ~= nil end, 10)
+        return { open_after_cancel = open_after_cancel, withdrawn = withdrawn,
+          answers = _G.answers, open = #tether._state.prompts }
+        """
+    )
+    assert result["open_after_cancel"] == 2
+    assert result["withdrawn"]["err"]["code"] == -32800
+    assert result["answers"]["2"] == result["withdrawn"]
+    assert result["answers"]["1"] == {"result": {"outcome": "allow"}}
+    assert result["open"] == 0
+
+
 def test_sessions_opens_a_transcript_and_fork_reports_what_the_server_answers(
     start_editor: StartEditor,
 ) -> None:

@@ -1,5 +1,5 @@
 import * as vscode from "vscode";
-import { describe, transcript } from "./render";
+import { describe, diffFile, kindMarker, transcript } from "./render";
 import {
   DEFAULT_COMMAND,
   ErrorCodes,
@@ -20,6 +20,8 @@ interface ActiveRun {
   handle: RunHandle;
   report(message: string): void;
   iteration: number;
+  /** Tool call id → what its lines call it (`name`, with the kind marker). */
+  tools: Map<string, string>;
 }
 
 class TetherExtension implements vscode.Disposable {
@@ -79,7 +81,7 @@ class TetherExtension implements vscode.Disposable {
       cwd: folders[0]?.uri.fsPath,
       workspaceFolders: folders.map((folder) => folder.uri.toString()),
       initializationOptions,
-      onPermission: approval === "ask" ? (params) => this.askPermission(params) : undefined,
+      onPermission: approval === "ask" ? (params, token) => this.askPermission(params, token) : undefined,
       onStderr: (text) => this.output.append(text),
     });
     connection.onProgress((params) => this.progress(params));
@@ -118,15 +120,33 @@ class TetherExtension implements vscode.Disposable {
     if (pending) await (await pending.catch(() => undefined))?.shutdown();
   }
 
-  private async askPermission(params: PermissionParams): Promise<PermissionOutcome> {
+  private async askPermission(
+    params: PermissionParams,
+    token: vscode.CancellationToken,
+  ): Promise<PermissionOutcome> {
     const { name, arguments: args } = params.toolCall;
-    const choice = await vscode.window.showWarningMessage(
-      `Tether wants to run the tool "${name}".`,
-      { modal: true, detail: `Arguments: ${args}` },
-      "Allow",
-      "Always",
-      "Reject",
-    );
+    const withdrawn = (): PermissionOutcome => {
+      this.output.appendLine(`[permission] ${name}: withdrawn by the server (the run ended)`);
+      return "reject"; // not sent: the connection answers a withdrawn request -32800
+    };
+    if (token.isCancellationRequested) return withdrawn();
+    // A modal cannot be closed from here: once the question is withdrawn, stop waiting for it
+    // and ignore whatever the user picks later.
+    let listener: vscode.Disposable | undefined;
+    const cancelled = new Promise<null>((resolve) => {
+      listener = token.onCancellationRequested(() => resolve(null));
+    });
+    const choice = await Promise.race([
+      vscode.window.showWarningMessage(
+        `Tether wants to run the tool "${name}".`,
+        { modal: true, detail: `Arguments: ${args}` },
+        "Allow",
+        "Always",
+        "Reject",
+      ),
+      cancelled,
+    ]).finally(() => listener?.dispose());
+    if (choice === null || token.isCancellationRequested) return withdrawn();
     const outcome: PermissionOutcome =
       choice === "Allow" ? "allow" : choice === "Always" ? "allow_always" : "reject";
     this.output.appendLine(`[permission] ${name}: ${outcome}`);
@@ -166,7 +186,12 @@ class TetherExtension implements vscode.Disposable {
         { location: vscode.ProgressLocation.Notification, title: "Tether", cancellable: true },
         async (progress, token) => {
           const handle = connection.run({ sessionId: session.sessionId, prompt });
-          this.active = { handle, iteration: 0, report: (message) => progress.report({ message }) };
+          this.active = {
+            handle,
+            iteration: 0,
+            tools: new Map(),
+            report: (message) => progress.report({ message }),
+          };
           const cancelling = token.onCancellationRequested(() => void this.cancel());
           try {
             const result = await handle.result;
@@ -261,18 +286,41 @@ class TetherExtension implements vscode.Disposable {
       case "message_delta":
         this.output.append(event.text);
         break;
-      case "tool_call":
-        this.output.appendLine(`\n[tool] ${event.name} ${event.arguments}`);
-        active?.report(`iteration ${active.iteration} · tool ${event.name}`);
+      case "tool_call": {
+        const label = `${kindMarker(event.toolKind)}${event.name}`;
+        active?.tools.set(event.toolCallId, label);
+        this.output.appendLine(`\n[tool] ${label} ${event.arguments}`);
+        active?.report(`iteration ${active.iteration} · tool ${label}`);
         break;
-      case "tool_call_update":
-        if (event.status !== "in_progress") {
-          this.output.appendLine(`[tool] ${event.toolCallId} ${event.status}`);
+      }
+      case "tool_call_update": {
+        const label = active?.tools.get(event.toolCallId) ?? event.toolCallId;
+        if (event.status === "in_progress") {
+          if (event.progress) {
+            this.output.appendLine(`[tool] ${label}: ${event.progress}`);
+            active?.report(`iteration ${active.iteration} · ${label}: ${event.progress}`);
+          }
+          break;
+        }
+        this.output.appendLine(`[tool] ${event.toolCallId} ${event.status}`);
+        if (event.diff) {
+          this.output.appendLine(event.diff.replace(/\n$/, ""));
+          void this.offerDiff(event.diff);
         }
         break;
+      }
       default:
         break;
     }
+  }
+
+  /** Offer to open the diff of an edit as an untitled `diff` document. */
+  private async offerDiff(diff: string): Promise<void> {
+    const file = diffFile(diff) ?? "a file";
+    const choice = await vscode.window.showInformationMessage(`Tether changed ${file}.`, "Open Diff");
+    if (choice !== "Open Diff") return;
+    const document = await vscode.workspace.openTextDocument({ content: diff, language: "diff" });
+    await vscode.window.showTextDocument(document, { preview: true });
   }
 
   /** Runs a command; an error becomes a message instead of a rejected command. */

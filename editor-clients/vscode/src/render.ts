@@ -1,5 +1,5 @@
 /** Text for people: error messages and session transcripts (no `vscode` import). */
-import { errorCode, type Message, type Session } from "./rpc";
+import { errorCode, type Message, type Session, type ToolKind } from "./rpc";
 
 export function describe(error: unknown): string {
   const code = errorCode(error);
@@ -24,4 +24,16 @@ export function transcript(session: Session, messages: Message[]): string {
     lines.push("");
   }
   return lines.join("\n");
+}
+
+/** A marker for the tools that change something (`edit`, `execute`), else "". */
+export function kindMarker(kind: ToolKind | undefined): string {
+  return kind === "edit" || kind === "execute" ? `(${kind}) ` : "";
+}
+
+/** The file a unified diff changes (its `+++ b/PATH` line, else `--- a/PATH` for a deletion). */
+export function diffFile(diff: string): string | undefined {
+  const plus = /^\+\+\+ b\/(.+)$/m.exec(diff);
+  if (plus) return plus[1];
+  return /^--- a\/(.+)$/m.exec(diff)?.[1];
 }

@@ -10,6 +10,7 @@ import {
   ResponseError,
   StreamMessageReader,
   StreamMessageWriter,
+  type CancellationToken,
   type Disposable,
   type Event,
   type MessageConnection,
@@ -84,17 +85,31 @@ export interface RunResult {
   usage?: { inputTokens: number; outputTokens: number };
 }
 
+/** What a tool does; `edit` and `execute` tools need approval. */
+export type ToolKind = "read" | "edit" | "execute" | "search" | "other";
+
 export type ProgressEvent =
   | { kind: "run_started"; maxIterations: number; userMessageId: string }
   | { kind: "iteration_started"; iteration: number }
   | { kind: "message_delta"; messageId: string; text: string }
-  | { kind: "tool_call"; toolCallId: string; name: string; arguments: string; status: "pending" }
+  | {
+      kind: "tool_call";
+      toolCallId: string;
+      name: string;
+      arguments: string;
+      toolKind: ToolKind;
+      status: "pending";
+    }
   | {
       kind: "tool_call_update";
       toolCallId: string;
       status: "in_progress" | "completed" | "failed" | "cancelled";
       result?: string;
       error?: string;
+      /** A unified diff of what an edit changed (with `completed`). */
+      diff?: string;
+      /** A line the running tool reported (with `in_progress`). */
+      progress?: string;
     }
   | { kind: "iteration_finished"; iteration: number; toolCalls: number }
   | { kind: "run_finished"; stopReason: StopReason | "error"; iterations: number };
@@ -113,8 +128,14 @@ export interface PermissionParams {
 }
 
 export type PermissionOutcome = "allow" | "allow_always" | "reject";
+/**
+ * Answers `tool/requestPermission`. `token` fires when the server withdraws the question
+ * (`$/cancelRequest`, sent when the run is cancelled): the handler should stop asking then; the
+ * server is answered -32800 whatever the handler returns afterwards.
+ */
 export type PermissionHandler = (
   params: PermissionParams,
+  token: CancellationToken,
 ) => PermissionOutcome | Promise<PermissionOutcome>;
 
 export interface InitializeResult {
@@ -230,13 +251,29 @@ export class TetherConnection implements Disposable {
     this.connection.onNotification("kernel/progress", (params: ProgressParams) =>
       this.progressEmitter.fire(params),
     );
-    this.connection.onRequest("tool/requestPermission", async (params: PermissionParams) => {
-      const handler = this.options.onPermission;
-      if (!handler) {
-        return new ResponseError(ErrorCodes.MethodNotFound, "this client answers no permission requests");
-      }
-      return { outcome: await handler(params) };
-    });
+    this.connection.onRequest(
+      "tool/requestPermission",
+      async (params: PermissionParams, token: CancellationToken) => {
+        const handler = this.options.onPermission;
+        if (!handler) {
+          return new ResponseError(ErrorCodes.MethodNotFound, "this client answers no permission requests");
+        }
+        // Stop waiting as soon as the server withdraws the question, whatever the handler does.
+        let withdrawn: Disposable | undefined;
+        const cancelled = new Promise<undefined>((resolve) => {
+          withdrawn = token.onCancellationRequested(() => resolve(undefined));
+        });
+        try {
+          const outcome = await Promise.race([handler(params, token), cancelled]);
+          if (outcome === undefined || token.isCancellationRequested) {
+            return new ResponseError(ErrorCodes.RequestCancelled, "the permission request was withdrawn");
+          }
+          return { outcome };
+        } finally {
+          withdrawn?.dispose();
+        }
+      },
+    );
     this.connection.listen();
   }
 

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 
@@ -132,5 +133,77 @@ describe("activate() with a stand-in vscode module", { timeout: 300_000 }, () =>
   test("Tether: Cancel without a run says so", async () => {
     assert.equal(await stub.vscode.commands.executeCommand("tether.cancel"), false);
     assert.ok(stub.shown.info.includes("Tether: no run is going."));
+  });
+});
+
+describe("edits and withdrawn permission prompts in the extension", { timeout: 300_000 }, () => {
+  let ws: Workspace;
+  let extension: Extension;
+  const context = { subscriptions: [] as { dispose(): unknown }[] };
+
+  before(() => {
+    ws = workspace();
+    stub.setWorkspace(ws.root);
+    stub.settings["tether.serverCommand"] = SERVER_COMMAND;
+    stub.settings["tether.approval"] = "ask";
+    stub.settings["tether.provider"] = ws.provider([
+      { text: "Writing.", toolCalls: [call("w1", "write_file", { path: "notes.txt", content: "hello\n" })] },
+      { text: "Written." },
+      { toolCalls: [call("w2", "write_file", { path: "never.txt", content: "no\n" })] },
+    ]);
+    extension = require(join(__dirname, "..", "..", "dist", "extension.js")) as Extension;
+    extension.activate(context);
+  });
+
+  after(async () => {
+    await within(extension.deactivate(), "deactivate", 15_000);
+    for (const item of context.subscriptions) item.dispose();
+    stub.ui.modal = (_message, ...buttons) => buttons[0];
+    stub.ui.info = () => undefined;
+    ws.remove();
+  });
+
+  test("Allow on the prompt writes the file; the kind and the diff are shown", { timeout: 60_000 }, async () => {
+    const modals = stub.shown.modals.length;
+    stub.ui.inputBox = () => "Write a note";
+    stub.ui.modal = (_message, ...buttons) => (buttons.includes("Allow") ? "Allow" : undefined);
+    stub.ui.info = (_message, ...items) => (items.includes("Open Diff") ? "Open Diff" : undefined);
+    const documents = stub.shown.documents.length;
+    const result = (await within(stub.vscode.commands.executeCommand("tether.ask"), "tether.ask")) as {
+      stopReason: string;
+    };
+    assert.equal(result?.stopReason, "end_turn", `errors: ${stub.shown.errors.join("; ")}`);
+    assert.equal(readFileSync(join(ws.root, "notes.txt"), "utf8"), "hello\n");
+    assert.deepEqual(stub.shown.modals.slice(modals), ['Tether wants to run the tool "write_file".']);
+    const output = stub.outputText();
+    assert.match(output, /\[tool\] \(edit\) write_file \{"path": ?"notes.txt"/);
+    assert.match(output, /\[permission\] write_file: allow/);
+    assert.match(output, /\[tool\] w1 completed\n(.*\n)*\+\+\+ b\/notes\.txt\n(.*\n)*\+hello\n/);
+    assert.ok(stub.shown.progress.includes("iteration 1 · tool (edit) write_file"), stub.shown.progress.join("; "));
+    assert.ok(stub.shown.info.includes("Tether changed notes.txt."));
+    // "Open Diff" opens the diff as an untitled document in the diff language.
+    await within(stub.when(() => stub.shown.documents.length > documents), "the diff document");
+    assert.match(stub.shown.documents.at(-1) ?? "", /^\+hello$/m);
+    assert.equal(stub.shown.languages.at(-1), "diff");
+  });
+
+  test("a prompt withdrawn when the run is cancelled is no longer waited for", { timeout: 60_000 }, async () => {
+    const modals = stub.shown.modals.length;
+    stub.ui.inputBox = () => "Write another";
+    // A user who never answers the modal.
+    stub.ui.modal = () => new Promise<string | undefined>(() => undefined);
+    let cancel: (() => void) | undefined;
+    stub.ui.progressStarted = (cancelProgress) => {
+      cancel = cancelProgress;
+    };
+    const asking = stub.vscode.commands.executeCommand("tether.ask");
+    await within(stub.when(() => stub.shown.modals.length > modals), "the permission prompt");
+    cancel?.();
+    const result = (await within(asking, "tether.ask")) as { stopReason: string };
+    assert.equal(result?.stopReason, "cancelled", `errors: ${stub.shown.errors.join("; ")}`);
+    assert.match(stub.outputText(), /\[permission\] write_file: withdrawn by the server/);
+    assert.match(stub.outputText(), /\[tool\] w2 cancelled/);
+    assert.equal(existsSync(join(ws.root, "never.txt")), false);
+    assert.deepEqual(stub.shown.errors, []);
   });
 });

@@ -1,7 +1,16 @@
 import assert from "node:assert/strict";
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 
-import { ErrorCodes, ResponseError, TetherConnection, errorCode, type ProgressParams } from "../src/rpc";
+import {
+  ErrorCodes,
+  ResponseError,
+  TetherConnection,
+  errorCode,
+  type PermissionParams,
+  type ProgressParams,
+} from "../src/rpc";
 import { SERVER_COMMAND, call, within, workspace, type Turn, type Workspace } from "./helpers";
 
 async function start(ws: Workspace, turns: Turn[], extra: Partial<Parameters<typeof TetherConnection.start>[0]> = {}) {
@@ -176,5 +185,90 @@ describe("TetherConnection against the real server", { timeout: 300_000 }, () =>
     assert.deepEqual(await exited, { code: null, signal: "SIGKILL", expected: false });
     await assert.rejects(within(run.result, "the pending kernel/run"));
     assert.equal(tether.running, false);
+  });
+});
+
+describe("edits and permission requests against the real server", { timeout: 300_000 }, () => {
+  let ws: Workspace;
+  before(() => {
+    ws = workspace();
+  });
+  after(() => ws.remove());
+
+  test("write_file under approval ask: allowed, written, with its kind and diff", { timeout: 60_000 }, async () => {
+    const asked: PermissionParams[] = [];
+    const tether = await start(
+      ws,
+      [
+        { text: "Writing.", toolCalls: [call("w1", "write_file", { path: "notes/hello.txt", content: "hello\n" })] },
+        { text: "Done." },
+      ],
+      {
+        onPermission: (params) => {
+          asked.push(params);
+          return "allow";
+        },
+      },
+    );
+    const events: ProgressParams[] = [];
+    tether.onProgress((params) => events.push(params));
+    try {
+      const session = await within(tether.createSession(), "session/create");
+      const result = await within(tether.run({ sessionId: session.sessionId, prompt: "note" }).result, "kernel/run");
+      assert.equal(result.stopReason, "end_turn");
+      assert.equal(result.toolCalls[0]?.isError, false, result.toolCalls[0]?.result);
+      assert.equal(readFileSync(join(ws.root, "notes", "hello.txt"), "utf8"), "hello\n");
+      assert.deepEqual(
+        asked.map((p) => [p.toolCall.id, p.toolCall.name, p.sessionId]),
+        [["w1", "write_file", session.sessionId]],
+      );
+      const call_ = events.find((e) => e.event.kind === "tool_call")?.event;
+      assert.equal(call_?.kind === "tool_call" ? call_.toolKind : undefined, "edit");
+      const done = events.find((e) => e.event.kind === "tool_call_update" && e.event.status === "completed")?.event;
+      const diff = done?.kind === "tool_call_update" ? done.diff : undefined;
+      assert.match(diff ?? "", /^\+\+\+ b\/notes\/hello\.txt$/m);
+      assert.match(diff ?? "", /^\+hello$/m);
+    } finally {
+      await within(tether.shutdown(), "shutdown", 15_000);
+    }
+  });
+
+  test("a prompt withdrawn by a cancelled run: the handler sees the cancellation, nothing hangs", { timeout: 60_000 }, async () => {
+    let asked: (() => void) | undefined;
+    const prompted = new Promise<void>((resolve) => (asked = resolve));
+    let sawCancellation: (() => void) | undefined;
+    const withdrawn = new Promise<void>((resolve) => (sawCancellation = resolve));
+    const tether = await start(
+      ws,
+      [{ toolCalls: [call("w2", "write_file", { path: "never.txt", content: "no\n" })] }],
+      {
+        // A user who never answers: the handler waits until the question is withdrawn.
+        onPermission: (_params, token) =>
+          new Promise<never>(() => {
+            token.onCancellationRequested(() => sawCancellation?.());
+            asked?.();
+          }),
+      },
+    );
+    const events: ProgressParams[] = [];
+    tether.onProgress((params) => events.push(params));
+    try {
+      const session = await within(tether.createSession(), "session/create");
+      const run = tether.run({ sessionId: session.sessionId, prompt: "write" });
+      await within(prompted, "tool/requestPermission");
+      assert.equal(await within(run.cancel(), "kernel/cancel"), true);
+      await within(withdrawn, "the handler's cancellation token");
+      const result = await within(run.result, "the cancelled kernel/run");
+      assert.equal(result.stopReason, "cancelled");
+      const statuses = events.flatMap((e) =>
+        e.event.kind === "tool_call_update" && e.event.toolCallId === "w2" ? [e.event.status] : [],
+      );
+      assert.deepEqual(statuses, ["cancelled"]);
+      assert.equal(existsSync(join(ws.root, "never.txt")), false);
+      // The connection still works after the withdrawn request.
+      assert.equal((await within(tether.getSession(session.sessionId), "session/get")).running, false);
+    } finally {
+      await within(tether.shutdown(), "shutdown", 15_000);
+    }
   });
 });

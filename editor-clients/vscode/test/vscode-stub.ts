@@ -53,6 +53,10 @@ export const shown = {
   progress: [] as string[],
   output: [] as string[],
   documents: [] as string[],
+  /** The language of each document shown (as `documents`). */
+  languages: [] as string[],
+  /** Modal dialogs asked (their message). */
+  modals: [] as string[],
 };
 
 type Shown = keyof typeof shown;
@@ -80,7 +84,10 @@ export function when(predicate: () => boolean): Promise<void> {
 export const ui = {
   inputBox: (): string | undefined => undefined,
   quickPick: <T>(items: T[]): T | undefined => items[0],
-  modal: (_message: string, ...buttons: string[]): string | undefined => buttons[0],
+  modal: (_message: string, ...buttons: string[]): string | undefined | Promise<string | undefined> =>
+    buttons[0],
+  /** The button picked on a non-modal information message that offers some. */
+  info: (_message: string, ..._items: string[]): string | undefined => undefined,
   /** Called with a function that cancels the run's progress notification. */
   progressStarted: (_cancel: () => void): void => undefined,
 };
@@ -125,11 +132,15 @@ export const vscode = {
       show: () => undefined,
       dispose: () => undefined,
     }),
-    showInformationMessage: async (message: string) => show("info", message),
+    showInformationMessage: async (message: string, ...items: string[]) => {
+      show("info", message);
+      return ui.info(message, ...items);
+    },
     showErrorMessage: async (message: string) => show("errors", message),
     showWarningMessage: async (message: string, ...rest: unknown[]) => {
       const options = rest[0];
       if (typeof options === "object" && options !== null && (options as { modal?: boolean }).modal) {
+        show("modals", message);
         return ui.modal(message, ...(rest.slice(1) as string[]));
       }
       show("warnings", message);
@@ -137,7 +148,8 @@ export const vscode = {
     },
     showInputBox: async () => ui.inputBox(),
     showQuickPick: async <T>(items: T[] | Promise<T[]>) => ui.quickPick(await items),
-    showTextDocument: async (document: { getText(): string }) => {
+    showTextDocument: async (document: { getText(): string; languageId?: string }) => {
+      shown.languages.push(document.languageId ?? "markdown");
       show("documents", document.getText());
       return {};
     },
@@ -172,7 +184,12 @@ export const vscode = {
       providers.set(scheme, provider);
       return { dispose: () => providers.delete(scheme) };
     },
-    async openTextDocument(uri: Uri) {
+    async openTextDocument(target: Uri | { content?: string; language?: string }) {
+      if (!(target instanceof Uri)) {
+        const text = target.content ?? "";
+        return { languageId: target.language ?? "plaintext", getText: () => text };
+      }
+      const uri = target;
       const provider = providers.get(uri.scheme);
       if (!provider) throw new Error(`no content provider for ${uri.scheme}`);
       const text = provider.provideTextDocumentContent(uri);

@@ -11,6 +11,7 @@ local state = {
   session = nil, -- the current Session
   runs = {}, -- sessionId -> true while a kernel/run is going
   always = {}, -- tool names the user allowed for the rest of this server's life
+  prompts = {}, -- permission questions waiting for the user's answer
 }
 M._state = state
 
@@ -28,10 +29,13 @@ function M.setup(opts)
   config.setup(opts)
 end
 
+local withdraw_settled
+
 local function on_progress(params)
   local view = ui.get(params.sessionId)
   local event = params.event
   local kind = event.kind
+  withdraw_settled(params)
   if kind == 'iteration_started' then
     progress('iteration ' .. event.iteration)
   elseif kind == 'tool_call' then
@@ -55,8 +59,62 @@ local choices = {
   { label = 'Reject', outcome = 'reject' },
 }
 
+--- Mark a waiting question answered (by the user or by its withdrawal); false when it already was.
+local function settle(prompt)
+  if prompt.done then
+    return false
+  end
+  prompt.done = true
+  for i, p in ipairs(state.prompts) do
+    if p == prompt then
+      table.remove(state.prompts, i)
+      break
+    end
+  end
+  return true
+end
+
+--- Stop waiting for a permission question the server withdrew: its coroutine answers -32800 (the
+--- server ignores it) and the user's later choice does nothing.
+local function withdraw(prompt)
+  if not settle(prompt) then
+    return
+  end
+  notify(string.format('the permission request for %s was withdrawn (the run ended)', prompt.name or '?'),
+    vim.log.levels.WARN)
+  coroutine.resume(prompt.co, nil)
+end
+
+--- $/cancelRequest from the server names a request id, which the rpc layer does not give the
+--- request handler: with a single question waiting it is that one; with several, the progress
+--- events that settle the call (below) withdraw the right one.
+local function on_cancel_request()
+  if #state.prompts == 1 then
+    withdraw(state.prompts[1])
+  end
+end
+
+--- A question whose call already ended (cancelled while it waited) or whose run finished is stale.
+withdraw_settled = function(params)
+  local event = params.event
+  for _, prompt in ipairs(vim.list_slice(state.prompts)) do
+    if prompt.session_id == params.sessionId and prompt.run_id == params.runId then
+      if event.kind == 'run_finished'
+        or (event.kind == 'tool_call_update' and event.toolCallId == prompt.call_id
+          and event.status ~= 'in_progress') then
+        withdraw(prompt)
+      end
+    end
+  end
+end
+
+M._on_progress = on_progress -- for tests
+M._on_cancel_request = on_cancel_request
+
 --- Answer tool/requestPermission. Runs inside the coroutine of the rpc layer: the prompt is shown
---- on the main loop and the coroutine waits for the choice, so any vim.ui.select works.
+--- on the main loop and the coroutine waits for the choice, so any vim.ui.select works. A question
+--- the server withdraws makes the coroutine answer -32800 at once; the prompt (which cannot be
+--- closed in general) then does nothing when answered.
 function M.request_permission(params)
   local call = params.toolCall or {}
   local policy = config.options.approval
@@ -69,7 +127,19 @@ function M.request_permission(params)
   if not co or coroutine.isyieldable and not coroutine.isyieldable() then
     return { outcome = 'reject' }
   end
+  local pending = {
+    co = co,
+    name = call.name,
+    call_id = call.id,
+    session_id = params.sessionId,
+    run_id = params.runId,
+    done = false,
+  }
+  table.insert(state.prompts, pending)
   vim.schedule(function()
+    if pending.done then
+      return -- withdrawn before it was shown
+    end
     local prompt = string.format('tether: run %s %s?', call.name or '?', call.arguments or '')
     vim.ui.select(choices, {
       prompt = prompt,
@@ -77,10 +147,16 @@ function M.request_permission(params)
         return item.label
       end,
     }, function(choice)
+      if not settle(pending) then
+        return -- withdrawn meanwhile: the server no longer waits for this answer
+      end
       coroutine.resume(co, choice and choice.outcome or 'reject')
     end)
   end)
   local outcome = coroutine.yield()
+  if outcome == nil then
+    return nil, { code = -32800, message = 'the permission request was withdrawn' }
+  end
   if outcome == 'allow_always' and call.name then
     state.always[call.name] = true
   end
@@ -113,11 +189,17 @@ local function with_client(fn)
     on_notification = function(method, params)
       if method == 'kernel/progress' then
         on_progress(params)
+      elseif method == '$/cancelRequest' then
+        on_cancel_request()
       end
     end,
     on_request = on_request,
     on_exit = function(code, signal)
       state.runs = {}
+      for _, prompt in ipairs(vim.list_slice(state.prompts)) do
+        prompt.done = true -- nobody is left to answer
+      end
+      state.prompts = {}
       if code ~= 0 or signal ~= 0 then
         notify(string.format('server exited (code %s, signal %s); the next command restarts it', code, signal),
           vim.log.levels.WARN)

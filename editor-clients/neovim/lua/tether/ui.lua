@@ -1,8 +1,9 @@
 -- The session UI: one scratch buffer per session, streamed text appended as it arrives and one
--- line per tool call whose status is updated in place.
+-- line per tool call whose status is updated in place (with the diff of an edit under it).
 local M = {}
 
 local views = {} -- sessionId -> view
+local diff_ns = vim.api.nvim_create_namespace('tether_diff')
 
 local function set_lines(view, first, last, lines)
   local buf = view.buf
@@ -80,21 +81,81 @@ function M.text(view, text)
   view.text_open = true
 end
 
+-- Tools that change something are marked with their kind.
+local markers = { edit = '(edit) ', execute = '(execute) ' }
+
 local function tool_line(tool)
-  local line = string.format('  [%s] %s %s', tool.status, tool.name, tool.arguments or '')
+  local line = string.format('  [%s] %s%s %s', tool.status, markers[tool.kind] or '', tool.name, tool.arguments or '')
   if tool.error then
     line = line .. ' — ' .. tool.error
+  elseif tool.progress and tool.status == 'in_progress' then
+    line = line .. ' — ' .. tool.progress
   end
   return (line:gsub('\n', ' '))
 end
 
+local diff_groups = { ['+'] = 'DiffAdd', ['-'] = 'DiffDelete', ['@'] = 'DiffChange' }
+
+--- The lines of a unified diff under the tool line (indented, highlighted as a diff); the rows of
+--- the tool lines below it move down.
+local function insert_diff(view, tool, diff)
+  local lines = {}
+  for _, line in ipairs(vim.split((diff:gsub('\n$', '')), '\n', { plain = true })) do
+    table.insert(lines, '    ' .. line)
+  end
+  local first = tool.row + 1
+  local open = view.text_open
+  set_lines(view, first, first, lines)
+  view.text_open = open
+  for _, other in pairs(view.tools) do
+    if other ~= tool and other.row >= first then
+      other.row = other.row + #lines
+    end
+  end
+  if not vim.api.nvim_buf_is_valid(view.buf) then
+    return
+  end
+  for i, line in ipairs(lines) do
+    local c = line:sub(5, 5)
+    local group = diff_groups[c]
+    if line:sub(5, 7) == '+++' or line:sub(5, 7) == '---' then
+      group = 'DiffText'
+    end
+    if group then
+      vim.api.nvim_buf_add_highlight(view.buf, diff_ns, group, first + i - 1, 0, -1)
+    end
+  end
+end
+
+---@class tether.ToolCallEvent
+---@field toolCallId string
+---@field name string
+---@field arguments string
+---@field toolKind? 'read'|'edit'|'execute'|'search'|'other'
+---@field status string
+
+---@class tether.ToolCallUpdateEvent
+---@field toolCallId string
+---@field status 'in_progress'|'completed'|'failed'|'cancelled'
+---@field result? string
+---@field error? string
+---@field diff? string a unified diff of what an edit changed (with completed)
+---@field progress? string a line the running tool reported (with in_progress)
+
+---@param event tether.ToolCallEvent
 function M.tool_call(view, event)
-  local tool = { name = event.name, arguments = event.arguments, status = event.status or 'pending' }
+  local tool = {
+    name = event.name,
+    arguments = event.arguments,
+    kind = event.toolKind,
+    status = event.status or 'pending',
+  }
   append(view, { tool_line(tool) })
   tool.row = vim.api.nvim_buf_line_count(view.buf) - 1
   view.tools[event.toolCallId] = tool
 end
 
+---@param event tether.ToolCallUpdateEvent
 function M.tool_update(view, event)
   local tool = view.tools[event.toolCallId]
   if not tool then
@@ -102,9 +163,15 @@ function M.tool_update(view, event)
   end
   tool.status = event.status
   tool.error = event.error
+  if event.progress then
+    tool.progress = event.progress
+  end
   local open = view.text_open
   set_lines(view, tool.row, tool.row + 1, { tool_line(tool) })
   view.text_open = open
+  if event.diff and event.diff ~= '' then
+    insert_diff(view, tool, event.diff)
+  end
 end
 
 function M.finished(view, result)
