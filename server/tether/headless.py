@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -88,10 +89,39 @@ async def _ask_on_terminal(params: PermissionParams) -> PermissionOutcome:
     """``tool/requestPermission`` answered by the person at the terminal (anything else than
     yes or always is a rejection)."""
     call = params.tool_call
-    question = f"\nallow {call.name} {call.arguments}? [y]es / [a]lways / [N]o: "
+    question = (
+        f"\nallow {_printable(call.name)} {_printable(call.arguments)}? [y]es / [a]lways / [N]o: "
+    )
     print(question, end="", file=sys.stderr, flush=True)
-    answer = await asyncio.to_thread(sys.stdin.readline)
+    answer = await _read_line()
     return _ANSWERS.get(answer.strip().lower()[:1], "reject")
+
+
+def _printable(text: str) -> str:
+    """``text`` with every control character escaped, so what the model wrote cannot redraw the
+    question (a carriage return is valid JSON whitespace)."""
+    return "".join(
+        char if char.isprintable() else char.encode("unicode_escape").decode() for char in text
+    )
+
+
+async def _read_line() -> str:
+    """A line of stdin, read in a daemon thread: a run cancelled meanwhile (Ctrl-C) does not wait
+    for the person to press Enter before the process can exit."""
+    loop = asyncio.get_running_loop()
+    line: asyncio.Future[str] = loop.create_future()
+
+    def answer(text: str) -> None:
+        if not line.done():
+            line.set_result(text)
+
+    def read() -> None:
+        text = sys.stdin.readline()
+        with contextlib.suppress(RuntimeError):  # the run ended and its loop is closed
+            loop.call_soon_threadsafe(answer, text)
+
+    threading.Thread(target=read, name="tether-run-prompt", daemon=True).start()
+    return await line
 
 
 async def _follow(client: TetherClient, view: _View, run: Run) -> RunResult:

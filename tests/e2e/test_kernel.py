@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tether.client import Connection, RpcError
+from tether.headless import _printable
 from tether.protocol import ErrorCode
 
 from .conftest import SERVER
@@ -316,6 +317,42 @@ def test_tether_run_on_a_terminal_asks_before_a_write(project: Path):
     assert done.returncode == 0, done.stderr
     assert "allow write_file" in done.stderr
     assert (project / "asked.txt").read_text() == "hi\n"
+
+
+def test_tether_run_interrupted_at_its_question_exits_without_waiting_for_an_answer(
+    project: Path,
+):
+    script = write_script(project, "never.txt")
+    argv = [sys.executable, "-m", "tether", "run", "write", "--workspace", str(project)]
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [*argv, "--script", str(script)],
+        stdin=terminal,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        asked = ""
+        while "allow write_file" not in asked:  # bounded by the test's timeout
+            chunk = process.stderr.read(1)
+            assert chunk, "tether run ended without asking"
+            asked += chunk
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 130
+    finally:
+        process.kill()
+        os.close(terminal)
+        os.close(controller)
+    assert not (project / "never.txt").exists()
+
+
+def test_the_question_of_tether_run_shows_control_characters_escaped() -> None:
+    assert (
+        _printable('{"command": "ls\\r\\x1b[2Krm -rf /"}') == '{"command": "ls\\r\\x1b[2Krm -rf /"}'
+    )
+    assert _printable('{"a":\r"b"}\x1b[2K') == '{"a":\\r"b"}\\x1b[2K'
 
 
 def test_tether_run_json_prints_events_and_the_result_as_json_lines(project: Path):
