@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import assert_never
 
 from tether.kernel.approval import Gate
+from tether.kernel.history import in_model_order
 from tether.kernel.window import HistoryWindow
 from tether.protocol import Content, Message, MessageInput, Role, ToolCall
 from tether.protocol.kernel import (
@@ -99,6 +100,7 @@ class Run:
     async def execute(self, prompt: Content) -> RunResult:
         """The whole run; cancellation ends it with ``stopReason: "cancelled"``."""
         await self._answer_dangling_calls()
+        self._history = in_model_order(self._history)
         [user] = await self._persist([MessageInput(role=Role.USER, content=prompt)])
         self._turn_start = len(self._history) - 1
         if self._setup.window is not None:
