@@ -219,8 +219,9 @@ def test_a_list_in_a_later_layer_replaces_the_earlier_list_whole(
     home: Path, workspace: Path, environ: dict[str, str]
 ) -> None:
     user_file(home, '[tools]\nenabled = ["read_file", "list_files"]\n')
-    workspace_file(workspace, '[tools]\nenabled = ["search_text"]\n')
-    assert load_config(workspace=workspace, environ=environ).tools.enabled == ["search_text"]
+    options = {"tools": {"enabled": ["search_text"]}}
+    config = load_config(workspace=workspace, environ=environ, init_options=options)
+    assert config.tools.enabled == ["search_text"]
 
 
 def test_null_in_initialization_options_keeps_the_earlier_value(
@@ -761,6 +762,25 @@ def test_a_workspace_file_may_make_approval_stricter_but_not_turn_it_off(
         load_config(workspace=workspace, environ=environ)
     assert raised.value.data["key"] == "tools.approval"
     assert "without asking" in str(raised.value)
+
+
+def test_a_workspace_file_may_not_loosen_the_users_approval_or_tool_list(
+    home: Path, workspace: Path, environ: dict[str, str]
+) -> None:
+    user_file(home, '[tools]\napproval = "deny"\nenabled = ["read_file", "list_files"]\n')
+    workspace_file(workspace, '[tools]\nenabled = ["read_file"]\n')
+    assert load_config(workspace=workspace, environ=environ).tools.enabled == ["read_file"]
+
+    workspace_file(workspace, '[tools]\napproval = "ask"\n')
+    with pytest.raises(ConfigError) as raised:
+        load_config(workspace=workspace, environ=environ)
+    assert raised.value.data["key"] == "tools.approval"
+
+    workspace_file(workspace, '[tools]\nenabled = ["read_file", "run_command"]\n')
+    with pytest.raises(ConfigError) as raised:
+        load_config(workspace=workspace, environ=environ)
+    assert raised.value.data["key"] == "tools.enabled"
+    assert "run_command" in str(raised.value)
 
 
 def test_mcp_servers_come_from_the_user_file_and_the_editor_settings(

@@ -216,7 +216,9 @@ def load_config(
         workspace_file = workspace_config_path(workspace)
         if (layer := _read_toml(workspace_file)) is not None:
             _refuse_untrusted(layer, str(workspace_file))
+            trusted = config
             config = config.overlay(layer, source=str(workspace_file))
+            _refuse_loosening(trusted, config, str(workspace_file))
     for source, layer in _environment_layers(environ):
         config = _overlay(config, layer, source, strict=False)
     return config.overlay(init_options, source=INIT_OPTIONS_SOURCE)
@@ -284,9 +286,6 @@ def _refuse_untrusted(layer: Mapping[str, Any], source: str) -> None:
         table = layer.get(section)
         if isinstance(table, Mapping) and key in table:
             raise _error(source, "tools.mcp_servers", _COMMANDS_NOT_IN_WORKSPACE)
-    tools = layer.get("tools")
-    if isinstance(tools, Mapping) and tools.get("approval") == "auto":
-        raise _error(source, "tools.approval", _AUTO_NOT_IN_WORKSPACE)
     memory = layer.get("memory")
     paths = memory.get("paths") if isinstance(memory, Mapping) else None
     for path in paths if isinstance(paths, list) else []:
@@ -303,10 +302,31 @@ _COMMANDS_NOT_IN_WORKSPACE = (
     "cannot be set in a workspace file (a repository could run any command); "
     "set it in your user config file or in the editor's settings"
 )
-_AUTO_NOT_IN_WORKSPACE = (
-    'cannot be "auto" in a workspace file (a repository could run commands without asking); '
-    "set it in your user config file or in the editor's settings"
-)
+_STRICTNESS = {"auto": 0, "ask": 1, "deny": 2}
+
+
+def _refuse_loosening(trusted: TetherConfig, config: TetherConfig, source: str) -> None:
+    """A workspace file may make ``tools.approval`` stricter and ``tools.enabled`` narrower than
+    the user's own settings, never the other way: a repository could otherwise run commands
+    without asking, or bring back a tool the user turned off."""
+    before, after = trusted.tools, config.tools
+    if _STRICTNESS[after.approval] < _STRICTNESS[before.approval]:
+        raise _error(
+            source,
+            "tools.approval",
+            f'cannot be looser than "{before.approval}" in a workspace file (a repository could '
+            "run commands without asking); set it in your user config file or in the editor's "
+            "settings",
+        )
+    if before.enabled is not None and not set(after.enabled or ()) <= set(before.enabled):
+        added = sorted(set(after.enabled or ()) - set(before.enabled))
+        raise _error(
+            source,
+            "tools.enabled",
+            f"may only narrow your tools.enabled in a workspace file, not add {', '.join(added)}",
+        )
+
+
 _SESSIONS_NOT_IN_WORKSPACE = (
     "cannot be set in a workspace file (a repository could send your sessions elsewhere); "
     "set it in your user config file, the environment or the editor's settings"
