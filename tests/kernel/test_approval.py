@@ -164,6 +164,18 @@ async def test_allow_always_is_remembered_for_the_session_only(tmp_path: Path):
     assert len(harness.edit.calls) == 4
 
 
+async def test_a_forgotten_session_is_asked_again(tmp_path: Path):
+    client = Client("allow_always", "allow")
+    turns = [{"toolCalls": [call("c1", "patch")]}, {"text": "done"}]
+    turns += [{"toolCalls": [call("c2", "patch")]}, {"text": "done"}]
+    harness = Harness(tmp_path, turns, approver=client)
+    sid = await harness.session()
+    await harness.run(sid)
+    harness.kernel.forget(sid)  # the session was deleted (its id is never given again)
+    await harness.run(sid)
+    assert [a.tool_call.id for a in client.asked] == ["c1", "c2"]
+
+
 async def test_allow_always_spares_the_questions_about_the_same_tool_in_the_same_turn(
     tmp_path: Path,
 ):

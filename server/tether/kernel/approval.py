@@ -58,19 +58,24 @@ cancelling the await withdraws the question."""
 @dataclass
 class Approvals:
     """What the kernel knows across runs: the approver, and the tools each session allowed
-    always (in memory, for the life of the process)."""
+    always (in memory, until the session is deleted or tether exits)."""
 
     approver: Approver | None = None
     _always: dict[str, set[str]] = field(default_factory=dict)
 
     def gate(self, policy: Policy, session_id: str, run_id: str) -> Gate:
+        always = self._always.setdefault(session_id, set()) if policy == "ask" else set()
         return Gate(
             policy=policy,
             approver=self.approver,
-            always=self._always.setdefault(session_id, set()),
+            always=always,
             session_id=session_id,
             run_id=run_id,
         )
+
+    def forget(self, session_id: str) -> None:
+        """Drop what a deleted session allowed always."""
+        self._always.pop(session_id, None)
 
 
 @dataclass(kw_only=True)

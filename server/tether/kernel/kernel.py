@@ -55,6 +55,10 @@ class Kernel:
         self._counter = counter or EstimatingCounter()  # for the history window
         self._runs: dict[str, asyncio.Task[RunResult]] = {}
 
+    def forget(self, session_id: str) -> None:
+        """Drop what the kernel keeps about a session that was deleted or expired."""
+        self._approvals.forget(session_id)
+
     def is_running(self, session_id: str) -> bool:
         return session_id in self._runs
 

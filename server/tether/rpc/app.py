@@ -76,6 +76,7 @@ class App:
         self._mcp: McpManager | None = None  # made when a session or a run first needs it
         self.sessions.on_create.append(self._remember_mcp_servers)
         self.sessions.on_delete.append(self._close_mcp_servers)
+        self.sessions.on_delete.append(self._forget_in_kernel)
         self.sessions.on_fork.append(self._fork_mcp_servers)
 
     def initialize(self, params: InitializeParams) -> InitializeResult:
@@ -251,6 +252,10 @@ class App:
     def _remember_mcp_servers(self, session: Session, params: CreateSessionParams) -> None:
         if params.mcp_servers:
             self.mcp.set_session_servers(session.session_id, params.mcp_servers)
+
+    async def _forget_in_kernel(self, session_id: str) -> None:
+        if self.kernel is not None:
+            self.kernel.forget(session_id)
 
     def _fork_mcp_servers(self, session: Session) -> None:
         if self._mcp is not None and session.parent_session_id is not None:
