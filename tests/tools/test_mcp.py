@@ -237,6 +237,14 @@ async def test_a_sessions_own_servers_stop_when_the_session_is_closed(
     assert not manager.has_session_servers("s1")
 
 
+async def test_a_server_none_of_whose_tools_is_enabled_is_not_started(
+    manager: McpManager, workspace: Path, fake: Fake
+):
+    tools = await executor(manager, workspace, fake.spec(), enabled=["read_file"])
+    assert [spec.name for spec in tools.list()] == ["read_file"]
+    assert fake.pids() == []
+
+
 async def test_a_fork_gets_the_servers_of_its_parent_and_keeps_them_when_the_parent_goes(
     manager: McpManager, workspace: Path, fake: Fake
 ):

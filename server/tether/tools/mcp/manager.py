@@ -217,8 +217,13 @@ class McpManager:
         workspace: Path,
     ) -> McpExecutor:
         """The built-in tools and those of the session's servers (started as needed), limited
-        to ``enabled`` (``tools.enabled``; ``None``: all)."""
-        chosen = self._servers(servers, session_id, workspace)
+        to ``enabled`` (``tools.enabled``; ``None``: all). A server none of whose tools could be
+        enabled is not started."""
+        chosen = [
+            server
+            for server in self._servers(servers, session_id, workspace)
+            if enabled is None or any(name.startswith(f"{server.name}__") for name in enabled)
+        ]
         tools: list[Tool] = list(builtin)
         taken = {tool.spec.name for tool in tools}
         listings = await asyncio.gather(*(server.refresh() for server in chosen))
