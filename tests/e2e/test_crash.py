@@ -29,9 +29,9 @@ from tether.sessions.sql import SqlStore, sqlite_url
 
 from .conftest import SERVER
 
-BUDGET_SECONDS = float(os.environ.get("TETHER_CRASH_BUDGET", "85"))
+BUDGET_SECONDS = float(os.environ.get("TETHER_CRASH_BUDGET", "150"))
 KILLS = 100  # in all; on an idle machine a kill takes well under a second per worker
-MIN_KILLS = 30  # a loaded machine starts servers slowly: fewer kills fit in the budget
+MIN_KILLS = KILLS  # the budget leaves a loaded machine room (an idle one needs ~60 s)
 FRESH_SERVER_EVERY = 5
 
 
@@ -211,7 +211,7 @@ def _dangling(history: list[Message], answered: set[str | None]) -> list[str]:
     return dangling
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(240)
 async def test_sigkill_during_runs_loses_nothing_acknowledged(tmp_path: Path) -> None:
     seed = int(os.environ.get("TETHER_CRASH_SEED", random.randrange(2**32)))
     print(f"crash test seed: {seed} (TETHER_CRASH_SEED={seed} to replay)")
