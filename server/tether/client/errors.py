@@ -5,7 +5,7 @@ Hierarchy (clients decide by class or by ``code``)::
     TetherClientError (alias RpcError)   code, message, data as the server sent them
     ├── ParseFailedError            -32700
     ├── InvalidRequestError         -32600
-    ├── MethodNotFoundError         -32601  e.g. a method of the contract not served yet
+    ├── MethodNotFoundError         -32601  a method the server does not serve
     ├── InvalidParamsError          -32602  ``fields``: the offending wire paths
     ├── InternalServerError         -32603
     ├── ServerNotInitializedError   -32002
