@@ -39,6 +39,7 @@ from tether.protocol.kernel import (
     ToolCallUpdate,
     Usage,
 )
+from tether.protocol.sessions import MAX_STATE_BYTES, ConfigureSessionParams
 
 NOW = datetime(2025, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)
 content_blocks = TypeAdapter(list[ContentBlock])
@@ -532,3 +533,10 @@ def test_an_unknown_or_incomplete_progress_event_is_rejected(event: dict[str, An
 def test_a_progress_sequence_number_starts_at_one() -> None:
     with pytest.raises(ValidationError):
         ProgressParams(session_id="s", run_id="r", seq=0, event=IterationStarted(iteration=1))
+
+
+def test_a_session_state_over_its_cap_is_refused_naming_the_field() -> None:
+    ConfigureSessionParams(session_id="s", state={"k": "x" * (MAX_STATE_BYTES - 100)})
+    with pytest.raises(ValidationError) as raised:
+        ConfigureSessionParams(session_id="s", state={"k": "x" * MAX_STATE_BYTES})
+    assert [error["loc"] for error in raised.value.errors()] == [("state",)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import orjson
 from pydantic import Field, field_validator
 
 from tether.protocol.base import Params, UtcDatetime, WireModel
@@ -12,6 +13,8 @@ from tether.protocol.messages import Message, MessageInput
 from tether.protocol.tools import McpServerSpec, unique_server_names
 
 SessionId = str
+MAX_STATE_BYTES = 256 * 1024
+"""The most a session's ``state`` may hold, as compact JSON."""
 
 
 class Session(WireModel):
@@ -50,6 +53,13 @@ class SessionFields(Params):
     state: dict[str, Any] | None = Field(
         default=None, description="JSON object kept across turns; replaced whole"
     )
+
+    @field_validator("state")
+    @classmethod
+    def _state_fits(cls, state: dict[str, Any] | None) -> dict[str, Any] | None:
+        if state is not None and len(orjson.dumps(state)) > MAX_STATE_BYTES:
+            raise ValueError(f"the state may hold at most {MAX_STATE_BYTES // 1024} KiB of JSON")
+        return state
 
 
 class CreateSessionParams(SessionFields):

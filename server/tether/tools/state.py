@@ -15,11 +15,11 @@ from typing import Any
 import orjson
 from pydantic import Field
 
+from tether.protocol.sessions import MAX_STATE_BYTES
 from tether.protocol.tools import ToolKind
 from tether.tools.base import SessionState, ToolContext, ToolError, ToolResult
 from tether.tools.typed import ToolArguments, TypedTool
 
-MAX_STATE_BYTES = 256 * 1024
 MAX_KEY_CHARS = 256
 STATE_TOOL_NAMES = ("state_get", "state_set")
 
