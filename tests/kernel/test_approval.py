@@ -265,6 +265,28 @@ async def test_an_approver_that_fails_counts_as_a_rejection_with_its_reason(tmp_
     assert harness.edit.calls == []
 
 
+async def test_a_question_that_ends_cancelled_by_itself_leaves_the_call_cancelled_not_unanswered(
+    tmp_path: Path,
+):
+    class Quits(Client):
+        async def __call__(self, params: PermissionParams) -> PermissionResult:
+            self.asked.append(params)
+            raise asyncio.CancelledError  # its await was cancelled, not the run
+
+    harness = Harness(tmp_path, one_call("patch"), approver=Quits())
+    sid = await harness.session()
+    result = await asyncio.wait_for(harness.run(sid), 5)
+    assert result.stop_reason is StopReason.END_TURN
+    [record] = result.tool_calls
+    assert (record.result, record.is_error) == ("cancelled", True)
+    assert [u.status for u in harness.updates("c1")] == ["cancelled"]
+    history = await harness.store.history(sid)
+    assert [(m.tool_call_id, m.content) for m in history if m.role is Role.TOOL] == [
+        ("c1", "cancelled")
+    ]
+    assert harness.edit.calls == []
+
+
 async def test_cancelling_the_run_while_the_client_is_asked_withdraws_the_question(
     tmp_path: Path,
 ):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from tether.kernel.kernel import Kernel
 from tether.protocol import (
     ConfigError,
     CreateSessionParams,
+    Message,
     MessageInput,
     ProviderError,
     RequestCancelled,
@@ -22,7 +23,7 @@ from tether.protocol import (
     SessionBusy,
     ToolCall,
 )
-from tether.protocol.kernel import ProgressParams, RunParams, StopReason
+from tether.protocol.kernel import ProgressParams, RunParams, StopReason, ToolCallUpdate
 from tether.protocol.tools import ToolSpec
 from tether.providers.scripted import ScriptedProvider
 from tether.sessions import MemoryStore
@@ -47,6 +48,8 @@ class Tools:
 
     async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
         self.started.setdefault(name, asyncio.Event()).set()
+        if name == "quits":  # a tool that raises CancelledError by itself, nobody cancelled it
+            raise asyncio.CancelledError
         try:
             await self.gate(name).wait()
         except asyncio.CancelledError:
@@ -62,9 +65,40 @@ def call(call_id: str, name: str) -> dict[str, Any]:
     return {"id": call_id, "name": name, "arguments": "{}"}
 
 
+class SlowStore(MemoryStore):
+    """A memory store whose writes of tool results wait for ``gate`` once ``slow`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.slow = False
+        self.writing = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def append(
+        self, session_id: str, messages: Sequence[MessageInput], **kwargs: Any
+    ) -> list[Message]:
+        if not (self.slow and any(m.role is Role.TOOL for m in messages)):
+            return await super().append(session_id, messages, **kwargs)
+        self.writing.set()
+        write = super().append
+
+        async def commit() -> list[Message]:
+            await self.gate.wait()
+            return await write(session_id, messages, **kwargs)
+
+        # like a database's worker thread, the write goes on when its waiter is cancelled
+        return await asyncio.shield(asyncio.ensure_future(commit()))
+
+
 class Harness:
-    def __init__(self, tmp_path: Path, turns: list[dict[str, Any]], tools: Tools) -> None:
-        self.store = MemoryStore()
+    def __init__(
+        self,
+        tmp_path: Path,
+        turns: list[dict[str, Any]],
+        tools: Tools,
+        store: MemoryStore | None = None,
+    ) -> None:
+        self.store = store or MemoryStore()
         self.provider = ScriptedProvider(turns)
         self.tools = tools
         self.events: list[ProgressParams] = []
@@ -163,6 +197,56 @@ async def test_cancelling_the_request_raises_request_cancelled_with_the_partial_
         await run
     assert raised.value.data["stopReason"] == "cancelled"
     assert raised.value.data["toolCalls"][0]["result"] == "cancelled"
+
+
+async def test_a_tool_raising_cancelled_error_itself_is_answered_cancelled_and_the_run_goes_on(
+    tmp_path: Path,
+):
+    tools = Tools("quits", "first")
+    turns = [{"toolCalls": [call("a", "quits"), call("b", "first")]}, {"text": "done"}]
+    harness = Harness(tmp_path, turns, tools)
+    sid = await harness.session()
+    tools.gate("first").set()
+    result = await asyncio.wait_for(harness.run(sid), 5)
+    assert result.stop_reason is StopReason.END_TURN
+    assert result.response == "done"  # the model was asked again, with both results
+    assert [(r.id, r.result, r.is_error) for r in result.tool_calls] == [
+        ("a", "cancelled", True),
+        ("b", "first:{}", False),
+    ]
+    history = await harness.store.history(sid)
+    assert [(m.tool_call_id, m.content, m.is_error) for m in history if m.role is Role.TOOL] == [
+        ("a", "cancelled", True),
+        ("b", "first:{}", None),
+    ]
+    updates = [
+        e.event.status
+        for e in harness.events
+        if isinstance(e.event, ToolCallUpdate) and e.event.tool_call_id == "a"
+    ]
+    assert updates[-1] == "cancelled"
+    assert harness.provider.requests[-1].messages[-2].content == "cancelled"
+
+
+async def test_a_run_cancelled_while_its_results_are_written_answers_each_call_once(
+    tmp_path: Path, tools: Tools
+):
+    store = SlowStore()
+    harness = Harness(tmp_path, [{"toolCalls": [call("a", "first")]}], tools, store=store)
+    sid = await harness.session()
+    store.slow = True
+    tools.gate("first").set()
+    run = asyncio.ensure_future(harness.run(sid))
+    await asyncio.wait_for(store.writing.wait(), 5)
+    assert harness.kernel.cancel(sid)
+    store.gate.set()
+    result = await asyncio.wait_for(run, 5)
+    assert result.stop_reason is StopReason.CANCELLED
+    history = await store.history(sid)
+    assert [(m.tool_call_id, m.content) for m in history if m.role is Role.TOOL] == [
+        ("a", "first:{}")
+    ]
+    assert [(r.id, r.result) for r in result.tool_calls] == [("a", "first:{}")]
 
 
 async def test_a_second_run_on_a_busy_session_is_refused(tmp_path: Path, tools: Tools):

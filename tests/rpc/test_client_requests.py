@@ -16,14 +16,15 @@ from tether.testing import scripted_options, tool_call
 from .conftest import Peer
 
 
-async def sent(peer: Peer, method: str) -> dict[str, Any]:
-    """The one message of ``method`` the server wrote, waiting for it (5 s at most)."""
+async def sent(peer: Peer, method: str, count: int = 1) -> dict[str, Any]:
+    """The ``count``th and last message of ``method`` the server wrote, waiting for it (5 s at
+    most)."""
     async with asyncio.timeout(5):
         while True:
             found = [m for m in peer.messages if m.get("method") == method]
-            if found:
-                assert len(found) == 1, found
-                return found[0]
+            if len(found) >= count:
+                assert len(found) == count, found
+                return found[-1]
             peer._arrived.clear()
             await peer._arrived.wait()
 
@@ -82,6 +83,17 @@ async def test_cancelling_the_waiter_sends_cancel_request_and_a_late_answer_is_d
     assert (await ready.result("session/list", {})) == {"sessions": []}
 
 
+async def test_a_question_cancelled_under_a_waiter_that_was_not_raises_client_error(ready: Peer):
+    answer = ask(ready)
+    request = await sent(ready, "test/ask")
+    ready.server.protocol._outgoing[request["id"]].cancel()  # as nothing on the wire can
+    with pytest.raises(ClientError) as raised:
+        await asyncio.wait_for(answer, 5)
+    assert raised.value.code is None
+    cancel = await sent(ready, "$/cancelRequest")
+    assert cancel["params"] == {"id": request["id"]}  # the client stops asking its user
+
+
 async def initialized(peer: Peer, workspace: Path, turns: list[dict[str, Any]]) -> str:
     """Initialize with the permissions capability and a script; a new session's id."""
     script = workspace.parent / f"{workspace.name}-script.json"
@@ -122,3 +134,54 @@ async def test_a_bad_answer_to_a_permission_request_is_a_rejection_saying_why(
     assert record["isError"] is True
     assert reason in record["result"]
     assert not (workspace / "a.txt").exists()
+
+
+def run_with_id(peer: Peer, msg_id: str, sid: str) -> None:
+    """A ``kernel/run`` whose request id is ``msg_id`` (ids are per sender: any string will do)."""
+    params = {"sessionId": sid, "prompt": "write"}
+    peer.send({"jsonrpc": "2.0", "id": msg_id, "method": "kernel/run", "params": params})
+
+
+async def test_cancel_request_for_a_client_id_equal_to_ours_cancels_the_run_not_our_question(
+    peer: Peer, workspace: Path
+):
+    write = tool_call("write_file", "c1", path="a.txt", content="x")
+    sid = await initialized(peer, workspace, [{"toolCalls": [write]}, {"text": "never asked"}])
+    run_with_id(peer, "tether-1", sid)
+    asked = await sent(peer, "tool/requestPermission")
+    assert asked["id"] == "tether-1"  # the server's first request: the same id as the run
+    peer.send({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": "tether-1"}})
+    reply = await peer.response("tether-1")
+    assert reply["error"]["code"] == -32800, reply
+    partial = reply["error"]["data"]
+    assert partial["stopReason"] == "cancelled"
+    [record] = partial["toolCalls"]
+    assert (record["id"], record["result"], record["isError"]) == ("c1", "cancelled", True)
+    withdrawn = await sent(peer, "$/cancelRequest")
+    assert withdrawn["params"] == {"id": "tether-1"}  # and the question is withdrawn
+    peer.send({"jsonrpc": "2.0", "id": "tether-1", "result": {"outcome": "allow"}})  # too late
+    assert (await peer.result("session/list", {}))["sessions"][0]["sessionId"] == sid
+    assert not (workspace / "a.txt").exists()
+
+
+async def test_a_client_request_with_the_id_of_our_question_does_not_lose_its_answer(
+    peer: Peer, workspace: Path
+):
+    first = tool_call("write_file", "c1", path="a.txt", content="a")
+    second = tool_call("write_file", "c2", path="b.txt", content="b")
+    turns = [{"toolCalls": [first]}, {"toolCalls": [second]}, {"text": "one"}, {"text": "two"}]
+    sid = await initialized(peer, workspace, turns)
+    other = str((await peer.result("session/create", {}))["sessionId"])
+    run = peer.request("kernel/run", {"sessionId": sid, "prompt": "write a"})
+    asked = await sent(peer, "tool/requestPermission")
+    assert asked["id"] == "tether-1"
+    run_with_id(peer, "tether-1", other)  # waits on its own question, tether-2
+    await sent(peer, "tool/requestPermission", count=2)
+    peer.send({"jsonrpc": "2.0", "id": "tether-1", "result": {"outcome": "allow"}})
+    result = (await peer.response(run))["result"]
+    assert result["toolCalls"][0]["isError"] is False
+    assert (workspace / "a.txt").read_text() == "a"
+    peer.send({"jsonrpc": "2.0", "id": "tether-2", "result": {"outcome": "reject"}})
+    other_result = (await peer.response("tether-1"))["result"]
+    assert other_result["toolCalls"][0]["result"] == "rejected by user"
+    assert not (workspace / "b.txt").exists()

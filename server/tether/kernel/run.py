@@ -211,24 +211,22 @@ class Run:
                 group.create_task(self._call(call))
 
     async def _call(self, call: ToolCall) -> None:
-        """One call: approved (when its kind needs it), then run; a refusal is its result."""
-        spec = self._allowed.get(call.name)
-        if spec is None:
-            self._emit(ToolCallUpdate(tool_call_id=call.id, status=ToolCallStatus.IN_PROGRESS))
-            available = ", ".join(sorted(self._allowed)) or "none"
-            result = ToolResult(
-                f"tool {call.name!r} is not available (available: {available})", True
-            )
-        else:
-            refusal = await self._setup.approval.check(spec, call)
-            if refusal is not None:
-                result = refusal
-            else:
-                self._emit(ToolCallUpdate(tool_call_id=call.id, status=ToolCallStatus.IN_PROGRESS))
-                context = dataclasses.replace(
-                    self._setup.context, tool_call_id=call.id, progress=self._progress_of(call)
-                )
-                result = await self._setup.tools.execute(call.name, call.arguments, context)
+        """One call and its last update.
+
+        A ``CancelledError`` that is not the cancellation of this call's task (the task group
+        cancels it when the run is cancelled or another call failed) was raised inside the call
+        on its own: the call ends with the error result "cancelled" and the run goes on. Left to
+        end the task, it would leave the call without a result, as the task group lets a child
+        end cancelled without a word.
+        """
+        try:
+            result = await self._outcome(call)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            self._cancelled(call)
+            return
         self._results[call.id] = result
         status = ToolCallStatus.FAILED if result.is_error else ToolCallStatus.COMPLETED
         self._emit(
@@ -240,6 +238,32 @@ class Run:
                 diff=result.diff,
             )
         )
+
+    async def _outcome(self, call: ToolCall) -> ToolResult:
+        """Approved (when its kind needs it), then run; a refusal is its result."""
+        spec = self._allowed.get(call.name)
+        if spec is None:
+            self._emit(ToolCallUpdate(tool_call_id=call.id, status=ToolCallStatus.IN_PROGRESS))
+            available = ", ".join(sorted(self._allowed)) or "none"
+            return ToolResult(f"tool {call.name!r} is not available (available: {available})", True)
+        refusal = await self._setup.approval.check(spec, call)
+        if refusal is not None:
+            return refusal
+        self._emit(ToolCallUpdate(tool_call_id=call.id, status=ToolCallStatus.IN_PROGRESS))
+        context = dataclasses.replace(
+            self._setup.context, tool_call_id=call.id, progress=self._progress_of(call)
+        )
+        return await self._setup.tools.execute(call.name, call.arguments, context)
+
+    def _result_of(self, call: ToolCall) -> ToolResult:
+        result = self._results.get(call.id)
+        return self._cancelled(call) if result is None else result
+
+    def _cancelled(self, call: ToolCall) -> ToolResult:
+        """The call's result is the error "cancelled" (its last update says so)."""
+        result = self._results[call.id] = ToolResult(CANCELLED_RESULT, is_error=True)
+        self._emit(ToolCallUpdate(tool_call_id=call.id, status=ToolCallStatus.CANCELLED))
+        return result
 
     def _progress_of(self, call: ToolCall) -> Callable[[str], None]:
         def progress(text: str) -> None:
@@ -253,40 +277,53 @@ class Run:
         return progress
 
     async def _persist_results(self) -> None:
-        calls, self._unanswered = self._unanswered, []
-        results = [self._results[call.id] for call in calls]
-        for call, result in zip(calls, results, strict=True):
-            self.records.append(
-                ToolCallRecord(
-                    iteration=self.iterations,
-                    id=call.id,
-                    name=call.name,
-                    arguments=call.arguments,
-                    result=result.content,
-                    is_error=result.is_error,
-                )
+        """Persist a result for every call still unanswered: a call that has none (it ended
+        without one) gets "cancelled". They count as answered once persisted; a cancellation
+        that arrives meanwhile waits for the write (a store may finish it anyway), so no call is
+        answered twice."""
+        calls = self._unanswered
+        results = [self._result_of(call) for call in calls]
+        write = asyncio.ensure_future(
+            self._persist(
+                [
+                    MessageInput(
+                        role=Role.TOOL,
+                        tool_call_id=call.id,
+                        content=result.content,
+                        is_error=result.is_error or None,
+                    )
+                    for call, result in zip(calls, results, strict=True)
+                ]
             )
-        await self._persist(
-            [
-                MessageInput(
-                    role=Role.TOOL,
-                    tool_call_id=call.id,
-                    content=result.content,
-                    is_error=result.is_error or None,
-                )
-                for call, result in zip(calls, results, strict=True)
-            ]
+        )
+        try:
+            await asyncio.shield(write)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await write
+            if not write.cancelled() and write.exception() is None:
+                self._answered(calls, results)
+            raise
+        self._answered(calls, results)
+
+    def _answered(self, calls: list[ToolCall], results: list[ToolResult]) -> None:
+        self._unanswered = []
+        self.records.extend(
+            ToolCallRecord(
+                iteration=self.iterations,
+                id=call.id,
+                name=call.name,
+                arguments=call.arguments,
+                result=result.content,
+                is_error=result.is_error,
+            )
+            for call, result in zip(calls, results, strict=True)
         )
 
     async def _record_cancelled_calls(self) -> None:
         """Give every persisted call a result: finished ones keep theirs, the rest "cancelled"."""
-        if not self._unanswered:
-            return
-        for call in self._unanswered:
-            if call.id not in self._results:
-                self._results[call.id] = ToolResult(CANCELLED_RESULT, is_error=True)
-                self._emit(ToolCallUpdate(tool_call_id=call.id, status=ToolCallStatus.CANCELLED))
-        await self._persist_results()
+        if self._unanswered:
+            await self._persist_results()
 
     async def _answer_dangling_calls(self) -> None:
         """Tool calls left without a result (a client appended them so, or a server stopped in

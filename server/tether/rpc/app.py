@@ -211,10 +211,8 @@ class App:
         try:
             answer = await self.request_client("tool/requestPermission", params.to_wire())
         except ClientError as exc:
-            if exc.code is None:
-                raise ApprovalError(
-                    "the client's answer to tool/requestPermission is not a valid response"
-                ) from None
+            if exc.code is None:  # a malformed answer, or none at all
+                raise ApprovalError(f"tool/requestPermission failed: {exc.message}") from None
             raise ApprovalError(
                 f"the client answered tool/requestPermission with error {exc.code}: {exc.message}"
             ) from None

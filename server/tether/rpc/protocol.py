@@ -4,6 +4,10 @@ pygls keeps what it does well: handler dispatch through its feature table, in-fl
 futures and ``$/cancelRequest``, requests to the client and work-done progress. The wire does the
 rest (framing, decoding, the lifecycle, encoding), so here:
 
+- the client's requests and ours have a table each: JSON-RPC ids are per sender, so a client may
+  use ``tether-1`` for a request of its own while our ``tether-1`` waits for its answer. pygls's
+  ``_request_futures`` holds the client's requests only (``$/cancelRequest`` looks there); our
+  requests wait in ``_outgoing``, where the client's responses are looked up;
 - params of tether's own methods stay the plain dicts orjson decoded (handlers validate them into
   pydantic models); only standard LSP methods are structured into lsprotocol types;
 - coroutine handlers start eagerly, and only those that suspend become tasks;
@@ -17,6 +21,7 @@ import contextvars
 import inspect
 import itertools
 import logging
+import uuid
 from collections.abc import Callable, Coroutine, Generator
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
@@ -54,6 +59,7 @@ class TetherProtocol(LanguageServerProtocol):
         self.wire: Wire | None = None
         self._coroutine_handlers: dict[Callable[..., Any], bool] = {}
         self._client_ids = itertools.count(1)
+        self._outgoing: dict[MsgId, Future[Any]] = {}  # our requests, waiting for the answer
         self._withdrawn: set[MsgId] = set()  # our requests cancelled before their answer came
         super().__init__(server, converter)  # type: ignore[arg-type]
 
@@ -88,8 +94,8 @@ class TetherProtocol(LanguageServerProtocol):
         so nothing waits for an answer that will not come.
         """
         msg_id = message["id"]
-        pending = self._request_futures.get(msg_id)
-        if not isinstance(pending, Future):  # unknown id, or the id of one of *its* requests
+        pending = self._outgoing.get(msg_id)
+        if pending is None:  # an id of no request of ours (the client's own ids do not count)
             if msg_id in self._withdrawn:
                 self._withdrawn.discard(msg_id)
                 logger.debug("dropped the late answer to withdrawn request %r", msg_id)
@@ -111,28 +117,68 @@ class TetherProtocol(LanguageServerProtocol):
 
         An error answer raises :class:`ClientError` with the client's code. Cancelling the await
         withdraws the request: the client is sent ``$/cancelRequest``, and a late answer is
-        dropped as an answer to no request of ours.
+        dropped as an answer to no request of ours. A request that ends cancelled while its
+        waiter was not is withdrawn the same way and raises :class:`ClientError` (code ``None``):
+        the waiter gets no answer, but it was not told to stop.
         """
         msg_id = f"tether-{next(self._client_ids)}"  # never clashes with pygls's uuid ids
         future = self.send_request(method, params, msg_id=msg_id)
         try:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:
-            self._forget(msg_id)
-            if len(self._withdrawn) >= _MAX_WITHDRAWN:  # clients that never answer them
-                self._withdrawn.clear()
-            self._withdrawn.add(msg_id)
-            self.notify("$/cancelRequest", {"id": msg_id})
-            raise
+            self._withdraw(msg_id)
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            raise ClientError("the request was cancelled before the client answered") from None
         except JsonRpcException as exc:
             raise ClientError(exc.message, exc.code) from None
 
+    def send_request(
+        self,
+        method: str,
+        params: Any | None = None,
+        callback: Callable[[Any], None] | None = None,
+        msg_id: MsgId | None = None,
+    ) -> Future[Any]:
+        """pygls's ``send_request``, with the request kept in our own table (pygls's own
+        requests, such as ``window/workDoneProgress/create``, come through here too)."""
+        if msg_id is None:
+            msg_id = str(uuid.uuid4())
+        theirs = self._request_futures.pop(msg_id, None)  # a request of the client's, same id
+        try:
+            future = super().send_request(method, params, callback, msg_id)
+        finally:  # pygls puts it in the table of the client's requests: it is ours
+            self._request_futures.pop(msg_id, None)
+            if theirs is not None:
+                self._request_futures[msg_id] = theirs
+        self._outgoing[msg_id] = future
+        return future
+
+    def _handle_response(
+        self, msg_id: MsgId, result: Any | None = None, error: lsp.ResponseError | None = None
+    ) -> None:
+        future = self._outgoing.pop(msg_id, None)
+        if future is None:
+            logger.warning("dropped a response to no request of ours: id %r", msg_id)
+        elif error is not None:
+            future.set_exception(JsonRpcException.from_error(error))
+        else:
+            future.set_result(result)
+
+    def _withdraw(self, msg_id: MsgId) -> None:
+        self._forget(msg_id)
+        if len(self._withdrawn) >= _MAX_WITHDRAWN:  # clients that never answer them
+            self._withdrawn.clear()
+        self._withdrawn.add(msg_id)
+        self.notify("$/cancelRequest", {"id": msg_id})
+
     def _forget(self, msg_id: MsgId) -> None:
-        self._request_futures.pop(msg_id, None)
+        self._outgoing.pop(msg_id, None)
         self._result_types.pop(msg_id, None)
 
     def cancel_requests(self) -> None:
-        """Cancel the handlers still running (pygls's own requests to the client are left)."""
+        """Cancel the client's requests still running (our requests to it are left)."""
         for future in list(self._request_futures.values()):
             if isinstance(future, asyncio.Future):
                 future.cancel()
