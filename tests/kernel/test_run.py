@@ -28,6 +28,8 @@ from tether.providers.scripted import ScriptedProvider
 from tether.sessions import MemoryStore
 from tether.tools.base import ToolContext, ToolResult
 
+from .support import KernelHarness
+
 
 class Tools:
     """A tool executor whose tools each wait for their own gate, then echo their arguments."""
@@ -256,3 +258,32 @@ async def test_tool_calls_left_without_a_result_are_answered_interrupted_before_
         (Role.USER, None, None),
     ]
     assert harness.provider.requests[0].messages[2].content == "interrupted"
+
+
+class Contexts(Tools):
+    """Records the context each call was given."""
+
+    def __init__(self) -> None:
+        super().__init__("probe")
+        self.contexts: list[ToolContext] = []
+        self.gate("probe").set()
+
+    async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
+        self.contexts.append(context)
+        return await super().execute(name, arguments, context)
+
+
+@pytest.mark.parametrize(("key_env", "hidden"), [("LLM_SESAME", {"LLM_SESAME"}), (None, set())])
+async def test_tools_are_told_to_hide_the_provider_key_variable(
+    tmp_path: Path, key_env: str | None, hidden: set[str]
+):
+    tools = Contexts()
+    harness = KernelHarness(
+        tmp_path,
+        [{"toolCalls": [call("a", "probe")]}, {"text": "done"}],
+        config={"provider": {"apiKeyEnv": key_env}},
+        tools=tools,
+    )
+    await harness.run(await harness.session())
+    [context] = tools.contexts
+    assert context.hidden_env == hidden

@@ -237,3 +237,31 @@ def test_descendants_are_found_through_the_parent_links() -> None:
         pytest.skip("needs /proc")
     assert os.getpid() in descendants(os.getppid())
     assert os.getppid() not in descendants(os.getpid())
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["LLM_AUTH", "AUTH_HEADER", "basic_auth", "HTTP_AUTHORIZATION", "db_passwd", "AWS_CREDENTIALS"],
+)
+def test_auth_and_credential_names_are_left_out(name: str) -> None:
+    assert child_environment({"PATH": "/bin", name: "x"}) == {"PATH": "/bin"}
+
+
+@pytest.mark.parametrize(
+    "name", ["GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "AUTHORS_FILE", "OAUTHLIB"]
+)
+def test_names_that_only_contain_the_letters_auth_are_kept(name: str) -> None:
+    assert child_environment({name: "x"}) == {name: "x"}
+
+
+async def test_the_context_hidden_variables_are_left_out(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LLM_SESAME", "open-up")
+    monkeypatch.setenv("PLAIN_SETTING", "visible")
+    context = ToolContext(
+        workspace=workspace, session_id="s", run_id="r", hidden_env=frozenset({"LLM_SESAME"})
+    )
+    result = await Call(ToolRegistry([RunCommand()]), context)("run_command", {"command": ["env"]})
+    assert "PLAIN_SETTING=visible" in result.content
+    assert "LLM_SESAME" not in result.content and "open-up" not in result.content

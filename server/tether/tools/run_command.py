@@ -8,7 +8,8 @@ cancelled, the whole process tree is killed (:func:`tether.tools.processes.kill_
 
 This is not a sandbox: the command can do whatever the user running tether can, which is why the
 tool's kind is ``execute`` (it needs the user's approval). Only the working directory is checked
-to lie inside the workspace, and environment variables whose names look secret are not passed on.
+to lie inside the workspace, and environment variables whose names look secret, or that the context
+hides (``ToolContext.hidden_env``: the provider's API key variable), are not passed on.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 import re
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from pydantic import Field
@@ -37,7 +38,11 @@ EXIT_GRACE_SECONDS = 1.0  # for the output to end once the command has exited
 KILL_WAIT_SECONDS = 5.0
 SHELL = "/bin/sh"
 
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+# Anywhere in the name; AUTH and AUTHORIZATION only as a word of it (not GIT_AUTHOR_NAME).
+_SECRET_NAME = re.compile(
+    r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(?<![A-Z])AUTH(?:ORIZATION)?(?![A-Z])",
+    re.IGNORECASE,
+)
 
 
 class RunCommandArguments(ToolArguments):
@@ -72,7 +77,7 @@ class RunCommand(TypedTool[RunCommandArguments]):
         cwd = await asyncio.to_thread(Sandbox(context.workspace).directory, args.cwd)
         output = CappedOutput(self.max_output_bytes)
         started = time.monotonic()
-        transport, capture = await _spawn(argv, cwd, output)
+        transport, capture = await _spawn(argv, cwd, output, context.hidden_env)
         try:
             outcome = await _supervise(transport.get_pid(), capture, args.timeout)
             code = transport.get_returncode()
@@ -82,7 +87,7 @@ class RunCommand(TypedTool[RunCommandArguments]):
 
 
 async def _spawn(
-    argv: list[str], cwd: Path, output: CappedOutput
+    argv: list[str], cwd: Path, output: CappedOutput, hidden: Collection[str]
 ) -> tuple[asyncio.SubprocessTransport, _Capture]:
     """Start the command. The start is shielded: the process may run before its pipes are
     connected, so a cancellation that arrives meanwhile waits for the start, then kills the
@@ -96,7 +101,7 @@ async def _spawn(
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             cwd=cwd,
-            env=child_environment(os.environ),
+            env=child_environment(os.environ, hidden),
             start_new_session=True,
         )
     )
@@ -148,9 +153,16 @@ def _argv(command: list[str] | str) -> list[str]:
     return command
 
 
-def child_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` without the variables whose names look secret (API keys, tokens, passwords)."""
-    return {name: value for name, value in environ.items() if not _SECRET_NAME.search(name)}
+def child_environment(
+    environ: Mapping[str, str], hidden: Collection[str] = frozenset()
+) -> dict[str, str]:
+    """``environ`` without the variables whose names look secret (API keys, tokens, passwords)
+    and those named in ``hidden``."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if name not in hidden and not _SECRET_NAME.search(name)
+    }
 
 
 async def _supervise(pid: int, capture: _Capture, limit: float) -> str:
