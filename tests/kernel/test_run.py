@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import tether.tools.write_file as write_file_module
 from tether.config import TetherConfig
 from tether.kernel.kernel import Kernel
 from tether.protocol import (
@@ -23,11 +25,19 @@ from tether.protocol import (
     SessionBusy,
     ToolCall,
 )
-from tether.protocol.kernel import ProgressParams, RunParams, StopReason, ToolCallUpdate
+from tether.protocol.kernel import (
+    ProgressParams,
+    RunParams,
+    StopReason,
+    ToolCallStatus,
+    ToolCallUpdate,
+)
 from tether.protocol.tools import ToolSpec
 from tether.providers.scripted import ScriptedProvider
 from tether.sessions import MemoryStore
 from tether.tools.base import ToolContext, ToolResult
+
+from .support import KernelHarness, tool_call
 
 
 class Tools:
@@ -340,3 +350,65 @@ async def test_tool_calls_left_without_a_result_are_answered_interrupted_before_
         (Role.USER, None, None),
     ]
     assert harness.provider.requests[0].messages[2].content == "interrupted"
+
+
+class Contexts(Tools):
+    """Records the context each call was given."""
+
+    def __init__(self) -> None:
+        super().__init__("probe")
+        self.contexts: list[ToolContext] = []
+        self.gate("probe").set()
+
+    async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
+        self.contexts.append(context)
+        return await super().execute(name, arguments, context)
+
+
+@pytest.mark.parametrize(("key_env", "hidden"), [("LLM_SESAME", {"LLM_SESAME"}), (None, set())])
+async def test_tools_are_told_to_hide_the_provider_key_variable(
+    tmp_path: Path, key_env: str | None, hidden: set[str]
+):
+    tools = Contexts()
+    harness = KernelHarness(
+        tmp_path,
+        [{"toolCalls": [call("a", "probe")]}, {"text": "done"}],
+        config={"provider": {"apiKeyEnv": key_env}},
+        tools=tools,
+    )
+    await harness.run(await harness.session())
+    [context] = tools.contexts
+    assert context.hidden_env == hidden
+
+
+async def test_a_write_under_way_when_the_run_is_cancelled_is_recorded_as_it_happened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    entered, release = threading.Event(), threading.Event()
+    real = write_file_module.commit
+
+    def held(*args: Any, **kwargs: Any) -> None:
+        entered.set()
+        release.wait(30)
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(write_file_module, "commit", held)
+    harness = KernelHarness(
+        tmp_path,
+        [{"toolCalls": [tool_call("a", "write_file", path="a.txt", content="new\n")]}],
+        config={"tools": {"approval": "auto"}},
+    )
+    sid = await harness.session()
+    run = asyncio.ensure_future(harness.run(sid))
+    assert await asyncio.to_thread(entered.wait, 30)
+    assert harness.kernel.cancel(sid)
+    release.set()
+    result = await run
+    assert result.stop_reason is StopReason.CANCELLED
+    assert (tmp_path / "a.txt").read_text() == "new\n"
+    [record] = result.tool_calls
+    assert record.result.startswith("created a.txt") and not record.is_error
+    [message] = [m for m in await harness.store.history(sid) if m.role is Role.TOOL]
+    assert message.content == record.result
+    updates = [e.event for e in harness.events if e.event.kind == "tool_call_update"]
+    assert updates[-1].status is ToolCallStatus.COMPLETED

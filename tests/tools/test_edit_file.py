@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import stat
 from pathlib import Path
 
+import pytest
+
+import tether.tools.edit_file as edit_file_module
 from tests.files import write
 from tether.tools import ToolContext, ToolRegistry
 from tether.tools.edit_file import EditFile
 
 from .conftest import Call
-from .test_write_file import leftovers
+from .test_write_file import HeldCommit, leftovers
 
 APP = "def main():\n    print('hello')\n    return 0\n"
 
@@ -148,3 +152,18 @@ async def test_an_edited_file_keeps_its_permission_bits(call: Call, workspace: P
     await call("edit_file", {"path": "run.sh", "oldString": "echo a", "newString": "echo b"})
     assert path.read_text() == "#!/bin/sh\necho b\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o700
+
+
+async def test_an_edit_cancelled_once_under_way_finishes_and_returns_its_result(
+    call: Call, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(workspace, "app.py", APP)
+    held = HeldCommit(monkeypatch, edit_file_module)
+    arguments = {"path": "app.py", "oldString": "hello", "newString": "bye"}
+    task = asyncio.ensure_future(call("edit_file", arguments))
+    await held.wait_entered()
+    task.cancel()
+    held.release.set()
+    result = await task
+    assert not result.is_error and result.content.startswith("edited app.py")
+    assert (workspace / "app.py").read_text() == APP.replace("hello", "bye")

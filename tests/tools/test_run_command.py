@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import time
@@ -237,3 +238,98 @@ def test_descendants_are_found_through_the_parent_links() -> None:
         pytest.skip("needs /proc")
     assert os.getpid() in descendants(os.getppid())
     assert os.getppid() not in descendants(os.getpid())
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["LLM_AUTH", "AUTH_HEADER", "basic_auth", "HTTP_AUTHORIZATION", "db_passwd", "AWS_CREDENTIALS"],
+)
+def test_auth_and_credential_names_are_left_out(name: str) -> None:
+    assert child_environment({"PATH": "/bin", name: "x"}) == {"PATH": "/bin"}
+
+
+@pytest.mark.parametrize(
+    "name", ["GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "AUTHORS_FILE", "OAUTHLIB"]
+)
+def test_names_that_only_contain_the_letters_auth_are_kept(name: str) -> None:
+    assert child_environment({name: "x"}) == {name: "x"}
+
+
+async def test_the_context_hidden_variables_are_left_out(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LLM_SESAME", "open-up")
+    monkeypatch.setenv("PLAIN_SETTING", "visible")
+    context = ToolContext(
+        workspace=workspace, session_id="s", run_id="r", hidden_env=frozenset({"LLM_SESAME"})
+    )
+    result = await Call(ToolRegistry([RunCommand()]), context)("run_command", {"command": ["env"]})
+    assert "PLAIN_SETTING=visible" in result.content
+    assert "LLM_SESAME" not in result.content and "open-up" not in result.content
+
+
+needs_proc_and_setsid = pytest.mark.skipif(
+    not Path("/proc/self/stat").exists() or shutil.which("setsid") is None,
+    reason="needs /proc and setsid",
+)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "setsid sleep 300 & echo $!",  # left the session, then orphaned
+        "(setsid sleep 300 & echo $!) ; echo done",  # orphaned while the command still ran
+    ],
+)
+@needs_proc_and_setsid
+async def test_processes_that_detached_and_hold_the_output_are_killed_once_it_exits(
+    call: Call, command: str
+) -> None:
+    result = await call("run_command", {"command": command, "timeout": 60})
+    (pid,) = pids_in(result.content.split("\n", 2)[2])
+    try:
+        assert "left running with the output open were killed" in result.content
+        assert await gone([pid])
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 9)
+
+
+@needs_proc_and_setsid
+async def test_a_timeout_kills_a_detached_orphan(call: Call) -> None:
+    result = await call(
+        "run_command", {"command": "(setsid sleep 300 & echo $!); sleep 300", "timeout": 1}
+    )
+    (pid,) = pids_in(result.content.split("\n", 2)[2])
+    try:
+        assert result.content.startswith("timed out after 1 s")
+        assert await gone([pid])
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 9)
+
+
+@needs_proc_and_setsid
+async def test_a_detached_process_that_cannot_be_found_is_not_claimed_killed(call: Call) -> None:
+    # It leaves the session and drops the environment, so nothing ties it to the command.
+    result = await call("run_command", {"command": "setsid env -i sleep 300 & echo $!"})
+    (pid,) = pids_in(result.content.split("\n", 2)[2])
+    try:
+        assert "were killed" not in result.content
+        assert "could not be found" in result.content
+        assert is_alive(pid)
+    finally:
+        os.kill(pid, 9)
+    assert await gone([pid])
+
+
+async def test_processes_of_other_commands_are_left_alone(call: Call) -> None:
+    other = await call("run_command", {"command": "sleep 300 >/dev/null 2>&1 & echo $!"})
+    (pid,) = pids_in(other.content.split("\n", 2)[2])
+    try:
+        result = await call("run_command", {"command": "sleep 300 & echo $!"})
+        assert "were killed" in result.content
+        assert await gone(pids_in(result.content.split("\n", 2)[2]))
+        assert is_alive(pid)
+    finally:
+        os.kill(pid, 9)

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
+import pytest
+
+import tether.tools.write_file as write_file_module
 from tests.files import write
 from tether.tools import ToolContext, ToolRegistry
 from tether.tools.write_file import WriteFile
@@ -164,3 +172,54 @@ async def test_a_file_too_large_to_diff_is_still_replaced(call: Call, workspace:
     assert "too large to show a diff" in result.content
     assert result.diff is None
     assert path.read_text() == "small\n"
+
+
+class HeldCommit:
+    """Replaces ``commit`` in ``module``: the write waits in its thread until released."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, module: ModuleType) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        real = module.commit
+
+        def held(*args: Any, **kwargs: Any) -> None:
+            self.entered.set()
+            self.release.wait(30)
+            real(*args, **kwargs)
+
+        monkeypatch.setattr(module, "commit", held)
+
+    async def wait_entered(self) -> None:
+        assert await asyncio.to_thread(self.entered.wait, 30)
+
+
+async def test_a_write_cancelled_once_under_way_finishes_and_returns_its_result(
+    call: Call, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = HeldCommit(monkeypatch, write_file_module)
+    task = asyncio.ensure_future(call("write_file", {"path": "a.txt", "content": "new\n"}))
+    await held.wait_entered()
+    task.cancel()
+    held.release.set()
+    result = await task
+    assert not result.is_error and result.content.startswith("created a.txt")
+    assert (workspace / "a.txt").read_text() == "new\n"
+
+
+async def test_a_write_cancelled_before_its_thread_starts_writes_nothing(
+    call: Call, workspace: Path
+) -> None:
+    loop = asyncio.get_running_loop()
+    pool = ThreadPoolExecutor(1)
+    loop.set_default_executor(pool)
+    busy = threading.Event()
+    occupied = loop.run_in_executor(None, busy.wait, 30)  # the only worker is taken
+    task = asyncio.ensure_future(call("write_file", {"path": "a.txt", "content": "new\n"}))
+    await asyncio.sleep(0)  # the call is queued behind the busy worker
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    busy.set()
+    await occupied
+    pool.shutdown(wait=True)  # the queued write has had its turn
+    assert not (workspace / "a.txt").exists()

@@ -128,6 +128,7 @@ class Kernel:
                 session_id=session.session_id,
                 run_id=run_id,
                 state=StoreState(self._store, session.session_id),
+                hidden_env=_hidden_env(config),
             ),
             model=provider_config.model or "",
             system=system,
@@ -147,6 +148,12 @@ def _workspace_root(session: Session) -> Path:
             {"workspace": session.workspace},
         )
     return local_path(session.workspace)
+
+
+def _hidden_env(config: TetherConfig) -> frozenset[str]:
+    """Environment variables tools must not pass on: the one holding the provider's API key."""
+    name = config.provider.api_key_env
+    return frozenset({name}) if name else frozenset()
 
 
 def _system_prompt(prompt: str | None, memory: str) -> str | None:

@@ -42,6 +42,8 @@ class ToolContext:
     tool_call_id: str | None = None
     progress: Callable[[str], None] = _no_progress
     state: SessionState | None = None  # the session's state, for state_get / state_set
+    # names of environment variables commands must not see (the provider's API key variable)
+    hidden_env: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

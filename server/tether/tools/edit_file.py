@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from pydantic import Field
 
 from tether.protocol.tools import ToolKind
@@ -15,6 +13,7 @@ from tether.tools.write_file import encode
 from tether.tools.writing import (
     MAX_DIFF_INPUT_BYTES,
     commit,
+    finish_once_started,
     inspect,
     read_entry,
     too_large,
@@ -50,7 +49,7 @@ class EditFile(TypedTool[EditFileArguments]):
 
     async def call(self, args: EditFileArguments, context: ToolContext) -> ToolResult:
         sandbox = Sandbox(context.workspace, max_file_bytes=self.max_file_bytes)
-        return await asyncio.to_thread(edit_file, sandbox, args)
+        return await finish_once_started(edit_file, sandbox, args)
 
 
 def edit_file(sandbox: Sandbox, args: EditFileArguments) -> ToolResult:

@@ -2,29 +2,45 @@
 
 A command started in its own session (``start_new_session=True``) leads a process group that its
 children join unless they start their own (``setsid``, a shell's job control). To leave nothing
-running, :func:`kill_tree` first stops (``SIGSTOP``) the group and every descendant it finds by
-walking the parent links in ``/proc/*/stat`` — a stopped process cannot fork — walking again until
-no new descendant appears, then kills them all with ``SIGKILL``. Where there is no ``/proc``, the
-group is all it reaches.
+running, :func:`kill_tree` first stops (``SIGSTOP``) the group and every process of the tree it
+finds, walking again until no new one appears (a stopped process cannot fork), then kills them all
+with ``SIGKILL``. Where there is no ``/proc``, the group is all it reaches.
+
+On Linux it finds the tree two ways: the descendants of the leader, by the parent links in
+``/proc/*/stat``; and the processes whose environment carries the command's mark
+(:data:`MARK_VARIABLE`, set to a random :func:`new_mark` when it is started, and inherited). The
+mark finds what the parent links lose: a process whose parent exited is re-parented away from the
+tree (to init or the nearest subreaper), and one that called ``setsid`` is out of the group. A
+process that detaches *and* drops the variable (``env -i``) cannot be found.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 from pathlib import Path
 
 _PROC = Path("/proc")
 _MAX_ROUNDS = 16
+MARK_VARIABLE = "TETHER_COMMAND_ID"
 
 
-def kill_tree(leader: int) -> None:
-    """``SIGKILL`` the process group ``leader`` leads and every descendant of ``leader``."""
+def new_mark() -> str:
+    """A value for :data:`MARK_VARIABLE` that tells one command's processes from all others."""
+    return secrets.token_hex(16)
+
+
+def kill_tree(leader: int, mark: str | None = None, *, leader_exited: bool = False) -> None:
+    """``SIGKILL`` the process group ``leader`` leads, every descendant of ``leader`` and every
+    process marked with ``mark``. Once the leader has exited (and was reaped: its pid may be
+    reused), its descendants are not looked for: it has none left."""
     _signal_group(leader, signal.SIGSTOP)
     found: set[int] = set()
     for _ in range(_MAX_ROUNDS):
-        new = descendants(leader) - found
+        new = (set() if leader_exited else descendants(leader)) | marked(mark)
+        new -= found
         if not new:
             break
         for pid in new:
@@ -49,6 +65,23 @@ def descendants(pid: int) -> set[int]:
             if child not in found:
                 found.add(child)
                 pending.append(child)
+    return found
+
+
+def marked(mark: str | None) -> set[int]:
+    """Every live process whose environment has ``MARK_VARIABLE=mark`` (``/proc``; empty
+    elsewhere, and for processes this user may not inspect)."""
+    if not mark:
+        return set()
+    entry = f"{MARK_VARIABLE}={mark}".encode()
+    found: set[int] = set()
+    for process in _processes():
+        try:
+            environ = (process / "environ").read_bytes()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if entry in environ.split(b"\0"):
+            found.add(int(process.name))
     return found
 
 

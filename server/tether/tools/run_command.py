@@ -4,11 +4,14 @@ The command runs in its own session and process group, with stdin from ``/dev/nu
 stdout and stderr captured together (interleaved, as a terminal shows them) up to an output cap
 that keeps the head and the tail. It ends when its process exits; processes it left running that
 still hold the output open are killed after a short grace. On timeout, or when the call is
-cancelled, the whole process tree is killed (:func:`tether.tools.processes.kill_tree`).
+cancelled, the whole process tree is killed (:func:`tether.tools.processes.kill_tree`; its
+environment is marked so that processes which left the group and lost their parent are found).
+The result says so when processes still hold the output open after that: they could not be found.
 
 This is not a sandbox: the command can do whatever the user running tether can, which is why the
 tool's kind is ``execute`` (it needs the user's approval). Only the working directory is checked
-to lie inside the workspace, and environment variables whose names look secret are not passed on.
+to lie inside the workspace, and environment variables whose names look secret, or that the context
+hides (``ToolContext.hidden_env``: the provider's API key variable), are not passed on.
 """
 
 from __future__ import annotations
@@ -19,14 +22,15 @@ import os
 import re
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import Field
 
 from tether.protocol.tools import ToolKind
 from tether.tools.base import ToolContext, ToolError, ToolResult
-from tether.tools.processes import kill_tree
+from tether.tools.processes import MARK_VARIABLE, kill_tree, new_mark
 from tether.tools.sandbox import Sandbox, format_size
 from tether.tools.typed import ToolArguments, TypedTool
 
@@ -37,7 +41,11 @@ EXIT_GRACE_SECONDS = 1.0  # for the output to end once the command has exited
 KILL_WAIT_SECONDS = 5.0
 SHELL = "/bin/sh"
 
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+# Anywhere in the name; AUTH and AUTHORIZATION only as a word of it (not GIT_AUTHOR_NAME).
+_SECRET_NAME = re.compile(
+    r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(?<![A-Z])AUTH(?:ORIZATION)?(?![A-Z])",
+    re.IGNORECASE,
+)
 
 
 class RunCommandArguments(ToolArguments):
@@ -72,9 +80,12 @@ class RunCommand(TypedTool[RunCommandArguments]):
         cwd = await asyncio.to_thread(Sandbox(context.workspace).directory, args.cwd)
         output = CappedOutput(self.max_output_bytes)
         started = time.monotonic()
-        transport, capture = await _spawn(argv, cwd, output)
+        mark = new_mark()
+        environment = child_environment(os.environ, context.hidden_env)
+        environment[MARK_VARIABLE] = mark
+        transport, capture = await _spawn(argv, cwd, output, environment, mark)
         try:
-            outcome = await _supervise(transport.get_pid(), capture, args.timeout)
+            outcome = await _supervise(transport.get_pid(), mark, capture, args.timeout)
             code = transport.get_returncode()
         finally:
             transport.close()
@@ -82,7 +93,7 @@ class RunCommand(TypedTool[RunCommandArguments]):
 
 
 async def _spawn(
-    argv: list[str], cwd: Path, output: CappedOutput
+    argv: list[str], cwd: Path, output: CappedOutput, environment: dict[str, str], mark: str
 ) -> tuple[asyncio.SubprocessTransport, _Capture]:
     """Start the command. The start is shielded: the process may run before its pipes are
     connected, so a cancellation that arrives meanwhile waits for the start, then kills the
@@ -96,7 +107,7 @@ async def _spawn(
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             cwd=cwd,
-            env=child_environment(os.environ),
+            env=environment,
             start_new_session=True,
         )
     )
@@ -105,7 +116,7 @@ async def _spawn(
     except asyncio.CancelledError:
         with contextlib.suppress(Exception):
             transport, capture = await starting
-            kill_tree(transport.get_pid())
+            kill_tree(transport.get_pid(), mark)
             with contextlib.suppress(BaseException):
                 await _within(capture.exited, KILL_WAIT_SECONDS)
             transport.close()
@@ -148,30 +159,47 @@ def _argv(command: list[str] | str) -> list[str]:
     return command
 
 
-def child_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` without the variables whose names look secret (API keys, tokens, passwords)."""
-    return {name: value for name, value in environ.items() if not _SECRET_NAME.search(name)}
+def child_environment(
+    environ: Mapping[str, str], hidden: Collection[str] = frozenset()
+) -> dict[str, str]:
+    """``environ`` without the variables whose names look secret (API keys, tokens, passwords)
+    and those named in ``hidden``."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if name not in hidden and not _SECRET_NAME.search(name)
+    }
 
 
-async def _supervise(pid: int, capture: _Capture, limit: float) -> str:
-    """Wait for the command; ``"exited"``, ``"exited-leftovers"`` (processes it left holding the
-    output were killed) or ``"timeout"``. Cancellation kills the tree and propagates."""
-    outcome = "exited"
+@dataclass(frozen=True)
+class _Outcome:
+    """How the command ended: ``how`` is ``"exited"``, ``"exited-leftovers"`` (processes it
+    left holding the output open were killed) or ``"timeout"``; ``held_open``, whether
+    processes still hold the output open even so (they could not be found to be killed)."""
+
+    how: str
+    held_open: bool = False
+
+
+async def _supervise(pid: int, mark: str, capture: _Capture, limit: float) -> _Outcome:
+    """Wait for the command, and for its output to end. Cancellation kills the tree and
+    propagates."""
+    how = "exited"
     try:
         if not await _within(capture.exited, limit):
-            outcome = "timeout"
-            kill_tree(pid)
+            how = "timeout"
+            kill_tree(pid, mark)
         if not await _within(capture.closed, EXIT_GRACE_SECONDS):
-            outcome = "exited-leftovers" if outcome == "exited" else outcome
-            kill_tree(pid)
+            how = "exited-leftovers" if how == "exited" else how
+            kill_tree(pid, mark, leader_exited=capture.exited.done())
             await _within(capture.closed, KILL_WAIT_SECONDS)
         await _within(capture.exited, KILL_WAIT_SECONDS)
     except BaseException:  # cancelled (or failing): leave nothing running
-        kill_tree(pid)
+        kill_tree(pid, mark, leader_exited=capture.exited.done())
         with contextlib.suppress(BaseException):
             await _within(capture.exited, KILL_WAIT_SECONDS)
         raise
-    return outcome
+    return _Outcome(how, held_open=not capture.closed.done())
 
 
 async def _within(future: asyncio.Future[None], seconds: float) -> bool:
@@ -217,17 +245,25 @@ class CappedOutput:
 
 
 def _result(
-    outcome: str, code: int | None, output: CappedOutput, timeout: float, elapsed: float
+    outcome: _Outcome, code: int | None, output: CappedOutput, timeout: float, elapsed: float
 ) -> ToolResult:
-    if outcome == "timeout":
+    if outcome.how == "timeout" and outcome.held_open:
+        status = f"timed out after {timeout:g} s: the command and the processes found were killed"
+    elif outcome.how == "timeout":
         status = f"timed out after {timeout:g} s: the command and its processes were killed"
     elif code is not None and code < 0:
         status = f"killed by signal {_signal_name(-code)}"
     else:
         status = f"exit code {code}"
-    if outcome == "exited-leftovers":
+    if outcome.held_open:
+        status += (
+            " (processes it started still hold the output open: they detached from it and "
+            "could not be found to be killed, so they may still be running; what they write "
+            "next is not shown)"
+        )
+    elif outcome.how == "exited-leftovers":
         status += " (processes it left running with the output open were killed)"
-    is_error = outcome == "timeout" or code != 0
+    is_error = outcome.how == "timeout" or code != 0
     lines = [f"{status} ({elapsed:.1f} s)"]
     if output.total:
         cut = f", {format_size(output.cut)} cut" if output.cut else ""

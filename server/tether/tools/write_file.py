@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from pydantic import Field
 
 from tether.protocol.tools import ToolKind
@@ -14,6 +12,7 @@ from tether.tools.writing import (
     MAX_DIFF_INPUT_BYTES,
     commit,
     count_lines,
+    finish_once_started,
     inspect,
     read_entry,
     too_large,
@@ -41,7 +40,7 @@ class WriteFile(TypedTool[WriteFileArguments]):
 
     async def call(self, args: WriteFileArguments, context: ToolContext) -> ToolResult:
         sandbox = Sandbox(context.workspace, max_file_bytes=self.max_file_bytes)
-        return await asyncio.to_thread(write_file, sandbox, args.path, args.content)
+        return await finish_once_started(write_file, sandbox, args.path, args.content)
 
 
 def write_file(sandbox: Sandbox, path: str, content: str) -> ToolResult:

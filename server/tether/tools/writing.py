@@ -7,15 +7,23 @@ in that directory, which is then renamed over the entry. ``rename`` replaces a d
 and never follows a symlink at its destination, so whatever appears at the path meanwhile, the
 write lands in that directory (inside the workspace) and nowhere else; before renaming, the entry
 is checked to be what was read, so a concurrent change is reported instead of overwritten.
+
+The work runs in a thread (:func:`finish_once_started`): once it has begun, cancelling the call
+does not stop it, so the call waits for it and returns what it did rather than claim it did not.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import contextvars
 import difflib
 import os
 import secrets
 import stat
+import threading
+from collections.abc import Callable
+from typing import TypeVar, cast
 
 from tether.tools.base import ToolError
 from tether.tools.sandbox import Parent, format_size
@@ -25,8 +33,40 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
+T = TypeVar("T")
+
 MAX_DIFF_INPUT_BYTES = 1024 * 1024  # either side larger: no diff (difflib is quadratic at worst)
 TEMP_PREFIX = ".tether-"
+
+
+async def finish_once_started(func: Callable[..., T], *args: object) -> T:
+    """``func(*args)`` in a thread. Cancelled before the thread begins it, it never runs and the
+    cancellation propagates; cancelled once it has begun (it cannot be stopped), the call waits
+    for it to end and returns its result (or raises its error), so the caller reports what was
+    done."""
+    lock = threading.Lock()
+    begun = abandoned = False
+
+    def work() -> T | None:
+        nonlocal begun
+        with lock:
+            if abandoned:
+                return None
+            begun = True
+        return func(*args)
+
+    context = contextvars.copy_context()
+    future = asyncio.get_running_loop().run_in_executor(None, context.run, work)
+    while True:
+        try:
+            return cast(T, await asyncio.shield(future))
+        except asyncio.CancelledError:
+            with lock:
+                if not begun:
+                    abandoned = True
+                    future.cancel()
+                    raise
+            # begun: wait for it (again, if cancelled again meanwhile)
 
 
 def inspect(parent: Parent, shown: str) -> os.stat_result | None:
