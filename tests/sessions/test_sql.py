@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -141,6 +142,31 @@ async def test_two_stores_on_one_file_append_to_one_session_without_losing_anyth
     for name in "ab":
         mine = [m.content for m in history if str(m.content).startswith(name)]
         assert mine == [x for i in range(50) for x in (f"{name}{i}", f"{name}{i}b")]
+
+
+async def test_an_append_while_another_process_writes_waits_off_the_event_loop(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.db"
+    store = await SqlStore.open(sqlite_url(path))
+    other = sqlite3.connect(path, isolation_level=None)  # another process, as SQLite sees it
+    try:
+        sid = (await store.create(CreateSessionParams(), WORKSPACE)).session_id
+        await store.append(sid, [user("first")])  # the lock is free: written at once
+        other.execute("BEGIN IMMEDIATE")  # holds the write lock
+        append = asyncio.create_task(store.append(sid, [user("second")]))
+        ticks = 0
+        while ticks < 20:  # the loop goes on while the append waits for the lock
+            await asyncio.sleep(0)
+            ticks += 1
+        assert not append.done()
+        other.execute("COMMIT")
+        await asyncio.wait_for(append, 30)
+        history = await store.history(sid)
+    finally:
+        other.close()
+        await store.aclose()
+    assert [m.content for m in history] == ["first", "second"]
 
 
 async def test_a_page_reads_only_its_rows(tmp_path: Path) -> None:

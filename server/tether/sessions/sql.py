@@ -12,8 +12,11 @@ Layout (see also :mod:`tether.sessions.forks`):
   indexed by owner so rows that nothing refers to any more can be found and removed;
 - ``schema_version``: the version of this layout, moved forward by :data:`MIGRATIONS`.
 
-SQLAlchemy is synchronous: every call runs on one worker thread per store, so the event loop
-never blocks and the database sees one writer per process. Each write is one transaction.
+SQLAlchemy is synchronous: calls run on one worker thread per store, so the event loop never
+waits for the database. Each write is one transaction. On SQLite, an append (the kernel's write
+per step) first tries on the loop thread with a connection that never waits for a lock: it takes
+~0.2 ms there against ~0.5 ms through the worker, and when the file is locked (the worker or
+another process is writing) it goes to the worker, which waits its turn.
 """
 
 from __future__ import annotations
@@ -400,6 +403,7 @@ class SqlStore:
         self._fast = fast and engine.dialect.name == "sqlite"
         self._compiled: dict[int, _Compiled] = {}
         self._connection: Connection | None = None  # used on the worker thread only
+        self._inline: Connection | None = None  # used on the event loop's thread only
         self.kind = engine.dialect.name
         self.url = engine.url
 
@@ -466,7 +470,41 @@ class SqlStore:
         db.raw.commit()
         return result
 
+    async def _append(self, call: Callable[[_Exec], None]) -> None:
+        """An append: on the loop's thread when SQLite can take the write lock at once, else on
+        the worker (see the module's docstring)."""
+        if not (self._fast and self._append_inline(call)):
+            await self._hot(call, write=True)
+
+    def _append_inline(self, call: Callable[[_Exec], None]) -> bool:
+        """Run ``call`` in a write transaction now, or return False when the lock is taken."""
+        db = _SqliteExec(self._inline_connection(), self._compiled)
+        try:
+            db.raw.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                return False
+            raise
+        try:
+            call(db)
+        except BaseException:
+            db.raw.rollback()
+            raise
+        db.raw.commit()
+        return True
+
+    def _inline_connection(self) -> Connection:
+        connection = self._inline
+        if connection is None or connection.closed or connection.invalidated:
+            connection = self._inline = self._engine.connect()
+            raw: Any = connection.connection.driver_connection
+            raw.execute("PRAGMA busy_timeout=0")
+        return connection
+
     def _close(self) -> None:
+        if self._inline is not None:
+            self._inline.close()
+            self._inline = None
         if self._connection is not None:
             self._connection.close()
             self._connection = None
@@ -760,7 +798,7 @@ class SqlStore:
                 raise ValueError("ids must be new and one per message") from None
 
         if stored:
-            await self._hot(append, write=True)
+            await self._append(append)
         else:
             await self.get(session_id)
         return stored
