@@ -6,18 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tether.testing import scripted_options
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    (root / "src").mkdir(parents=True)
-    (root / "README.md").write_text("# Demo\nA small project.\n")
-    (root / "src" / "app.py").write_text("def main():\n    return 42\n")
-    return root
 
 
 def script(tmp_path: Path, turns: list[dict[str, Any]]) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from pytest_lsp.client import register_lsp_features
 
 from tether.client import Connection
 from tether.rpc.converter import make_converter
+from tether.testing import scripted_options
 
 SERVER = [sys.executable, "-m", "tether", "serve"]
 
@@ -62,3 +64,41 @@ async def server(raw: Connection, workspace: Path) -> Connection:
     await raw.request("initialize", {"workspaceFolders": [{"uri": workspace.as_uri()}]})
     raw.notify("initialized", {})
     return raw
+
+
+async def initialized(
+    connection: Connection, project: Path, options: dict[str, Any]
+) -> dict[str, Any]:
+    """``initialize`` with ``project`` as the workspace folder, then ``initialized``."""
+    result: dict[str, Any] = await connection.request(
+        "initialize",
+        {"workspaceFolders": [{"uri": project.as_uri()}], "initializationOptions": options},
+    )
+    connection.notify("initialized", {})
+    return result
+
+
+def script_options(
+    project: Path, turns: list[dict[str, Any]], *, name: str = "script", **sections: Any
+) -> dict[str, Any]:
+    """Options that make the server play ``turns`` (written beside ``project``), with
+    ``sections`` laid over them key by key (``provider`` keys join the script's)."""
+    script = project.parent / f"{name}.json"
+    script.write_text(json.dumps(turns))
+    options = scripted_options(script)
+    for section, values in sections.items():
+        options[section] = {**options.get(section, {}), **values}
+    return options
+
+
+async def start_scripted(
+    project: Path,
+    turns: list[dict[str, Any]],
+    *,
+    env: dict[str, str] | None = None,
+    **sections: Any,
+) -> Connection:
+    """A real server playing ``turns`` on ``project``, initialized (see :func:`script_options`)."""
+    connection = await Connection.spawn(SERVER, env=env)
+    await initialized(connection, project, script_options(project, turns, **sections))
+    return connection

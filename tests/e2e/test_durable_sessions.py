@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,8 @@ import pytest
 from tether.client import Connection, RpcError
 from tether.protocol import ErrorCode
 
-from .conftest import SERVER
+from .conftest import SERVER, initialized, script_options
+from .test_kernel import call
 
 
 @pytest.fixture
@@ -25,20 +25,9 @@ def project(tmp_path: Path) -> Path:
 async def start(
     project: Path, turns: list[dict[str, Any]], env: dict[str, str], name: str = "script"
 ) -> tuple[Connection, dict[str, Any]]:
-    script = project.parent / f"{name}.json"
-    script.write_text(json.dumps(turns))
-    options = {"provider": {"type": "scripted", "script": str(script), "model": "m"}}
     connection = await Connection.spawn(SERVER, env=env)
-    result = await connection.request(
-        "initialize",
-        {"workspaceFolders": [{"uri": project.as_uri()}], "initializationOptions": options},
-    )
-    connection.notify("initialized", {})
-    return connection, result
-
-
-def call(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:
-    return {"id": call_id, "name": name, "arguments": json.dumps(arguments)}
+    options = script_options(project, turns, name=name, provider={"model": "m"})
+    return connection, await initialized(connection, project, options)
 
 
 async def test_a_second_server_on_the_same_file_lists_and_continues_the_session(

@@ -19,33 +19,15 @@ from tether.client import Connection, RpcError
 from tether.headless import _printable
 from tether.protocol import ErrorCode
 
-from .conftest import SERVER
+from .conftest import SERVER, start_scripted
 
 
 def call(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:
     return {"id": call_id, "name": name, "arguments": json.dumps(arguments)}
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    (root / "src").mkdir(parents=True)
-    (root / "README.md").write_text("# Demo\nA small project.\n")
-    (root / "src" / "app.py").write_text("def main():\n    return 42\n")
-    return root
-
-
 async def start(project: Path, turns: list[dict[str, Any]], **provider: Any) -> Connection:
-    script = project.parent / "script.json"
-    script.write_text(json.dumps(turns))
-    options = {"provider": {"type": "scripted", "script": str(script), **provider}}
-    connection = await Connection.spawn(SERVER)
-    await connection.request(
-        "initialize",
-        {"workspaceFolders": [{"uri": project.as_uri()}], "initializationOptions": options},
-    )
-    connection.notify("initialized", {})
-    return connection
+    return await start_scripted(project, turns, provider=provider)
 
 
 def drain(connection: Connection) -> list[dict[str, Any]]:

@@ -10,9 +10,7 @@ import pytest
 from tether.client import RpcError
 from tether.protocol import ErrorCode
 
-from .test_kernel import call, drain, project, start
-
-__all__ = ["project"]  # the fixture
+from .test_kernel import call, drain, start
 
 
 async def test_state_set_in_one_run_is_read_in_the_next_and_shown_by_session_get(project: Path):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ import pytest
 from tether.client import Connection
 
 from ..tools.test_mcp import FAKE, alive, eventually
-from .conftest import SERVER
+from .conftest import start_scripted
 from .test_kernel import call, drain
 
 
@@ -39,17 +38,8 @@ def pids(tmp_path: Path) -> list[int]:
 
 
 async def start(project: Path, turns: list[dict[str, Any]], **tools: Any) -> Connection:
-    script = project.parent / "script.json"
-    script.write_text(json.dumps(turns))
     tools.setdefault("approval", "auto")  # MCP tools that are not read-only need approval
-    options = {"provider": {"type": "scripted", "script": str(script)}, "tools": tools}
-    connection = await Connection.spawn(SERVER)
-    await connection.request(
-        "initialize",
-        {"workspaceFolders": [{"uri": project.as_uri()}], "initializationOptions": options},
-    )
-    connection.notify("initialized", {})
-    return connection
+    return await start_scripted(project, turns, tools=tools)
 
 
 async def test_a_run_calls_a_tool_of_a_configured_mcp_server_and_exit_stops_it(

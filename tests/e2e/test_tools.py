@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
 from pathlib import Path
@@ -14,25 +13,9 @@ import pytest
 from tether.client import Connection
 from tether.tools.processes import is_alive
 
-from .conftest import SERVER
+from .conftest import start_scripted
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="commands run on POSIX systems")
-
-
-async def start(project: Path, turns: list[dict[str, Any]]) -> Connection:
-    script = project.parent / "script.json"
-    script.write_text(json.dumps(turns))
-    options = {
-        "provider": {"type": "scripted", "script": str(script)},
-        "tools": {"approval": "auto"},
-    }
-    connection = await Connection.spawn(SERVER)
-    await connection.request(
-        "initialize",
-        {"workspaceFolders": [{"uri": project.as_uri()}], "initializationOptions": options},
-    )
-    connection.notify("initialized", {})
-    return connection
 
 
 async def tool_update(connection: Connection, status: str) -> dict[str, Any]:
@@ -82,7 +65,7 @@ async def test_cancelling_a_run_mid_command_kills_the_command_and_records_cancel
             ]
         }
     ]
-    connection = await start(project, turns)
+    connection = await start_scripted(project, turns, tools={"approval": "auto"})
     try:
         sid = (await connection.request("session/create", {}))["sessionId"]
         run = asyncio.ensure_future(

@@ -62,15 +62,6 @@ def nvim_binary(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    (root / "src").mkdir(parents=True)
-    (root / "README.md").write_text("# Demo\nA small project.\n")
-    (root / "src" / "app.py").write_text("def main():\n    return 42\n")
-    return root
-
-
 class Editor:
     """A headless Neovim with the plugin loaded."""
 

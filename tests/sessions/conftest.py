@@ -6,11 +6,26 @@ from pathlib import Path
 
 import pytest
 
-from tether.protocol import Session
+from tether.protocol import MessageInput, Role, Session, ToolCall
 from tether.protocol.sessions import CreateSessionParams
 from tether.sessions import MemoryStore, SessionStore
 
 WORKSPACE = "file:///work/project"
+
+
+def user(text: str) -> MessageInput:
+    return MessageInput(role=Role.USER, content=text)
+
+
+def calling(*call_ids: str) -> MessageInput:
+    calls = [ToolCall(id=call_id, name="read", arguments="{}") for call_id in call_ids]
+    return MessageInput(role=Role.ASSISTANT, tool_calls=calls)
+
+
+def answering(call_id: str) -> MessageInput:
+    return MessageInput(role=Role.TOOL, tool_call_id=call_id, content="result")
+
+
 POSTGRES_URL = os.environ.get("TETHER_TEST_POSTGRES_URL")
 
 STORES = [

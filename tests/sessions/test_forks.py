@@ -11,31 +11,15 @@ from tether.protocol import (
     ErrorCode,
     InvalidParams,
     Message,
-    MessageInput,
-    Role,
     Session,
     SessionNotFound,
-    ToolCall,
 )
 from tether.protocol.kernel import Usage
 from tether.protocol.sessions import CreateSessionParams, ForkSessionParams
 from tether.sessions import MemoryStore, SessionService, SessionStore
 from tether.sessions.ids import utcnow
 
-from .conftest import WORKSPACE
-
-
-def user(text: str) -> MessageInput:
-    return MessageInput(role=Role.USER, content=text)
-
-
-def calling(*call_ids: str) -> MessageInput:
-    calls = [ToolCall(id=call_id, name="read", arguments="{}") for call_id in call_ids]
-    return MessageInput(role=Role.ASSISTANT, tool_calls=calls)
-
-
-def answering(call_id: str) -> MessageInput:
-    return MessageInput(role=Role.TOOL, tool_call_id=call_id, content="result")
+from .conftest import WORKSPACE, answering, calling, user
 
 
 async def texts(store: SessionStore, session_id: str) -> list[str]:

@@ -20,11 +20,7 @@ from tether.sessions.sql import (
     sqlite_url,
 )
 
-from .conftest import WORKSPACE
-
-
-def user(text: str) -> MessageInput:
-    return MessageInput(role=Role.USER, content=text)
+from .conftest import WORKSPACE, user
 
 
 async def test_a_new_store_on_the_same_file_sees_everything(tmp_path: Path) -> None:

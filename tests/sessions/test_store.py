@@ -27,21 +27,9 @@ from tether.protocol.sessions import CreateSessionParams
 from tether.sessions import MemoryStore, SessionStore
 from tether.sessions.store import Order
 
-WORKSPACE = "file:///work/project"
+from .conftest import WORKSPACE, answering, calling, user
+
 OTHER_WORKSPACE = "file:///work/other"
-
-
-def user(text: str) -> MessageInput:
-    return MessageInput(role=Role.USER, content=text)
-
-
-def calling(*call_ids: str) -> MessageInput:
-    calls = [ToolCall(id=call_id, name="read", arguments="{}") for call_id in call_ids]
-    return MessageInput(role=Role.ASSISTANT, tool_calls=calls)
-
-
-def answering(call_id: str) -> MessageInput:
-    return MessageInput(role=Role.TOOL, tool_call_id=call_id, content="result")
 
 
 async def fill(store: SessionStore, session_id: str, count: int) -> list[Message]:

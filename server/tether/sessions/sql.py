@@ -462,13 +462,7 @@ class SqlStore:
     def _sqlite_transaction(self, call: Callable[[_Exec], T], *, write: bool) -> T:
         db = _SqliteExec(self._live(), self._compiled)
         db.raw.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-        try:
-            result = call(db)
-        except BaseException:
-            db.raw.rollback()
-            raise
-        db.raw.commit()
-        return result
+        return _commit_after(db, call)
 
     async def _append(self, call: Callable[[_Exec], None]) -> None:
         """An append: on the loop's thread when SQLite can take the write lock at once, else on
@@ -485,12 +479,7 @@ class SqlStore:
             if "locked" in str(exc) or "busy" in str(exc):
                 return False
             raise
-        try:
-            call(db)
-        except BaseException:
-            db.raw.rollback()
-            raise
-        db.raw.commit()
+        _commit_after(db, call)
         return True
 
     def _inline_connection(self) -> Connection:
@@ -805,6 +794,17 @@ class SqlStore:
 
 
 # --- helpers (run on the worker thread) -----------------------------------------------------
+
+
+def _commit_after(db: _SqliteExec, call: Callable[[_Exec], T]) -> T:
+    """``call`` in the transaction ``db`` has begun: committed, or rolled back if it raises."""
+    try:
+        result = call(db)
+    except BaseException:
+        db.raw.rollback()
+        raise
+    db.raw.commit()
+    return result
 
 
 def _open_engine(url: str) -> Engine:
