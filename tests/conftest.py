@@ -1,9 +1,12 @@
 """Settings for the whole suite."""
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from tests.postgres import new_database, start_server
 
 # The suite runs on small shared machines: generation speed and per-example time vary with the
 # load, so neither may fail a test. Examples are derived from each test (no random seed), so a
@@ -25,3 +28,15 @@ def project(tmp_path: Path) -> Path:
     (root / "README.md").write_text("# Demo\nA small project.\n")
     (root / "src" / "app.py").write_text("def main():\n    return 42\n")
     return root
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a real PostgreSQL server, started on first use (see :mod:`tests.postgres`)."""
+    yield from start_server(tmp_path_factory.mktemp("postgres"))
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> str:
+    """The URL of an empty database of this test's own on that server."""
+    return new_database(postgres_server)

@@ -1,0 +1,57 @@
+"""A real PostgreSQL for the suite: ``TETHER_TEST_POSTGRES_URL``, or one started from ``pgserver``.
+
+``pgserver`` (a dev dependency) ships PostgreSQL's binaries in its wheel, so a fresh machine runs
+a real server without root or a system service. It starts once per test session, on first use,
+in a temporary directory, listening on a Unix socket only, and stops when the session ends.
+Each test that wants one gets a database of its own (:func:`new_database`), so tests, and the
+several tether processes of one test, never see each other's rows.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from sqlalchemy import create_engine, make_url, text
+
+_counter = itertools.count()
+
+
+def start_server(directory: Path) -> Iterator[str]:
+    """Yield the URL of a server (external or started here); stop it after the yield."""
+    external = os.environ.get("TETHER_TEST_POSTGRES_URL")
+    if external:
+        yield external
+        return
+    import pgserver
+
+    server = pgserver.get_server(directory, cleanup_mode="stop")
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()
+
+
+def sqlalchemy_url(url: str) -> str:
+    """``url`` with psycopg 3 as its driver (what ``tether[postgres]`` installs)."""
+    parsed = make_url(url)
+    return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+
+
+def new_database(server_url: str) -> str:
+    """Create an empty database on the server and return its URL."""
+    name = f"tether_test_{os.getpid()}_{next(_counter)}"
+    admin = create_engine(sqlalchemy_url(server_url), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+            connection.execute(text(f'CREATE DATABASE "{name}"'))
+    finally:
+        admin.dispose()
+    return (
+        make_url(sqlalchemy_url(server_url))
+        .set(database=name)
+        .render_as_string(hide_password=False)
+    )
