@@ -1,0 +1,216 @@
+"""What both faces (``rpc``, ``acp``) serve from: the session service, the configuration, the
+store, the kernel and what it is built from (providers, tools, MCP servers).
+
+A face subclasses :class:`Backend`, loads the configuration when its client says hello
+(:meth:`Backend.load_config`), builds the kernel with its own way of asking the user
+(:meth:`Backend.build_kernel`) and translates its wire onto :attr:`Backend.sessions` and
+:attr:`Backend.kernel`. Nothing here knows a wire format.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tether.sessions import MemoryStore, SessionService, SessionStore
+from tether.sessions.ids import utcnow
+from tether.sessions.opening import OpeningStore
+from tether.sessions.workspaces import canonical_workspace, local_path
+
+if TYPE_CHECKING:
+    import httpx
+
+    from tether.config import ProviderConfig, TetherConfig
+    from tether.kernel.approval import Approver
+    from tether.kernel.kernel import Kernel
+    from tether.protocol import CreateSessionParams, Session
+    from tether.providers.base import Provider
+    from tether.tools.base import ToolExecutor
+    from tether.tools.mcp import McpManager
+
+logger = logging.getLogger(__name__)
+
+
+class Backend:
+    """The services behind a face, from the handshake to the exit."""
+
+    def __init__(
+        self,
+        store: SessionStore | None = None,
+        environ: Mapping[str, str] | None = None,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        """``store``: the session store to use whatever the configuration says (tests)."""
+        self.sessions = SessionService(store or MemoryStore(), running=self._is_running)
+        self._store_given = store is not None
+        self._clock = clock
+        self._sweeper: asyncio.Task[None] | None = None
+        self.kernel: Kernel | None = None
+        self._environ = os.environ if environ is None else environ
+        self._config: TetherConfig | None = None
+        self._http: httpx.AsyncClient | None = None
+        self._providers: dict[str, Provider] = {}
+        self._mcp: McpManager | None = None  # made when a session or a run first needs it
+        self.sessions.on_create.append(self._remember_mcp_servers)
+        self.sessions.on_delete.append(self._close_mcp_servers)
+        self.sessions.on_delete.append(self._forget_in_kernel)
+        self.sessions.on_fork.append(self._fork_mcp_servers)
+
+    def load_config(
+        self, workspace: str | None, init_options: Mapping[str, Any] | None = None
+    ) -> TetherConfig:
+        """Load the configuration (``workspace`` is the default workspace of new sessions, and
+        the one whose ``.tether/config.toml`` is read), pick the configured store, and schedule
+        :meth:`start` on the running loop."""
+        from tether.config import load_config
+
+        self.sessions.set_default_workspace(workspace)
+        self._config = load_config(
+            workspace=_local(self.sessions.default_workspace),
+            environ=self._environ,
+            init_options=init_options,
+        )
+        url = self._config.sessions.url(self._environ)
+        if url is not None and not self._store_given:
+            self.sessions.store = OpeningStore(url)
+        try:
+            asyncio.get_running_loop().call_soon(self.start)
+        except RuntimeError:  # no event loop: the store opens on first use, nothing is swept
+            pass
+        return self._config
+
+    def build_kernel(self, approver: Approver | None) -> Kernel:
+        """The kernel over this backend's store, providers and tools (imports a lot)."""
+        from tether.kernel.kernel import Kernel
+        from tether.memory import load_memory
+
+        self.kernel = Kernel(
+            self.sessions.store,
+            config=self.config,
+            providers=self._provider,
+            tools=self._tools,
+            memory=load_memory,
+            approver=approver,
+        )
+        return self.kernel
+
+    def config(self) -> TetherConfig:
+        if self._config is None:
+            from tether.config import load_config
+
+            self._config = load_config(workspace=None, environ=self._environ)
+        return self._config
+
+    def start(self) -> None:
+        """After the handshake: open the configured store, start sweeping expired sessions."""
+        store = self.sessions.store
+        if isinstance(store, OpeningStore):
+            store.start()
+        if self.config().sessions.ttl is not None and self._sweeper is None:
+            self._sweeper = asyncio.ensure_future(self._sweep_forever())
+
+    async def sweep(self) -> list[str]:
+        """Delete the sessions idle for longer than ``sessions.ttl`` (none without a TTL)."""
+        ttl = self.config().sessions.ttl_delta()
+        if ttl is None:
+            return []
+        expired = await self.sessions.sweep(ttl, self._clock())
+        if expired:
+            logger.info("deleted %d expired session(s)", len(expired))
+        return expired
+
+    async def _sweep_forever(self) -> None:
+        ttl = self.config().sessions.ttl_delta()
+        assert ttl is not None
+        interval = min(max(ttl.total_seconds() / 4, 1.0), 3600.0)
+        while True:
+            try:
+                await self.sweep()
+            except Exception:  # a store that cannot be opened, a database error: try later
+                logger.exception("could not sweep expired sessions")
+            await asyncio.sleep(interval)
+
+    async def aclose(self) -> None:
+        """Stop the sweep and the MCP servers; release the providers, the shared HTTP client and
+        the store."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        if self._mcp is not None:
+            await self._mcp.aclose()
+        for provider in self._providers.values():
+            await provider.aclose()
+        if self._http is not None:
+            await self._http.aclose()
+        await self.sessions.store.aclose()
+
+    def _provider(self, config: ProviderConfig) -> Provider:
+        """One provider per distinct configuration, kept for the life of the server (a scripted
+        provider goes on through its script from one run to the next)."""
+        from tether.providers import make_provider
+
+        key = config.model_dump_json()
+        provider = self._providers.get(key)
+        if provider is None:
+            provider = self._providers[key] = make_provider(config, self._shared_http)
+        return provider
+
+    def _shared_http(self) -> httpx.AsyncClient:
+        """The one HTTP client every provider shares (made on first use)."""
+        if self._http is None:
+            import httpx
+
+            self._http = httpx.AsyncClient(limits=httpx.Limits(max_connections=200))
+        return self._http
+
+    @property
+    def mcp(self) -> McpManager:
+        """The MCP servers of every session (per-session server specs live only here)."""
+        if self._mcp is None:
+            from tether.tools.mcp import McpManager
+
+            self._mcp = McpManager()
+        return self._mcp
+
+    async def _tools(self, config: TetherConfig, session_id: str, workspace: Path) -> ToolExecutor:
+        from tether.tools import builtin_registry, builtin_tools
+
+        own = self._mcp is not None and self._mcp.has_session_servers(session_id)
+        if not config.tools.mcp_servers and not own:
+            return builtin_registry(config.tools.enabled)
+        return await self.mcp.executor(
+            builtin_tools(),
+            servers=config.tools.mcp_servers,
+            enabled=config.tools.enabled,
+            session_id=session_id,
+            workspace=workspace,
+        )
+
+    def _remember_mcp_servers(self, session: Session, params: CreateSessionParams) -> None:
+        if params.mcp_servers:
+            self.mcp.set_session_servers(session.session_id, params.mcp_servers)
+
+    async def _forget_in_kernel(self, session_id: str) -> None:
+        if self.kernel is not None:
+            self.kernel.forget(session_id)
+
+    def _fork_mcp_servers(self, session: Session) -> None:
+        if self._mcp is not None and session.parent_session_id is not None:
+            self._mcp.share_session_servers(session.parent_session_id, session.session_id)
+
+    async def _close_mcp_servers(self, session_id: str) -> None:
+        if self._mcp is not None:
+            await self._mcp.close_session(session_id)
+
+    def _is_running(self, session_id: str) -> bool:
+        return self.kernel is not None and self.kernel.is_running(session_id)
+
+
+def _local(workspace: str | None) -> Path | None:
+    if workspace is None or not canonical_workspace(workspace).startswith("file://"):
+        return None
+    return local_path(workspace)
