@@ -3,8 +3,10 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+ACP_TESTS := tests/acp
+ACP_STAMP := $(ACP_TESTS)/node_modules/.installed
 
-.PHONY: install compile test lint typecheck unit vscode-test vscode-package run bench schema clean
+.PHONY: install compile test lint typecheck unit acp-schema vscode-test vscode-package run bench schema clean
 
 install: $(STAMP)
 
@@ -26,8 +28,16 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-unit: compile
+unit: compile $(ACP_STAMP)
 	$(BIN)/pytest -q
+
+# The ACP v1 JSON Schema that tests/acp validates tether's messages against: the official npm SDK,
+# pinned by tests/acp/package-lock.json.
+$(ACP_STAMP): $(ACP_TESTS)/package.json $(ACP_TESTS)/package-lock.json
+	cd $(ACP_TESTS) && npm ci --no-audit --no-fund
+	touch $(ACP_STAMP)
+
+acp-schema: $(ACP_STAMP)
 
 # The VS Code extension (editor-clients/vscode): Node packages from its package-lock.json, then its
 # typecheck, build and `node --test` suite against the real server of this checkout.
@@ -60,3 +70,4 @@ schema: install
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 	rm -rf $(VSCODE)/node_modules $(VSCODE)/dist $(VSCODE)/out $(VSCODE)/tether.vsix
+	rm -rf $(ACP_TESTS)/node_modules

@@ -1,4 +1,5 @@
-"""``tether`` command line: ``serve`` (the editor-facing server), ``run`` (headless), ``schema``."""
+"""``tether`` command line: ``serve`` (the editor-facing server), ``acp`` (the same as an Agent
+Client Protocol agent), ``run`` (headless), ``schema``."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _serve(args.tcp)
     if command == "schema":
         return _schema()
+    if command == "acp":
+        return _acp()
     return _run(args)
 
 
@@ -41,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="serve JSON-RPC on stdio (the default)")
     serve.add_argument("--tcp", metavar="HOST:PORT", help="serve one client over TCP instead")
     commands.add_parser("schema", help="print the protocol's JSON Schema")
+    commands.add_parser("acp", help="serve the Agent Client Protocol (v1, NDJSON) on stdio")
     run = commands.add_parser("run", help="run one turn of the kernel without an editor")
     run.add_argument("prompt")
     run.add_argument("--workspace", type=Path, default=Path.cwd())
@@ -65,6 +69,13 @@ def _serve(tcp: str | None) -> int:
         return asyncio.run(serve_stdio(App()))
     host, _, port = tcp.rpartition(":")
     return asyncio.run(serve_tcp(App(), host or "127.0.0.1", int(port)))
+
+
+def _acp() -> int:
+    from tether.acp.agent import AcpAgent
+    from tether.acp.stdio import serve_acp
+
+    return asyncio.run(serve_acp(AcpAgent()))
 
 
 def _schema() -> int:

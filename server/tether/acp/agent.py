@@ -1,0 +1,333 @@
+"""The ACP methods, each translated onto the session service and the kernel of :class:`Backend`.
+
+Handlers validate their params into a model of :mod:`tether.acp.models`, call one service and
+return a model; the connection turns exceptions into error responses in one place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tether import __version__
+from tether.acp import modes
+from tether.acp.models import (
+    PROTOCOL_VERSION,
+    AgentCapabilities,
+    Empty,
+    Implementation,
+    InitializeRequest,
+    InitializeResponse,
+    ListSessionsRequest,
+    ListSessionsResponse,
+    LoadSessionRequest,
+    LoadSessionResponse,
+    McpCapabilities,
+    NewSessionRequest,
+    NewSessionResponse,
+    PromptCapabilities,
+    PromptRequest,
+    PromptResponse,
+    SessionCapabilities,
+    SessionInfo,
+    SessionInfoUpdate,
+    SessionNotification,
+    SessionRequest,
+    SessionUpdate,
+    SetModeRequest,
+)
+from tether.acp.servers import mcp_servers
+from tether.acp.wire import AcpError, Connection, method_not_found
+from tether.backend import Backend
+from tether.protocol import (
+    ConfigureSessionParams,
+    CreateSessionParams,
+    DeleteSessionParams,
+    ErrorCode,
+    ForkSessionParams,
+    GetSessionParams,
+    InvalidParams,
+    ListSessionsParams,
+    MessagesParams,
+    Session,
+)
+from tether.sessions import SessionStore
+from tether.sessions.workspaces import local_path
+
+if TYPE_CHECKING:
+    from tether.kernel.kernel import Kernel
+    from tether.protocol.kernel import PermissionParams, PermissionResult
+
+logger = logging.getLogger(__name__)
+
+Method = Callable[[Any], Awaitable[Any]]
+_STOP_REASONS = {"end_turn": "end_turn", "max_iterations": "max_turn_requests"}
+_TITLE_LENGTH = 80
+
+
+@dataclass
+class SessionState:
+    """What the face keeps about a session while this process serves it."""
+
+    mode: str = modes.DEFAULT
+    kinds: dict[str, str] = field(default_factory=dict)  # tool call id -> tether tool kind
+    rejected: set[str] = field(default_factory=set)  # tools the user rejected always
+
+
+class AcpAgent(Backend):
+    """The agent side of ACP over tether's services."""
+
+    def __init__(
+        self,
+        store: SessionStore | None = None,
+        environ: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        super().__init__(store, environ)
+        self._cwd = cwd or Path.cwd()
+        self.connection: Connection | None = None
+        self.client: InitializeRequest | None = None
+        self._states: dict[str, SessionState] = {}
+        self._methods: dict[str, Method] = {
+            "initialize": self.initialize,
+            "authenticate": self.authenticate,
+            "session/new": self.new_session,
+            "session/load": self.load_session,
+            "session/resume": self.resume_session,
+            "session/list": self.list_sessions,
+            "session/delete": self.delete_session,
+            "session/close": self.close_session,
+            "session/fork": self.fork_session,
+            "session/prompt": self.prompt,
+            "session/set_mode": self.set_mode,
+        }
+        self.sessions.on_delete.append(self._forget)
+
+    # -- dispatch ---------------------------------------------------------------------------
+
+    async def request(self, method: str, params: Any) -> Any:
+        handler = self._methods.get(method)
+        if handler is None:
+            raise method_not_found(method)
+        if self.client is None and method != "initialize":
+            raise AcpError(ErrorCode.INVALID_REQUEST, f"{method} before initialize")
+        return await handler({} if params is None else params)
+
+    def notification(self, method: str, params: Any) -> None:
+        if method == "session/cancel" and self.kernel is not None:
+            self.kernel.cancel(SessionRequest.model_validate(params).session_id)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def initialize(self, params: Any) -> InitializeResponse:
+        request = InitializeRequest.model_validate(params)
+        workspace = str(self._cwd) if self._cwd.is_dir() else None
+        self.load_config(workspace)
+        self.client = request
+        asyncio.get_running_loop().call_soon(self._kernel)  # after the answer is written
+        return InitializeResponse(
+            protocol_version=min(request.protocol_version, PROTOCOL_VERSION),
+            agent_info=Implementation(name="tether", title="tether", version=__version__),
+            agent_capabilities=AgentCapabilities(
+                load_session=True,
+                prompt_capabilities=PromptCapabilities(image=True, embedded_context=True),
+                mcp_capabilities=McpCapabilities(http=True, sse=False),
+                session_capabilities=SessionCapabilities(
+                    list=Empty(), delete=Empty(), resume=Empty(), close=Empty(), fork=Empty()
+                ),
+            ),
+        )
+
+    async def authenticate(self, params: Any) -> Empty:
+        return Empty()  # no auth methods are offered: the provider's key comes from the config
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    async def new_session(self, params: Any) -> NewSessionResponse:
+        request = NewSessionRequest.model_validate(params)
+        _absolute(request.cwd, "cwd")
+        session = await self.sessions.create(
+            CreateSessionParams(workspace=request.cwd, mcp_servers=mcp_servers(request.mcp_servers))
+        )
+        return NewSessionResponse(session_id=session.session_id, modes=self._modes(session))
+
+    async def load_session(self, params: Any) -> LoadSessionResponse:
+        """Replays the whole history as ``session/update``\\ s, then answers."""
+        from tether.acp.updates import replay
+
+        request = LoadSessionRequest.model_validate(params)
+        session = await self._resume(request)
+        workspace = _workspace(session)
+        cursor: str | None = None
+        while True:
+            page = await self.sessions.messages(
+                MessagesParams(session_id=session.session_id, cursor=cursor, limit=1000)
+            )
+            for update in replay(page.messages, workspace):
+                self._send(session.session_id, update)
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+        if session.title:
+            self._send(session.session_id, SessionInfoUpdate(title=session.title))
+        return LoadSessionResponse(modes=self._modes(session))
+
+    async def resume_session(self, params: Any) -> LoadSessionResponse:
+        session = await self._resume(LoadSessionRequest.model_validate(params))
+        return LoadSessionResponse(modes=self._modes(session))
+
+    async def _resume(self, request: LoadSessionRequest) -> Session:
+        session = await self.sessions.get(GetSessionParams(session_id=request.session_id))
+        servers = mcp_servers(request.mcp_servers)
+        if servers:
+            self.mcp.set_session_servers(session.session_id, servers)
+        return session
+
+    async def list_sessions(self, params: Any) -> ListSessionsResponse:
+        request = ListSessionsRequest.model_validate(params)
+        if request.cwd is not None:
+            _absolute(request.cwd, "cwd")
+        page = await self.sessions.list_sessions(
+            ListSessionsParams(workspace=request.cwd, cursor=request.cursor)
+        )
+        return ListSessionsResponse(
+            sessions=[_info(session) for session in page.sessions], next_cursor=page.next_cursor
+        )
+
+    async def delete_session(self, params: Any) -> Empty:
+        request = SessionRequest.model_validate(params)
+        await self.sessions.delete(DeleteSessionParams(session_id=request.session_id))
+        return Empty()
+
+    async def close_session(self, params: Any) -> Empty:
+        """Stops the session's run and its MCP servers; the session itself is kept."""
+        request = SessionRequest.model_validate(params)
+        await self.sessions.get(GetSessionParams(session_id=request.session_id))
+        if self.kernel is not None:
+            self.kernel.cancel(request.session_id)
+        if self._mcp is not None:
+            await self._mcp.close_session(request.session_id)
+        self._states.pop(request.session_id, None)
+        return Empty()
+
+    async def fork_session(self, params: Any) -> NewSessionResponse:
+        request = LoadSessionRequest.model_validate(params)
+        session = await self.sessions.fork(ForkSessionParams(session_id=request.session_id))
+        servers = mcp_servers(request.mcp_servers)
+        if servers:
+            self.mcp.set_session_servers(session.session_id, servers)
+        parent = self._states.get(request.session_id)
+        if parent is not None:
+            self._states[session.session_id] = SessionState(mode=parent.mode)
+        return NewSessionResponse(session_id=session.session_id, modes=self._modes(session))
+
+    async def set_mode(self, params: Any) -> Empty:
+        request = SetModeRequest.model_validate(params)
+        await self.sessions.get(GetSessionParams(session_id=request.session_id))
+        if request.mode_id not in modes.MODE_IDS:
+            raise InvalidParams.field("modeId", f"unknown mode {request.mode_id!r}")
+        self._state(request.session_id).mode = request.mode_id
+        return Empty()
+
+    # -- a turn -----------------------------------------------------------------------------
+
+    async def prompt(self, params: Any) -> PromptResponse:
+        from tether.acp.content import prompt_content
+        from tether.acp.updates import RunUpdates
+        from tether.protocol.kernel import RunParams, StopReason
+
+        request = PromptRequest.model_validate(params)
+        session_id = request.session_id
+        session = await self.sessions.get(GetSessionParams(session_id=session_id))
+        state = self._state(session_id)
+        run = RunParams(
+            session_id=session_id,
+            prompt=prompt_content(request.prompt),
+            tools=modes.run_tools(state.mode, session.tools),
+        )
+        updates = RunUpdates(
+            send=partial(self._send, session_id), workspace=_workspace(session), kinds=state.kinds
+        )
+        result = await self._kernel().run(run, updates)
+        if result.stop_reason is StopReason.CANCELLED:
+            return PromptResponse(stop_reason="cancelled")
+        if session.title is None:
+            await self._title(session_id, request)
+        return PromptResponse(stop_reason=_STOP_REASONS[result.stop_reason])
+
+    async def _title(self, session_id: str, request: PromptRequest) -> None:
+        """An untitled session is named after the first line of its first prompt."""
+        from tether.acp.models import TextContent
+
+        text = next((b.text for b in request.prompt if isinstance(b, TextContent)), "")
+        line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+        if not line:
+            return
+        title = line if len(line) <= _TITLE_LENGTH else line[: _TITLE_LENGTH - 1] + "…"
+        session = await self.sessions.configure(
+            ConfigureSessionParams(session_id=session_id, title=title)
+        )
+        updated = session.updated_at.isoformat().replace("+00:00", "Z")
+        self._send(session_id, SessionInfoUpdate(title=title, updated_at=updated))
+
+    # -- permission -------------------------------------------------------------------------
+
+    async def _ask(self, params: PermissionParams) -> PermissionResult:
+        from tether.acp.permission import ask
+
+        assert self.connection is not None
+        state = self._state(params.session_id)
+        workspace = await self._workspace_of(params.session_id)
+        return await ask(self.connection, params, state, workspace)
+
+    async def _workspace_of(self, session_id: str) -> Path | None:
+        return _workspace(await self.sessions.get(GetSessionParams(session_id=session_id)))
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _kernel(self) -> Kernel:
+        return self.kernel or self.build_kernel(self._ask)
+
+    def _state(self, session_id: str) -> SessionState:
+        state = self._states.get(session_id)
+        if state is None:
+            state = self._states[session_id] = SessionState()
+        return state
+
+    def _modes(self, session: Session) -> Any:
+        return modes.mode_state(self._state(session.session_id).mode)
+
+    async def _forget(self, session_id: str) -> None:
+        self._states.pop(session_id, None)
+
+    def _send(self, session_id: str, update: SessionUpdate) -> None:
+        if self.connection is not None:
+            notification = SessionNotification(session_id=session_id, update=update)
+            self.connection.notify("session/update", notification.to_wire())
+
+
+def _absolute(path: str, name: str) -> None:
+    if not os.path.isabs(path):
+        raise InvalidParams.field(name, "must be an absolute path")
+
+
+def _workspace(session: Session) -> Path | None:
+    if not session.workspace.startswith("file://"):
+        return None
+    return local_path(session.workspace)
+
+
+def _info(session: Session) -> SessionInfo:
+    workspace = _workspace(session)
+    return SessionInfo(
+        session_id=session.session_id,
+        cwd=str(workspace) if workspace is not None else session.workspace,
+        title=session.title,
+        updated_at=session.updated_at.isoformat().replace("+00:00", "Z"),
+    )

@@ -1,0 +1,174 @@
+"""How a tool call looks to an ACP client: a title a person reads, its kind, the files it
+touches (``locations``), its input, and an edit's diff as ``{path, oldText, newText}``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tether.acp.models import AcpToolKind, DiffContent, Location
+
+_KINDS: dict[str, AcpToolKind] = {
+    "read": "read",
+    "edit": "edit",
+    "execute": "execute",
+    "search": "search",
+    "other": "other",
+}
+_MAX_TITLE = 120
+_MAX_FILE_BYTES = 8 * 1024 * 1024
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+_BUILTIN_KINDS = {
+    "read_file": "read",
+    "list_files": "search",
+    "search_text": "search",
+    "write_file": "edit",
+    "edit_file": "edit",
+    "run_command": "execute",
+}
+
+
+def builtin_kind(name: str) -> str:
+    """The kind of a built-in tool (``other`` for the rest), for calls replayed from history."""
+    return _BUILTIN_KINDS.get(name, "other")
+
+
+def acp_kind(tool_kind: str) -> AcpToolKind:
+    return _KINDS.get(tool_kind, "other")
+
+
+def raw_input(arguments: str) -> Any:
+    """The arguments as the JSON object the model wrote (the text itself when it is not JSON)."""
+    try:
+        return orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return arguments
+
+
+def title(name: str, arguments: Any) -> str:
+    """``Read src/app.py``, ``Run pytest -q``, ``github: create_issue``…"""
+    args = arguments if isinstance(arguments, dict) else {}
+    path = args.get("path")
+    shown = path if isinstance(path, str) and path else "."
+    text = {
+        "read_file": f"Read {shown}{_lines(args)}",
+        "list_files": f"List {shown}" + (f" ({args['glob']})" if _is_str(args.get("glob")) else ""),
+        "search_text": f"Search {args.get('pattern')!r} in {shown}",
+        "write_file": f"Write {shown}",
+        "edit_file": f"Edit {shown}",
+        "run_command": f"Run {_command(args.get('command'))}",
+    }.get(name)
+    if text is None:
+        server, sep, tool = name.partition("__")
+        text = f"{server}: {tool}" if sep and tool else name
+    return text if len(text) <= _MAX_TITLE else text[: _MAX_TITLE - 1] + "…"
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str) and bool(value)
+
+
+def _lines(args: dict[str, Any]) -> str:
+    start, end = args.get("startLine"), args.get("endLine")
+    if isinstance(start, int) and isinstance(end, int):
+        return f" (lines {start}-{end})"
+    if isinstance(start, int):
+        return f" (from line {start})"
+    return ""
+
+
+def _command(command: Any) -> str:
+    if isinstance(command, list):
+        return " ".join(str(part) for part in command)
+    return " ".join(str(command).split()) if command else "a command"
+
+
+def locations(name: str, arguments: Any, workspace: Path | None) -> list[Location] | None:
+    """The file a file tool works on, as an absolute path (with the first line it reads)."""
+    if not isinstance(arguments, dict) or workspace is None:
+        return None
+    path = arguments.get("path")
+    if name not in {"read_file", "write_file", "edit_file", "list_files", "search_text"}:
+        return None
+    if not isinstance(path, str) or not path:
+        return (
+            None
+            if name in {"read_file", "write_file", "edit_file"}
+            else [Location(path=str(workspace))]
+        )
+    line = arguments.get("startLine") if name == "read_file" else None
+    return [Location(path=str(workspace / path), line=line if isinstance(line, int) else None)]
+
+
+def diff_content(diff: str, workspace: Path | None) -> DiffContent | None:
+    """An edit's unified diff (git style, ``a/PATH`` ``b/PATH``) as the old and new text.
+
+    The new text is the file as it is now, and the old one that file with the diff taken back,
+    so the editor can show the change in its place; when the file cannot be read or no longer
+    matches, both sides hold only the lines of the hunks.
+    """
+    lines = diff.splitlines()
+    old_name = next((line[4:] for line in lines if line.startswith("--- ")), None)
+    new_name = next((line[4:] for line in lines if line.startswith("+++ ")), None)
+    if new_name is None or not new_name.startswith("b/"):
+        return None
+    relative = new_name[2:]
+    path = str(workspace / relative) if workspace is not None else relative
+    created = old_name == "/dev/null"
+    hunks = _hunks(lines)
+    current = _read(workspace / relative) if workspace is not None else None
+    if current is not None:
+        old = _take_back(current, hunks)
+        if old is not None:
+            return DiffContent(path=path, old_text=None if created else old, new_text=current)
+    old_side = "".join(line for hunk in hunks for kind, line in hunk[2] if kind != "+")
+    new_side = "".join(line for hunk in hunks for kind, line in hunk[2] if kind != "-")
+    return DiffContent(path=path, old_text=None if created else old_side, new_text=new_side)
+
+
+Hunk = tuple[int, int, list[tuple[str, str]]]  # new start (1-based), new count, lines
+
+
+def _hunks(lines: list[str]) -> list[Hunk]:
+    hunks: list[Hunk] = []
+    for line in lines:
+        match = _HUNK.match(line)
+        if match is not None:
+            start, count = int(match[3]), int(match[4]) if match[4] is not None else 1
+            hunks.append((start, count, []))
+        elif hunks and line[:1] in {" ", "+", "-"}:
+            hunks[-1][2].append((line[0], line[1:] + "\n"))
+        elif hunks and line.startswith("\\") and hunks[-1][2]:
+            kind, text = hunks[-1][2][-1]  # "\ No newline at end of file"
+            hunks[-1][2][-1] = (kind, text.removesuffix("\n"))
+    return hunks
+
+
+def _take_back(current: str, hunks: list[Hunk]) -> str | None:
+    """``current`` with each hunk's new lines replaced by its old ones; None if they differ."""
+    lines = current.splitlines(keepends=True)
+    out: list[str] = []
+    position = 0
+    for start, count, body in hunks:
+        begin = max(start - 1, 0) if count else start
+        new = [text for kind, text in body if kind != "-"]
+        if begin < position or lines[begin : begin + len(new)] != new:
+            return None
+        out += lines[position:begin]
+        out += [text for kind, text in body if kind != "+"]
+        position = begin + len(new)
+    return "".join(out + lines[position:])
+
+
+def _read(path: Path) -> str | None:
+    try:
+        if path.stat().st_size > _MAX_FILE_BYTES:
+            return None
+        return path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None

@@ -1,0 +1,160 @@
+"""tether's events and messages as ACP ``session/update``\\ s: the progress of a run as it
+happens, and a stored history replayed for ``session/load``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tether.acp.models import (
+    ContentChunk,
+    ContentOut,
+    DiffContent,
+    ImageOut,
+    ResourceLinkOut,
+    SessionUpdate,
+    TextOut,
+    ToolCallProgress,
+    ToolCallStart,
+    ToolContent,
+    ToolStatus,
+)
+from tether.acp.tool_calls import acp_kind, builtin_kind, diff_content, locations, raw_input, title
+from tether.protocol import ImageBlock, Message, ResourceLinkBlock, Role, TextBlock
+from tether.protocol.kernel import (
+    MessageDelta,
+    ProgressParams,
+    ToolCallStarted,
+    ToolCallStatus,
+    ToolCallUpdate,
+)
+
+Send = Callable[[SessionUpdate], None]
+
+
+def text_content(text: str) -> list[ToolContent]:
+    return [ToolContent(content=TextOut(text=text))]
+
+
+def tool_call_start(
+    call_id: str, name: str, arguments: str, kind: str, workspace: Path | None
+) -> ToolCallStart:
+    args = raw_input(arguments)
+    return ToolCallStart(
+        tool_call_id=call_id,
+        title=title(name, args),
+        kind=acp_kind(kind),
+        status="pending",
+        raw_input=args,
+        locations=locations(name, args, workspace),
+    )
+
+
+@dataclass
+class RunUpdates:
+    """Turns the ``kernel/progress`` events of one run into updates for ``send``."""
+
+    send: Send
+    workspace: Path | None
+    kinds: dict[str, str] = field(default_factory=dict)  # tool call id -> tether tool kind
+    _progress: dict[str, list[str]] = field(default_factory=dict)  # lines a running tool reported
+
+    def __call__(self, progress: ProgressParams) -> None:
+        event = progress.event
+        if isinstance(event, MessageDelta):
+            self.send(
+                ContentChunk(
+                    session_update="agent_message_chunk",
+                    content=TextOut(text=event.text),
+                    message_id=event.message_id,
+                )
+            )
+        elif isinstance(event, ToolCallStarted):
+            self.kinds[event.tool_call_id] = event.tool_kind
+            self.send(
+                tool_call_start(
+                    event.tool_call_id, event.name, event.arguments, event.tool_kind, self.workspace
+                )
+            )
+        elif isinstance(event, ToolCallUpdate):
+            self.send(self._update(event))
+
+    def _update(self, event: ToolCallUpdate) -> ToolCallProgress:
+        call_id = event.tool_call_id
+        if event.status is ToolCallStatus.IN_PROGRESS:
+            if event.progress is None:
+                return ToolCallProgress(tool_call_id=call_id, status="in_progress")
+            lines = self._progress.setdefault(call_id, [])
+            lines.append(event.progress)
+            return ToolCallProgress(
+                tool_call_id=call_id, status="in_progress", content=text_content("\n".join(lines))
+            )
+        self._progress.pop(call_id, None)
+        if event.status is ToolCallStatus.COMPLETED:
+            text = event.result or ""
+            content: list[ToolContent | DiffContent] = [*text_content(text)]
+            diff = diff_content(event.diff, self.workspace) if event.diff else None
+            if diff is not None:
+                content.append(diff)
+            return ToolCallProgress(
+                tool_call_id=call_id, status="completed", content=content, raw_output=text
+            )
+        error = event.error or str(event.status)  # failed, or cancelled (ACP has no such status)
+        return ToolCallProgress(
+            tool_call_id=call_id, status="failed", content=text_content(error), raw_output=error
+        )
+
+
+def replay(messages: Iterable[Message], workspace: Path | None) -> Iterator[SessionUpdate]:
+    """A stored history as the updates a client would have seen while it was made."""
+    for message in messages:
+        if message.role is Role.USER:
+            for content in _blocks(message):
+                yield ContentChunk(session_update="user_message_chunk", content=content)
+        elif message.role is Role.ASSISTANT:
+            for content in _blocks(message):
+                yield ContentChunk(
+                    session_update="agent_message_chunk", content=content, message_id=message.id
+                )
+            for call in message.tool_calls or []:
+                yield tool_call_start(
+                    call.id, call.name, call.arguments, builtin_kind(call.name), workspace
+                )
+        elif message.role is Role.TOOL and message.tool_call_id is not None:
+            yield _result(message)
+
+
+def _result(message: Message) -> ToolCallProgress:
+    text = _text(message)
+    status: ToolStatus = "failed" if message.is_error else "completed"
+    return ToolCallProgress(
+        tool_call_id=message.tool_call_id or "",
+        status=status,
+        content=text_content(text),
+        raw_output=text,
+    )
+
+
+def _blocks(message: Message) -> Iterator[ContentOut]:
+    content = message.content
+    if content is None:
+        return
+    if isinstance(content, str):
+        if content:
+            yield TextOut(text=content)
+        return
+    for block in content:
+        if isinstance(block, TextBlock):
+            yield TextOut(text=block.text)
+        elif isinstance(block, ImageBlock):
+            yield ImageOut(mime_type=block.mime_type, data=block.data)
+        elif isinstance(block, ResourceLinkBlock):
+            yield ResourceLinkOut(uri=block.uri, name=block.name or block.uri)
+
+
+def _text(message: Message) -> str:
+    content = message.content
+    if isinstance(content, str):
+        return content
+    return "\n".join(block.text for block in content or [] if isinstance(block, TextBlock))

@@ -1,0 +1,237 @@
+"""The real ``tether acp`` process, driven by the official Python SDK's client connection.
+
+Every message tether sends is validated against the ACP v1 JSON Schema of the official npm SDK
+(``tests/acp/node_modules``, installed by ``make acp-schema`` from ``package-lock.json``): the
+whole message against the schema's root, and its params or result against the type of its
+method. A message that does not validate fails the test that received it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+from acp import ClientSideConnection, RequestError, connect_to_agent
+from acp.connection import StreamDirection, StreamEvent
+from acp.schema import (
+    AllowedOutcome,
+    DeniedOutcome,
+    RequestPermissionResponse,
+)
+from acp.transports import spawn_stdio_transport
+from jsonschema import Draft202012Validator
+
+SCHEMA_DIR = (
+    Path(__file__).parent / "node_modules" / "@agentclientprotocol" / "sdk" / "schema" / "v1"
+)
+AGENT = [sys.executable, "-m", "tether", "acp"]
+
+# The type of each method's result, and of the params of what tether sends.
+RESULTS = {
+    "initialize": "InitializeResponse",
+    "session/new": "NewSessionResponse",
+    "session/load": "LoadSessionResponse",
+    "session/list": "ListSessionsResponse",
+    "session/delete": "DeleteSessionResponse",
+    "session/resume": "ResumeSessionResponse",
+    "session/close": "CloseSessionResponse",
+    "session/prompt": "PromptResponse",
+    "session/set_mode": "SetSessionModeResponse",
+    "session/fork": "ForkSessionResponse",
+}
+PARAMS = {
+    "session/update": "SessionNotification",
+    "session/request_permission": "RequestPermissionRequest",
+}
+UNSTABLE = {"session/fork"}  # methods only the unstable schema has
+
+
+@cache
+def _schema(unstable: bool) -> dict[str, Any]:
+    name = "schema.unstable.json" if unstable else "schema.json"
+    path = SCHEMA_DIR / name
+    if not path.exists():
+        pytest.fail(f"{path} is missing: run `make acp-schema` (npm ci in tests/acp)")
+    schema: dict[str, Any] = json.loads(path.read_text())
+    return schema
+
+
+@cache
+def validator(type_name: str | None, unstable: bool = False) -> Draft202012Validator:
+    """A validator for one ``$defs`` type of the schema (``None``: a whole message)."""
+    schema = _schema(unstable)
+    if type_name is None:
+        return Draft202012Validator(schema)
+    return Draft202012Validator({"$ref": f"#/$defs/{type_name}", "$defs": schema["$defs"]})
+
+
+def schema_problems(message: dict[str, Any], sent: dict[Any, str]) -> list[str]:
+    """What is wrong with a message tether sent (``sent``: the method of each request id the
+    client sent)."""
+    method = message.get("method")
+    unstable = method in UNSTABLE or sent.get(message.get("id")) in UNSTABLE
+    checks: list[tuple[str | None, Any]] = [(None, message)]
+    if method in PARAMS:
+        checks.append((PARAMS[method], message.get("params")))
+    elif method is None and "error" in message:
+        checks.append(("Error", message["error"]))
+    elif method is None and sent.get(message.get("id")) in RESULTS:
+        checks.append((RESULTS[sent[message["id"]]], message.get("result")))
+    elif method is None:
+        return [f"a response to no request the client sent: {message}"]
+    else:
+        return [f"tether sent {method}, which these tests do not expect"]
+    return [
+        f"{type_name or 'message'}: {error.message} at {list(error.absolute_path)} in {message}"
+        for type_name, value in checks
+        for error in validator(type_name, unstable).iter_errors(value)
+    ]
+
+
+@dataclass
+class Wire:
+    """Every message of the connection, in order, checked as it passes."""
+
+    log: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    sent: dict[Any, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def observe(self, event: StreamEvent) -> None:
+        message = event.message
+        if event.direction is StreamDirection.OUTGOING:
+            self.log.append(("out", message))
+            if "method" in message and "id" in message:
+                self.sent[message["id"]] = message["method"]
+            return
+        self.log.append(("in", message))
+        self.problems += schema_problems(message, self.sent)
+
+    def received(self, method: str | None = None) -> list[dict[str, Any]]:
+        return [
+            m for d, m in self.log if d == "in" and (method is None or m.get("method") == method)
+        ]
+
+    def updates(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        """The ``update`` of every ``session/update`` received (for one session, if given)."""
+        return [
+            m["params"]["update"]
+            for m in self.received("session/update")
+            if session_id is None or m["params"]["sessionId"] == session_id
+        ]
+
+
+Answer = Callable[[dict[str, Any]], "asyncio.Future[str | None] | str | None"]
+
+
+class Client:
+    """The editor: records updates, answers permission requests with ``answers`` (an option id,
+    or None for ``cancelled``), in order; with none left, it waits until ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.answers: list[str | None] = []
+        self.permission_requests: list[Any] = []
+        self.asked = asyncio.Event()
+        self.release = asyncio.Event()
+        self.chunk = asyncio.Event()  # set by the first agent_message_chunk
+
+    async def request_permission(
+        self, options: Any, session_id: str, tool_call: Any, **kwargs: Any
+    ) -> RequestPermissionResponse:
+        self.permission_requests.append(tool_call)
+        self.asked.set()
+        if self.answers:
+            option = self.answers.pop(0)
+        else:
+            await self.release.wait()
+            option = None
+        outcome = (
+            DeniedOutcome(outcome="cancelled")
+            if option is None
+            else AllowedOutcome(option_id=option, outcome="selected")
+        )
+        return RequestPermissionResponse(outcome=outcome)
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        if getattr(update, "session_update", None) == "agent_message_chunk":
+            self.chunk.set()
+
+
+@dataclass
+class Agent:
+    """A running ``tether acp``: the SDK's connection, the editor behind it, the wire log."""
+
+    conn: ClientSideConnection
+    client: Client
+    wire: Wire
+    process: asyncio.subprocess.Process
+
+    async def request(self, method: str, params: dict[str, Any]) -> Any:
+        """A request the SDK has no method for."""
+        return await self.conn._conn.send_request(method, params)
+
+
+@dataclass
+class Setup:
+    """How to start agents: the configuration (a user config file) and the environment."""
+
+    home: Path
+    project: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    def script(self, turns: list[dict[str, Any]], approval: str = "ask") -> None:
+        """The scripted model plays ``turns`` (across every agent started after this)."""
+        script = self.home / "script.json"
+        script.write_text(json.dumps(turns))
+        config = self.home / "config" / "tether" / "config.toml"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(
+            f'[provider]\ntype = "scripted"\nscript = {json.dumps(str(script))}\n'
+            f'[tools]\napproval = "{approval}"\n'
+        )
+
+    @asynccontextmanager
+    async def agent(self, *, initialize: bool = True) -> AsyncIterator[Agent]:
+        client = Client()
+        wire = Wire()
+        env = {
+            "HOME": str(self.home),
+            "XDG_CONFIG_HOME": str(self.home / "config"),
+            "XDG_DATA_HOME": str(self.home / "data"),
+            **self.env,
+        }
+        async with spawn_stdio_transport(*AGENT, env=env, cwd=self.project, stderr=None) as (
+            reader,
+            writer,
+            process,
+        ):
+            conn = connect_to_agent(client, writer, reader, observers=[wire.observe])
+            try:
+                if initialize:
+                    await conn.initialize(protocol_version=1)
+                yield Agent(conn=conn, client=client, wire=wire, process=process)
+            finally:
+                await conn.close()
+        assert not wire.problems, "\n".join(wire.problems)
+
+
+@pytest.fixture
+def setup(tmp_path: Path, project: Path) -> Setup:
+    home = tmp_path / "home"
+    home.mkdir()
+    return Setup(home=home, project=project)
+
+
+async def until(event: asyncio.Event) -> None:
+    """Wait for ``event`` (a bounded wait: a hang fails the test instead of blocking it)."""
+    await asyncio.wait_for(event.wait(), 20)
+
+
+__all__ = ["Agent", "RequestError", "Setup", "until"]
