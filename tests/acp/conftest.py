@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from acp import ClientSideConnection, RequestError, connect_to_agent
+from acp import RequestError, connect_to_agent
+from acp.client.connection import ClientSideConnection
 from acp.connection import StreamDirection, StreamEvent
 from acp.schema import (
     AllowedOutcome,

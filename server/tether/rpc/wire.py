@@ -25,6 +25,7 @@ from tether.protocol.framing import Frame, FrameDecoder, encode_frame
 from tether.rpc.app import App
 from tether.rpc.errors import ErrorObject, error_from_exception, error_object
 from tether.rpc.handlers import validate_params
+from tether.rpc.ndjson import looks_like_ndjson, ndjson_refusal
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +80,9 @@ class Wire:
 
     def data_received(self, data: bytes) -> None:
         """Bytes from the client: decode every complete frame and handle it."""
+        if not self.initialized and self._write is not None and looks_like_ndjson(data):
+            self._write(ndjson_refusal(data))  # an ACP client: tell it to use `tether acp`
+            return
         for item in self._decoder.feed(data):
             if isinstance(item, Frame):
                 self._receive(item.body)

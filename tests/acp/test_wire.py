@@ -1,0 +1,148 @@
+"""The NDJSON wire of ``tether acp`` as raw bytes: bad input is answered, never met with silence,
+and stdout carries protocol lines only."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.acp.conftest import AGENT, schema_problems
+
+RESULT_OF = {1: "initialize", 3: "initialize"}
+
+
+async def exchange(lines: list[bytes], cwd: Path, home: Path) -> tuple[list[dict[str, Any]], int]:
+    """Send ``lines``, close stdin, and return every line the agent wrote and its exit code."""
+    process = await asyncio.create_subprocess_exec(
+        *AGENT,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        cwd=cwd,
+        env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
+    )
+    out, _ = await asyncio.wait_for(process.communicate(b"".join(lines)), 30)
+    return [json.loads(line) for line in out.splitlines()], process.returncode or 0
+
+
+def request(msg_id: int, method: str, params: Any = None) -> bytes:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id, "method": method}
+    if params is not None:
+        message["params"] = params
+    return json.dumps(message).encode() + b"\n"
+
+
+async def test_bad_input_is_answered_and_every_request_gets_one_response(
+    project: Path, tmp_path: Path
+) -> None:
+    answers, code = await exchange(
+        [
+            request(1, "session/new", {"cwd": str(project), "mcpServers": []}),
+            b"this is not json\n",
+            b"[1, 2]\n",
+            b'{"id": 2, "method": "initialize"}\n',
+            request(3, "initialize", {"protocolVersion": 1}),
+            request(4, "no/such/method"),
+            b'{"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "x"}}\r\n',
+            b"\n",
+            request(5, "session/prompt", {"sessionId": "nope", "prompt": []}),
+            request(6, "session/new", {"cwd": str(project), "mcpServers": []})[:-1],
+        ],
+        project,
+        tmp_path,
+    )
+    assert code == 0
+    by_id: dict[Any, list[dict[str, Any]]] = {}
+    for answer in answers:
+        by_id.setdefault(answer.get("id"), []).append(answer)
+    assert [a["error"]["code"] for a in by_id[None]] == [-32700, -32600]
+    assert by_id[1][0]["error"]["code"] == -32600  # before initialize
+    assert by_id[2][0]["error"]["code"] == -32600  # no "jsonrpc": "2.0"
+    assert by_id[3][0]["result"]["protocolVersion"] == 1
+    assert by_id[4][0]["error"]["code"] == -32601
+    assert by_id[5][0]["error"]["code"] == -32002  # unknown session
+    assert "sessionId" in by_id[6][0]["result"]  # a last line without its newline
+    assert all(len(v) == 1 for k, v in by_id.items() if k is not None)
+    sent = {3: "initialize", 6: "session/new"}
+    assert [p for a in answers for p in schema_problems(a, sent) if a.get("id") in sent] == []
+
+
+NOISY_AGENT = """
+import sys
+from tether.acp.agent import AcpAgent
+from tether.cli import main
+
+initialize = AcpAgent.initialize
+
+async def noisy(self, params):
+    print("stray")
+    return await initialize(self, params)
+
+AcpAgent.initialize = noisy
+sys.exit(main(["acp"]))
+"""
+
+
+async def test_stdout_carries_protocol_lines_only(project: Path, tmp_path: Path) -> None:
+    """Whatever tether or a library prints goes to stderr."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        NOISY_AGENT,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=project,
+        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
+    out, _ = await asyncio.wait_for(
+        process.communicate(request(1, "initialize", {"protocolVersion": 1})), 30
+    )
+    assert b"stray" not in out
+    [line] = out.splitlines()
+    assert json.loads(line)["id"] == 1
+
+
+def test_the_schema_check_fails_a_message_that_does_not_validate() -> None:
+    """The check the end-to-end tests rely on finds a bad update and a bad result."""
+    bad_update = {
+        "jsonrpc": "2.0",
+        "method": "session/update",
+        "params": {
+            "sessionId": "s",
+            "update": {
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": "c",
+                "status": "cancelled",
+            },
+        },
+    }
+    bad_result = {"jsonrpc": "2.0", "id": 1, "result": {"stopReason": "max_iterations"}}
+    good_result = {"jsonrpc": "2.0", "id": 1, "result": {"stopReason": "end_turn"}}
+    assert schema_problems(bad_update, {})
+    assert schema_problems(bad_result, {1: "session/prompt"})
+    assert schema_problems(good_result, {1: "session/prompt"}) == []
+
+
+@pytest.mark.parametrize("line", [b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}\n'])
+async def test_tether_serve_answers_an_ndjson_line_naming_tether_acp(
+    line: bytes, tmp_path: Path
+) -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tether",
+        "serve",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
+    out, _ = await asyncio.wait_for(process.communicate(line), 30)
+    [answer] = [json.loads(text) for text in out.splitlines()]
+    assert answer["id"] == 1
+    assert answer["error"]["code"] == -32600
+    assert "tether acp" in answer["error"]["message"]
