@@ -78,6 +78,8 @@ class SessionState:
     mode: str = modes.DEFAULT
     kinds: dict[str, str] = field(default_factory=dict)  # tool call id -> tether tool kind
     rejected: set[str] = field(default_factory=set)  # tools the user rejected always
+    prompts: int = 0  # session/prompt requests not yet handed to the kernel
+    cancelled: bool = False  # session/cancel came while one was on its way there
 
 
 class AcpAgent(Backend):
@@ -120,8 +122,15 @@ class AcpAgent(Backend):
         return await handler({} if params is None else params)
 
     def notification(self, method: str, params: Any) -> None:
-        if method == "session/cancel" and self.kernel is not None:
-            self.kernel.cancel(SessionRequest.model_validate(params).session_id)
+        if method == "session/cancel":
+            self._cancel(SessionRequest.model_validate(params).session_id)
+
+    def _cancel(self, session_id: str) -> None:
+        """Stop the session's run; a prompt still on its way to the kernel answers cancelled."""
+        running = self.kernel is not None and self.kernel.cancel(session_id)
+        state = self._states.get(session_id)
+        if not running and state is not None and state.prompts:
+            state.cancelled = True
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -132,7 +141,7 @@ class AcpAgent(Backend):
         self.client = request
         asyncio.get_running_loop().call_soon(self._kernel)  # after the answer is written
         return InitializeResponse(
-            protocol_version=min(request.protocol_version, PROTOCOL_VERSION),
+            protocol_version=PROTOCOL_VERSION,  # the one version served, whatever was asked
             agent_info=Implementation(name="tether", title="tether", version=__version__),
             agent_capabilities=AgentCapabilities(
                 load_session=True,
@@ -209,8 +218,7 @@ class AcpAgent(Backend):
         """Stops the session's run and its MCP servers; the session itself is kept."""
         request = SessionRequest.model_validate(params)
         await self.sessions.get(GetSessionParams(session_id=request.session_id))
-        if self.kernel is not None:
-            self.kernel.cancel(request.session_id)
+        self._cancel(request.session_id)
         if self._mcp is not None:
             await self._mcp.close_session(request.session_id)
         self._states.pop(request.session_id, None)
@@ -244,8 +252,19 @@ class AcpAgent(Backend):
 
         request = PromptRequest.model_validate(params)
         session_id = request.session_id
-        session = await self.sessions.get(GetSessionParams(session_id=session_id))
         state = self._state(session_id)
+        state.prompts += 1
+        try:
+            session = await self.sessions.get(GetSessionParams(session_id=session_id))
+        except Exception:
+            if state == SessionState(prompts=1):  # made for this request: nothing to keep
+                self._states.pop(session_id, None)
+            raise
+        finally:
+            state.prompts -= 1
+        if state.cancelled:
+            state.cancelled = state.prompts > 0
+            return PromptResponse(stop_reason="cancelled")
         run = RunParams(
             session_id=session_id,
             prompt=prompt_content(request.prompt),

@@ -112,7 +112,7 @@ def diff_content(diff: str, workspace: Path | None) -> DiffContent | None:
     so the editor can show the change in its place; when the file cannot be read or no longer
     matches, both sides hold only the lines of the hunks.
     """
-    lines = diff.splitlines()
+    lines = diff.split("\n")
     old_name = next((line[4:] for line in lines if line.startswith("--- ")), None)
     new_name = next((line[4:] for line in lines if line.startswith("+++ ")), None)
     if new_name is None or not new_name.startswith("b/"):
@@ -121,6 +121,8 @@ def diff_content(diff: str, workspace: Path | None) -> DiffContent | None:
     path = str(workspace / relative) if workspace is not None else relative
     created = old_name == "/dev/null"
     hunks = _hunks(lines)
+    if not hunks:  # "Binary files … differ"
+        return None
     current = _read(workspace / relative) if workspace is not None else None
     if current is not None:
         old = _take_back(current, hunks)
@@ -151,7 +153,7 @@ def _hunks(lines: list[str]) -> list[Hunk]:
 
 def _take_back(current: str, hunks: list[Hunk]) -> str | None:
     """``current`` with each hunk's new lines replaced by its old ones; None if they differ."""
-    lines = current.splitlines(keepends=True)
+    lines = _with_ends(current)
     out: list[str] = []
     position = 0
     for start, count, body in hunks:
@@ -163,6 +165,14 @@ def _take_back(current: str, hunks: list[Hunk]) -> str | None:
         out += [text for kind, text in body if kind != "+"]
         position = begin + len(new)
     return "".join(out + lines[position:])
+
+
+def _with_ends(text: str) -> list[str]:
+    """The lines of ``text``, each with its ``\\n`` (a ``\\r`` stays part of its line, as in
+    the diff)."""
+    parts = text.split("\n")
+    lines = [part + "\n" for part in parts[:-1]]
+    return [*lines, parts[-1]] if parts[-1] else lines
 
 
 def _read(path: Path) -> str | None:

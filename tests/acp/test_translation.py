@@ -1,0 +1,170 @@
+"""What the ACP face translates, in-process: tool titles and locations, an edit's diff as the old
+and new text, prompt content, MCP server entries, kernel events as updates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tether.acp.content import prompt_content
+from tether.acp.models import (
+    EmbeddedResource,
+    HttpServer,
+    ImageContent,
+    NameValue,
+    ResourceContents,
+    StdioServer,
+    TextContent,
+)
+from tether.acp.servers import mcp_servers
+from tether.acp.tool_calls import diff_content, locations, title
+from tether.acp.updates import RunUpdates
+from tether.protocol import InvalidParams, TextBlock
+from tether.protocol.kernel import ProgressParams, ToolCallStatus, ToolCallUpdate
+from tether.tools.writing import unified_diff
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "expected"),
+    [
+        ("read_file", {"path": "src/app.py"}, "Read src/app.py"),
+        ("read_file", {"path": "a.py", "startLine": 3, "endLine": 9}, "Read a.py (lines 3-9)"),
+        ("list_files", {"glob": "*.py"}, "List . (*.py)"),
+        ("search_text", {"pattern": "TODO", "path": "src"}, "Search 'TODO' in src"),
+        ("write_file", {"path": "n.txt", "content": "x"}, "Write n.txt"),
+        ("edit_file", {"path": "n.txt"}, "Edit n.txt"),
+        ("run_command", {"command": ["pytest", "-q"]}, "Run pytest -q"),
+        ("run_command", {"command": "make  test\n"}, "Run make test"),
+        ("github__create_issue", {}, "github: create_issue"),
+        ("mystery", "not an object", "mystery"),
+    ],
+)
+def test_a_tool_call_has_a_title_a_person_reads(
+    name: str, arguments: object, expected: str
+) -> None:
+    assert title(name, arguments) == expected
+
+
+def test_file_tools_locate_their_file_in_the_workspace(tmp_path: Path) -> None:
+    [read] = locations("read_file", {"path": "a.py", "startLine": 7}, tmp_path) or []
+    assert (read.path, read.line) == (str(tmp_path / "a.py"), 7)
+    assert locations("run_command", {"command": "ls"}, tmp_path) is None
+    assert locations("read_file", {"path": "a.py"}, None) is None
+
+
+lines = st.lists(st.sampled_from(["a", "b", "c", "", "d\r", "é"]), max_size=12)
+
+
+@given(old=lines, new=lines, old_end=st.booleans(), new_end=st.booleans())
+def test_an_edits_diff_gives_back_the_whole_old_and_new_file(
+    tmp_path_factory: pytest.TempPathFactory,
+    old: list[str],
+    new: list[str],
+    old_end: bool,
+    new_end: bool,
+) -> None:
+    before = "\n".join(old) + ("\n" if old_end and old else "")
+    after = "\n".join(new) + ("\n" if new_end and new else "")
+    diff = unified_diff("dir/f.txt", before.encode(), after.encode())
+    if diff is None:
+        return
+    workspace = tmp_path_factory.mktemp("ws")
+    (workspace / "dir").mkdir()
+    (workspace / "dir" / "f.txt").write_bytes(after.encode())
+    content = diff_content(diff, workspace)
+    assert content is not None
+    assert (content.path, content.old_text, content.new_text) == (
+        str(workspace / "dir" / "f.txt"),
+        before,
+        after,
+    )
+
+
+def test_a_new_file_has_no_old_text_and_a_changed_file_shows_the_hunks(tmp_path: Path) -> None:
+    created = unified_diff("n.txt", None, b"one\ntwo\n")
+    assert created is not None
+    (tmp_path / "n.txt").write_text("one\ntwo\n")
+    content = diff_content(created, tmp_path)
+    assert content is not None and content.old_text is None and content.new_text == "one\ntwo\n"
+    changed = unified_diff("n.txt", b"one\ntwo\n", b"one\n2\n")
+    assert changed is not None
+    (tmp_path / "n.txt").write_text("something else entirely\n")  # changed again since
+    content = diff_content(changed, tmp_path)
+    assert content is not None
+    assert (content.old_text, content.new_text) == ("one\ntwo\n", "one\n2\n")
+
+
+def test_prompt_blocks_become_tether_content() -> None:
+    blocks = prompt_content(
+        [
+            TextContent(type="text", text="hi"),
+            EmbeddedResource(
+                type="resource", resource=ResourceContents(uri="file:///a.txt", text="body")
+            ),
+            EmbeddedResource(
+                type="resource",
+                resource=ResourceContents(uri="file:///b.bin", blob="AAAA", mime_type="x/y"),
+            ),
+        ]
+    )
+    assert blocks[0] == TextBlock(text="hi")
+    assert isinstance(blocks[1], TextBlock) and "body" in blocks[1].text
+    assert isinstance(blocks[2], TextBlock) and "not shown" in blocks[2].text
+    with pytest.raises(InvalidParams) as bad:
+        prompt_content([ImageContent(type="image", mime_type="image/png", data="not base64!")])
+    assert bad.value.data["fields"][0]["field"] == "prompt.0"
+
+
+def test_acp_mcp_servers_become_tether_servers_with_names_that_fit() -> None:
+    specs = mcp_servers(
+        [
+            StdioServer(
+                name="my server",
+                command="srv",
+                args=["-v"],
+                env=[NameValue(name="A", value="1")],
+            ),
+            HttpServer(
+                type="http",
+                name="my server",
+                url="https://example.invalid/mcp",
+                headers=[NameValue(name="Authorization", value="Bearer x")],
+            ),
+            HttpServer(type="sse", name="old", url="https://example.invalid/sse"),
+        ]
+    )
+    assert specs is not None
+    assert [(s.name, s.command, s.args, s.env) for s in specs[:1]] == [
+        ("my_server", "srv", ["-v"], {"A": "1"})
+    ]
+    assert (specs[1].name, specs[1].url, specs[1].headers) == (
+        "my_server_2",
+        "https://example.invalid/mcp",
+        {"Authorization": "Bearer x"},
+    )
+    assert len(specs) == 2  # SSE is not served
+
+
+def test_a_cancelled_call_is_reported_failed_and_progress_lines_accumulate() -> None:
+    sent: list[dict[str, object]] = []
+    updates = RunUpdates(send=lambda update: sent.append(update.to_wire()), workspace=None)
+
+    def event(**fields: object) -> None:
+        updates(
+            ProgressParams(
+                session_id="s", run_id="r", seq=1, event=ToolCallUpdate(tool_call_id="c", **fields)
+            )
+        )
+
+    event(status=ToolCallStatus.IN_PROGRESS, progress="step 1")
+    event(status=ToolCallStatus.IN_PROGRESS, progress="step 2")
+    event(status=ToolCallStatus.CANCELLED)
+    assert [u["content"][0]["content"]["text"] for u in sent] == [
+        "step 1",
+        "step 1\nstep 2",
+        "cancelled",
+    ]
+    assert sent[-1]["status"] == "failed"
