@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 ACP_TESTS := tests/acp
 ACP_STAMP := $(ACP_TESTS)/node_modules/.installed
 
-.PHONY: install compile test lint typecheck unit acp-schema vscode-test vscode-package run bench schema clean
+.PHONY: install compile test lint typecheck unit acp-schema acp-node-test vscode-test vscode-package run bench schema clean
 
 install: $(STAMP)
 
@@ -39,6 +39,10 @@ $(ACP_STAMP): $(ACP_TESTS)/package.json $(ACP_TESTS)/package-lock.json
 
 acp-schema: $(ACP_STAMP)
 
+# `tether acp` driven by the npm SDK's client app (node --test).
+acp-node-test: compile $(ACP_STAMP)
+	cd $(ACP_TESTS) && node --test node/
+
 # The VS Code extension (editor-clients/vscode): Node packages from its package-lock.json, then its
 # typecheck, build and `node --test` suite against the real server of this checkout.
 VSCODE := editor-clients/vscode
@@ -54,7 +58,7 @@ vscode-test: compile $(NPM_STAMP)
 vscode-package: $(NPM_STAMP)
 	cd $(VSCODE) && npm run package
 
-test: lint typecheck unit vscode-test
+test: lint typecheck unit acp-node-test vscode-test
 
 run: compile
 	$(BIN)/tether run "What is this project?" --workspace . --script examples/demo-script.json
@@ -63,6 +67,7 @@ bench: compile
 	$(BIN)/python bench/rpc_bench.py
 	$(BIN)/python bench/kernel_bench.py
 	$(BIN)/python bench/session_bench.py
+	$(BIN)/python bench/acp_bench.py
 
 schema: install
 	$(BIN)/python -m tether schema > docs/protocol.schema.json

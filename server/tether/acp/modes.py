@@ -16,17 +16,25 @@ from tether.acp.models import SessionMode, SessionModeState
 DEFAULT = "ask"
 ACCEPT_EDITS = "accept_edits"
 READ_ONLY = "read_only"
-MODES = (
-    SessionMode(id=DEFAULT, name="Ask", description="Ask before edits and commands"),
-    SessionMode(id=ACCEPT_EDITS, name="Accept edits", description="Edit files without asking"),
-    SessionMode(id=READ_ONLY, name="Read only", description="Only read and search the workspace"),
-)
-MODE_IDS = frozenset(mode.id for mode in MODES)
+MODES = {
+    DEFAULT: ("Ask", "Ask before edits and commands"),
+    ACCEPT_EDITS: ("Accept edits", "Edit files without asking"),
+    READ_ONLY: ("Read only", "Only read and search the workspace"),
+}
+MODE_IDS = frozenset(MODES)
 READ_ONLY_TOOLS = ("read_file", "list_files", "search_text")
 
 
 def mode_state(current: str) -> SessionModeState:
-    return SessionModeState(current_mode_id=current, available_modes=list(MODES))
+    """The modes as ``session/new`` and ``session/load`` report them (built on first use: a
+    model instance at import would cost the handshake its schema)."""
+    return SessionModeState(
+        current_mode_id=current,
+        available_modes=[
+            SessionMode(id=mode_id, name=name, description=description)
+            for mode_id, (name, description) in MODES.items()
+        ],
+    )
 
 
 def run_tools(mode: str, session_tools: list[str] | None) -> list[str] | None:
