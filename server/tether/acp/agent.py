@@ -56,6 +56,7 @@ from tether.protocol import (
     ListSessionsParams,
     MessagesParams,
     Session,
+    TetherError,
 )
 from tether.sessions import SessionStore
 from tether.sessions.workspaces import local_path
@@ -136,6 +137,8 @@ class AcpAgent(Backend):
 
     async def initialize(self, params: Any) -> InitializeResponse:
         request = InitializeRequest.model_validate(params)
+        if self.client is not None:
+            raise AcpError(ErrorCode.INVALID_REQUEST, "initialize was already answered")
         workspace = str(self._cwd) if self._cwd.is_dir() else None
         self.load_config(workspace)
         self.client = request
@@ -277,7 +280,10 @@ class AcpAgent(Backend):
         if result.stop_reason is StopReason.CANCELLED:
             return PromptResponse(stop_reason="cancelled")
         if session.title is None:
-            await self._title(session_id, request)
+            try:
+                await self._title(session_id, request)
+            except TetherError:  # deleted meanwhile, say: the turn itself went well
+                logger.warning("could not title session %s", session_id, exc_info=True)
         return PromptResponse(stop_reason=_STOP_REASONS[result.stop_reason])
 
     async def _title(self, session_id: str, request: PromptRequest) -> None:
