@@ -24,7 +24,10 @@ from acp.client.connection import ClientSideConnection
 from acp.connection import StreamDirection, StreamEvent
 from acp.schema import (
     AllowedOutcome,
+    ClientCapabilities,
     DeniedOutcome,
+    FileSystemCapabilities,
+    ReadTextFileResponse,
     RequestPermissionResponse,
 )
 from acp.transports import spawn_stdio_transport
@@ -51,6 +54,7 @@ RESULTS = {
 PARAMS = {
     "session/update": "SessionNotification",
     "session/request_permission": "RequestPermissionRequest",
+    "fs/read_text_file": "ReadTextFileRequest",
 }
 UNSTABLE = {"session/fork"}  # methods only the unstable schema has
 
@@ -142,6 +146,21 @@ class Client:
         self.asked = asyncio.Event()
         self.release = asyncio.Event()
         self.chunk = asyncio.Event()  # set by the first agent_message_chunk
+        self.buffers: dict[str, str] = {}  # the editor's unsaved text of a path
+        self.reads: list[str] = []
+
+    async def read_text_file(
+        self,
+        path: str,
+        session_id: str,
+        line: int | None = None,
+        limit: int | None = None,
+        **kwargs: Any,
+    ) -> ReadTextFileResponse:
+        self.reads.append(path)
+        if path not in self.buffers:
+            raise RequestError(-32002, f"no buffer for {path}")
+        return ReadTextFileResponse(content=self.buffers[path])
 
     async def request_permission(
         self, options: Any, session_id: str, tool_call: Any, **kwargs: Any
@@ -199,8 +218,13 @@ class Setup:
         )
 
     @asynccontextmanager
-    async def agent(self, *, initialize: bool = True) -> AsyncIterator[Agent]:
+    async def agent(
+        self, *, initialize: bool = True, buffers: dict[str, str] | None = None
+    ) -> AsyncIterator[Agent]:
+        """A started agent, initialized unless told not to; with ``buffers``, the client
+        declares ``fs.readTextFile`` and answers it with them."""
         client = Client()
+        client.buffers = buffers or {}
         wire = Wire()
         env = {
             "HOME": str(self.home),
@@ -216,7 +240,10 @@ class Setup:
             conn = connect_to_agent(client, writer, reader, observers=[wire.observe])
             try:
                 if initialize:
-                    await conn.initialize(protocol_version=1)
+                    fs = FileSystemCapabilities(read_text_file=buffers is not None)
+                    await conn.initialize(
+                        protocol_version=1, client_capabilities=ClientCapabilities(fs=fs)
+                    )
                 yield Agent(conn=conn, client=client, wire=wire, process=process)
             finally:
                 await conn.close()

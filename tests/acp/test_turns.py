@@ -276,3 +276,35 @@ async def test_accept_edits_mode_writes_without_asking(setup: Setup, project: Pa
         asked = agent.wire.received("session/request_permission")
     assert asked == []
     assert (project / "x.txt").read_text() == "x"
+
+
+async def test_read_file_reads_the_editors_buffer_when_the_client_offers_it(
+    setup: Setup, project: Path
+) -> None:
+    setup.script(
+        [
+            {
+                "toolCalls": [
+                    tool_call("read_file", "r1", path="src/app.py"),
+                    tool_call("read_file", "r2", path="README.md"),
+                    tool_call("read_file", "r3", path="../outside.txt"),
+                ]
+            },
+            {"text": "Read."},
+        ]
+    )
+    app = str(project / "src" / "app.py")
+    async with setup.agent(buffers={app: "def main():\n    return 43  # unsaved\n"}) as agent:
+        session = await agent.conn.new_session(cwd=str(project), mcp_servers=[])
+        await agent.conn.prompt(session_id=session.session_id, prompt=[text_block("read")])
+        updates = agent.wire.updates(session.session_id)
+        reads = agent.client.reads
+    results = {
+        u["toolCallId"]: (u["status"], u["rawOutput"])
+        for u in updates
+        if u["sessionUpdate"] == "tool_call_update" and "rawOutput" in u
+    }
+    assert results["r1"] == ("completed", "1\tdef main():\n2\t    return 43  # unsaved")
+    assert results["r2"][0] == "completed" and "A small project." in results["r2"][1]  # the disk
+    assert results["r3"][0] == "failed"
+    assert reads == [app, str(project / "README.md")]  # never asked about a path outside

@@ -62,8 +62,10 @@ from tether.sessions import SessionStore
 from tether.sessions.workspaces import local_path
 
 if TYPE_CHECKING:
+    from tether.config import TetherConfig
     from tether.kernel.kernel import Kernel
     from tether.protocol.kernel import PermissionParams, PermissionResult
+    from tether.tools.base import ToolExecutor
 
 logger = logging.getLogger(__name__)
 
@@ -313,6 +315,18 @@ class AcpAgent(Backend):
 
     async def _workspace_of(self, session_id: str) -> Path | None:
         return _workspace(await self.sessions.get(GetSessionParams(session_id=session_id)))
+
+    # -- tools ------------------------------------------------------------------------------
+
+    async def _tools(self, config: TetherConfig, session_id: str, workspace: Path) -> ToolExecutor:
+        """The session's tools; ``read_file`` goes through the editor when it offers to read."""
+        executor = await super()._tools(config, session_id, workspace)
+        reads = self.client is not None and self.client.client_capabilities.fs.read_text_file
+        if not reads or self.connection is None:
+            return executor
+        from tether.acp.editor_files import EditorFiles
+
+        return EditorFiles(executor, self.connection)
 
     # -- helpers ----------------------------------------------------------------------------
 
