@@ -50,6 +50,7 @@ async def test_bad_input_is_answered_and_every_request_gets_one_response(
             b'{"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "x"}}\r\n',
             b"\n",
             request(5, "session/prompt", {"sessionId": "nope", "prompt": []}),
+            request(7, "initialize", {"protocolVersion": 1}),
             request(6, "session/new", {"cwd": str(project), "mcpServers": []})[:-1],
         ],
         project,
@@ -66,6 +67,7 @@ async def test_bad_input_is_answered_and_every_request_gets_one_response(
     assert by_id[4][0]["error"]["code"] == -32601
     assert by_id[5][0]["error"]["code"] == -32002  # unknown session
     assert "sessionId" in by_id[6][0]["result"]  # a last line without its newline
+    assert by_id[7][0]["error"]["code"] == -32600  # a second initialize
     assert all(len(v) == 1 for k, v in by_id.items() if k is not None)
     sent = {3: "initialize", 6: "session/new"}
     assert [p for a in answers for p in schema_problems(a, sent) if a.get("id") in sent] == []
