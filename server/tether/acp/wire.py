@@ -169,6 +169,11 @@ class Connection:
         except Exception:
             logger.exception("could not handle the notification %s", method)
 
+    async def wait_all(self) -> None:
+        """Wait for the requests still running to be answered."""
+        if self._running:
+            await asyncio.wait(list(self._running.values()))
+
     async def cancel_all(self) -> None:
         """Cancel the requests still running (each answers ``-32800``) and wait for them."""
         tasks = list(self._running.values())
@@ -222,7 +227,15 @@ class Connection:
 
     def _send(self, message: dict[str, Any]) -> None:
         try:
-            self._write(orjson.dumps(message) + b"\n")
+            line = orjson.dumps(message) + b"\n"
+        except TypeError:  # a bug: a request still gets its one response
+            logger.exception("could not encode a message")
+            if "result" in message:
+                error = AcpError(ErrorCode.INTERNAL_ERROR, "a result that cannot be encoded")
+                self._send_error(message["id"], error)
+            return
+        try:
+            self._write(line)
         except Exception:  # the pipe is gone: nothing more can be said to the client
             logger.debug("could not write to the client", exc_info=True)
 
