@@ -288,13 +288,16 @@ async def test_read_file_reads_the_editors_buffer_when_the_client_offers_it(
                     tool_call("read_file", "r1", path="src/app.py"),
                     tool_call("read_file", "r2", path="README.md"),
                     tool_call("read_file", "r3", path="../outside.txt"),
+                    tool_call("read_file", "r4", path="notes.txt"),
                 ]
             },
             {"text": "Read."},
         ]
     )
-    app = str(project / "src" / "app.py")
-    async with setup.agent(buffers={app: "def main():\n    return 43  # unsaved\n"}) as agent:
+    (project / "notes.txt").write_text("on disk only\n")
+    app, readme = str(project / "src" / "app.py"), str(project / "README.md")
+    buffers = {app: "def main():\n    return 43  # unsaved\n", readme: "# Demo\nA small project.\n"}
+    async with setup.agent(buffers=buffers) as agent:
         session = await agent.conn.new_session(cwd=str(project), mcp_servers=[])
         await agent.conn.prompt(session_id=session.session_id, prompt=[text_block("read")])
         updates = agent.wire.updates(session.session_id)
@@ -304,7 +307,10 @@ async def test_read_file_reads_the_editors_buffer_when_the_client_offers_it(
         for u in updates
         if u["sessionUpdate"] == "tool_call_update" and "rawOutput" in u
     }
-    assert results["r1"] == ("completed", "1\tdef main():\n2\t    return 43  # unsaved")
-    assert results["r2"][0] == "completed" and "A small project." in results["r2"][1]  # the disk
+    assert results["r1"][0] == "completed"
+    assert results["r1"][1].startswith("1\tdef main():\n2\t    return 43  # unsaved\n[")
+    assert "unsaved changes" in results["r1"][1]
+    assert results["r2"] == ("completed", "1\t# Demo\n2\tA small project.")  # as saved
     assert results["r3"][0] == "failed"
-    assert reads == [app, str(project / "README.md")]  # never asked about a path outside
+    assert results["r4"] == ("completed", "1\ton disk only")  # no buffer: the disk
+    assert sorted(reads) == sorted([app, readme, str(project / "notes.txt")])  # nothing outside

@@ -5,7 +5,11 @@ changes included.
 The path is checked as the built-in tool checks it (inside the workspace, symlinks resolved)
 before the editor is asked; the text comes back numbered and capped as ``read_file`` gives it.
 If the editor cannot answer (an error, a malformed answer), the file is read from the disk.
-Writes stay with tether's own tools, which are atomic and refuse symlinks.
+
+Writes stay with tether's own tools, which write the disk atomically and never follow a symlink
+swapped in between the check and the write (a write by path through the editor could not promise
+that). So when the editor's text differs from the disk's, the result says so: the model then
+knows its edits apply to the file on disk.
 """
 
 from __future__ import annotations
@@ -21,11 +25,15 @@ from tether.protocol.tools import ToolSpec
 from tether.tools.base import ToolContext, ToolError, ToolExecutor, ToolResult
 from tether.tools.read_file import ReadFileArguments, numbered
 from tether.tools.sandbox import Sandbox
-from tether.tools.text import split_lines
+from tether.tools.text import decode, split_lines
 
 logger = logging.getLogger(__name__)
 
 READ_FILE = "read_file"
+UNSAVED = (
+    "[the editor has unsaved changes to this file, shown above; edit_file and write_file change "
+    "the file on disk, which differs]"
+)
 
 
 class _ReadTextFileResponse(BaseModel):
@@ -57,9 +65,12 @@ class EditorFiles:
         if text is None:
             return await self._inner.execute(name, arguments, context)
         try:
-            return ToolResult(numbered(split_lines(text), args))
+            output = numbered(split_lines(text), args)
         except ToolError as exc:
             return ToolResult(str(exc), is_error=True)
+        if await asyncio.to_thread(_on_disk, context.workspace, args.path) != text:
+            output += f"\n{UNSAVED}"
+        return ToolResult(output)
 
     async def _read(self, session_id: str, path: Path) -> str | None:
         """The editor's text of ``path``, or None when it gave none."""
@@ -70,6 +81,16 @@ class EditorFiles:
         except (ClientError, ConnectionError, ValidationError) as exc:
             logger.info("fs/read_text_file of %s failed (%s): reading the disk", path, exc)
             return None
+
+
+def _on_disk(workspace: Path, relative: str) -> str | None:
+    """The file's text on disk (None when it cannot be read as text)."""
+    try:
+        data = Sandbox(workspace).read_bytes(relative)
+    except (ToolError, OSError):
+        return None
+    text, exact = decode(data)
+    return text if exact else None
 
 
 def _file_in(workspace: Path, relative: str) -> Path:
