@@ -17,6 +17,7 @@ from tether.kernel.kernel import Kernel
 from tether.protocol import (
     ConfigError,
     CreateSessionParams,
+    ErrorCode,
     Message,
     MessageInput,
     ProviderError,
@@ -28,6 +29,7 @@ from tether.protocol import (
 from tether.protocol.kernel import (
     ProgressParams,
     RunParams,
+    RunWarning,
     StopReason,
     ToolCallStatus,
     ToolCallUpdate,
@@ -412,3 +414,27 @@ async def test_a_write_under_way_when_the_run_is_cancelled_is_recorded_as_it_hap
     assert message.content == record.result
     updates = [e.event for e in harness.events if e.event.kind == "tool_call_update"]
     assert updates[-1].status is ToolCallStatus.COMPLETED
+
+
+async def test_each_run_reports_the_warnings_after_run_started_and_in_its_result(tmp_path: Path):
+    warning = RunWarning(
+        code=ErrorCode.CONFIG_ERROR,
+        message="the workspace config file was left out: ...",
+        data={"key": "sessions.ttl", "source": "/repo/.tether/config.toml"},
+    )
+    harness = KernelHarness(tmp_path, [{"text": "one"}, {"text": "two"}], warnings=[warning])
+    sid = await harness.session()
+    first = await harness.run(sid)
+    second = await harness.run(sid)
+    assert first.warnings == second.warnings == [warning]
+    kinds = [e.event.kind for e in harness.events]
+    assert kinds[:2] == ["run_started", "warning"]
+    assert kinds.count("warning") == 2
+    assert first.to_wire()["warnings"][0]["code"] == ErrorCode.CONFIG_ERROR
+
+
+async def test_a_run_without_warnings_has_none_on_the_wire(tmp_path: Path):
+    harness = KernelHarness(tmp_path, [{"text": "fine"}])
+    result = await harness.run(await harness.session())
+    assert "warnings" not in result.to_wire()
+    assert all(e.event.kind != "warning" for e in harness.events)

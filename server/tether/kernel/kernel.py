@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from tether.config import ProviderConfig, TetherConfig
@@ -18,7 +18,7 @@ from tether.protocol import (
     SessionBusy,
     WorkspaceError,
 )
-from tether.protocol.kernel import RunParams, RunResult, StopReason
+from tether.protocol.kernel import RunParams, RunResult, RunWarning, StopReason
 from tether.protocol.tools import ToolSpec
 from tether.providers.base import Provider
 from tether.sessions.ids import uuid7
@@ -43,14 +43,18 @@ class Kernel:
         memory: MemoryLoader,
         approver: Approver | None = None,
         counter: TokenCounter | None = None,
+        warnings: Callable[[], Sequence[RunWarning]] = tuple,
     ) -> None:
         """``approver`` asks the user about calls of tools that edit or execute (policy
-        ``tools.approval = "ask"``); without one, such calls are refused under ``ask``."""
+        ``tools.approval = "ask"``); without one, such calls are refused under ``ask``.
+        ``warnings`` are problems each run reports (read after ``config``, at the start of each
+        run)."""
         self._store = store
         self._config = config
         self._providers = providers
         self._tools = tools
         self._memory = memory
+        self._warnings = warnings
         self._approvals = Approvals(approver)
         self._counter = counter or EstimatingCounter()  # for the history window
         self._runs: dict[str, asyncio.Task[RunResult]] = {}
@@ -107,6 +111,7 @@ class Kernel:
         self, session: Session, params: RunParams, run_id: str, emit: Emit
     ) -> RunSetup:
         config = self._config()
+        warnings = tuple(self._warnings())
         provider_config = config.provider.model_copy(
             update={"model": params.model or session.model or config.provider.model}
         )
@@ -138,6 +143,7 @@ class Kernel:
             approval=self._approvals.gate(config.tools.approval, session.session_id, run_id),
             settings=dict(session.settings),
             window=window(config.context.max_tokens, self._counter, system, specs),
+            warnings=warnings,
         )
 
 

@@ -31,6 +31,7 @@ from tether.protocol.kernel import (
     RunFinished,
     RunResult,
     RunStarted,
+    RunWarning,
     StopReason,
     ToolCallRecord,
     ToolCallStarted,
@@ -80,6 +81,7 @@ class RunSetup:
     approval: Gate
     settings: dict[str, object] = field(default_factory=dict)
     window: HistoryWindow | None = None  # None: every request carries the whole history
+    warnings: Sequence[RunWarning] = ()  # sent after run_started, kept in the result
 
 
 class Run:
@@ -106,6 +108,8 @@ class Run:
         if self._setup.window is not None:
             self._setup.window.index(self._history)  # counts the history once, as the run starts
         self._emit(RunStarted(max_iterations=self._setup.max_iterations, user_message_id=user.id))
+        for warning in self._setup.warnings:
+            self._emit(warning)
         try:
             stop = await self._loop()
         except asyncio.CancelledError:
@@ -129,6 +133,7 @@ class Run:
             iterations=self.iterations,
             tool_calls=self.records,
             usage=self.usage,
+            warnings=list(self._setup.warnings) or None,
         )
 
     async def _loop(self) -> StopReason:
