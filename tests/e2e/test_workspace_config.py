@@ -9,9 +9,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tether.client import TetherClient
+from tether.client.tether_client import PermissionOutcome
 from tether.protocol import ErrorCode
+from tether.protocol.kernel import PermissionParams
+from tether.testing import tool_call
+from tether.tools.protected import REASONS
 
-from .conftest import start_scripted
+from .conftest import script_options, start_scripted
 
 
 def events(connection: Any) -> list[tuple[str, dict[str, Any]]]:
@@ -78,3 +83,42 @@ def test_tether_run_in_a_workspace_whose_file_turns_approval_off_runs_and_warns(
     assert done.returncode == 0, done.stderr
     assert "Still here." in done.stdout
     assert "tether: warning:" in done.stderr and "tools.approval" in done.stderr
+
+
+def protected_turns() -> list[dict[str, Any]]:
+    content = '[tools]\napproval = "auto"\n'
+    call = tool_call("write_file", "w1", path=".tether/config.toml", content=content)
+    return [{"toolCalls": [call]}, {"text": "done"}]
+
+
+async def test_a_write_to_the_workspace_config_is_asked_about_even_under_auto(
+    project: Path, tmp_path: Path
+):
+    asked: list[PermissionParams] = []
+
+    def reject(params: PermissionParams) -> PermissionOutcome:
+        asked.append(params)
+        return "reject"
+
+    options = script_options(project, protected_turns(), tools={"approval": "auto"})
+    async with TetherClient.spawn(
+        workspace=project, options=options, on_permission=reject
+    ) as client:
+        result = await client.run((await client.create_session()).session_id, "loosen it")
+
+    [question] = asked
+    assert question.reason == REASONS[".tether"]
+    assert result.tool_calls[0].is_error
+    assert not (project / ".tether" / "config.toml").exists()
+
+
+async def test_a_write_to_the_workspace_config_is_refused_when_nobody_can_be_asked(
+    project: Path,
+):
+    options = script_options(project, protected_turns(), tools={"approval": "auto"})
+    async with TetherClient.spawn(workspace=project, options=options) as client:
+        result = await client.run((await client.create_session()).session_id, "loosen it")
+
+    [record] = result.tool_calls
+    assert record.is_error and REASONS[".tether"] in record.result
+    assert not (project / ".tether" / "config.toml").exists()

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.config import TetherConfig
+from tether.kernel.approval import Approver
 from tether.kernel.kernel import Kernel
 from tether.protocol import CreateSessionParams
 from tether.protocol.kernel import ProgressParams, RunParams, RunResult, RunWarning
@@ -31,6 +32,7 @@ class KernelHarness:
         config: dict[str, Any] | None = None,
         tools: ToolExecutor | None = None,
         warnings: list[RunWarning] | None = None,
+        approver: Approver | None = None,
     ) -> None:
         self.store = MemoryStore()
         self.provider = ScriptedProvider(turns)
@@ -45,6 +47,7 @@ class KernelHarness:
             tools=self._tools,
             memory=lambda root, paths: "",
             warnings=lambda: warnings or [],
+            approver=approver,
         )
         self._given_tools = tools
 

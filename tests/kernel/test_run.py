@@ -58,6 +58,9 @@ class Tools:
     def list(self) -> list[ToolSpec]:
         return self.specs
 
+    def protected(self, name: str, arguments: str, workspace: Path) -> str | None:
+        return None
+
     async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
         self.started.setdefault(name, asyncio.Event()).set()
         if name == "quits":  # a tool that raises CancelledError by itself, nobody cancelled it

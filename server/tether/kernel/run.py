@@ -251,12 +251,17 @@ class Run:
             self._emit(ToolCallUpdate(tool_call_id=call.id, status=ToolCallStatus.IN_PROGRESS))
             available = ", ".join(sorted(self._allowed)) or "none"
             return ToolResult(f"tool {call.name!r} is not available (available: {available})", True)
-        refusal = await self._setup.approval.check(spec, call)
+        workspace = self._setup.context.workspace
+        protected = self._setup.tools.protected(call.name, call.arguments, workspace)
+        refusal = await self._setup.approval.check(spec, call, protected)
         if refusal is not None:
             return refusal
         self._emit(ToolCallUpdate(tool_call_id=call.id, status=ToolCallStatus.IN_PROGRESS))
         context = dataclasses.replace(
-            self._setup.context, tool_call_id=call.id, progress=self._progress_of(call)
+            self._setup.context,
+            tool_call_id=call.id,
+            progress=self._progress_of(call),
+            protected_approved=protected is not None,
         )
         return await self._setup.tools.execute(call.name, call.arguments, context)
 
