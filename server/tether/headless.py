@@ -204,6 +204,10 @@ class _Terminal(_View):
 
     def error(self, exc: TetherClientError) -> None:
         self._status("")
+        warnings = exc.data.get("warnings") if isinstance(exc.data, dict) else None
+        for warning in warnings if isinstance(warnings, list) else []:
+            if isinstance(warning, dict) and isinstance(warning.get("message"), str):
+                print(f"tether: warning: {warning['message']}", file=self._err, flush=True)
         print(f"tether: error {exc.code}: {exc.message}", file=self._err, flush=True)
 
     def _line(self, text: str) -> None:

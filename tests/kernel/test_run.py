@@ -24,6 +24,7 @@ from tether.protocol import (
     RequestCancelled,
     Role,
     SessionBusy,
+    SessionNotFound,
     ToolCall,
 )
 from tether.protocol.kernel import (
@@ -441,3 +442,12 @@ async def test_a_run_without_warnings_has_none_on_the_wire(tmp_path: Path):
     result = await harness.run(await harness.session())
     assert "warnings" not in result.to_wire()
     assert all(e.event.kind != "warning" for e in harness.events)
+
+
+async def test_a_run_refused_before_it_starts_carries_the_warnings_in_its_error(tmp_path: Path):
+    warning = RunWarning(code=ErrorCode.CONFIG_ERROR, message="left out", data={"key": "k"})
+    harness = KernelHarness(tmp_path, [], warnings=[warning])
+    with pytest.raises(SessionNotFound) as raised:
+        await harness.run("no-such-session")
+    assert raised.value.data["warnings"] == [warning.to_wire()]
+    assert raised.value.data["sessionId"] == "no-such-session"

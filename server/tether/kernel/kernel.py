@@ -16,6 +16,7 @@ from tether.protocol import (
     RequestCancelled,
     Session,
     SessionBusy,
+    TetherError,
     WorkspaceError,
 )
 from tether.protocol.kernel import RunParams, RunResult, RunWarning, StopReason
@@ -105,7 +106,17 @@ class Kernel:
                 stop_reason=StopReason.CANCELLED,
                 iterations=0,
             )
+        except TetherError as exc:
+            self._add_warnings(exc)
+            raise
         return await run.execute(params.prompt)
+
+    def _add_warnings(self, error: TetherError) -> None:
+        """A run refused before it starts reports the warnings in its error's ``data.warnings``:
+        a workspace file that was left out may be why (the provider it named, say)."""
+        warnings = self._warnings()
+        if warnings and (error.data is None or isinstance(error.data, dict)):
+            error.data = {**(error.data or {}), "warnings": [w.to_wire() for w in warnings]}
 
     async def _setup(
         self, session: Session, params: RunParams, run_id: str, emit: Emit
