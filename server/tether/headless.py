@@ -26,6 +26,7 @@ from tether.protocol.kernel import (
     PermissionParams,
     ProgressParams,
     RunResult,
+    RunWarning,
     StopReason,
     ToolCallStarted,
     ToolCallUpdate,
@@ -100,8 +101,10 @@ async def _ask_on_terminal(params: PermissionParams) -> PermissionOutcome:
     """``tool/requestPermission`` answered by the person at the terminal (anything else than
     yes or always is a rejection)."""
     call = params.tool_call
+    why = f" ({_printable(params.reason)})" if params.reason else ""
     question = (
-        f"\nallow {_printable(call.name)} {_printable(call.arguments)}? [y]es / [a]lways / [N]o: "
+        f"\nallow {_printable(call.name)} {_printable(call.arguments)}{why}? "
+        "[y]es / [a]lways / [N]o: "
     )
     print(question, end="", file=sys.stderr, flush=True)
     answer = await _read_line()
@@ -211,6 +214,9 @@ class _Terminal(_View):
             self._line(f"{_MARKS[event.status]} {name}" + (f": {error}" if error else ""))
         elif isinstance(event, IterationStarted):
             self._status(f"iteration {event.iteration}")
+        elif isinstance(event, RunWarning):
+            self._end_line()
+            print(f"tether: warning: {event.message}", file=self._err, flush=True)
 
     def result(self, result: RunResult) -> None:
         self._end_line()
@@ -219,6 +225,10 @@ class _Terminal(_View):
 
     def error(self, exc: TetherClientError) -> None:
         self._end_line()
+        warnings = exc.data.get("warnings") if isinstance(exc.data, dict) else None
+        for warning in warnings if isinstance(warnings, list) else []:
+            if isinstance(warning, dict) and isinstance(warning.get("message"), str):
+                print(f"tether: warning: {warning['message']}", file=self._err, flush=True)
         print(f"tether: error {exc.code}: {exc.message}", file=self._err, flush=True)
 
     async def ask(self, params: PermissionParams) -> PermissionOutcome:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether import __version__
 from tether.protocol import (
+    ConfigError,
     InitializeParams,
     InitializeResult,
     ServerCapabilities,
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from tether.config import ProviderConfig, TetherConfig
     from tether.kernel.kernel import Kernel
     from tether.protocol import CreateSessionParams, Session
-    from tether.protocol.kernel import PermissionParams, PermissionResult
+    from tether.protocol.kernel import PermissionParams, PermissionResult, RunWarning
     from tether.providers.base import Provider
     from tether.rpc.progress import Notify
     from tether.tools.base import ToolExecutor
@@ -71,6 +72,9 @@ class App:
         self.request_client: RequestClient = _no_client  # set once the server is loaded
         self._environ = os.environ if environ is None else environ
         self._config: TetherConfig | None = None
+        self._workspace: Path | None = None  # whose .tether/config.toml is read
+        self._init_options: dict[str, Any] | None = None
+        self.workspace_error: ConfigError | None = None  # the workspace file, left out
         self._http: httpx.AsyncClient | None = None
         self._providers: dict[str, Provider] = {}
         self._mcp: McpManager | None = None  # made when a session or a run first needs it
@@ -81,16 +85,14 @@ class App:
 
     def initialize(self, params: InitializeParams) -> InitializeResult:
         """Record what the client told us, load the configuration, say what this server offers."""
-        from tether.config import PROVIDER_TYPES, load_config
+        from tether.config import PROVIDER_TYPES
         from tether.tools import BUILTIN_TOOL_NAMES
 
         workspace = _first_workspace(params)
         self.sessions.set_default_workspace(workspace)
-        self._config = load_config(
-            workspace=_local(self.sessions.default_workspace),
-            environ=self._environ,
-            init_options=params.initialization_options,
-        )
+        self._workspace = _local(self.sessions.default_workspace)
+        self._init_options = params.initialization_options
+        self._config = self._load_config()
         self.client = params
         url = self._config.sessions.url(self._environ)
         if url is not None and not self._store_given:
@@ -127,21 +129,55 @@ class App:
             tools=self._tools,
             memory=load_memory,
             approver=self._ask_permission,
+            warnings=self.run_warnings,
         )
         self.methods.update(kernel_methods(self.kernel, self.sessions, self._notify))
 
     def config(self) -> TetherConfig:
+        """The configuration. While the workspace file is left out for an error, each call reads
+        it again, so a fixed file applies from the next run on."""
         if self._config is None:
-            from tether.config import load_config
-
-            self._config = load_config(workspace=None, environ=self._environ)
+            self._config = self._load_config()
+        elif self.workspace_error is not None:
+            try:
+                self._config = self._load_config()
+            except ConfigError as exc:  # the user's own layers broke since: keep what works
+                logger.warning("the configuration was not reloaded: %s", exc.message)
         return self._config
+
+    def _load_config(self) -> TetherConfig:
+        """Every layer but a workspace file that cannot be used, which is kept in
+        :attr:`workspace_error` (None once it loads)."""
+        from tether.config import load_config
+
+        errors: list[ConfigError] = []
+        config = load_config(
+            workspace=self._workspace,
+            environ=self._environ,
+            init_options=self._init_options,
+            on_workspace_error=errors.append,
+        )
+        self.workspace_error = errors[0] if errors else None
+        return config
+
+    def run_warnings(self) -> list[RunWarning]:
+        """What each run reports: the error of a workspace file that was left out."""
+        from tether.protocol.kernel import RunWarning
+
+        error = self.workspace_error
+        if error is None:
+            return []
+        return [RunWarning(code=error.code, message=_left_out(error), data=error.data)]
 
     def start(self) -> None:
         """After the handshake: open the configured store, start sweeping expired sessions."""
         store = self.sessions.store
         if isinstance(store, OpeningStore):
             store.start()
+        if self.workspace_error is not None:
+            message = _left_out(self.workspace_error)
+            logger.warning("%s", message)
+            self.notify("window/showMessage", {"type": _LSP_WARNING, "message": message})
         if self.config().sessions.ttl is not None and self._sweeper is None:
             self._sweeper = asyncio.ensure_future(self._sweep_forever())
 
@@ -268,6 +304,13 @@ class App:
 
     def _is_running(self, session_id: str) -> bool:
         return self.kernel is not None and self.kernel.is_running(session_id)
+
+
+_LSP_WARNING = 2  # MessageType.Warning of window/showMessage
+
+
+def _left_out(error: ConfigError) -> str:
+    return f"the workspace config file was left out: {error.message}"
 
 
 def _first_workspace(params: InitializeParams) -> str | None:
