@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tether.protocol import ConfigError
 from tether.sessions import MemoryStore, SessionService, SessionStore
 from tether.sessions.ids import utcnow
 from tether.sessions.opening import OpeningStore
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from tether.kernel.approval import Approver
     from tether.kernel.kernel import Kernel
     from tether.protocol import CreateSessionParams, Session
+    from tether.protocol.kernel import RunWarning
     from tether.providers.base import Provider
     from tether.tools.base import ToolExecutor
     from tether.tools.mcp import McpManager
@@ -53,6 +55,9 @@ class Backend:
         self.kernel: Kernel | None = None
         self._environ = os.environ if environ is None else environ
         self._config: TetherConfig | None = None
+        self._workspace: Path | None = None  # whose .tether/config.toml is read
+        self._init_options: Mapping[str, Any] | None = None
+        self.workspace_error: ConfigError | None = None  # the workspace file, left out
         self._http: httpx.AsyncClient | None = None
         self._providers: dict[str, Provider] = {}
         self._mcp: McpManager | None = None  # made when a session or a run first needs it
@@ -67,14 +72,10 @@ class Backend:
         """Load the configuration (``workspace`` is the default workspace of new sessions, and
         the one whose ``.tether/config.toml`` is read), pick the configured store, and schedule
         :meth:`start` on the running loop."""
-        from tether.config import load_config
-
         self.sessions.set_default_workspace(workspace)
-        self._config = load_config(
-            workspace=_local(self.sessions.default_workspace),
-            environ=self._environ,
-            init_options=init_options,
-        )
+        self._workspace = _local(self.sessions.default_workspace)
+        self._init_options = init_options
+        self._config = self._load_config()
         url = self._config.sessions.url(self._environ)
         if url is not None and not self._store_given:
             self.sessions.store = OpeningStore(url)
@@ -96,21 +97,59 @@ class Backend:
             tools=self._tools,
             memory=load_memory,
             approver=approver,
+            warnings=self.run_warnings,
         )
         return self.kernel
 
     def config(self) -> TetherConfig:
+        """The configuration. While the workspace file is left out for an error, each call reads
+        it again, so a fixed file applies from the next run on."""
         if self._config is None:
-            from tether.config import load_config
-
-            self._config = load_config(workspace=None, environ=self._environ)
+            self._config = self._load_config()
+        elif self.workspace_error is not None:
+            try:
+                self._config = self._load_config()
+            except ConfigError as exc:  # the user's own layers broke since: keep what works
+                logger.warning("the configuration was not reloaded: %s", exc.message)
         return self._config
+
+    def _load_config(self) -> TetherConfig:
+        """Every layer but a workspace file that cannot be used, which is kept in
+        :attr:`workspace_error` (None once it loads)."""
+        from tether.config import load_config
+
+        errors: list[ConfigError] = []
+        config = load_config(
+            workspace=self._workspace,
+            environ=self._environ,
+            init_options=self._init_options,
+            on_workspace_error=errors.append,
+        )
+        self.workspace_error = errors[0] if errors else None
+        return config
+
+    def run_warnings(self) -> list[RunWarning]:
+        """What each run reports: the error of a workspace file that was left out."""
+        from tether.protocol.kernel import RunWarning
+
+        error = self.workspace_error
+        if error is None:
+            return []
+        return [RunWarning(code=error.code, message=left_out(error), data=error.data)]
+
+    def warn(self, message: str) -> None:
+        """Tell the user about a problem that does not stop the server (a face shows it its own
+        way; the log has it anyway)."""
 
     def start(self) -> None:
         """After the handshake: open the configured store, start sweeping expired sessions."""
         store = self.sessions.store
         if isinstance(store, OpeningStore):
             store.start()
+        if self.workspace_error is not None:
+            message = left_out(self.workspace_error)
+            logger.warning("%s", message)
+            self.warn(message)
         if self.config().sessions.ttl is not None and self._sweeper is None:
             self._sweeper = asyncio.ensure_future(self._sweep_forever())
 
@@ -208,6 +247,10 @@ class Backend:
 
     def _is_running(self, session_id: str) -> bool:
         return self.kernel is not None and self.kernel.is_running(session_id)
+
+
+def left_out(error: ConfigError) -> str:
+    return f"the workspace config file was left out: {error.message}"
 
 
 def _local(workspace: str | None) -> Path | None:

@@ -12,6 +12,9 @@ layers it is the usual spelling).
 
 Every layer is validated as it is applied, so an invalid one is reported as
 :class:`tether.protocol.ConfigError` naming that layer (``source``) and the dotted key (``key``).
+The workspace file is a repository's, not the user's: it may not set the keys of
+:data:`WORKSPACE_REFUSED` nor loosen the user's own settings, and a server leaves out a workspace
+file that fails (``on_workspace_error``) rather than refuse to start.
 Values are echoed in messages only when they are scalars under keys whose names cannot hold a
 credential. API keys are never part of the configuration: ``provider.api_key_env`` names the
 environment variable the provider reads.
@@ -22,7 +25,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from functools import cache
 from pathlib import Path
@@ -202,26 +205,42 @@ def load_config(
     workspace: Path | None,
     environ: Mapping[str, str] = os.environ,
     init_options: Mapping[str, Any] | None = None,
+    on_workspace_error: Callable[[ConfigError], None] | None = None,
 ) -> TetherConfig:
     """Defaults < user file < workspace file < environment < ``initializationOptions``.
 
     Files that do not exist are skipped. ``environ`` is read for the user file's location
     (``XDG_CONFIG_HOME``, ``HOME``) and the ``TETHER_*`` variables of :data:`ENV_VARS`.
+
+    A workspace file that is invalid, or sets what a workspace file may not, is a
+    :class:`ConfigError`; with ``on_workspace_error`` it is handed there instead and the file is
+    left out whole (a repository's mistake does not stop the user's own configuration).
     """
     config = TetherConfig()
     user_file = user_config_path(environ)
     if user_file is not None and (layer := _read_toml(user_file)) is not None:
         config = config.overlay(layer, source=str(user_file))
     if workspace is not None:
-        workspace_file = workspace_config_path(workspace)
-        if (layer := _read_toml(workspace_file)) is not None:
-            _refuse_untrusted(layer, str(workspace_file))
-            trusted = config
-            config = config.overlay(layer, source=str(workspace_file))
-            _refuse_loosening(trusted, config, str(workspace_file))
+        try:
+            config = _with_workspace_file(config, workspace_config_path(workspace))
+        except ConfigError as exc:
+            if on_workspace_error is None:
+                raise
+            on_workspace_error(exc)
     for source, layer in _environment_layers(environ):
         config = _overlay(config, layer, source, strict=False)
     return config.overlay(init_options, source=INIT_OPTIONS_SOURCE)
+
+
+def _with_workspace_file(trusted: TetherConfig, path: Path) -> TetherConfig:
+    """``trusted`` (the user's layers) with the workspace file at ``path`` on top, if any."""
+    layer = _read_toml(path)
+    if layer is None:
+        return trusted
+    _refuse_untrusted(layer, str(path))
+    config = trusted.overlay(layer, source=str(path))
+    _refuse_loosening(trusted, config, str(path))
+    return config
 
 
 def user_config_path(environ: Mapping[str, str] = os.environ) -> Path | None:
@@ -260,32 +279,56 @@ def _read_toml(path: Path) -> dict[str, Any] | None:
         raise _error(str(path), None, f"invalid TOML: {exc}") from None
 
 
-# Whoever wrote a repository writes its workspace file: these keys would let it send the user's
-# API key to another server, files from outside the workspace to the model, or the user's
-# sessions to a database of its choosing.
-_UNTRUSTED_KEYS = {
-    ("provider", "base_url"),
-    ("provider", "baseUrl"),
-    ("provider", "api_key_env"),
-    ("provider", "apiKeyEnv"),
-    ("sessions", "store"),
-    ("sessions", "path"),
-}
-# ... and these would let it run any command on the user's machine.
-_UNTRUSTED_COMMANDS = {("tools", "mcp_servers"), ("tools", "mcpServers")}
+WORKSPACE_REFUSED: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "provider.type": "a repository could choose which of your API keys is used",
+        "provider.base_url": "a repository could send your API key to a server of its choosing",
+        "provider.api_key_env": "a repository could send any of your variables as the API key",
+        "provider.script": "a repository could play the model and make any tool call",
+        "tools.mcp_servers": "a repository could run any command, or reach any server",
+        "tools.sandbox": "a repository could let commands out of the sandbox",
+        "tools.sandbox_network": "a repository could let commands reach the network",
+        "sessions.store": "a repository could send your sessions elsewhere",
+        "sessions.path": "a repository could send your sessions elsewhere",
+        "sessions.ttl": "a repository could delete your sessions of every workspace",
+    }
+)
+"""Every key a workspace file may not set (dotted, snake_case; camelCase is refused as well), with
+what a repository could do with it. Whoever wrote a repository wrote its ``.tether/config.toml``:
+these keys touch the user's store, secrets, endpoints, commands or other workspaces. Keys not
+defined yet are listed ahead of time: a later one is refused as soon as it exists. Besides these, a
+workspace file may only tighten ``tools.approval``, narrow ``tools.enabled`` and keep
+``memory.paths`` inside the workspace (:func:`_refuse_loosening`, :func:`_refuse_outside_memory`).
+"""
 
 
 def _refuse_untrusted(layer: Mapping[str, Any], source: str) -> None:
-    for section, key in sorted(_UNTRUSTED_KEYS):
-        table = layer.get(section)
-        if isinstance(table, Mapping) and key in table:
-            dotted = f"{section}.{_SNAKE.get(key, key)}"
-            problem = _SESSIONS_NOT_IN_WORKSPACE if section == "sessions" else _NOT_IN_WORKSPACE
-            raise _error(source, dotted, problem)
-    for section, key in _UNTRUSTED_COMMANDS:
-        table = layer.get(section)
-        if isinstance(table, Mapping) and key in table:
-            raise _error(source, "tools.mcp_servers", _COMMANDS_NOT_IN_WORKSPACE)
+    for dotted, why in WORKSPACE_REFUSED.items():
+        if _sets(layer, dotted.split(".")):
+            raise _error(
+                source,
+                dotted,
+                f"cannot be set in a workspace file ({why}); it belongs in your user config "
+                "file, or in the environment or the editor's settings",
+            )
+    _refuse_outside_memory(layer, source)
+
+
+def _sets(layer: Mapping[str, Any], parts: list[str]) -> bool:
+    """Whether ``layer`` gives the key ``parts`` (snake_case), each part in either spelling."""
+    table: Any = layer
+    for part in parts:
+        if not isinstance(table, Mapping):
+            return False
+        spelling = next((name for name in (part, to_camel(part)) if name in table), None)
+        if spelling is None:
+            return False
+        table = table[spelling]
+    return True
+
+
+def _refuse_outside_memory(layer: Mapping[str, Any], source: str) -> None:
+    """Memory paths of a workspace file stay inside it: no absolute, ``~`` or climbing path."""
     memory = layer.get("memory")
     paths = memory.get("paths") if isinstance(memory, Mapping) else None
     for path in paths if isinstance(paths, list) else []:
@@ -297,11 +340,6 @@ def _refuse_untrusted(layer: Mapping[str, Any], source: str) -> None:
             )
 
 
-_SNAKE = {"baseUrl": "base_url", "apiKeyEnv": "api_key_env"}
-_COMMANDS_NOT_IN_WORKSPACE = (
-    "cannot be set in a workspace file (a repository could run any command); "
-    "set it in your user config file or in the editor's settings"
-)
 _STRICTNESS = {"auto": 0, "ask": 1, "deny": 2}
 
 
@@ -325,16 +363,6 @@ def _refuse_loosening(trusted: TetherConfig, config: TetherConfig, source: str) 
             "tools.enabled",
             f"may only narrow your tools.enabled in a workspace file, not add {', '.join(added)}",
         )
-
-
-_SESSIONS_NOT_IN_WORKSPACE = (
-    "cannot be set in a workspace file (a repository could send your sessions elsewhere); "
-    "set it in your user config file, the environment or the editor's settings"
-)
-_NOT_IN_WORKSPACE = (
-    "cannot be set in a workspace file (a repository could send your key elsewhere); "
-    "set it in your user config file or in the editor's settings"
-)
 
 
 def _environment_layers(environ: Mapping[str, str]) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -26,6 +26,7 @@ from tether.protocol.kernel import (
     PermissionParams,
     ProgressParams,
     RunResult,
+    RunWarning,
     StopReason,
     ToolCallStarted,
     ToolCallUpdate,
@@ -53,7 +54,7 @@ async def run_headless(
             workspace=options.workspace,
             options=_initialization_options(options),
             client_name="tether-run",
-            on_permission=_ask_on_terminal if sys.stdin.isatty() else None,
+            on_permission=view.ask if sys.stdin.isatty() else _refuse_without_terminal,
         ) as client:
             session_id = options.session or (await client.create_session()).session_id
             run = client.run(
@@ -85,12 +86,25 @@ def _initialization_options(options: RunOptions) -> dict[str, Any] | None:
 _ANSWERS: dict[str, PermissionOutcome] = {"y": "allow", "a": "allow_always"}
 
 
+def _refuse_without_terminal(params: PermissionParams) -> PermissionOutcome:
+    """Without a terminal nobody can be asked: refuse, and tell the person how to allow."""
+    print(
+        f"tether run: {_printable(params.tool_call.name)} needs approval and there is no "
+        "terminal to ask on; refused (pass --approval auto to allow writes and commands)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return "reject"
+
+
 async def _ask_on_terminal(params: PermissionParams) -> PermissionOutcome:
     """``tool/requestPermission`` answered by the person at the terminal (anything else than
     yes or always is a rejection)."""
     call = params.tool_call
+    why = f" ({_printable(params.reason)})" if params.reason else ""
     question = (
-        f"\nallow {_printable(call.name)} {_printable(call.arguments)}? [y]es / [a]lways / [N]o: "
+        f"\nallow {_printable(call.name)} {_printable(call.arguments)}{why}? "
+        "[y]es / [a]lways / [N]o: "
     )
     print(question, end="", file=sys.stderr, flush=True)
     answer = await _read_line()
@@ -147,6 +161,9 @@ _MARKS = {"completed": "✓", "failed": "✗", "cancelled": "⊘"}
 class _View:
     def event(self, progress: ProgressParams) -> None: ...
 
+    async def ask(self, params: PermissionParams) -> PermissionOutcome:
+        return await _ask_on_terminal(params)
+
     def result(self, result: RunResult) -> None: ...
 
     def error(self, exc: TetherClientError) -> None: ...
@@ -168,10 +185,18 @@ class _JsonLines(_View):
 
 
 class _Terminal(_View):
+    """The answer on ``out`` as it streams, a line per tool call, and, when ``err`` is a
+    terminal, a status line on it.
+
+    The status line is drawn only at the start of a line and erased before anything else is
+    written, so it never erases or glues itself to the answer when both streams share a screen.
+    """
+
     def __init__(self, out: TextIO, err: TextIO) -> None:
         self._out, self._err = out, err
         self._live = err.isatty()
         self._mid_line = False
+        self._status_shown = False
         self._names: dict[str, str] = {}  # tool call id -> tool name
 
     def event(self, progress: ProgressParams) -> None:
@@ -182,36 +207,64 @@ class _Terminal(_View):
         elif isinstance(event, ToolCallStarted):
             self._names[event.tool_call_id] = event.name
             self._line(f"→ {event.name} {event.arguments}")
+            self._status(f"running {event.name}")
         elif isinstance(event, ToolCallUpdate) and event.status in _MARKS:
             name = self._names.get(event.tool_call_id, event.tool_call_id)
             error = event.error
             self._line(f"{_MARKS[event.status]} {name}" + (f": {error}" if error else ""))
         elif isinstance(event, IterationStarted):
             self._status(f"iteration {event.iteration}")
+        elif isinstance(event, RunWarning):
+            self._end_line()
+            print(f"tether: warning: {event.message}", file=self._err, flush=True)
 
     def result(self, result: RunResult) -> None:
-        self._status("")
-        if self._mid_line:
-            self._write("\n")
+        self._end_line()
         if result.stop_reason is not StopReason.END_TURN:
             print(f"[stopped: {result.stop_reason}]", file=self._err, flush=True)
 
     def error(self, exc: TetherClientError) -> None:
-        self._status("")
+        self._end_line()
+        warnings = exc.data.get("warnings") if isinstance(exc.data, dict) else None
+        for warning in warnings if isinstance(warnings, list) else []:
+            if isinstance(warning, dict) and isinstance(warning.get("message"), str):
+                print(f"tether: warning: {warning['message']}", file=self._err, flush=True)
         print(f"tether: error {exc.code}: {exc.message}", file=self._err, flush=True)
 
-    def _line(self, text: str) -> None:
+    async def ask(self, params: PermissionParams) -> PermissionOutcome:
+        """The permission question, on a line of its own."""
+        self._end_line()
+        return await _ask_on_terminal(params)
+
+    def _end_line(self) -> None:
+        """Erase the status and finish a partial line of the answer."""
+        self._clear_status()
         if self._mid_line:
             self._write("\n")
             self._mid_line = False
+
+    def _line(self, text: str) -> None:
+        self._end_line()
         self._write(text + "\n")
 
     def _write(self, text: str) -> None:
+        self._clear_status()
         self._out.write(text)
         self._out.flush()
 
     def _status(self, text: str) -> None:
-        if self._live:
-            with contextlib.suppress(OSError):
-                self._err.write(f"\r\x1b[2K{text}")
-                self._err.flush()
+        if not self._live or self._mid_line:
+            return
+        self._clear_status()
+        self._err_write(text)
+        self._status_shown = True
+
+    def _clear_status(self) -> None:
+        if self._status_shown:
+            self._status_shown = False
+            self._err_write("\r\x1b[2K")  # the cursor is on the status line: back and erase
+
+    def _err_write(self, text: str) -> None:
+        with contextlib.suppress(OSError):
+            self._err.write(text)
+            self._err.flush()

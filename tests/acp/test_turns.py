@@ -314,3 +314,40 @@ async def test_read_file_reads_the_editors_buffer_when_the_client_offers_it(
     assert results["r3"][0] == "failed"
     assert results["r4"] == ("completed", "1\ton disk only")  # no buffer: the disk
     assert sorted(reads) == sorted([app, readme, str(project / "notes.txt")])  # nothing outside
+
+
+async def test_a_protected_write_is_asked_about_with_its_reason_even_under_auto(
+    setup: Setup, project: Path
+) -> None:
+    setup.script(
+        [
+            {"toolCalls": [tool_call("write_file", "p1", path=".git/hooks/x", content="x")]},
+            {"text": "Done."},
+        ],
+        approval="auto",
+    )
+    async with setup.agent() as agent:
+        agent.client.answers = ["reject_once"]
+        session = await agent.conn.new_session(cwd=str(project), mcp_servers=[])
+        await agent.conn.prompt(session_id=session.session_id, prompt=[text_block("w")])
+        [question] = agent.wire.received("session/request_permission")
+    [content] = question["params"]["toolCall"]["content"]
+    assert content["content"]["text"].startswith("Needs your approval: ")
+    assert not (project / ".git" / "hooks" / "x").exists()
+
+
+async def test_a_broken_workspace_config_is_reported_in_the_turn(
+    setup: Setup, project: Path
+) -> None:
+    setup.script([{"text": "Hello."}])
+    (project / ".tether").mkdir()
+    (project / ".tether" / "config.toml").write_text("this is not toml [")
+    async with setup.agent() as agent:
+        session = await agent.conn.new_session(cwd=str(project), mcp_servers=[])
+        answer = await agent.conn.prompt(session_id=session.session_id, prompt=[text_block("hi")])
+        updates = agent.wire.updates(session.session_id)
+    assert answer.stop_reason == "end_turn"
+    text = "".join(
+        u["content"]["text"] for u in updates if u["sessionUpdate"] == "agent_message_chunk"
+    )
+    assert text.startswith("⚠ the workspace config file was left out") and text.endswith("Hello.")

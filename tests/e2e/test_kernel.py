@@ -269,7 +269,7 @@ def test_tether_run_refuses_writes_when_nobody_can_be_asked_and_allows_them_with
     script = write_script(project, "refused.txt")
     refused = tether_run("write", "--workspace", str(project), "--script", str(script))
     assert refused.returncode == 0, refused.stderr
-    assert "✗ write_file" in refused.stdout and "tools.approval" in refused.stdout
+    assert "✗ write_file" in refused.stdout and "--approval auto" in refused.stderr
     assert not (project / "refused.txt").exists()
 
     script = write_script(project, "allowed.txt")

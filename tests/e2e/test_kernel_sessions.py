@@ -10,11 +10,12 @@ import pytest
 from tether.client import RpcError
 from tether.protocol import ErrorCode
 
+from .conftest import start_scripted
 from .test_kernel import call, drain, start
 
 
 async def test_state_set_in_one_run_is_read_in_the_next_and_shown_by_session_get(project: Path):
-    connection = await start(
+    connection = await start_scripted(
         project,
         [
             {
@@ -25,6 +26,7 @@ async def test_state_set_in_one_run_is_read_in_the_next_and_shown_by_session_get
             {"toolCalls": [call("g1", "state_get", key="todo")]},
             {"text": "Tests, then docs.", "usage": {"inputTokens": 50, "outputTokens": 6}},
         ],
+        tools={"approval": "auto"},  # state_set is an edit: it follows the approval policy
     )
     try:
         sid = (await connection.request("session/create", {}))["sessionId"]

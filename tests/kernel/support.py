@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from tether.config import TetherConfig
+from tether.kernel.approval import Approver
 from tether.kernel.kernel import Kernel
 from tether.protocol import CreateSessionParams
-from tether.protocol.kernel import ProgressParams, RunParams, RunResult
+from tether.protocol.kernel import ProgressParams, RunParams, RunResult, RunWarning
 from tether.providers.scripted import ScriptedProvider
 from tether.sessions import MemoryStore
 from tether.tools import ToolExecutor, builtin_registry
@@ -30,6 +31,8 @@ class KernelHarness:
         *,
         config: dict[str, Any] | None = None,
         tools: ToolExecutor | None = None,
+        warnings: list[RunWarning] | None = None,
+        approver: Approver | None = None,
     ) -> None:
         self.store = MemoryStore()
         self.provider = ScriptedProvider(turns)
@@ -43,6 +46,8 @@ class KernelHarness:
             providers=lambda config: self.provider,
             tools=self._tools,
             memory=lambda root, paths: "",
+            warnings=lambda: warnings or [],
+            approver=approver,
         )
         self._given_tools = tools
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tether.config import TetherConfig
-from tether.kernel.approval import ApprovalError, Approver
+from tether.kernel.approval import REJECTED_RESULT, ApprovalError, Approver
 from tether.kernel.kernel import Kernel
 from tether.protocol import CreateSessionParams, Role
 from tether.protocol.kernel import (
@@ -26,7 +26,10 @@ from tether.protocol.tools import ToolKind, ToolSpec
 from tether.providers.scripted import ScriptedProvider
 from tether.sessions import MemoryStore
 from tether.tools.base import Tool, ToolContext, ToolResult
+from tether.tools.protected import REASONS
 from tether.tools.registry import ToolRegistry
+
+from .support import KernelHarness, tool_call
 
 DIFF = "--- a/notes.txt\n+++ b/notes.txt\n@@ -1 +1 @@\n-old\n+new\n"
 
@@ -326,3 +329,92 @@ async def test_a_call_to_a_tool_not_on_offer_is_of_kind_other(tmp_path: Path):
     await harness.run(await harness.session())
     [started] = [e.event for e in harness.events if isinstance(e.event, ToolCallStarted)]
     assert started.tool_kind is ToolKind.OTHER
+
+
+# --- protected paths ----------------------------------------------------------------------------
+
+
+def write(call_id: str, path: str, content: str = "x = 1\n") -> dict[str, Any]:
+    return tool_call(call_id, "write_file", path=path, content=content)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    (root / ".tether").mkdir(parents=True)
+    (root / ".tether" / "config.toml").write_text("[kernel]\nmax_iterations = 5\n")
+    (root / ".git").mkdir()
+    return root
+
+
+async def test_a_write_to_dot_tether_is_asked_about_with_its_reason_even_under_auto(repo: Path):
+    client = Client("allow")
+    turns = [{"toolCalls": [write("c1", ".tether/memory/notes.md")]}, {"text": "done"}]
+    harness = KernelHarness(repo, turns, config={"tools": {"approval": "auto"}}, approver=client)
+    result = await harness.run(await harness.session())
+    [asked] = client.asked
+    assert asked.reason == REASONS[".tether"]
+    assert asked.to_wire()["reason"] == REASONS[".tether"]
+    assert not result.tool_calls[0].is_error
+    assert (repo / ".tether" / "memory" / "notes.md").read_text() == "x = 1\n"
+
+
+async def test_a_rejected_write_to_dot_git_is_not_done(repo: Path):
+    client = Client("reject")
+    turns = [{"toolCalls": [write("c1", ".git/hooks/pre-commit")]}, {"text": "done"}]
+    harness = KernelHarness(repo, turns, config={"tools": {"approval": "auto"}}, approver=client)
+    result = await harness.run(await harness.session())
+    assert [a.reason for a in client.asked] == [REASONS[".git"]]
+    assert (result.tool_calls[0].result, result.tool_calls[0].is_error) == (REJECTED_RESULT, True)
+    assert not (repo / ".git" / "hooks").exists()
+
+
+@pytest.mark.parametrize("approval", ["auto", "ask"])
+async def test_a_protected_write_with_nobody_to_ask_is_refused_saying_why(
+    repo: Path, approval: str
+):
+    edit = tool_call("c1", "edit_file", path=".tether/config.toml", oldString="5", newString="500")
+    harness = KernelHarness(
+        repo, [{"toolCalls": [edit]}, {"text": "ok"}], config={"tools": {"approval": approval}}
+    )
+    result = await harness.run(await harness.session())
+    [record] = result.tool_calls
+    assert record.is_error
+    assert REASONS[".tether"] in record.result
+    assert "explicit approval" in record.result
+    assert (repo / ".tether" / "config.toml").read_text() == "[kernel]\nmax_iterations = 5\n"
+
+
+async def test_a_protected_write_is_refused_under_deny_without_a_question(repo: Path):
+    client = Client()
+    turns = [{"toolCalls": [write("c1", ".tether/config.toml")]}, {"text": "ok"}]
+    harness = KernelHarness(repo, turns, config={"tools": {"approval": "deny"}}, approver=client)
+    result = await harness.run(await harness.session())
+    assert client.asked == [] and result.tool_calls[0].is_error
+    assert 'tools.approval is "deny"' in result.tool_calls[0].result
+
+
+async def test_allow_always_does_not_answer_protected_writes_and_they_do_not_grant_it(repo: Path):
+    client = Client("allow_always", "allow_always", "allow")
+    turns = [
+        {"toolCalls": [write("c1", "src/a.py")]},  # allow_always: write_file is not asked again
+        {"toolCalls": [write("c2", "src/b.py"), write("c3", ".tether/memory/a.md")]},
+        {"toolCalls": [write("c4", ".tether/memory/b.md")]},  # asked again despite c3's answer
+        {"text": "done"},
+    ]
+    harness = KernelHarness(repo, turns, approver=client)
+    result = await harness.run(await harness.session())
+    assert [(a.tool_call.id, a.reason) for a in client.asked] == [
+        ("c1", None),
+        ("c3", REASONS[".tether"]),
+        ("c4", REASONS[".tether"]),
+    ]
+    assert [r.is_error for r in result.tool_calls] == [False, False, False, False]
+
+
+async def test_an_ordinary_write_under_auto_is_not_asked_about(repo: Path):
+    client = Client()
+    turns = [{"toolCalls": [write("c1", "src/.gitignore")]}, {"text": "ok"}]
+    harness = KernelHarness(repo, turns, config={"tools": {"approval": "auto"}}, approver=client)
+    result = await harness.run(await harness.session())
+    assert client.asked == [] and not result.tool_calls[0].is_error

@@ -17,17 +17,20 @@ from tether.kernel.kernel import Kernel
 from tether.protocol import (
     ConfigError,
     CreateSessionParams,
+    ErrorCode,
     Message,
     MessageInput,
     ProviderError,
     RequestCancelled,
     Role,
     SessionBusy,
+    SessionNotFound,
     ToolCall,
 )
 from tether.protocol.kernel import (
     ProgressParams,
     RunParams,
+    RunWarning,
     StopReason,
     ToolCallStatus,
     ToolCallUpdate,
@@ -55,6 +58,9 @@ class Tools:
 
     def list(self) -> list[ToolSpec]:
         return self.specs
+
+    def protected(self, name: str, arguments: str, workspace: Path) -> str | None:
+        return None
 
     async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
         self.started.setdefault(name, asyncio.Event()).set()
@@ -412,3 +418,36 @@ async def test_a_write_under_way_when_the_run_is_cancelled_is_recorded_as_it_hap
     assert message.content == record.result
     updates = [e.event for e in harness.events if e.event.kind == "tool_call_update"]
     assert updates[-1].status is ToolCallStatus.COMPLETED
+
+
+async def test_each_run_reports_the_warnings_after_run_started_and_in_its_result(tmp_path: Path):
+    warning = RunWarning(
+        code=ErrorCode.CONFIG_ERROR,
+        message="the workspace config file was left out: ...",
+        data={"key": "sessions.ttl", "source": "/repo/.tether/config.toml"},
+    )
+    harness = KernelHarness(tmp_path, [{"text": "one"}, {"text": "two"}], warnings=[warning])
+    sid = await harness.session()
+    first = await harness.run(sid)
+    second = await harness.run(sid)
+    assert first.warnings == second.warnings == [warning]
+    kinds = [e.event.kind for e in harness.events]
+    assert kinds[:2] == ["run_started", "warning"]
+    assert kinds.count("warning") == 2
+    assert first.to_wire()["warnings"][0]["code"] == ErrorCode.CONFIG_ERROR
+
+
+async def test_a_run_without_warnings_has_none_on_the_wire(tmp_path: Path):
+    harness = KernelHarness(tmp_path, [{"text": "fine"}])
+    result = await harness.run(await harness.session())
+    assert "warnings" not in result.to_wire()
+    assert all(e.event.kind != "warning" for e in harness.events)
+
+
+async def test_a_run_refused_before_it_starts_carries_the_warnings_in_its_error(tmp_path: Path):
+    warning = RunWarning(code=ErrorCode.CONFIG_ERROR, message="left out", data={"key": "k"})
+    harness = KernelHarness(tmp_path, [], warnings=[warning])
+    with pytest.raises(SessionNotFound) as raised:
+        await harness.run("no-such-session")
+    assert raised.value.data["warnings"] == [warning.to_wire()]
+    assert raised.value.data["sessionId"] == "no-such-session"

@@ -241,7 +241,7 @@ def test_the_builtin_registry_offers_the_read_only_tools_first_then_edits_and_co
         "edit_file": ToolKind.EDIT,
         "run_command": ToolKind.EXECUTE,
         "state_get": ToolKind.READ,
-        "state_set": ToolKind.OTHER,
+        "state_set": ToolKind.EDIT,
     }
     assert all(spec.description and "\n" not in spec.description for spec in specs)
 

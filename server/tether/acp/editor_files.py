@@ -50,6 +50,9 @@ class EditorFiles:
     def list(self) -> list[ToolSpec]:
         return self._inner.list()
 
+    def protected(self, name: str, arguments: str, workspace: Path) -> str | None:
+        return self._inner.protected(name, arguments, workspace)
+
     async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
         if name != READ_FILE or all(spec.name != READ_FILE for spec in self._inner.list()):
             return await self._inner.execute(name, arguments, context)

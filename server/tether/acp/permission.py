@@ -21,6 +21,7 @@ from tether.acp.models import (
     ToolCallFields,
 )
 from tether.acp.tool_calls import acp_kind, locations, raw_input, title
+from tether.acp.updates import text_content
 from tether.acp.wire import ClientError, Connection
 from tether.kernel.approval import ApprovalError
 from tether.protocol.kernel import PermissionParams, PermissionResult
@@ -67,10 +68,11 @@ async def _question(
     """The option the user picked (None: the turn was cancelled)."""
     call = params.tool_call
     args = raw_input(call.arguments)
+    tool_call = _tool_call(call.id, call.name, args, kind, workspace)
+    if params.reason is not None:  # a protected path: asked whatever the policy, and why
+        tool_call.content = [*text_content(f"Needs your approval: {params.reason}.")]
     request = RequestPermissionRequest(
-        session_id=params.session_id,
-        tool_call=_tool_call(call.id, call.name, args, kind, workspace),
-        options=OPTIONS,
+        session_id=params.session_id, tool_call=tool_call, options=OPTIONS
     )
     try:
         answer = await connection.request("session/request_permission", request.to_wire())

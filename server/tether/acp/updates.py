@@ -25,6 +25,7 @@ from tether.protocol import ImageBlock, Message, ResourceLinkBlock, Role, TextBl
 from tether.protocol.kernel import (
     MessageDelta,
     ProgressParams,
+    RunWarning,
     ToolCallStarted,
     ToolCallStatus,
     ToolCallUpdate,
@@ -79,6 +80,13 @@ class RunUpdates:
             )
         elif isinstance(event, ToolCallUpdate):
             self.send(self._update(event))
+        elif isinstance(event, RunWarning):  # a message, as a client may not show notices
+            self.send(
+                ContentChunk(
+                    session_update="agent_message_chunk",
+                    content=TextOut(text=f"⚠ {event.message}\n\n"),
+                )
+            )
 
     def _update(self, event: ToolCallUpdate) -> ToolCallProgress:
         call_id = event.tool_call_id

@@ -10,6 +10,11 @@ The policy is ``tools.approval``:
 - ``auto``: every call runs.
 - ``deny``: every such call is refused.
 
+A call that writes to a protected path (``.tether/``, ``.git/``: :mod:`tether.tools.protected`) is
+asked about under ``ask`` and ``auto`` alike, with the reason in the question; an earlier
+``allow_always`` does not answer it, and its own ``allow_always`` allows that call only. Without
+an approver it is refused with the reason; under ``deny`` like any other.
+
 A refusal is an error result the model reads; the run goes on. The kernel does not know how the
 client is asked: the approver is injected (``rpc`` sends a request to the editor).
 """
@@ -90,15 +95,18 @@ class Gate:
     run_id: str
     _asking: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    async def check(self, spec: ToolSpec, call: ToolCall) -> ToolResult | None:
-        """``None`` when the call may run, else the error result that refuses it."""
+    async def check(
+        self, spec: ToolSpec, call: ToolCall, protected: str | None = None
+    ) -> ToolResult | None:
+        """``None`` when the call may run, else the error result that refuses it. ``protected``
+        is why the call needs explicit approval whatever the policy (it writes to a protected
+        path); ``None`` then means the user allowed this very call."""
+        if protected is not None:
+            return await self._check_protected(spec, call, protected)
         if spec.kind not in NEEDS_APPROVAL or self.policy == "auto":
             return None
         if self.policy == "deny":
-            return _refused(
-                f"{call.name} ({spec.kind} tool) refused: the approval policy "
-                'tools.approval is "deny"'
-            )
+            return _denied(spec, call)
         if self.approver is None:
             return _cannot_ask(spec, call)
         async with self._asking:
@@ -106,15 +114,32 @@ class Gate:
                 return None
             return await self._ask(self.approver, spec, call)
 
-    async def _ask(self, approver: Approver, spec: ToolSpec, call: ToolCall) -> ToolResult | None:
+    async def _check_protected(
+        self, spec: ToolSpec, call: ToolCall, reason: str
+    ) -> ToolResult | None:
+        """Asked under ``ask`` and ``auto`` alike, never answered by an earlier
+        ``allow_always``; refused under ``deny`` and when nobody can be asked."""
+        if self.policy == "deny":
+            return _denied(spec, call)
+        if self.approver is None:
+            return _cannot_ask_protected(call, reason)
+        async with self._asking:
+            return await self._ask(self.approver, spec, call, reason)
+
+    async def _ask(
+        self, approver: Approver, spec: ToolSpec, call: ToolCall, reason: str | None = None
+    ) -> ToolResult | None:
         params = PermissionParams(
             session_id=self.session_id,
             run_id=self.run_id,
             tool_call=PermissionToolCall(id=call.id, name=call.name, arguments=call.arguments),
+            reason=reason,
         )
         try:
             answer = await approver(params)
         except CannotAsk:
+            if reason is not None:
+                return _cannot_ask_protected(call, reason)
             return _cannot_ask(spec, call)
         except ApprovalError as exc:
             return _refused(f"{call.name} refused: {exc}")
@@ -123,9 +148,22 @@ class Gate:
             return _refused(f"{call.name} refused: the permission request failed")
         if answer.outcome == "reject":
             return _refused(REJECTED_RESULT)
-        if answer.outcome == "allow_always":
-            self.always.add(call.name)
+        if answer.outcome == "allow_always" and reason is None:
+            self.always.add(call.name)  # a protected write is allowed once, whatever the answer
         return None
+
+
+def _denied(spec: ToolSpec, call: ToolCall) -> ToolResult:
+    return _refused(
+        f'{call.name} ({spec.kind} tool) refused: the approval policy tools.approval is "deny"'
+    )
+
+
+def _cannot_ask_protected(call: ToolCall, reason: str) -> ToolResult:
+    return _refused(
+        f"{call.name} refused: {reason}, so they always need your explicit approval, and the "
+        "client cannot be asked (it did not declare capabilities.tether.permissions)"
+    )
 
 
 def _cannot_ask(spec: ToolSpec, call: ToolCall) -> ToolResult:

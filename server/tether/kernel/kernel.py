@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from tether.config import ProviderConfig, TetherConfig
@@ -16,9 +16,10 @@ from tether.protocol import (
     RequestCancelled,
     Session,
     SessionBusy,
+    TetherError,
     WorkspaceError,
 )
-from tether.protocol.kernel import RunParams, RunResult, StopReason
+from tether.protocol.kernel import RunParams, RunResult, RunWarning, StopReason
 from tether.protocol.tools import ToolSpec
 from tether.providers.base import Provider
 from tether.sessions.ids import uuid7
@@ -43,14 +44,18 @@ class Kernel:
         memory: MemoryLoader,
         approver: Approver | None = None,
         counter: TokenCounter | None = None,
+        warnings: Callable[[], Sequence[RunWarning]] = tuple,
     ) -> None:
         """``approver`` asks the user about calls of tools that edit or execute (policy
-        ``tools.approval = "ask"``); without one, such calls are refused under ``ask``."""
+        ``tools.approval = "ask"``); without one, such calls are refused under ``ask``.
+        ``warnings`` are problems each run reports (read after ``config``, at the start of each
+        run)."""
         self._store = store
         self._config = config
         self._providers = providers
         self._tools = tools
         self._memory = memory
+        self._warnings = warnings
         self._approvals = Approvals(approver)
         self._counter = counter or EstimatingCounter()  # for the history window
         self._runs: dict[str, asyncio.Task[RunResult]] = {}
@@ -101,12 +106,23 @@ class Kernel:
                 stop_reason=StopReason.CANCELLED,
                 iterations=0,
             )
+        except TetherError as exc:
+            self._add_warnings(exc)
+            raise
         return await run.execute(params.prompt)
+
+    def _add_warnings(self, error: TetherError) -> None:
+        """A run refused before it starts reports the warnings in its error's ``data.warnings``:
+        a workspace file that was left out may be why (the provider it named, say)."""
+        warnings = self._warnings()
+        if warnings and (error.data is None or isinstance(error.data, dict)):
+            error.data = {**(error.data or {}), "warnings": [w.to_wire() for w in warnings]}
 
     async def _setup(
         self, session: Session, params: RunParams, run_id: str, emit: Emit
     ) -> RunSetup:
         config = self._config()
+        warnings = tuple(self._warnings())
         provider_config = config.provider.model_copy(
             update={"model": params.model or session.model or config.provider.model}
         )
@@ -138,6 +154,7 @@ class Kernel:
             approval=self._approvals.gate(config.tools.approval, session.session_id, run_id),
             settings=dict(session.settings),
             window=window(config.context.max_tokens, self._counter, system, specs),
+            warnings=warnings,
         )
 
 

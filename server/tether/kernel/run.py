@@ -31,6 +31,7 @@ from tether.protocol.kernel import (
     RunFinished,
     RunResult,
     RunStarted,
+    RunWarning,
     StopReason,
     ToolCallRecord,
     ToolCallStarted,
@@ -80,6 +81,7 @@ class RunSetup:
     approval: Gate
     settings: dict[str, object] = field(default_factory=dict)
     window: HistoryWindow | None = None  # None: every request carries the whole history
+    warnings: Sequence[RunWarning] = ()  # sent after run_started, kept in the result
 
 
 class Run:
@@ -106,6 +108,8 @@ class Run:
         if self._setup.window is not None:
             self._setup.window.index(self._history)  # counts the history once, as the run starts
         self._emit(RunStarted(max_iterations=self._setup.max_iterations, user_message_id=user.id))
+        for warning in self._setup.warnings:
+            self._emit(warning)
         try:
             stop = await self._loop()
         except asyncio.CancelledError:
@@ -129,6 +133,7 @@ class Run:
             iterations=self.iterations,
             tool_calls=self.records,
             usage=self.usage,
+            warnings=list(self._setup.warnings) or None,
         )
 
     async def _loop(self) -> StopReason:
@@ -246,12 +251,17 @@ class Run:
             self._emit(ToolCallUpdate(tool_call_id=call.id, status=ToolCallStatus.IN_PROGRESS))
             available = ", ".join(sorted(self._allowed)) or "none"
             return ToolResult(f"tool {call.name!r} is not available (available: {available})", True)
-        refusal = await self._setup.approval.check(spec, call)
+        workspace = self._setup.context.workspace
+        protected = self._setup.tools.protected(call.name, call.arguments, workspace)
+        refusal = await self._setup.approval.check(spec, call, protected)
         if refusal is not None:
             return refusal
         self._emit(ToolCallUpdate(tool_call_id=call.id, status=ToolCallStatus.IN_PROGRESS))
         context = dataclasses.replace(
-            self._setup.context, tool_call_id=call.id, progress=self._progress_of(call)
+            self._setup.context,
+            tool_call_id=call.id,
+            progress=self._progress_of(call),
+            protected_approved=protected is not None,
         )
         return await self._setup.tools.execute(call.name, call.arguments, context)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -57,6 +57,18 @@ class ToolCallRecord(WireModel):
     is_error: bool = False
 
 
+class RunWarning(WireModel):
+    """A problem that did not stop the run but that the user should fix: a workspace config file
+    that was left out because it is invalid or sets a key it may not (``code`` -32013, ``data``
+    ``{key, source}`` as in the error it would have been). Sent after ``run_started`` and kept in
+    the run's result."""
+
+    kind: Literal["warning"] = "warning"
+    code: int = Field(description="the error code of the problem, e.g. -32013 (ConfigError)")
+    message: str
+    data: dict[str, Any] | None = None
+
+
 class RunResult(WireModel):
     run_id: str
     session_id: str
@@ -65,6 +77,9 @@ class RunResult(WireModel):
     iterations: int
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
     usage: Usage | None = None
+    warnings: list[RunWarning] | None = Field(
+        default=None, description="problems to fix that did not stop the run (omitted: none)"
+    )
 
 
 class ToolCallStatus(StrEnum):
@@ -135,7 +150,8 @@ ProgressEvent = Annotated[
     | ToolCallStarted
     | ToolCallUpdate
     | IterationFinished
-    | RunFinished,
+    | RunFinished
+    | RunWarning,
     Field(discriminator="kind"),
 ]
 
@@ -161,6 +177,10 @@ class PermissionParams(WireModel):
     session_id: str
     run_id: str
     tool_call: PermissionToolCall
+    reason: str | None = Field(
+        default=None,
+        description="why this call is asked about whatever the policy (a protected path)",
+    )
 
 
 class PermissionResult(WireModel):

@@ -109,8 +109,14 @@ class App(Backend):
                 '{"outcome": "allow" | "allow_always" | "reject"}'
             ) from None
 
+    def warn(self, message: str) -> None:
+        self.notify("window/showMessage", {"type": _LSP_WARNING, "message": message})
+
     def _notify(self, method: str, params: Any) -> None:
         self.notify(method, params)
+
+
+_LSP_WARNING = 2  # MessageType.Warning of window/showMessage
 
 
 def _first_workspace(params: InitializeParams) -> str | None:

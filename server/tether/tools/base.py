@@ -44,6 +44,8 @@ class ToolContext:
     state: SessionState | None = None  # the session's state, for state_get / state_set
     # names of environment variables commands must not see (the provider's API key variable)
     hidden_env: frozenset[str] = frozenset()
+    # the user approved this call knowing it writes to a protected path (Tool.protected)
+    protected_approved: bool = False
 
 
 @dataclass(frozen=True)
@@ -64,10 +66,21 @@ class Tool(ABC):
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
         """Do the work; ``arguments`` already match ``spec.parameters``."""
 
+    def protected(self, arguments: dict[str, Any], workspace: Path) -> str | None:
+        """Why this call needs the user's explicit approval whatever ``tools.approval`` says
+        (it writes to a protected path: :mod:`tether.tools.protected`), else None. Asked before
+        the call runs; a call it cannot judge (bad arguments) may raise :class:`ToolError`."""
+        return None
+
 
 class ToolExecutor(Protocol):
     def list(self) -> list[ToolSpec]: ...
 
     async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
         """Run a call as the model made it (``arguments`` is JSON text); errors are results."""
+        ...
+
+    def protected(self, name: str, arguments: str, workspace: Path) -> str | None:
+        """:meth:`Tool.protected` of a call as the model made it; None for a call that will
+        fail anyway (an unknown tool, invalid arguments, a path outside the workspace)."""
         ...

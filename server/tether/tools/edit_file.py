@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from pydantic import Field
 
 from tether.protocol.tools import ToolKind
 from tether.tools.base import ToolContext, ToolError, ToolResult
+from tether.tools.protected import check_protected, protected_write
 from tether.tools.sandbox import DEFAULT_MAX_FILE_BYTES, Sandbox, format_size
 from tether.tools.text import is_binary
 from tether.tools.typed import ToolArguments, TypedTool
@@ -49,15 +53,22 @@ class EditFile(TypedTool[EditFileArguments]):
 
     async def call(self, args: EditFileArguments, context: ToolContext) -> ToolResult:
         sandbox = Sandbox(context.workspace, max_file_bytes=self.max_file_bytes)
-        return await finish_once_started(edit_file, sandbox, args)
+        return await finish_once_started(edit_file, sandbox, args, context.protected_approved)
+
+    def protected(self, arguments: dict[str, Any], workspace: Path) -> str | None:
+        return protected_write(workspace, self.parse(arguments).path)
 
 
-def edit_file(sandbox: Sandbox, args: EditFileArguments) -> ToolResult:
-    """Apply ``args`` to a file inside ``sandbox``; the result is the diff of the change."""
+def edit_file(
+    sandbox: Sandbox, args: EditFileArguments, protected_approved: bool = False
+) -> ToolResult:
+    """Apply ``args`` to a file inside ``sandbox``; the result is the diff of the change. A
+    protected path is written only when ``protected_approved``."""
     path = args.path
     if args.old_string == args.new_string:
         raise ToolError("oldString and newString are the same: there is nothing to change")
     real = sandbox.resolve_for_write(path, must_exist=True)
+    check_protected(sandbox.root, real, approved=protected_approved)
     rel = sandbox.relative(real)
     with sandbox.open_parent(real, shown=path) as parent:
         info = inspect(parent, path)

@@ -11,6 +11,7 @@ import builtins
 import json
 import logging
 from collections.abc import Collection, Iterable
+from pathlib import Path
 from typing import Any
 
 from tether.protocol.tools import ToolSpec
@@ -71,6 +72,17 @@ class ToolRegistry:
             return ToolResult(
                 f"internal error in tool {name}: {type(exc).__name__}: {exc}", is_error=True
             )
+
+    def protected(self, name: str, arguments: str, workspace: Path) -> str | None:
+        """Why the call needs explicit approval whatever the policy (see :meth:`Tool.protected`);
+        None for an unknown tool or arguments it refuses, since the call then fails as it runs."""
+        tool = self.get(name)
+        if tool is None:
+            return None
+        try:
+            return tool.protected(_arguments_object(name, arguments), workspace)
+        except ToolError:
+            return None
 
     def list(self, allowed: Collection[str] | None = None) -> builtins.list[ToolSpec]:
         """The specs of the tools on offer, in registration order, further limited to

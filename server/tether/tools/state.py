@@ -4,6 +4,8 @@ The tools reach the state through :attr:`ToolContext.state`, a :class:`SessionSt
 kernel fills in (tools never import the sessions layer). Calls of one run that change the state
 are serialized, so two ``state_set`` calls of one turn both take effect. The state is capped at
 :data:`MAX_STATE_BYTES` of JSON: a ``state_set`` that would go over it fails and changes nothing.
+``state_set`` is of kind ``edit``: it follows ``tools.approval`` (asked about, refused or run)
+like the file edits.
 """
 
 from __future__ import annotations
@@ -112,7 +114,9 @@ class StateSet(TypedTool[StateSetArguments]):
                 f"value, or remove it with delete: true. The state holds at most "
                 f"{MAX_STATE_BYTES // 1024} KiB."
             ),
-            kind=ToolKind.OTHER,
+            # a write the model makes, kept across turns and read back into later prompts: it
+            # follows tools.approval like the other edits
+            kind=ToolKind.EDIT,
             arguments_model=StateSetArguments,
         )
 

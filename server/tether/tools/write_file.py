@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from pydantic import Field
 
 from tether.protocol.tools import ToolKind
 from tether.tools.base import ToolContext, ToolError, ToolResult
+from tether.tools.protected import check_protected, protected_write
 from tether.tools.sandbox import DEFAULT_MAX_FILE_BYTES, Sandbox, format_size
 from tether.tools.typed import ToolArguments, TypedTool
 from tether.tools.writing import (
@@ -40,15 +44,24 @@ class WriteFile(TypedTool[WriteFileArguments]):
 
     async def call(self, args: WriteFileArguments, context: ToolContext) -> ToolResult:
         sandbox = Sandbox(context.workspace, max_file_bytes=self.max_file_bytes)
-        return await finish_once_started(write_file, sandbox, args.path, args.content)
+        return await finish_once_started(
+            write_file, sandbox, args.path, args.content, context.protected_approved
+        )
+
+    def protected(self, arguments: dict[str, Any], workspace: Path) -> str | None:
+        return protected_write(workspace, self.parse(arguments).path)
 
 
-def write_file(sandbox: Sandbox, path: str, content: str) -> ToolResult:
-    """Write ``content`` to ``path`` inside ``sandbox``; the result names what happened."""
+def write_file(
+    sandbox: Sandbox, path: str, content: str, protected_approved: bool = False
+) -> ToolResult:
+    """Write ``content`` to ``path`` inside ``sandbox``; the result names what happened. A
+    protected path is written only when ``protected_approved``."""
     data = encode(content, "content")
     if len(data) > sandbox.max_file_bytes:
         raise too_large("the content", len(data), sandbox.max_file_bytes, "write")
     real = sandbox.resolve_for_write(path)
+    check_protected(sandbox.root, real, approved=protected_approved)
     rel = sandbox.relative(real)
     with sandbox.open_parent(real, shown=path, create=True) as parent:
         info = inspect(parent, path)

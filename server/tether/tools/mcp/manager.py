@@ -159,6 +159,9 @@ class McpExecutor:
     def list(self) -> list[ToolSpec]:
         return self.registry.list()
 
+    def protected(self, name: str, arguments: str, workspace: Path) -> str | None:
+        return self.registry.protected(name, arguments, workspace)
+
     async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
         if self.registry.get(name) is None:
             server, separator, _ = name.partition(SEPARATOR)

@@ -1,0 +1,96 @@
+"""A repository's workspace file in the app: refused keys do no harm, a broken file is left out
+and reported, and a fixed one applies from the next use on."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from tether.protocol import ErrorCode, InitializeParams
+from tether.protocol.sessions import CreateSessionParams, GetSessionParams
+from tether.rpc.app import App
+from tether.sessions.ids import utcnow
+
+
+def init(workspace: Path) -> InitializeParams:
+    return InitializeParams.model_validate({"workspaceFolders": [{"uri": workspace.as_uri()}]})
+
+
+def repository(tmp_path: Path, config: str) -> Path:
+    folder = tmp_path / "repo"
+    (folder / ".tether").mkdir(parents=True)
+    (folder / ".tether" / "config.toml").write_text(config, encoding="utf-8")
+    return folder
+
+
+async def test_a_repository_with_a_short_ttl_deletes_no_session_of_the_durable_store(
+    tmp_path: Path,
+) -> None:
+    environ = {"TETHER_SESSIONS_STORE": "sqlite", "TETHER_SESSIONS_PATH": str(tmp_path / "s.db")}
+    own = tmp_path / "own"
+    own.mkdir()
+    first = App(environ=environ)
+    first.initialize(init(own))
+    ids = [(await first.sessions.create(CreateSessionParams())).session_id for _ in range(5)]
+    await first.aclose()
+
+    repo = repository(tmp_path, '[sessions]\nttl = "1s"\n')
+    later = App(environ=environ, clock=lambda: utcnow() + timedelta(days=1))
+    later.initialize(init(repo))
+    await asyncio.sleep(0)  # lets the post-handshake start run (it would begin the sweep)
+    try:
+        assert later.config().sessions.ttl is None
+        assert await later.sweep() == []
+        for session_id in ids:
+            await later.sessions.get(GetSessionParams(session_id=session_id))
+        assert later.workspace_error is not None
+        assert later.workspace_error.data["key"] == "sessions.ttl"
+    finally:
+        await later.aclose()
+
+
+async def test_a_broken_workspace_file_is_reported_until_it_is_fixed(tmp_path: Path) -> None:
+    repo = repository(tmp_path, "[kernel]\nmax_iterations = 0\n")
+    notes: list[tuple[str, Any]] = []
+    app = App(environ={"HOME": str(tmp_path)})
+    app.notify = lambda method, params: notes.append((method, params))
+    app.initialize(init(repo))
+    await asyncio.sleep(0)  # lets the post-handshake start run
+    try:
+        assert app.config().kernel.max_iterations == 10
+        [warning] = app.run_warnings()
+        assert warning.code == ErrorCode.CONFIG_ERROR
+        assert warning.data == {
+            "key": "kernel.max_iterations",
+            "source": str(repo / ".tether" / "config.toml"),
+        }
+        [(method, params)] = notes
+        assert (method, params["type"]) == ("window/showMessage", 2)
+        assert "kernel.max_iterations" in params["message"]
+        assert app.run_warnings() == [warning]  # still there at the next run
+
+        (repo / ".tether" / "config.toml").write_text("[kernel]\nmax_iterations = 7\n")
+        assert app.config().kernel.max_iterations == 7
+        assert app.run_warnings() == []
+        assert app.workspace_error is None
+    finally:
+        await app.aclose()
+
+
+async def test_a_workspace_file_that_breaks_the_users_own_layers_keeps_what_was_loaded(
+    tmp_path: Path,
+) -> None:
+    repo = repository(tmp_path, "[kernel]\nmax_iterations = 0\n")
+    user = tmp_path / "home" / ".config" / "tether" / "config.toml"
+    user.parent.mkdir(parents=True)
+    user.write_text("[kernel]\nmax_iterations = 20\n")
+    app = App(environ={"HOME": str(tmp_path / "home")})
+    app.initialize(init(repo))
+    try:
+        user.write_text("[kernel]\nmax_iterations = oops\n")  # the user's file breaks meanwhile
+        assert app.config().kernel.max_iterations == 20
+        assert app.workspace_error is not None
+    finally:
+        await app.aclose()
