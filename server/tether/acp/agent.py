@@ -258,15 +258,7 @@ class AcpAgent(Backend):
         request = PromptRequest.model_validate(params)
         session_id = request.session_id
         state = self._state(session_id)
-        state.prompts += 1
-        try:
-            session = await self.sessions.get(GetSessionParams(session_id=session_id))
-        except Exception:
-            if state == SessionState(prompts=1):  # made for this request: nothing to keep
-                self._states.pop(session_id, None)
-            raise
-        finally:
-            state.prompts -= 1
+        session = await self._prompted(session_id, state)
         if state.cancelled:
             state.cancelled = state.prompts > 0
             return PromptResponse(stop_reason="cancelled")
@@ -275,18 +267,31 @@ class AcpAgent(Backend):
             prompt=prompt_content(request.prompt),
             tools=modes.run_tools(state.mode, session.tools),
         )
+        kernel = self._kernel()
+        if not kernel.is_running(session_id):
+            state.kinds.clear()  # only the calls of the turn that runs can be asked about
         updates = RunUpdates(
             send=partial(self._send, session_id), workspace=_workspace(session), kinds=state.kinds
         )
-        result = await self._kernel().run(run, updates)
+        result = await kernel.run(run, updates)
         if result.stop_reason is StopReason.CANCELLED:
             return PromptResponse(stop_reason="cancelled")
         if session.title is None:
-            try:
-                await self._title(session_id, request)
-            except TetherError:  # deleted meanwhile, say: the turn itself went well
-                logger.warning("could not title session %s", session_id, exc_info=True)
+            await self._title(session_id, request)
         return PromptResponse(stop_reason=_STOP_REASONS[result.stop_reason])
+
+    async def _prompted(self, session_id: str, state: SessionState) -> Session:
+        """The session a prompt is for; while it is looked up, a ``session/cancel`` marks the
+        prompt cancelled (the kernel has no run to stop yet)."""
+        state.prompts += 1
+        try:
+            return await self.sessions.get(GetSessionParams(session_id=session_id))
+        except Exception:
+            if state == SessionState(prompts=1):  # made for this request: nothing to keep
+                self._states.pop(session_id, None)
+            raise
+        finally:
+            state.prompts -= 1
 
     async def _title(self, session_id: str, request: PromptRequest) -> None:
         """An untitled session is named after the first line of its first prompt."""
@@ -297,9 +302,13 @@ class AcpAgent(Backend):
         if not line:
             return
         title = line if len(line) <= _TITLE_LENGTH else line[: _TITLE_LENGTH - 1] + "…"
-        session = await self.sessions.configure(
-            ConfigureSessionParams(session_id=session_id, title=title)
-        )
+        try:
+            session = await self.sessions.configure(
+                ConfigureSessionParams(session_id=session_id, title=title)
+            )
+        except TetherError:  # deleted meanwhile, say: the turn itself went well
+            logger.warning("could not title session %s", session_id, exc_info=True)
+            return
         updated = session.updated_at.isoformat().replace("+00:00", "Z")
         self._send(session_id, SessionInfoUpdate(title=title, updated_at=updated))
 

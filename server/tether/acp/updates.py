@@ -32,6 +32,7 @@ from tether.protocol.kernel import (
 )
 
 Send = Callable[[SessionUpdate], None]
+MAX_PROGRESS_LINES = 100  # the last lines a running tool reported, shown as its content
 
 
 def text_content(text: str) -> list[ToolContent]:
@@ -95,6 +96,7 @@ class RunUpdates:
                 return ToolCallProgress(tool_call_id=call_id, status="in_progress")
             lines = self._progress.setdefault(call_id, [])
             lines.append(event.progress)
+            del lines[:-MAX_PROGRESS_LINES]
             return ToolCallProgress(
                 tool_call_id=call_id, status="in_progress", content=text_content("\n".join(lines))
             )
