@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tether.protocol.tools import ToolSpec
+from tether.tools.confinement import SandboxPolicy
 
 
 def _no_progress(message: str) -> None:
@@ -44,6 +45,8 @@ class ToolContext:
     state: SessionState | None = None  # the session's state, for state_get / state_set
     # names of environment variables commands must not see (the provider's API key variable)
     hidden_env: frozenset[str] = frozenset()
+    # the OS sandbox commands run in (``tools.sandbox``)
+    sandbox: SandboxPolicy = SandboxPolicy()
 
 
 @dataclass(frozen=True)
