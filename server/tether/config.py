@@ -43,6 +43,8 @@ ENV_VARS: Final[Mapping[str, str]] = MappingProxyType(
         "TETHER_BASE_URL": "provider.base_url",
         "TETHER_MAX_ITERATIONS": "kernel.max_iterations",
         "TETHER_APPROVAL": "tools.approval",
+        "TETHER_SANDBOX": "tools.sandbox",
+        "TETHER_SANDBOX_NETWORK": "tools.sandbox_network",
         "TETHER_SESSIONS_STORE": "sessions.store",
         "TETHER_SESSIONS_PATH": "sessions.path",
         "TETHER_SESSIONS_TTL": "sessions.ttl",
@@ -67,6 +69,7 @@ class _Section(BaseModel):
 
 
 ProviderType = Literal["openai", "anthropic", "scripted"]
+SandboxMode = Literal["workspace-write", "read-only", "off"]
 PROVIDER_TYPES: tuple[str, ...] = get_args(ProviderType)
 
 
@@ -108,6 +111,21 @@ class ToolsConfig(_Section):
     enabled: list[str] | None = Field(default=None, description="None: every tool")
     approval: Literal["ask", "auto", "deny"] = "ask"
     mcp_servers: list[McpServerConfig] = Field(default_factory=list)
+    sandbox: SandboxMode = Field(
+        default="workspace-write", description="the OS sandbox of run_command (Landlock)"
+    )
+    sandbox_network: bool = Field(
+        default=False, description="whether sandboxed commands may open TCP connections"
+    )
+    sandbox_readable: list[str] = Field(
+        default_factory=list, description="more paths sandboxed commands may read"
+    )
+    sandbox_writable: list[str] = Field(
+        default_factory=list, description="more paths sandboxed commands may write"
+    )
+    mcp_sandbox: SandboxMode = Field(
+        default="off", description="the OS sandbox of MCP servers tether starts (network allowed)"
+    )
 
     _unique_servers = field_validator("mcp_servers")(unique_server_names)
 
@@ -270,6 +288,16 @@ _UNTRUSTED_KEYS = {
     ("provider", "apiKeyEnv"),
     ("sessions", "store"),
     ("sessions", "path"),
+    # ... or let commands out of the OS sandbox
+    ("tools", "sandbox"),
+    ("tools", "sandbox_network"),
+    ("tools", "sandboxNetwork"),
+    ("tools", "sandbox_readable"),
+    ("tools", "sandboxReadable"),
+    ("tools", "sandbox_writable"),
+    ("tools", "sandboxWritable"),
+    ("tools", "mcp_sandbox"),
+    ("tools", "mcpSandbox"),
 }
 # ... and these would let it run any command on the user's machine.
 _UNTRUSTED_COMMANDS = {("tools", "mcp_servers"), ("tools", "mcpServers")}
@@ -280,7 +308,7 @@ def _refuse_untrusted(layer: Mapping[str, Any], source: str) -> None:
         table = layer.get(section)
         if isinstance(table, Mapping) and key in table:
             dotted = f"{section}.{_SNAKE.get(key, key)}"
-            problem = _SESSIONS_NOT_IN_WORKSPACE if section == "sessions" else _NOT_IN_WORKSPACE
+            problem = _NOT_IN_WORKSPACE_BY_SECTION.get(section, _NOT_IN_WORKSPACE)
             raise _error(source, dotted, problem)
     for section, key in _UNTRUSTED_COMMANDS:
         table = layer.get(section)
@@ -297,7 +325,14 @@ def _refuse_untrusted(layer: Mapping[str, Any], source: str) -> None:
             )
 
 
-_SNAKE = {"baseUrl": "base_url", "apiKeyEnv": "api_key_env"}
+_SNAKE = {
+    "baseUrl": "base_url",
+    "apiKeyEnv": "api_key_env",
+    "sandboxNetwork": "sandbox_network",
+    "sandboxReadable": "sandbox_readable",
+    "sandboxWritable": "sandbox_writable",
+    "mcpSandbox": "mcp_sandbox",
+}
 _COMMANDS_NOT_IN_WORKSPACE = (
     "cannot be set in a workspace file (a repository could run any command); "
     "set it in your user config file or in the editor's settings"
@@ -335,6 +370,14 @@ _NOT_IN_WORKSPACE = (
     "cannot be set in a workspace file (a repository could send your key elsewhere); "
     "set it in your user config file or in the editor's settings"
 )
+_SANDBOX_NOT_IN_WORKSPACE = (
+    "cannot be set in a workspace file (a repository could let its commands out of the "
+    "sandbox); set it in your user config file, the environment or the editor's settings"
+)
+_NOT_IN_WORKSPACE_BY_SECTION = {
+    "sessions": _SESSIONS_NOT_IN_WORKSPACE,
+    "tools": _SANDBOX_NOT_IN_WORKSPACE,
+}
 
 
 def _environment_layers(environ: Mapping[str, str]) -> Iterator[tuple[str, dict[str, Any]]]:

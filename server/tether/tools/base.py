@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -46,7 +46,7 @@ class ToolContext:
     # names of environment variables commands must not see (the provider's API key variable)
     hidden_env: frozenset[str] = frozenset()
     # the OS sandbox commands run in (``tools.sandbox``)
-    sandbox: SandboxPolicy = SandboxPolicy()
+    sandbox: SandboxPolicy = field(default_factory=SandboxPolicy)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ exits with status 126 and says why on stderr. Availability is probed beforehand 
 (:func:`abi_version`, :func:`probe`), which falls back to unconfined commands and says so.
 
 Only the three Landlock system calls and ``prctl(PR_SET_NO_NEW_PRIVS)`` are used; their
-numbers (444–446) are the same on every architecture that has them.
+numbers (444 to 446) are the same on every architecture that has them.
 """
 
 from __future__ import annotations
@@ -164,9 +164,7 @@ def probe(abi: int) -> None:
     the kernel refuses it."""
     libc = _libc()
     attr = handled(abi, network=False)
-    fd = _syscall(
-        libc, SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.sizeof(attr), 0
-    )
+    fd = _syscall(libc, SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.sizeof(attr), 0)
     os.close(fd)
 
 

@@ -108,7 +108,11 @@ class RunCommand(TypedTool[RunCommandArguments]):
 
 @contextlib.asynccontextmanager
 async def _launch(
-    policy: SandboxPolicy, argv: list[str], workspace: Path, cwd: Path, environment: dict[str, str]
+    policy: SandboxPolicy,
+    argv: list[str],
+    workspace: Path,
+    cwd: Path,
+    environment: dict[str, str],
 ) -> AsyncIterator[list[str]]:
     """The argv that runs the command under ``policy``. A confined command gets a temporary
     directory of its own (``TMPDIR``, ``TMP``, ``TEMP``), removed when it ends; its program
@@ -144,9 +148,9 @@ async def _spawn(
     environment: dict[str, str],
     mark: str,
 ) -> tuple[asyncio.SubprocessTransport, _Capture]:
-    """Start the command (``program`` names it in errors). The start is shielded: the process may run before its pipes are
-    connected, so a cancellation that arrives meanwhile waits for the start, then kills the
-    whole tree (asyncio alone would kill only the first process)."""
+    """Start the command (``program`` names it in errors). The start is shielded: the process
+    may run before its pipes are connected, so a cancellation that arrives meanwhile waits for
+    the start, then kills the whole tree (asyncio alone would kill only the first process)."""
     loop = asyncio.get_running_loop()
     starting = asyncio.ensure_future(
         loop.subprocess_exec(

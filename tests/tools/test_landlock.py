@@ -1,0 +1,237 @@
+"""run_command in the OS sandbox: real commands, confined by the real kernel's Landlock."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tether.tools import ToolContext, ToolRegistry, ToolResult
+from tether.tools.confinement import SandboxMode, SandboxPolicy, landlock_abi
+from tether.tools.landlock import parse
+from tether.tools.run_command import RunCommand
+
+from .conftest import SECRET, Call
+
+pytestmark = pytest.mark.skipif(landlock_abi() == 0, reason="the kernel has no Landlock")
+
+KEY = "-----BEGIN OPENSSH PRIVATE KEY----- not-a-real-key"
+PYTHON = sys.executable
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A home directory with a private key and a git configuration in it."""
+    directory = tmp_path / "home"
+    (directory / ".ssh").mkdir(parents=True)
+    (directory / ".ssh" / "id_rsa").write_text(f"{KEY}\n")
+    (directory / ".gitconfig").write_text("[user]\n\tname = Someone\n")
+    monkeypatch.setenv("HOME", str(directory))
+    return directory
+
+
+def run(workspace: Path, mode: SandboxMode = "workspace-write", **policy: bool) -> Call:
+    context = ToolContext(
+        workspace=workspace,
+        session_id="s",
+        run_id="r",
+        sandbox=SandboxPolicy(mode=mode, **policy),
+    )
+    return Call(ToolRegistry([RunCommand()]), context)
+
+
+def exists(path: Path) -> bool:
+    return path.exists()
+
+
+async def command(call: Call, command: str | list[str]) -> ToolResult:
+    return await call("run_command", {"command": command, "timeout": 30})
+
+
+async def test_writing_outside_the_workspace_is_blocked_and_explained(
+    workspace: Path, outside: Path
+) -> None:
+    result = await command(run(workspace), f"echo PWNED > {outside}/created.txt")
+    assert result.is_error
+    assert not (outside / "created.txt").exists()
+    assert "sandbox: workspace-write, no network" in result.content.splitlines()[0]
+    assert 'tools.sandbox = "workspace-write"' in result.content
+    assert 'tools.sandbox = "off"' in result.content
+
+
+async def test_writing_in_the_workspace_and_the_private_tmpdir_works(workspace: Path) -> None:
+    result = await command(
+        run(workspace), 'echo inside > made.txt && echo temp > "$TMPDIR/t" && echo "$TMPDIR"'
+    )
+    assert not result.is_error, result.content
+    assert (workspace / "made.txt").read_text() == "inside\n"
+    tmpdir = Path(result.content.splitlines()[-1])
+    assert tmpdir.name.startswith("tether-command-")
+    assert not exists(tmpdir)  # removed when the command ended
+
+
+async def test_with_the_sandbox_off_writing_outside_works(workspace: Path, outside: Path) -> None:
+    result = await command(run(workspace, "off"), f"echo done > {outside}/created.txt")
+    assert not result.is_error, result.content
+    assert (outside / "created.txt").read_text() == "done\n"
+    assert "sandbox: off" in result.content.splitlines()[0]
+
+
+async def test_read_only_blocks_writes_in_the_workspace(workspace: Path) -> None:
+    (workspace / "kept.txt").write_text("kept\n")
+    call = run(workspace, "read-only")
+    result = await command(call, "cat kept.txt && echo changed > kept.txt")
+    assert result.is_error
+    assert "kept" in result.content
+    assert (workspace / "kept.txt").read_text() == "kept\n"
+    assert 'tools.sandbox = "workspace-write"' in result.content
+    assert not (await command(call, 'echo temp > "$TMPDIR/t"')).is_error
+
+
+async def test_files_outside_the_workspace_and_in_home_cannot_be_read(
+    workspace: Path, outside: Path, home: Path
+) -> None:
+    for path in [home / ".ssh" / "id_rsa", outside / "secret.txt"]:
+        result = await command(run(workspace), ["cat", str(path)])
+        assert result.is_error
+        assert KEY not in result.content and SECRET not in result.content
+        assert "Permission denied" in result.content
+        unconfined = await command(run(workspace, "off"), ["cat", str(path)])
+        assert KEY in unconfined.content or SECRET in unconfined.content
+
+
+async def test_the_system_and_git_configuration_stay_readable(workspace: Path, home: Path) -> None:
+    result = await command(run(workspace), "head -1 /etc/passwd && cat ~/.gitconfig && ls /usr")
+    assert not result.is_error, result.content
+    assert "name = Someone" in result.content
+
+
+async def test_the_environment_of_tether_cannot_be_read(workspace: Path) -> None:
+    confined = await command(run(workspace), "cat /proc/$PPID/environ")
+    assert confined.is_error
+    assert "Permission denied" in confined.content
+    assert "PATH=" not in confined.content
+    unconfined = await command(run(workspace, "off"), "cat /proc/$PPID/environ")
+    assert "PATH=" in unconfined.content
+
+
+async def test_tether_cannot_be_signalled(workspace: Path) -> None:
+    confined = await command(run(workspace), "kill -0 $PPID")  # signal 0: checked, never sent
+    assert confined.is_error
+    assert "not permitted" in confined.content
+    assert not (await command(run(workspace, "off"), "kill -0 $PPID")).is_error
+
+
+async def test_the_commands_own_processes_can_be_signalled(workspace: Path) -> None:
+    result = await command(run(workspace), "sleep 30 & kill $! && wait $!; echo status $?")
+    assert not result.is_error
+    assert "status 143" in result.content
+
+
+PTRACE = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+attached = libc.ptrace(16, os.getppid(), 0, 0)  # PTRACE_ATTACH
+if attached == 0:
+    libc.ptrace(17, os.getppid(), 0, 0)  # PTRACE_DETACH
+    raise SystemExit("attached")
+raise SystemExit(os.strerror(ctypes.get_errno()))
+"""
+
+
+async def test_tether_cannot_be_traced(workspace: Path) -> None:
+    result = await command(run(workspace), [PYTHON, "-c", PTRACE])
+    assert result.is_error
+    assert "Operation not permitted" in result.content
+    assert "attached" not in result.content
+
+
+@pytest.fixture
+async def listener() -> AsyncIterator[tuple[int, list[bytes]]]:
+    """A TCP server on the loopback interface: its port, and what its clients sent."""
+    received: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received.append(await reader.read(100))
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    yield server.sockets[0].getsockname()[1], received
+    server.close()
+    await server.wait_closed()
+
+
+def connect(port: int) -> list[str]:
+    code = (
+        "import socket\n"
+        f"with socket.create_connection(('127.0.0.1', {port}), timeout=10) as s:\n"
+        "    s.sendall(b'hello')\n"
+        "    s.recv(1)\n"
+        "print('connected')"
+    )
+    return [PYTHON, "-c", code]
+
+
+async def test_network_connections_are_blocked_by_default(
+    workspace: Path, listener: tuple[int, list[bytes]]
+) -> None:
+    port, received = listener
+    result = await command(run(workspace), connect(port))
+    assert result.is_error
+    assert "PermissionError" in result.content
+    assert "tools.sandbox_network = true" in result.content
+    assert received == []
+
+
+async def test_network_connections_work_when_allowed(
+    workspace: Path, listener: tuple[int, list[bytes]]
+) -> None:
+    port, received = listener
+    result = await command(run(workspace, network=True), connect(port))
+    assert not result.is_error, result.content
+    assert "sandbox: workspace-write, network allowed" in result.content.splitlines()[0]
+    assert received == [b"hello"]
+    off = await command(run(workspace, "off"), connect(port))
+    assert not off.is_error, off.content
+
+
+async def test_a_missing_program_is_reported_as_not_found(workspace: Path) -> None:
+    result = await command(run(workspace), ["no-such-program-anywhere"])
+    assert result.is_error
+    assert "command not found: no-such-program-anywhere" in result.content
+
+
+async def test_the_policy_is_reported_as_progress(workspace: Path) -> None:
+    lines: list[str] = []
+    context = ToolContext(workspace=workspace, session_id="s", run_id="r", progress=lines.append)
+    await Call(ToolRegistry([RunCommand()]), context)("run_command", {"command": ["true"]})
+    assert lines == ["sandbox: workspace-write, no network"]
+
+
+def test_the_wrapper_parses_its_arguments() -> None:
+    assert parse(["--read", "/a", "--write", "/b", "--network", "--", "ls", "--read"]) == (
+        ["/a"],
+        ["/b"],
+        True,
+        ["ls", "--read"],
+    )
+    for bad in [["--read"], ["ls"], ["--bogus", "--", "ls"]]:
+        with pytest.raises(ValueError):
+            parse(bad)
+
+
+async def test_the_wrapper_never_runs_a_command_it_could_not_confine(tmp_path: Path) -> None:
+    from tether.tools.confinement import WRAPPER
+
+    marker = tmp_path / "ran"
+    process = await asyncio.create_subprocess_exec(
+        PYTHON, "-I", "-S", WRAPPER, "--read", "/usr", "--bogus", "--", "touch", str(marker),
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, stderr = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode == 126
+    assert b"the command was not run" in stderr
+    assert not marker.exists()
