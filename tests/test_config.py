@@ -296,6 +296,8 @@ ENV_EXAMPLES: dict[str, tuple[str, Any]] = {
     "TETHER_SESSIONS_STORE": ("sqlite", "sqlite"),
     "TETHER_SESSIONS_PATH": ("/var/lib/tether/sessions.db", "/var/lib/tether/sessions.db"),
     "TETHER_SESSIONS_TTL": ("30d", "30d"),
+    "TETHER_SANDBOX": ("read-only", "read-only"),
+    "TETHER_SANDBOX_NETWORK": ("true", True),
 }
 
 
@@ -749,6 +751,47 @@ def test_a_workspace_file_may_not_define_mcp_servers(
         load_config(workspace=workspace, environ=environ)
     assert raised.value.data["key"] == "tools.mcp_servers"
     assert "run any command" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("toml", "key"),
+    [
+        ('[tools]\nsandbox = "off"\n', "tools.sandbox"),
+        ('[tools]\nsandbox = "read-only"\n', "tools.sandbox"),
+        ("[tools]\nsandbox_network = true\n", "tools.sandbox_network"),
+        ("[tools]\nsandboxNetwork = true\n", "tools.sandbox_network"),
+        ('[tools]\nsandbox_readable = ["~/.ssh"]\n', "tools.sandbox_readable"),
+        ('[tools]\nsandboxWritable = ["/"]\n', "tools.sandbox_writable"),
+        ('[tools]\nmcp_sandbox = "off"\n', "tools.mcp_sandbox"),
+    ],
+)
+def test_a_workspace_file_may_not_set_the_sandbox(
+    workspace: Path, environ: dict[str, str], toml: str, key: str
+) -> None:
+    workspace_file(workspace, toml)
+    with pytest.raises(ConfigError) as raised:
+        load_config(workspace=workspace, environ=environ)
+    assert raised.value.data["key"] == key
+    assert "out of the sandbox" in str(raised.value)
+
+
+def test_the_sandbox_is_on_without_network_by_default_and_set_by_the_user(
+    home: Path, workspace: Path, environ: dict[str, str]
+) -> None:
+    tools = load_config(workspace=workspace, environ=environ).tools
+    assert (tools.sandbox, tools.sandbox_network, tools.mcp_sandbox) == (
+        "workspace-write",
+        False,
+        "off",
+    )
+    user_file(home, '[tools]\nsandbox = "off"\nsandbox_network = true\n')
+    options = {"tools": {"sandboxReadable": ["~/.cargo"], "mcpSandbox": "read-only"}}
+    tools = load_config(workspace=workspace, environ=environ, init_options=options).tools
+    assert (tools.sandbox, tools.sandbox_network) == ("off", True)
+    assert (tools.sandbox_readable, tools.mcp_sandbox) == (["~/.cargo"], "read-only")
+    with pytest.raises(ConfigError) as raised:
+        TetherConfig().overlay({"tools": {"sandbox": "none"}}, source="initializationOptions")
+    assert raised.value.data["key"] == "tools.sandbox"
 
 
 def test_a_workspace_file_may_make_approval_stricter_but_not_turn_it_off(
