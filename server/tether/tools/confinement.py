@@ -134,8 +134,8 @@ def wrap(
     write += [_expand(path, environ) for path in policy.writable]
     (write if policy.mode == "workspace-write" else read).append(str(workspace))
     args = [sys.executable, "-I", "-S", WRAPPER]
-    args += [item for path in read for item in ("--read", path)]
-    args += [item for path in write for item in ("--write", path)]
+    args += [item for path in dict.fromkeys(read) for item in ("--read", path)]
+    args += [item for path in dict.fromkeys(write) for item in ("--write", path)]
     if policy.network:
         args.append("--network")
     return [*args, "--", *argv]

@@ -35,7 +35,10 @@ import ctypes
 import os
 import stat
 import sys
-from collections.abc import Sequence
+
+TYPE_CHECKING = False  # not imported from typing: the wrapper imports nothing it need not
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 SYS_LANDLOCK_CREATE_RULESET = 444
 SYS_LANDLOCK_ADD_RULE = 445
