@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from tether.protocol.tools import McpServerSpec
 from tether.tools import ToolContext, ToolRegistry, ToolResult
 from tether.tools.confinement import SandboxMode, SandboxPolicy, landlock_abi
 from tether.tools.landlock import parse
+from tether.tools.mcp import McpManager
 from tether.tools.run_command import RunCommand
 
 from .conftest import SECRET, Call
@@ -235,3 +237,63 @@ async def test_the_wrapper_never_runs_a_command_it_could_not_confine(tmp_path: P
     assert process.returncode == 126
     assert b"the command was not run" in stderr
     assert not marker.exists()
+
+
+# MCP servers over stdio, confined with tools.mcp_sandbox.
+
+FAKE_SERVER = Path(__file__).resolve().parents[1] / "fakes" / "mcp_server.py"
+
+
+def server_spec(pids: Path) -> McpServerSpec:
+    return McpServerSpec(
+        name="fake",
+        command=PYTHON,
+        args=[str(FAKE_SERVER)],
+        env={"TETHER_MCP_PIDS": str(pids)},
+    )
+
+
+def status_of(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+
+
+async def test_an_mcp_server_runs_confined_when_configured(workspace: Path, outside: Path) -> None:
+    readable = (str(FAKE_SERVER.parent),)  # the server's script
+    policy = SandboxPolicy(mode="workspace-write", network=True, readable=readable)
+    manager = McpManager()
+    try:
+        inside = workspace / "pids.txt"
+        tools = await manager.executor(
+            [], servers=[server_spec(inside)], enabled=None, session_id="s",
+            workspace=workspace, sandbox=policy,
+        )  # fmt: skip
+        assert "fake__echo" in [spec.name for spec in tools.list()]
+        (pid,) = [int(line) for line in inside.read_text().split()]
+        status = status_of(pid)
+        assert status["NoNewPrivs"].strip() == "1"
+        assert int(status["CapBnd"], 16) == 0
+
+        barred = outside / "pids.txt"  # the server cannot write there, so it fails to start
+        tools = await manager.executor(
+            [], servers=[server_spec(barred)], enabled=None, session_id="s",
+            workspace=workspace, sandbox=policy,
+        )  # fmt: skip
+        assert tools.list() == []
+        assert not barred.exists()
+    finally:
+        await manager.aclose()
+
+
+async def test_mcp_servers_are_not_confined_by_default(workspace: Path, outside: Path) -> None:
+    manager = McpManager()
+    try:
+        pids = outside / "pids.txt"
+        await manager.executor(
+            [], servers=[server_spec(pids)], enabled=None, session_id="s",
+            workspace=workspace, sandbox=SandboxPolicy(mode="off"),
+        )  # fmt: skip
+        (pid,) = [int(line) for line in pids.read_text().split()]
+        assert status_of(pid)["NoNewPrivs"].strip() == "0"
+    finally:
+        await manager.aclose()

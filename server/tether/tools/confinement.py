@@ -141,6 +141,14 @@ def wrap(
     return [*args, "--", *argv]
 
 
+@dataclass(frozen=True)
+class McpSandbox:
+    """The sandbox of a stdio MCP server: its policy, and the workspace it serves."""
+
+    policy: SandboxPolicy
+    workspace: Path
+
+
 def _python_prefixes() -> list[str]:
     return sorted({sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix})
 
