@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -200,6 +203,36 @@ async def test_network_connections_work_when_allowed(
     assert not off.is_error, off.content
 
 
+@pytest.fixture
+def abstract_socket() -> Iterator[str]:
+    """A unix stream socket listening at an abstract address (no file): its name."""
+    name = f"tether-test-{os.getpid()}-{id(object())}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listening:
+        listening.bind("\0" + name)
+        listening.listen(1)
+        yield name
+
+
+def connect_abstract(name: str) -> list[str]:
+    code = (
+        "import socket\n"
+        "with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:\n"
+        f"    s.connect('\\0{name}')\n"
+        "print('connected')"
+    )
+    return [PYTHON, "-c", code]
+
+
+async def test_abstract_unix_sockets_outside_the_sandbox_are_unreachable(
+    workspace: Path, abstract_socket: str
+) -> None:
+    confined = await command(run(workspace, network=True), connect_abstract(abstract_socket))
+    assert confined.is_error
+    assert "PermissionError" in confined.content
+    unconfined = await command(run(workspace, "off"), connect_abstract(abstract_socket))
+    assert not unconfined.is_error, unconfined.content
+
+
 async def test_a_missing_program_is_reported_as_not_found(workspace: Path) -> None:
     result = await command(run(workspace), ["no-such-program-anywhere"])
     assert result.is_error
@@ -297,3 +330,31 @@ async def test_mcp_servers_are_not_confined_by_default(workspace: Path, outside:
         assert status_of(pid)["NoNewPrivs"].strip() == "0"
     finally:
         await manager.aclose()
+
+
+# Where Landlock is missing: the kernel's answer is the one thing faked here.
+
+
+@pytest.fixture
+def without_landlock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    from tether.tools import landlock
+
+    monkeypatch.setattr(landlock, "abi_version", lambda: 0)
+    landlock_abi.cache_clear()
+    yield
+    landlock_abi.cache_clear()
+
+
+@pytest.mark.usefixtures("without_landlock")
+async def test_without_landlock_commands_run_unconfined_and_say_so(
+    workspace: Path, outside: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="tether.tools.confinement"):
+        for _ in range(2):
+            result = await command(run(workspace), f"echo x > {outside}/created.txt")
+            assert not result.is_error, result.content
+            assert "sandbox: none (Landlock is not available)" in result.content.splitlines()[0]
+    assert (outside / "created.txt").exists()
+    warnings = [record for record in caplog.records if record.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "without an OS sandbox" in warnings[0].getMessage()

@@ -192,21 +192,17 @@ def denial_note(policy: SandboxPolicy, output: str) -> str | None:
     None when the command was not confined or says nothing of the kind."""
     if not policy.confines or not _DENIED.search(output):
         return None
-    writes = (
-        "write only in the workspace and in $TMPDIR"
-        if policy.mode == "workspace-write"
-        else "write only in $TMPDIR (not in the workspace)"
-    )
-    network = "" if policy.network else ", nor open network connections"
-    loosen = 'tools.sandbox = "off"'
+    writes = "the workspace and $TMPDIR" if policy.mode == "workspace-write" else "$TMPDIR"
+    network = ", and open no network connection" if not policy.network else ""
+    loosen = ['tools.sandbox = "off"']
     if policy.mode == "read-only":
-        loosen = f'tools.sandbox = "workspace-write" (or {loosen})'
+        loosen.insert(0, 'tools.sandbox = "workspace-write"')
     if not policy.network:
-        loosen += ", tools.sandbox_network = true"
+        loosen.append("tools.sandbox_network = true")
+    loosen.append("tools.sandbox_readable or tools.sandbox_writable")
     return (
-        f'[the command ran in tether\'s OS sandbox (tools.sandbox = "{policy.mode}"), which may '
-        f"have refused it: there it may {writes}, read only the system, the workspace and the "
-        f"directories on PATH, not signal or trace processes outside it{network}. To allow "
-        f"more, the user can set {loosen}, or list paths in tools.sandbox_readable or "
-        "tools.sandbox_writable, in their configuration.]"
+        f'[tether\'s sandbox (tools.sandbox = "{policy.mode}") may have refused this: commands '
+        f"may write only in {writes}, read only the system, the workspace and PATH, reach no "
+        f"process outside the sandbox{network}. The user can allow more in their "
+        f"configuration: {', '.join(loosen)}.]"
     )
