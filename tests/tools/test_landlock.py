@@ -130,6 +130,13 @@ async def test_tether_cannot_be_signalled(workspace: Path) -> None:
     assert not (await command(run(workspace, "off"), "kill -0 $PPID")).is_error
 
 
+async def test_a_confined_command_dies_of_sigpipe_as_usual(workspace: Path) -> None:
+    result = await command(run(workspace), "yes | head -1; grep SigIgn /proc/self/status")
+    assert not result.is_error
+    assert "Broken pipe" not in result.content
+    assert "SigIgn:\t0000000000000000" in result.content
+
+
 async def test_the_commands_own_processes_can_be_signalled(workspace: Path) -> None:
     result = await command(run(workspace), "sleep 30 & kill $! && wait $!; echo status $?")
     assert not result.is_error

@@ -174,7 +174,8 @@ def probe(abi: int) -> None:
 
 def restrict(read: Sequence[str], write: Sequence[str], *, network: bool) -> None:
     """Confine this process (one thread: call it before any other starts) and whatever it
-    runs next. Paths that do not exist are skipped; a rule on a file gets its file rights."""
+    runs next. Paths that cannot be opened (missing, or not this user's to reach) are skipped;
+    a rule on a file gets its file rights."""
     abi = abi_version()
     if abi < 1:
         raise LandlockError(0, "Landlock is not available on this system")
@@ -226,7 +227,7 @@ def _prctl(libc: ctypes.CDLL, option: int, argument: int, name: str) -> None:
 def _allow(libc: ctypes.CDLL, ruleset: int, path: str, access: int) -> None:
     try:
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-    except FileNotFoundError:
+    except OSError:  # missing, or out of this user's reach anyway
         return
     try:
         if not stat.S_ISDIR(os.fstat(fd).st_mode):
@@ -238,6 +239,19 @@ def _allow(libc: ctypes.CDLL, ruleset: int, path: str, access: int) -> None:
             raise LandlockError(exc.errno, f"{path}: {exc.strerror}") from None
     finally:
         os.close(fd)
+
+
+def _restore_signals() -> None:
+    """Give ``SIGPIPE`` and ``SIGXFSZ`` back their default action, which Python ignores and an
+    ignored signal stays ignored across ``exec`` (``subprocess`` does the same for its children:
+    ``restore_signals``). ``_signal`` is the builtin under ``signal``, which would import
+    ``enum`` for nothing."""
+    import _signal  # type: ignore[import-not-found]  # no stub: a builtin module
+
+    for name in ("SIGPIPE", "SIGXFSZ"):
+        number = getattr(_signal, name, None)
+        if number is not None:
+            _signal.signal(number, _signal.SIG_DFL)
 
 
 def parse(args: Sequence[str]) -> tuple[list[str], list[str], bool, list[str]]:
@@ -271,6 +285,7 @@ def main(args: Sequence[str]) -> int:
     except (OSError, ValueError) as exc:
         print(f"tether: the command was not run: cannot confine it: {exc}", file=sys.stderr)
         return EXIT_NOT_CONFINED
+    _restore_signals()
     try:
         os.execvp(command[0], command)
     except FileNotFoundError:
