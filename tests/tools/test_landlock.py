@@ -114,6 +114,26 @@ async def test_the_system_and_git_configuration_stay_readable(workspace: Path, h
     assert "name = Someone" in result.content
 
 
+async def test_more_paths_can_be_made_readable_or_writable(
+    workspace: Path, outside: Path, home: Path
+) -> None:
+    (home / ".cache").mkdir()
+    context = ToolContext(
+        workspace=workspace,
+        session_id="s",
+        run_id="r",
+        sandbox=SandboxPolicy(readable=(str(outside),), writable=("~/.cache",)),
+    )
+    call = Call(ToolRegistry([RunCommand()]), context)
+    result = await command(call, f"cat {outside}/secret.txt && echo cached > ~/.cache/c")
+    assert not result.is_error, result.content
+    assert SECRET in result.content
+    assert (home / ".cache" / "c").read_text() == "cached\n"
+    refused = await command(call, f"echo no > {outside}/written.txt")
+    assert refused.is_error
+    assert not (outside / "written.txt").exists()
+
+
 async def test_the_environment_of_tether_cannot_be_read(workspace: Path) -> None:
     confined = await command(run(workspace), "cat /proc/$PPID/environ")
     assert confined.is_error

@@ -129,9 +129,9 @@ def wrap(
     command's environment (its ``PATH`` and ``HOME``)."""
     read = [*SYSTEM_READABLE, *_python_prefixes(), *_path_directories(environ)]
     read += _home_files(environ)
-    read += [_expand(path, environ) for path in policy.readable]
+    read += [_expand(path, environ, workspace) for path in policy.readable]
     write = [*DEVICES_WRITABLE, str(tmpdir)]
-    write += [_expand(path, environ) for path in policy.writable]
+    write += [_expand(path, environ, workspace) for path in policy.writable]
     (write if policy.mode == "workspace-write" else read).append(str(workspace))
     args = [sys.executable, "-I", "-S", WRAPPER]
     args += [item for path in dict.fromkeys(read) for item in ("--read", path)]
@@ -175,10 +175,11 @@ def _is_within(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
-def _expand(path: str, environ: Mapping[str, str]) -> str:
+def _expand(path: str, environ: Mapping[str, str], workspace: Path) -> str:
+    """``path`` with ``~`` for ``HOME``; a relative one is taken from the workspace."""
     if path == "~" or path.startswith("~/"):
-        return os.path.join(environ.get("HOME", "~"), path[2:])
-    return path
+        path = os.path.join(environ.get("HOME", "~"), path[2:])
+    return os.path.join(workspace, path)
 
 
 _DENIED = re.compile(
