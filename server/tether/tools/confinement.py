@@ -8,10 +8,11 @@ covers the command and everything it starts, and nothing of tether.
 What a command may reach (Landlock is an allow-list; anything not listed cannot be opened):
 
 - read and execute: the system directories of :data:`SYSTEM_READABLE` that exist, ``/proc``
-  and ``/sys`` (Landlock keeps ``/proc/PID`` of processes outside the sandbox unreadable), a
-  few devices, the directories on ``PATH`` (not ``/`` nor ``$HOME`` or a directory above it),
-  the Python installation running tether, git's configuration files in ``$HOME`` (no
-  credentials live there), the workspace, and ``tools.sandbox_readable``;
+  and ``/sys`` (Landlock keeps ``/proc/PID`` of processes outside the sandbox unreadable, once
+  the command holds no capability), a few devices, the directories on ``PATH`` (not ``/`` nor
+  ``$HOME`` or a directory above it), the Python installation running tether, git's
+  configuration files in ``$HOME`` (so that git knows the user; its credential store
+  ``~/.git-credentials`` is not among them), the workspace, and ``tools.sandbox_readable``;
 - write: the workspace (``workspace-write`` only), a private temporary directory made for the
   command (``TMPDIR``, removed when it ends), ``/dev/null``, and ``tools.sandbox_writable``.
 
