@@ -157,6 +157,15 @@ async def test_a_confined_command_dies_of_sigpipe_as_usual(workspace: Path) -> N
     assert "SigIgn:\t0000000000000000" in result.content
 
 
+async def test_a_confined_command_holds_no_capability(workspace: Path) -> None:
+    result = await command(run(workspace), "grep -E '^(Cap|NoNewPrivs)' /proc/self/status")
+    assert not result.is_error, result.content
+    fields = dict(line.split(":\t") for line in result.content.splitlines() if ":\t" in line)
+    assert fields["NoNewPrivs"] == "1"
+    for name in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert int(fields[name], 16) == 0, name
+
+
 async def test_the_commands_own_processes_can_be_signalled(workspace: Path) -> None:
     result = await command(run(workspace), "sleep 30 & kill $! && wait $!; echo status $?")
     assert not result.is_error

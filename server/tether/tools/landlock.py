@@ -48,6 +48,7 @@ PR_SET_NO_NEW_PRIVS = 38
 PR_CAPBSET_DROP = 24
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
 CREATE_RULESET_VERSION = 1 << 0
 RULE_PATH_BENEATH = 1
 
@@ -113,6 +114,22 @@ class PathBeneathAttr(ctypes.Structure):
 
     _pack_ = 1
     _fields_ = (("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32))
+
+
+class CapHeader(ctypes.Structure):
+    """``struct __user_cap_header_struct``."""
+
+    _fields_ = (("version", ctypes.c_uint32), ("pid", ctypes.c_int))
+
+
+class CapData(ctypes.Structure):
+    """``struct __user_cap_data_struct`` (two of them for version 3: 64 capabilities)."""
+
+    _fields_ = (
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    )
 
 
 class LandlockError(OSError):
@@ -196,13 +213,13 @@ def restrict(read: Sequence[str], write: Sequence[str], *, network: bool) -> Non
 
 
 def drop_capabilities(libc: ctypes.CDLL) -> None:
-    """Empty the capability bounding set and the ambient set, so that what runs next holds no
-    capability even as root. Landlock alone does not do for a privileged process: with
-    ``CAP_SYS_ADMIN`` (and some other capability) a confined root process could still read
-    ``/proc/PID/environ`` of processes outside its domain (measured on Linux 6.18), while a
-    process without capabilities cannot. Without ``CAP_SETPCAP`` the bounding set cannot be
-    emptied: that is refused for root, and harmless for anyone else (``no_new_privs`` keeps
-    ``exec`` from granting capabilities)."""
+    """Empty the capability bounding, ambient, inheritable, permitted and effective sets, so
+    that what runs next holds no capability even as root. Landlock alone does not do for a
+    privileged process: holding ``CAP_SYS_ADMIN`` (or some other capability), a confined root
+    process could still read ``/proc/PID/environ`` of processes outside its domain (measured
+    on Linux 6.18), while one without capabilities cannot. Without ``CAP_SETPCAP`` the bounding
+    set cannot be emptied: that is refused for root, and harmless for anyone else
+    (``no_new_privs`` keeps ``exec`` from granting capabilities)."""
     _prctl(libc, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, "PR_CAP_AMBIENT")
     try:
         with open("/proc/sys/kernel/cap_last_cap") as file:
@@ -215,7 +232,11 @@ def drop_capabilities(libc: ctypes.CDLL) -> None:
         except LandlockError:
             if os.geteuid() == 0:
                 raise
-            return
+            break
+    header = CapHeader(version=LINUX_CAPABILITY_VERSION_3, pid=0)
+    if libc.capset(ctypes.byref(header), ctypes.byref((CapData * 2)())) != 0:
+        error = ctypes.get_errno()
+        raise LandlockError(error, f"capset: {os.strerror(error)}")
 
 
 def _prctl(libc: ctypes.CDLL, option: int, argument: int, name: str) -> None:
