@@ -55,10 +55,10 @@ SYSTEM_READABLE = (
     "/nix/store",
     "/proc",
     "/sys",
-    "/run/systemd/resolve",  # where /etc/resolv.conf points on systemd machines
     "/dev/random",
     "/dev/urandom",
 )
+LINKED_FROM_ETC = ("/etc/resolv.conf", "/etc/hosts", "/etc/localtime")
 DEVICES_WRITABLE = ("/dev/null", "/dev/zero", "/dev/full")
 HOME_READABLE = (".gitconfig", ".config/git/config", ".config/git/ignore", ".config/git/attributes")
 FIRST_NETWORK_ABI = 4  # TCP bind and connect rules
@@ -128,7 +128,8 @@ def wrap(
 ) -> list[str]:
     """``argv`` started through the Landlock wrapper under ``policy``; ``environ`` is the
     command's environment (its ``PATH`` and ``HOME``)."""
-    read = [*SYSTEM_READABLE, *_python_prefixes(), *_path_directories(environ)]
+    read = [*SYSTEM_READABLE, *_linked_from_etc(), *_python_prefixes()]
+    read += _path_directories(environ)
     read += _home_files(environ)
     read += [_expand(path, environ, workspace) for path in policy.readable]
     write = [*DEVICES_WRITABLE, str(tmpdir)]
@@ -148,6 +149,12 @@ class McpSandbox:
 
     policy: SandboxPolicy
     workspace: Path
+
+
+def _linked_from_etc() -> list[str]:
+    """Where the files of ``/etc`` that often point elsewhere lead (``/etc/resolv.conf`` to
+    ``/run/systemd/resolve/…`` or ``/run/resolvconf/…``): that one file is readable too."""
+    return [os.path.realpath(path) for path in LINKED_FROM_ETC]
 
 
 def _python_prefixes() -> list[str]:
