@@ -270,6 +270,7 @@ class App:
         return self._mcp
 
     async def _tools(self, config: TetherConfig, session_id: str, workspace: Path) -> ToolExecutor:
+        from tether.kernel.kernel import sandbox_policy
         from tether.tools import builtin_registry, builtin_tools
 
         own = self._mcp is not None and self._mcp.has_session_servers(session_id)
@@ -281,6 +282,7 @@ class App:
             enabled=config.tools.enabled,
             session_id=session_id,
             workspace=workspace,
+            sandbox=sandbox_policy(config, mcp=True),
         )
 
     def _remember_mcp_servers(self, session: Session, params: CreateSessionParams) -> None:

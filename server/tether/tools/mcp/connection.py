@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
@@ -23,12 +25,14 @@ import httpx2
 import mcp_types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client._transport import TransportStreams
+from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 
 from tether import __version__
 from tether.protocol.tools import McpServerSpec
+from tether.tools.confinement import McpSandbox, wrap
 
 logger = logging.getLogger(__name__)
 
@@ -54,18 +58,22 @@ __all__ = [
 class McpConnection:
     """A running, initialized MCP server. ``stopped`` turns true when it is found gone."""
 
-    def __init__(self, spec: McpServerSpec, cwd: Path) -> None:
+    def __init__(self, spec: McpServerSpec, cwd: Path, sandbox: McpSandbox | None = None) -> None:
         self.spec = spec
         self.cwd = cwd
+        self.sandbox = sandbox
         self.stopped = False
         self._session: ClientSession | None = None
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     @classmethod
-    async def open(cls, spec: McpServerSpec, cwd: Path) -> McpConnection:
-        """Start the server and initialize it; raises (after cleaning up) when that fails."""
-        connection = cls(spec, cwd)
+    async def open(
+        cls, spec: McpServerSpec, cwd: Path, sandbox: McpSandbox | None = None
+    ) -> McpConnection:
+        """Start the server and initialize it; raises (after cleaning up) when that fails.
+        A stdio server runs in ``sandbox`` when one is given (and Landlock is there)."""
+        connection = cls(spec, cwd, sandbox)
         ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
         connection._task = asyncio.create_task(connection._hold(ready), name=f"mcp {spec.name}")
         try:
@@ -171,8 +179,28 @@ class McpConnection:
         params = StdioServerParameters(
             command=spec.command, args=spec.args, env=spec.env or None, cwd=self.cwd
         )
+        if self.sandbox is not None and self.sandbox.policy.confines:
+            params = await _confined(params, self.sandbox, stack)
         async with stdio_client(params, errlog=_stderr()) as streams:
             yield streams
+
+
+async def _confined(
+    params: StdioServerParameters, sandbox: McpSandbox, stack: contextlib.AsyncExitStack
+) -> StdioServerParameters:
+    """``params`` that start the server through the Landlock wrapper, with a temporary
+    directory of its own (``TMPDIR``), removed once the server has stopped."""
+    tmpdir = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="tether-mcp-"))
+    stack.push_async_callback(asyncio.to_thread, shutil.rmtree, tmpdir, True)
+    env = {**(params.env or {}), "TMPDIR": str(tmpdir), "TMP": str(tmpdir), "TEMP": str(tmpdir)}
+    argv = wrap(
+        sandbox.policy,
+        [params.command, *params.args],
+        workspace=sandbox.workspace,
+        tmpdir=tmpdir,
+        environ=get_default_environment() | env,
+    )
+    return StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=params.cwd)
 
 
 def describe(exc: BaseException) -> str:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether.protocol.tools import McpServerSpec, ToolSpec
 from tether.tools.base import Tool, ToolContext, ToolResult
+from tether.tools.confinement import McpSandbox, SandboxPolicy
 from tether.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
@@ -36,9 +37,10 @@ SEPARATOR = "__"
 class McpServer:
     """One server: its connection while it runs, and the tools it listed last."""
 
-    def __init__(self, spec: McpServerSpec, cwd: Path) -> None:
+    def __init__(self, spec: McpServerSpec, cwd: Path, sandbox: McpSandbox | None = None) -> None:
         self.spec = spec
         self.cwd = cwd
+        self.sandbox = sandbox  # the OS sandbox of a stdio server (tools.mcp_sandbox)
         self.error: str | None = None  # why it is not running, when it is not
         self._connection: McpConnection | None = None
         self._tools: list[types.Tool] = []
@@ -73,7 +75,7 @@ class McpServer:
                 self._connection = None
                 await connection.aclose()
             try:
-                connection = await McpConnection.open(self.spec, self.cwd)
+                connection = await McpConnection.open(self.spec, self.cwd, self.sandbox)
             except Exception as exc:
                 self.error = f"it failed to start: {describe(exc)}"
                 logger.error("MCP server %s failed to start: %s", self.name, describe(exc))
@@ -177,7 +179,7 @@ class McpManager:
     """Every MCP server of the process: shared ones by spec and workspace, others by session."""
 
     def __init__(self) -> None:
-        self._shared: dict[tuple[str, Path], McpServer] = {}
+        self._shared: dict[tuple[str, Path, SandboxPolicy | None], McpServer] = {}
         self._session_specs: dict[str, list[McpServerSpec]] = {}
         self._session_servers: dict[str, dict[str, McpServer]] = {}
 
@@ -218,13 +220,14 @@ class McpManager:
         enabled: Collection[str] | None,
         session_id: str,
         workspace: Path,
+        sandbox: SandboxPolicy | None = None,
     ) -> McpExecutor:
         """The built-in tools and those of the session's servers (started as needed), limited
         to ``enabled`` (``tools.enabled``; ``None``: all). A server none of whose tools could be
         enabled is not started."""
         chosen = [
             server
-            for server in self._servers(servers, session_id, workspace)
+            for server in self._servers(servers, session_id, workspace, sandbox)
             if enabled is None or any(name.startswith(f"{server.name}__") for name in enabled)
         ]
         tools: list[Tool] = list(builtin)
@@ -238,20 +241,25 @@ class McpManager:
         return McpExecutor(ToolRegistry(tools).restricted(enabled), failures)
 
     def _servers(
-        self, configured: Sequence[McpServerSpec], session_id: str, workspace: Path
+        self,
+        configured: Sequence[McpServerSpec],
+        session_id: str,
+        workspace: Path,
+        policy: SandboxPolicy | None,
     ) -> list[McpServer]:
+        sandbox = McpSandbox(policy, workspace) if policy is not None else None
         by_name: dict[str, McpServer] = {}
         for spec in configured:
             cwd = _cwd(spec, workspace)
-            key = (spec.model_dump_json(), cwd)
+            key = (spec.model_dump_json(), cwd, policy)
             by_name[spec.name] = self._shared.get(key) or self._shared.setdefault(
-                key, McpServer(spec, cwd)
+                key, McpServer(spec, cwd, sandbox)
             )
         own = self._session_servers.setdefault(session_id, {})
         for spec in self._session_specs.get(session_id, []):
             server = own.get(spec.name)
             if server is None:
-                server = own[spec.name] = McpServer(spec, _cwd(spec, workspace))
+                server = own[spec.name] = McpServer(spec, _cwd(spec, workspace), sandbox)
             by_name[spec.name] = server
         if not own:
             del self._session_servers[session_id]
