@@ -11,8 +11,13 @@ import mcp_types as types
 
 from tether.protocol.tools import ToolKind, ToolSpec
 from tether.tools.base import ToolResult
+from tether.tools.run_command import CappedOutput
+from tether.tools.sandbox import format_size
 
 MAX_NAME = 64
+MAX_RESULT_BYTES = 64 * 1024  # of a result's text, as the model reads it
+MAX_DESCRIPTION_CHARS = 4096  # of a tool's description, as the model reads it
+MAX_SCHEMA_BYTES = 64 * 1024  # of a tool's input schema (as JSON): a larger one is refused
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -41,18 +46,33 @@ def tool_kind(tool: types.Tool) -> ToolKind:
 
 
 def tool_spec(name: str, server: str, tool: types.Tool) -> ToolSpec:
-    """The spec the model sees: the server's description and input schema."""
+    """The spec the model sees: the server's description (cut at
+    :data:`MAX_DESCRIPTION_CHARS`) and input schema; a ValueError for a schema over
+    :data:`MAX_SCHEMA_BYTES`."""
     description = tool.description or tool.title or f"{tool.name} (from MCP server {server})"
+    if len(description) > MAX_DESCRIPTION_CHARS:
+        description = description[:MAX_DESCRIPTION_CHARS] + "… [description cut]"
     parameters: dict[str, Any] = dict(tool.input_schema or {"type": "object"})
+    size = len(json.dumps(parameters, ensure_ascii=False).encode())
+    if size > MAX_SCHEMA_BYTES:
+        raise ValueError(
+            f"its input schema is {format_size(size)}, over the limit of "
+            f"{format_size(MAX_SCHEMA_BYTES)}"
+        )
     return ToolSpec(name=name, description=description, parameters=parameters, kind=tool_kind(tool))
 
 
 def render_result(result: types.CallToolResult) -> ToolResult:
-    """The result as the model reads it: text blocks as they are, other content described."""
+    """The result as the model reads it: text blocks as they are, other content described;
+    over :data:`MAX_RESULT_BYTES`, the first and last halves are kept with a note of the cut."""
     parts = [_render(block) for block in result.content]
     if not parts and result.structured_content is not None:
         parts = [json.dumps(result.structured_content, ensure_ascii=False)]
     text = "\n".join(parts)
+    if len(text) > MAX_RESULT_BYTES // 4:  # else it cannot be over the cap, even in UTF-8
+        capped = CappedOutput(MAX_RESULT_BYTES)
+        capped.add(text.encode(errors="surrogatepass"))
+        text = capped.text()
     if result.is_error:
         return ToolResult(text or "the tool reported an error", is_error=True)
     return ToolResult(text)
