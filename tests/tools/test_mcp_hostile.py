@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tether.protocol.tools import McpServerSpec
-from tether.tools import ToolContext
+from tether.tools import BUILTIN_TOOL_NAMES, ToolContext
 from tether.tools.mcp import McpExecutor, McpManager
 from tether.tools.mcp.connection import MAX_LIST_PAGES, MAX_TOOLS
 from tether.tools.mcp.tools import MAX_RESULT_BYTES
@@ -312,3 +312,7 @@ async def test_a_name_clash_between_servers_goes_to_the_first_configured_and_is_
 
     again = await executor(manager, workspace, second, first, session_id="s2")
     assert owners(again) == {"a__b__c": "a__b", "a__b__c_2": "a"}
+
+
+def test_no_built_in_tool_name_has_the_separator_of_mcp_names():
+    assert not [name for name in BUILTIN_TOOL_NAMES if "__" in name]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -42,6 +43,7 @@ class LinkCensus:
     def __init__(self, root: Path, *, max_entries: int = MAX_CENSUS_ENTRIES) -> None:
         self.root = root
         self.max_entries = max_entries
+        self.stop: threading.Event | None = None  # set: a walk ends early (nothing is proven)
         self._found: dict[FileKey, int] = {}
 
     def inside(self, info: os.stat_result) -> int:
@@ -66,13 +68,19 @@ class LinkCensus:
         if not todo:
             return
         found = dict.fromkeys(todo, 0)
-        _walk(self.root, todo, found, self.max_entries)
+        _walk(self.root, todo, found, self.max_entries, self.stop)
         self._found.update(found)
 
 
-def _walk(root: Path, todo: dict[FileKey, int], found: dict[FileKey, int], limit: int) -> None:
+def _walk(
+    root: Path,
+    todo: dict[FileKey, int],
+    found: dict[FileKey, int],
+    limit: int,
+    stop: threading.Event | None,
+) -> None:
     """Count into ``found`` the entries below ``root`` naming the files of ``todo``; stops when
-    each has its count, or after ``limit`` entries."""
+    each has its count, after ``limit`` entries, or when ``stop`` is set."""
     inodes = {ino for _, ino in todo}
     missing = len(todo)
     try:
@@ -82,7 +90,7 @@ def _walk(root: Path, todo: dict[FileKey, int], found: dict[FileKey, int], limit
     seen = {file_key(top)}
     stack = [str(root)]
     scanned = 0
-    while stack and missing:
+    while stack and missing and not (stop is not None and stop.is_set()):
         try:
             with os.scandir(stack.pop()) as entries:
                 for entry in entries:

@@ -151,6 +151,7 @@ def _walked(sandbox: Sandbox, target: Path, shown: str) -> WalkedFile:
 
 def _search(args: SearchTextArguments, workspace: Path, stop: threading.Event) -> ToolResult:
     sandbox = Sandbox(workspace)
+    sandbox.links.stop = stop
     regex = _compile(args.pattern, args.ignore_case)
     glob = Glob.compile(args.glob) if args.glob is not None else None
     target = sandbox.resolve(args.path)

@@ -330,13 +330,15 @@ def _mcp_tools(server: McpServer, listing: list[types.Tool], taken: set[str]) ->
         try:
             spec = tool_spec(name, server.name, remote)
         except ValueError as exc:
-            logger.warning("MCP server %s: skipping tool %r (%s)", server.name, remote.name, exc)
+            logger.warning(
+                "MCP server %s: skipping tool %r (%s)", server.name, remote.name[:64], exc
+            )
             continue
         if name != tool_name(server.name, remote.name):
             logger.warning(
                 "MCP server %s: tool %r is offered as %r, its name being taken already",
                 server.name,
-                remote.name,
+                remote.name[:64],
                 name,
             )
         taken.add(name)
