@@ -10,13 +10,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import mcp_types as types
 import pytest
 
 from tether.protocol.tools import McpServerSpec
 from tether.tools import BUILTIN_TOOL_NAMES, ToolContext
 from tether.tools.mcp import McpExecutor, McpManager
 from tether.tools.mcp.connection import MAX_LIST_PAGES, MAX_TOOLS
-from tether.tools.mcp.tools import MAX_RESULT_BYTES
+from tether.tools.mcp.tools import MAX_RESULT_BYTES, trim_tool
 
 from .test_mcp import alive, call, eventually, executor
 
@@ -316,3 +317,24 @@ async def test_a_name_clash_between_servers_goes_to_the_first_configured_and_is_
 
 def test_no_built_in_tool_name_has_the_separator_of_mcp_names():
     assert not [name for name in BUILTIN_TOOL_NAMES if "__" in name]
+
+
+def test_a_listed_tool_is_trimmed_and_one_with_a_huge_schema_is_left_out(
+    caplog: pytest.LogCaptureFixture,
+):
+    schema = {"type": "object", "properties": {f"p{n}": {"type": "string"} for n in range(5000)}}
+    huge = types.Tool(name="huge", input_schema=schema)
+    wordy = types.Tool(
+        name="wordy",
+        description="w" * 100_000,
+        input_schema={"type": "object"},
+        output_schema={"type": "object", "description": "o" * 100_000},
+    )
+
+    with caplog.at_level(logging.WARNING, logger="tether.tools.mcp.tools"):
+        assert trim_tool("h", huge) is None
+    assert "its input schema is" in caplog.text
+    trimmed = trim_tool("h", wordy)
+    assert trimmed is not None
+    assert trimmed.output_schema is None
+    assert trimmed.description is not None and len(trimmed.description) < 4200

@@ -33,6 +33,7 @@ from tether import __version__
 from tether.protocol.tools import McpServerSpec
 from tether.tools.mcp.guard import INVALID_ANSWER, Guard
 from tether.tools.mcp.stdio import stdio_transport
+from tether.tools.mcp.tools import trim_tool
 
 logger = logging.getLogger(__name__)
 
@@ -86,8 +87,8 @@ class McpConnection:
         return connection
 
     async def list_tools(self) -> list[types.Tool]:
-        """The tools the server offers: the pages of its list, up to :data:`MAX_LIST_PAGES`
-        pages (the rest is not asked for, and logged)."""
+        """The tools the server offers (trimmed: see :func:`trim_tool`): the pages of its list,
+        up to :data:`MAX_LIST_PAGES` pages (the rest is not asked for, and logged)."""
         session = self._require()
         tools: list[types.Tool] = []
         cursor: str | None = None
@@ -95,7 +96,8 @@ class McpConnection:
             for _ in range(MAX_LIST_PAGES):
                 params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
                 page = await self._watch(session.list_tools(params=params))
-                tools.extend(page.tools)
+                trimmed = (trim_tool(self.spec.name, tool) for tool in page.tools)
+                tools.extend(tool for tool in trimmed if tool is not None)
                 cursor = page.next_cursor
                 if not cursor or len(tools) > MAX_TOOLS:
                     return tools

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Collection
 from typing import Any
@@ -13,6 +14,8 @@ from tether.protocol.tools import ToolKind, ToolSpec
 from tether.tools.base import ToolResult
 from tether.tools.run_command import CappedOutput
 from tether.tools.sandbox import format_size
+
+logger = logging.getLogger(__name__)
 
 MAX_NAME = 64
 MAX_RESULT_BYTES = 64 * 1024  # of a result's text, as the model reads it
@@ -45,20 +48,33 @@ def tool_kind(tool: types.Tool) -> ToolKind:
     return ToolKind.EXECUTE
 
 
-def tool_spec(name: str, server: str, tool: types.Tool) -> ToolSpec:
-    """The spec the model sees: the server's description (cut at
-    :data:`MAX_DESCRIPTION_CHARS`) and input schema; a ValueError for a schema over
-    :data:`MAX_SCHEMA_BYTES`."""
-    description = tool.description or tool.title or f"{tool.name} (from MCP server {server})"
-    if len(description) > MAX_DESCRIPTION_CHARS:
-        description = description[:MAX_DESCRIPTION_CHARS] + "… [description cut]"
-    parameters: dict[str, Any] = dict(tool.input_schema or {"type": "object"})
-    size = len(json.dumps(parameters, ensure_ascii=False).encode())
+def trim_tool(server: str, tool: types.Tool) -> types.Tool | None:
+    """``tool`` as tether keeps it: its description cut at :data:`MAX_DESCRIPTION_CHARS`, its
+    output schema (unused) left out; ``None``, logged, when its input schema is over
+    :data:`MAX_SCHEMA_BYTES`. So what a server's listing leaves in memory is bounded per tool."""
+    schema = tool.input_schema or {"type": "object"}
+    size = len(json.dumps(schema, ensure_ascii=False).encode())
     if size > MAX_SCHEMA_BYTES:
-        raise ValueError(
-            f"its input schema is {format_size(size)}, over the limit of "
-            f"{format_size(MAX_SCHEMA_BYTES)}"
+        logger.warning(
+            "MCP server %s: skipping tool %r (its input schema is %s, over the limit of %s)",
+            server,
+            tool.name[:64],
+            format_size(size),
+            format_size(MAX_SCHEMA_BYTES),
         )
+        return None
+    description = tool.description
+    if description is not None and len(description) > MAX_DESCRIPTION_CHARS:
+        description = description[:MAX_DESCRIPTION_CHARS] + "… [description cut]"
+    title = tool.title[:MAX_DESCRIPTION_CHARS] if tool.title else tool.title
+    update = {"description": description, "title": title, "output_schema": None}
+    return tool.model_copy(update=update)
+
+
+def tool_spec(name: str, server: str, tool: types.Tool) -> ToolSpec:
+    """The spec the model sees: the server's description and input schema."""
+    description = tool.description or tool.title or f"{tool.name} (from MCP server {server})"
+    parameters: dict[str, Any] = dict(tool.input_schema or {"type": "object"})
     return ToolSpec(name=name, description=description, parameters=parameters, kind=tool_kind(tool))
 
 
