@@ -122,3 +122,11 @@ def test_requests_from_the_server_pass_while_few_wait_for_an_answer() -> None:
     guard.outbound(SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id="r0", result={})))
     assert guard.inbound(line(id="r3", method="ping")) is not None
     assert guard.dropped_requests == 1
+
+
+def test_deeply_nested_json_is_dropped_not_raised() -> None:
+    guard = Guard("s")
+    nested = b'{"jsonrpc": "2.0", "id": 1, "result": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+
+    assert guard.inbound(nested) is None
+    assert guard.invalid == 1

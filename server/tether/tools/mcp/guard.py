@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
+import orjson
 from anyio.abc import ByteReceiveStream
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
@@ -122,18 +123,22 @@ class Guard:
         if not line.strip():
             return None
         try:
-            data = json.loads(line)
-        except ValueError:
+            data = orjson.loads(line)  # refuses nesting deeper than 1024 levels
+        except orjson.JSONDecodeError:
             self._reject(f"a line that is not JSON ({_clip(line)})")
             return None
         if not isinstance(data, dict):
             self._reject(f"JSON that is not an object ({_clip(line)})")
             return None
-        if "method" not in data:
-            return self._answer(data, line)
-        if not self._admit(data):
+        try:
+            if "method" not in data:
+                return self._answer(data, line)
+            if not self._admit(data):
+                return None
+            return self._validated(data, line)
+        except RecursionError:  # pydantic on deeply nested content
+            self._reject(f"a message nested too deeply ({_clip(line)})")
             return None
-        return self._validated(data, line)
 
     def outbound(self, message: SessionMessage) -> None:
         """Note an answer tether sends to one of the server's requests."""
