@@ -216,6 +216,7 @@ class Backend:
         return self._mcp
 
     async def _tools(self, config: TetherConfig, session_id: str, workspace: Path) -> ToolExecutor:
+        from tether.kernel.kernel import sandbox_policy
         from tether.tools import builtin_registry, builtin_tools
 
         own = self._mcp is not None and self._mcp.has_session_servers(session_id)
@@ -227,6 +228,7 @@ class Backend:
             enabled=config.tools.enabled,
             session_id=session_id,
             workspace=workspace,
+            sandbox=sandbox_policy(config, mcp=True),
         )
 
     def _remember_mcp_servers(self, session: Session, params: CreateSessionParams) -> None:

@@ -46,6 +46,8 @@ ENV_VARS: Final[Mapping[str, str]] = MappingProxyType(
         "TETHER_BASE_URL": "provider.base_url",
         "TETHER_MAX_ITERATIONS": "kernel.max_iterations",
         "TETHER_APPROVAL": "tools.approval",
+        "TETHER_SANDBOX": "tools.sandbox",
+        "TETHER_SANDBOX_NETWORK": "tools.sandbox_network",
         "TETHER_SESSIONS_STORE": "sessions.store",
         "TETHER_SESSIONS_PATH": "sessions.path",
         "TETHER_SESSIONS_TTL": "sessions.ttl",
@@ -70,6 +72,7 @@ class _Section(BaseModel):
 
 
 ProviderType = Literal["openai", "anthropic", "scripted"]
+SandboxMode = Literal["workspace-write", "read-only", "off"]
 PROVIDER_TYPES: tuple[str, ...] = get_args(ProviderType)
 
 
@@ -111,6 +114,21 @@ class ToolsConfig(_Section):
     enabled: list[str] | None = Field(default=None, description="None: every tool")
     approval: Literal["ask", "auto", "deny"] = "ask"
     mcp_servers: list[McpServerConfig] = Field(default_factory=list)
+    sandbox: SandboxMode = Field(
+        default="workspace-write", description="the OS sandbox of run_command (Landlock)"
+    )
+    sandbox_network: bool = Field(
+        default=False, description="whether sandboxed commands may open TCP connections"
+    )
+    sandbox_readable: list[str] = Field(
+        default_factory=list, description="more paths sandboxed commands may read"
+    )
+    sandbox_writable: list[str] = Field(
+        default_factory=list, description="more paths sandboxed commands may write"
+    )
+    mcp_sandbox: SandboxMode = Field(
+        default="off", description="the OS sandbox of MCP servers tether starts (network allowed)"
+    )
 
     _unique_servers = field_validator("mcp_servers")(unique_server_names)
 
@@ -288,6 +306,9 @@ WORKSPACE_REFUSED: Final[Mapping[str, str]] = MappingProxyType(
         "tools.mcp_servers": "a repository could run any command, or reach any server",
         "tools.sandbox": "a repository could let commands out of the sandbox",
         "tools.sandbox_network": "a repository could let commands reach the network",
+        "tools.sandbox_readable": "a repository could let commands read your files",
+        "tools.sandbox_writable": "a repository could let commands write your files",
+        "tools.mcp_sandbox": "a repository could let MCP servers out of the sandbox",
         "sessions.store": "a repository could send your sessions elsewhere",
         "sessions.path": "a repository could send your sessions elsewhere",
         "sessions.ttl": "a repository could delete your sessions of every workspace",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from pathlib import Path
@@ -88,3 +89,38 @@ async def test_cancelling_a_run_mid_command_kills_the_command_and_records_cancel
     assert [m["role"] for m in history] == ["user", "assistant", "tool"]
     assert history[2]["content"] == "cancelled"
     assert await all_gone(pids)
+
+
+async def test_a_command_cannot_read_the_api_key_from_the_servers_environment(
+    tmp_path: Path,
+) -> None:
+    from tether.tools.confinement import landlock_abi
+
+    if landlock_abi() == 0:
+        pytest.skip("the kernel has no Landlock")
+    key = "sk-e2e-" + os.urandom(12).hex()
+    project = tmp_path / "project"
+    project.mkdir()
+    command = "cat /proc/$PPID/environ | tr '\\0' '\\n'; grep -a -r OPENAI /proc/$PPID/ 2>&1"
+    turns: list[dict[str, Any]] = [
+        {"toolCalls": [{"id": "c1", "name": "run_command", "arguments": {"command": command}}]},
+        {"text": "done"},
+    ]
+    connection = await start_scripted(
+        project, turns, env={"OPENAI_API_KEY": key}, tools={"approval": "auto"}
+    )
+    events: list[dict[str, Any]] = []
+    try:
+        sid = (await connection.request("session/create", {}))["sessionId"]
+        result = await connection.request("kernel/run", {"sessionId": sid, "prompt": "look"})
+        history = await connection.request("session/messages", {"sessionId": sid})
+        while not connection.notifications.empty():
+            events.append(connection.notifications.get_nowait()[1])
+    finally:
+        await connection.close()
+    (call,) = result["toolCalls"]
+    assert call["isError"]
+    assert "sandbox: workspace-write, no network" in call["result"].splitlines()[0]
+    assert "Permission denied" in call["result"]
+    assert any(e["event"].get("progress", "").startswith("sandbox:") for e in events)
+    assert key not in json.dumps([result, history, events])

@@ -26,6 +26,7 @@ from tether.sessions.ids import uuid7
 from tether.sessions.store import SessionStore
 from tether.sessions.workspaces import local_path
 from tether.tools.base import ToolContext, ToolExecutor
+from tether.tools.confinement import SandboxPolicy
 
 ProviderFactory = Callable[[ProviderConfig], Provider]
 MemoryLoader = Callable[[Path, list[str]], str]
@@ -145,6 +146,7 @@ class Kernel:
                 run_id=run_id,
                 state=StoreState(self._store, session.session_id),
                 hidden_env=_hidden_env(config),
+                sandbox=sandbox_policy(config),
             ),
             model=provider_config.model or "",
             system=system,
@@ -171,6 +173,18 @@ def _hidden_env(config: TetherConfig) -> frozenset[str]:
     """Environment variables tools must not pass on: the one holding the provider's API key."""
     name = config.provider.api_key_env
     return frozenset({name}) if name else frozenset()
+
+
+def sandbox_policy(config: TetherConfig, *, mcp: bool = False) -> SandboxPolicy:
+    """The OS sandbox of commands (``tools.sandbox``), or with ``mcp`` of the MCP servers
+    tether starts (``tools.mcp_sandbox``, network allowed)."""
+    tools = config.tools
+    return SandboxPolicy(
+        mode=tools.mcp_sandbox if mcp else tools.sandbox,
+        network=mcp or tools.sandbox_network,
+        readable=tuple(tools.sandbox_readable),
+        writable=tuple(tools.sandbox_writable),
+    )
 
 
 def _system_prompt(prompt: str | None, memory: str) -> str | None:

@@ -5,7 +5,8 @@ Hierarchy::
     tether.protocol.ConfigError   -32013  a configured memory path that is missing, not a file
     │                                     or directory, or (workspace-relative) resolves outside
     └── MemoryLoadError                   a memory file that cannot be used: unreadable, not
-                                          UTF-8, linking outside, or memory over the size cap
+                                          UTF-8, linking outside (a symlink, or
+                                          hard links not all inside), or memory over the size cap
 
 Both carry ``data = {"key": "memory.paths", "path": <the configured path or file>}``; catching
 ``ConfigError`` catches both.

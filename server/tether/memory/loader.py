@@ -6,7 +6,9 @@ recursively without entering hidden directories or symlinked ones. Entries come 
 ``memory.paths``, and within a directory sorted by path; a file reached twice is used once.
 
 A workspace-relative path, and every entry found through it, must stay inside the workspace even
-through symlinks: a repository cannot pull files from elsewhere into the prompt.
+through symlinks, and a file found through it that has several hard links is read only when all
+of them are inside the workspace (:mod:`tether.tools.links`): a repository cannot pull files from
+elsewhere into the prompt.
 
 The default path (``.tether/memory``) may be missing; any other configured path that is missing is
 a :class:`ConfigError`, and a file that cannot be read is a :class:`MemoryLoadError`.
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 
 from tether.memory.errors import MemoryLoadError, bad_path
+from tether.tools.links import LinkCensus
 
 DEFAULT_MEMORY_PATH = ".tether/memory"  # the default of ``MemoryConfig.paths``
 DEFAULT_MAX_MEMORY_BYTES = 64 * 1024
@@ -52,26 +55,29 @@ def read_memory(
 ) -> list[MemoryEntry]:
     """The non-empty memory entries under ``paths``, in prompt order."""
     root = Path(os.path.realpath(workspace))
+    census = LinkCensus(root)
     entries: list[MemoryEntry] = []
     seen: set[Path] = set()
     remaining = max_bytes
     for configured in paths:
-        for real, name in _entry_files(root, configured):
+        in_workspace, files = _entry_files(root, configured)
+        for real, name in files:
             if real in seen:
                 continue
             seen.add(real)
-            text, size = _read(real, name, remaining, max_bytes)
+            text, size = _read(real, name, remaining, max_bytes, census if in_workspace else None)
             remaining -= size
             if text.strip():
                 entries.append(MemoryEntry(name=name, path=real, text=text))
     return entries
 
 
-def _entry_files(root: Path, configured: str) -> list[tuple[Path, str]]:
-    """The (real path, name) of each file that ``configured`` contributes, in order."""
+def _entry_files(root: Path, configured: str) -> tuple[bool, list[tuple[Path, str]]]:
+    """Whether ``configured`` is workspace-relative, and the (real path, name) of each file it
+    contributes, in order."""
     in_workspace, real = _resolve(root, configured)
     if real is None:
-        return []
+        return in_workspace, []
     if real.is_dir():
         found = sorted(_markdown_files(real, configured), key=lambda item: item[0])
         files = [(Path(os.path.realpath(path)), path, rel) for rel, path in found]
@@ -90,7 +96,7 @@ def _entry_files(root: Path, configured: str) -> list[tuple[Path, str]]:
         else:
             name = f"{configured.rstrip('/')}/{rel}" if rel else configured
         result.append((target, name))
-    return result
+    return in_workspace, result
 
 
 def _resolve(root: Path, configured: str) -> tuple[bool, Path | None]:
@@ -133,13 +139,23 @@ def _markdown_files(directory: Path, configured: str) -> Iterator[tuple[str, str
                     yield PurePath(os.path.relpath(path, directory)).as_posix(), path
 
 
-def _read(real: Path, name: str, remaining: int, max_bytes: int) -> tuple[str, int]:
-    """The text of a memory file and its size in bytes, within the ``remaining`` budget."""
+def _read(
+    real: Path, name: str, remaining: int, max_bytes: int, census: LinkCensus | None
+) -> tuple[str, int]:
+    """The text of a memory file and its size in bytes, within the ``remaining`` budget;
+    with ``census``, a file whose hard links are not all inside the workspace is refused."""
     try:
         fd = os.open(real, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
         with os.fdopen(fd, "rb") as file:
-            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            info = os.fstat(file.fileno())
+            if not stat.S_ISREG(info.st_mode):
                 raise MemoryLoadError(f"memory file {name} is not a regular file", name)
+            if census is not None and not census.all_inside(info):
+                raise MemoryLoadError(
+                    f"memory file {name} has {info.st_nlink} hard links and only "
+                    f"{census.inside(info)} of them are inside the workspace; refused",
+                    name,
+                )
             data = file.read(remaining + 1)
     except OSError as exc:
         raise MemoryLoadError(f"cannot read memory file {name}: {exc.strerror}", name) from None

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from tether.protocol.tools import ToolSpec
+from tether.tools.confinement import SandboxPolicy
 
 
 def _no_progress(message: str) -> None:
@@ -46,6 +47,8 @@ class ToolContext:
     hidden_env: frozenset[str] = frozenset()
     # the user approved this call knowing it writes to a protected path (Tool.protected)
     protected_approved: bool = False
+    # the OS sandbox commands run in (``tools.sandbox``)
+    sandbox: SandboxPolicy = field(default_factory=SandboxPolicy)
 
 
 @dataclass(frozen=True)

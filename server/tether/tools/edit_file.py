@@ -74,6 +74,7 @@ def edit_file(
         info = inspect(parent, path)
         if info is None:
             raise ToolError(f"no such file or directory: {path}")
+        sandbox.check_links(info, path)
         data = read_entry(parent, info, path, limit=sandbox.max_file_bytes)
         if is_binary(data):
             raise ToolError(

@@ -8,10 +8,17 @@ cancelled, the whole process tree is killed (:func:`tether.tools.processes.kill_
 environment is marked so that processes which left the group and lost their parent are found).
 The result says so when processes still hold the output open after that: they could not be found.
 
-This is not a sandbox: the command can do whatever the user running tether can, which is why the
-tool's kind is ``execute`` (it needs the user's approval). Only the working directory is checked
-to lie inside the workspace, and environment variables whose names look secret, or that the context
-hides (``ToolContext.hidden_env``: the provider's API key variable), are not passed on.
+The command runs in the OS sandbox of ``ToolContext.sandbox`` (``tools.sandbox``, see
+:mod:`tether.tools.confinement`): by default it may write only in the workspace and in a private
+``TMPDIR``, read the system but not the rest of ``$HOME``, reach no process outside it, and open
+no network connection. The policy is reported as the call's progress and in its result; a
+failed command whose output reports a refused access gets a note saying what the sandbox allows
+and how to allow more. Where Landlock is missing, or with ``tools.sandbox = "off"``, the command
+can do whatever the user running tether can, which is why the tool's kind is ``execute`` (it
+needs the user's approval) either way. Environment variables whose names look secret, or that
+the context hides (``ToolContext.hidden_env``: the provider's API key variable), are not passed
+on; that alone would not keep them secret, since an unconfined command can read tether's own
+environment in ``/proc``.
 """
 
 from __future__ import annotations
@@ -20,9 +27,11 @@ import asyncio
 import contextlib
 import os
 import re
+import shutil
 import signal
+import tempfile
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +39,7 @@ from pydantic import Field
 
 from tether.protocol.tools import ToolKind
 from tether.tools.base import ToolContext, ToolError, ToolResult
+from tether.tools.confinement import SandboxPolicy, denial_note, wrap
 from tether.tools.processes import MARK_VARIABLE, kill_tree, new_mark
 from tether.tools.sandbox import Sandbox, format_size
 from tether.tools.typed import ToolArguments, TypedTool
@@ -83,21 +93,64 @@ class RunCommand(TypedTool[RunCommandArguments]):
         mark = new_mark()
         environment = child_environment(os.environ, context.hidden_env)
         environment[MARK_VARIABLE] = mark
-        transport, capture = await _spawn(argv, cwd, output, environment, mark)
-        try:
-            outcome = await _supervise(transport.get_pid(), mark, capture, args.timeout)
-            code = transport.get_returncode()
-        finally:
-            transport.close()
-        return _result(outcome, code, output, args.timeout, time.monotonic() - started)
+        policy = context.sandbox
+        context.progress(policy.describe())
+        async with _launch(policy, argv, context.workspace, cwd, environment) as launch:
+            transport, capture = await _spawn(launch, argv[0], cwd, output, environment, mark)
+            try:
+                outcome = await _supervise(transport.get_pid(), mark, capture, args.timeout)
+                code = transport.get_returncode()
+            finally:
+                transport.close()
+        elapsed = time.monotonic() - started
+        return _result(outcome, code, output, args.timeout, elapsed, policy)
+
+
+@contextlib.asynccontextmanager
+async def _launch(
+    policy: SandboxPolicy,
+    argv: list[str],
+    workspace: Path,
+    cwd: Path,
+    environment: dict[str, str],
+) -> AsyncIterator[list[str]]:
+    """The argv that runs the command under ``policy``. A confined command gets a temporary
+    directory of its own (``TMPDIR``, ``TMP``, ``TEMP``), removed when it ends; its program
+    is looked up first, so that a missing one is reported as such rather than by the wrapper."""
+    if not policy.confines:
+        yield argv
+        return
+    tmpdir = await asyncio.to_thread(_prepare, argv[0], cwd, environment)
+    try:
+        yield wrap(policy, argv, workspace=workspace, tmpdir=tmpdir, environ=environment)
+    finally:
+        await asyncio.to_thread(shutil.rmtree, tmpdir, ignore_errors=True)
+
+
+def _prepare(program: str, cwd: Path, environment: dict[str, str]) -> Path:
+    if "/" in program:
+        found = (cwd / program).exists()
+    else:
+        found = shutil.which(program, path=environment.get("PATH", os.defpath)) is not None
+    if not found:
+        raise ToolError(f"command not found: {program}")
+    tmpdir = Path(tempfile.mkdtemp(prefix="tether-command-"))
+    for name in ("TMPDIR", "TMP", "TEMP"):
+        environment[name] = str(tmpdir)
+    return tmpdir
 
 
 async def _spawn(
-    argv: list[str], cwd: Path, output: CappedOutput, environment: dict[str, str], mark: str
+    argv: list[str],
+    program: str,
+    cwd: Path,
+    output: CappedOutput,
+    environment: dict[str, str],
+    mark: str,
 ) -> tuple[asyncio.SubprocessTransport, _Capture]:
-    """Start the command. The start is shielded: the process may run before its pipes are
-    connected, so a cancellation that arrives meanwhile waits for the start, then kills the
-    whole tree (asyncio alone would kill only the first process)."""
+    """Start the command (``program`` names it in errors). The start is shielded: the process
+    may run before its pipes are connected, so a cancellation that arrives meanwhile waits for
+    the start, then kills the whole tree (asyncio alone would kill only the first process)."""
     loop = asyncio.get_running_loop()
     starting = asyncio.ensure_future(
         loop.subprocess_exec(
@@ -122,10 +175,10 @@ async def _spawn(
             transport.close()
         raise
     except FileNotFoundError:
-        raise ToolError(f"command not found: {argv[0]}") from None
+        raise ToolError(f"command not found: {program}") from None
     except (OSError, ValueError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ToolError(f"cannot run {argv[0]}: {reason}") from None
+        raise ToolError(f"cannot run {program}: {reason}") from None
 
 
 class _Capture(asyncio.SubprocessProtocol):
@@ -245,7 +298,12 @@ class CappedOutput:
 
 
 def _result(
-    outcome: _Outcome, code: int | None, output: CappedOutput, timeout: float, elapsed: float
+    outcome: _Outcome,
+    code: int | None,
+    output: CappedOutput,
+    timeout: float,
+    elapsed: float,
+    policy: SandboxPolicy,
 ) -> ToolResult:
     if outcome.how == "timeout" and outcome.held_open:
         status = f"timed out after {timeout:g} s: the command and the processes found were killed"
@@ -264,13 +322,17 @@ def _result(
     elif outcome.how == "exited-leftovers":
         status += " (processes it left running with the output open were killed)"
     is_error = outcome.how == "timeout" or code != 0
-    lines = [f"{status} ({elapsed:.1f} s)"]
+    lines = [f"{status} ({elapsed:.1f} s; {policy.describe()})"]
+    text = output.text()
     if output.total:
         cut = f", {format_size(output.cut)} cut" if output.cut else ""
         lines.append(f"output ({format_size(output.total)}{cut}):")
-        lines.append(output.text())
+        lines.append(text)
     else:
         lines.append("(no output)")
+    note = denial_note(policy, text) if is_error else None
+    if note is not None:
+        lines.append(note if text.endswith("\n") or not output.total else f"\n{note}")
     return ToolResult("\n".join(lines), is_error=is_error)
 
 

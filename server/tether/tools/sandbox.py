@@ -8,7 +8,10 @@ Rules (each refusal is a :class:`ToolError` the model reads):
   absolute paths elsewhere and symlinks (or symlinked parents, or chains) pointing out are refused;
 - a NUL byte is refused before anything touches the filesystem;
 - a file is read only if it is a regular file (never a device, FIFO or socket) no larger than a
-  size cap.
+  size cap;
+- a file with more than one hard link is read or written only if all of its links are inside the
+  root (:mod:`tether.tools.links`): a hard link is the same file under another name, which
+  resolving symlinks cannot see.
 
 Reading is race-free on POSIX: the resolved path is opened one component at a time from a
 descriptor of the root, refusing to follow any symlink, so a path that becomes a symlink between
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tether.tools.base import ToolError
+from tether.tools.links import LinkCensus
 
 DEFAULT_MAX_FILE_BYTES = 8 * 1024 * 1024
 
@@ -65,6 +69,16 @@ class Sandbox:
         if not self.root.is_dir():
             raise ToolError(f"the workspace root is not a directory: {root}")
         self.max_file_bytes = max_file_bytes
+        self.links = LinkCensus(self.root)
+
+    def check_links(self, info: os.stat_result, shown: str) -> None:
+        """Refuse the regular file ``info`` describes when some of its hard links are not
+        inside the root (a single link: nothing to check)."""
+        if info.st_nlink <= 1 or not stat.S_ISREG(info.st_mode):
+            return
+        inside = self.links.inside(info)
+        if inside < info.st_nlink:
+            raise LinkedFileError(shown, links=info.st_nlink, inside=inside)
 
     def resolve(self, path: str | os.PathLike[str], *, must_exist: bool = True) -> Path:
         """The real path (symlinks resolved) that ``path`` names inside the root.
@@ -134,6 +148,7 @@ class Sandbox:
                 raise ToolError(f"{shown} is not a regular file (a device, FIFO or socket)")
             if info.st_size > limit:
                 raise _too_large(shown, info.st_size, limit)
+            self.check_links(info, shown)
             data = _read_at_most(fd, limit + 1)  # the file may have grown since fstat
         finally:
             os.close(fd)
@@ -238,6 +253,19 @@ class Sandbox:
             if not stat.S_ISDIR(mode) and not stat.S_ISLNK(mode):
                 return ancestor
         return None
+
+
+class LinkedFileError(ToolError):
+    """A file with hard links that were not all found inside the workspace."""
+
+    def __init__(self, shown: str, *, links: int, inside: int) -> None:
+        super().__init__(
+            f"access denied: {shown} has {links} hard links and only {inside} of them "
+            "were found inside the workspace, so it is also a file outside it; the file tools "
+            "read and write a file with several links only when all of them are inside"
+        )
+        self.links = links
+        self.inside = inside
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from pydantic import Field
 
 from tether.protocol.tools import ToolKind
 from tether.tools.base import ToolContext, ToolError, ToolResult
-from tether.tools.sandbox import Sandbox, format_size
+from tether.tools.sandbox import LinkedFileError, Sandbox, format_size
 from tether.tools.text import clip, decode, is_binary, split_lines
 from tether.tools.typed import ToolArguments, TypedTool
 from tether.tools.walk import Glob, WalkedFile, run_in_thread, walk_files
@@ -80,7 +80,7 @@ class _Search:
         self.matches: list[str] = []
         self.size = 0
         self.full = False  # limit or output cap reached
-        self.skipped = {"binary": 0, "large": 0, "unreadable": 0}
+        self.skipped = {"binary": 0, "large": 0, "unreadable": 0, "linked": 0}
         self.deadline = time.monotonic() + TIME_BUDGET_SECONDS
         self.timed_out = False
 
@@ -90,6 +90,9 @@ class _Search:
             return
         try:
             data = self.sandbox.read_bytes(file.path, max_bytes=MAX_SEARCH_FILE_BYTES)
+        except LinkedFileError:
+            self.skipped["linked"] += 1
+            return
         except ToolError:
             self.skipped["unreadable"] += 1
             return
@@ -130,6 +133,7 @@ class _Search:
             f"{counts['binary']} binary": counts["binary"],
             f"{counts['large']} over {format_size(MAX_SEARCH_FILE_BYTES)}": counts["large"],
             f"{counts['unreadable']} unreadable": counts["unreadable"],
+            f"{counts['linked']} with hard links outside the workspace": counts["linked"],
         }
         kept = [text for text, count in kinds.items() if count]
         if kept:
@@ -137,15 +141,17 @@ class _Search:
         return notes
 
 
-def _size(path: Path, shown: str) -> int:
+def _walked(sandbox: Sandbox, target: Path, shown: str) -> WalkedFile:
     try:
-        return os.stat(path).st_size
+        info = os.stat(target)
     except OSError as exc:
         raise ToolError(f"cannot search {shown}: {exc.strerror or exc}") from None
+    return WalkedFile.of(sandbox.relative(target), str(target), info)
 
 
 def _search(args: SearchTextArguments, workspace: Path, stop: threading.Event) -> ToolResult:
     sandbox = Sandbox(workspace)
+    sandbox.links.stop = stop
     regex = _compile(args.pattern, args.ignore_case)
     glob = Glob.compile(args.glob) if args.glob is not None else None
     target = sandbox.resolve(args.path)
@@ -154,7 +160,15 @@ def _search(args: SearchTextArguments, workspace: Path, stop: threading.Event) -
         walk = walk_files(sandbox.root, target, glob=glob, max_entries=MAX_SCANNED, stop=stop)
         files, complete = walk.files, walk.complete
     else:
-        files = [WalkedFile(sandbox.relative(target), str(target), _size(target, args.path))]
+        files = [_walked(sandbox, target, args.path)]
+    # one walk of the workspace for the hard links of every file that has several
+    sandbox.links.count(
+        {
+            file.key: file.links
+            for file in files
+            if file.links > 1 and file.size <= MAX_SEARCH_FILE_BYTES
+        }
+    )
     search = _Search(sandbox, regex, args.limit)
     for file in files:
         if stop.is_set() or search.full:

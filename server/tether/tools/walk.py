@@ -168,6 +168,12 @@ class WalkedFile:
     rel: str  # relative to the workspace root, '/'-separated
     path: str  # absolute
     size: int
+    links: int = 1  # st_nlink: hard links (see tether.tools.links)
+    key: tuple[int, int] = (0, 0)  # (st_dev, st_ino)
+
+    @classmethod
+    def of(cls, rel: str, path: str, info: os.stat_result) -> WalkedFile:
+        return cls(rel, path, info.st_size, info.st_nlink, (info.st_dev, info.st_ino))
 
 
 @dataclass
@@ -216,7 +222,7 @@ def _visit(
             if entry.name not in IGNORED_DIRS:
                 stack.append((entry.path, rel + "/"))
         elif entry.is_file(follow_symlinks=False) and (glob is None or glob.matches(rel)):
-            size = entry.stat(follow_symlinks=False).st_size
-            walk.files.append(WalkedFile(prefix + rel, entry.path, size))
+            info = entry.stat(follow_symlinks=False)
+            walk.files.append(WalkedFile.of(prefix + rel, entry.path, info))
     except OSError:  # vanished meanwhile
         return

@@ -65,6 +65,8 @@ def write_file(
     rel = sandbox.relative(real)
     with sandbox.open_parent(real, shown=path, create=True) as parent:
         info = inspect(parent, path)
+        if info is not None:
+            sandbox.check_links(info, path)
         old: bytes | None = None
         if info is not None and info.st_size <= MAX_DIFF_INPUT_BYTES:
             old = read_entry(parent, info, path, limit=MAX_DIFF_INPUT_BYTES)

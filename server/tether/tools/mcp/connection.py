@@ -4,7 +4,8 @@ The SDK's transports and ``ClientSession`` are anyio context managers that must 
 left in the same task, while a connection outlives the run that opened it. So a dedicated task
 enters them, hands the session over, and holds them open until :meth:`McpConnection.aclose`;
 calls are made from any task. Leaving the stdio transport closes the server's stdin and, after a
-grace period, kills its process group (the SDK bounds every wait).
+grace period, kills its process group (every wait is bounded). A stdio server's messages pass a
+:class:`~tether.tools.mcp.guard.Guard` (:mod:`tether.tools.mcp.stdio`).
 
 The server's stderr goes to tether's stderr, never to its stdout (which carries protocol frames).
 """
@@ -14,25 +15,36 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 import httpx2
 import mcp_types as types
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import ClientSession
 from mcp.client._transport import TransportStreams
+from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
 from tether import __version__
 from tether.protocol.tools import McpServerSpec
+from tether.tools.confinement import McpSandbox, wrap
+from tether.tools.mcp.guard import INVALID_ANSWER, Guard
+from tether.tools.mcp.stdio import stdio_transport
+from tether.tools.mcp.tools import trim_tool
 
 logger = logging.getLogger(__name__)
 
 START_TIMEOUT = 30.0  # seconds to start a server, initialize it and list its tools
+PING_TIMEOUT = 5.0  # seconds a server has to answer a ping after one of its calls timed out
+MAX_TOOLS = 128  # tools taken from one server
+MAX_LIST_PAGES = 16  # pages of tools/list read from one server
 CLOSE_TIMEOUT = 10.0  # the SDK's own shutdown takes at most about 6 s
 HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
 CONNECTION_CLOSED = types.CONNECTION_CLOSED
@@ -43,6 +55,7 @@ T = TypeVar("T")
 
 __all__ = [
     "CONNECTION_CLOSED",
+    "INVALID_ANSWER",
     "REQUEST_TIMEOUT",
     "MCPError",
     "McpConnection",
@@ -54,18 +67,23 @@ __all__ = [
 class McpConnection:
     """A running, initialized MCP server. ``stopped`` turns true when it is found gone."""
 
-    def __init__(self, spec: McpServerSpec, cwd: Path) -> None:
+    def __init__(self, spec: McpServerSpec, cwd: Path, sandbox: McpSandbox | None = None) -> None:
         self.spec = spec
         self.cwd = cwd
+        self.sandbox = sandbox
         self.stopped = False
+        self.guard = Guard(spec.name)
         self._session: ClientSession | None = None
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     @classmethod
-    async def open(cls, spec: McpServerSpec, cwd: Path) -> McpConnection:
-        """Start the server and initialize it; raises (after cleaning up) when that fails."""
-        connection = cls(spec, cwd)
+    async def open(
+        cls, spec: McpServerSpec, cwd: Path, sandbox: McpSandbox | None = None
+    ) -> McpConnection:
+        """Start the server and initialize it; raises (after cleaning up) when that fails.
+        A stdio server runs in ``sandbox`` when one is given (and Landlock is there)."""
+        connection = cls(spec, cwd, sandbox)
         ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
         connection._task = asyncio.create_task(connection._hold(ready), name=f"mcp {spec.name}")
         try:
@@ -77,18 +95,26 @@ class McpConnection:
         return connection
 
     async def list_tools(self) -> list[types.Tool]:
-        """Every tool the server offers (all pages)."""
+        """The tools the server offers (trimmed: see :func:`trim_tool`): the pages of its list,
+        up to :data:`MAX_LIST_PAGES` pages (the rest is not asked for, and logged)."""
         session = self._require()
         tools: list[types.Tool] = []
         cursor: str | None = None
         async with asyncio.timeout(START_TIMEOUT):
-            while True:
+            for _ in range(MAX_LIST_PAGES):
                 params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
                 page = await self._watch(session.list_tools(params=params))
-                tools.extend(page.tools)
+                trimmed = (trim_tool(self.spec.name, tool) for tool in page.tools)
+                tools.extend(tool for tool in trimmed if tool is not None)
                 cursor = page.next_cursor
-                if not cursor:
+                if not cursor or len(tools) > MAX_TOOLS:
                     return tools
+        logger.warning(
+            "MCP server %s: its list of tools goes on past %d pages; the rest is not read",
+            self.spec.name,
+            MAX_LIST_PAGES,
+        )
+        return tools
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], progress: Progress
@@ -103,6 +129,17 @@ class McpConnection:
                 progress_callback=progress,
             )
         )
+
+    async def ping(self) -> bool:
+        """Whether the server answers a ping within :data:`PING_TIMEOUT` seconds (or its call
+        timeout, when that is shorter)."""
+        try:
+            session = self._require()
+            async with asyncio.timeout(min(PING_TIMEOUT, self.spec.timeout)):
+                await self._watch(session.send_ping())
+        except Exception:
+            return False
+        return True
 
     async def aclose(self) -> None:
         """Stop the server (its process, for stdio) and release the transport."""
@@ -168,11 +205,31 @@ class McpConnection:
                 yield streams
             return
         assert spec.command is not None
-        params = StdioServerParameters(
-            command=spec.command, args=spec.args, env=spec.env or None, cwd=self.cwd
-        )
-        async with stdio_client(params, errlog=_stderr()) as streams:
+        argv, env = [spec.command, *spec.args], dict(spec.env)
+        if self.sandbox is not None and self.sandbox.policy.confines:
+            argv, env = await _confined(argv, env, self.sandbox, stack)
+        async with stdio_transport(
+            argv[0], argv[1:], env=env, cwd=self.cwd, errlog=_stderr(), guard=self.guard
+        ) as streams:
             yield streams
+
+
+async def _confined(
+    argv: list[str], env: dict[str, str], sandbox: McpSandbox, stack: contextlib.AsyncExitStack
+) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment that start the server through the Landlock wrapper,
+    with a temporary directory of its own (``TMPDIR``), removed once the server has stopped."""
+    tmpdir = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="tether-mcp-"))
+    stack.push_async_callback(asyncio.to_thread, shutil.rmtree, tmpdir, True)
+    env = {**env, "TMPDIR": str(tmpdir), "TMP": str(tmpdir), "TEMP": str(tmpdir)}
+    confined = wrap(
+        sandbox.policy,
+        argv,
+        workspace=sandbox.workspace,
+        tmpdir=tmpdir,
+        environ=get_default_environment() | env,
+    )
+    return confined, env
 
 
 def describe(exc: BaseException) -> str:
@@ -183,6 +240,10 @@ def describe(exc: BaseException) -> str:
         return "timed out"
     if isinstance(exc, MCPError):
         return exc.message
+    if isinstance(exc, ValidationError) and exc.error_count():
+        first = exc.errors(include_url=False, include_input=False)[0]
+        where = ".".join(str(part) for part in first["loc"])
+        return f"not a valid {exc.title}: {where + ': ' if where else ''}{first['msg']}"
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 

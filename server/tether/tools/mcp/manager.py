@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from tether.protocol.tools import McpServerSpec, ToolSpec
 from tether.tools.base import Tool, ToolContext, ToolResult
+from tether.tools.confinement import McpSandbox, SandboxPolicy
 from tether.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
     import mcp_types as types
 
-    from tether.tools.mcp.connection import McpConnection
+    from tether.tools.mcp.connection import McpConnection, MCPError
 
 logger = logging.getLogger(__name__)
 
@@ -36,14 +37,16 @@ SEPARATOR = "__"
 class McpServer:
     """One server: its connection while it runs, and the tools it listed last."""
 
-    def __init__(self, spec: McpServerSpec, cwd: Path) -> None:
+    def __init__(self, spec: McpServerSpec, cwd: Path, sandbox: McpSandbox | None = None) -> None:
         self.spec = spec
         self.cwd = cwd
+        self.sandbox = sandbox  # the OS sandbox of a stdio server (tools.mcp_sandbox)
         self.error: str | None = None  # why it is not running, when it is not
         self._connection: McpConnection | None = None
         self._tools: list[types.Tool] = []
         self._lock = asyncio.Lock()
         self._closed = False
+        self._stopping: set[asyncio.Future[None]] = set()  # connections being stopped
 
     @property
     def name(self) -> str:
@@ -73,7 +76,7 @@ class McpServer:
                 self._connection = None
                 await connection.aclose()
             try:
-                connection = await McpConnection.open(self.spec, self.cwd)
+                connection = await McpConnection.open(self.spec, self.cwd, self.sandbox)
             except Exception as exc:
                 self.error = f"it failed to start: {describe(exc)}"
                 logger.error("MCP server %s failed to start: %s", self.name, describe(exc))
@@ -92,8 +95,9 @@ class McpServer:
             return self._tools
 
     async def call(self, tool: str, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
-        """Forward a call; every failure is an error result."""
-        from tether.tools.mcp.connection import CONNECTION_CLOSED, REQUEST_TIMEOUT, MCPError
+        """Forward a call; every failure is an error result. The whole call (sending it
+        included: a server that does not read would hold the send) has ``timeout`` seconds."""
+        from tether.tools.mcp.connection import MCPError, describe
         from tether.tools.mcp.tools import render_result
 
         connection = self._connection
@@ -104,24 +108,70 @@ class McpServer:
         async def report(progress: float, total: float | None, message: str | None) -> None:
             context.progress(message or (f"{progress:g}/{total:g}" if total else f"{progress:g}"))
 
+        invalid = connection.guard.invalid
         try:
-            result = await connection.call_tool(tool, arguments, report)
+            async with asyncio.timeout(self.spec.timeout):
+                result = await connection.call_tool(tool, arguments, report)
+        except TimeoutError:
+            return await self._timed_out(connection, tool, invalid)
         except MCPError as exc:
-            if exc.code == CONNECTION_CLOSED:
-                self.error = f"it stopped while running {tool!r}"
-                logger.error("MCP server %s stopped while running %s", self.name, tool)
-                return ToolResult(
-                    f"MCP server {self.name!r} stopped (it crashed or exited) while running "
-                    f"{tool!r}; {_RESTART}",
-                    is_error=True,
-                )
-            if exc.code == REQUEST_TIMEOUT:
-                return ToolResult(
-                    f"{tool!r} on MCP server {self.name!r} timed out after {self.spec.timeout:g} s",
-                    is_error=True,
-                )
-            return ToolResult(f"MCP server {self.name!r} refused the call: {exc}", is_error=True)
+            return await self._refused(connection, tool, exc, invalid)
+        except Exception as exc:  # an answer the SDK could not take as a CallToolResult
+            logger.warning("MCP server %s: invalid result for %s: %s", self.name, tool, exc)
+            return ToolResult(
+                f"MCP server {self.name!r} sent an invalid result for {tool!r}: {describe(exc)}",
+                is_error=True,
+            )
         return render_result(result)
+
+    async def _refused(
+        self, connection: McpConnection, tool: str, exc: MCPError, invalid: int
+    ) -> ToolResult:
+        from tether.tools.mcp.connection import CONNECTION_CLOSED, INVALID_ANSWER, REQUEST_TIMEOUT
+
+        if exc.code == CONNECTION_CLOSED:
+            self.error = f"it stopped while running {tool!r}"
+            logger.error("MCP server %s stopped while running %s", self.name, tool)
+            return ToolResult(
+                f"MCP server {self.name!r} stopped (it crashed or exited) while running "
+                f"{tool!r}; {_RESTART}",
+                is_error=True,
+            )
+        if exc.code == REQUEST_TIMEOUT:
+            return await self._timed_out(connection, tool, invalid)
+        if exc.code == INVALID_ANSWER:
+            return ToolResult(
+                f"MCP server {self.name!r} sent an invalid answer to {tool!r}: {exc.message}",
+                is_error=True,
+            )
+        return ToolResult(f"MCP server {self.name!r} refused the call: {exc}", is_error=True)
+
+    async def _timed_out(self, connection: McpConnection, tool: str, invalid: int) -> ToolResult:
+        """The result of a call that timed out. A server that then does not answer a ping either
+        is stopped (and started again at the next run): its other calls fail at once instead of
+        each waiting out its timeout."""
+        message = f"{tool!r} on MCP server {self.name!r} timed out after {self.spec.timeout:g} s"
+        sent = connection.guard.invalid - invalid
+        if sent:
+            message += (
+                f"; meanwhile it sent {sent} invalid message(s), the last: "
+                f"{connection.guard.last_invalid}"
+            )
+        if not await connection.ping():
+            self.error = f"it stopped answering: {tool!r} timed out and a ping got no answer"
+            logger.error("MCP server %s stopped answering; stopping it", self.name)
+            self._stop(connection)
+            message += f"; the server does not answer a ping either, so it was stopped; {_RESTART}"
+        return ToolResult(message, is_error=True)
+
+    def _stop(self, connection: McpConnection) -> None:
+        """Stop ``connection`` in the background (it takes seconds); :meth:`aclose` awaits it."""
+        connection.stopped = True
+        if self._connection is connection:
+            self._connection = None
+        task = asyncio.ensure_future(connection.aclose())
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
 
     async def aclose(self) -> None:
         async with self._lock:
@@ -129,6 +179,8 @@ class McpServer:
             connection, self._connection = self._connection, None
             if connection is not None:
                 await connection.aclose()
+        if self._stopping:
+            await asyncio.gather(*self._stopping, return_exceptions=True)
 
     def _unavailable(self) -> str:
         return f"MCP server {self.name!r} is not running"
@@ -177,7 +229,7 @@ class McpManager:
     """Every MCP server of the process: shared ones by spec and workspace, others by session."""
 
     def __init__(self) -> None:
-        self._shared: dict[tuple[str, Path], McpServer] = {}
+        self._shared: dict[tuple[str, Path, SandboxPolicy | None], McpServer] = {}
         self._session_specs: dict[str, list[McpServerSpec]] = {}
         self._session_servers: dict[str, dict[str, McpServer]] = {}
 
@@ -218,13 +270,14 @@ class McpManager:
         enabled: Collection[str] | None,
         session_id: str,
         workspace: Path,
+        sandbox: SandboxPolicy | None = None,
     ) -> McpExecutor:
         """The built-in tools and those of the session's servers (started as needed), limited
         to ``enabled`` (``tools.enabled``; ``None``: all). A server none of whose tools could be
         enabled is not started."""
         chosen = [
             server
-            for server in self._servers(servers, session_id, workspace)
+            for server in self._servers(servers, session_id, workspace, sandbox)
             if enabled is None or any(name.startswith(f"{server.name}__") for name in enabled)
         ]
         tools: list[Tool] = list(builtin)
@@ -238,20 +291,25 @@ class McpManager:
         return McpExecutor(ToolRegistry(tools).restricted(enabled), failures)
 
     def _servers(
-        self, configured: Sequence[McpServerSpec], session_id: str, workspace: Path
+        self,
+        configured: Sequence[McpServerSpec],
+        session_id: str,
+        workspace: Path,
+        policy: SandboxPolicy | None,
     ) -> list[McpServer]:
+        sandbox = McpSandbox(policy, workspace) if policy is not None else None
         by_name: dict[str, McpServer] = {}
         for spec in configured:
             cwd = _cwd(spec, workspace)
-            key = (spec.model_dump_json(), cwd)
+            key = (spec.model_dump_json(), cwd, policy)
             by_name[spec.name] = self._shared.get(key) or self._shared.setdefault(
-                key, McpServer(spec, cwd)
+                key, McpServer(spec, cwd, sandbox)
             )
         own = self._session_servers.setdefault(session_id, {})
         for spec in self._session_specs.get(session_id, []):
             server = own.get(spec.name)
             if server is None:
-                server = own[spec.name] = McpServer(spec, _cwd(spec, workspace))
+                server = own[spec.name] = McpServer(spec, _cwd(spec, workspace), sandbox)
             by_name[spec.name] = server
         if not own:
             del self._session_servers[session_id]
@@ -259,16 +317,41 @@ class McpManager:
 
 
 def _mcp_tools(server: McpServer, listing: list[types.Tool], taken: set[str]) -> list[Tool]:
+    """The tools of ``listing`` as tether tools: the first :data:`MAX_TOOLS` of them, each
+    named ``server__tool`` (made unique among ``taken``, which holds the built-in names, so no
+    MCP tool is ever offered under a built-in's name or another tool's)."""
+    from tether.tools.mcp.connection import MAX_TOOLS
     from tether.tools.mcp.tools import tool_name, tool_spec
 
+    if len(listing) > MAX_TOOLS:
+        dropped = [remote.name for remote in listing[MAX_TOOLS:]]
+        shown = ", ".join(repr(name[:64]) for name in dropped[:20])
+        more = f" and {len(dropped) - 20} more" if len(dropped) > 20 else ""
+        logger.warning(
+            "MCP server %s offers %d tools; only the first %d are taken; dropped: %s%s",
+            server.name,
+            len(listing),
+            MAX_TOOLS,
+            shown,
+            more,
+        )
     tools: list[Tool] = []
-    for remote in listing:
+    for remote in listing[:MAX_TOOLS]:
         name = tool_name(server.name, remote.name, taken)
         try:
             spec = tool_spec(name, server.name, remote)
         except ValueError as exc:
-            logger.warning("MCP server %s: skipping tool %r (%s)", server.name, remote.name, exc)
+            logger.warning(
+                "MCP server %s: skipping tool %r (%s)", server.name, remote.name[:64], exc
+            )
             continue
+        if name != tool_name(server.name, remote.name):
+            logger.warning(
+                "MCP server %s: tool %r is offered as %r, its name being taken already",
+                server.name,
+                remote.name[:64],
+                name,
+            )
         taken.add(name)
         tools.append(McpTool(server, spec, remote.name))
     return tools

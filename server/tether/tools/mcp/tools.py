@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Collection
 from typing import Any
@@ -11,8 +12,15 @@ import mcp_types as types
 
 from tether.protocol.tools import ToolKind, ToolSpec
 from tether.tools.base import ToolResult
+from tether.tools.run_command import CappedOutput
+from tether.tools.sandbox import format_size
+
+logger = logging.getLogger(__name__)
 
 MAX_NAME = 64
+MAX_RESULT_BYTES = 64 * 1024  # of a result's text, as the model reads it
+MAX_DESCRIPTION_CHARS = 4096  # of a tool's description, as the model reads it
+MAX_SCHEMA_BYTES = 64 * 1024  # of a tool's input schema (as JSON): a larger one is refused
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -40,6 +48,29 @@ def tool_kind(tool: types.Tool) -> ToolKind:
     return ToolKind.EXECUTE
 
 
+def trim_tool(server: str, tool: types.Tool) -> types.Tool | None:
+    """``tool`` as tether keeps it: its description cut at :data:`MAX_DESCRIPTION_CHARS`, its
+    output schema (unused) left out; ``None``, logged, when its input schema is over
+    :data:`MAX_SCHEMA_BYTES`. So what a server's listing leaves in memory is bounded per tool."""
+    schema = tool.input_schema or {"type": "object"}
+    size = len(json.dumps(schema, ensure_ascii=False).encode())
+    if size > MAX_SCHEMA_BYTES:
+        logger.warning(
+            "MCP server %s: skipping tool %r (its input schema is %s, over the limit of %s)",
+            server,
+            tool.name[:64],
+            format_size(size),
+            format_size(MAX_SCHEMA_BYTES),
+        )
+        return None
+    description = tool.description
+    if description is not None and len(description) > MAX_DESCRIPTION_CHARS:
+        description = description[:MAX_DESCRIPTION_CHARS] + "… [description cut]"
+    title = tool.title[:MAX_DESCRIPTION_CHARS] if tool.title else tool.title
+    update = {"description": description, "title": title, "output_schema": None}
+    return tool.model_copy(update=update)
+
+
 def tool_spec(name: str, server: str, tool: types.Tool) -> ToolSpec:
     """The spec the model sees: the server's description and input schema."""
     description = tool.description or tool.title or f"{tool.name} (from MCP server {server})"
@@ -48,11 +79,16 @@ def tool_spec(name: str, server: str, tool: types.Tool) -> ToolSpec:
 
 
 def render_result(result: types.CallToolResult) -> ToolResult:
-    """The result as the model reads it: text blocks as they are, other content described."""
+    """The result as the model reads it: text blocks as they are, other content described;
+    over :data:`MAX_RESULT_BYTES`, the first and last halves are kept with a note of the cut."""
     parts = [_render(block) for block in result.content]
     if not parts and result.structured_content is not None:
         parts = [json.dumps(result.structured_content, ensure_ascii=False)]
     text = "\n".join(parts)
+    if len(text) > MAX_RESULT_BYTES // 4:  # else it cannot be over the cap, even in UTF-8
+        capped = CappedOutput(MAX_RESULT_BYTES)
+        capped.add(text.encode(errors="surrogatepass"))
+        text = capped.text()
     if result.is_error:
         return ToolResult(text or "the tool reported an error", is_error=True)
     return ToolResult(text)
