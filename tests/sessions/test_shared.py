@@ -1,0 +1,200 @@
+"""Several stores on one database, as several tether processes share one: each has its own
+connections (its own pool), so their transactions overlap as those of separate processes do.
+
+Each race is run for many rounds; whatever the interleaving, the end state must be one that a
+single process could have produced: a fork holds its whole prefix or was refused because its
+parent was gone, no message row outlives every session that holds it, no call fails otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Connection, func, or_, select
+
+from tether.protocol import Message, SessionNotFound
+from tether.protocol.sessions import CreateSessionParams, ForkSessionParams
+from tether.sessions.ids import utcnow
+from tether.sessions.sql import (
+    SqlStore,
+    messages_table,
+    segments_table,
+    sessions_table,
+    sqlite_url,
+    tool_calls_table,
+)
+
+from .conftest import WORKSPACE, answering, calling, user
+
+KINDS = ["sqlite", "sqlite-core", "postgres"]
+ROUNDS = {"sqlite": 10, "sqlite-core": 10, "postgres": 40}
+
+
+@pytest.fixture(params=KINDS)
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+async def pair(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[tuple[SqlStore, SqlStore]]:
+    """Two stores on one database."""
+    if kind == "postgres":
+        url = request.getfixturevalue("postgres_url")
+    else:
+        url = sqlite_url(tmp_path / "shared.db")
+    fast = kind == "sqlite"
+    one = await SqlStore.open(url, fast=fast)
+    two = await SqlStore.open(url, fast=fast)
+    yield one, two
+    await one.aclose()
+    await two.aclose()
+
+
+def _unheld(connection: Connection) -> dict[str, int]:
+    """Rows of messages and tool calls whose owner no session holds or inherits."""
+    held = or_(
+        select(sessions_table.c.id)
+        .where(sessions_table.c.owner == messages_table.c.owner)
+        .exists(),
+        select(segments_table.c.seq)
+        .where(segments_table.c.owner == messages_table.c.owner)
+        .exists(),
+    )
+    calls_held = or_(
+        select(sessions_table.c.id)
+        .where(sessions_table.c.owner == tool_calls_table.c.owner)
+        .exists(),
+        select(segments_table.c.seq)
+        .where(segments_table.c.owner == tool_calls_table.c.owner)
+        .exists(),
+    )
+    messages = select(func.count()).select_from(messages_table).where(~held)
+    calls = select(func.count()).select_from(tool_calls_table).where(~calls_held)
+    return {
+        "messages": connection.execute(messages).scalar_one(),
+        "tool_calls": connection.execute(calls).scalar_one(),
+    }
+
+
+async def assert_nothing_unheld(store: SqlStore) -> None:
+    assert await store._read(_unheld) == {"messages": 0, "tool_calls": 0}
+
+
+async def assert_empty(store: SqlStore) -> None:
+    def counts(connection: Connection) -> dict[str, int]:
+        return {
+            table.name: connection.execute(select(func.count()).select_from(table)).scalar_one()
+            for table in (sessions_table, segments_table, messages_table, tool_calls_table)
+        }
+
+    assert await store._read(counts) == dict.fromkeys(
+        ("sessions", "segments", "messages", "tool_calls"), 0
+    )
+
+
+async def parent_with_history(store: SqlStore, count: int = 30) -> tuple[str, list[Message]]:
+    """A session of ``count`` messages, tool calls among them, some in a prefix it inherits."""
+    root = (await store.create(CreateSessionParams(), WORKSPACE)).session_id
+    first = await store.append(root, [user("0"), calling("c0"), answering("c0")])
+    forked = await store.fork(ForkSessionParams(session_id=root))
+    await store.delete(root)  # the fork keeps the prefix: rows of an owner it inherits
+    sid = forked.session_id
+    rest = await store.append(sid, [user(str(i)) for i in range(3, count)])
+    return sid, first + rest
+
+
+async def outcome(call: Any) -> Any:
+    """The result of ``call``, or the SessionNotFound it raised (any other error fails)."""
+    try:
+        return await call
+    except SessionNotFound as exc:
+        return exc
+
+
+@pytest.mark.parametrize("action", ["delete", "clear"])
+async def test_a_fork_racing_a_delete_or_clear_of_its_parent_holds_its_whole_prefix(
+    pair: tuple[SqlStore, SqlStore], kind: str, action: str
+) -> None:
+    one, two = pair
+    forks_made = 0
+    for _ in range(ROUNDS[kind]):
+        sid, history = await parent_with_history(one)
+        remove = one.delete(sid) if action == "delete" else one.clear(sid)
+        forked, _ = await asyncio.gather(
+            outcome(two.fork(ForkSessionParams(session_id=sid))), remove
+        )
+        if isinstance(forked, SessionNotFound):  # the delete came first: nothing to fork
+            assert action == "delete"
+            continue
+        forks_made += 1
+        # the fork came first (all 30) or after the clear (none); never a count without rows
+        count = forked.message_count
+        assert count in (0, len(history))
+        for store in (one, two):
+            assert await store.history(forked.session_id) == history[:count]
+            page = await store.messages(forked.session_id, cursor=None, limit=10, order="desc")
+            assert page.total == count and page.messages == history[:count][::-1][:10]
+        await assert_nothing_unheld(two)
+    assert forks_made > 0
+
+
+async def test_deleting_a_parent_and_its_fork_at_once_frees_every_row(
+    pair: tuple[SqlStore, SqlStore], kind: str
+) -> None:
+    one, two = pair
+    for _ in range(ROUNDS[kind]):
+        sid, _ = await parent_with_history(one)
+        child = await one.fork(ForkSessionParams(session_id=sid))
+        await one.append(child.session_id, [user("own")])
+        await asyncio.gather(one.delete(sid), two.delete(child.session_id))
+        await assert_empty(two)
+
+
+async def test_two_sweeps_at_once_delete_every_idle_session_once(
+    pair: tuple[SqlStore, SqlStore], kind: str
+) -> None:
+    one, two = pair
+    for _ in range(max(2, ROUNDS[kind] // 8)):
+        made = set()
+        for _ in range(4):
+            sid, _ = await parent_with_history(one, 6)
+            child = await one.fork(ForkSessionParams(session_id=sid))
+            made |= {sid, child.session_id}
+        later = utcnow() + timedelta(hours=1)
+        removed_one, removed_two = await asyncio.gather(
+            one.expire(later, lambda _: False), two.expire(later, lambda _: False)
+        )
+        assert set(removed_one) | set(removed_two) == made
+        assert not set(removed_one) & set(removed_two)
+        await assert_empty(two)
+
+
+async def test_forks_and_deletes_of_a_family_from_two_stores_leave_no_unheld_rows(
+    pair: tuple[SqlStore, SqlStore], kind: str
+) -> None:
+    """Forks of forks while their parents are deleted and cleared: every survivor is whole."""
+    one, two = pair
+    for _ in range(max(2, ROUNDS[kind] // 4)):
+        sid, history = await parent_with_history(one, 12)
+        child = await one.fork(ForkSessionParams(session_id=sid))
+        results = await asyncio.gather(
+            outcome(two.fork(ForkSessionParams(session_id=child.session_id))),
+            outcome(one.fork(ForkSessionParams(session_id=sid))),
+            one.delete(sid),
+            outcome(two.clear(child.session_id)),
+            outcome(one.delete(child.session_id)),
+        )
+        for made in results[:2]:
+            if isinstance(made, SessionNotFound):
+                continue
+            assert made.message_count in (0, len(history))
+            assert await two.history(made.session_id) == history[: made.message_count]
+            await one.delete(made.session_id)
+        await assert_empty(two)
