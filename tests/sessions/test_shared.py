@@ -17,12 +17,17 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, func, or_, select
 
+from tests.postgres import OwnServer, new_database
 from tether.protocol import Message, SessionNotFound
 from tether.protocol.sessions import CreateSessionParams, ForkSessionParams
 from tether.sessions.ids import utcnow
 from tether.sessions.sql import (
+    SCHEMA_VERSION,
     SqlStore,
+    make_engine,
     messages_table,
+    migrate,
+    schema_version,
     segments_table,
     sessions_table,
     sqlite_url,
@@ -198,3 +203,96 @@ async def test_forks_and_deletes_of_a_family_from_two_stores_leave_no_unheld_row
             assert await two.history(made.session_id) == history[: made.message_count]
             await one.delete(made.session_id)
         await assert_empty(two)
+
+
+# --- opening together -----------------------------------------------------------------------
+
+OPENERS = 6
+
+
+def fresh_database(kind: str, tmp_path: Path, request: pytest.FixtureRequest, n: int = 0) -> str:
+    """The URL of a new, empty database."""
+    if kind == "postgres":
+        return new_database(request.getfixturevalue("postgres_server"))
+    return sqlite_url(tmp_path / f"new{n}.db")
+
+
+async def open_all_at_once(url: str) -> list[SqlStore]:
+    """``OPENERS`` stores opened at once, each on its own thread and connections."""
+    opened = await asyncio.gather(*(SqlStore.open(url) for _ in range(OPENERS)))
+    return list(opened)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_stores_opening_an_empty_database_at_once_all_open_it(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    for n in range(3):  # a new database each time: the race is in creating the schema
+        stores = await open_all_at_once(fresh_database(kind, tmp_path, request, n))
+        try:
+            sessions = [await s.create(CreateSessionParams(), WORKSPACE) for s in stores]
+            listed = await stores[0].list_sessions(workspace=None, cursor=None, limit=100)
+            assert {s.session_id for s in listed.sessions} == {s.session_id for s in sessions}
+            assert await stores[-1]._read(_version) == SCHEMA_VERSION
+        finally:
+            for store in stores:
+                await store.aclose()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_stores_opening_an_old_database_at_once_migrate_it_once(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = fresh_database(kind, tmp_path, request)
+    engine = make_engine(url)
+    with engine.begin() as connection:
+        migrate(connection, target=1)
+    engine.dispose()
+
+    stores = await open_all_at_once(url)
+    try:
+        session = await stores[0].create(CreateSessionParams(), WORKSPACE)
+        await stores[1].append(session.session_id, [user("after the migration")], run_id="r")
+        assert await stores[-1]._read(_version) == SCHEMA_VERSION
+        assert await stores[-1]._read(_versions) == 1  # one row: migrated once
+    finally:
+        for store in stores:
+            await store.aclose()
+
+
+def _version(connection: Connection) -> int:
+    return int(connection.execute(select(schema_version.c.version)).scalar_one())
+
+
+def _versions(connection: Connection) -> int:
+    return int(connection.execute(select(func.count()).select_from(schema_version)).scalar_one())
+
+
+# --- a database that restarts -----------------------------------------------------------------
+
+
+async def test_a_postgresql_restart_between_two_requests_fails_neither(
+    own_postgres: OwnServer,
+) -> None:
+    url = new_database(own_postgres.url)
+    store = await SqlStore.open(url)
+    other = await SqlStore.open(url)
+    try:
+        session = await store.create(CreateSessionParams(), WORKSPACE)
+        sid = session.session_id
+        await store.append(sid, [user("before")])
+        await other.get(sid)  # both hold a connection that the restart will close
+        own_postgres.restart()
+        # every kind of call, each the first on its store's connection since the restart
+        appended = await store.append(sid, [user("after")])
+        assert [m.content for m in await other.history(sid)] == ["before", "after"]
+        own_postgres.restart()
+        page = await store.messages(sid, cursor=None, limit=10, order="desc")
+        assert page.messages[0] == appended[0]
+        child = await other.fork(ForkSessionParams(session_id=sid))
+        own_postgres.restart()
+        await store.delete(sid)
+        assert [m.content for m in await other.history(child.session_id)] == ["before", "after"]
+    finally:
+        await store.aclose()
+        await other.aclose()
