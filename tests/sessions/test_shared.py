@@ -205,6 +205,43 @@ async def test_forks_and_deletes_of_a_family_from_two_stores_leave_no_unheld_row
         await assert_empty(two)
 
 
+# --- order ----------------------------------------------------------------------------------
+
+
+async def pipelined(store: SqlStore, sid: str, name: str, count: int, in_flight: int) -> None:
+    """``count`` appends sent in order by one client, ``in_flight`` of them unanswered at once
+    (each request starts at once, as the server starts a task per request)."""
+    window = asyncio.Semaphore(in_flight)
+    sent: list[asyncio.Task[list[Message]]] = []
+
+    async def send(i: int) -> list[Message]:
+        try:
+            return await store.append(sid, [user(f"{name}{i}")])
+        finally:
+            window.release()
+
+    for i in range(count):
+        await window.acquire()
+        sent.append(asyncio.create_task(send(i)))
+    await asyncio.gather(*sent)
+
+
+async def test_pipelined_appends_of_two_stores_commit_in_the_order_sent_and_in_time_order(
+    pair: tuple[SqlStore, SqlStore], kind: str
+) -> None:
+    one, two = pair
+    sid = (await one.create(CreateSessionParams(), WORKSPACE)).session_id
+    count = 60 if kind == "postgres" else 150
+    await asyncio.gather(pipelined(one, sid, "a", count, 8), pipelined(two, sid, "b", count, 8))
+    history = await two.history(sid)
+    assert len(history) == 2 * count
+    for name in "ab":
+        sent = [str(m.content) for m in history if str(m.content).startswith(name)]
+        assert sent == [f"{name}{i}" for i in range(count)]
+    times = [m.created_at for m in history]
+    assert times == sorted(times)
+
+
 # --- opening together -----------------------------------------------------------------------
 
 OPENERS = 6

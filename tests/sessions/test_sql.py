@@ -165,6 +165,29 @@ async def test_an_append_while_another_process_writes_waits_off_the_event_loop(
     assert [m.content for m in history] == ["first", "second"]
 
 
+async def test_appends_sent_while_another_process_writes_commit_in_the_order_sent(
+    tmp_path: Path,
+) -> None:
+    """The first append waits on the worker for the lock; the next ones, sent before it ends,
+    must not find the lock free on the loop's thread and commit first."""
+    path = tmp_path / "s.db"
+    store = await SqlStore.open(sqlite_url(path))
+    other = sqlite3.connect(path, isolation_level=None)  # another process, as SQLite sees it
+    try:
+        sid = (await store.create(CreateSessionParams(), WORKSPACE)).session_id
+        other.execute("BEGIN IMMEDIATE")  # holds the write lock
+        first = asyncio.create_task(store.append(sid, [user("1")]))
+        await asyncio.sleep(0)  # it tried the lock and went to the worker
+        other.execute("COMMIT")  # the lock is free: the worker takes it when it next tries
+        rest = [asyncio.create_task(store.append(sid, [user(str(i))])) for i in range(2, 6)]
+        await asyncio.gather(first, *rest)
+        history = await store.history(sid)
+    finally:
+        other.close()
+        await store.aclose()
+    assert [m.content for m in history] == ["1", "2", "3", "4", "5"]
+
+
 async def test_a_page_reads_only_its_rows(tmp_path: Path) -> None:
     """The tail page of a long history costs a few statements, none of them over all rows."""
     from sqlalchemy import event
