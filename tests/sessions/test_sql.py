@@ -11,10 +11,12 @@ from sqlalchemy import Connection, create_engine, insert, inspect, select
 
 from tether.protocol import ConfigError, MessageInput, Role, ToolCall
 from tether.protocol.sessions import CreateSessionParams, ForkSessionParams
+from tether.sessions.opening import url_kind
 from tether.sessions.sql import (
     MIGRATIONS,
     SCHEMA_VERSION,
     SqlStore,
+    database_url,
     migrate,
     schema_version,
     sqlite_url,
@@ -225,3 +227,19 @@ async def test_a_page_reads_only_its_rows(tmp_path: Path) -> None:
 
 def _params_for(statement: str, session_id: str) -> tuple[object, ...]:
     return tuple(session_id if i == 0 else 0 for i in range(statement.count("?")))
+
+
+@pytest.mark.parametrize(
+    ("given", "opened"),
+    [
+        ("postgres://u:p@host:5433/db", "postgresql+psycopg://u:p@host:5433/db"),
+        ("postgresql://u@/db?host=/run/pg", "postgresql+psycopg://u@/db?host=/run/pg"),
+        ("postgresql+psycopg://u@host/db", "postgresql+psycopg://u@host/db"),
+        ("postgresql+psycopg2://u@host/db", "postgresql+psycopg2://u@host/db"),  # chosen: kept
+        ("sqlite:///tmp/s.db", "sqlite:///tmp/s.db"),
+    ],
+)
+def test_postgresql_urls_without_a_driver_open_with_psycopg_3(given: str, opened: str) -> None:
+    assert database_url(given) == opened
+    kind = "sqlite" if given.startswith("sqlite") else "postgresql"
+    assert url_kind(given) == kind

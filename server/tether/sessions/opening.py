@@ -22,7 +22,8 @@ from tether.sessions.store import Order, SessionStore
 
 def url_kind(url: str) -> str:
     """The store kind a URL opens, without importing SQLAlchemy: ``sqlite``, ``postgresql``…"""
-    return url.split(":", 1)[0].split("+", 1)[0]
+    kind = url.split(":", 1)[0].split("+", 1)[0]
+    return "postgresql" if kind == "postgres" else kind
 
 
 class OpeningStore:
