@@ -333,3 +333,15 @@ async def test_a_postgresql_restart_between_two_requests_fails_neither(
     finally:
         await store.aclose()
         await other.aclose()
+
+
+async def test_a_page_read_racing_a_clear_sees_the_history_before_or_after_it(
+    pair: tuple[SqlStore, SqlStore], kind: str
+) -> None:
+    one, two = pair
+    for _ in range(ROUNDS[kind]):
+        sid, history = await parent_with_history(one)
+        page, _ = await asyncio.gather(
+            two.messages(sid, cursor=None, limit=50, order="desc"), one.clear(sid)
+        )
+        assert (page.total, page.messages) in ((0, []), (len(history), history[::-1]))

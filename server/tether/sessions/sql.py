@@ -464,6 +464,7 @@ class SqlStore:
         self._engine = engine
         self._executor = executor
         self._fast = fast and engine.dialect.name == "sqlite"
+        self._server = engine.dialect.name == "postgresql"  # transactions of chosen isolation
         self._compiled: dict[int, _Compiled] = {}
         self._connection: Connection | None = None  # used on the worker thread only
         self._inline: Connection | None = None  # used on the event loop's thread only
@@ -515,7 +516,13 @@ class SqlStore:
         attempt = 0
         while True:
             connection = self._live()
-            connection.execution_options(tether_write=write)
+            if self._server:
+                # a read sees one snapshot (its statements would each see the commits made
+                # before they began); a write sees the latest rows it locks
+                level = "READ COMMITTED" if write else "REPEATABLE READ"
+                connection.execution_options(tether_write=write, isolation_level=level)
+            else:
+                connection.execution_options(tether_write=write)
             transaction = connection.begin()
             try:
                 result = call(connection)
