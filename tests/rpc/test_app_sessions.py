@@ -120,3 +120,19 @@ async def test_a_postgresql_store_without_its_driver_says_which_extra_to_install
             assert "pip install 'tether[postgres]'" in str(failed.value)
     finally:
         await app.aclose()
+
+
+async def test_a_store_that_could_not_be_opened_is_opened_by_a_later_call(tmp_path: Path) -> None:
+    blocker = tmp_path / "data"
+    blocker.write_text("")  # a file where the store's directory should be: opening fails
+    environ = {"TETHER_SESSIONS_STORE": "sqlite", "TETHER_SESSIONS_PATH": str(blocker / "s.db")}
+    app = App(environ=environ)
+    app.initialize(init(tmp_path))
+    try:
+        with pytest.raises(ConfigError):
+            await app.sessions.create(CreateSessionParams())
+        blocker.unlink()  # the cause is gone (as a database that was down comes back)
+        session = await app.sessions.create(CreateSessionParams(title="now"))
+        assert session.title == "now"
+    finally:
+        await app.aclose()
