@@ -345,3 +345,27 @@ async def test_a_page_read_racing_a_clear_sees_the_history_before_or_after_it(
             two.messages(sid, cursor=None, limit=50, order="desc"), one.clear(sid)
         )
         assert (page.total, page.messages) in ((0, []), (len(history), history[::-1]))
+
+
+async def test_on_postgresql_reads_are_snapshots_and_writes_read_committed_whatever_the_default(
+    postgres_url: str,
+) -> None:
+    engine = make_engine(postgres_url)
+    with engine.connect() as connection:
+        name = connection.exec_driver_sql("SELECT current_database()").scalar_one()
+        connection.exec_driver_sql(
+            f"ALTER DATABASE \"{name}\" SET default_transaction_isolation = 'serializable'"
+        )
+        connection.commit()
+    engine.dispose()
+    store = await SqlStore.open(postgres_url)
+    try:
+
+        def level(connection: Connection) -> str:
+            return str(connection.exec_driver_sql("SHOW transaction_isolation").scalar_one())
+
+        for _ in range(2):  # each transaction sets its own, whatever the one before had
+            assert await store._read(level) == "repeatable read"
+            assert await store._write(level) == "read committed"
+    finally:
+        await store.aclose()

@@ -464,7 +464,7 @@ class SqlStore:
         self._engine = engine
         self._executor = executor
         self._fast = fast and engine.dialect.name == "sqlite"
-        self._server = engine.dialect.name == "postgresql"  # transactions of chosen isolation
+        self._psycopg = engine.dialect.name == "postgresql" and engine.dialect.driver == "psycopg"
         self._compiled: dict[int, _Compiled] = {}
         self._connection: Connection | None = None  # used on the worker thread only
         self._inline: Connection | None = None  # used on the event loop's thread only
@@ -516,13 +516,9 @@ class SqlStore:
         attempt = 0
         while True:
             connection = self._live()
-            if self._server:
-                # a read sees one snapshot (its statements would each see the commits made
-                # before they began); a write sees the latest rows it locks
-                level = "READ COMMITTED" if write else "REPEATABLE READ"
-                connection.execution_options(tether_write=write, isolation_level=level)
-            else:
-                connection.execution_options(tether_write=write)
+            connection.execution_options(tether_write=write)
+            if self._psycopg:
+                _isolate(connection, write)
             transaction = connection.begin()
             try:
                 result = call(connection)
@@ -917,6 +913,19 @@ def _worth_retrying(exc: DBAPIError, attempt: int) -> bool:
     return state in _RETRIED_STATES and attempt <= _RETRIES
 
 
+_READ_COMMITTED, _REPEATABLE_READ = 2, 3  # psycopg.IsolationLevel
+
+
+def _isolate(connection: Connection, write: bool) -> None:
+    """Set the isolation of the transaction about to begin on PostgreSQL (psycopg begins it
+    with the level set: no round trip). A read is one snapshot, REPEATABLE READ (its statements
+    would each see what was committed before they began); a write is READ COMMITTED, locking the
+    rows it changes and seeing their latest versions (which the locking of forks, deletes and
+    :func:`_collect` rely on), whatever the server's default."""
+    raw: Any = connection.connection.dbapi_connection
+    raw.isolation_level = _READ_COMMITTED if write else _REPEATABLE_READ
+
+
 def _end(transaction: RootTransaction) -> None:
     """Roll back ``transaction`` after an error; a lost connection has nothing left to undo."""
     if transaction.is_active:
@@ -945,6 +954,8 @@ def _open_engine(url: str) -> Engine:
     try:
         with engine.connect() as connection:
             connection.execution_options(tether_write=True)
+            if engine.dialect.name == "postgresql":  # see _isolate: each statement a snapshot
+                connection.execution_options(isolation_level="READ COMMITTED")
             with connection.begin():
                 migrate(connection)
     except BaseException:
