@@ -866,16 +866,18 @@ class SqlStore:
 
         def append(db: _Exec) -> None:
             # one statement moves the counter and reads the session; an error below undoes it
-            now_param = _to_micros(utcnow()) if self._fast else utcnow()
+            now_param = _to_micros(now) if self._fast else now
             found = db.rows(_RESERVE, {"sid": session_id, "n": len(stored), "now": now_param})
             if not found:
                 raise SessionNotFound(session_id)
             reserved = _Counters(*found[0][:5])
-            # the time is taken under the session's lock and never runs back along positions
+            # the messages' time is the session's new updated_at, taken under its lock: now,
+            # unless an append (of a process whose clock is ahead) left a later one
             at = found[0][5]
-            at = _from_micros(at) if isinstance(at, int) else at
-            for message in stored:
-                message.created_at = at
+            if at != now_param:
+                at = _from_micros(at) if isinstance(at, int) else at
+                for message in stored:
+                    message.created_at = at
             first = reserved.own_count - len(stored)
             _check_tool_results(db, reserved, first, messages)
             owner, agent_id = reserved.owner, reserved.agent_id
