@@ -17,6 +17,13 @@ waits for the database. Each write is one transaction. On SQLite, an append (the
 per step) first tries on the loop thread with a connection that never waits for a lock: it takes
 ~0.2 ms there against ~0.5 ms through the worker, and when the file is locked (the worker or
 another process is writing) it goes to the worker, which waits its turn.
+
+Several processes share one database. On SQLite a write transaction holds the file's write lock
+from its start (``BEGIN IMMEDIATE``), so writes are serial. On PostgreSQL writes run in READ
+COMMITTED and lock what they depend on: the session rows they change (``FOR UPDATE``), the
+parent of a fork (``FOR KEY SHARE``: appends to it go on), an owner whose messages may be freed
+(an advisory lock, see :func:`_collect`), the schema while it is made or migrated; a read is one
+REPEATABLE READ snapshot.
 """
 
 from __future__ import annotations
