@@ -64,28 +64,17 @@ async def pair(
 
 def _unheld(connection: Connection) -> dict[str, int]:
     """Rows of messages and tool calls whose owner no session holds or inherits."""
-    held = or_(
-        select(sessions_table.c.id)
-        .where(sessions_table.c.owner == messages_table.c.owner)
-        .exists(),
-        select(segments_table.c.seq)
-        .where(segments_table.c.owner == messages_table.c.owner)
-        .exists(),
-    )
-    calls_held = or_(
-        select(sessions_table.c.id)
-        .where(sessions_table.c.owner == tool_calls_table.c.owner)
-        .exists(),
-        select(segments_table.c.seq)
-        .where(segments_table.c.owner == tool_calls_table.c.owner)
-        .exists(),
-    )
-    messages = select(func.count()).select_from(messages_table).where(~held)
-    calls = select(func.count()).select_from(tool_calls_table).where(~calls_held)
-    return {
-        "messages": connection.execute(messages).scalar_one(),
-        "tool_calls": connection.execute(calls).scalar_one(),
-    }
+
+    def count(table: Any) -> int:
+        owner = table.c.owner
+        held = or_(
+            select(sessions_table.c.id).where(sessions_table.c.owner == owner).exists(),
+            select(segments_table.c.seq).where(segments_table.c.owner == owner).exists(),
+        )
+        query = select(func.count()).select_from(table).where(~held)
+        return int(connection.execute(query).scalar_one())
+
+    return {"messages": count(messages_table), "tool_calls": count(tool_calls_table)}
 
 
 async def assert_nothing_unheld(store: SqlStore) -> None:
