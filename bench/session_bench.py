@@ -1,12 +1,17 @@
-"""Session stores: SQLite append throughput, tail-page latency by history length, memory.
+"""Session stores: append throughput, tail-page latency by history length, memory.
 
-Side by side with the OpenAI Agents SDK's ``SQLiteSession`` on the same data, in the same run:
+tether's SQLite store and its PostgreSQL store side by side with the OpenAI Agents SDK's
+``SQLiteSession`` on the same data, in the same run:
 
 1. append throughput (messages/s), written as the kernel writes them: one call per step of 1-3
    messages (user; assistant with tool calls; the results; the answer);
 2. latency of the newest page (50 messages, newest first) of a session of 1,000, 10,000 and
    100,000 messages (``session/messages`` order desc / ``get_items(limit=50)``);
 3. memory of the in-memory store holding 100,000 messages, against their JSON size (tracemalloc).
+
+PostgreSQL: the database at ``--url`` (its tables are created if missing; the bench adds its own
+sessions), else a server started from ``pgserver`` (a dev dependency) in a temporary directory,
+on a Unix socket. ``--no-postgres`` leaves it out.
 
 It is a report: nothing asserts a timing. ``--quick`` makes it smaller (for a smoke test).
 """
@@ -15,12 +20,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import statistics
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,30 +82,61 @@ async def tether_store(path: Path) -> SqlStore:
     return await SqlStore.open(sqlite_url(path))
 
 
+@contextlib.contextmanager
+def postgres(url: str | None, directory: Path, wanted: bool) -> Iterator[str | None]:
+    """The PostgreSQL URL to bench: ``url``, or a server started here; None without one."""
+    if url is not None or not wanted:
+        yield url
+        return
+    import pgserver
+
+    server = pgserver.get_server(directory / "postgres", cleanup_mode="stop")
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def opened(url: str) -> AsyncIterator[SqlStore]:
+    store = await SqlStore.open(url)
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+async def append_rate(store: SessionStore, work: list[list[MessageInput]], count: int) -> float:
+    session = await store.create(CreateSessionParams(), WORKSPACE)
+    start = time.perf_counter()
+    for step in work:
+        await store.append(session.session_id, step)
+    return count / (time.perf_counter() - start)
+
+
 def sdk_session(path: Path, name: str) -> Any:
     from agents import SQLiteSession
 
     return SQLiteSession(name, str(path))
 
 
-async def bench_append(directory: Path, count: int) -> dict[str, float]:
+async def bench_append(directory: Path, count: int, pg_url: str | None) -> dict[str, float]:
     work = messages_of(count)
     items = [sdk_items(step) for step in work]
-    store = await tether_store(directory / "append-tether.db")
-    session = await store.create(CreateSessionParams(), WORKSPACE)
-    start = time.perf_counter()
-    for step in work:
-        await store.append(session.session_id, step)
-    tether = count / (time.perf_counter() - start)
-    await store.aclose()
+    rates: dict[str, float] = {}
+    async with opened(sqlite_url(directory / "append-tether.db")) as store:
+        rates["tether"] = await append_rate(store, work, count)
+    if pg_url is not None:
+        async with opened(pg_url) as store:
+            rates["postgres"] = await append_rate(store, work, count)
 
     sdk = sdk_session(directory / "append-sdk.db", "append")
     start = time.perf_counter()
     for batch in items:
         await sdk.add_items(batch)
-    theirs = count / (time.perf_counter() - start)
+    rates["sdk"] = count / (time.perf_counter() - start)
     sdk.close()
-    return {"tether": tether, "sdk": theirs}
+    return rates
 
 
 async def fill(store: SessionStore, session_id: str, count: int) -> None:
@@ -126,34 +163,51 @@ async def timed(call: Any, reads: int) -> tuple[float, float]:
     return statistics.median(times), times[int(len(times) * 0.95) - 1]
 
 
-async def bench_tail(directory: Path, sizes: list[int], reads: int) -> list[dict[str, Any]]:
+async def tail_latency(store: SqlStore, size: int, reads: int) -> tuple[float, float]:
+    """Median and p95 ms of the newest page of a new session of ``size`` messages."""
+    session = await store.create(CreateSessionParams(), WORKSPACE)
+    await fill(store, session.session_id, size)
+
+    async def newest_page() -> None:
+        page = await store.messages(session.session_id, cursor=None, limit=50, order="desc")
+        assert len(page.messages) == 50
+
+    return await timed(newest_page, reads)
+
+
+async def sdk_tail_latency(directory: Path, size: int, reads: int) -> tuple[float, float]:
+    sdk = sdk_session(directory / f"tail-sdk-{size}.db", f"tail{size}")
+    batch: list[dict[str, Any]] = []
+    for step in messages_of(size):
+        batch.extend(sdk_items(step))
+        if len(batch) >= 1000:
+            await sdk.add_items(batch)
+            batch = []
+    if batch:
+        await sdk.add_items(batch)
+
+    async def newest_page() -> None:
+        assert len(await sdk.get_items(limit=50)) == 50
+
+    try:
+        return await timed(newest_page, reads)
+    finally:
+        sdk.close()
+
+
+async def bench_tail(
+    directory: Path, sizes: list[int], reads: int, pg_url: str | None
+) -> list[dict[str, Any]]:
     rows = []
     for size in sizes:
-        store = await tether_store(directory / f"tail-{size}.db")
-        session = await store.create(CreateSessionParams(), WORKSPACE)
-        await fill(store, session.session_id, size)
-        sdk = sdk_session(directory / f"tail-sdk-{size}.db", f"tail{size}")
-        batch: list[dict[str, Any]] = []
-        for step in messages_of(size):
-            batch.extend(sdk_items(step))
-            if len(batch) >= 1000:
-                await sdk.add_items(batch)
-                batch = []
-        if batch:
-            await sdk.add_items(batch)
-
-        async def ours(sid: str = session.session_id, store: SqlStore = store) -> None:
-            page = await store.messages(sid, cursor=None, limit=50, order="desc")
-            assert len(page.messages) == 50
-
-        async def theirs(sdk: Any = sdk) -> None:
-            assert len(await sdk.get_items(limit=50)) == 50
-
-        rows.append(
-            {"size": size, "tether": await timed(ours, reads), "sdk": await timed(theirs, reads)}
-        )
-        await store.aclose()
-        sdk.close()
+        row: dict[str, Any] = {"size": size}
+        async with opened(sqlite_url(directory / f"tail-{size}.db")) as store:
+            row["tether"] = await tail_latency(store, size, reads)
+        if pg_url is not None:
+            async with opened(pg_url) as store:
+                row["postgres"] = await tail_latency(store, size, reads)
+        row["sdk"] = await sdk_tail_latency(directory, size, reads)
+        rows.append(row)
     return rows
 
 
@@ -176,12 +230,31 @@ async def bench_memory(count: int) -> tuple[int, int]:
     return held, json_size
 
 
+def report(append: dict[str, float], tail: list[dict[str, Any]], count: int) -> None:
+    print(f"append, one call per kernel step (1-3 messages), {count} messages:")
+    print(f"  tether SQLite store      {append['tether']:10,.0f} messages/s")
+    if "postgres" in append:
+        print(f"  tether PostgreSQL store  {append['postgres']:10,.0f} messages/s")
+    print(f"  agents SQLiteSession     {append['sdk']:10,.0f} messages/s")
+    print(f"  SQLite ratio             {append['tether'] / append['sdk']:10.2f}x")
+    print()
+    print("newest page (50 messages), median / p95 ms:")
+    columns = ["tether", "postgres", "sdk"] if "postgres" in append else ["tether", "sdk"]
+    names = {"tether": "tether SQLite", "postgres": "tether PostgreSQL", "sdk": "agents SQLite"}
+    print(f"  {'history':>9}" + "".join(f"  {names[c]:>19}" for c in columns))
+    for row in tail:
+        cells = "".join(f"  {row[c][0]:9.3f} / {row[c][1]:7.3f}" for c in columns)
+        print(f"  {row['size']:>9,}{cells}")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--append", type=int, default=5000, help="messages appended")
     parser.add_argument("--sizes", default="1000,10000,100000", help="history lengths")
     parser.add_argument("--reads", type=int, default=200, help="tail reads per size")
     parser.add_argument("--memory", type=int, default=100_000, help="messages in memory")
+    parser.add_argument("--url", help="the PostgreSQL store's URL (default: start a server)")
+    parser.add_argument("--no-postgres", action="store_true", help="SQLite stores only")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
     args = parser.parse_args()
     if args.quick:
@@ -190,20 +263,10 @@ async def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        append = await bench_append(directory, args.append)
-        print(f"append, one call per kernel step (1-3 messages), {args.append} messages:")
-        print(f"  tether SQLite store   {append['tether']:10,.0f} messages/s")
-        print(f"  agents SQLiteSession  {append['sdk']:10,.0f} messages/s")
-        print(f"  ratio                 {append['tether'] / append['sdk']:10.2f}x")
-        print()
-        print("newest page (50 messages), median / p95 ms:")
-        print(f"  {'history':>9}  {'tether':>17}  {'agents SQLiteSession':>21}")
-        for row in await bench_tail(directory, sizes, args.reads):
-            ours, theirs = row["tether"], row["sdk"]
-            print(
-                f"  {row['size']:>9,}  {ours[0]:7.3f} / {ours[1]:7.3f}  "
-                f"{theirs[0]:9.3f} / {theirs[1]:9.3f}"
-            )
+        with postgres(args.url, directory, not args.no_postgres) as pg_url:
+            append = await bench_append(directory, args.append, pg_url)
+            tail = await bench_tail(directory, sizes, args.reads, pg_url)
+        report(append, tail, args.append)
     held, json_size = await bench_memory(args.memory)
     print()
     print(f"memory store, {args.memory:,} messages:")

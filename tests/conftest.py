@@ -1,12 +1,13 @@
 """Settings for the whole suite."""
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests.postgres import new_database, start_server
+from tests.postgres import OwnServer, new_database, start_server
 
 # The suite runs on small shared machines: generation speed and per-example time vary with the
 # load, so neither may fail a test. Examples are derived from each test (no random seed), so a
@@ -40,3 +41,15 @@ def postgres_server() -> Iterator[str]:
 def postgres_url(postgres_server: str) -> str:
     """The URL of an empty database of this test's own on that server."""
     return new_database(postgres_server)
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[OwnServer]:
+    """A PostgreSQL server of this test's own, which it may restart (never the shared one)."""
+    if os.environ.get("TETHER_TEST_POSTGRES_URL"):
+        pytest.skip("needs a server started here (TETHER_TEST_POSTGRES_URL is set)")
+    server = OwnServer()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -90,3 +90,28 @@ def new_database(server_url: str) -> str:
         .set(database=name)
         .render_as_string(hide_password=False)
     )
+
+
+class OwnServer:
+    """A PostgreSQL server of one test's own (from ``pgserver``), which it may restart."""
+
+    def __init__(self) -> None:
+        import pgserver
+
+        self._directory = Path(tempfile.mkdtemp(prefix="tether-postgres-"))
+        self._server = _started(pgserver, self._directory / "data")
+        self.url = sqlalchemy_url(self._server.get_uri())
+
+    def restart(self) -> None:
+        """Stop the server (closing every connection to it) and start it again."""
+        from pgserver._commands import pg_ctl
+        from pgserver.utils import PostmasterInfo
+
+        server = self._server
+        pg_ctl(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user)
+        # pgserver stops the process it started: tell it the new one
+        server._postmaster_info = PostmasterInfo.read_from_pgdata(server.pgdata)
+
+    def stop(self) -> None:
+        self._server.cleanup()
+        shutil.rmtree(self._directory, ignore_errors=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -84,5 +85,54 @@ async def test_a_store_that_cannot_be_opened_is_a_config_error_on_every_call(
             with pytest.raises(ConfigError) as failed:
                 await app.sessions.create(CreateSessionParams())
             assert failed.value.data["key"] == "sessions.store"
+    finally:
+        await app.aclose()
+
+
+@pytest.mark.parametrize("scheme", ["postgres", "postgresql"])
+async def test_a_postgres_or_postgresql_url_opens_the_store_with_psycopg(
+    tmp_path: Path, postgres_url: str, scheme: str
+) -> None:
+    url = f"{scheme}://{postgres_url.split('://', 1)[1]}"  # as a user writes it: no driver
+    app = App(environ={"TETHER_SESSIONS_STORE": url, "HOME": str(tmp_path)})
+    result = app.initialize(init(tmp_path))
+    try:
+        assert result.capabilities.sessions.store == "postgresql"
+        session = await app.sessions.create(CreateSessionParams(title="shared"))
+        got = await app.sessions.get(GetSessionParams(session_id=session.session_id))
+        assert got.title == "shared"
+    finally:
+        await app.aclose()
+
+
+async def test_a_postgresql_store_without_its_driver_says_which_extra_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # not installed
+    store = "postgresql://tether@db.example/sessions"
+    app = App(environ={"TETHER_SESSIONS_STORE": store, "HOME": str(tmp_path)})
+    app.initialize(init(tmp_path))
+    try:
+        for _ in range(2):
+            with pytest.raises(ConfigError) as failed:
+                await app.sessions.create(CreateSessionParams())
+            assert failed.value.data == {"key": "sessions.store", "source": "sessions"}
+            assert "pip install 'tether[postgres]'" in str(failed.value)
+    finally:
+        await app.aclose()
+
+
+async def test_a_store_that_could_not_be_opened_is_opened_by_a_later_call(tmp_path: Path) -> None:
+    blocker = tmp_path / "data"
+    blocker.write_text("")  # a file where the store's directory should be: opening fails
+    environ = {"TETHER_SESSIONS_STORE": "sqlite", "TETHER_SESSIONS_PATH": str(blocker / "s.db")}
+    app = App(environ=environ)
+    app.initialize(init(tmp_path))
+    try:
+        with pytest.raises(ConfigError):
+            await app.sessions.create(CreateSessionParams())
+        blocker.unlink()  # the cause is gone (as a database that was down comes back)
+        session = await app.sessions.create(CreateSessionParams(title="now"))
+        assert session.title == "now"
     finally:
         await app.aclose()

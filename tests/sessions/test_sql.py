@@ -11,10 +11,12 @@ from sqlalchemy import Connection, create_engine, insert, inspect, select
 
 from tether.protocol import ConfigError, MessageInput, Role, ToolCall
 from tether.protocol.sessions import CreateSessionParams, ForkSessionParams
+from tether.sessions.opening import url_kind
 from tether.sessions.sql import (
     MIGRATIONS,
     SCHEMA_VERSION,
     SqlStore,
+    database_url,
     migrate,
     schema_version,
     sqlite_url,
@@ -165,6 +167,29 @@ async def test_an_append_while_another_process_writes_waits_off_the_event_loop(
     assert [m.content for m in history] == ["first", "second"]
 
 
+async def test_appends_sent_while_another_process_writes_commit_in_the_order_sent(
+    tmp_path: Path,
+) -> None:
+    """The first append waits on the worker for the lock; the next ones, sent before it ends,
+    must not find the lock free on the loop's thread and commit first."""
+    path = tmp_path / "s.db"
+    store = await SqlStore.open(sqlite_url(path))
+    other = sqlite3.connect(path, isolation_level=None)  # another process, as SQLite sees it
+    try:
+        sid = (await store.create(CreateSessionParams(), WORKSPACE)).session_id
+        other.execute("BEGIN IMMEDIATE")  # holds the write lock
+        first = asyncio.create_task(store.append(sid, [user("1")]))
+        await asyncio.sleep(0)  # it tried the lock and went to the worker
+        other.execute("COMMIT")  # the lock is free: the worker takes it when it next tries
+        rest = [asyncio.create_task(store.append(sid, [user(str(i))])) for i in range(2, 6)]
+        await asyncio.gather(first, *rest)
+        history = await store.history(sid)
+    finally:
+        other.close()
+        await store.aclose()
+    assert [m.content for m in history] == ["1", "2", "3", "4", "5"]
+
+
 async def test_a_page_reads_only_its_rows(tmp_path: Path) -> None:
     """The tail page of a long history costs a few statements, none of them over all rows."""
     from sqlalchemy import event
@@ -202,3 +227,19 @@ async def test_a_page_reads_only_its_rows(tmp_path: Path) -> None:
 
 def _params_for(statement: str, session_id: str) -> tuple[object, ...]:
     return tuple(session_id if i == 0 else 0 for i in range(statement.count("?")))
+
+
+@pytest.mark.parametrize(
+    ("given", "opened"),
+    [
+        ("postgres://u:p@host:5433/db", "postgresql+psycopg://u:p@host:5433/db"),
+        ("postgresql://u@/db?host=/run/pg", "postgresql+psycopg://u@/db?host=/run/pg"),
+        ("postgresql+psycopg://u@host/db", "postgresql+psycopg://u@host/db"),
+        ("postgresql+psycopg2://u@host/db", "postgresql+psycopg2://u@host/db"),  # chosen: kept
+        ("sqlite:///tmp/s.db", "sqlite:///tmp/s.db"),
+    ],
+)
+def test_postgresql_urls_without_a_driver_open_with_psycopg_3(given: str, opened: str) -> None:
+    assert database_url(given) == opened
+    kind = "sqlite" if given.startswith("sqlite") else "postgresql"
+    assert url_kind(given) == kind

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -23,7 +23,7 @@ from tether.protocol import (
     TextBlock,
     ToolCall,
 )
-from tether.protocol.sessions import CreateSessionParams
+from tether.protocol.sessions import CreateSessionParams, ForkSessionParams
 from tether.sessions import MemoryStore, SessionStore
 from tether.sessions.store import Order
 
@@ -280,6 +280,45 @@ async def test_append_counts_the_messages_and_bumps_updated_at(
     assert after.message_count == 3
     assert after.updated_at == appended[-1].created_at
     assert after.updated_at >= session.updated_at
+
+
+class BackwardsClock:
+    """The stores' clock, set by the test: it can go back (NTP; another process's clock)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.now = datetime.now(UTC)
+        for module in ("memory", "sql"):
+            monkeypatch.setattr(f"tether.sessions.{module}.utcnow", lambda: self.now)
+
+    def back(self, by: timedelta) -> None:
+        self.now -= by
+
+
+def assert_in_time_order(messages: list[Message]) -> None:
+    times = [m.created_at for m in messages]
+    assert times == sorted(times)
+
+
+async def test_message_times_never_run_back_along_positions_when_the_clock_goes_back(
+    store: SessionStore, session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = BackwardsClock(monkeypatch)
+    sid = session.session_id
+    appended = await store.append(sid, [user("0"), user("1")])
+    clock.back(timedelta(hours=1))
+    appended += await store.append(sid, [user("2")])
+    clock.back(timedelta(hours=1))
+    await store.configure(sid, ConfigureSessionParams(session_id=sid, title="t"))
+    appended += await store.append(sid, [user("3")])
+    child = await store.fork(ForkSessionParams(session_id=sid))
+    clock.back(timedelta(hours=1))
+    forked = await store.append(child.session_id, [user("4")])
+
+    assert await all_messages(store, sid) == appended  # the times returned are the stored ones
+    assert_in_time_order(appended)
+    assert await all_messages(store, child.session_id) == appended + forked
+    assert_in_time_order(appended + forked)
+    assert (await store.get(sid)).updated_at == appended[-1].created_at
 
 
 async def test_an_appended_message_without_tool_fields_goes_on_the_wire_without_them(

@@ -262,7 +262,7 @@ class MemoryStore:
     ) -> list[Message]:
         record = self._record(session_id)
         _check_tool_results(record.knows_call, messages)
-        now = utcnow()
+        now = _later(record.session)
         new_ids = list(ids) if ids is not None else [uuid7() for _ in messages]
         if len(new_ids) != len(messages) or any(record.index_of(i) is not None for i in new_ids):
             raise ValueError("ids must be new and one per message")
@@ -289,7 +289,7 @@ class MemoryStore:
             if name in ("settings", "metadata", "state") and value is None:
                 value = {}
             setattr(session, name, copy.deepcopy(value))
-        session.updated_at = utcnow()
+        session.updated_at = _later(session)
         return _copy_session(session)
 
     async def add_usage(self, session_id: str, usage: Usage) -> None:
@@ -305,7 +305,7 @@ class MemoryStore:
         record.chain = []
         record.base_count = 0
         record.session.message_count = 0
-        record.session.updated_at = utcnow()
+        record.session.updated_at = _later(record.session)
         return _copy_session(record.session)
 
     async def delete(self, session_id: str) -> None:
@@ -330,7 +330,7 @@ class MemoryStore:
                 "message_count": keep,
                 "usage": Usage(),
                 "created_at": now,
-                "updated_at": now,
+                "updated_at": max(now, parent.session.updated_at),
             }
         )
         for name in ("title", "tools", "allowed_models"):
@@ -398,6 +398,12 @@ def new_message(
     fields = {name: getattr(source, name) for name in source.model_fields_set}
     fields.update(_copied_containers(source))
     return Message(id=message_id, created_at=now, run_id=run_id, **fields)
+
+
+def _later(session: Session) -> datetime:
+    """Now, or the session's ``updated_at`` if the clock went back since: a session's times,
+    and so the times of its messages along their positions, never run backwards."""
+    return max(utcnow(), session.updated_at)
 
 
 def _copy_session(session: Session) -> Session:

@@ -3,7 +3,10 @@
 Opening a SQL store imports SQLAlchemy and may create or migrate a database; doing that before
 answering ``initialize`` would slow every start. :class:`OpeningStore` stands in for the store
 from the start: :meth:`start` opens it in the background, and every call waits for it. A store
-that cannot be opened makes every call raise the same :class:`tether.protocol.ConfigError`.
+that cannot be opened makes every call raise a :class:`tether.protocol.ConfigError`; when that was
+not the store's own verdict (a newer schema, a missing driver) but a failure to reach or open the
+database, the next call tries again, so a database that was down when tether started costs only
+the calls made while it was.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from tether.sessions.store import Order, SessionStore
 
 def url_kind(url: str) -> str:
     """The store kind a URL opens, without importing SQLAlchemy: ``sqlite``, ``postgresql``…"""
-    return url.split(":", 1)[0].split("+", 1)[0]
+    kind = url.split(":", 1)[0].split("+", 1)[0]
+    return "postgresql" if kind == "postgres" else kind
 
 
 class OpeningStore:
@@ -34,6 +38,7 @@ class OpeningStore:
         self.url = url
         self.kind = url_kind(url)
         self._task: asyncio.Task[SessionStore] | None = None
+        self._may_retry = False  # the last attempt failed, and not for good
 
     def start(self) -> None:
         """Begin opening the store (at most once); needs a running event loop."""
@@ -41,6 +46,8 @@ class OpeningStore:
             self._task = asyncio.ensure_future(self._open())
 
     async def store(self) -> SessionStore:
+        if self._may_retry and self._task is not None and self._task.done():
+            self._task, self._may_retry = None, False
         self.start()
         assert self._task is not None
         return await asyncio.shield(self._task)
@@ -52,6 +59,7 @@ class OpeningStore:
         except ConfigError:
             raise
         except Exception as exc:
+            self._may_retry = True
             raise ConfigError(
                 f"cannot open the session store ({self.kind}): {type(exc).__name__}: {exc}",
                 {"key": "sessions.store", "source": "sessions"},

@@ -17,6 +17,13 @@ waits for the database. Each write is one transaction. On SQLite, an append (the
 per step) first tries on the loop thread with a connection that never waits for a lock: it takes
 ~0.2 ms there against ~0.5 ms through the worker, and when the file is locked (the worker or
 another process is writing) it goes to the worker, which waits its turn.
+
+Several processes share one database. On SQLite a write transaction holds the file's write lock
+from its start (``BEGIN IMMEDIATE``), so writes are serial. On PostgreSQL writes run in READ
+COMMITTED and lock what they depend on: the session rows they change (``FOR UPDATE``), the
+parent of a fork (``FOR KEY SHARE``: appends to it go on), an owner whose messages may be freed
+(an advisory lock, see :func:`_collect`), the schema while it is made or migrated; a read is one
+REPEATABLE READ snapshot.
 """
 
 from __future__ import annotations
@@ -28,8 +35,9 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from functools import partial
+from hashlib import blake2b
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import orjson
 from pydantic import TypeAdapter
@@ -51,16 +59,20 @@ from sqlalchemy import (
     Text,
     and_,
     bindparam,
+    case,
     create_engine,
     delete,
     event,
     exists,
+    func,
     insert,
+    literal,
     or_,
     select,
     update,
 )
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.engine import RootTransaction
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.schema import CreateIndex, CreateTable
 from sqlalchemy.types import TypeDecorator
 
@@ -221,15 +233,24 @@ assert len(MIGRATIONS) == SCHEMA_VERSION
 
 # The statements of the hot paths, built once (SQLAlchemy then reuses their compiled form).
 _S = sessions_table.c
+_NOW = bindparam("now", type_=_Micros)
 _M = messages_table.c
+
+
+def _later(now: Any) -> Any:
+    """The session's new ``updated_at``: ``now``, or the one it has when that is later (a clock
+    behind, in another process, never moves a session's time back)."""
+    return case((_S.updated_at > now, _S.updated_at), else_=now)
+
+
 _COUNTERS = select(_S.id, _S.owner, _S.base_count, _S.own_count, _S.agent_id).where(
     _S.id == bindparam("sid")
 )
 _RESERVE = (
     update(sessions_table)
     .where(_S.id == bindparam("sid"))
-    .values(own_count=_S.own_count + bindparam("n"), updated_at=bindparam("now", type_=_Micros))
-    .returning(_S.id, _S.owner, _S.base_count, _S.own_count, _S.agent_id)
+    .values(own_count=_S.own_count + bindparam("n"), updated_at=_later(_NOW))
+    .returning(_S.id, _S.owner, _S.base_count, _S.own_count, _S.agent_id, _S.updated_at)
 )
 _MESSAGE_COLUMNS = (
     _M.id, _M.role, _M.content, _M.tool_calls, _M.tool_call_id, _M.is_error, _M.name,
@@ -257,8 +278,25 @@ _CHAIN = (
 _BY_MESSAGE_ID = select(_M.owner, _M.position).where(_M.id == bindparam("message_id"))
 
 
+# PostgreSQL advisory locks of the store: ``(namespace, key)``, transaction-scoped.
+_SCHEMA_LOCK = (0x7E7E, 1)  # held by the transaction that creates or migrates the schema
+_OWNER_LOCKS = 0x7E7F  # with a hash of an owner: held while the messages of that owner are freed
+
+
+def _advisory_lock(connection: Connection, namespace: int, key: int) -> None:
+    connection.execute(select(func.pg_advisory_xact_lock(namespace, key)))
+
+
 def migrate(connection: Connection, target: int = SCHEMA_VERSION) -> int:
-    """Run the steps from the database's version up to ``target``; return the version found."""
+    """Run the steps from the database's version up to ``target``; return the version found.
+
+    Any number of processes may start together on an empty or old database: on PostgreSQL the
+    first to come holds a lock until it commits, and the others then find the schema made (its
+    statements see what was committed before they began); on SQLite the caller's transaction
+    holds the write lock (``BEGIN IMMEDIATE``).
+    """
+    if connection.dialect.name == "postgresql":
+        _advisory_lock(connection, *_SCHEMA_LOCK)
     schema_version.create(connection, checkfirst=True)
     found = connection.execute(select(schema_version.c.version)).scalar()
     current = found or 0
@@ -277,24 +315,56 @@ def migrate(connection: Connection, target: int = SCHEMA_VERSION) -> int:
     return current
 
 
+def database_url(url: str) -> str:
+    """``url`` with the driver tether installs: ``postgres://`` and ``postgresql://`` (which
+    SQLAlchemy would open with psycopg2) become ``postgresql+psycopg://`` (``tether[postgres]``)."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme in ("postgres", "postgresql"):
+        return f"postgresql+psycopg://{rest}"
+    return url
+
+
+_DRIVERS = {"postgresql": "postgres"}  # dialect -> the extra of tether that installs its driver
+
+
 def make_engine(url: str) -> Engine:
-    """An engine for ``url``; SQLite gets WAL, a busy timeout and explicit transactions."""
-    engine = create_engine(
-        url,
-        json_serializer=lambda value: orjson.dumps(value).decode(),
-        json_deserializer=orjson.loads,
-    )
+    """An engine for ``url``; SQLite gets WAL, a busy timeout and explicit transactions.
+
+    A server's connections are checked before use (``pool_pre_ping``), so a database that was
+    restarted costs no failed request.
+    """
+    url = database_url(url)
+    server = not url.startswith("sqlite")
+    try:
+        engine = create_engine(
+            url,
+            json_serializer=lambda value: orjson.dumps(value).decode(),
+            json_deserializer=orjson.loads,
+            pool_pre_ping=server,
+        )
+    except ImportError as exc:
+        raise _missing_driver(url, exc) from None
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_connected)
         event.listen(engine, "begin", _sqlite_begin)
     return engine
 
 
+def _missing_driver(url: str, exc: ImportError) -> ConfigError:
+    kind = url.split(":", 1)[0].split("+", 1)[0]
+    extra = _DRIVERS.get(kind)
+    hint = f": pip install 'tether[{extra}]'" if extra else ""
+    return ConfigError(
+        f"the {kind} session store needs its database driver ({exc.name or exc}){hint}",
+        {"key": "sessions.store", "source": "sessions"},
+    )
+
+
 def _sqlite_connected(dbapi_connection: Any, record: Any) -> None:
     dbapi_connection.isolation_level = None  # transactions are begun by _sqlite_begin
     cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA busy_timeout=30000")  # first: WAL mode waits for other openers
     cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA busy_timeout=30000")
     cursor.execute("PRAGMA synchronous=NORMAL")  # in WAL: a commit survives a killed process
     cursor.close()
 
@@ -401,9 +471,11 @@ class SqlStore:
         self._engine = engine
         self._executor = executor
         self._fast = fast and engine.dialect.name == "sqlite"
+        self._psycopg = engine.dialect.name == "postgresql" and engine.dialect.driver == "psycopg"
         self._compiled: dict[int, _Compiled] = {}
         self._connection: Connection | None = None  # used on the worker thread only
         self._inline: Connection | None = None  # used on the event loop's thread only
+        self._queued = 0  # calls submitted to the worker and not yet seen to end
         self.kind = engine.dialect.name
         self.url = engine.url
 
@@ -431,7 +503,11 @@ class SqlStore:
     # -- running on the worker ---------------------------------------------------------------
 
     async def _run(self, call: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        self._queued += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        finally:
+            self._queued -= 1
 
     async def _read(self, call: Callable[[Connection], T]) -> T:
         return await self._run(partial(self._in_transaction, call, write=False))
@@ -440,14 +516,36 @@ class SqlStore:
         return await self._run(partial(self._in_transaction, call, write=True))
 
     def _in_transaction(self, call: Callable[[Connection], T], *, write: bool) -> T:
-        connection = self._live()
-        connection.execution_options(tether_write=write)
-        with connection.begin():
-            return call(connection)
+        """``call`` in one transaction, run again when it failed before its commit because the
+        connection was lost (a database restarted: once, on a new connection) or the database
+        chose it as the victim of a deadlock or a serialization failure. A failed commit is
+        never run again: whether it took effect is unknown."""
+        attempt = 0
+        while True:
+            connection = self._live()
+            connection.execution_options(tether_write=write)
+            if self._psycopg:
+                _isolate(connection, write)
+            transaction = connection.begin()
+            try:
+                result = call(connection)
+            except DBAPIError as exc:
+                _end(transaction)
+                attempt += 1
+                if not _worth_retrying(exc, attempt):
+                    raise
+                continue
+            except BaseException:
+                _end(transaction)
+                raise
+            transaction.commit()
+            return result
 
     def _live(self) -> Connection:
         connection = self._connection
         if connection is None or connection.closed or connection.invalidated:
+            if connection is not None:
+                connection.close()  # a lost one: give it back to the pool, which drops it
             connection = self._connection = self._engine.connect()
         return connection
 
@@ -466,8 +564,13 @@ class SqlStore:
 
     async def _append(self, call: Callable[[_Exec], None]) -> None:
         """An append: on the loop's thread when SQLite can take the write lock at once, else on
-        the worker (see the module's docstring)."""
-        if not (self._fast and self._append_inline(call)):
+        the worker (see the module's docstring).
+
+        Never on the loop's thread while a call waits on the worker: the worker runs calls in
+        the order they came, and an append that found the lock free could otherwise commit
+        before an append (or a clear) sent earlier that is waiting there for the lock.
+        """
+        if not (self._fast and not self._queued and self._append_inline(call)):
             await self._hot(call, write=True)
 
     def _append_inline(self, call: Callable[[_Exec], None]) -> bool:
@@ -573,7 +676,7 @@ class SqlStore:
             if name in ("settings", "metadata", "state") and value is None:
                 value = {}
             values[name] = value
-        values["updated_at"] = utcnow()
+        values["updated_at"] = _later(literal(utcnow(), _Micros))
 
         def configure(connection: Connection) -> Session:
             _session_row(connection, session_id)
@@ -604,13 +707,18 @@ class SqlStore:
 
     async def clear(self, session_id: str) -> Session:
         def clear(connection: Connection) -> Session:
-            row = _session_row(connection, session_id)
+            row = _session_row(connection, session_id, "update")
             owners = {row.owner, *(owner for owner, _ in _chain(connection, session_id))}
             connection.execute(delete(segments_table).where(segments_table.c.session_id == row.id))
             connection.execute(
                 update(sessions_table)
                 .where(sessions_table.c.id == session_id)
-                .values(owner=uuid7(), base_count=0, own_count=0, updated_at=utcnow())
+                .values(
+                    owner=uuid7(),
+                    base_count=0,
+                    own_count=0,
+                    updated_at=_later(literal(utcnow(), _Micros)),
+                )
             )
             _collect(connection, owners)
             return _session(_session_row(connection, session_id))
@@ -633,7 +741,7 @@ class SqlStore:
                 continue
 
             def expire(connection: Connection, session_id: str = session_id) -> bool:
-                row = _find_session_row(connection, session_id)
+                row = _find_session_row(connection, session_id, "update")
                 if row is None or row.updated_at >= idle_before:
                     return False  # touched since: not idle any more
                 _delete(connection, session_id)
@@ -645,7 +753,7 @@ class SqlStore:
 
     async def fork(self, params: ForkSessionParams) -> Session:
         def fork(connection: Connection) -> str:
-            parent = _session_row(connection, params.session_id)
+            parent = _session_row(connection, params.session_id, "key share")
             chain = _chain(connection, parent.id)
             total = parent.base_count + parent.own_count
             if params.at_message_id is None:
@@ -691,7 +799,7 @@ class SqlStore:
                 input_tokens=0,
                 output_tokens=0,
                 created_at=now,
-                updated_at=now,
+                updated_at=max(now, parent.updated_at),  # not before the messages it inherits
             )
             connection.execute(insert(sessions_table).values(_json_safe(values)))
             if inherited:
@@ -769,7 +877,14 @@ class SqlStore:
             found = db.rows(_RESERVE, {"sid": session_id, "n": len(stored), "now": now_param})
             if not found:
                 raise SessionNotFound(session_id)
-            reserved = _Counters(*found[0])
+            reserved = _Counters(*found[0][:5])
+            # the messages' time is the session's new updated_at, taken under its lock: now,
+            # unless an append (of a process whose clock is ahead) left a later one
+            at = found[0][5]
+            if at != now_param:
+                at = _from_micros(at) if isinstance(at, int) else at
+                for message in stored:
+                    message.created_at = at
             first = reserved.own_count - len(stored)
             _check_tool_results(db, reserved, first, messages)
             owner, agent_id = reserved.owner, reserved.agent_id
@@ -795,6 +910,39 @@ class SqlStore:
 
 # --- helpers (run on the worker thread) -----------------------------------------------------
 
+_RETRIED_STATES = frozenset({"40001", "40P01"})  # serialization failure, deadlock detected
+_RETRIES = 5
+
+
+def _worth_retrying(exc: DBAPIError, attempt: int) -> bool:
+    """Whether a transaction that raised ``exc`` before its commit may run again."""
+    if exc.connection_invalidated:
+        return attempt == 1
+    state = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
+    return state in _RETRIED_STATES and attempt <= _RETRIES
+
+
+_READ_COMMITTED, _REPEATABLE_READ = 2, 3  # psycopg.IsolationLevel
+
+
+def _isolate(connection: Connection, write: bool) -> None:
+    """Set the isolation of the transaction about to begin on PostgreSQL (psycopg begins it
+    with the level set: no round trip). A read is one snapshot, REPEATABLE READ (its statements
+    would each see what was committed before they began); a write is READ COMMITTED, locking the
+    rows it changes and seeing their latest versions (which the locking of forks, deletes and
+    :func:`_collect` rely on), whatever the server's default."""
+    raw: Any = connection.connection.dbapi_connection
+    raw.isolation_level = _READ_COMMITTED if write else _REPEATABLE_READ
+
+
+def _end(transaction: RootTransaction) -> None:
+    """Roll back ``transaction`` after an error; a lost connection has nothing left to undo."""
+    if transaction.is_active:
+        try:
+            transaction.rollback()
+        except DBAPIError:
+            pass
+
 
 def _commit_after(db: _SqliteExec, call: Callable[[_Exec], T]) -> T:
     """``call`` in the transaction ``db`` has begun: committed, or rolled back if it raises."""
@@ -815,6 +963,8 @@ def _open_engine(url: str) -> Engine:
     try:
         with engine.connect() as connection:
             connection.execution_options(tether_write=True)
+            if engine.dialect.name == "postgresql":  # see _isolate: each statement a snapshot
+                connection.execution_options(isolation_level="READ COMMITTED")
             with connection.begin():
                 migrate(connection)
     except BaseException:
@@ -823,13 +973,29 @@ def _open_engine(url: str) -> Engine:
     return engine
 
 
-def _find_session_row(connection: Connection, session_id: str) -> Row[Any] | None:
+_Lock = Literal["update", "key share"] | None
+
+
+def _find_session_row(
+    connection: Connection, session_id: str, lock: _Lock = None
+) -> Row[Any] | None:
+    """The session's row; ``lock``: locked until the transaction ends (where the database has
+    row locks: SQLite's transaction that writes already holds the whole file).
+
+    ``update`` for a write that changes what the session holds (clear, delete); ``key share``
+    for a fork: its parent then keeps what it holds until the fork is committed, while appends
+    to the parent go on.
+    """
     query = select(sessions_table).where(sessions_table.c.id == session_id)
+    if lock == "update":
+        query = query.with_for_update()
+    elif lock == "key share":
+        query = query.with_for_update(read=True, key_share=True)
     return connection.execute(query).first()
 
 
-def _session_row(connection: Connection, session_id: str) -> Row[Any]:
-    row = _find_session_row(connection, session_id)
+def _session_row(connection: Connection, session_id: str, lock: _Lock = None) -> Row[Any]:
+    row = _find_session_row(connection, session_id, lock)
     if row is None:
         raise SessionNotFound(session_id)
     return row
@@ -856,6 +1022,11 @@ def _chain(db: _Exec | Connection, session_id: str) -> list[tuple[str, int]]:
     if isinstance(db, Connection):
         db = _Exec(db)
     return [(owner, upto) for owner, upto in db.rows(_CHAIN, {"sid": session_id})]
+
+
+def _owner_key(owner: str) -> int:
+    """A 32-bit key for ``owner``'s lock (two owners may share one: they then wait in turn)."""
+    return int.from_bytes(blake2b(owner.encode(), digest_size=4).digest(), "big", signed=True)
 
 
 def _session(row: Row[Any]) -> Session:
@@ -1017,7 +1188,7 @@ def _message(row: Sequence[Any]) -> Message:
 
 
 def _delete(connection: Connection, session_id: str) -> None:
-    row = _session_row(connection, session_id)
+    row = _session_row(connection, session_id, "update")
     owners = {row.owner, *(owner for owner, _ in _chain(connection, session_id))}
     connection.execute(delete(segments_table).where(segments_table.c.session_id == session_id))
     connection.execute(delete(sessions_table).where(sessions_table.c.id == session_id))
@@ -1025,7 +1196,17 @@ def _delete(connection: Connection, session_id: str) -> None:
 
 
 def _collect(connection: Connection, owners: set[str]) -> None:
-    """Remove the messages of owners that no session holds or inherits any more."""
+    """Remove the messages of owners that no session holds or inherits any more.
+
+    The caller has removed its own hold on ``owners``. On PostgreSQL two transactions can each
+    remove one of the last two holds at once, each still seeing the other's (not committed):
+    a lock per owner makes the second wait for the first to commit, and its statements then see
+    that commit (READ COMMITTED), so the last one out frees the rows. A fork that adds a hold
+    keeps its parent's row locked until it commits, so the parent's hold is seen until then.
+    """
+    if connection.dialect.name == "postgresql":
+        for key in sorted({_owner_key(owner) for owner in owners}):  # one order: no deadlock
+            _advisory_lock(connection, _OWNER_LOCKS, key)
     for owner in owners:
         held = connection.execute(
             select(
