@@ -46,6 +46,7 @@ ENV_VARS: Final[Mapping[str, str]] = MappingProxyType(
         "TETHER_SESSIONS_STORE": "sessions.store",
         "TETHER_SESSIONS_PATH": "sessions.path",
         "TETHER_SESSIONS_TTL": "sessions.ttl",
+        "TETHER_SESSIONS_LEASE": "sessions.lease",
     }
 )
 """The environment variables tether reads, each with the dotted key it sets."""
@@ -129,6 +130,10 @@ class SessionsConfig(_Section):
     ttl: str | None = Field(
         default=None, description='sessions idle longer are deleted: "30d", "12h", "90m", "45s"'
     )
+    lease: str = Field(
+        default="10s",
+        description='how long a run holds its session without renewing its lease ("10s")',
+    )
 
     @field_validator("store")
     @classmethod
@@ -143,6 +148,17 @@ class SessionsConfig(_Section):
         if value is not None and (not _TTL.match(value) or _ttl_seconds(value) == 0):
             raise ValueError('expected a duration such as "30d", "12h", "90m" or "45s"')
         return value
+
+    @field_validator("lease")
+    @classmethod
+    def _lease_duration(cls, value: str) -> str:
+        if not _TTL.match(value) or not 1 <= _ttl_seconds(value) <= 3600:
+            raise ValueError('expected a duration from "1s" to "1h", such as "10s"')
+        return value
+
+    def lease_delta(self) -> timedelta:
+        """``lease`` as a duration: how long a run's lease lasts between two renewals."""
+        return timedelta(seconds=_ttl_seconds(self.lease))
 
     def ttl_delta(self) -> timedelta | None:
         """``ttl`` as a duration; None when sessions never expire."""
@@ -262,7 +278,7 @@ def _read_toml(path: Path) -> dict[str, Any] | None:
 
 # Whoever wrote a repository writes its workspace file: these keys would let it send the user's
 # API key to another server, files from outside the workspace to the model, or the user's
-# sessions to a database of its choosing.
+# sessions to a database of its choosing, or keep them locked long after a crash.
 _UNTRUSTED_KEYS = {
     ("provider", "base_url"),
     ("provider", "baseUrl"),
@@ -270,6 +286,7 @@ _UNTRUSTED_KEYS = {
     ("provider", "apiKeyEnv"),
     ("sessions", "store"),
     ("sessions", "path"),
+    ("sessions", "lease"),
 }
 # ... and these would let it run any command on the user's machine.
 _UNTRUSTED_COMMANDS = {("tools", "mcp_servers"), ("tools", "mcpServers")}
@@ -281,6 +298,7 @@ def _refuse_untrusted(layer: Mapping[str, Any], source: str) -> None:
         if isinstance(table, Mapping) and key in table:
             dotted = f"{section}.{_SNAKE.get(key, key)}"
             problem = _SESSIONS_NOT_IN_WORKSPACE if section == "sessions" else _NOT_IN_WORKSPACE
+            problem = _LEASE_NOT_IN_WORKSPACE if key == "lease" else problem
             raise _error(source, dotted, problem)
     for section, key in _UNTRUSTED_COMMANDS:
         table = layer.get(section)
@@ -330,6 +348,11 @@ def _refuse_loosening(trusted: TetherConfig, config: TetherConfig, source: str) 
 _SESSIONS_NOT_IN_WORKSPACE = (
     "cannot be set in a workspace file (a repository could send your sessions elsewhere); "
     "set it in your user config file, the environment or the editor's settings"
+)
+_LEASE_NOT_IN_WORKSPACE = (
+    "cannot be set in a workspace file (a repository could keep your sessions locked long after "
+    "a crash, or make runs lose them); set it in your user config file, the environment or the "
+    "editor's settings"
 )
 _NOT_IN_WORKSPACE = (
     "cannot be set in a workspace file (a repository could send your key elsewhere); "

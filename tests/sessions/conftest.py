@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,14 +34,19 @@ STORES = [
 ]
 
 
-async def open_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> SessionStore:
+async def open_store(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, **options: Any
+) -> SessionStore:
+    """A store of ``kind``; ``options`` (``clock``, ``holder``) go to its constructor. SQL stores
+    opened twice in one test share their database, like two processes."""
     if kind == "memory":
-        return MemoryStore()
+        return MemoryStore(**options)
     from tether.sessions.sql import SqlStore, sqlite_url
 
     if kind in ("sqlite", "sqlite-core"):
-        return await SqlStore.open(sqlite_url(tmp_path / "sessions.db"), fast=kind == "sqlite")
-    return await SqlStore.open(request.getfixturevalue("postgres_url"))
+        url = sqlite_url(tmp_path / "sessions.db")
+        return await SqlStore.open(url, fast=kind == "sqlite", **options)
+    return await SqlStore.open(request.getfixturevalue("postgres_url"), **options)
 
 
 @pytest.fixture(params=STORES)

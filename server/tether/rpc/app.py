@@ -60,7 +60,7 @@ class App:
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         """``store``: the session store to use whatever the configuration says (tests)."""
-        self.sessions = SessionService(store or MemoryStore(), running=self._is_running)
+        self.sessions = SessionService(store or MemoryStore())
         self._store_given = store is not None
         self._clock = clock
         self._sweeper: asyncio.Task[None] | None = None
@@ -265,9 +265,6 @@ class App:
 
     def _notify(self, method: str, params: Any) -> None:
         self.notify(method, params)
-
-    def _is_running(self, session_id: str) -> bool:
-        return self.kernel is not None and self.kernel.is_running(session_id)
 
 
 def _first_workspace(params: InitializeParams) -> str | None:
