@@ -31,9 +31,9 @@ def project(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def postgres_server() -> Iterator[str]:
     """The URL of a real PostgreSQL server, started on first use (see :mod:`tests.postgres`)."""
-    yield from start_server(tmp_path_factory.mktemp("postgres"))
+    yield from start_server()
 
 
 @pytest.fixture

@@ -11,27 +11,62 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import create_engine, make_url, text
 
 _counter = itertools.count()
 
 
-def start_server(directory: Path) -> Iterator[str]:
-    """Yield the URL of a server (external or started here); stop it after the yield."""
+def start_server() -> Iterator[str]:
+    """Yield the URL of a server (external or started here); stop it after the yield.
+
+    Its data lives outside pytest's temporary directories: as root, pgserver runs PostgreSQL as
+    a user of its own, which needs to reach the data directory, and every pytest session makes
+    ``/tmp/pytest-of-USER`` private to its user again when it starts.
+    """
     external = os.environ.get("TETHER_TEST_POSTGRES_URL")
     if external:
         yield external
         return
     import pgserver
 
-    server = pgserver.get_server(directory, cleanup_mode="stop")
+    directory = Path(tempfile.mkdtemp(prefix="tether-postgres-"))
+    server = _started(pgserver, directory / "data")
     try:
+        _tune_for_tests(server.get_uri())
         yield server.get_uri()
     finally:
         server.cleanup()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _started(pgserver: Any, directory: Path) -> Any:
+    """The server, started; ``pg_ctl`` gives up after 10 s, which a loaded machine can exceed, so
+    a start that timed out is tried again (it finds the server that went on starting)."""
+    for attempt in range(3):
+        try:
+            return pgserver.get_server(directory, cleanup_mode="stop")
+        except Exception:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _tune_for_tests(url: str) -> None:
+    """No waiting for the disk: a test server's data need not survive a power cut."""
+    admin = create_engine(sqlalchemy_url(url), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+                connection.execute(text(f"ALTER SYSTEM SET {setting} = off"))
+            connection.execute(text("SELECT pg_reload_conf()"))
+    finally:
+        admin.dispose()
 
 
 def sqlalchemy_url(url: str) -> str:
