@@ -331,9 +331,9 @@ class MemoryStore:
             if index is None:
                 raise InvalidParams.field("atMessageId", "no such message in this session")
             keep = index + 1
-        check_fork_point(parent.newest_first(keep))
         if keep:
             self._check_fork_point_not_in_run(parent, parent.slice(keep - 1, keep)[0])
+        check_fork_point(parent.newest_first(keep))
         now = utcnow()
         session = _copy_session(parent.session).model_copy(
             update={

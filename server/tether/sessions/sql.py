@@ -711,12 +711,12 @@ class SqlStore:
                     raise InvalidParams.field("atMessageId", "no such message in this session")
                 keep = index + 1
             segments = [*chain, (parent.owner, parent.own_count)]
-            check_fork_point(_newest_first(_Exec(connection), segments, keep))
             fork_point = None
             if keep:
                 point = _read_range(_Exec(connection), segments, keep - 1, keep)[0]
                 self._refuse_fork_in_run(parent, point)
                 fork_point = point.id
+            check_fork_point(_newest_first(_Exec(connection), segments, keep))
             inherited = cut_chain(chain, parent.owner, parent.own_count, keep)
             now = utcnow()
             session_id = uuid7()
