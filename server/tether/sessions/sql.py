@@ -260,6 +260,7 @@ _HELD = and_(_S.lease_run_id == bindparam("rid"), _S.lease_until >= _AT)
 _RESERVE_FREE = _RESERVE.where(_FREE)
 _RESERVE_HELD = _RESERVE.where(_HELD)
 _LEASE = select(_S.lease_run_id, _S.lease_holder, _S.lease_until).where(_S.id == bindparam("sid"))
+_LEASE_LOCKED = _LEASE.with_for_update()
 _MESSAGE_COLUMNS = (
     _M.id, _M.role, _M.content, _M.tool_calls, _M.tool_call_id, _M.is_error, _M.name,
     _M.author, _M.metadata, _M.run_id, _M.created_at,
@@ -920,7 +921,7 @@ class SqlStore:
     def _locked_lease(self, connection: Connection, session_id: str) -> Lease | None:
         """The session's live lease, its row locked till the transaction ends (PostgreSQL; a
         SQLite write transaction holds the whole file), so no run claims it meanwhile."""
-        row = connection.execute(_LEASE.with_for_update(), {"sid": session_id}).first()
+        row = connection.execute(_LEASE_LOCKED, {"sid": session_id}).first()
         lease = None if row is None else _lease(row)
         return lease if lease is not None and lease.live(self._clock()) else None
 
