@@ -25,7 +25,7 @@ from tether.protocol.kernel import ProgressParams, RunParams, RunResult, StopRea
 from tether.providers.scripted import ScriptedProvider
 from tether.sessions import MemoryStore
 
-from ..sessions.test_leases import Clock
+from ..sessions.conftest import Clock
 from .test_run import Tools, call
 
 RUN_TIMEOUT = 30.0

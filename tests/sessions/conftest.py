@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 from tether.protocol import MessageInput, Role, Session, ToolCall
 from tether.protocol.sessions import CreateSessionParams
 from tether.sessions import MemoryStore, SessionStore
+from tether.sessions.ids import utcnow
 
 WORKSPACE = "file:///work/project"
 
@@ -24,6 +26,19 @@ def calling(*call_ids: str) -> MessageInput:
 
 def answering(call_id: str) -> MessageInput:
     return MessageInput(role=Role.TOOL, tool_call_id=call_id, content="result")
+
+
+class Clock:
+    """A clock that moves only when told to (for leases: no test waits for time to pass)."""
+
+    def __init__(self) -> None:
+        self.now = utcnow()
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
 
 
 STORES = [

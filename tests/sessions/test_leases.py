@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -28,22 +28,9 @@ from tether.protocol.sessions import CreateSessionParams
 from tether.sessions import SessionStore
 from tether.sessions.ids import utcnow
 
-from .conftest import STORES, WORKSPACE, answering, calling, open_store, user
+from .conftest import STORES, WORKSPACE, Clock, answering, calling, open_store, user
 
 LEASE = timedelta(seconds=10)
-
-
-class Clock:
-    """A clock that moves only when told to."""
-
-    def __init__(self) -> None:
-        self.now = utcnow()
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 @dataclass
