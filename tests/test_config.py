@@ -300,6 +300,7 @@ ENV_EXAMPLES: dict[str, tuple[str, Any]] = {
     "TETHER_SESSIONS_TTL": ("30d", "30d"),
     "TETHER_SANDBOX": ("read-only", "read-only"),
     "TETHER_SANDBOX_NETWORK": ("true", True),
+    "TETHER_SESSIONS_LEASE": ("3s", "3s"),
 }
 
 
@@ -990,6 +991,28 @@ def test_an_invalid_ttl_is_a_config_error_naming_the_key(ttl: str) -> None:
         TetherConfig().overlay({"sessions": {"ttl": ttl}}, source="initializationOptions")
     assert excinfo.value.data["key"] == "sessions.ttl"
     assert "30d" in excinfo.value.message
+
+
+def test_the_run_lease_lasts_ten_seconds_unless_set() -> None:
+    assert TetherConfig().sessions.lease_delta() == timedelta(seconds=10)
+    config = TetherConfig().overlay({"sessions": {"lease": "2s"}})
+    assert config.sessions.lease_delta() == timedelta(seconds=2)
+
+
+@pytest.mark.parametrize("lease", ["0s", "2h", "10", "1.5s"])
+def test_a_lease_out_of_range_is_a_config_error_naming_the_key(lease: str) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        TetherConfig().overlay({"sessions": {"lease": lease}}, source="initializationOptions")
+    assert excinfo.value.data["key"] == "sessions.lease"
+
+
+def test_a_workspace_file_may_not_set_the_lease(tmp_path: Path) -> None:
+    workspace = tmp_path / "repo"
+    (workspace / ".tether").mkdir(parents=True)
+    (workspace / ".tether" / "config.toml").write_text('[sessions]\nlease = "1h"\n')
+    with pytest.raises(ConfigError) as excinfo:
+        load_config(workspace=workspace, environ={})
+    assert excinfo.value.data["key"] == "sessions.lease"
 
 
 def test_an_unknown_store_is_a_config_error() -> None:

@@ -48,7 +48,7 @@ class Backend:
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         """``store``: the session store to use whatever the configuration says (tests)."""
-        self.sessions = SessionService(store or MemoryStore(), running=self._is_running)
+        self.sessions = SessionService(store or MemoryStore())
         self._store_given = store is not None
         self._clock = clock
         self._sweeper: asyncio.Task[None] | None = None
@@ -246,9 +246,6 @@ class Backend:
     async def _close_mcp_servers(self, session_id: str) -> None:
         if self._mcp is not None:
             await self._mcp.close_session(session_id)
-
-    def _is_running(self, session_id: str) -> bool:
-        return self.kernel is not None and self.kernel.is_running(session_id)
 
 
 def left_out(error: ConfigError) -> str:

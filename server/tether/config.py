@@ -51,6 +51,7 @@ ENV_VARS: Final[Mapping[str, str]] = MappingProxyType(
         "TETHER_SESSIONS_STORE": "sessions.store",
         "TETHER_SESSIONS_PATH": "sessions.path",
         "TETHER_SESSIONS_TTL": "sessions.ttl",
+        "TETHER_SESSIONS_LEASE": "sessions.lease",
     }
 )
 """The environment variables tether reads, each with the dotted key it sets."""
@@ -150,6 +151,10 @@ class SessionsConfig(_Section):
     ttl: str | None = Field(
         default=None, description='sessions idle longer are deleted: "30d", "12h", "90m", "45s"'
     )
+    lease: str = Field(
+        default="10s",
+        description='how long a run holds its session without renewing its lease ("10s")',
+    )
 
     @field_validator("store")
     @classmethod
@@ -164,6 +169,17 @@ class SessionsConfig(_Section):
         if value is not None and (not _TTL.match(value) or _ttl_seconds(value) == 0):
             raise ValueError('expected a duration such as "30d", "12h", "90m" or "45s"')
         return value
+
+    @field_validator("lease")
+    @classmethod
+    def _lease_duration(cls, value: str) -> str:
+        if not _TTL.match(value) or not 1 <= _ttl_seconds(value) <= 3600:
+            raise ValueError('expected a duration from "1s" to "1h", such as "10s"')
+        return value
+
+    def lease_delta(self) -> timedelta:
+        """``lease`` as a duration: how long a run's lease lasts between two renewals."""
+        return timedelta(seconds=_ttl_seconds(self.lease))
 
     def ttl_delta(self) -> timedelta | None:
         """``ttl`` as a duration; None when sessions never expire."""
@@ -312,6 +328,7 @@ WORKSPACE_REFUSED: Final[Mapping[str, str]] = MappingProxyType(
         "sessions.store": "a repository could send your sessions elsewhere",
         "sessions.path": "a repository could send your sessions elsewhere",
         "sessions.ttl": "a repository could delete your sessions of every workspace",
+        "sessions.lease": "a repository could keep your sessions locked long after a crash",
     }
 )
 """Every key a workspace file may not set (dotted, snake_case; camelCase is refused as well), with

@@ -111,6 +111,8 @@ async def test_a_busy_session_refuses_changes_while_its_run_goes_on(project: Pat
             with pytest.raises(SessionBusyError) as raised:
                 await change
             assert raised.value.session_id == sid
+            assert (raised.value.run_id, raised.value.holder) == (run.run_id, "this-process")
+            assert raised.value.lease_lost is False
         run.cancel()
         with pytest.raises(RequestCancelledError):
             await run
@@ -124,3 +126,9 @@ async def test_the_raw_connection_raises_the_same_typed_errors():
     finally:
         await connection.close()
     assert isinstance(raised.value, RpcError) and raised.value.code == -32002
+
+
+def test_a_run_that_lost_its_lease_is_told_apart_from_a_refused_one():
+    lost = error_from(-32011, "lost", {"sessionId": "s", "runId": "r", "leaseLost": True})
+    assert isinstance(lost, SessionBusyError)
+    assert (lost.session_id, lost.run_id, lost.holder, lost.lease_lost) == ("s", "r", None, True)

@@ -6,6 +6,9 @@ by a fresh store and checked: it is intact, every session loads, nothing the cli
 acknowledged is missing, and only the last tool exchange of a session may still wait for its
 results. Every few kills a fresh server runs once in each such session, which must answer the
 waiting calls "interrupted". Seeded (the seed is printed; ``TETHER_CRASH_SEED`` replays it).
+
+A killed server's runs keep their sessions leased until the lease expires (one second here): a
+new server's run in such a session is refused as busy until then, and tried again.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tether.client import Connection, RpcError
+from tether.client import Connection, RpcError, SessionBusyError
 from tether.protocol import Message, Role
 from tether.sessions.sql import SqlStore, sqlite_url
 
@@ -71,7 +74,10 @@ async def spawn(project: Path, db: Path, turns: list[dict[str, Any]], seen: Any)
         env={"TETHER_SESSIONS_STORE": "sqlite", "TETHER_SESSIONS_PATH": str(db)},
         on_notification=seen,
     )
-    options = {"provider": {"type": "scripted", "script": str(path), "model": "m"}}
+    options = {
+        "provider": {"type": "scripted", "script": str(path), "model": "m"},
+        "sessions": {"lease": "1s"},
+    }
     await connection.request(
         "initialize",
         {"workspaceFolders": [{"uri": project.as_uri()}], "initializationOptions": options},
@@ -87,6 +93,7 @@ class Worker:
         self.sessions: list[str] = []
         self.kills = self.checks_with_server = self.runs_finished = 0
         self._deltas: dict[str, str] = {}  # run id -> id of the message being streamed
+        self._started = asyncio.Event()  # a run of the current server has started
 
     def seen(self, method: str, params: Any) -> bool:
         if method != "kernel/progress":
@@ -95,6 +102,7 @@ class Worker:
         kind = event["kind"]
         if kind == "run_started":
             self.ack.add(self.ack.messages, sid, event["userMessageId"])
+            self._started.set()
         elif kind == "message_delta":
             self._deltas[params["runId"]] = event["messageId"]
         elif kind == "tool_call":
@@ -109,6 +117,7 @@ class Worker:
     async def cycle(self, spawn_number: int) -> None:
         """One server: runs back to back, killed after a random delay once they are going."""
         tag = f"{self.name}{spawn_number}"
+        self._started = asyncio.Event()
         connection = await spawn(self.project, self.db, script(tag), self.seen)
         try:
             if not self.sessions or self.rng.random() < 0.25:
@@ -118,14 +127,13 @@ class Worker:
 
             async def runs() -> None:
                 while True:
-                    result = await connection.request(
-                        "kernel/run", {"sessionId": sid, "prompt": f"go {tag}"}
-                    )
+                    result = await run_when_free(connection, sid, f"go {tag}")
                     self.runs_finished += 1
                     for record in result["toolCalls"]:
                         self.ack.add(self.ack.results, sid, record["id"])
 
             running = asyncio.ensure_future(runs())
+            await asyncio.wait_for(self._started.wait(), 30)
             await asyncio.sleep(self.rng.uniform(0.0, 0.4))
             connection.process.kill()
             await connection.process.wait()
@@ -173,7 +181,7 @@ class Worker:
         connection = await spawn(self.project, self.db, turns, lambda m, p: True)
         try:
             for sid, calls in waiting:
-                await connection.request("kernel/run", {"sessionId": sid, "prompt": "again"})
+                await run_when_free(connection, sid, "again")
                 page = await connection.request(
                     "session/messages", {"sessionId": sid, "order": "desc", "limit": 50}
                 )
@@ -196,6 +204,15 @@ class Worker:
             if waiting and self.kills % FRESH_SERVER_EVERY == 0:
                 await self.answer_with_a_fresh_server(waiting)
                 assert await self.check() == []
+
+
+async def run_when_free(connection: Connection, sid: str, prompt: str) -> Any:
+    """``kernel/run``, asked again while a killed server's lease on the session lasts."""
+    while True:
+        try:
+            return await connection.request("kernel/run", {"sessionId": sid, "prompt": prompt})
+        except SessionBusyError:
+            await asyncio.sleep(0.05)
 
 
 def _dangling(history: list[Message], answered: set[str | None]) -> list[str]:

@@ -1,13 +1,16 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tether.protocol import MessageInput, Role, Session, ToolCall
 from tether.protocol.sessions import CreateSessionParams
 from tether.sessions import MemoryStore, SessionStore
+from tether.sessions.ids import utcnow
 
 WORKSPACE = "file:///work/project"
 
@@ -25,6 +28,19 @@ def answering(call_id: str) -> MessageInput:
     return MessageInput(role=Role.TOOL, tool_call_id=call_id, content="result")
 
 
+class Clock:
+    """A clock that moves only when told to (for leases: no test waits for time to pass)."""
+
+    def __init__(self) -> None:
+        self.now = utcnow()
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
 STORES = [
     "memory",
     "sqlite",
@@ -33,14 +49,19 @@ STORES = [
 ]
 
 
-async def open_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> SessionStore:
+async def open_store(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, **options: Any
+) -> SessionStore:
+    """A store of ``kind``; ``options`` (``clock``, ``holder``) go to its constructor. SQL stores
+    opened twice in one test share their database, like two processes."""
     if kind == "memory":
-        return MemoryStore()
+        return MemoryStore(**options)
     from tether.sessions.sql import SqlStore, sqlite_url
 
     if kind in ("sqlite", "sqlite-core"):
-        return await SqlStore.open(sqlite_url(tmp_path / "sessions.db"), fast=kind == "sqlite")
-    return await SqlStore.open(request.getfixturevalue("postgres_url"))
+        url = sqlite_url(tmp_path / "sessions.db")
+        return await SqlStore.open(url, fast=kind == "sqlite", **options)
+    return await SqlStore.open(request.getfixturevalue("postgres_url"), **options)
 
 
 @pytest.fixture(params=STORES)

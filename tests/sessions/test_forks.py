@@ -274,17 +274,16 @@ async def test_expire_deletes_sessions_idle_since_the_cutoff_but_not_the_kept_on
 async def test_the_service_sweeps_with_its_clock_and_spares_running_sessions(
     store: SessionStore,
 ) -> None:
-    running: set[str] = set()
-    service = SessionService(store, running=running.__contains__)
+    service = SessionService(store)
     idle = await store.create(CreateSessionParams(), WORKSPACE)
     busy = await store.create(CreateSessionParams(), WORKSPACE)
     await fill(store, idle.session_id, "a")
-    running.add(busy.session_id)
+    await store.claim_run(busy.session_id, "run-1", timedelta(minutes=5))  # the store's clock
     ttl = timedelta(days=30)
 
     assert await service.sweep(ttl, utcnow() + timedelta(days=29)) == []
     assert await service.sweep(ttl, utcnow() + timedelta(days=31)) == [idle.session_id]
     with pytest.raises(SessionNotFound):
         await store.messages(idle.session_id, cursor=None, limit=10, order="asc")
-    running.clear()
+    await store.release_run(busy.session_id, "run-1")
     assert await service.sweep(ttl, utcnow() + timedelta(days=31)) == [busy.session_id]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -30,11 +31,13 @@ async def test_a_new_store_on_the_same_file_sees_everything(tmp_path: Path) -> N
     first = await SqlStore.open(url)
     session = await first.create(CreateSessionParams(title="t", state={"n": 1}), WORKSPACE)
     call = ToolCall(id="c1", name="read", arguments="{}")
+    await first.claim_run(session.session_id, "r1", timedelta(minutes=5))
     stored = await first.append(
         session.session_id,
         [user("hi"), MessageInput(role=Role.ASSISTANT, tool_calls=[call])],
         run_id="r1",
     )
+    await first.release_run(session.session_id, "r1")
     child = await first.fork(
         ForkSessionParams(session_id=session.session_id, at_message_id=stored[0].id)
     )
@@ -243,3 +246,41 @@ def test_postgresql_urls_without_a_driver_open_with_psycopg_3(given: str, opened
     assert database_url(given) == opened
     kind = "sqlite" if given.startswith("sqlite") else "postgresql"
     assert url_kind(given) == kind
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_version_2_database_gets_the_lease_columns_and_keeps_its_sessions(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = (
+        sqlite_url(tmp_path / "v2.db")
+        if kind == "sqlite"
+        else request.getfixturevalue("postgres_url")
+    )
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        migrate(connection, target=2)
+        assert _version(connection) == 2
+        columns = {c["name"] for c in inspect(connection).get_columns("sessions")}
+        assert "lease_until" not in columns
+    engine.dispose()
+    old = await SqlStore.open(url)  # migrates to version 3
+    session = await old.create(CreateSessionParams(title="old"), WORKSPACE)
+    await old.aclose()
+
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        migrate(connection, target=2)  # nothing to do: it is newer
+        columns = {c["name"] for c in inspect(connection).get_columns("sessions")}
+        version = _version(connection)
+    engine.dispose()
+    assert version == SCHEMA_VERSION == 3
+    assert {"lease_run_id", "lease_holder", "lease_until"} <= columns
+
+    store = await SqlStore.open(url)
+    try:
+        assert (await store.get(session.session_id)).running is False
+        await store.claim_run(session.session_id, "run-1", timedelta(seconds=10))
+        assert (await store.get(session.session_id)).running is True
+    finally:
+        await store.aclose()

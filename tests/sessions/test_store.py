@@ -261,6 +261,7 @@ async def test_append_fills_in_ids_and_timestamps_and_keeps_the_given_fields(
     store: SessionStore, session: Session
 ) -> None:
     batch = [user("question"), calling("c1"), answering("c1")]
+    await store.claim_run(session.session_id, "run-1", timedelta(minutes=5))
     appended = await store.append(session.session_id, batch, run_id="run-1")
     assert [m.role for m in appended] == [Role.USER, Role.ASSISTANT, Role.TOOL]
     assert [uuid.UUID(m.id).version for m in appended] == [7, 7, 7]

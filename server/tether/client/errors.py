@@ -11,7 +11,7 @@ Hierarchy (clients decide by class or by ``code``)::
     ├── ServerNotInitializedError   -32002
     ├── RequestCancelledError       -32800  ``partial``: the RunResult so far, for ``kernel/run``
     ├── SessionNotFoundError        -32010  ``session_id``
-    ├── SessionBusyError            -32011  ``session_id``
+    ├── SessionBusyError            -32011  ``session_id``, ``run_id``, ``holder``, ``lease_lost``
     ├── ProviderFailedError         -32012
     ├── ConfigInvalidError          -32013  ``key``
     └── WorkspaceInvalidError       -32014
@@ -117,12 +117,31 @@ class SessionNotFoundError(_CodedError):
 
 
 class SessionBusyError(_CodedError):
+    """A run (of this server or another process on the same store) holds the session; or, with
+    ``lease_lost``, the ``kernel/run`` itself lost its lease on the session and stopped."""
+
     CODE = ErrorCode.SESSION_BUSY
 
     @property
     def session_id(self) -> str | None:
         value = self._data_field("sessionId")
         return value if isinstance(value, str) else None
+
+    @property
+    def run_id(self) -> str | None:
+        """The run that holds the session (with ``lease_lost``: the run that lost it)."""
+        value = self._data_field("runId")
+        return value if isinstance(value, str) else None
+
+    @property
+    def holder(self) -> str | None:
+        """``"this-process"`` or ``"another-process"``: which server runs it."""
+        value = self._data_field("holder")
+        return value if isinstance(value, str) else None
+
+    @property
+    def lease_lost(self) -> bool:
+        return self._data_field("leaseLost") is True
 
 
 class ProviderFailedError(_CodedError):

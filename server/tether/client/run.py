@@ -155,7 +155,7 @@ class RunRouter:
         if run.run_id is not None:
             self._by_run_id.pop(run.run_id, None)
             error = None if run._future.cancelled() else run._future.exception()
-            if isinstance(error, SessionBusyError):
+            if isinstance(error, SessionBusyError) and not error.lease_lost:
                 self._hand_on(run)
         run._queue.put_nowait(_END)
 

@@ -1,21 +1,30 @@
-"""The kernel service: starts runs on sessions, keeps one run per session, cancels them."""
+"""The kernel service: starts runs on sessions, keeps one run per session, cancels them.
+
+One run per session holds across processes: a run leases its session in the store before it
+records anything, renews the lease while it goes on, and releases it when it ends (see
+:mod:`tether.sessions.lease`). A run that finds its lease lost stops: it is cancelled, its
+writes are refused, and ``kernel/run`` answers ``RunLeaseLost``.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
 from pathlib import Path
 
 from tether.config import ProviderConfig, TetherConfig
 from tether.kernel.access import check_access
 from tether.kernel.approval import Approvals, Approver
-from tether.kernel.run import Emit, Run, RunSetup
+from tether.kernel.run import Emit, LeaseState, Run, RunSetup
 from tether.kernel.state import StoreState
 from tether.kernel.window import EstimatingCounter, TokenCounter, window
 from tether.protocol import (
     RequestCancelled,
+    RunLeaseLost,
     Session,
-    SessionBusy,
     TetherError,
     WorkspaceError,
 )
@@ -27,6 +36,8 @@ from tether.sessions.store import SessionStore
 from tether.sessions.workspaces import local_path
 from tether.tools.base import ToolContext, ToolExecutor
 from tether.tools.confinement import SandboxPolicy
+
+logger = logging.getLogger(__name__)
 
 ProviderFactory = Callable[[ProviderConfig], Provider]
 MemoryLoader = Callable[[Path, list[str]], str]
@@ -70,22 +81,31 @@ class Kernel:
 
     async def run(self, params: RunParams, emit: Emit) -> RunResult:
         """Run to the end. If this call is cancelled (``$/cancelRequest``), the run stops and
-        :class:`RequestCancelled` carries its partial result."""
+        :class:`RequestCancelled` carries its partial result. ``SessionBusy`` when a run (of any
+        process) holds the session; ``RunLeaseLost`` when this one lost it on the way."""
         session_id = params.session_id
-        if session_id in self._runs:
-            raise SessionBusy(session_id)
-        # Claimed before the first await, so a second run or an append sent meanwhile is refused.
-        task = asyncio.ensure_future(self._start_and_run(params, emit))
+        run_id = uuid7()
+        lease = self._config().sessions.lease_delta()
+        await self._claim(session_id, run_id, lease)
+        state = LeaseState()
+        task = asyncio.ensure_future(self._start_and_run(params, emit, run_id, state))
         self._runs[session_id] = task
+        renewal = asyncio.ensure_future(self._renew(session_id, run_id, lease, state, task))
         try:
-            return await asyncio.shield(task)
+            result = await asyncio.shield(task)
         except asyncio.CancelledError:
             task.cancel()
             result = await task
-            raise RequestCancelled("run cancelled", result.to_wire()) from None
+            if not state.lost:
+                raise RequestCancelled("run cancelled", result.to_wire()) from None
         finally:
+            renewal.cancel()
             if self._runs.get(session_id) is task:
                 del self._runs[session_id]
+            await self._release(session_id, run_id)
+        if state.lost:
+            raise RunLeaseLost(session_id, run_id)
+        return result
 
     def cancel(self, session_id: str) -> bool:
         """Stop the session's run; it then answers ``stopReason: "cancelled"``."""
@@ -95,11 +115,59 @@ class Kernel:
         task.cancel()
         return True
 
-    async def _start_and_run(self, params: RunParams, emit: Emit) -> RunResult:
-        run_id = uuid7()
+    async def _claim(self, session_id: str, run_id: str, lease: timedelta) -> None:
+        """Lease the session to the run before it records anything. Cancelled meanwhile: a lease
+        the store took all the same is given back, and nothing was recorded."""
+        claim = asyncio.ensure_future(self._store.claim_run(session_id, run_id, lease))
+        try:
+            await asyncio.shield(claim)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await claim
+                await self._release(session_id, run_id)
+            result = RunResult(
+                run_id=run_id, session_id=session_id, stop_reason=StopReason.CANCELLED, iterations=0
+            )
+            raise RequestCancelled("run cancelled", result.to_wire()) from None
+
+    async def _renew(
+        self,
+        session_id: str,
+        run_id: str,
+        lease: timedelta,
+        state: LeaseState,
+        task: asyncio.Task[RunResult],
+    ) -> None:
+        """Renew the lease every third of it while the run goes on; stop the run when the store
+        says it no longer holds it. A renewal that fails (the database is away) is tried again
+        at the next tick: the lease is only lost once it has expired."""
+        while True:
+            await asyncio.sleep(lease.total_seconds() / 3)
+            try:
+                held = await self._store.renew_run(session_id, run_id, lease)
+            except Exception:
+                logger.warning("could not renew the lease of run %s", run_id, exc_info=True)
+                continue
+            if not held:
+                logger.warning("run %s lost its lease on session %s", run_id, session_id)
+                state.lost = True
+                task.cancel()
+                return
+
+    async def _release(self, session_id: str, run_id: str) -> None:
+        """Give the lease back (it expires on its own when the store cannot be reached)."""
+        release = asyncio.ensure_future(self._store.release_run(session_id, run_id))
+        try:
+            await asyncio.shield(release)
+        except Exception:
+            logger.warning("could not release the lease of run %s", run_id, exc_info=True)
+
+    async def _start_and_run(
+        self, params: RunParams, emit: Emit, run_id: str, state: LeaseState
+    ) -> RunResult:
         try:
             session = await self._store.get(params.session_id)
-            run = Run(await self._setup(session, params, run_id, emit))
+            run = Run(await self._setup(session, params, run_id, emit, state))
         except asyncio.CancelledError:  # cancelled before it began: nothing was recorded
             return RunResult(
                 run_id=run_id,
@@ -120,7 +188,7 @@ class Kernel:
             error.data = {**(error.data or {}), "warnings": [w.to_wire() for w in warnings]}
 
     async def _setup(
-        self, session: Session, params: RunParams, run_id: str, emit: Emit
+        self, session: Session, params: RunParams, run_id: str, emit: Emit, state: LeaseState
     ) -> RunSetup:
         config = self._config()
         warnings = tuple(self._warnings())
@@ -157,6 +225,7 @@ class Kernel:
             settings=dict(session.settings),
             window=window(config.context.max_tokens, self._counter, system, specs),
             warnings=warnings,
+            lease=state,
         )
 
 

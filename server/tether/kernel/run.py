@@ -6,7 +6,9 @@ cancellation arrives as ``CancelledError`` wherever the run is waiting and ends 
 ``cancelled``. Whatever happens, the session stays valid for the model: every assistant tool call
 that was persisted gets a result, and a cancelled call is recorded as the error result
 "cancelled". A run that fails (the provider gave up) keeps what it persisted, and its calls get
-results too.
+results too. A run whose lease on the session was lost (see :mod:`tether.kernel.kernel`) cannot
+write any more: it ends in error (``RunLeaseLost``), and the calls it leaves without results are
+answered "interrupted" by the next run.
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ import contextlib
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import assert_never
+from typing import NoReturn, assert_never
 
 from tether.kernel.approval import Gate
 from tether.kernel.history import in_model_order
 from tether.kernel.window import HistoryWindow
-from tether.protocol import Content, Message, MessageInput, Role, ToolCall
+from tether.protocol import Content, Message, MessageInput, Role, RunLeaseLost, ToolCall
 from tether.protocol.kernel import (
     IterationFinished,
     IterationStarted,
@@ -63,6 +65,13 @@ class Final:
 Step = RunAgain | Final
 
 
+@dataclass
+class LeaseState:
+    """Whether the run still holds its session's lease (set by the kernel's renewal)."""
+
+    lost: bool = False
+
+
 @dataclass(kw_only=True)
 class RunSetup:
     """Everything a run is given, resolved from configuration, session and request."""
@@ -82,6 +91,7 @@ class RunSetup:
     settings: dict[str, object] = field(default_factory=dict)
     window: HistoryWindow | None = None  # None: every request carries the whole history
     warnings: Sequence[RunWarning] = ()  # sent after run_started, kept in the result
+    lease: LeaseState = field(default_factory=LeaseState)
 
 
 class Run:
@@ -113,16 +123,36 @@ class Run:
         try:
             stop = await self._loop()
         except asyncio.CancelledError:
-            await self._record_cancelled_calls()
-            stop = StopReason.CANCELLED
-        except BaseException:
-            await self._record_cancelled_calls()
-            await self._add_usage()
-            self._emit(RunFinished(stop_reason=StopReason.ERROR, iterations=self.iterations))
-            raise
+            stop = await self._stop_cancelled()
+        except BaseException as exc:
+            await self._fail(exc)
         await self._add_usage()
         self._emit(RunFinished(stop_reason=stop, iterations=self.iterations))
         return self.result(stop)
+
+    async def _stop_cancelled(self) -> StopReason:
+        """Cancelled: the unfinished calls get "cancelled". Cancelled because the lease was
+        lost: the run fails instead (it may not write)."""
+        if self._setup.lease.lost:
+            await self._fail(RunLeaseLost(self._setup.session_id, self.run_id))
+        try:
+            await self._record_cancelled_calls()
+        except RunLeaseLost as lost:
+            await self._fail(lost)
+        return StopReason.CANCELLED
+
+    async def _fail(self, error: BaseException) -> NoReturn:
+        """End with ``error``: the calls get results (unless the lease is lost: the run's writes
+        are refused, and the next run answers them "interrupted"), the usage is added, and
+        ``run_finished`` says ``error``."""
+        if not (self._setup.lease.lost or isinstance(error, RunLeaseLost)):
+            try:
+                await self._record_cancelled_calls()
+            except RunLeaseLost as lost:
+                error = lost
+        await self._add_usage()
+        self._emit(RunFinished(stop_reason=StopReason.ERROR, iterations=self.iterations))
+        raise error
 
     def result(self, stop: StopReason) -> RunResult:
         return RunResult(

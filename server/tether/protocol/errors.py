@@ -8,7 +8,8 @@ Hierarchy::
     ├── ServerNotInitialized    -32002  a request before ``initialize``
     ├── RequestCancelled        -32800  ``$/cancelRequest``; ``data`` is the partial result
     ├── SessionNotFound         -32010  unknown, deleted or expired session
-    ├── SessionBusy             -32011  a run is still going on that session
+    ├── SessionBusy             -32011  a run is still going on that session (in any process)
+    │   └── RunLeaseLost        -32011  a run lost its lease on the session and stopped
     ├── ProviderError           -32012  the model endpoint failed after retries
     ├── ConfigError             -32013  invalid configuration
     └── WorkspaceError          -32014  workspace missing, or a path outside it
@@ -19,7 +20,7 @@ Nothing here does I/O; the rpc layer turns any ``TetherError`` into a response i
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Any
+from typing import Any, Literal
 
 
 class ErrorCode(IntEnum):
@@ -77,11 +78,45 @@ class SessionNotFound(TetherError):
         self.session_id = session_id
 
 
+Holder = Literal["this-process", "another-process"]
+"""Who holds a session's run lease, as ``SessionBusy`` tells the client."""
+
+
 class SessionBusy(TetherError):
+    """A run holds the session's lease: ``data`` is ``{sessionId, runId, holder}``."""
+
     code = ErrorCode.SESSION_BUSY
 
-    def __init__(self, session_id: str) -> None:
-        super().__init__(f"session is busy with a run: {session_id}", {"sessionId": session_id})
+    def __init__(
+        self, session_id: str, run_id: str | None = None, holder: Holder | None = None
+    ) -> None:
+        data: dict[str, str] = {"sessionId": session_id}
+        if run_id is not None:
+            data["runId"] = run_id
+        if holder is not None:
+            data["holder"] = holder
+        where = {"this-process": " in this process", "another-process": " in another process"}
+        super().__init__(
+            f"session is busy with a run{where.get(holder or '', '')}: {session_id}", data
+        )
+        self.session_id = session_id
+        self.run_id = run_id
+        self.holder = holder
+
+
+class RunLeaseLost(SessionBusy):
+    """The run ``run_id`` no longer holds the session's lease (its process was suspended or cut
+    off from the database for longer than the lease): its writes are refused and it stops.
+    ``data`` is ``{sessionId, runId, leaseLost: true}``."""
+
+    def __init__(self, session_id: str, run_id: str) -> None:
+        super().__init__(session_id, run_id)
+        self.message = (
+            f"the run {run_id} lost its lease on session {session_id} (its process could not "
+            "renew it in time: see sessions.lease), so it stopped"
+        )
+        self.args = (self.message,)
+        self.data = {"sessionId": session_id, "runId": run_id, "leaseLost": True}
 
 
 class ProviderError(TetherError):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
@@ -25,6 +25,7 @@ from tether.protocol import (
     MessageInput,
     MessagesResult,
     Role,
+    RunLeaseLost,
     Session,
     SessionNotFound,
     ToolCall,
@@ -34,6 +35,7 @@ from tether.protocol.sessions import CreateSessionParams, ForkSessionParams, Ses
 from tether.sessions.cursors import decode_cursor, encode_cursor
 from tether.sessions.forks import check_fork_point, cut_chain
 from tether.sessions.ids import utcnow, uuid7
+from tether.sessions.lease import Lease, process_holder
 from tether.sessions.store import Order
 
 Packed = tuple[Any, ...]
@@ -125,6 +127,7 @@ class _Record:
     tool_call_ids: dict[str, int] = field(default_factory=dict)
     chain: list[tuple[_Segment, int]] = field(default_factory=list)
     base_count: int = 0
+    lease: Lease | None = None  # the run that holds the session (live or not)
 
     def own(self) -> _Segment:
         return _Segment(self.messages, self.positions, self.tool_call_ids)
@@ -184,8 +187,13 @@ class MemoryStore:
     kind = "memory"
     durable = False
 
-    def __init__(self) -> None:
+    def __init__(
+        self, *, clock: Callable[[], datetime] = utcnow, holder: str | None = None
+    ) -> None:
+        """``clock`` tells leases' time; ``holder`` names this process in them."""
         self._records: dict[str, _Record] = {}
+        self._clock = clock
+        self.holder = holder or process_holder()
 
     async def create(self, params: CreateSessionParams, workspace: str) -> Session:
         now = utcnow()
@@ -210,16 +218,17 @@ class MemoryStore:
         return _copy_session(session)
 
     async def get(self, session_id: str) -> Session:
-        return _copy_session(self._record(session_id).session)
+        return self._copy(self._record(session_id))
 
     async def list_sessions(
         self, *, workspace: str | None, cursor: str | None, limit: int
     ) -> ListSessionsResult:
-        sessions = [
-            record.session
+        records = {
+            record.session.session_id: record
             for record in self._records.values()
             if workspace is None or record.session.workspace == workspace
-        ]
+        }
+        sessions = [record.session for record in records.values()]
         sessions.sort(key=_newest_first_key, reverse=True)
         if cursor is not None:
             updated_at, session_id = decode_cursor("sessions", cursor, 2)
@@ -229,7 +238,7 @@ class MemoryStore:
         if len(sessions) > limit:
             next_cursor = encode_cursor("sessions", *_newest_first_key(page[-1]))
         return ListSessionsResult(
-            sessions=[_copy_session(s) for s in page], next_cursor=next_cursor
+            sessions=[self._copy(records[s.session_id]) for s in page], next_cursor=next_cursor
         )
 
     async def messages(
@@ -261,6 +270,7 @@ class MemoryStore:
         ids: Sequence[str] | None = None,
     ) -> list[Message]:
         record = self._record(session_id)
+        self._check_writer(record, run_id)
         _check_tool_results(record.knows_call, messages)
         now = _later(record.session)
         new_ids = list(ids) if ids is not None else [uuid7() for _ in messages]
@@ -290,7 +300,7 @@ class MemoryStore:
                 value = {}
             setattr(session, name, copy.deepcopy(value))
         session.updated_at = _later(session)
-        return _copy_session(session)
+        return self._copy(self._record(session_id))
 
     async def add_usage(self, session_id: str, usage: Usage) -> None:
         total = self._record(session_id).session.usage
@@ -299,6 +309,7 @@ class MemoryStore:
 
     async def clear(self, session_id: str) -> Session:
         record = self._record(session_id)
+        self._check_writer(record, None)
         record.messages = []
         record.positions = {}
         record.tool_call_ids = {}
@@ -306,11 +317,11 @@ class MemoryStore:
         record.base_count = 0
         record.session.message_count = 0
         record.session.updated_at = _later(record.session)
-        return _copy_session(record.session)
+        return self._copy(record)
 
     async def delete(self, session_id: str) -> None:
-        if self._records.pop(session_id, None) is None:
-            raise SessionNotFound(session_id)
+        self._check_writer(self._record(session_id), None)
+        del self._records[session_id]
 
     async def fork(self, params: ForkSessionParams) -> Session:
         parent = self._record(params.session_id)
@@ -320,6 +331,8 @@ class MemoryStore:
             if index is None:
                 raise InvalidParams.field("atMessageId", "no such message in this session")
             keep = index + 1
+        if keep:
+            self._check_fork_point_not_in_run(parent, parent.slice(keep - 1, keep)[0])
         check_fork_point(parent.newest_first(keep))
         now = utcnow()
         session = _copy_session(parent.session).model_copy(
@@ -346,14 +359,59 @@ class MemoryStore:
         expired = [
             session_id
             for session_id, record in self._records.items()
-            if record.session.updated_at < idle_before and not keep(session_id)
+            if record.session.updated_at < idle_before
+            and not keep(session_id)
+            and self._live_lease(record) is None
         ]
         for session_id in expired:
             del self._records[session_id]
         return expired
 
+    async def claim_run(self, session_id: str, run_id: str, lease: timedelta) -> None:
+        record = self._record(session_id)
+        held = self._live_lease(record)
+        if held is not None:
+            raise held.busy(session_id, self.holder)
+        record.lease = Lease(run_id, self.holder, self._clock() + lease)
+
+    async def renew_run(self, session_id: str, run_id: str, lease: timedelta) -> bool:
+        record = self._records.get(session_id)
+        held = None if record is None else self._live_lease(record)
+        if record is None or held is None or held.run_id != run_id:
+            return False
+        record.lease = Lease(run_id, self.holder, self._clock() + lease)
+        return True
+
+    async def release_run(self, session_id: str, run_id: str) -> None:
+        record = self._records.get(session_id)
+        if record is not None and record.lease is not None and record.lease.run_id == run_id:
+            record.lease = None
+
     async def aclose(self) -> None:
         return None
+
+    def _live_lease(self, record: _Record) -> Lease | None:
+        lease = record.lease
+        return lease if lease is not None and lease.live(self._clock()) else None
+
+    def _check_writer(self, record: _Record, run_id: str | None) -> None:
+        """A run writes only under its live lease; anyone else only while no lease is live."""
+        held = self._live_lease(record)
+        if run_id is not None and (held is None or held.run_id != run_id):
+            raise RunLeaseLost(record.session.session_id, run_id)
+        if run_id is None and held is not None:
+            raise held.busy(record.session.session_id, self.holder)
+
+    def _check_fork_point_not_in_run(self, record: _Record, point: Packed) -> None:
+        """A fork at a message of the running turn would take an unfinished turn."""
+        held = self._live_lease(record)
+        if held is not None and point[9] == held.run_id:  # the message's run_id
+            raise held.busy(record.session.session_id, self.holder)
+
+    def _copy(self, record: _Record) -> Session:
+        session = _copy_session(record.session)
+        session.running = self._live_lease(record) is not None
+        return session
 
     def _record(self, session_id: str) -> _Record:
         record = self._records.get(session_id)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from tether.protocol import ConfigError, ListSessionsResult, Message, MessageInput, MessagesResult
 from tether.protocol import Session as SessionModel
@@ -128,3 +128,12 @@ class OpeningStore:
 
     async def expire(self, idle_before: datetime, keep: Callable[[str], bool]) -> list[str]:
         return await (await self.store()).expire(idle_before, keep)
+
+    async def claim_run(self, session_id: str, run_id: str, lease: timedelta) -> None:
+        await (await self.store()).claim_run(session_id, run_id, lease)
+
+    async def renew_run(self, session_id: str, run_id: str, lease: timedelta) -> bool:
+        return await (await self.store()).renew_run(session_id, run_id, lease)
+
+    async def release_run(self, session_id: str, run_id: str) -> None:
+        await (await self.store()).release_run(session_id, run_id)

@@ -20,7 +20,6 @@ from tether.protocol import (
     MessagesParams,
     MessagesResult,
     Session,
-    SessionBusy,
     WorkspaceError,
 )
 from tether.sessions.store import SessionStore
@@ -32,12 +31,16 @@ def _never(session_id: str) -> bool:
 
 
 class SessionService:
-    """One method per ``session/*`` request; each takes validated params and returns the result."""
+    """One method per ``session/*`` request; each takes validated params and returns the result.
 
-    def __init__(self, store: SessionStore, running: Callable[[str], bool] = _never) -> None:
+    Whether a run holds a session (``Session.running``, and the ``SessionBusy`` refusals of
+    append, clear, delete and fork) is the store's to say: runs lease their sessions there, so
+    every process sharing the store agrees (see :mod:`tether.sessions.lease`).
+    """
+
+    def __init__(self, store: SessionStore) -> None:
         self.store = store
         self.default_workspace: str | None = None
-        self._running = running  # whether a kernel run is going on in a session
         # Called after a session is created, and after one is deleted (to release what belongs
         # to it, such as its MCP servers).
         self.on_create: list[Callable[[Session, CreateSessionParams], None]] = []
@@ -60,16 +63,13 @@ class SessionService:
         return session
 
     async def get(self, params: GetSessionParams) -> Session:
-        return self._live(await self.store.get(params.session_id))
+        return await self.store.get(params.session_id)
 
     async def list_sessions(self, params: ListSessionsParams) -> ListSessionsResult:
         workspace = canonical_workspace(params.workspace) if params.workspace else None
-        page = await self.store.list_sessions(
+        return await self.store.list_sessions(
             workspace=workspace, cursor=params.cursor, limit=params.limit
         )
-        for session in page.sessions:
-            self._live(session)
-        return page
 
     async def messages(self, params: MessagesParams) -> MessagesResult:
         return await self.store.messages(
@@ -77,18 +77,15 @@ class SessionService:
         )
 
     async def append(self, params: AppendParams) -> AppendResult:
-        self._refuse_if_running(params.session_id)
         return AppendResult(messages=await self.store.append(params.session_id, params.messages))
 
     async def configure(self, params: ConfigureSessionParams) -> Session:
-        return self._live(await self.store.configure(params.session_id, params))
+        return await self.store.configure(params.session_id, params)
 
     async def clear(self, params: ClearSessionParams) -> Session:
-        self._refuse_if_running(params.session_id)
         return await self.store.clear(params.session_id)
 
     async def delete(self, params: DeleteSessionParams) -> DeleteResult:
-        self._refuse_if_running(params.session_id)
         await self.store.delete(params.session_id)
         await self._deleted([params.session_id])
         return DeleteResult()
@@ -97,11 +94,12 @@ class SessionService:
         session = await self.store.fork(params)
         for forked in self.on_fork:
             forked(session)
-        return self._live(session)
+        return session
 
     async def sweep(self, ttl: timedelta, now: datetime) -> list[str]:
-        """Delete the sessions idle for longer than ``ttl`` at ``now``, never one that runs."""
-        expired = await self.store.expire(now - ttl, keep=self._running)
+        """Delete the sessions idle for longer than ``ttl`` at ``now``, never one that a run
+        holds (the store skips leased sessions)."""
+        expired = await self.store.expire(now - ttl, keep=_never)
         await self._deleted(expired)
         return expired
 
@@ -109,12 +107,3 @@ class SessionService:
         for session_id in session_ids:
             for deleted in self.on_delete:
                 await deleted(session_id)
-
-    def _live(self, session: Session) -> Session:
-        session.running = self._running(session.session_id)
-        return session
-
-    def _refuse_if_running(self, session_id: str) -> None:
-        """A run owns its session's history until it ends: no appends, clears or deletes."""
-        if self._running(session_id):
-            raise SessionBusy(session_id)

@@ -12,6 +12,11 @@ Layout (see also :mod:`tether.sessions.forks`):
   indexed by owner so rows that nothing refers to any more can be found and removed;
 - ``schema_version``: the version of this layout, moved forward by :data:`MIGRATIONS`.
 
+A session's run lease (:mod:`tether.sessions.lease`) is three columns of its row
+(``lease_run_id``, ``lease_holder``, ``lease_until``): it is claimed, renewed and released by
+conditional updates of that row, and every write a lease blocks checks it in its own
+transaction (an append in the same statement that reserves its positions).
+
 SQLAlchemy is synchronous: calls run on one worker thread per store, so the event loop never
 waits for the database. Each write is one transaction. On SQLite, an append (the kernel's write
 per step) first tries on the loop thread with a connection that never waits for a lock: it takes
@@ -33,7 +38,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from hashlib import blake2b
 from pathlib import Path
@@ -73,7 +78,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import RootTransaction
 from sqlalchemy.exc import DBAPIError, IntegrityError
-from sqlalchemy.schema import CreateIndex, CreateTable
+from sqlalchemy.schema import CreateColumn, CreateIndex, CreateTable
 from sqlalchemy.types import TypeDecorator
 
 from tether.protocol import (
@@ -84,7 +89,9 @@ from tether.protocol import (
     MessageInput,
     MessagesResult,
     Role,
+    RunLeaseLost,
     Session,
+    SessionBusy,
     SessionNotFound,
     ToolCall,
 )
@@ -94,12 +101,13 @@ from tether.protocol.sessions import CreateSessionParams, ForkSessionParams, Ses
 from tether.sessions.cursors import decode_cursor, encode_cursor
 from tether.sessions.forks import check_fork_point, cut_chain
 from tether.sessions.ids import utcnow, uuid7
+from tether.sessions.lease import Lease, process_holder
 from tether.sessions.memory import new_message, trusted_message
 from tether.sessions.store import Order
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class _Micros(TypeDecorator[datetime]):
@@ -156,7 +164,12 @@ sessions_table = Table(
     Column("output_tokens", BigInteger, nullable=False),
     Column("created_at", _Micros, nullable=False),
     Column("updated_at", _Micros, nullable=False),
+    # the run lease (version 3): the run, its process, until when (all NULL: not leased)
+    Column("lease_run_id", _ID),
+    Column("lease_holder", Text),
+    Column("lease_until", _Micros),
 )
+_LEASE_COLUMNS = ("lease_run_id", "lease_holder", "lease_until")
 
 segments_table = Table(
     "segments",
@@ -215,7 +228,9 @@ _V2_INDEXES = [Index("ix_messages_run", messages_table.c.run_id)]
 
 def _create_v1(connection: Connection) -> None:
     for table in (sessions_table, segments_table, messages_table, tool_calls_table):
-        connection.execute(CreateTable(table))
+        create = CreateTable(table)
+        create.columns = [c for c in create.columns if c.element.name not in _LEASE_COLUMNS]
+        connection.execute(create)
     for index in _V1_INDEXES:
         connection.execute(CreateIndex(index))
 
@@ -225,7 +240,13 @@ def _add_run_index(connection: Connection) -> None:
         connection.execute(CreateIndex(index))
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_create_v1, _add_run_index]
+def _add_run_lease(connection: Connection) -> None:
+    for name in _LEASE_COLUMNS:
+        column = CreateColumn(sessions_table.c[name]).compile(dialect=connection.dialect)
+        connection.exec_driver_sql(f"ALTER TABLE sessions ADD COLUMN {column}")
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_create_v1, _add_run_index, _add_run_lease]
 """Step ``i`` moves the schema from version ``i`` to ``i + 1`` (0: an empty database)."""
 
 assert len(MIGRATIONS) == SCHEMA_VERSION
@@ -252,6 +273,15 @@ _RESERVE = (
     .values(own_count=_S.own_count + bindparam("n"), updated_at=_later(_NOW))
     .returning(_S.id, _S.owner, _S.base_count, _S.own_count, _S.agent_id, _S.updated_at)
 )
+# The lease conditions (``at``: the time of the check): a write by no run needs the session free
+# of a live lease; a run's own write needs the run to hold one.
+_AT = bindparam("at", type_=_Micros)
+_FREE = or_(_S.lease_run_id.is_(None), _S.lease_until < _AT)
+_HELD = and_(_S.lease_run_id == bindparam("rid"), _S.lease_until >= _AT)
+_RESERVE_FREE = _RESERVE.where(_FREE)
+_RESERVE_HELD = _RESERVE.where(_HELD)
+_LEASE = select(_S.lease_run_id, _S.lease_holder, _S.lease_until).where(_S.id == bindparam("sid"))
+_LEASE_LOCKED = _LEASE.with_for_update()
 _MESSAGE_COLUMNS = (
     _M.id, _M.role, _M.content, _M.tool_calls, _M.tool_call_id, _M.is_error, _M.name,
     _M.author, _M.metadata, _M.run_id, _M.created_at,
@@ -466,8 +496,19 @@ class SqlStore:
 
     durable = True
 
-    def __init__(self, engine: Engine, executor: ThreadPoolExecutor, *, fast: bool = True) -> None:
-        """``fast``: on SQLite, run the hot paths on sqlite3 directly (see ``_SqliteExec``)."""
+    def __init__(
+        self,
+        engine: Engine,
+        executor: ThreadPoolExecutor,
+        *,
+        fast: bool = True,
+        clock: Callable[[], datetime] = utcnow,
+        holder: str | None = None,
+    ) -> None:
+        """``fast``: on SQLite, run the hot paths on sqlite3 directly (see ``_SqliteExec``).
+        ``clock`` tells leases' time; ``holder`` names this process in them."""
+        self._clock = clock
+        self.holder = holder or process_holder()
         self._engine = engine
         self._executor = executor
         self._fast = fast and engine.dialect.name == "sqlite"
@@ -480,7 +521,14 @@ class SqlStore:
         self.url = engine.url
 
     @classmethod
-    async def open(cls, url: str, *, fast: bool = True) -> SqlStore:
+    async def open(
+        cls,
+        url: str,
+        *,
+        fast: bool = True,
+        clock: Callable[[], datetime] = utcnow,
+        holder: str | None = None,
+    ) -> SqlStore:
         """Open (creating and migrating as needed) the database at ``url``."""
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-sessions")
         try:
@@ -488,7 +536,7 @@ class SqlStore:
         except BaseException:
             executor.shutdown(wait=False)
             raise
-        return cls(engine, executor, fast=fast)
+        return cls(engine, executor, fast=fast, clock=clock, holder=holder)
 
     @classmethod
     def open_sync(cls, url: str) -> SqlStore:
@@ -637,7 +685,7 @@ class SqlStore:
         return await self.get(session_id)
 
     async def get(self, session_id: str) -> Session:
-        return await self._read(lambda c: _session(_session_row(c, session_id)))
+        return await self._read(lambda c: _session(_session_row(c, session_id), self._clock()))
 
     async def list_sessions(
         self, *, workspace: str | None, cursor: str | None, limit: int
@@ -662,7 +710,8 @@ class SqlStore:
             sessions_table.c.updated_at.desc(), sessions_table.c.id.desc()
         ).limit(limit + 1)
         rows = await self._read(lambda c: list(c.execute(query)))
-        page = [_session(row) for row in rows[:limit]]
+        now = self._clock()
+        page = [_session(row, now) for row in rows[:limit]]
         next_cursor = None
         if len(rows) > limit:
             last = page[-1]
@@ -685,7 +734,7 @@ class SqlStore:
                 .where(sessions_table.c.id == session_id)
                 .values(_json_safe(values))
             )
-            return _session(_session_row(connection, session_id))
+            return _session(_session_row(connection, session_id), self._clock())
 
         return await self._write(configure)
 
@@ -707,6 +756,7 @@ class SqlStore:
 
     async def clear(self, session_id: str) -> Session:
         def clear(connection: Connection) -> Session:
+            self._lock_unleased(connection, session_id)
             row = _session_row(connection, session_id, "update")
             owners = {row.owner, *(owner for owner, _ in _chain(connection, session_id))}
             connection.execute(delete(segments_table).where(segments_table.c.session_id == row.id))
@@ -721,12 +771,16 @@ class SqlStore:
                 )
             )
             _collect(connection, owners)
-            return _session(_session_row(connection, session_id))
+            return _session(_session_row(connection, session_id), self._clock())
 
         return await self._write(clear)
 
     async def delete(self, session_id: str) -> None:
-        await self._write(lambda c: _delete(c, session_id))
+        def delete(connection: Connection) -> None:
+            self._lock_unleased(connection, session_id)
+            _delete(connection, session_id)
+
+        await self._write(delete)
 
     async def expire(self, idle_before: datetime, keep: Callable[[str], bool]) -> list[str]:
         """Delete the sessions last updated before ``idle_before``, except those ``keep`` keeps."""
@@ -741,6 +795,8 @@ class SqlStore:
                 continue
 
             def expire(connection: Connection, session_id: str = session_id) -> bool:
+                if self._locked_lease(connection, session_id) is not None:
+                    return False  # a run holds it: never swept
                 row = _find_session_row(connection, session_id, "update")
                 if row is None or row.updated_at >= idle_before:
                     return False  # touched since: not idle any more
@@ -764,10 +820,12 @@ class SqlStore:
                     raise InvalidParams.field("atMessageId", "no such message in this session")
                 keep = index + 1
             segments = [*chain, (parent.owner, parent.own_count)]
-            check_fork_point(_newest_first(_Exec(connection), segments, keep))
             fork_point = None
             if keep:
-                fork_point = _read_range(_Exec(connection), segments, keep - 1, keep)[0].id
+                point = _read_range(_Exec(connection), segments, keep - 1, keep)[0]
+                self._refuse_fork_in_run(parent, point)
+                fork_point = point.id
+            check_fork_point(_newest_first(_Exec(connection), segments, keep))
             inherited = cut_chain(chain, parent.owner, parent.own_count, keep)
             now = utcnow()
             session_id = uuid7()
@@ -872,11 +930,13 @@ class SqlStore:
         stored = [new_message(m, i, now, run_id) for m, i in zip(messages, new_ids, strict=True)]
 
         def append(db: _Exec) -> None:
-            # one statement moves the counter and reads the session; an error below undoes it
+            # one statement checks the lease, moves the counter and reads the session; an error
+            # below undoes it
             now_param = _to_micros(now) if self._fast else now
-            found = db.rows(_RESERVE, {"sid": session_id, "n": len(stored), "now": now_param})
+            reserve, params = self._reserve(session_id, run_id)
+            found = db.rows(reserve, {**params, "n": len(stored), "now": now_param})
             if not found:
-                raise SessionNotFound(session_id)
+                raise self._refusal(db, session_id, run_id)
             reserved = _Counters(*found[0][:5])
             # the messages' time is the session's new updated_at, taken under its lock: now,
             # unless an append (of a process whose clock is ahead) left a later one
@@ -906,6 +966,91 @@ class SqlStore:
         else:
             await self.get(session_id)
         return stored
+
+    # -- run leases (see tether.sessions.lease) ----------------------------------------------
+
+    async def claim_run(self, session_id: str, run_id: str, lease: timedelta) -> None:
+        def claim(connection: Connection) -> None:
+            # On PostgreSQL the lease may end between the refused update and the read of why:
+            # the update is then tried again (each statement sees what is committed by then).
+            for _ in range(3):
+                at = self._clock()
+                claimed = connection.execute(
+                    update(sessions_table)
+                    .where(_S.id == session_id, _FREE)
+                    .values(lease_run_id=run_id, lease_holder=self.holder, lease_until=at + lease),
+                    {"at": at},
+                )
+                if claimed.rowcount:
+                    return
+                refusal = self._refusal(_Exec(connection), session_id, None)
+                if not isinstance(refusal, SessionBusy) or refusal.run_id is not None:
+                    raise refusal
+            raise refusal
+
+        await self._write(claim)
+
+    async def renew_run(self, session_id: str, run_id: str, lease: timedelta) -> bool:
+        def renew(connection: Connection) -> bool:
+            at = self._clock()
+            renewed = connection.execute(
+                update(sessions_table)
+                .where(_S.id == session_id, _HELD)
+                .values(lease_until=at + lease),
+                {"at": at, "rid": run_id},
+            )
+            return bool(renewed.rowcount)
+
+        return await self._write(renew)
+
+    async def release_run(self, session_id: str, run_id: str) -> None:
+        def release(connection: Connection) -> None:
+            connection.execute(
+                update(sessions_table)
+                .where(_S.id == session_id, _S.lease_run_id == run_id)
+                .values(lease_run_id=None, lease_holder=None, lease_until=None)
+            )
+
+        await self._write(release)
+
+    def _reserve(self, session_id: str, run_id: str | None) -> tuple[Any, dict[str, Any]]:
+        """The counter update of an append, with its lease condition and parameters."""
+        at = self._clock()
+        params: dict[str, Any] = {"sid": session_id, "at": _to_micros(at) if self._fast else at}
+        if run_id is None:
+            return _RESERVE_FREE, params
+        return _RESERVE_HELD, {**params, "rid": run_id}
+
+    def _refusal(self, db: _Exec, session_id: str, run_id: str | None) -> Exception:
+        """Why a write conditioned on the lease touched no row (read in its transaction)."""
+        found = db.rows(_LEASE, {"sid": session_id})
+        if not found:
+            return SessionNotFound(session_id)
+        if run_id is not None:
+            return RunLeaseLost(session_id, run_id)
+        lease = _lease(found[0])
+        if lease is None or not lease.live(self._clock()):
+            return SessionBusy(session_id)  # its run ended just now (PostgreSQL)
+        return lease.busy(session_id, self.holder)
+
+    def _locked_lease(self, connection: Connection, session_id: str) -> Lease | None:
+        """The session's live lease, its row locked till the transaction ends (PostgreSQL; a
+        SQLite write transaction holds the whole file), so no run claims it meanwhile."""
+        row = connection.execute(_LEASE_LOCKED, {"sid": session_id}).first()
+        lease = None if row is None else _lease(row)
+        return lease if lease is not None and lease.live(self._clock()) else None
+
+    def _lock_unleased(self, connection: Connection, session_id: str) -> None:
+        """``SessionBusy`` while a run holds the session; else no run claims it till commit."""
+        lease = self._locked_lease(connection, session_id)
+        if lease is not None:
+            raise lease.busy(session_id, self.holder)
+
+    def _refuse_fork_in_run(self, parent: Row[Any], point: Message) -> None:
+        """A fork at a message of the running turn would take an unfinished turn."""
+        lease = _lease(parent)
+        if lease is not None and lease.live(self._clock()) and point.run_id == lease.run_id:
+            raise lease.busy(parent.id, self.holder)
 
 
 # --- helpers (run on the worker thread) -----------------------------------------------------
@@ -1029,7 +1174,16 @@ def _owner_key(owner: str) -> int:
     return int.from_bytes(blake2b(owner.encode(), digest_size=4).digest(), "big", signed=True)
 
 
-def _session(row: Row[Any]) -> Session:
+def _lease(row: Sequence[Any]) -> Lease | None:
+    """The lease of a row whose last three columns are the lease columns (None: not leased)."""
+    run_id, holder, until = tuple(row)[-3:]
+    if run_id is None:
+        return None
+    return Lease(run_id, holder, until if isinstance(until, datetime) else _from_micros(until))
+
+
+def _session(row: Row[Any], now: datetime) -> Session:
+    lease = _lease(row)
     return Session(
         session_id=row.id,
         workspace=row.workspace,
@@ -1048,6 +1202,7 @@ def _session(row: Row[Any]) -> Session:
         usage=Usage(input_tokens=row.input_tokens, output_tokens=row.output_tokens),
         created_at=row.created_at,
         updated_at=row.updated_at,
+        running=lease is not None and lease.live(now),
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
 from tether.protocol import (
@@ -26,7 +26,10 @@ class SessionStore(Protocol):
     - an unknown session id raises ``SessionNotFound``;
     - what a read returns is the caller's own copy: mutating it never changes the store;
     - ``append`` is O(1) in the length of the history and all-or-nothing for its batch;
-    - a page of ``messages`` costs O(limit), not O(history).
+    - a page of ``messages`` costs O(limit), not O(history);
+    - a run leases its session (see :mod:`tether.sessions.lease`): while the lease is live, the
+      writes that would break the run are refused with ``SessionBusy``, in the same transaction
+      as the write, and ``Session.running`` is true.
     """
 
     kind: str
@@ -52,7 +55,11 @@ class SessionStore(Protocol):
         run_id: str | None = None,
         ids: Sequence[str] | None = None,
     ) -> list[Message]:
-        """Append in order; ``ids`` (one per message) lets the kernel name a message it streams."""
+        """Append in order; ``ids`` (one per message) lets the kernel name a message it streams.
+
+        With ``run_id``, the run's own write: ``RunLeaseLost`` unless that run holds a live
+        lease on the session. Without, ``SessionBusy`` while any run holds one.
+        """
         ...
 
     async def history(self, session_id: str) -> list[Message]:
@@ -65,23 +72,46 @@ class SessionStore(Protocol):
         """Add a run's token counts to the session's totals (``Session.usage``)."""
         ...
 
-    async def clear(self, session_id: str) -> Session: ...
+    async def clear(self, session_id: str) -> Session:
+        """Empty the history (``SessionBusy`` while a run holds the lease)."""
+        ...
 
     async def delete(self, session_id: str) -> None:
-        """Remove the session; forks of it keep their history (shared messages stay)."""
+        """Remove the session; forks of it keep their history (shared messages stay).
+
+        ``SessionBusy`` while a run holds the lease."""
         ...
 
     async def fork(self, params: ForkSessionParams) -> Session:
         """A new session sharing the history up to ``at_message_id`` (no message is copied).
 
         InvalidParams on ``atMessageId`` when it is not in the session, or when it is inside a
-        tool exchange (see :func:`tether.sessions.forks.check_fork_point`).
+        tool exchange (see :func:`tether.sessions.forks.check_fork_point`). ``SessionBusy`` when
+        the fork point is a message of the run that holds the lease (the turn is not finished);
+        a point before the run's first message is fine: that prefix never changes.
         """
         ...
 
     async def expire(self, idle_before: datetime, keep: Callable[[str], bool]) -> list[str]:
-        """Delete the sessions not updated since ``idle_before`` (except those ``keep`` keeps);
-        return their ids."""
+        """Delete the sessions not updated since ``idle_before`` (except those ``keep`` keeps, and
+        those a run holds a live lease on); return their ids."""
+        ...
+
+    async def claim_run(self, session_id: str, run_id: str, lease: timedelta) -> None:
+        """Lease the session to the run ``run_id`` of this process for ``lease`` from now.
+
+        Atomic: ``SessionBusy`` (naming the run that holds it) while a live lease is held,
+        whoever holds it; an expired lease is taken over. Nothing else is written.
+        """
+        ...
+
+    async def renew_run(self, session_id: str, run_id: str, lease: timedelta) -> bool:
+        """Extend the run's lease to ``lease`` from now; False when the run no longer holds a live
+        lease (it expired, another run took it, or the session is gone): the run must stop."""
+        ...
+
+    async def release_run(self, session_id: str, run_id: str) -> None:
+        """End the run's lease (nothing when it does not hold it, or the session is gone)."""
         ...
 
     async def aclose(self) -> None:

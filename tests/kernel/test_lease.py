@@ -1,0 +1,141 @@
+"""The kernel's run lease in process: taken before anything is recorded, released however the run
+ends, and a run that loses it stops without writing another message."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether.config import TetherConfig
+from tether.kernel.kernel import Kernel
+from tether.protocol import (
+    CreateSessionParams,
+    ErrorCode,
+    ProviderError,
+    RequestCancelled,
+    Role,
+    RunLeaseLost,
+    SessionBusy,
+)
+from tether.protocol.kernel import ProgressParams, RunParams, RunResult, StopReason
+from tether.providers.scripted import ScriptedProvider
+from tether.sessions import MemoryStore
+
+from ..sessions.conftest import Clock
+from .test_run import Tools, call
+
+RUN_TIMEOUT = 30.0
+
+
+class Harness:
+    def __init__(self, tmp_path: Path, turns: list[dict[str, Any]], lease: str = "10s") -> None:
+        self.clock = Clock()
+        self.store = MemoryStore(clock=self.clock)
+        self.tools = Tools("first")
+        self.events: list[ProgressParams] = []
+        self.workspace = tmp_path
+        provider = ScriptedProvider(turns)
+        config = TetherConfig.model_validate(
+            {"provider": {"type": "scripted", "model": "m"}, "sessions": {"lease": lease}}
+        )
+        self.kernel = Kernel(
+            self.store,
+            config=lambda: config,
+            providers=lambda _: provider,
+            tools=self._tools,
+            memory=lambda root, paths: "",
+        )
+
+    async def _tools(self, config: TetherConfig, session_id: str, workspace: Path) -> Tools:
+        return self.tools
+
+    async def session(self) -> str:
+        params = CreateSessionParams()
+        return (await self.store.create(params, self.workspace.as_uri())).session_id
+
+    async def run(self, session_id: str) -> RunResult:
+        params = RunParams(session_id=session_id, prompt="go")
+        return await asyncio.wait_for(self.kernel.run(params, self.events.append), RUN_TIMEOUT)
+
+    async def started(self) -> None:
+        await asyncio.wait_for(self.tools.started.setdefault("first", asyncio.Event()).wait(), 30)
+
+
+async def test_a_second_run_is_refused_naming_the_first_and_this_process(tmp_path: Path) -> None:
+    harness = Harness(tmp_path, [{"toolCalls": [call("a", "first")]}, {"text": "done"}])
+    sid = await harness.session()
+    first = asyncio.ensure_future(harness.run(sid))
+    await harness.started()
+    with pytest.raises(SessionBusy) as caught:
+        await harness.run(sid)
+    [run_id] = {e.run_id for e in harness.events}
+    assert caught.value.data == {"sessionId": sid, "runId": run_id, "holder": "this-process"}
+    assert (await harness.store.get(sid)).running is True
+    harness.tools.gate("first").set()
+    assert (await first).stop_reason is StopReason.END_TURN
+    assert (await harness.store.get(sid)).running is False
+
+
+async def test_the_lease_is_released_however_the_run_ends(tmp_path: Path) -> None:
+    harness = Harness(tmp_path, [{"text": "done"}])  # then the script runs out: a failure
+    sid = await harness.session()
+    await harness.run(sid)
+    assert (await harness.store.get(sid)).running is False
+    with pytest.raises(ProviderError):
+        await harness.run(sid)
+    assert (await harness.store.get(sid)).running is False
+
+
+async def test_a_run_cancelled_by_its_request_releases_the_lease(tmp_path: Path) -> None:
+    harness = Harness(tmp_path, [{"toolCalls": [call("a", "first")]}])
+    sid = await harness.session()
+    params = RunParams(session_id=sid, prompt="go")
+    run = asyncio.ensure_future(harness.kernel.run(params, harness.events.append))
+    await harness.started()
+    run.cancel()
+    with pytest.raises(RequestCancelled):
+        await run
+    assert (await harness.store.get(sid)).running is False
+
+
+async def test_a_run_whose_lease_was_taken_over_writes_nothing_more_and_fails(
+    tmp_path: Path,
+) -> None:
+    """Suspended past its lease (the clock jumps), the run finds another run in its session."""
+    harness = Harness(tmp_path, [{"toolCalls": [call("a", "first")]}, {"text": "never"}])
+    sid = await harness.session()
+    run = asyncio.ensure_future(harness.run(sid))
+    await harness.started()
+    harness.clock.advance(11)
+    await harness.store.claim_run(sid, "other-run", timedelta(seconds=10))
+    harness.tools.gate("first").set()  # its result comes too late
+    with pytest.raises(RunLeaseLost) as caught:
+        await run
+    [run_id] = {e.run_id for e in harness.events}
+    assert caught.value.code == ErrorCode.SESSION_BUSY
+    assert caught.value.data == {"sessionId": sid, "runId": run_id, "leaseLost": True}
+    finished = harness.events[-1].event
+    assert (finished.kind, getattr(finished, "stop_reason", None)) == ("run_finished", "error")
+    history = await harness.store.history(sid)
+    assert [m.role for m in history] == [Role.USER, Role.ASSISTANT]  # no result of its own
+    assert (await harness.store.get(sid)).running is True  # the other run's lease stays
+
+
+async def test_a_renewal_that_finds_the_lease_lost_stops_the_run_at_once(tmp_path: Path) -> None:
+    """The run waits on a tool that would never end; the renewal (every third of a one-second
+    lease) finds another run holding the session and cancels it."""
+    harness = Harness(tmp_path, [{"toolCalls": [call("a", "first")]}], lease="1s")
+    sid = await harness.session()
+    run = asyncio.ensure_future(harness.run(sid))
+    await harness.started()
+    harness.clock.advance(2)
+    await harness.store.claim_run(sid, "other-run", timedelta(seconds=60))
+    with pytest.raises(RunLeaseLost):
+        await run
+    assert harness.tools.cancelled == ["first"]
+    history = await harness.store.history(sid)
+    assert [m.role for m in history] == [Role.USER, Role.ASSISTANT]
