@@ -8,7 +8,8 @@ results. Every few kills a fresh server runs once in each such session, which mu
 waiting calls "interrupted". Seeded (the seed is printed; ``TETHER_CRASH_SEED`` replays it).
 
 A killed server's runs keep their sessions leased until the lease expires (one second here): a
-new server's run in such a session is refused as busy until then, and tried again.
+new server whose run is refused as busy goes on in a new session, and the fresh-server check
+asks again until the lease has expired.
 """
 
 from __future__ import annotations
@@ -93,7 +94,6 @@ class Worker:
         self.sessions: list[str] = []
         self.kills = self.checks_with_server = self.runs_finished = 0
         self._deltas: dict[str, str] = {}  # run id -> id of the message being streamed
-        self._started = asyncio.Event()  # a run of the current server has started
 
     def seen(self, method: str, params: Any) -> bool:
         if method != "kernel/progress":
@@ -102,7 +102,6 @@ class Worker:
         kind = event["kind"]
         if kind == "run_started":
             self.ack.add(self.ack.messages, sid, event["userMessageId"])
-            self._started.set()
         elif kind == "message_delta":
             self._deltas[params["runId"]] = event["messageId"]
         elif kind == "tool_call":
@@ -117,7 +116,6 @@ class Worker:
     async def cycle(self, spawn_number: int) -> None:
         """One server: runs back to back, killed after a random delay once they are going."""
         tag = f"{self.name}{spawn_number}"
-        self._started = asyncio.Event()
         connection = await spawn(self.project, self.db, script(tag), self.seen)
         try:
             if not self.sessions or self.rng.random() < 0.25:
@@ -126,14 +124,23 @@ class Worker:
             sid = self.rng.choice(self.sessions)
 
             async def runs() -> None:
+                nonlocal sid
                 while True:
-                    result = await run_when_free(connection, sid, f"go {tag}")
+                    try:
+                        result = await connection.request(
+                            "kernel/run", {"sessionId": sid, "prompt": f"go {tag}"}
+                        )
+                    except SessionBusyError:  # the killed server's lease: go on elsewhere
+                        sid = (await connection.request("session/create", {"title": tag}))[
+                            "sessionId"
+                        ]
+                        self.sessions.append(sid)
+                        continue
                     self.runs_finished += 1
                     for record in result["toolCalls"]:
                         self.ack.add(self.ack.results, sid, record["id"])
 
             running = asyncio.ensure_future(runs())
-            await asyncio.wait_for(self._started.wait(), 30)
             await asyncio.sleep(self.rng.uniform(0.0, 0.4))
             connection.process.kill()
             await connection.process.wait()
@@ -207,7 +214,8 @@ class Worker:
 
 
 async def run_when_free(connection: Connection, sid: str, prompt: str) -> Any:
-    """``kernel/run``, asked again while a killed server's lease on the session lasts."""
+    """``kernel/run``, asked again while a killed server's lease on the session lasts (a
+    second at most)."""
     while True:
         try:
             return await connection.request("kernel/run", {"sessionId": sid, "prompt": prompt})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -215,3 +216,40 @@ async def test_a_sweep_in_another_server_never_deletes_a_leased_session(spawn: S
 
     session = await b.request("session/get", {"sessionId": sid})
     assert session["running"] is True and session["messageCount"] == 2
+
+
+async def test_a_suspended_holder_that_lost_its_lease_stops_without_writing_a_second_result(
+    spawn: Spawn, project: Path
+) -> None:
+    """A is stopped (SIGSTOP) past its lease while its command runs; B takes the session over
+    and answers the call "interrupted". Woken up, A finds its lease lost: its run ends with
+    -32011 ``leaseLost`` and its command's result is never written, so the call keeps one
+    result."""
+    a = await spawn("a", BLOCKING_TURNS, sessions={"lease": "1s"})
+    b = await spawn("b", [{"text": "b ran"}])
+    sid = (await a.request("session/create", {}))["sessionId"]
+    run, run_id = await start_blocked_run(a, sid)
+    a.process.send_signal(signal.SIGSTOP)
+    try:
+        result = await asyncio.wait_for(run_when_free(b, sid, "taking over"), WAIT)
+    finally:
+        a.process.send_signal(signal.SIGCONT)
+    assert result["response"] == "b ran"
+    release_gate(project)
+    with pytest.raises(RpcError) as lost:
+        await asyncio.wait_for(run, WAIT)
+    assert lost.value.code == ErrorCode.SESSION_BUSY
+    assert lost.value.data == {"sessionId": sid, "runId": run_id, "leaseLost": True}
+    history = (await b.request("session/messages", {"sessionId": sid}))["messages"]
+    assert [m["role"] for m in history] == ["user", "assistant", "tool", "user", "assistant"]
+    assert one_result_per_call(history) == {"c1": ["interrupted"]}
+
+
+async def run_when_free(connection: Connection, sid: str, prompt: str) -> Any:
+    """``kernel/run``, asked again while another server's lease on the session lasts."""
+    while True:
+        try:
+            return await connection.request("kernel/run", {"sessionId": sid, "prompt": prompt})
+        except RpcError as busy:
+            assert busy.code == ErrorCode.SESSION_BUSY
+            await asyncio.sleep(0.2)
