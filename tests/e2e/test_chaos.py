@@ -283,19 +283,7 @@ def check_results(sid: str, history: list[Any]) -> None:
 Prepare = Callable[[], Awaitable[str]]
 
 
-@pytest.fixture(
-    params=[
-        "sqlite",
-        pytest.param(
-            "postgres",
-            marks=pytest.mark.xfail(
-                strict=False,
-                reason="a fork racing a clear or delete of its parent can fail on PostgreSQL "
-                "(read committed: the parent's rows change between the fork's reads)",
-            ),
-        ),
-    ]
-)
+@pytest.fixture(params=["sqlite", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return sqlite_url(tmp_path / "chaos.db")

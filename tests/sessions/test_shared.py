@@ -278,7 +278,7 @@ async def test_stores_opening_an_old_database_at_once_migrate_it_once(
     stores = await open_all_at_once(url)
     try:
         session = await stores[0].create(CreateSessionParams(), WORKSPACE)
-        await stores[1].append(session.session_id, [user("after the migration")], run_id="r")
+        await stores[1].append(session.session_id, [user("after the migration")])
         assert await stores[-1]._read(_version) == SCHEMA_VERSION
         assert await stores[-1]._read(_versions) == 1  # one row: migrated once
     finally:

@@ -86,7 +86,11 @@ class Kernel:
         session_id = params.session_id
         run_id = uuid7()
         lease = self._config().sessions.lease_delta()
-        await self._claim(session_id, run_id, lease)
+        try:
+            await self._claim(session_id, run_id, lease)
+        except TetherError as exc:
+            self._add_warnings(exc)
+            raise
         state = LeaseState()
         task = asyncio.ensure_future(self._start_and_run(params, emit, run_id, state))
         self._runs[session_id] = task

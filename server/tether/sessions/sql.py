@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -390,11 +391,26 @@ def _missing_driver(url: str, exc: ImportError) -> ConfigError:
     )
 
 
+def _use_wal(cursor: Any, patience: float = 30.0) -> None:
+    """Switch the database to WAL. While another connection is switching it, SQLite answers
+    "locked" at once, without waiting for the busy timeout: several processes opening a new
+    file together then try again until it is done."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
+
+
 def _sqlite_connected(dbapi_connection: Any, record: Any) -> None:
     dbapi_connection.isolation_level = None  # transactions are begun by _sqlite_begin
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA busy_timeout=30000")  # first: WAL mode waits for other openers
-    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    _use_wal(cursor)
     cursor.execute("PRAGMA synchronous=NORMAL")  # in WAL: a commit survives a killed process
     cursor.close()
 
