@@ -79,6 +79,9 @@ class TetherProtocol(LanguageServerProtocol):
         contextvars.copy_context().run(self._handle_request, msg_id, method, params)
 
     def notification(self, method: str, params: Any, message: Message) -> None:
+        if method == lsp.CANCEL_REQUEST:
+            self._cancel(params)
+            return
         if method in _TYPED_LSP:
             try:
                 params = self.structure_message(message).params
@@ -86,6 +89,24 @@ class TetherProtocol(LanguageServerProtocol):
                 logger.warning("dropped malformed %r notification", method)
                 return
         contextvars.copy_context().run(self._handle_notification, method, params)
+
+    def _cancel(self, params: Any) -> None:
+        """``$/cancelRequest``: only an integer or string id can name a request; the rest (a list,
+        an object, no id at all) is the client's mistake, noted at debug level and ignored."""
+        msg_id = params.get("id") if isinstance(params, dict) else None
+        if not isinstance(msg_id, str | int) or isinstance(msg_id, bool):
+            logger.debug("ignored $/cancelRequest without a usable id: %.80r", params)
+            return
+        self._handle_cancel_notification(msg_id)
+
+    def _handle_cancel_notification(self, msg_id: MsgId) -> None:
+        """Cancel a request still running. One that was answered already is no news: a cancel
+        often crosses the answer on the wire."""
+        future = self._request_futures.pop(msg_id, None)
+        if future is None:
+            logger.debug("$/cancelRequest for no running request: id %r", msg_id)
+        elif future.cancel():
+            logger.debug("cancelled request %r", msg_id)
 
     def response(self, message: Message) -> None:
         """An answer to one of our requests to the client; anything else is dropped.

@@ -21,7 +21,7 @@ import orjson
 from pydantic import BaseModel
 
 from tether.protocol import ErrorCode, InitializeParams
-from tether.protocol.framing import Frame, FrameDecoder, encode_frame
+from tether.protocol.framing import Frame, FrameDecoder, FrameError, encode_frame
 from tether.rpc.app import App
 from tether.rpc.errors import ErrorObject, error_from_exception, error_object
 from tether.rpc.handlers import validate_params
@@ -79,12 +79,16 @@ class Wire:
 
     def data_received(self, data: bytes) -> None:
         """Bytes from the client: decode every complete frame and handle it."""
-        for item in self._decoder.feed(data):
-            if isinstance(item, Frame):
-                self._receive(item.body)
-            else:
-                logger.warning("bad frame: %s", item.reason)
-                self.send_error(None, error_object(ErrorCode.PARSE_ERROR, item.reason))
+        items = self._decoder.feed(data)
+        items.reverse()
+        while items:  # popped, so a big body is freed as soon as it is decoded
+            message = self._decode(items.pop())
+            if message is not None:
+                self._handle(message)
+
+    def set_max_frame_bytes(self, limit: int) -> None:
+        """The most a frame's body may weigh from now on (``maxFrameBytes``)."""
+        self._decoder.max_body = limit
 
     def connection_lost(self) -> None:
         """The client went away: stop as ``exit`` would."""
@@ -94,16 +98,25 @@ class Wire:
 
     # -- decoding ----------------------------------------------------------------------------
 
-    def _receive(self, body: bytes) -> None:
+    def _decode(self, item: Frame | FrameError) -> Message | None:
+        """The message in a frame; a framing fault or a body that is no object is answered."""
+        if isinstance(item, FrameError):
+            logger.warning("bad frame: %s", item.reason)
+            data = None if item.limit is None else {"limit": item.limit, "value": item.value}
+            self.send_error(None, error_object(ErrorCode.PARSE_ERROR, item.reason, data))
+            return None
         try:
-            message = orjson.loads(body)
+            message = orjson.loads(item.body)
         except orjson.JSONDecodeError as exc:
             self.send_error(None, error_object(ErrorCode.PARSE_ERROR, f"parse error: {exc}"))
-            return
+            return None
         if not isinstance(message, dict):
             reason = "batches are not supported" if isinstance(message, list) else "not an object"
             self.send_error(None, error_object(ErrorCode.INVALID_REQUEST, reason))
-            return
+            return None
+        return message
+
+    def _handle(self, message: Message) -> None:
         try:
             self._route(message)
         except Exception as exc:  # a bug: answer the request it was, and go on to the next
