@@ -260,12 +260,19 @@ def garbage(fragments: list[bytes]) -> st.SearchStrategy[bytes]:
 MAX_BODY = 1000
 
 
-def decodes_final_frame_after(junk: bytes) -> bool:
-    # Fed in one chunk on purpose. Fed piecemeal, a junk header whose declared body ends inside
-    # the next frame's header has its body handed on before that header has fully arrived, and a
-    # decoder that must not stall on a complete frame cannot promise otherwise.
+def decodes_final_frame_after(junk: bytes, cuts: list[int] | None = None) -> bool:
+    """Whether the frame after ``junk`` decodes, the stream fed in one chunk or cut at ``cuts``.
+
+    A junk header whose declared body ends inside the next frame's header is held until that
+    header has arrived, so how the bytes are chunked does not matter.
+    """
     stream = junk + b"\r\n\r\n" + encode_frame(REQUEST)
-    frames = frames_of(FrameDecoder(max_body=MAX_BODY).feed(stream))
+    bounds = sorted({min(cut, len(stream)) for cut in cuts or []})
+    decoder = FrameDecoder(max_body=MAX_BODY)
+    items: list[Frame | FrameError] = []
+    for start, end in zip([0, *bounds], [*bounds, len(stream)], strict=True):
+        items += decoder.feed(stream[start:end])
+    frames = frames_of(items)
     return bool(frames) and frames[-1] == REQUEST
 
 
@@ -286,3 +293,20 @@ def test_garbage_with_any_content_length_in_or_over_the_limit_never_prevents_the
     junk: bytes,
 ) -> None:
     assert decodes_final_frame_after(junk)
+
+
+@settings(max_examples=500)
+@given(
+    junk=garbage(_LENGTH_NAMES + _HUGE_LENGTHS + _OTHER_HEADERISH),
+    cuts=st.lists(st.integers(0, 400), max_size=8),
+)
+@example(junk=b"Content-Length: 12\r\n\r\n0123456789", cuts=[36])  # body ends in "Co"
+def test_garbage_fed_in_any_chunks_never_prevents_the_next_frame(
+    junk: bytes, cuts: list[int]
+) -> None:
+    assert decodes_final_frame_after(junk, cuts)
+
+
+def test_a_valid_body_that_reaches_its_length_is_handed_on_without_waiting() -> None:
+    for body in [b"true", b"false", b"null", b"12", b'"c"', b"[]", b"{} \r"]:
+        assert FrameDecoder().feed(encode_frame(body)) == [Frame(body)]

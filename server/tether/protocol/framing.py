@@ -35,6 +35,15 @@ _LENGTH_LINE = re.compile(rb"content-length[ \t]*:[ \t]*(\S*)[ \t]*$", re.IGNORE
 # A Content-Length header line, wherever it starts: the mark of a frame boundary inside a body.
 _EMBEDDED_HEADER = re.compile(rb"content-length[ \t]*:[ \t]*\d+[ \t]*\r\n", re.IGNORECASE)
 _EMBEDDED_HEADER_MAX = 64  # the longest such match we need to see across two chunks
+# The start of such a line, cut off by the end of the bytes received so far: any prefix of
+# ``content-length: 123\r``, nested as ``c(?:o(?:n(?:...)?)?)?``.
+_HEADER_PREFIX = re.compile(
+    b"".join(b"(?:" + re.escape(bytes([c])) for c in b"content-length")[3:]
+    + rb"(?:[ \t]*(?::[ \t]*\d*[ \t]*\r?)?)?"
+    + b")?" * (len(b"content-length") - 1)
+    + rb"\Z",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +128,8 @@ class FrameDecoder:
         scan_from = max(0, self._scanned - _EMBEDDED_HEADER_MAX)
         end = _find_embedded_header(self._buffer, scan_from, window)
         if end < 0 and len(self._buffer) >= self._length:
+            if _header_may_start_before(self._buffer, self._length):
+                return False  # a header line may be arriving: wait to see if it cuts the body
             end = self._length
         if end >= 0:
             self._hand_on(end, out)
@@ -161,9 +172,24 @@ def _take_canonical_frames(data: bytes, max_body: int, out: list[Frame | FrameEr
             break
         if end < len(data) and not data.startswith(b"Content-Length: ", end):
             break  # what follows is no clean header: maybe this body is cut short
+        if end == len(data) and _header_may_start_before(data, end):
+            break
         out.append(Frame(data[start:end]))
         position = end
     return position
+
+
+def _header_may_start_before(buffer: bytes | bytearray, end: int) -> bool:
+    """Whether ``buffer`` ends in the first bytes of a header line that starts before ``end``.
+
+    A body that reaches its length so may yet be cut by that header, once the rest of its line
+    arrives. Valid JSON never ends that way (it ends in ``}``, ``]``, ``"``, a digit, a letter of
+    ``true``, ``false`` or ``null``, or white space), so no valid frame ever waits for this.
+    """
+    if len(buffer) - end >= _EMBEDDED_HEADER_MAX:
+        return False
+    match = _HEADER_PREFIX.search(buffer, max(0, end - _EMBEDDED_HEADER_MAX))
+    return match is not None and match.start() < end
 
 
 def _find_embedded_header(buffer: bytearray, start: int, end: int) -> int:
@@ -178,22 +204,26 @@ def _find_embedded_header(buffer: bytearray, start: int, end: int) -> int:
 
 
 def _parse_header_block(block: bytes) -> tuple[int | None, str | None]:
-    """The Content-Length of a header block, and what was wrong with it, if anything."""
-    length: int | None = None
+    """The Content-Length of a header block, and what was wrong with it, if anything.
+
+    The last Content-Length line counts: lines before it are junk that ran into the header (a
+    cut frame's ``Content-Length: {`` followed by the next frame's header, say).
+    """
+    value: bytes | None = None
     problem: str | None = None
     for line in block.split(b"\r\n"):
         match = _LENGTH_LINE.search(line)
         if match is not None:
-            if match.start() > 0:
+            if match.start() > 0 or value is not None:
                 problem = "junk before a header; skipped"  # e.g. a body sent without its header
-            if not match[1].isdigit():
-                return None, f"invalid Content-Length {match[1][:32]!r}"
-            digits = match[1].lstrip(b"0") or b"0"
-            length = 10**_MAX_LENGTH_DIGITS if len(digits) > _MAX_LENGTH_DIGITS else int(digits)
+            value = match[1]
             continue
         name, colon, _ = line.partition(b":")
         if not colon or not _TOKEN.match(name.strip()):
             problem = "malformed header line; skipped"
-    if length is None:
+    if value is None:
         return None, problem or "header without Content-Length; skipped"
-    return length, problem
+    if not value.isdigit():
+        return None, f"invalid Content-Length {value[:32]!r}"
+    digits = value.lstrip(b"0") or b"0"
+    return 10**_MAX_LENGTH_DIGITS if len(digits) > _MAX_LENGTH_DIGITS else int(digits), problem
