@@ -139,8 +139,12 @@ def _content_fits(message: MessageInput, info: ValidationInfo) -> MessageInput:
     return message
 
 
+AppendedMessage = Annotated[MessageInput, AfterValidator(_content_fits)]
+"""A message of ``session/append``: its content within ``maxMessageBytes``."""
+
+
 class AppendParams(SessionRef):
-    messages: list[Annotated[MessageInput, AfterValidator(_content_fits)]] = Field(
+    messages: list[AppendedMessage] = Field(
         min_length=1, description="at most `maxAppendMessages` (default 100000)"
     )
 

@@ -24,6 +24,7 @@ from tether.protocol import (
     ServerInfo,
     SessionCapabilities,
 )
+from tether.protocol.limits import DEFAULT_LIMITS
 from tether.rpc.handlers import Handler, session_methods
 from tether.sessions import MemoryStore, SessionService, SessionStore
 from tether.sessions.ids import utcnow
@@ -64,7 +65,8 @@ class App:
         self._store_given = store is not None
         self._clock = clock
         self._sweeper: asyncio.Task[None] | None = None
-        self.methods: dict[str, Handler] = session_methods(self.sessions)
+        self.limits = DEFAULT_LIMITS  # the configuration's, once initialize has loaded it
+        self.methods: dict[str, Handler] = session_methods(self.sessions, lambda: self.limits)
         self.client: InitializeParams | None = None
         self.kernel: Kernel | None = None
         self.notify: Notify = _nowhere
@@ -92,6 +94,7 @@ class App:
             init_options=params.initialization_options,
         )
         self.client = params
+        self.limits = self._config.limits.limits()
         url = self._config.sessions.url(self._environ)
         if url is not None and not self._store_given:
             self.sessions.store = OpeningStore(url)

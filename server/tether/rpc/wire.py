@@ -24,7 +24,7 @@ from tether.protocol import ErrorCode, InitializeParams
 from tether.protocol.framing import Frame, FrameDecoder, FrameError, encode_frame
 from tether.rpc.app import App
 from tether.rpc.errors import ErrorObject, error_from_exception, error_object
-from tether.rpc.handlers import validate_params
+from tether.rpc.handlers import Encoded, validate_params
 
 logger = logging.getLogger(__name__)
 
@@ -85,10 +85,6 @@ class Wire:
             message = self._decode(items.pop())
             if message is not None:
                 self._handle(message)
-
-    def set_max_frame_bytes(self, limit: int) -> None:
-        """The most a frame's body may weigh from now on (``maxFrameBytes``)."""
-        self._decoder.max_body = limit
 
     def connection_lost(self) -> None:
         """The client went away: stop as ``exit`` would."""
@@ -190,6 +186,7 @@ class Wire:
             self.send_error(msg_id, error_from_exception(exc))
             return
         self.initialized = True
+        self._decoder.max_body = self._app.limits.max_frame_bytes
         self.send_result(msg_id, result)
         if self._on_initialized is not None:
             self._on_initialized()
@@ -241,7 +238,7 @@ class Wire:
             error = error_object(ErrorCode.INTERNAL_ERROR, "result could not be serialized")
             self.send_error(msg_id, error)
             return
-        self._send(b'{"jsonrpc":"2.0","id":%s,"result":%s}' % (orjson.dumps(msg_id), payload))
+        self._send(b'{"jsonrpc":"2.0","id":%s,"result":' % orjson.dumps(msg_id), payload, b"}")
         self._mark_answered(msg_id)
 
     def send_error(self, msg_id: MsgId | None, error: ErrorObject) -> None:
@@ -254,18 +251,25 @@ class Wire:
         self._mark_answered(msg_id)
 
     def send_notification(self, method: str, params: Any, default: Default | None = None) -> None:
-        frame = b'{"jsonrpc":"2.0","method":%s,"params":%s}'
-        self._send(frame % (orjson.dumps(method), _encode(params, default)))
+        start = b'{"jsonrpc":"2.0","method":%s,"params":' % orjson.dumps(method)
+        self._send(start, _encode(params, default), b"}")
 
     def send_message(self, message: Any, default: Default | None = None) -> None:
         """Any other message, e.g. a request to the client, built by the dispatcher."""
         self._send(_encode(message, default))
 
-    def _send(self, body: bytes) -> None:
+    def _send(self, *parts: bytes) -> None:
+        """One frame whose body is ``parts`` joined; a big one is written piece by piece, so its
+        body is never copied whole."""
         if self._write is None:
-            logger.error("no transport; dropped %d bytes", len(body))
+            logger.error("no transport; dropped %d bytes", sum(map(len, parts)))
             return
-        self._write(encode_frame(body))
+        if len(parts) == 1 or sum(map(len, parts)) < _BIG:
+            self._write(encode_frame(b"".join(parts)))
+            return
+        self._write(b"Content-Length: %d\r\n\r\n" % sum(map(len, parts)))
+        for part in parts:
+            self._write(part)
 
     def _mark_answered(self, msg_id: MsgId | None) -> None:
         if msg_id in self._unanswered:
@@ -273,12 +277,18 @@ class Wire:
             self._answered.set()
 
 
+_BIG = 64 * 1024
+
+
 def _encode(value: Any, default: Default | None) -> bytes:
-    """JSON for a model, a dict or anything ``default`` knows.
+    """JSON for a model, a dict or anything ``default`` knows (an :class:`Encoded` result is
+    JSON already).
 
     Models are dumped to Python objects and encoded by orjson, which is about twice as fast as
     pydantic's own JSON on text full of escapes (source code, say) and gives the same bytes.
     """
+    if isinstance(value, Encoded):
+        return value
     if isinstance(value, BaseModel):
         value = value.model_dump(by_alias=True, exclude_none=True)
     return orjson.dumps(value, default=default or _dump_model, option=orjson.OPT_UTC_Z)
