@@ -296,6 +296,7 @@ ENV_EXAMPLES: dict[str, tuple[str, Any]] = {
     "TETHER_SESSIONS_STORE": ("sqlite", "sqlite"),
     "TETHER_SESSIONS_PATH": ("/var/lib/tether/sessions.db", "/var/lib/tether/sessions.db"),
     "TETHER_SESSIONS_TTL": ("30d", "30d"),
+    "TETHER_MAX_FRAME_BYTES": ("268435456", 268435456),
 }
 
 
