@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install compile test lint typecheck unit vscode-test vscode-package run bench schema clean
+.PHONY: install compile test lint typecheck unit vscode-test vscode-package run bench fuzz schema clean
 
 install: $(STAMP)
 
@@ -53,6 +53,12 @@ bench: compile
 	$(BIN)/python bench/rpc_bench.py
 	$(BIN)/python bench/kernel_bench.py
 	$(BIN)/python bench/session_bench.py
+
+# 100,000 mutated frames at a real `tether serve`, over stdio then TCP (bench/README.md, "Wire fuzz").
+# SEED=n replays a run.
+fuzz: compile
+	$(BIN)/python bench/fuzz_wire.py $(if $(SEED),--seed $(SEED))
+	$(BIN)/python bench/fuzz_wire.py --tcp $(if $(SEED),--seed $(SEED))
 
 schema: install
 	$(BIN)/python -m tether schema > docs/protocol.schema.json

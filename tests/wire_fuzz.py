@@ -50,6 +50,7 @@ class FrameFuzzer:
     def __init__(self, seed: int, session_id: str) -> None:
         self.random = random.Random(seed)
         self.session_id = session_id
+        self.sent: Counter[str] = Counter()  # chunks sent, by mutation
         self._next_id = 0
         self._mutations: list[Callable[[], bytes]] = [
             self.bit_flips,
@@ -68,8 +69,15 @@ class FrameFuzzer:
     # -- what a run sends --------------------------------------------------------------------
 
     def mutated(self) -> bytes:
-        """One chunk of faulty (or, now and then, valid) input."""
-        return self.random.choice(self._mutations)()
+        """One chunk of faulty (or, now and then, valid) input: every kind in turn at first,
+        then drawn at random."""
+        total = sum(self.sent.values())
+        if total < len(self._mutations):
+            mutation = self._mutations[total]
+        else:
+            mutation = self.random.choice(self._mutations)
+        self.sent[mutation.__name__] += 1
+        return mutation()
 
     def sentinel(self) -> tuple[str, bytes]:
         """A valid ``session/get`` of the session: its id and its frame."""
@@ -98,8 +106,10 @@ class FrameFuzzer:
         return b"Content-Length: %d\r\n\r\n%s" % (length, body)
 
     def huge_length(self) -> bytes:
+        """Each of :data:`HUGE_LENGTHS` in turn."""
         body = orjson.dumps(self._message())
-        return b"Content-Length: " + self.random.choice(HUGE_LENGTHS) + b"\r\n\r\n" + body
+        length = HUGE_LENGTHS[self.sent["huge_length"] % len(HUGE_LENGTHS)]
+        return b"Content-Length: " + length + b"\r\n\r\n" + body
 
     def negative_length(self) -> bytes:
         body = orjson.dumps(self._message())
@@ -304,6 +314,7 @@ class WireClient:
 class FuzzReport:
     seed: int
     frames: int = 0
+    kinds: Counter[str] = field(default_factory=Counter)
     sentinels: int = 0
     unanswered: list[str] = field(default_factory=list)
     answered_twice: list[str] = field(default_factory=list)
@@ -382,6 +393,7 @@ async def fuzz(
     for sentinel in outstanding:
         await _settle(sentinel, report)
     report.seconds = time.perf_counter() - started
+    report.kinds = fuzzer.sent
     await in_flight.stop()
     report.memory_after = memory_kib(pid)
     report.answered_twice = [

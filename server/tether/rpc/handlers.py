@@ -34,14 +34,19 @@ P = TypeVar("P", bound=BaseModel)
 Handler = Callable[[dict[str, Any] | None], Awaitable[Any]]
 LimitsOf = Callable[[], Limits]
 
-SLICE = 1000
+SLICE = 250
 """Items validated or encoded between two turns of the event loop (a few ms of work)."""
 
 _MESSAGES = TypeAdapter(list[AppendedMessage])
 
 
-class Encoded(bytes):
-    """A result already encoded as JSON: written as it is."""
+class Encoded:
+    """A result already encoded as JSON, in pieces that are written one after the other."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: list[bytes]) -> None:
+        self.parts = parts
 
 
 def validate_params(
@@ -85,12 +90,12 @@ async def validate_append(params: dict[str, Any] | None, limits: Limits) -> Appe
     context = {"limits": limits}
     for start in range(SLICE, len(messages), SLICE):
         await asyncio.sleep(0)
+        window = slice(start, start + SLICE)
         try:
-            valid.messages += _MESSAGES.validate_python(
-                messages[start : start + SLICE], context=context
-            )
+            valid.messages += _MESSAGES.validate_python(messages[window], context=context)
         except ValidationError as exc:
             raise invalid_params(exc, "messages", start) from None
+        messages[window] = [None] * len(messages[window])  # the decoded dicts are done with
     return valid
 
 
@@ -113,7 +118,7 @@ async def encode_in_slices(result: BaseModel) -> BaseModel | Encoded:
         parts.append(orjson.dumps(dumped, option=orjson.OPT_UTC_Z)[1:-1])
         parts.append(b",")
     parts[-1] = b"]}"
-    return Encoded(b"".join(parts))
+    return Encoded(parts)
 
 
 def session_methods(sessions: SessionService, limits: LimitsOf) -> dict[str, Handler]:

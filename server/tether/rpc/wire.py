@@ -232,13 +232,13 @@ class Wire:
 
     def send_result(self, msg_id: MsgId, result: Any, default: Default | None = None) -> None:
         try:
-            payload = _encode(result, default)
+            parts = result.parts if isinstance(result, Encoded) else [_encode(result, default)]
         except Exception as exc:
             logger.error("result of request %r cannot be serialized", msg_id, exc_info=exc)
             error = error_object(ErrorCode.INTERNAL_ERROR, "result could not be serialized")
             self.send_error(msg_id, error)
             return
-        self._send(b'{"jsonrpc":"2.0","id":%s,"result":' % orjson.dumps(msg_id), payload, b"}")
+        self._send(b'{"jsonrpc":"2.0","id":%s,"result":' % orjson.dumps(msg_id), *parts, b"}")
         self._mark_answered(msg_id)
 
     def send_error(self, msg_id: MsgId | None, error: ErrorObject) -> None:
@@ -281,14 +281,11 @@ _BIG = 64 * 1024
 
 
 def _encode(value: Any, default: Default | None) -> bytes:
-    """JSON for a model, a dict or anything ``default`` knows (an :class:`Encoded` result is
-    JSON already).
+    """JSON for a model, a dict or anything ``default`` knows.
 
     Models are dumped to Python objects and encoded by orjson, which is about twice as fast as
     pydantic's own JSON on text full of escapes (source code, say) and gives the same bytes.
     """
-    if isinstance(value, Encoded):
-        return value
     if isinstance(value, BaseModel):
         value = value.model_dump(by_alias=True, exclude_none=True)
     return orjson.dumps(value, default=default or _dump_model, option=orjson.OPT_UTC_Z)

@@ -37,7 +37,7 @@ from tether.sessions.forks import check_fork_point, cut_chain
 from tether.sessions.ids import utcnow, uuid7
 from tether.sessions.store import Order
 
-_SLICE = 1000  # messages of a big append prepared between two turns of the event loop
+_SLICE = 250  # messages of a big append prepared between two turns of the event loop
 
 Packed = tuple[Any, ...]
 """A stored message: ``(id, role, content, tool_calls, tool_call_id, is_error, name, author,
