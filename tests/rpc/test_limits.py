@@ -97,3 +97,11 @@ async def test_a_frame_over_max_frame_bytes_is_a_parse_error_naming_the_limit(
     assert errors[0]["code"] == ErrorCode.PARSE_ERROR
     assert errors[0]["data"] == {"limit": "maxFrameBytes", "value": 100_000}
     assert not [m for m in peer.messages if m.get("id") == "big"]
+
+
+async def test_a_result_with_a_long_list_of_plain_values_is_answered_as_usual(ready: Peer):
+    tools = [f"tool_{n}" for n in range(2 * SLICE)]
+    session = await ready.result("session/create", {"tools": tools})
+    assert (await ready.result("session/get", {"sessionId": session["sessionId"]}))[
+        "tools"
+    ] == tools

@@ -147,9 +147,11 @@ class FrameDecoder:
         """The body is the first ``end`` bytes: hand it on, unless it is over the limit."""
         if self._cut or end > self.max_body:
             del self._buffer[:end]
-        elif end == len(self._buffer):  # the common case for a big body: no copy
+        elif end >= len(self._buffer) - end:  # a big body: copy what follows it, not the body
+            rest = self._buffer[end:]
+            del self._buffer[end:]
             out.append(Frame(self._buffer))
-            self._buffer = bytearray()
+            self._buffer = rest
         else:
             out.append(Frame(bytes(memoryview(self._buffer)[:end])))
             del self._buffer[:end]

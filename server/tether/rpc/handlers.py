@@ -101,7 +101,11 @@ async def validate_append(params: dict[str, Any] | None, limits: Limits) -> Appe
 
 async def encode_in_slices(result: BaseModel) -> BaseModel | Encoded:
     """``result`` as it is, or encoded a slice at a time when one of its fields is a long list."""
-    long = [name for name, value in result if isinstance(value, list) and len(value) > SLICE]
+    long = [
+        name
+        for name, value in result
+        if isinstance(value, list) and len(value) > SLICE and isinstance(value[0], BaseModel)
+    ]
     if not long:
         return result
     name = long[0]
