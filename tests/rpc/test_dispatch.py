@@ -302,3 +302,22 @@ async def test_a_cancel_request_for_a_request_already_answered_is_ignored_quietl
     ready.send({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": msg_id}})
     assert await ready.result("session/list", {}) == {"sessions": []}
     assert [r.levelname for r in caplog.records if r.levelno > 10] == []
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"jsonrpc": "2.0", "id": 5, "method": "no/such/method", "params": {}},
+        {"jsonrpc": "2.0", "method": "kernel/cancel", "params": {"sessionId": "none"}},
+        {"jsonrpc": "2.0", "id": "tether-999", "error": {"code": "x", "message": 1}},
+        {"jsonrpc": "2.0", "id": "tether-998", "result": {}},
+    ],
+    ids=["unknown-method", "notification-of-a-request", "malformed-answer", "stray-answer"],
+)
+async def test_a_clients_mistake_is_not_logged_as_an_error(
+    ready: Peer, message: dict[str, Any], caplog: pytest.LogCaptureFixture
+):
+    caplog.set_level("DEBUG")
+    ready.send(message)
+    assert await ready.result("session/list", {}) == {"sessions": []}
+    assert [r.getMessage() for r in caplog.records if r.levelno >= 40] == []
