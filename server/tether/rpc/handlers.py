@@ -71,7 +71,9 @@ def handler(
             valid: Any = await validate_append(params, limits())
         else:
             valid = validate_params(params_model, params, limits())
-        return await encode_in_slices(await call(valid))
+        result = await call(valid)
+        del valid  # a big append's validated messages are freed before its answer is encoded
+        return await encode_in_slices(result)
 
     handle.__name__ = handle.__qualname__ = f"handle_{params_model.__name__}"
     return handle
@@ -100,7 +102,9 @@ async def validate_append(params: dict[str, Any] | None, limits: Limits) -> Appe
 
 
 async def encode_in_slices(result: BaseModel) -> BaseModel | Encoded:
-    """``result`` as it is, or encoded a slice at a time when one of its fields is a long list."""
+    """``result`` as it is, or encoded a slice at a time when one of its fields is a long list
+    of models. That list is consumed: each slice is let go once encoded, so the models and their
+    JSON are not both held whole."""
     long = [
         name
         for name, value in result
@@ -116,9 +120,9 @@ async def encode_in_slices(result: BaseModel) -> BaseModel | Encoded:
     parts.append(b'%s"%s":[' % (b"," if rest else b"", alias.encode()))
     for start in range(0, len(items), SLICE):
         await asyncio.sleep(0)
-        dumped = [
-            m.model_dump(by_alias=True, exclude_none=True) for m in items[start : start + SLICE]
-        ]
+        window = slice(start, start + SLICE)
+        dumped = [m.model_dump(by_alias=True, exclude_none=True) for m in items[window]]
+        items[window] = [None] * len(dumped)  # type: ignore[list-item]
         parts.append(orjson.dumps(dumped, option=orjson.OPT_UTC_Z)[1:-1])
         parts.append(b",")
     parts[-1] = b"]}"
