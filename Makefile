@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 ACP_TESTS := tests/acp
 ACP_STAMP := $(ACP_TESTS)/node_modules/.installed
 
-.PHONY: install compile test lint typecheck unit acp-schema acp-node-test vscode-test vscode-package run bench schema clean
+.PHONY: install compile test lint typecheck unit acp-schema acp-node-test vscode-test vscode-package run bench fuzz schema clean
 
 install: $(STAMP)
 
@@ -68,6 +68,12 @@ bench: compile
 	$(BIN)/python bench/kernel_bench.py
 	$(BIN)/python bench/session_bench.py
 	$(BIN)/python bench/acp_bench.py
+
+# 100,000 mutated frames at a real `tether serve`, over stdio then TCP (bench/README.md, "Wire fuzz").
+# SEED=n replays a run.
+fuzz: compile
+	$(BIN)/python bench/fuzz_wire.py $(if $(SEED),--seed $(SEED))
+	$(BIN)/python bench/fuzz_wire.py --tcp $(if $(SEED),--seed $(SEED))
 
 schema: install
 	$(BIN)/python -m tether schema > docs/protocol.schema.json

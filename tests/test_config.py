@@ -301,6 +301,7 @@ ENV_EXAMPLES: dict[str, tuple[str, Any]] = {
     "TETHER_SANDBOX": ("read-only", "read-only"),
     "TETHER_SANDBOX_NETWORK": ("true", True),
     "TETHER_SESSIONS_LEASE": ("3s", "3s"),
+    "TETHER_MAX_FRAME_BYTES": ("268435456", 268435456),
 }
 
 

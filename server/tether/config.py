@@ -37,6 +37,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails
 
 from tether.protocol import ConfigError
+from tether.protocol.limits import DEFAULT_LIMITS, Limits
 from tether.protocol.tools import McpServerSpec, unique_server_names
 
 ENV_VARS: Final[Mapping[str, str]] = MappingProxyType(
@@ -52,6 +53,7 @@ ENV_VARS: Final[Mapping[str, str]] = MappingProxyType(
         "TETHER_SESSIONS_PATH": "sessions.path",
         "TETHER_SESSIONS_TTL": "sessions.ttl",
         "TETHER_SESSIONS_LEASE": "sessions.lease",
+        "TETHER_MAX_FRAME_BYTES": "limits.max_frame_bytes",
     }
 )
 """The environment variables tether reads, each with the dotted key it sets."""
@@ -95,6 +97,34 @@ class KernelConfig(_Section):
 
 
 MIN_CONTEXT_TOKENS = 1024
+
+
+class LimitsConfig(_Section):
+    """Sizes a client's requests may reach (see :mod:`tether.protocol.limits`)."""
+
+    max_frame_bytes: int = Field(
+        default=DEFAULT_LIMITS.max_frame_bytes,
+        ge=64 * 1024,
+        le=1 << 40,
+        description="the most one frame's body may weigh",
+    )
+    max_append_messages: int = Field(
+        default=DEFAULT_LIMITS.max_append_messages,
+        ge=1,
+        description="messages in one session/append",
+    )
+    max_message_bytes: int = Field(
+        default=DEFAULT_LIMITS.max_message_bytes,
+        ge=1024,
+        description="the content of one appended message, in UTF-8 bytes",
+    )
+
+    def limits(self) -> Limits:
+        return Limits(
+            max_frame_bytes=self.max_frame_bytes,
+            max_append_messages=self.max_append_messages,
+            max_message_bytes=self.max_message_bytes,
+        )
 
 
 class ContextConfig(_Section):
@@ -220,6 +250,7 @@ class TetherConfig(_Section):
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     sessions: SessionsConfig = Field(default_factory=SessionsConfig)
     context: ContextConfig = Field(default_factory=ContextConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
 
     def overlay(self, layer: Mapping[str, Any] | None, *, source: str = "overlay") -> TetherConfig:
         """This config with ``layer`` merged on top (nested like the TOML), validated again.

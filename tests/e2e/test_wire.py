@@ -66,6 +66,10 @@ async def test_the_server_exits_when_its_client_closes_stdin(server: Connection)
         ),
         pytest.param(encode_frame(b"\xff\xfe\xfd"), id="invalid-utf8"),
         pytest.param(encode_frame(b"[]"), id="empty-batch"),
+        pytest.param(b"Content-Length: 268435457\r\n\r\n{}", id="length-over-the-limit"),
+        pytest.param(b"Content-Length: 1099511627776\r\n\r\n{", id="length-of-a-terabyte"),
+        pytest.param(b"Content-Length: " + b"9" * 5000 + b"\r\n\r\n", id="length-of-5000-digits"),
+        pytest.param(b"Content-Length: {\r\n", id="header-line-running-into-the-next"),
     ],
 )
 async def test_a_bad_frame_is_answered_and_the_next_request_still_succeeds(
@@ -73,6 +77,18 @@ async def test_a_bad_frame_is_answered_and_the_next_request_still_succeeds(
 ):
     server.send_raw(bad)
     assert await server.request("session/list", {}) == {"sessions": []}
+
+
+async def test_a_length_over_the_limit_is_a_parse_error_naming_it_and_the_stream_goes_on(
+    server: Connection,
+):
+    body = orjson.dumps({"jsonrpc": "2.0", "id": "cut", "method": "session/list", "params": {}})
+    server.send_raw(b"Content-Length: 2147483648\r\n\r\n" + body)  # a lie: the body is short
+    assert await server.request("session/list", {}) == {"sessions": []}
+    errors = [m["error"] for m in server.stray if m.get("id") is None]
+    assert errors[0]["code"] == ErrorCode.PARSE_ERROR
+    assert errors[0]["data"] == {"limit": "maxFrameBytes", "value": 64 * 1024 * 1024}
+    assert [m["result"] for m in server.stray if m.get("id") == "cut"] == [{"sessions": []}]
 
 
 async def test_header_names_are_case_insensitive_and_content_type_is_ignored(server: Connection):

@@ -268,3 +268,56 @@ async def test_invalid_initialization_options_are_a_config_error_and_initialize_
     assert error_code(reply) == ErrorCode.CONFIG_ERROR
     assert reply["error"]["data"]["key"] == "kernel.max_iterations"
     assert (await peer.result("initialize", {}))["protocolVersion"] == 1
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"id": [1]}, {"id": {"a": 1}}, {"id": None}, {"id": True}, {"id": 1.5}, {}, [1], "x", None],
+    ids=repr,
+)
+async def test_a_cancel_request_without_a_usable_id_is_ignored_at_debug_level(
+    ready: Peer, params: Any, caplog: pytest.LogCaptureFixture
+):
+    started = register_slow(ready)
+    slow_id = ready.request("test/slow", {})
+    await started.wait()
+    caplog.set_level("DEBUG")
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": "$/cancelRequest"}
+    if params is not None:
+        message["params"] = params
+    ready.send(message)
+    assert await ready.result("session/list", {}) == {"sessions": []}
+    assert [r.levelname for r in caplog.records if r.levelno > 10] == []
+    assert not [m for m in ready.messages if m.get("id") == slow_id]  # still running
+    ready.send({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": slow_id}})
+    assert error_code(await ready.response(slow_id)) == ErrorCode.REQUEST_CANCELLED
+
+
+async def test_a_cancel_request_for_a_request_already_answered_is_ignored_quietly(
+    ready: Peer, caplog: pytest.LogCaptureFixture
+):
+    msg_id = ready.request("session/list", {})
+    await ready.response(msg_id)
+    caplog.set_level("DEBUG")
+    ready.send({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": msg_id}})
+    assert await ready.result("session/list", {}) == {"sessions": []}
+    assert [r.levelname for r in caplog.records if r.levelno > 10] == []
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"jsonrpc": "2.0", "id": 5, "method": "no/such/method", "params": {}},
+        {"jsonrpc": "2.0", "method": "kernel/cancel", "params": {"sessionId": "none"}},
+        {"jsonrpc": "2.0", "id": "tether-999", "error": {"code": "x", "message": 1}},
+        {"jsonrpc": "2.0", "id": "tether-998", "result": {}},
+    ],
+    ids=["unknown-method", "notification-of-a-request", "malformed-answer", "stray-answer"],
+)
+async def test_a_clients_mistake_is_not_logged_as_an_error(
+    ready: Peer, message: dict[str, Any], caplog: pytest.LogCaptureFixture
+):
+    caplog.set_level("DEBUG")
+    ready.send(message)
+    assert await ready.result("session/list", {}) == {"sessions": []}
+    assert [r.getMessage() for r in caplog.records if r.levelno >= 40] == []

@@ -130,7 +130,7 @@ class Connection:
         return code
 
     async def _read(self) -> None:
-        decoder = FrameDecoder()
+        decoder = FrameDecoder(max_body=sys.maxsize)  # the server's answers may be big
         while chunk := await self._stdout.read(65536):
             for item in decoder.feed(chunk):
                 if isinstance(item, Frame):

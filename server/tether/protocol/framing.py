@@ -11,7 +11,12 @@ frames after it:
   it. That is unambiguous: a raw CR LF after ``Content-Length: N`` cannot occur in valid JSON,
   whose strings escape control characters. The cut body is handed on as it is, so a request in it
   still gets its response (or a parse error);
-- a body over the size limit is reported and its bytes are discarded as they arrive.
+- a ``Content-Length`` over the size limit is reported at once; its body is then read like any
+  other, cut at the next header as above, except that what goes past the limit is discarded as
+  it arrives (at most the limit is ever buffered). A lie about the length, in or over the limit,
+  resynchronizes the stream the same way, at the next header.
+
+A body is handed on as the buffer it was read into (no copy): a 200 MB frame costs 200 MB here.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-MAX_BODY_BYTES = 256 * 1024 * 1024
+MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_HEADER_BYTES = 64 * 1024
+_MAX_LENGTH_DIGITS = 18  # longer numbers are over any limit (and int() refuses > 4300 digits)
 
 _HEADER_END = b"\r\n\r\n"
 _TOKEN = re.compile(rb"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
@@ -29,16 +35,27 @@ _LENGTH_LINE = re.compile(rb"content-length[ \t]*:[ \t]*(\S*)[ \t]*$", re.IGNORE
 # A Content-Length header line, wherever it starts: the mark of a frame boundary inside a body.
 _EMBEDDED_HEADER = re.compile(rb"content-length[ \t]*:[ \t]*\d+[ \t]*\r\n", re.IGNORECASE)
 _EMBEDDED_HEADER_MAX = 64  # the longest such match we need to see across two chunks
+# The start of such a line, cut off by the end of the bytes received so far: any prefix of
+# ``content-length: 123\r``, nested as ``c(?:o(?:n(?:...)?)?)?``.
+_HEADER_PREFIX = re.compile(
+    b"".join(b"(?:" + re.escape(bytes([c])) for c in b"content-length")[3:]
+    + rb"(?:[ \t]*(?::[ \t]*\d*[ \t]*\r?)?)?"
+    + b")?" * (len(b"content-length") - 1)
+    + rb"\Z",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True, slots=True)
 class Frame:
-    body: bytes
+    body: bytes | bytearray
 
 
 @dataclass(frozen=True, slots=True)
 class FrameError:
     reason: str
+    limit: str | None = None  # the size limit that was exceeded, when that is the fault
+    value: int | None = None  # and its value
 
 
 def encode_frame(body: bytes) -> bytes:
@@ -50,15 +67,20 @@ class FrameDecoder:
 
     def __init__(self, max_body: int = MAX_BODY_BYTES) -> None:
         self._buffer = bytearray()
-        self._length: int | None = None  # the body length once its header is read
+        self._length: int | None = None  # what is left of the body once its header is read
         self._scanned = 0  # how far into the pending body we looked for an embedded header
-        self._discard = 0  # bytes of an oversized body still to drop
-        self._max_body = max_body
+        self._cut = False  # bytes of the pending body were discarded (its length is over the limit)
+        self.max_body = max_body
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held, waiting for the rest of their frame."""
+        return len(self._buffer)
 
     def feed(self, data: bytes) -> list[Frame | FrameError]:
         out: list[Frame | FrameError] = []
-        if not self._buffer and self._length is None and not self._discard:
-            data = data[_take_canonical_frames(data, self._max_body, out) :]
+        if not self._buffer and self._length is None:
+            data = data[_take_canonical_frames(data, self.max_body, out) :]
         if data:
             self._buffer += data
             while self._step(out):
@@ -67,11 +89,6 @@ class FrameDecoder:
 
     def _step(self, out: list[Frame | FrameError]) -> bool:
         """Decode one item into ``out``; False when more bytes are needed."""
-        if self._discard:
-            dropped = min(self._discard, len(self._buffer))
-            del self._buffer[:dropped]
-            self._discard -= dropped
-            return not self._discard and bool(self._buffer)
         if self._length is None:
             return self._read_header(out)
         return self._read_body(out)
@@ -85,7 +102,9 @@ class FrameDecoder:
             end = self._buffer.find(_HEADER_END)
             if end < 0:
                 if len(self._buffer) > MAX_HEADER_BYTES:
-                    out.append(FrameError("header too long; skipped"))
+                    out.append(
+                        FrameError("header too long; skipped", "maxHeaderBytes", MAX_HEADER_BYTES)
+                    )
                     del self._buffer[: -len(_HEADER_END)]
                 return False
             block = bytes(self._buffer[:end])
@@ -95,31 +114,48 @@ class FrameDecoder:
                 out.append(FrameError(problem))
         if length is None:
             return True
-        if length > self._max_body:
-            out.append(FrameError(f"body of {length} bytes is over the {self._max_body} limit"))
-            self._discard = length
-            return True
-        self._length, self._scanned = length, 0
+        if length > self.max_body:
+            shown = f"{length}" if length < 10**_MAX_LENGTH_DIGITS else "a huge number of"
+            reason = f"Content-Length of {shown} bytes is over the {self.max_body}-byte limit"
+            out.append(FrameError(reason, "maxFrameBytes", self.max_body))
+        self._length, self._scanned, self._cut = length, 0, False
         return True
 
     def _read_body(self, out: list[Frame | FrameError]) -> bool:
+        """The same for every body: it ends at its length or where the next header starts."""
         assert self._length is not None
         window = min(len(self._buffer), self._length)
         scan_from = max(0, self._scanned - _EMBEDDED_HEADER_MAX)
-        boundary = _find_embedded_header(self._buffer, scan_from, window)
-        if boundary >= 0:
-            # The body ended early: hand on what it was (valid JSON still gets its answer).
-            out.append(Frame(bytes(self._buffer[:boundary])))
-            del self._buffer[:boundary]
-            self._length = None
+        end = _find_embedded_header(self._buffer, scan_from, window)
+        if end < 0 and len(self._buffer) >= self._length:
+            if _header_may_start_before(self._buffer, self._length):
+                return False  # a header line may be arriving: wait to see if it cuts the body
+            end = self._length
+        if end >= 0:
+            self._hand_on(end, out)
             return True
-        if len(self._buffer) < self._length:
-            self._scanned = window
-            return False
-        out.append(Frame(bytes(self._buffer[: self._length])))
-        del self._buffer[: self._length]
+        self._scanned = window
+        if window > self.max_body:  # only a length over the limit gets here: drop, keep a tail
+            dropped = window - _EMBEDDED_HEADER_MAX
+            del self._buffer[:dropped]
+            self._length -= dropped
+            self._scanned -= dropped
+            self._cut = True
+        return False
+
+    def _hand_on(self, end: int, out: list[Frame | FrameError]) -> None:
+        """The body is the first ``end`` bytes: hand it on, unless it is over the limit."""
+        if self._cut or end > self.max_body:
+            del self._buffer[:end]
+        elif end >= len(self._buffer) - end:  # a big body: copy what follows it, not the body
+            rest = self._buffer[end:]
+            del self._buffer[end:]
+            out.append(Frame(self._buffer))
+            self._buffer = rest
+        else:
+            out.append(Frame(bytes(memoryview(self._buffer)[:end])))
+            del self._buffer[:end]
         self._length = None
-        return True
 
 
 def _take_canonical_frames(data: bytes, max_body: int, out: list[Frame | FrameError]) -> int:
@@ -138,9 +174,24 @@ def _take_canonical_frames(data: bytes, max_body: int, out: list[Frame | FrameEr
             break
         if end < len(data) and not data.startswith(b"Content-Length: ", end):
             break  # what follows is no clean header: maybe this body is cut short
+        if end == len(data) and _header_may_start_before(data, end):
+            break
         out.append(Frame(data[start:end]))
         position = end
     return position
+
+
+def _header_may_start_before(buffer: bytes | bytearray, end: int) -> bool:
+    """Whether ``buffer`` ends in the first bytes of a header line that starts before ``end``.
+
+    A body that reaches its length so may yet be cut by that header, once the rest of its line
+    arrives. Valid JSON never ends that way (it ends in ``}``, ``]``, ``"``, a digit, a letter of
+    ``true``, ``false`` or ``null``, or white space), so no valid frame ever waits for this.
+    """
+    if len(buffer) - end >= _EMBEDDED_HEADER_MAX:
+        return False
+    match = _HEADER_PREFIX.search(buffer, max(0, end - _EMBEDDED_HEADER_MAX))
+    return match is not None and match.start() < end
 
 
 def _find_embedded_header(buffer: bytearray, start: int, end: int) -> int:
@@ -155,21 +206,26 @@ def _find_embedded_header(buffer: bytearray, start: int, end: int) -> int:
 
 
 def _parse_header_block(block: bytes) -> tuple[int | None, str | None]:
-    """The Content-Length of a header block, and what was wrong with it, if anything."""
-    length: int | None = None
+    """The Content-Length of a header block, and what was wrong with it, if anything.
+
+    The last Content-Length line counts: lines before it are junk that ran into the header (a
+    cut frame's ``Content-Length: {`` followed by the next frame's header, say).
+    """
+    value: bytes | None = None
     problem: str | None = None
     for line in block.split(b"\r\n"):
         match = _LENGTH_LINE.search(line)
         if match is not None:
-            if match.start() > 0:
+            if match.start() > 0 or value is not None:
                 problem = "junk before a header; skipped"  # e.g. a body sent without its header
-            if not match[1].isdigit():
-                return None, f"invalid Content-Length {match[1][:32]!r}"
-            length = int(match[1])
+            value = match[1]
             continue
         name, colon, _ = line.partition(b":")
         if not colon or not _TOKEN.match(name.strip()):
             problem = "malformed header line; skipped"
-    if length is None:
+    if value is None:
         return None, problem or "header without Content-Length; skipped"
-    return length, problem
+    if not value.isdigit():
+        return None, f"invalid Content-Length {value[:32]!r}"
+    digits = value.lstrip(b"0") or b"0"
+    return 10**_MAX_LENGTH_DIGITS if len(digits) > _MAX_LENGTH_DIGITS else int(digits), problem

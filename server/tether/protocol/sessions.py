@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from tether.protocol.base import Params, UtcDatetime, WireModel
 from tether.protocol.kernel import Usage
+from tether.protocol.limits import content_size, limits_of, over_limit
 from tether.protocol.messages import Message, MessageInput
 from tether.protocol.tools import McpServerSpec, unique_server_names
 
@@ -129,8 +130,34 @@ class MessagesResult(WireModel):
     next_cursor: str | None = None
 
 
+def _content_fits(message: MessageInput, info: ValidationInfo) -> MessageInput:
+    most = limits_of(info).max_message_bytes
+    if content_size(message.content) > most:
+        raise over_limit(
+            "a message's content may weigh at most {value} bytes ({limit})", "maxMessageBytes", most
+        )
+    return message
+
+
+AppendedMessage = Annotated[MessageInput, AfterValidator(_content_fits)]
+"""A message of ``session/append``: its content within ``maxMessageBytes``."""
+
+
 class AppendParams(SessionRef):
-    messages: list[MessageInput] = Field(min_length=1)
+    messages: list[AppendedMessage] = Field(
+        min_length=1, description="at most `maxAppendMessages` (default 100000)"
+    )
+
+    @field_validator("messages", mode="before")
+    @classmethod
+    def _few_enough(cls, messages: Any, info: ValidationInfo) -> Any:
+        """Counted before any message is validated: a batch over the limit costs nothing."""
+        most = limits_of(info).max_append_messages
+        if isinstance(messages, list) and len(messages) > most:
+            raise over_limit(
+                "at most {value} messages per append ({limit})", "maxAppendMessages", most
+            )
+        return messages
 
 
 class AppendResult(WireModel):

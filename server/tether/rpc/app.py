@@ -22,6 +22,7 @@ from tether.protocol import (
     ServerInfo,
     SessionCapabilities,
 )
+from tether.protocol.limits import DEFAULT_LIMITS
 from tether.rpc.handlers import Handler, session_methods
 from tether.sessions import SessionStore
 from tether.sessions.ids import utcnow
@@ -49,7 +50,8 @@ class App(Backend):
     ) -> None:
         """``store``: the session store to use whatever the configuration says (tests)."""
         super().__init__(store, environ, clock)
-        self.methods: dict[str, Handler] = session_methods(self.sessions)
+        self.limits = DEFAULT_LIMITS  # the configuration's, once initialize has loaded it
+        self.methods: dict[str, Handler] = session_methods(self.sessions, lambda: self.limits)
         self.client: InitializeParams | None = None
         self.notify: Notify = _nowhere
         self.request_client: RequestClient = _no_client  # set once the server is loaded
@@ -61,6 +63,7 @@ class App(Backend):
 
         config = self.load_config(_first_workspace(params), params.initialization_options)
         self.client = params
+        self.limits = config.limits.limits()
         store = self.sessions.store
         return InitializeResult(
             server_info=ServerInfo(name="tether", version=__version__),

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tether.protocol import ErrorCode, InvalidParams, TetherError
+from tether.protocol.limits import LIMIT_EXCEEDED
 
 logger = logging.getLogger(__name__)
 
@@ -46,19 +47,29 @@ def error_from_exception(exc: BaseException) -> ErrorObject:
     return error_object(ErrorCode.INTERNAL_ERROR, f"internal error: {type(exc).__name__}")
 
 
-def invalid_params(exc: ValidationError) -> InvalidParams:
+def invalid_params(exc: ValidationError, within: str = "", offset: int = 0) -> InvalidParams:
     """-32602 with one entry per failing field, named by its wire path (``messages.0.role``).
 
-    Only for the validation of a request's params: a model that fails validation anywhere else is
-    a bug, answered -32603.
+    A field over a size limit also names the limit and its value, in its entry and at the top of
+    ``data`` (``{"limit": "maxAppendMessages", "value": 100000}``). Only for the validation of a
+    request's params: a model that fails validation anywhere else is a bug, answered -32603.
+    ``within`` and ``offset`` place the errors of a slice of a list (``messages``, from item
+    ``offset`` on) that was validated on its own.
     """
-    fields = [
-        {
-            "field": ".".join(str(part) for part in error["loc"]) or "params",
+    data: dict[str, Any] = {"fields": []}
+    for error in exc.errors(include_url=False, include_input=False):
+        loc = list(error["loc"])
+        if within and loc and isinstance(loc[0], int):
+            loc = [within, loc[0] + offset, *loc[1:]]
+        field = {
+            "field": ".".join(str(part) for part in loc) or "params",
             "message": error["msg"],
             "type": error["type"],
         }
-        for error in exc.errors(include_url=False, include_input=False)
-    ]
-    summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields[:3])
-    return InvalidParams(f"invalid params: {summary}", {"fields": fields})
+        if error["type"] == LIMIT_EXCEEDED and "ctx" in error:
+            limit = {"limit": error["ctx"]["limit"], "value": error["ctx"]["value"]}
+            field.update(limit)
+            data = {**limit, **data}
+        data["fields"].append(field)
+    summary = "; ".join(f"{f['field']}: {f['message']}" for f in data["fields"][:3])
+    return InvalidParams(f"invalid params: {summary}", data)

@@ -1,11 +1,18 @@
-"""The request methods: each validates its params into a model and calls one service method."""
+"""The request methods: each validates its params into a model and calls one service method.
+
+Big requests do not hold the event loop: the messages of a ``session/append`` are validated a
+slice at a time, and a result with a long list is encoded a slice at a time, with other requests
+served between the slices.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+import orjson
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from tether.protocol import (
     AppendParams,
@@ -18,40 +25,119 @@ from tether.protocol import (
     ListSessionsParams,
     MessagesParams,
 )
+from tether.protocol.limits import DEFAULT_LIMITS, Limits
+from tether.protocol.sessions import AppendedMessage
 from tether.rpc.errors import invalid_params
 from tether.sessions import SessionService
 
 P = TypeVar("P", bound=BaseModel)
-Handler = Callable[[dict[str, Any] | None], Awaitable[BaseModel]]
+Handler = Callable[[dict[str, Any] | None], Awaitable[Any]]
+LimitsOf = Callable[[], Limits]
+
+SLICE = 250
+"""Items validated or encoded between two turns of the event loop (a few ms of work)."""
+
+_MESSAGES = TypeAdapter(list[AppendedMessage])
 
 
-def validate_params(params_model: type[P], params: dict[str, Any] | None) -> P:
+class Encoded:
+    """A result already encoded as JSON, in pieces that are written one after the other."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: list[bytes]) -> None:
+        self.parts = parts
+
+
+def validate_params(
+    params_model: type[P], params: dict[str, Any] | None, limits: Limits = DEFAULT_LIMITS
+) -> P:
     """The params as a model (absent params count as ``{}``); InvalidParams naming the fields."""
     try:
-        return params_model.model_validate(params or {})
+        return params_model.model_validate(params or {}, context={"limits": limits})
     except ValidationError as exc:
         raise invalid_params(exc) from None
 
 
-def handler(params_model: type[P], call: Callable[[P], Awaitable[BaseModel]]) -> Handler:
+def handler(
+    params_model: type[P],
+    call: Callable[[P], Awaitable[BaseModel]],
+    limits: LimitsOf = lambda: DEFAULT_LIMITS,
+) -> Handler:
     """A pygls handler: plain-dict params in (absent params count as ``{}``), a model out."""
 
-    async def handle(params: dict[str, Any] | None) -> BaseModel:
-        return await call(validate_params(params_model, params))
+    async def handle(params: dict[str, Any] | None) -> Any:
+        if params_model is AppendParams:
+            valid: Any = await validate_append(params, limits())
+        else:
+            valid = validate_params(params_model, params, limits())
+        result = await call(valid)
+        del valid  # a big append's validated messages are freed before its answer is encoded
+        return await encode_in_slices(result)
 
     handle.__name__ = handle.__qualname__ = f"handle_{params_model.__name__}"
     return handle
 
 
-def session_methods(sessions: SessionService) -> dict[str, Handler]:
+async def validate_append(params: dict[str, Any] | None, limits: Limits) -> AppendParams:
+    """:class:`AppendParams`, its messages validated a slice at a time when there are many."""
+    messages = params.get("messages") if params else None
+    if (
+        params is None
+        or not isinstance(messages, list)
+        or not SLICE < len(messages) <= limits.max_append_messages
+    ):
+        return validate_params(AppendParams, params, limits)
+    valid = validate_params(AppendParams, {**params, "messages": messages[:SLICE]}, limits)
+    context = {"limits": limits}
+    for start in range(SLICE, len(messages), SLICE):
+        await asyncio.sleep(0)
+        window = slice(start, start + SLICE)
+        try:
+            valid.messages += _MESSAGES.validate_python(messages[window], context=context)
+        except ValidationError as exc:
+            raise invalid_params(exc, "messages", start) from None
+        messages[window] = [None] * len(messages[window])  # the decoded dicts are done with
+    return valid
+
+
+async def encode_in_slices(result: BaseModel) -> BaseModel | Encoded:
+    """``result`` as it is, or encoded a slice at a time when one of its fields is a long list
+    of models. That list is consumed: each slice is let go once encoded, so the models and their
+    JSON are not both held whole."""
+    long = [
+        name
+        for name, value in result
+        if isinstance(value, list) and len(value) > SLICE and isinstance(value[0], BaseModel)
+    ]
+    if not long:
+        return result
+    name = long[0]
+    items: list[BaseModel] = getattr(result, name)
+    rest = result.model_dump(by_alias=True, exclude_none=True, exclude={name})
+    parts = [orjson.dumps(rest, option=orjson.OPT_UTC_Z)[:-1]]  # the object without its "}"
+    alias = type(result).model_fields[name].alias or name
+    parts.append(b'%s"%s":[' % (b"," if rest else b"", alias.encode()))
+    for start in range(0, len(items), SLICE):
+        await asyncio.sleep(0)
+        window = slice(start, start + SLICE)
+        dumped = [m.model_dump(by_alias=True, exclude_none=True) for m in items[window]]
+        items[window] = [None] * len(dumped)  # type: ignore[list-item]
+        parts.append(orjson.dumps(dumped, option=orjson.OPT_UTC_Z)[1:-1])
+        parts.append(b",")
+    parts[-1] = b"]}"
+    return Encoded(parts)
+
+
+def session_methods(sessions: SessionService, limits: LimitsOf) -> dict[str, Handler]:
     return {
-        "session/create": handler(CreateSessionParams, sessions.create),
-        "session/get": handler(GetSessionParams, sessions.get),
-        "session/list": handler(ListSessionsParams, sessions.list_sessions),
-        "session/messages": handler(MessagesParams, sessions.messages),
-        "session/append": handler(AppendParams, sessions.append),
-        "session/configure": handler(ConfigureSessionParams, sessions.configure),
-        "session/clear": handler(ClearSessionParams, sessions.clear),
-        "session/delete": handler(DeleteSessionParams, sessions.delete),
-        "session/fork": handler(ForkSessionParams, sessions.fork),
+        "session/create": handler(CreateSessionParams, sessions.create, limits),
+        "session/get": handler(GetSessionParams, sessions.get, limits),
+        "session/list": handler(ListSessionsParams, sessions.list_sessions, limits),
+        "session/messages": handler(MessagesParams, sessions.messages, limits),
+        "session/append": handler(AppendParams, sessions.append, limits),
+        "session/configure": handler(ConfigureSessionParams, sessions.configure, limits),
+        "session/clear": handler(ClearSessionParams, sessions.clear, limits),
+        "session/delete": handler(DeleteSessionParams, sessions.delete, limits),
+        "session/fork": handler(ForkSessionParams, sessions.fork, limits),
     }

@@ -31,7 +31,7 @@ from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException
 from pygls.protocol import LanguageServerProtocol
 
-from tether.protocol import ErrorCode
+from tether.protocol import ErrorCode, TetherError
 from tether.rpc.errors import ClientError, error_from_exception, error_object
 from tether.rpc.wire import Message, MsgId, Wire
 
@@ -79,6 +79,9 @@ class TetherProtocol(LanguageServerProtocol):
         contextvars.copy_context().run(self._handle_request, msg_id, method, params)
 
     def notification(self, method: str, params: Any, message: Message) -> None:
+        if method == lsp.CANCEL_REQUEST:
+            self._cancel(params)
+            return
         if method in _TYPED_LSP:
             try:
                 params = self.structure_message(message).params
@@ -86,6 +89,33 @@ class TetherProtocol(LanguageServerProtocol):
                 logger.warning("dropped malformed %r notification", method)
                 return
         contextvars.copy_context().run(self._handle_notification, method, params)
+
+    def _check_handler_result(self, future: Any) -> None:
+        """A notification handler that failed: the client's mistake (a :class:`TetherError`,
+        such as an unknown session) is noted; anything else is a bug, logged with its traceback."""
+        exc = None if future.cancelled() else future.exception()
+        if isinstance(exc, TetherError):
+            logger.info("a notification was refused: %s", exc.message)
+        elif exc is not None:
+            logger.error("a notification handler failed", exc_info=exc)
+
+    def _cancel(self, params: Any) -> None:
+        """``$/cancelRequest``: only an integer or string id can name a request; the rest (a list,
+        an object, no id at all) is the client's mistake, noted at debug level and ignored."""
+        msg_id = params.get("id") if isinstance(params, dict) else None
+        if not isinstance(msg_id, str | int) or isinstance(msg_id, bool):
+            logger.debug("ignored $/cancelRequest without a usable id: %.80r", params)
+            return
+        self._handle_cancel_notification(msg_id)
+
+    def _handle_cancel_notification(self, msg_id: MsgId) -> None:
+        """Cancel a request still running. One that was answered already is no news: a cancel
+        often crosses the answer on the wire."""
+        future = self._request_futures.pop(msg_id, None)
+        if future is None:
+            logger.debug("$/cancelRequest for no running request: id %r", msg_id)
+        elif future.cancel():
+            logger.debug("cancelled request %r", msg_id)
 
     def response(self, message: Message) -> None:
         """An answer to one of our requests to the client; anything else is dropped.
@@ -103,11 +133,11 @@ class TetherProtocol(LanguageServerProtocol):
                 logger.warning("dropped a response to no request of ours: id %r", msg_id)
             return
         try:
-            if "result" not in message and not isinstance(message.get("error"), dict):
+            if "result" not in message and not _is_error_object(message.get("error")):
                 raise ValueError("neither a result nor an error object")
             self.handle_message(self.structure_message(message))
-        except Exception:
-            logger.warning("malformed response to request %r", msg_id, exc_info=True)
+        except Exception as exc:
+            logger.warning("malformed response to request %r: %s", msg_id, exc)
             self._forget(msg_id)
             if not pending.done():
                 pending.set_exception(ClientError("the client's answer is not a valid response"))
@@ -262,6 +292,16 @@ class TetherProtocol(LanguageServerProtocol):
         if hasattr(value, "model_dump"):
             return value.model_dump(mode="json", by_alias=True, exclude_none=True)
         raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _is_error_object(error: Any) -> bool:
+    """``{code: integer, message: string, ...}``, as JSON-RPC 2.0 has it."""
+    return (
+        isinstance(error, dict)
+        and isinstance(error.get("code"), int)
+        and not isinstance(error.get("code"), bool)
+        and isinstance(error.get("message"), str)
+    )
 
 
 def _error_of(exc: BaseException) -> dict[str, Any]:

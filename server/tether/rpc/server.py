@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 from lsprotocol import types as lsp
+from pygls.exceptions import FeatureRequestError
 from pygls.lsp.server import LanguageServer
 
 from tether import __version__
@@ -36,5 +37,11 @@ class TetherServer(LanguageServer):
         app.request_client = self.protocol.request_client
 
     def report_server_error(self, error: Exception, source: Any) -> None:
-        # Requests already answer with their error; the rest is for the log, not a popup.
-        logger.error("%s: %s", getattr(source, "__name__", source), error)
+        """For the log, not a popup. A request has been answered with its error already (and an
+        unexpected exception was logged with its traceback where it was answered), so that is
+        routine; anything else is an error."""
+        name = getattr(source, "__name__", source)
+        if source is FeatureRequestError:
+            logger.debug("%s: %s", name, error)
+        else:
+            logger.error("%s: %s", name, error)

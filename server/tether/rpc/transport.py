@@ -5,6 +5,11 @@ and points file descriptor 1 at stderr, so a stray ``print`` in any library land
 Reads and writes are non-blocking on the event loop (pygls's own reader runs on a worker thread),
 except for a stdin or stdout that is a regular file.
 
+Output is flow-controlled: while the client is not reading what the server writes (the transport's
+buffer is over its high-water mark), the server stops reading requests, so a client that floods it
+without reading the answers cannot make it buffer them without end. A big frame is handed to the
+transport a slice at a time as it drains, never copied whole into its buffer.
+
 The pygls server is built once ``initialize`` has been answered (see :mod:`tether.rpc.wire`).
 """
 
@@ -15,6 +20,7 @@ import contextlib
 import logging
 import os
 import sys
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -40,6 +46,61 @@ def open_wire(app: App) -> Wire:
     return wire
 
 
+class _Output:
+    """Writes to a transport, holding back what it cannot take yet; tells when it backs up.
+
+    ``backed_up(True)`` is called when the transport's buffer goes over its high-water mark and
+    ``backed_up(False)`` once everything held back has been handed to it and it drained.
+    """
+
+    SLICE = 256 * 1024
+
+    def __init__(self, transport: asyncio.WriteTransport) -> None:
+        self._transport = transport
+        self._held: deque[memoryview] = deque()  # views of frames not yet handed on: no copies
+        self._paused = False
+        self._emptied = asyncio.Event()
+        self.backed_up: Callable[[bool], None] = _ignore
+
+    def write(self, data: bytes) -> None:
+        if self._paused or self._held:
+            self._held.append(memoryview(data))
+        else:
+            self._hand_on(memoryview(data))
+
+    def pause_writing(self) -> None:
+        if not self._paused:
+            self._paused = True
+            self.backed_up(True)
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        while self._held and not self._paused:
+            self._hand_on(self._held.popleft())
+        if not self._paused:
+            self._emptied.set()
+            self.backed_up(False)
+
+    async def flushed(self) -> None:
+        """Return once everything held back has been handed to the transport."""
+        while self._held and not self._transport.is_closing():
+            self._emptied.clear()
+            await self._emptied.wait()
+
+    def _hand_on(self, view: memoryview) -> None:
+        """Slice by slice until the transport backs up; the rest is held, in front."""
+        while view:
+            if self._paused or self._transport.is_closing():
+                self._held.appendleft(view)
+                return
+            self._transport.write(view[: self.SLICE])
+            view = view[self.SLICE :]
+
+
+def _ignore(backed_up: bool) -> None:
+    return None
+
+
 class _Stream(asyncio.Protocol):
     def __init__(self, wire: Wire) -> None:
         self._wire = wire
@@ -62,15 +123,26 @@ class _Connection(_Stream):
         super().__init__(wire)
         self._listener = listener
         self._served = False
+        self._output: _Output | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.WriteTransport)
+        assert isinstance(transport, asyncio.Transport)
         if self._listener.taken:
             logger.warning("refused a second client: this server serves one")
             transport.close()
             return
         self._listener.taken = self._served = True
-        self._wire.connect(transport.write)
+        self._output = _Output(transport)
+        self._output.backed_up = _pause_reading(transport)
+        self._wire.connect(self._output.write)
+
+    def pause_writing(self) -> None:
+        if self._output is not None:
+            self._output.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._output is not None:
+            self._output.resume_writing()
 
     def data_received(self, data: bytes) -> None:
         if self._served:
@@ -88,11 +160,34 @@ class _Listener:
     taken = False
 
 
+def _pause_reading(transport: asyncio.ReadTransport) -> Callable[[bool], None]:
+    """What to do when the output backs up: stop reading ``transport`` until it drains."""
+
+    def backed_up(full: bool) -> None:
+        if transport.is_closing():
+            return
+        if full:
+            transport.pause_reading()
+        else:
+            transport.resume_reading()
+
+    return backed_up
+
+
 class _Drained(asyncio.Protocol):
     """Write side of a pipe: ``closed`` resolves once the buffer is flushed and the pipe closed."""
 
     def __init__(self) -> None:
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.output: _Output | None = None
+
+    def pause_writing(self) -> None:
+        if self.output is not None:
+            self.output.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.output is not None:
+            self.output.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed.done():
@@ -104,8 +199,8 @@ async def serve_stdio(app: App, stdin_fd: int = 0, stdout_fd: int | None = None)
     loop = asyncio.get_running_loop()
     wire = open_wire(app)
     out_fd = _reserve_stdout() if stdout_fd is None else stdout_fd
-    close_writer = await _connect_writer(loop, wire, out_fd)
-    stop_reading = await _connect_reader(loop, wire, stdin_fd)
+    close_writer, output = await _connect_writer(loop, wire, out_fd)
+    stop_reading = await _connect_reader(loop, wire, stdin_fd, output)
     try:
         await wire.stopped.wait()
     finally:
@@ -148,7 +243,7 @@ def _reserve_stdout() -> int:
 
 async def _connect_writer(
     loop: asyncio.AbstractEventLoop, wire: Wire, fd: int
-) -> Callable[[], Awaitable[None]]:
+) -> tuple[Callable[[], Awaitable[None]], _Output | None]:
     pipe = os.fdopen(fd, "wb", buffering=0)
     try:
         transport, drained = await loop.connect_write_pipe(_Drained, pipe)
@@ -158,19 +253,22 @@ async def _connect_writer(
             pipe.write(data)
 
         wire.connect(write_file)
-        return _nothing_to_flush
-    wire.connect(transport.write)
+        return _nothing_to_flush, None
+    output = drained.output = _Output(transport)
+    wire.connect(output.write)
 
     async def close() -> None:
+        with contextlib.suppress(TimeoutError):  # hand on what is held back, then close
+            await asyncio.wait_for(output.flushed(), 5)
         transport.close()  # flushes what is buffered first, then reports the loss
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(drained.closed, 5)
 
-    return close
+    return close, output
 
 
 async def _connect_reader(
-    loop: asyncio.AbstractEventLoop, wire: Wire, fd: int
+    loop: asyncio.AbstractEventLoop, wire: Wire, fd: int, output: _Output | None
 ) -> Callable[[], None]:
     pipe = os.fdopen(fd, "rb", buffering=0)
     stream = _Stream(wire)
@@ -183,6 +281,8 @@ async def _connect_reader(
             task.cancel()
 
         return stop_reading
+    if output is not None:
+        output.backed_up = _pause_reading(transport)
     return transport.close
 
 

@@ -21,10 +21,10 @@ import orjson
 from pydantic import BaseModel
 
 from tether.protocol import ErrorCode, InitializeParams
-from tether.protocol.framing import Frame, FrameDecoder, encode_frame
+from tether.protocol.framing import Frame, FrameDecoder, FrameError, encode_frame
 from tether.rpc.app import App
 from tether.rpc.errors import ErrorObject, error_from_exception, error_object
-from tether.rpc.handlers import validate_params
+from tether.rpc.handlers import Encoded, validate_params
 from tether.rpc.ndjson import looks_like_ndjson, ndjson_refusal
 
 logger = logging.getLogger(__name__)
@@ -83,12 +83,12 @@ class Wire:
         if not self.initialized and self._write is not None and looks_like_ndjson(data):
             self._write(ndjson_refusal(data))  # an ACP client: tell it to use `tether acp`
             return
-        for item in self._decoder.feed(data):
-            if isinstance(item, Frame):
-                self._receive(item.body)
-            else:
-                logger.warning("bad frame: %s", item.reason)
-                self.send_error(None, error_object(ErrorCode.PARSE_ERROR, item.reason))
+        items = self._decoder.feed(data)
+        items.reverse()
+        while items:  # popped, so a big body is freed as soon as it is decoded
+            message = self._decode(items.pop())
+            if message is not None:
+                self._handle(message)
 
     def connection_lost(self) -> None:
         """The client went away: stop as ``exit`` would."""
@@ -98,16 +98,25 @@ class Wire:
 
     # -- decoding ----------------------------------------------------------------------------
 
-    def _receive(self, body: bytes) -> None:
+    def _decode(self, item: Frame | FrameError) -> Message | None:
+        """The message in a frame; a framing fault or a body that is no object is answered."""
+        if isinstance(item, FrameError):
+            logger.warning("bad frame: %s", item.reason)
+            data = None if item.limit is None else {"limit": item.limit, "value": item.value}
+            self.send_error(None, error_object(ErrorCode.PARSE_ERROR, item.reason, data))
+            return None
         try:
-            message = orjson.loads(body)
+            message = orjson.loads(item.body)
         except orjson.JSONDecodeError as exc:
             self.send_error(None, error_object(ErrorCode.PARSE_ERROR, f"parse error: {exc}"))
-            return
+            return None
         if not isinstance(message, dict):
             reason = "batches are not supported" if isinstance(message, list) else "not an object"
             self.send_error(None, error_object(ErrorCode.INVALID_REQUEST, reason))
-            return
+            return None
+        return message
+
+    def _handle(self, message: Message) -> None:
         try:
             self._route(message)
         except Exception as exc:  # a bug: answer the request it was, and go on to the next
@@ -181,6 +190,7 @@ class Wire:
             self.send_error(msg_id, error_from_exception(exc))
             return
         self.initialized = True
+        self._decoder.max_body = self._app.limits.max_frame_bytes
         self.send_result(msg_id, result)
         if self._on_initialized is not None:
             self._on_initialized()
@@ -226,13 +236,13 @@ class Wire:
 
     def send_result(self, msg_id: MsgId, result: Any, default: Default | None = None) -> None:
         try:
-            payload = _encode(result, default)
+            parts = result.parts if isinstance(result, Encoded) else [_encode(result, default)]
         except Exception as exc:
             logger.error("result of request %r cannot be serialized", msg_id, exc_info=exc)
             error = error_object(ErrorCode.INTERNAL_ERROR, "result could not be serialized")
             self.send_error(msg_id, error)
             return
-        self._send(b'{"jsonrpc":"2.0","id":%s,"result":%s}' % (orjson.dumps(msg_id), payload))
+        self._send(b'{"jsonrpc":"2.0","id":%s,"result":' % orjson.dumps(msg_id), *parts, b"}")
         self._mark_answered(msg_id)
 
     def send_error(self, msg_id: MsgId | None, error: ErrorObject) -> None:
@@ -245,23 +255,33 @@ class Wire:
         self._mark_answered(msg_id)
 
     def send_notification(self, method: str, params: Any, default: Default | None = None) -> None:
-        frame = b'{"jsonrpc":"2.0","method":%s,"params":%s}'
-        self._send(frame % (orjson.dumps(method), _encode(params, default)))
+        start = b'{"jsonrpc":"2.0","method":%s,"params":' % orjson.dumps(method)
+        self._send(start, _encode(params, default), b"}")
 
     def send_message(self, message: Any, default: Default | None = None) -> None:
         """Any other message, e.g. a request to the client, built by the dispatcher."""
         self._send(_encode(message, default))
 
-    def _send(self, body: bytes) -> None:
+    def _send(self, *parts: bytes) -> None:
+        """One frame whose body is ``parts`` joined; a big one is written piece by piece, so its
+        body is never copied whole."""
         if self._write is None:
-            logger.error("no transport; dropped %d bytes", len(body))
+            logger.error("no transport; dropped %d bytes", sum(map(len, parts)))
             return
-        self._write(encode_frame(body))
+        if len(parts) == 1 or sum(map(len, parts)) < _BIG:
+            self._write(encode_frame(b"".join(parts)))
+            return
+        self._write(b"Content-Length: %d\r\n\r\n" % sum(map(len, parts)))
+        for part in parts:
+            self._write(part)
 
     def _mark_answered(self, msg_id: MsgId | None) -> None:
         if msg_id in self._unanswered:
             self._unanswered.discard(msg_id)
             self._answered.set()
+
+
+_BIG = 64 * 1024
 
 
 def _encode(value: Any, default: Default | None) -> bytes:

@@ -10,6 +10,7 @@ which is what the copy every read makes would cost anyway.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ from tether.sessions.forks import check_fork_point, cut_chain
 from tether.sessions.ids import utcnow, uuid7
 from tether.sessions.lease import Lease, process_holder
 from tether.sessions.store import Order
+
+_SLICE = 250  # messages of a big append prepared between two turns of the event loop
 
 Packed = tuple[Any, ...]
 """A stored message: ``(id, role, content, tool_calls, tool_call_id, is_error, name, author,
@@ -269,24 +272,41 @@ class MemoryStore:
         run_id: str | None = None,
         ids: Sequence[str] | None = None,
     ) -> list[Message]:
+        """All or nothing. A big batch is prepared a slice at a time, other requests served in
+        between, and then added in one step (a session deleted meanwhile is SessionNotFound)."""
         record = self._record(session_id)
         self._check_writer(record, run_id)
         _check_tool_results(record.knows_call, messages)
         now = _later(record.session)
         new_ids = list(ids) if ids is not None else [uuid7() for _ in messages]
-        if len(new_ids) != len(messages) or any(record.index_of(i) is not None for i in new_ids):
+        if len(new_ids) != len(messages) or (
+            ids is not None and any(record.index_of(i) is not None for i in new_ids)
+        ):
             raise ValueError("ids must be new and one per message")
-        stored = [new_message(m, i, now, run_id) for m, i in zip(messages, new_ids, strict=True)]
-        for message in stored:
-            position = len(record.messages)
-            record.positions[message.id] = position
-            record.messages.append(pack(message))
-            if message.tool_calls:
-                for call in message.tool_calls:
-                    record.tool_call_ids[call.id] = position
+        stored: list[Message] = []
+        packed: list[Packed] = []
+        for start in range(0, len(messages), _SLICE):
+            if start:
+                await asyncio.sleep(0)
+            window = slice(start, start + _SLICE)
+            pairs = zip(messages[window], new_ids[window], strict=True)
+            stored += [new_message(m, i, now, run_id) for m, i in pairs]
+            packed += [pack(m) for m in stored[start:]]
+        record = self._record(session_id)
+        base = len(record.messages)
+        record.messages.extend(packed)
+        record.positions.update(zip(new_ids, range(base, base + len(packed)), strict=True))
+        for position, message in enumerate(stored, base):
+            for call in message.tool_calls or ():
+                record.tool_call_ids[call.id] = position
         record.session.message_count = record.total()
         record.session.updated_at = now
-        return [_copy_message(m) for m in stored]
+        copies: list[Message] = []
+        for start in range(0, len(stored), _SLICE):
+            if start:
+                await asyncio.sleep(0)
+            copies += [_copy_message(m) for m in stored[start : start + _SLICE]]
+        return copies
 
     async def history(self, session_id: str) -> list[Message]:
         record = self._record(session_id)
@@ -491,8 +511,10 @@ def _copy_json(value: dict[str, Any]) -> dict[str, Any]:
 
 
 def _copy_message(message: Message) -> Message:
-    """A copy the caller owns: only its containers are copied (their items hold only strings)."""
-    return message.model_copy(update=_copied_containers(message))
+    """A copy the caller owns: only its containers are copied (their items hold only strings).
+    A message without containers holds nothing the store shares: it is its own copy."""
+    containers = _copied_containers(message)
+    return message.model_copy(update=containers) if containers else message
 
 
 def _copied_containers(message: MessageInput | Message) -> dict[str, Any]:

@@ -1,0 +1,65 @@
+"""The size limits of the wire, and how a request over one is refused.
+
+Every limit is answered with an error whose ``data`` names it and gives its value
+(``{"limit": "maxAppendMessages", "value": 100000}``), never with a stall. The defaults are what
+:class:`Limits` holds; a server may run with other values (``limits.*`` in the configuration), which
+reach the validators through pydantic's validation context (``context={"limits": ...}``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationInfo
+from pydantic_core import PydanticCustomError
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_frame_bytes: int = 64 * MiB
+    """A frame's body: the most one request may weigh, and the most the decoder buffers."""
+    max_append_messages: int = 100_000
+    """Messages in one ``session/append``."""
+    max_message_bytes: int = 16 * MiB
+    """A message's content (UTF-8 bytes of its text, image data and links), in an append."""
+
+
+DEFAULT_LIMITS = Limits()
+
+LIMIT_EXCEEDED = "limit_exceeded"
+"""The pydantic error type of a value over a limit; its context carries ``limit`` and ``value``."""
+
+
+def limits_of(info: ValidationInfo) -> Limits:
+    """The limits a validation runs under: the context's, else the defaults."""
+    context = info.context
+    limits = context.get("limits") if isinstance(context, dict) else None
+    return limits if isinstance(limits, Limits) else DEFAULT_LIMITS
+
+
+def over_limit(message: str, limit: str, value: int) -> PydanticCustomError:
+    """A validation error naming the limit (``maxAppendMessages``) and its value."""
+    return PydanticCustomError(LIMIT_EXCEEDED, message, {"limit": limit, "value": value})
+
+
+def utf8_size(text: str) -> int:
+    """Bytes of ``text`` in UTF-8, without encoding it when it is ASCII (the usual case)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def content_size(content: Any) -> int:
+    """The weight of a message's content: its text, image data and links, in UTF-8 bytes."""
+    if content is None:
+        return 0
+    if isinstance(content, str):
+        return utf8_size(content)
+    size = 0
+    for block in content:
+        for name in ("text", "data", "uri"):
+            value = getattr(block, name, None)
+            if isinstance(value, str):
+                size += utf8_size(value)
+    return size

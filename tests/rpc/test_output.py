@@ -1,0 +1,67 @@
+"""The transport's output: held back while the client is not reading, never copied whole."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tether.rpc.transport import _Output
+
+
+class SlowPipe(asyncio.WriteTransport):
+    """A transport that backs up once it holds ``high`` bytes, until ``drain`` is called."""
+
+    def __init__(self, high: int) -> None:
+        super().__init__()
+        self.high = high
+        self.buffered = 0
+        self.written = bytearray()
+        self.largest_write = 0
+        self.protocol: Any = None
+
+    def write(self, data: Any) -> None:
+        self.written += data
+        self.largest_write = max(self.largest_write, len(data))
+        self.buffered += len(data)
+        if self.buffered >= self.high:
+            self.protocol.pause_writing()
+
+    def drain(self) -> None:
+        self.buffered = 0
+        self.protocol.resume_writing()
+
+    def is_closing(self) -> bool:
+        return False
+
+
+def output(high: int) -> tuple[_Output, SlowPipe, list[bool]]:
+    pipe = SlowPipe(high)
+    out = _Output(pipe)
+    pipe.protocol = out
+    events: list[bool] = []
+    out.backed_up = events.append
+    return out, pipe, events
+
+
+async def test_a_big_frame_is_handed_on_a_slice_at_a_time_as_the_transport_drains():
+    out, pipe, events = output(high=_Output.SLICE)
+    frame = bytes(range(256)) * (5 * _Output.SLICE // 256)
+    out.write(frame)
+    out.write(b"next")
+    assert events == [True] and len(pipe.written) == _Output.SLICE
+    while events[-1]:
+        pipe.drain()
+    assert bytes(pipe.written) == frame + b"next"
+    assert pipe.largest_write <= _Output.SLICE
+
+
+async def test_reading_is_paused_while_the_output_backs_up_and_resumed_once_it_drains():
+    out, pipe, events = output(high=100)
+    for n in range(10):
+        out.write(b"%02d" % n * 30)
+    assert events == [True]  # the server stops reading requests
+    while events[-1]:
+        pipe.drain()
+    assert events[-1] is False  # and reads again once everything went out
+    assert bytes(pipe.written) == b"".join(b"%02d" % n * 30 for n in range(10))
+    await asyncio.wait_for(out.flushed(), 1)
