@@ -253,3 +253,21 @@ async def run_when_free(connection: Connection, sid: str, prompt: str) -> Any:
         except RpcError as busy:
             assert busy.code == ErrorCode.SESSION_BUSY
             await asyncio.sleep(0.2)
+
+
+async def test_servers_starting_together_on_an_empty_store_all_open_it(spawn: Spawn):
+    """Five servers spawned at once on a database no one has opened: each creates its tables or
+    waits for the one that does, and every one of them serves the same sessions."""
+    count = 5
+    servers = await asyncio.gather(*(spawn(f"s{i}", [{"text": "ok"}]) for i in range(count)))
+    created = await asyncio.gather(
+        *(
+            asyncio.wait_for(s.request("session/create", {"title": f"s{i}"}), WAIT)
+            for i, s in enumerate(servers)
+        )
+    )
+    ids = {session["sessionId"] for session in created}
+    assert len(ids) == count
+    for server in servers:
+        page = await asyncio.wait_for(server.request("session/list", {"limit": 50}), WAIT)
+        assert {s["sessionId"] for s in page["sessions"]} == ids
