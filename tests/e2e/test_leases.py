@@ -67,6 +67,17 @@ async def spawn(project: Path, store_env: dict[str, str]) -> AsyncIterator[Spawn
         connection._reader.cancel()
 
 
+async def open_gate(project: Path) -> None:
+    """Let the blocked ``cat gate`` finish once it is reading the gate: the run reports its
+    command in progress before the command (started through the sandbox) has opened it."""
+
+    def write() -> None:
+        with open(project / "gate", "wb") as gate:  # waits for the reader
+            gate.write(b"open\n")
+
+    await asyncio.wait_for(asyncio.to_thread(write), WAIT)
+
+
 def release_gate(project: Path) -> None:
     """Let the blocked ``cat gate`` finish (nothing when no one is reading it)."""
     with contextlib.suppress(OSError):
@@ -147,7 +158,7 @@ async def test_a_run_in_one_server_owns_its_session_in_the_other(
     before = await b.request("session/fork", {"sessionId": sid, "atMessageId": earlier["id"]})
     assert before["messageCount"] == 1  # a fork before the running turn is fine
 
-    release_gate(project)
+    await open_gate(project)
     result = await asyncio.wait_for(run, WAIT)
     assert (result["runId"], result["response"]) == (run_id, "done")
     assert (await b.request("session/get", {"sessionId": sid}))["running"] is False
@@ -235,7 +246,7 @@ async def test_a_suspended_holder_that_lost_its_lease_stops_without_writing_a_se
     finally:
         a.process.send_signal(signal.SIGCONT)
     assert result["response"] == "b ran"
-    release_gate(project)
+    release_gate(project)  # the run may have killed its command already
     with pytest.raises(RpcError) as lost:
         await asyncio.wait_for(run, WAIT)
     assert lost.value.code == ErrorCode.SESSION_BUSY
