@@ -50,6 +50,7 @@ RESULTS = {
     "session/prompt": "PromptResponse",
     "session/set_mode": "SetSessionModeResponse",
     "session/fork": "ForkSessionResponse",
+    "session/set_config_option": "SetSessionConfigOptionResponse",
 }
 PARAMS = {
     "session/update": "SessionNotification",
@@ -206,15 +207,19 @@ class Setup:
     project: Path
     env: dict[str, str] = field(default_factory=dict)
 
-    def script(self, turns: list[dict[str, Any]], approval: str = "ask") -> None:
-        """The scripted model plays ``turns`` (across every agent started after this)."""
+    def script(
+        self, turns: list[dict[str, Any]], approval: str = "ask", model: str | None = None
+    ) -> None:
+        """The scripted model plays ``turns`` (across every agent started after this), as
+        ``model`` when given."""
         script = self.home / "script.json"
         script.write_text(json.dumps(turns))
         config = self.home / "config" / "tether" / "config.toml"
         config.parent.mkdir(parents=True, exist_ok=True)
         config.write_text(
             f'[provider]\ntype = "scripted"\nscript = {json.dumps(str(script))}\n'
-            f'[tools]\napproval = "{approval}"\n'
+            + (f"model = {json.dumps(model)}\n" if model else "")
+            + f'[tools]\napproval = "{approval}"\n'
         )
 
     @asynccontextmanager

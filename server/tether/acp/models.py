@@ -192,6 +192,42 @@ class InitializeResponse(AcpModel):
     auth_methods: list[dict[str, Any]] = Field(default_factory=list)
 
 
+# --- session configuration options ---------------------------------------------------------------
+
+
+class SetConfigOptionRequest(SessionRequest):
+    config_id: str
+    type: str | None = None  # absent: a value id; "boolean" is not offered
+    value: str | bool
+
+
+class ConfigOptionValue(AcpModel):
+    value: str
+    name: str
+    description: str | None = None
+
+
+class ConfigOption(AcpModel):
+    """A ``select`` option (tether offers no ``boolean`` ones: a client must declare those)."""
+
+    type: Literal["select"] = "select"
+    id: str
+    name: str
+    description: str | None = None
+    category: str | None = None
+    current_value: str
+    options: list[ConfigOptionValue]
+
+
+class ConfigOptionUpdate(AcpModel):
+    session_update: Literal["config_option_update"] = "config_option_update"
+    config_options: list[ConfigOption]
+
+
+class SetConfigOptionResponse(AcpModel):
+    config_options: list[ConfigOption]
+
+
 class SessionMode(AcpModel):
     id: str
     name: str
@@ -206,10 +242,12 @@ class SessionModeState(AcpModel):
 class NewSessionResponse(AcpModel):
     session_id: str
     modes: SessionModeState | None = None
+    config_options: list[ConfigOption] | None = None
 
 
 class LoadSessionResponse(AcpModel):
     modes: SessionModeState | None = None
+    config_options: list[ConfigOption] | None = None
 
 
 class SessionInfo(AcpModel):
@@ -313,7 +351,12 @@ class CurrentModeUpdate(AcpModel):
 
 
 SessionUpdate = (
-    ContentChunk | ToolCallStart | ToolCallProgress | SessionInfoUpdate | CurrentModeUpdate
+    ContentChunk
+    | ToolCallStart
+    | ToolCallProgress
+    | SessionInfoUpdate
+    | CurrentModeUpdate
+    | ConfigOptionUpdate
 )
 
 
