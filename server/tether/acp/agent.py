@@ -157,7 +157,7 @@ class AcpAgent(Backend):
             agent_capabilities=AgentCapabilities(
                 load_session=True,
                 prompt_capabilities=PromptCapabilities(image=True, embedded_context=True),
-                mcp_capabilities=McpCapabilities(http=True, sse=False),
+                mcp_capabilities=McpCapabilities(http=True, sse=True),
                 session_capabilities=SessionCapabilities(
                     list=Empty(), delete=Empty(), resume=Empty(), close=Empty(), fork=Empty()
                 ),
