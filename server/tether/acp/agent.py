@@ -84,6 +84,7 @@ class SessionState:
 
     mode: str = modes.DEFAULT
     kinds: dict[str, str] = field(default_factory=dict)  # tool call id -> tether tool kind
+    terminals: dict[str, str] = field(default_factory=dict)  # tool call id -> editor terminal
     rejected: set[str] = field(default_factory=set)  # tools the user rejected always
     prompts: int = 0  # session/prompt requests not yet handed to the kernel
     cancelled: bool = False  # session/cancel came while one was on its way there
@@ -295,8 +296,12 @@ class AcpAgent(Backend):
         kernel = self._kernel()
         if not kernel.is_running(session_id):
             state.kinds.clear()  # only the calls of the turn that runs can be asked about
+            state.terminals.clear()
         updates = RunUpdates(
-            send=partial(self._send, session_id), workspace=_workspace(session), kinds=state.kinds
+            send=partial(self._send, session_id),
+            workspace=_workspace(session),
+            kinds=state.kinds,
+            terminals=state.terminals,
         )
         result = await kernel.run(run, updates)
         if result.stop_reason is StopReason.CANCELLED:
@@ -353,14 +358,26 @@ class AcpAgent(Backend):
     # -- tools ------------------------------------------------------------------------------
 
     async def _tools(self, config: TetherConfig, session_id: str, workspace: Path) -> ToolExecutor:
-        """The session's tools; ``read_file`` goes through the editor when it offers to read."""
+        """The session's tools; ``read_file`` goes through the editor when it offers to read,
+        and ``run_command`` through its terminal when it offers one and the user opted in."""
         executor = await super()._tools(config, session_id, workspace)
-        reads = self.client is not None and self.client.client_capabilities.fs.read_text_file
-        if not reads or self.connection is None:
+        if self.client is None or self.connection is None:
             return executor
-        from tether.acp.editor_files import EditorFiles
+        capabilities = self.client.client_capabilities
+        if capabilities.terminal and config.acp.editor_terminal:
+            from tether.acp.editor_terminal import EditorTerminal
 
-        return EditorFiles(executor, self.connection)
+            executor = EditorTerminal(
+                executor,
+                self.connection,
+                self._send,
+                lambda session: self._state(session).terminals,
+            )
+        if capabilities.fs.read_text_file:
+            from tether.acp.editor_files import EditorFiles
+
+            executor = EditorFiles(executor, self.connection)
+        return executor
 
     # -- helpers ----------------------------------------------------------------------------
 

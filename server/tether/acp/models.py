@@ -306,6 +306,13 @@ class DiffContent(AcpModel):
     new_text: str
 
 
+class TerminalContent(AcpModel):
+    """A terminal of the editor's, embedded in a tool call."""
+
+    type: Literal["terminal"] = "terminal"
+    terminal_id: str
+
+
 class Location(AcpModel):
     path: str
     line: int | None = Field(default=None, ge=0)
@@ -324,7 +331,7 @@ class ToolCallFields(AcpModel):
     title: str | None = None
     kind: AcpToolKind | None = None
     status: ToolStatus | None = None
-    content: list[ToolContent | DiffContent] | None = None
+    content: list[ToolContent | DiffContent | TerminalContent] | None = None
     locations: list[Location] | None = None
     raw_input: Any = None
     raw_output: Any = None
