@@ -786,6 +786,7 @@ REFUSED_VALUES = {
     "sessions.path": '"/tmp/elsewhere.db"',
     "sessions.ttl": '"1s"',
     "sessions.lease": '"1h"',
+    "acp.editor_terminal": "true",
 }
 
 

@@ -243,6 +243,14 @@ def _ttl_seconds(value: str) -> int:
     return int(match.group(1)) * _TTL_UNITS[match.group(2)]
 
 
+class AcpConfig(_Section):
+    editor_terminal: bool = Field(
+        default=False,
+        description="tether acp: run_command runs in the editor's terminal (not confined by "
+        "tether's sandbox) when the client offers one",
+    )
+
+
 class TetherConfig(_Section):
     provider: ProviderConfig = Field(default_factory=ProviderConfig)
     kernel: KernelConfig = Field(default_factory=KernelConfig)
@@ -251,6 +259,7 @@ class TetherConfig(_Section):
     sessions: SessionsConfig = Field(default_factory=SessionsConfig)
     context: ContextConfig = Field(default_factory=ContextConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    acp: AcpConfig = Field(default_factory=AcpConfig)
 
     def overlay(self, layer: Mapping[str, Any] | None, *, source: str = "overlay") -> TetherConfig:
         """This config with ``layer`` merged on top (nested like the TOML), validated again.
@@ -360,6 +369,7 @@ WORKSPACE_REFUSED: Final[Mapping[str, str]] = MappingProxyType(
         "sessions.path": "a repository could send your sessions elsewhere",
         "sessions.ttl": "a repository could delete your sessions of every workspace",
         "sessions.lease": "a repository could keep your sessions locked long after a crash",
+        "acp.editor_terminal": "a repository could run commands outside tether's sandbox",
     }
 )
 """Every key a workspace file may not set (dotted, snake_case; camelCase is refused as well), with

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -25,10 +26,16 @@ from acp.connection import StreamDirection, StreamEvent
 from acp.schema import (
     AllowedOutcome,
     ClientCapabilities,
+    CreateTerminalResponse,
     DeniedOutcome,
     FileSystemCapabilities,
+    KillTerminalResponse,
     ReadTextFileResponse,
+    ReleaseTerminalResponse,
     RequestPermissionResponse,
+    TerminalExitStatus,
+    TerminalOutputResponse,
+    WaitForTerminalExitResponse,
 )
 from acp.transports import spawn_stdio_transport
 from jsonschema import Draft202012Validator
@@ -50,11 +57,17 @@ RESULTS = {
     "session/prompt": "PromptResponse",
     "session/set_mode": "SetSessionModeResponse",
     "session/fork": "ForkSessionResponse",
+    "session/set_config_option": "SetSessionConfigOptionResponse",
 }
 PARAMS = {
     "session/update": "SessionNotification",
     "session/request_permission": "RequestPermissionRequest",
     "fs/read_text_file": "ReadTextFileRequest",
+    "terminal/create": "CreateTerminalRequest",
+    "terminal/wait_for_exit": "WaitForTerminalExitRequest",
+    "terminal/output": "TerminalOutputRequest",
+    "terminal/kill": "KillTerminalRequest",
+    "terminal/release": "ReleaseTerminalRequest",
 }
 UNSTABLE = {"session/fork"}  # methods only the unstable schema has
 
@@ -133,6 +146,32 @@ class Wire:
         ]
 
 
+class Terminal:
+    """A command the editor runs for the agent: a real process, its output kept in memory."""
+
+    def __init__(self, process: asyncio.subprocess.Process, limit: int | None) -> None:
+        self.process = process
+        self.limit = limit
+        self.output = bytearray()
+        self.truncated = False
+        self.reading = asyncio.ensure_future(self._read())
+
+    async def _read(self) -> None:
+        assert self.process.stdout is not None
+        while chunk := await self.process.stdout.read(65536):
+            self.output += chunk
+            if self.limit is not None and len(self.output) > self.limit:
+                del self.output[: len(self.output) - self.limit]
+                self.truncated = True
+
+    async def exit_status(self) -> TerminalExitStatus:
+        code = await self.process.wait()
+        await self.reading
+        if code < 0:
+            return TerminalExitStatus(signal=signal.Signals(-code).name)
+        return TerminalExitStatus(exit_code=code)
+
+
 Answer = Callable[[dict[str, Any]], "asyncio.Future[str | None] | str | None"]
 
 
@@ -148,6 +187,74 @@ class Client:
         self.chunk = asyncio.Event()  # set by the first agent_message_chunk
         self.buffers: dict[str, str] = {}  # the editor's unsaved text of a path
         self.reads: list[str] = []
+        self.terminals: dict[str, Terminal] = {}
+        self.terminal_calls: list[tuple[str, str]] = []  # (method, terminal id)
+        self.terminal_created = asyncio.Event()
+        self.terminal_released = asyncio.Event()
+
+    async def create_terminal(
+        self,
+        session_id: str,
+        command: str,
+        args: list[str] | None = None,
+        env: Any = None,
+        cwd: str | None = None,
+        output_byte_limit: int | None = None,
+        **kwargs: Any,
+    ) -> CreateTerminalResponse:
+        process = await asyncio.create_subprocess_exec(
+            command,
+            *(args or []),
+            cwd=cwd,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        terminal_id = f"term-{len(self.terminals) + 1}"
+        self.terminals[terminal_id] = Terminal(process, output_byte_limit)
+        self.terminal_calls.append(("create", terminal_id))
+        self.terminal_created.set()
+        return CreateTerminalResponse(terminal_id=terminal_id)
+
+    async def wait_for_terminal_exit(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> WaitForTerminalExitResponse:
+        self.terminal_calls.append(("wait_for_exit", terminal_id))
+        status = await self.terminals[terminal_id].exit_status()
+        return WaitForTerminalExitResponse(exit_code=status.exit_code, signal=status.signal)
+
+    async def terminal_output(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> TerminalOutputResponse:
+        self.terminal_calls.append(("output", terminal_id))
+        terminal = self.terminals[terminal_id]
+        running = terminal.process.returncode is None
+        return TerminalOutputResponse(
+            output=terminal.output.decode(errors="replace"),
+            truncated=terminal.truncated,
+            exit_status=None if running else await terminal.exit_status(),
+        )
+
+    async def kill_terminal(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> KillTerminalResponse:
+        self.terminal_calls.append(("kill", terminal_id))
+        terminal = self.terminals[terminal_id]
+        if terminal.process.returncode is None:
+            terminal.process.kill()
+        await terminal.exit_status()
+        return KillTerminalResponse()
+
+    async def release_terminal(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> ReleaseTerminalResponse:
+        self.terminal_calls.append(("release", terminal_id))
+        terminal = self.terminals.pop(terminal_id)
+        if terminal.process.returncode is None:
+            terminal.process.kill()
+        await terminal.exit_status()
+        self.terminal_released.set()
+        return ReleaseTerminalResponse()
 
     async def read_text_file(
         self,
@@ -206,23 +313,37 @@ class Setup:
     project: Path
     env: dict[str, str] = field(default_factory=dict)
 
-    def script(self, turns: list[dict[str, Any]], approval: str = "ask") -> None:
-        """The scripted model plays ``turns`` (across every agent started after this)."""
+    def script(
+        self,
+        turns: list[dict[str, Any]],
+        approval: str = "ask",
+        model: str | None = None,
+        more: str = "",
+    ) -> None:
+        """The scripted model plays ``turns`` (across every agent started after this), as
+        ``model`` when given; ``more`` is added to the config file."""
         script = self.home / "script.json"
         script.write_text(json.dumps(turns))
         config = self.home / "config" / "tether" / "config.toml"
         config.parent.mkdir(parents=True, exist_ok=True)
         config.write_text(
             f'[provider]\ntype = "scripted"\nscript = {json.dumps(str(script))}\n'
-            f'[tools]\napproval = "{approval}"\n'
+            + (f"model = {json.dumps(model)}\n" if model else "")
+            + f'[tools]\napproval = "{approval}"\n'
+            + more
         )
 
     @asynccontextmanager
     async def agent(
-        self, *, initialize: bool = True, buffers: dict[str, str] | None = None
+        self,
+        *,
+        initialize: bool = True,
+        buffers: dict[str, str] | None = None,
+        terminal: bool = False,
     ) -> AsyncIterator[Agent]:
         """A started agent, initialized unless told not to; with ``buffers``, the client
-        declares ``fs.readTextFile`` and answers it with them."""
+        declares ``fs.readTextFile`` and answers it with them; with ``terminal``, it declares
+        ``terminal`` and runs the commands it is asked to."""
         client = Client()
         client.buffers = buffers or {}
         wire = Wire()
@@ -241,12 +362,15 @@ class Setup:
             try:
                 if initialize:
                     fs = FileSystemCapabilities(read_text_file=buffers is not None)
-                    await conn.initialize(
-                        protocol_version=1, client_capabilities=ClientCapabilities(fs=fs)
-                    )
+                    capabilities = ClientCapabilities(fs=fs, terminal=terminal)
+                    await conn.initialize(protocol_version=1, client_capabilities=capabilities)
                 yield Agent(conn=conn, client=client, wire=wire, process=process)
             finally:
                 await conn.close()
+                for left in client.terminals.values():  # released by no one: not to outlive us
+                    if left.process.returncode is None:
+                        left.process.kill()
+                    await left.exit_status()
         assert not wire.problems, "\n".join(wire.problems)
 
 

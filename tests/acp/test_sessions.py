@@ -11,6 +11,7 @@ import pytest
 from acp import RequestError, text_block
 
 from tests.acp.conftest import Setup
+from tests.fakes.sse import sse_server
 from tether.testing import tool_call
 
 RESOURCE_NOT_FOUND = -32002
@@ -179,3 +180,28 @@ async def test_a_sessions_mcp_servers_are_given_to_its_runs(setup: Setup, projec
     last = [u for u in updates if u["sessionUpdate"] == "tool_call_update"][-1]
     assert last["status"] == "completed" and last["rawOutput"] == "hello"
     assert (project.parent / "pids").read_text().strip()
+
+
+async def test_an_sse_mcp_server_is_given_to_the_sessions_runs(
+    setup: Setup, project: Path, tmp_path: Path
+) -> None:
+    setup.script(
+        [
+            {"toolCalls": [tool_call("events__echo", "m1", text="over SSE")]},
+            {"text": "Echoed."},
+        ]
+    )
+    headers = tmp_path / "headers.txt"
+    async with sse_server({"TETHER_MCP_HEADERS": str(headers)}) as url, setup.agent() as agent:
+        server = {
+            "type": "sse",
+            "name": "events",
+            "url": url,
+            "headers": [{"name": "Authorization", "value": "Bearer acp"}],
+        }
+        session = await agent.request("session/new", {"cwd": str(project), "mcpServers": [server]})
+        await agent.conn.prompt(session_id=session["sessionId"], prompt=[text_block("echo")])
+        updates = agent.wire.updates(session["sessionId"])
+    last = [u for u in updates if u["sessionUpdate"] == "tool_call_update"][-1]
+    assert last["status"] == "completed" and last["rawOutput"] == "over SSE"
+    assert "Bearer acp" in headers.read_text().split("\n")

@@ -118,7 +118,7 @@ def test_prompt_blocks_become_tether_content() -> None:
     assert bad.value.data["fields"][0]["field"] == "prompt.0"
 
 
-def test_acp_mcp_servers_become_tether_servers_with_names_that_fit() -> None:
+def test_acp_mcp_servers_of_each_type_become_tether_servers_with_names_that_fit() -> None:
     specs = mcp_servers(
         [
             StdioServer(
@@ -140,12 +140,17 @@ def test_acp_mcp_servers_become_tether_servers_with_names_that_fit() -> None:
     assert [(s.name, s.command, s.args, s.env) for s in specs[:1]] == [
         ("my_server", "srv", ["-v"], {"A": "1"})
     ]
-    assert (specs[1].name, specs[1].url, specs[1].headers) == (
+    assert (specs[1].name, specs[1].url, specs[1].headers, specs[1].transport) == (
         "my_server_2",
         "https://example.invalid/mcp",
         {"Authorization": "Bearer x"},
+        None,
     )
-    assert len(specs) == 2  # SSE is not served
+    assert (specs[2].name, specs[2].url, specs[2].transport) == (
+        "old",
+        "https://example.invalid/sse",
+        "sse",
+    )
 
 
 def test_a_cancelled_call_is_reported_failed_and_progress_lines_accumulate() -> None:

@@ -29,7 +29,7 @@ async def test_initialize_negotiates_version_1_and_declares_what_is_served(setup
         capabilities.prompt_capabilities.image and capabilities.prompt_capabilities.embedded_context
     )
     assert not capabilities.prompt_capabilities.audio
-    assert capabilities.mcp_capabilities.http and not capabilities.mcp_capabilities.sse
+    assert capabilities.mcp_capabilities.http and capabilities.mcp_capabilities.sse
     sessions = capabilities.session_capabilities
     assert sessions.list is not None and sessions.delete is not None
     assert sessions.resume is not None and sessions.close is not None

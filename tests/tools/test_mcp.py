@@ -14,6 +14,7 @@ from typing import Any
 import mcp_types as types
 import pytest
 
+from tests.fakes.sse import sse_server
 from tether.protocol.tools import McpServerSpec, ToolKind
 from tether.tools import ToolContext, ToolResult, builtin_tools
 from tether.tools.mcp import McpExecutor, McpManager
@@ -359,3 +360,33 @@ async def test_a_server_over_streamable_http_offers_and_runs_its_tools(
     with pytest.raises(asyncio.CancelledError):
         await task
     await eventually(lambda: fake.marked("cancelled"), "the server saw the cancellation")
+
+
+# --- HTTP+SSE ----------------------------------------------------------------------------------
+
+
+async def test_a_server_over_sse_offers_and_runs_its_tools_with_the_given_headers(
+    manager: McpManager,
+    workspace: Path,
+    context: ToolContext,
+    progress: list[str],
+    fake: Fake,
+    tmp_path: Path,
+):
+    headers_file = tmp_path / "headers.txt"
+    async with sse_server({"TETHER_MCP_HEADERS": str(headers_file)}) as url:
+        spec = McpServerSpec(
+            name="events", url=url, transport="sse", headers={"Authorization": "Bearer t"}
+        )
+        tools = await executor(manager, workspace, spec)
+        assert "events__echo" in [spec.name for spec in tools.list()]
+        assert await call(tools, context, "events__echo", text="via SSE") == ToolResult("via SSE")
+        assert await call(tools, context, "events__count", steps=2) == ToolResult("counted to 2")
+    assert progress == ["step 1 of 2", "step 2 of 2"]
+    assert set(headers_file.read_text().split("\n")) - {""} == {"Bearer t"}
+
+
+def test_transport_goes_with_url_only():
+    with pytest.raises(ValueError, match="transport"):
+        McpServerSpec(name="x", command="server", transport="sse")
+    assert McpServerSpec(name="x", url="http://h/mcp").transport is None

@@ -20,6 +20,8 @@ from tether.acp import modes
 from tether.acp.models import (
     PROTOCOL_VERSION,
     AgentCapabilities,
+    ConfigOption,
+    ConfigOptionUpdate,
     Empty,
     Implementation,
     InitializeRequest,
@@ -40,6 +42,8 @@ from tether.acp.models import (
     SessionNotification,
     SessionRequest,
     SessionUpdate,
+    SetConfigOptionRequest,
+    SetConfigOptionResponse,
     SetModeRequest,
 )
 from tether.acp.servers import mcp_servers
@@ -80,9 +84,11 @@ class SessionState:
 
     mode: str = modes.DEFAULT
     kinds: dict[str, str] = field(default_factory=dict)  # tool call id -> tether tool kind
+    terminals: dict[str, str] = field(default_factory=dict)  # tool call id -> editor terminal
     rejected: set[str] = field(default_factory=set)  # tools the user rejected always
     prompts: int = 0  # session/prompt requests not yet handed to the kernel
     cancelled: bool = False  # session/cancel came while one was on its way there
+    options: list[ConfigOption] | None = None  # the config options the client last got
 
 
 class AcpAgent(Backend):
@@ -111,6 +117,7 @@ class AcpAgent(Backend):
             "session/fork": self.fork_session,
             "session/prompt": self.prompt,
             "session/set_mode": self.set_mode,
+            "session/set_config_option": self.set_config_option,
         }
         self.sessions.on_delete.append(self._forget)
 
@@ -151,7 +158,7 @@ class AcpAgent(Backend):
             agent_capabilities=AgentCapabilities(
                 load_session=True,
                 prompt_capabilities=PromptCapabilities(image=True, embedded_context=True),
-                mcp_capabilities=McpCapabilities(http=True, sse=False),
+                mcp_capabilities=McpCapabilities(http=True, sse=True),
                 session_capabilities=SessionCapabilities(
                     list=Empty(), delete=Empty(), resume=Empty(), close=Empty(), fork=Empty()
                 ),
@@ -169,7 +176,11 @@ class AcpAgent(Backend):
         session = await self.sessions.create(
             CreateSessionParams(workspace=request.cwd, mcp_servers=mcp_servers(request.mcp_servers))
         )
-        return NewSessionResponse(session_id=session.session_id, modes=self._modes(session))
+        return NewSessionResponse(
+            session_id=session.session_id,
+            modes=self._modes(session),
+            config_options=self._options(session),
+        )
 
     async def load_session(self, params: Any) -> LoadSessionResponse:
         """Replays the whole history as ``session/update``\\ s, then answers."""
@@ -190,11 +201,11 @@ class AcpAgent(Backend):
             cursor = page.next_cursor
         if session.title:
             self._send(session.session_id, SessionInfoUpdate(title=session.title))
-        return LoadSessionResponse(modes=self._modes(session))
+        return self._loaded(session)
 
     async def resume_session(self, params: Any) -> LoadSessionResponse:
         session = await self._resume(LoadSessionRequest.model_validate(params))
-        return LoadSessionResponse(modes=self._modes(session))
+        return self._loaded(session)
 
     async def _resume(self, request: LoadSessionRequest) -> Session:
         session = await self.sessions.get(GetSessionParams(session_id=request.session_id))
@@ -238,7 +249,11 @@ class AcpAgent(Backend):
         parent = self._states.get(request.session_id)
         if parent is not None:
             self._states[session.session_id] = SessionState(mode=parent.mode)
-        return NewSessionResponse(session_id=session.session_id, modes=self._modes(session))
+        return NewSessionResponse(
+            session_id=session.session_id,
+            modes=self._modes(session),
+            config_options=self._options(session),
+        )
 
     async def set_mode(self, params: Any) -> Empty:
         request = SetModeRequest.model_validate(params)
@@ -247,6 +262,16 @@ class AcpAgent(Backend):
             raise InvalidParams.field("modeId", f"unknown mode {request.mode_id!r}")
         self._state(request.session_id).mode = request.mode_id
         return Empty()
+
+    async def set_config_option(self, params: Any) -> SetConfigOptionResponse:
+        """Sets the session's model or thinking level, in the store."""
+        from tether.acp.config_options import configure
+
+        request = SetConfigOptionRequest.model_validate(params)
+        session = await self.sessions.get(GetSessionParams(session_id=request.session_id))
+        change = configure(session, self._configured_model(), request.config_id, request.value)
+        session = await self.sessions.configure(change)
+        return SetConfigOptionResponse(config_options=self._options(session))
 
     # -- a turn -----------------------------------------------------------------------------
 
@@ -259,6 +284,7 @@ class AcpAgent(Backend):
         session_id = request.session_id
         state = self._state(session_id)
         session = await self._prompted(session_id, state)
+        self._options_changed(session, state)
         if state.cancelled:
             state.cancelled = state.prompts > 0
             return PromptResponse(stop_reason="cancelled")
@@ -270,8 +296,12 @@ class AcpAgent(Backend):
         kernel = self._kernel()
         if not kernel.is_running(session_id):
             state.kinds.clear()  # only the calls of the turn that runs can be asked about
+            state.terminals.clear()
         updates = RunUpdates(
-            send=partial(self._send, session_id), workspace=_workspace(session), kinds=state.kinds
+            send=partial(self._send, session_id),
+            workspace=_workspace(session),
+            kinds=state.kinds,
+            terminals=state.terminals,
         )
         result = await kernel.run(run, updates)
         if result.stop_reason is StopReason.CANCELLED:
@@ -328,14 +358,26 @@ class AcpAgent(Backend):
     # -- tools ------------------------------------------------------------------------------
 
     async def _tools(self, config: TetherConfig, session_id: str, workspace: Path) -> ToolExecutor:
-        """The session's tools; ``read_file`` goes through the editor when it offers to read."""
+        """The session's tools; ``read_file`` goes through the editor when it offers to read,
+        and ``run_command`` through its terminal when it offers one and the user opted in."""
         executor = await super()._tools(config, session_id, workspace)
-        reads = self.client is not None and self.client.client_capabilities.fs.read_text_file
-        if not reads or self.connection is None:
+        if self.client is None or self.connection is None:
             return executor
-        from tether.acp.editor_files import EditorFiles
+        capabilities = self.client.client_capabilities
+        if capabilities.terminal and config.acp.editor_terminal:
+            from tether.acp.editor_terminal import EditorTerminal
 
-        return EditorFiles(executor, self.connection)
+            executor = EditorTerminal(
+                executor,
+                self.connection,
+                self._send,
+                lambda session: self._state(session).terminals,
+            )
+        if capabilities.fs.read_text_file:
+            from tether.acp.editor_files import EditorFiles
+
+            executor = EditorFiles(executor, self.connection)
+        return executor
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -350,6 +392,28 @@ class AcpAgent(Backend):
 
     def _modes(self, session: Session) -> Any:
         return modes.mode_state(self._state(session.session_id).mode)
+
+    def _loaded(self, session: Session) -> LoadSessionResponse:
+        options = self._options(session)
+        return LoadSessionResponse(modes=self._modes(session), config_options=options)
+
+    def _configured_model(self) -> str | None:
+        return self.config().provider.model
+
+    def _options(self, session: Session) -> list[ConfigOption]:
+        """The session's config options, remembered as the ones the client has."""
+        from tether.acp.config_options import config_options
+
+        options = config_options(session, self._configured_model())
+        self._state(session.session_id).options = options
+        return options
+
+    def _options_changed(self, session: Session, state: SessionState) -> None:
+        """Tell the client of options changed elsewhere (another process, ``tether serve``)
+        since it last got them."""
+        known = state.options
+        if known is not None and self._options(session) != known:
+            self._send(session.session_id, ConfigOptionUpdate(config_options=state.options or []))
 
     async def _forget(self, session_id: str) -> None:
         self._states.pop(session_id, None)

@@ -192,6 +192,42 @@ class InitializeResponse(AcpModel):
     auth_methods: list[dict[str, Any]] = Field(default_factory=list)
 
 
+# --- session configuration options ---------------------------------------------------------------
+
+
+class SetConfigOptionRequest(SessionRequest):
+    config_id: str
+    type: str | None = None  # absent: a value id; "boolean" is not offered
+    value: str | bool
+
+
+class ConfigOptionValue(AcpModel):
+    value: str
+    name: str
+    description: str | None = None
+
+
+class ConfigOption(AcpModel):
+    """A ``select`` option (tether offers no ``boolean`` ones: a client must declare those)."""
+
+    type: Literal["select"] = "select"
+    id: str
+    name: str
+    description: str | None = None
+    category: str | None = None
+    current_value: str
+    options: list[ConfigOptionValue]
+
+
+class ConfigOptionUpdate(AcpModel):
+    session_update: Literal["config_option_update"] = "config_option_update"
+    config_options: list[ConfigOption]
+
+
+class SetConfigOptionResponse(AcpModel):
+    config_options: list[ConfigOption]
+
+
 class SessionMode(AcpModel):
     id: str
     name: str
@@ -206,10 +242,12 @@ class SessionModeState(AcpModel):
 class NewSessionResponse(AcpModel):
     session_id: str
     modes: SessionModeState | None = None
+    config_options: list[ConfigOption] | None = None
 
 
 class LoadSessionResponse(AcpModel):
     modes: SessionModeState | None = None
+    config_options: list[ConfigOption] | None = None
 
 
 class SessionInfo(AcpModel):
@@ -268,6 +306,13 @@ class DiffContent(AcpModel):
     new_text: str
 
 
+class TerminalContent(AcpModel):
+    """A terminal of the editor's, embedded in a tool call."""
+
+    type: Literal["terminal"] = "terminal"
+    terminal_id: str
+
+
 class Location(AcpModel):
     path: str
     line: int | None = Field(default=None, ge=0)
@@ -286,7 +331,7 @@ class ToolCallFields(AcpModel):
     title: str | None = None
     kind: AcpToolKind | None = None
     status: ToolStatus | None = None
-    content: list[ToolContent | DiffContent] | None = None
+    content: list[ToolContent | DiffContent | TerminalContent] | None = None
     locations: list[Location] | None = None
     raw_input: Any = None
     raw_output: Any = None
@@ -313,7 +358,12 @@ class CurrentModeUpdate(AcpModel):
 
 
 SessionUpdate = (
-    ContentChunk | ToolCallStart | ToolCallProgress | SessionInfoUpdate | CurrentModeUpdate
+    ContentChunk
+    | ToolCallStart
+    | ToolCallProgress
+    | SessionInfoUpdate
+    | CurrentModeUpdate
+    | ConfigOptionUpdate
 )
 
 

@@ -1,23 +1,20 @@
-"""ACP's MCP server entries (``stdio`` and ``http``; names free, env and headers as name/value
-lists) as tether's :class:`McpServerSpec`."""
+"""ACP's MCP server entries (``stdio``, ``http`` and ``sse``; names free, env and headers as
+name/value lists) as tether's :class:`McpServerSpec`."""
 
 from __future__ import annotations
 
-import logging
 import re
 
-from tether.acp.models import HttpServer, McpServer, StdioServer
+from tether.acp.models import McpServer, StdioServer
 from tether.protocol.tools import McpServerSpec
-
-logger = logging.getLogger(__name__)
 
 _NOT_IN_NAME = re.compile(r"[^A-Za-z0-9_-]")
 _MAX_NAME = 32
 
 
 def mcp_servers(servers: list[McpServer]) -> list[McpServerSpec] | None:
-    """The servers tether can run; an SSE server (not declared in ``mcpCapabilities``) is
-    left out with a warning. Names are made to fit tether's (``[A-Za-z0-9_-]{1,32}``, unique)."""
+    """The servers as tether's; names are made to fit tether's (``[A-Za-z0-9_-]{1,32}``,
+    unique)."""
     specs: list[McpServerSpec] = []
     taken: set[str] = set()
     for server in servers:
@@ -31,24 +28,16 @@ def mcp_servers(servers: list[McpServer]) -> list[McpServerSpec] | None:
                     env={variable.name: variable.value for variable in server.env},
                 )
             )
-        elif _http(server):
+        else:
             specs.append(
                 McpServerSpec(
                     name=name,
                     url=server.url,
                     headers={header.name: header.value for header in server.headers},
+                    transport="sse" if server.type == "sse" else None,
                 )
             )
     return specs or None
-
-
-def _http(server: HttpServer) -> bool:
-    if server.type == "sse":
-        logger.warning(
-            "MCP server %r uses SSE, which tether does not support: left out", server.name
-        )
-        return False
-    return True
 
 
 def _unique(name: str, taken: set[str]) -> str:

@@ -14,6 +14,7 @@ from tether.acp.models import (
     ImageOut,
     ResourceLinkOut,
     SessionUpdate,
+    TerminalContent,
     TextOut,
     ToolCallProgress,
     ToolCallStart,
@@ -60,6 +61,7 @@ class RunUpdates:
     send: Send
     workspace: Path | None
     kinds: dict[str, str] = field(default_factory=dict)  # tool call id -> tether tool kind
+    terminals: dict[str, str] = field(default_factory=dict)  # tool call id -> editor terminal
     _progress: dict[str, list[str]] = field(default_factory=dict)  # lines a running tool reported
 
     def __call__(self, progress: ProgressParams) -> None:
@@ -101,9 +103,13 @@ class RunUpdates:
                 tool_call_id=call_id, status="in_progress", content=text_content("\n".join(lines))
             )
         self._progress.pop(call_id, None)
+        shown: list[ToolContent | DiffContent | TerminalContent] = []
+        terminal = self.terminals.get(call_id)
+        if terminal is not None:  # the command ran in the editor's terminal: keep showing it
+            shown.append(TerminalContent(terminal_id=terminal))
         if event.status is ToolCallStatus.COMPLETED:
             text = event.result or ""
-            content: list[ToolContent | DiffContent] = [*text_content(text)]
+            content = [*shown, *text_content(text)]
             diff = diff_content(event.diff, self.workspace) if event.diff else None
             if diff is not None:
                 content.append(diff)
@@ -112,7 +118,10 @@ class RunUpdates:
             )
         error = event.error or str(event.status)  # failed, or cancelled (ACP has no such status)
         return ToolCallProgress(
-            tool_call_id=call_id, status="failed", content=text_content(error), raw_output=error
+            tool_call_id=call_id,
+            status="failed",
+            content=[*shown, *text_content(error)],
+            raw_output=error,
         )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -29,8 +29,9 @@ MCP_SERVER_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,32}$"
 
 
 class McpServerSpec(WireModel):
-    """An MCP server whose tools the model is offered: a command to run (stdio) or the URL of a
-    streamable HTTP endpoint. Its tools are named ``<name>__<tool>``."""
+    """An MCP server whose tools the model is offered: a command to run (stdio) or the URL of an
+    HTTP endpoint (streamable HTTP, or the older HTTP+SSE transport with ``transport: "sse"``).
+    Its tools are named ``<name>__<tool>``."""
 
     name: str = Field(pattern=MCP_SERVER_NAME_PATTERN, description="prefix of its tool names")
     command: str | None = Field(default=None, min_length=1, description="stdio: the program")
@@ -41,8 +42,14 @@ class McpServerSpec(WireModel):
     cwd: str | None = Field(
         default=None, description="stdio: working directory; default: the session's workspace"
     )
-    url: str | None = Field(default=None, description="streamable HTTP: the endpoint")
-    headers: dict[str, str] = Field(default_factory=dict, description="streamable HTTP")
+    url: str | None = Field(default=None, description="HTTP: the endpoint")
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="HTTP: sent with each request"
+    )
+    transport: Literal["streamable-http", "sse"] | None = Field(
+        default=None,
+        description='HTTP: "streamable-http" (the default) or "sse" (HTTP+SSE)',
+    )
     timeout: float = Field(default=120.0, gt=0, description="seconds allowed per tool call")
 
     @model_validator(mode="after")
@@ -54,8 +61,8 @@ class McpServerSpec(WireModel):
                 raise ValueError("`args`, `env` and `cwd` go with `command`, not with `url`")
             if not self.url.startswith(("http://", "https://")):
                 raise ValueError("`url` must be an http:// or https:// URL")
-        elif self.headers:
-            raise ValueError("`headers` go with `url`, not with `command`")
+        elif self.headers or self.transport is not None:
+            raise ValueError("`headers` and `transport` go with `url`, not with `command`")
         return self
 
 

@@ -86,7 +86,7 @@ class RunCommand(TypedTool[RunCommandArguments]):
         self.max_output_bytes = max_output_bytes
 
     async def call(self, args: RunCommandArguments, context: ToolContext) -> ToolResult:
-        argv = _argv(args.command)
+        argv = command_argv(args.command)
         cwd = await asyncio.to_thread(Sandbox(context.workspace).directory, args.cwd)
         output = CappedOutput(self.max_output_bytes)
         started = time.monotonic()
@@ -202,7 +202,7 @@ class _Capture(asyncio.SubprocessProtocol):
             self.exited.set_result(None)
 
 
-def _argv(command: list[str] | str) -> list[str]:
+def command_argv(command: list[str] | str) -> list[str]:
     if isinstance(command, str):
         if not command.strip():
             raise ToolError("command is empty")

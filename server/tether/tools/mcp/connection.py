@@ -3,7 +3,9 @@
 The SDK's transports and ``ClientSession`` are anyio context managers that must be entered and
 left in the same task, while a connection outlives the run that opened it. So a dedicated task
 enters them, hands the session over, and holds them open until :meth:`McpConnection.aclose`;
-calls are made from any task. Leaving the stdio transport closes the server's stdin and, after a
+calls are made from any task. An HTTP server speaks streamable HTTP, or the older HTTP+SSE
+transport (``transport: "sse"``: a GET stream of events, messages POSTed to the endpoint it
+names). Leaving the stdio transport closes the server's stdin and, after a
 grace period, kills its process group (every wait is bounded). A stdio server's messages pass a
 :class:`~tether.tools.mcp.guard.Guard` (:mod:`tether.tools.mcp.stdio`).
 
@@ -26,6 +28,7 @@ import httpx2
 import mcp_types as types
 from mcp import ClientSession
 from mcp.client._transport import TransportStreams
+from mcp.client.sse import sse_client
 from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
@@ -47,6 +50,8 @@ MAX_TOOLS = 128  # tools taken from one server
 MAX_LIST_PAGES = 16  # pages of tools/list read from one server
 CLOSE_TIMEOUT = 10.0  # the SDK's own shutdown takes at most about 6 s
 HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
+SSE_TIMEOUT = 30.0  # seconds for the HTTP requests of an SSE server
+SSE_READ_TIMEOUT = 300.0  # seconds its event stream may stay silent (servers ping more often)
 CONNECTION_CLOSED = types.CONNECTION_CLOSED
 REQUEST_TIMEOUT = types.REQUEST_TIMEOUT
 
@@ -197,6 +202,15 @@ class McpConnection:
     @contextlib.asynccontextmanager
     async def _transport(self, stack: contextlib.AsyncExitStack) -> AsyncIterator[TransportStreams]:
         spec = self.spec
+        if spec.url is not None and spec.transport == "sse":
+            async with sse_client(
+                spec.url,
+                headers=spec.headers,
+                timeout=SSE_TIMEOUT,
+                sse_read_timeout=SSE_READ_TIMEOUT,
+            ) as streams:
+                yield streams
+            return
         if spec.url is not None:
             http = await stack.enter_async_context(
                 httpx2.AsyncClient(headers=spec.headers, timeout=HTTP_TIMEOUT)

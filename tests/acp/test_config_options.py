@@ -1,0 +1,135 @@
+"""The model and the thinking level as ACP session config options: offered by ``session/new`` and
+``session/load``, set with ``session/set_config_option``, kept in the store."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from acp import RequestError, text_block
+
+from tests.acp.conftest import Setup
+from tether.acp.config_options import config_options, configure
+from tether.protocol import InvalidParams, Session
+
+
+@pytest.fixture
+def durable(setup: Setup, tmp_path: Path) -> Setup:
+    setup.env["TETHER_SESSIONS_STORE"] = "sqlite"
+    setup.env["TETHER_SESSIONS_PATH"] = str(tmp_path / "sessions.db")
+    return setup
+
+
+def _current(options: list[dict[str, Any]]) -> dict[str, str]:
+    return {option["id"]: option["currentValue"] for option in options}
+
+
+async def test_new_session_offers_the_model_and_thinking_level(setup: Setup, project: Path) -> None:
+    setup.script([], model="scripted-large")
+    async with setup.agent() as agent:
+        answer = await agent.request("session/new", {"cwd": str(project), "mcpServers": []})
+    model, thinking = answer["configOptions"]
+    assert model["id"] == "model" and model["type"] == "select" and model["category"] == "model"
+    assert model["currentValue"] == "scripted-large"
+    assert [value["value"] for value in model["options"]] == ["scripted-large"]
+    assert thinking["id"] == "thinkingLevel" and thinking["category"] == "thought_level"
+    assert thinking["currentValue"] == "off"
+    assert [value["value"] for value in thinking["options"]] == ["off", "low", "medium", "high"]
+
+
+async def test_a_set_thinking_level_is_kept_in_the_store_and_loaded_by_another_process(
+    durable: Setup, project: Path
+) -> None:
+    durable.script([], model="scripted-large")
+    async with durable.agent() as first:
+        session = await first.request("session/new", {"cwd": str(project), "mcpServers": []})
+        answer = await first.request(
+            "session/set_config_option",
+            {"sessionId": session["sessionId"], "configId": "thinkingLevel", "value": "high"},
+        )
+    assert _current(answer["configOptions"]) == {"model": "scripted-large", "thinkingLevel": "high"}
+    async with durable.agent() as second:
+        params = {"sessionId": session["sessionId"], "cwd": str(project), "mcpServers": []}
+        loaded = await second.request("session/load", params)
+    assert _current(loaded["configOptions"])["thinkingLevel"] == "high"
+
+
+async def test_unknown_options_and_values_are_refused_naming_the_field(
+    setup: Setup, project: Path
+) -> None:
+    setup.script([], model="scripted-large")
+    async with setup.agent() as agent:
+        session = await agent.conn.new_session(cwd=str(project), mcp_servers=[])
+        with pytest.raises(RequestError) as option:
+            await agent.conn.set_config_option(
+                session_id=session.session_id, config_id="temperature", value="1"
+            )
+        with pytest.raises(RequestError) as value:
+            await agent.conn.set_config_option(
+                session_id=session.session_id, config_id="thinkingLevel", value="extreme"
+            )
+        with pytest.raises(RequestError) as model:
+            await agent.conn.set_config_option(
+                session_id=session.session_id, config_id="model", value="someone-elses"
+            )
+    assert option.value.code == value.value.code == model.value.code == -32602
+    assert option.value.data["fields"][0]["field"] == "configId"
+    assert value.value.data["fields"][0]["field"] == "value"
+    assert model.value.data["fields"][0]["field"] == "value"
+
+
+async def test_a_change_made_by_another_process_is_sent_before_the_next_turn(
+    durable: Setup, project: Path
+) -> None:
+    durable.script([{"text": "Hello."}], model="scripted-large")
+    async with durable.agent() as first, durable.agent() as second:
+        session = await first.conn.new_session(cwd=str(project), mcp_servers=[])
+        await second.conn.load_session(cwd=str(project), session_id=session.session_id)
+        await second.conn.set_config_option(
+            session_id=session.session_id, config_id="thinkingLevel", value="medium"
+        )
+        await first.conn.prompt(session_id=session.session_id, prompt=[text_block("hi")])
+        updates = first.wire.updates(session.session_id)
+    kinds = [update["sessionUpdate"] for update in updates]
+    assert kinds[0] == "config_option_update"
+    assert _current(updates[0]["configOptions"])["thinkingLevel"] == "medium"
+    assert kinds.count("config_option_update") == 1
+
+
+def _session(**fields: Any) -> Session:
+    now = datetime.now(UTC)
+    return Session(session_id="s1", workspace="file:///w", created_at=now, updated_at=now, **fields)
+
+
+def test_the_model_choices_are_the_sessions_allowed_models() -> None:
+    session = _session(allowed_models=["small", "large"], model="large")
+    [model, _] = config_options(session, "small")
+    assert model.current_value == "large"
+    assert [value.value for value in model.options] == ["small", "large"]
+    change = configure(session, "small", "model", "small")
+    assert change.model == "small" and change.settings is None
+    with pytest.raises(InvalidParams):
+        configure(session, "small", "model", "medium")
+
+
+def test_a_model_outside_the_allowed_ones_is_shown_as_current_but_cannot_be_chosen() -> None:
+    session = _session(allowed_models=["small"])
+    [model, _] = config_options(session, "configured")
+    assert model.current_value == "configured"
+    assert [value.value for value in model.options] == ["configured", "small"]
+    with pytest.raises(InvalidParams):
+        configure(session, "configured", "model", "configured")
+
+
+def test_without_any_model_only_the_thinking_level_is_offered() -> None:
+    [thinking] = config_options(_session(), None)
+    assert thinking.id == "thinkingLevel"
+
+
+def test_setting_the_thinking_level_keeps_the_other_settings() -> None:
+    session = _session(settings={"temperature": 0.2, "thinkingLevel": "low"})
+    change = configure(session, None, "thinkingLevel", "high")
+    assert change.settings == {"temperature": 0.2, "thinkingLevel": "high"}
+    assert change.model is None
