@@ -351,3 +351,33 @@ async def test_a_broken_workspace_config_is_reported_in_the_turn(
         u["content"]["text"] for u in updates if u["sessionUpdate"] == "agent_message_chunk"
     )
     assert text.startswith("⚠ the workspace config file was left out") and text.endswith("Hello.")
+
+
+async def test_a_turn_reports_the_tokens_it_used_and_the_context_size(
+    setup: Setup, project: Path
+) -> None:
+    setup.script(
+        [
+            {
+                "toolCalls": [tool_call("read_file", "c1", path="src/app.py")],
+                "usage": {"inputTokens": 100, "outputTokens": 20},
+            },
+            {"text": "done", "usage": {"inputTokens": 150, "outputTokens": 30}},
+        ],
+        more="[context]\nmax_tokens = 8000\n",
+    )
+    async with setup.agent() as agent:
+        session = await agent.conn.new_session(cwd=str(project), mcp_servers=[])
+        await agent.conn.prompt(session_id=session.session_id, prompt=[text_block("Read it")])
+        updates = agent.wire.updates(session.session_id)
+    [usage] = [u for u in updates if u["sessionUpdate"] == "usage_update"]
+    assert usage == {"sessionUpdate": "usage_update", "used": 300, "size": 8000}
+
+
+async def test_no_usage_update_is_sent_without_a_context_size(setup: Setup, project: Path) -> None:
+    setup.script([{"text": "done", "usage": {"inputTokens": 10, "outputTokens": 2}}])
+    async with setup.agent() as agent:
+        session = await agent.conn.new_session(cwd=str(project), mcp_servers=[])
+        await agent.conn.prompt(session_id=session.session_id, prompt=[text_block("Hi")])
+        updates = agent.wire.updates(session.session_id)
+    assert all(u["sessionUpdate"] != "usage_update" for u in updates)

@@ -68,7 +68,7 @@ from tether.sessions.workspaces import local_path
 if TYPE_CHECKING:
     from tether.config import TetherConfig
     from tether.kernel.kernel import Kernel
-    from tether.protocol.kernel import PermissionParams, PermissionResult
+    from tether.protocol.kernel import PermissionParams, PermissionResult, Usage
     from tether.tools.base import ToolExecutor
 
 logger = logging.getLogger(__name__)
@@ -304,11 +304,24 @@ class AcpAgent(Backend):
             terminals=state.terminals,
         )
         result = await kernel.run(run, updates)
+        self._usage(session_id, result.usage)
         if result.stop_reason is StopReason.CANCELLED:
             return PromptResponse(stop_reason="cancelled")
         if session.title is None:
             await self._title(session_id, request)
         return PromptResponse(stop_reason=_STOP_REASONS[result.stop_reason])
+
+    def _usage(self, session_id: str, usage: Usage | None) -> None:
+        """A ``usage_update`` with the tokens the turn's model calls used, when the context
+        window's size is known (``context.max_tokens``: ACP requires a size)."""
+        from tether.acp.models import UsageUpdate
+
+        size = self.config().context.max_tokens
+        if usage is None or size is None:
+            return
+        used = usage.input_tokens + usage.output_tokens
+        if used:
+            self._send(session_id, UsageUpdate(used=used, size=size))
 
     async def _prompted(self, session_id: str, state: SessionState) -> Session:
         """The session a prompt is for; while it is looked up, a ``session/cancel`` marks the

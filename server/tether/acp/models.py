@@ -357,6 +357,14 @@ class CurrentModeUpdate(AcpModel):
     current_mode_id: str
 
 
+class UsageUpdate(AcpModel):
+    """The tokens a turn used and the context window's size (``context.max_tokens``)."""
+
+    session_update: Literal["usage_update"] = "usage_update"
+    used: int
+    size: int
+
+
 SessionUpdate = (
     ContentChunk
     | ToolCallStart
@@ -364,6 +372,7 @@ SessionUpdate = (
     | SessionInfoUpdate
     | CurrentModeUpdate
     | ConfigOptionUpdate
+    | UsageUpdate
 )
 
 
