@@ -36,6 +36,7 @@ from acp.schema import (
     TerminalExitStatus,
     TerminalOutputResponse,
     WaitForTerminalExitResponse,
+    WriteTextFileResponse,
 )
 from acp.transports import spawn_stdio_transport
 from jsonschema import Draft202012Validator
@@ -63,6 +64,7 @@ PARAMS = {
     "session/update": "SessionNotification",
     "session/request_permission": "RequestPermissionRequest",
     "fs/read_text_file": "ReadTextFileRequest",
+    "fs/write_text_file": "WriteTextFileRequest",
     "terminal/create": "CreateTerminalRequest",
     "terminal/wait_for_exit": "WaitForTerminalExitRequest",
     "terminal/output": "TerminalOutputRequest",
@@ -187,6 +189,8 @@ class Client:
         self.chunk = asyncio.Event()  # set by the first agent_message_chunk
         self.buffers: dict[str, str] = {}  # the editor's unsaved text of a path
         self.reads: list[str] = []
+        self.writes: list[tuple[str, str]] = []  # (path, content) the agent asked to write
+        self.write_error: str | None = None  # answer fs/write_text_file with this error
         self.terminals: dict[str, Terminal] = {}
         self.terminal_calls: list[tuple[str, str]] = []  # (method, terminal id)
         self.terminal_created = asyncio.Event()
@@ -269,6 +273,15 @@ class Client:
             raise RequestError(-32002, f"no buffer for {path}")
         return ReadTextFileResponse(content=self.buffers[path])
 
+    async def write_text_file(
+        self, session_id: str, path: str, content: str, **kwargs: Any
+    ) -> WriteTextFileResponse:
+        self.writes.append((path, content))
+        if self.write_error is not None:
+            raise RequestError(-32603, self.write_error)
+        self.buffers[path] = content
+        return WriteTextFileResponse()
+
     async def request_permission(
         self, options: Any, session_id: str, tool_call: Any, **kwargs: Any
     ) -> RequestPermissionResponse:
@@ -340,10 +353,12 @@ class Setup:
         initialize: bool = True,
         buffers: dict[str, str] | None = None,
         terminal: bool = False,
+        writes: bool = False,
     ) -> AsyncIterator[Agent]:
         """A started agent, initialized unless told not to; with ``buffers``, the client
         declares ``fs.readTextFile`` and answers it with them; with ``terminal``, it declares
-        ``terminal`` and runs the commands it is asked to."""
+        ``terminal`` and runs the commands it is asked to; with ``writes``, it declares
+        ``fs.writeTextFile`` and keeps what it is asked to write in its buffers."""
         client = Client()
         client.buffers = buffers or {}
         wire = Wire()
@@ -361,7 +376,9 @@ class Setup:
             conn = connect_to_agent(client, writer, reader, observers=[wire.observe])
             try:
                 if initialize:
-                    fs = FileSystemCapabilities(read_text_file=buffers is not None)
+                    fs = FileSystemCapabilities(
+                        read_text_file=buffers is not None, write_text_file=writes
+                    )
                     capabilities = ClientCapabilities(fs=fs, terminal=terminal)
                     await conn.initialize(protocol_version=1, client_capabilities=capabilities)
                 yield Agent(conn=conn, client=client, wire=wire, process=process)

@@ -85,6 +85,7 @@ class SessionState:
     mode: str = modes.DEFAULT
     kinds: dict[str, str] = field(default_factory=dict)  # tool call id -> tether tool kind
     terminals: dict[str, str] = field(default_factory=dict)  # tool call id -> editor terminal
+    written: dict[str, str] = field(default_factory=dict)  # path -> text the editor last wrote
     rejected: set[str] = field(default_factory=set)  # tools the user rejected always
     prompts: int = 0  # session/prompt requests not yet handed to the kernel
     cancelled: bool = False  # session/cancel came while one was on its way there
@@ -297,11 +298,13 @@ class AcpAgent(Backend):
         if not kernel.is_running(session_id):
             state.kinds.clear()  # only the calls of the turn that runs can be asked about
             state.terminals.clear()
+            state.written.clear()
         updates = RunUpdates(
             send=partial(self._send, session_id),
             workspace=_workspace(session),
             kinds=state.kinds,
             terminals=state.terminals,
+            written=state.written,
         )
         result = await kernel.run(run, updates)
         self._usage(session_id, result.usage)
@@ -386,10 +389,17 @@ class AcpAgent(Backend):
                 self._send,
                 lambda session: self._state(session).terminals,
             )
-        if capabilities.fs.read_text_file:
+        fs = capabilities.fs
+        if fs.read_text_file or fs.write_text_file:
             from tether.acp.editor_files import EditorFiles
 
-            executor = EditorFiles(executor, self.connection)
+            executor = EditorFiles(
+                executor,
+                self.connection,
+                read=fs.read_text_file,
+                write=fs.write_text_file,
+                written=lambda session: self._state(session).written,
+            )
         return executor
 
     # -- helpers ----------------------------------------------------------------------------

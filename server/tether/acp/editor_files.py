@@ -6,16 +6,20 @@ The path is checked as the built-in tool checks it (inside the workspace, symlin
 before the editor is asked; the text comes back numbered and capped as ``read_file`` gives it.
 If the editor cannot answer (an error, a malformed answer), the file is read from the disk.
 
-Writes stay with tether's own tools, which write the disk atomically and never follow a symlink
-swapped in between the check and the write (a write by path through the editor could not promise
-that). So when the editor's text differs from the disk's, the result says so: the model then
-knows its edits apply to the file on disk.
+When the client declares ``fs.writeTextFile``, ``write_file`` and ``edit_file`` run as always
+(every check: workspace, symlinks, hard links, protected paths and their approval, sizes) with a
+:class:`~tether.tools.base.FileAccess` that makes their final write a ``fs/write_text_file``
+(so the editor applies it to its buffer, with its own undo) and reads the current text through
+``fs/read_text_file`` when that is declared too. An error from the editor is the tool's error:
+the disk is not written instead.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
@@ -30,6 +34,7 @@ from tether.tools.text import decode, split_lines
 logger = logging.getLogger(__name__)
 
 READ_FILE = "read_file"
+WRITES = frozenset({"write_file", "edit_file"})
 UNSAVED = (
     "[the editor has unsaved changes to this file, shown above; edit_file and write_file change "
     "the file on disk, which differs]"
@@ -41,11 +46,24 @@ class _ReadTextFileResponse(BaseModel):
 
 
 class EditorFiles:
-    """A :class:`ToolExecutor` that sends ``read_file`` to the editor and the rest to ``inner``."""
+    """A :class:`ToolExecutor` that sends ``read_file`` to the editor (``read``), and the writes
+    of ``write_file`` and ``edit_file`` (``write``); the rest goes to ``inner``. ``written`` gets
+    the text of each file the editor wrote (by absolute path), for the diff shown of the call."""
 
-    def __init__(self, inner: ToolExecutor, connection: Connection) -> None:
+    def __init__(
+        self,
+        inner: ToolExecutor,
+        connection: Connection,
+        *,
+        read: bool = True,
+        write: bool = False,
+        written: Callable[[str], dict[str, str]] | None = None,
+    ) -> None:
         self._inner = inner
         self._connection = connection
+        self._reads = read
+        self._writes = write
+        self._written = written
 
     def list(self) -> list[ToolSpec]:
         return self._inner.list()
@@ -54,7 +72,19 @@ class EditorFiles:
         return self._inner.protected(name, arguments, workspace)
 
     async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
-        if name != READ_FILE or all(spec.name != READ_FILE for spec in self._inner.list()):
+        if name in WRITES and self._writes:
+            written = self._written(context.session_id) if self._written is not None else {}
+            access = _EditorAccess(
+                asyncio.get_running_loop(), self, context.session_id, self._reads, written
+            )
+            return await self._inner.execute(
+                name, arguments, dataclasses.replace(context, files=access)
+            )
+        if (
+            not self._reads
+            or name != READ_FILE
+            or all(spec.name != READ_FILE for spec in self._inner.list())
+        ):
             return await self._inner.execute(name, arguments, context)
         try:
             args = ReadFileArguments.model_validate_json(arguments)
@@ -71,8 +101,10 @@ class EditorFiles:
             output = numbered(split_lines(text), args)
         except ToolError as exc:
             return ToolResult(str(exc), is_error=True)
-        if await asyncio.to_thread(_on_disk, context.workspace, args.path) != text:
-            output += f"\n{UNSAVED}"
+        if not self._writes:  # the model's writes go to the disk: say when the editor differs
+            on_disk = await asyncio.to_thread(_on_disk, context.workspace, args.path)
+            if on_disk != text:
+                output += f"\n{UNSAVED}"
         return ToolResult(output)
 
     async def _read(self, session_id: str, path: Path) -> str | None:
@@ -84,6 +116,42 @@ class EditorFiles:
         except (ClientError, ConnectionError, ValidationError) as exc:
             logger.info("fs/read_text_file of %s failed (%s): reading the disk", path, exc)
             return None
+
+
+class _EditorAccess:
+    """A :class:`~tether.tools.base.FileAccess` through the editor, called from the tool's
+    thread: each request runs on ``loop`` and the thread waits for its answer."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        files: EditorFiles,
+        session_id: str,
+        reads: bool,
+        written: dict[str, str],
+    ) -> None:
+        self._loop, self._files, self._session_id = loop, files, session_id
+        self._reads, self._written = reads, written
+
+    def read_text(self, path: Path) -> str | None:
+        if not self._reads:
+            return None
+        future = asyncio.run_coroutine_threadsafe(
+            self._files._read(self._session_id, path), self._loop
+        )
+        return future.result()
+
+    def write_text(self, path: Path, text: str) -> None:
+        params = {"sessionId": self._session_id, "path": str(path), "content": text}
+        request = self._files._connection.request("fs/write_text_file", params)
+        future = asyncio.run_coroutine_threadsafe(request, self._loop)
+        try:
+            future.result()
+        except (ClientError, ConnectionError) as exc:
+            raise ToolError(
+                f"the editor did not write {path}: {exc}; the file was not changed"
+            ) from None
+        self._written[str(path)] = text
 
 
 def _on_disk(workspace: Path, relative: str) -> str | None:

@@ -4,6 +4,7 @@ touches (``locations``), its input, and an edit's diff as ``{path, oldText, newT
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -105,10 +106,13 @@ def locations(name: str, arguments: Any, workspace: Path | None) -> list[Locatio
     return [Location(path=str(workspace / path), line=line if isinstance(line, int) else None)]
 
 
-def diff_content(diff: str, workspace: Path | None) -> DiffContent | None:
+def diff_content(
+    diff: str, workspace: Path | None, written: Mapping[str, str] | None = None
+) -> DiffContent | None:
     """An edit's unified diff (git style, ``a/PATH`` ``b/PATH``) as the old and new text.
 
-    The new text is the file as it is now, and the old one that file with the diff taken back,
+    The new text is the file as it is now (as the editor was last asked to write it, when
+    ``written`` has its absolute path), and the old one that file with the diff taken back,
     so the editor can show the change in its place; when the file cannot be read or no longer
     matches, both sides hold only the lines of the hunks.
     """
@@ -123,7 +127,9 @@ def diff_content(diff: str, workspace: Path | None) -> DiffContent | None:
     hunks = _hunks(lines)
     if not hunks:  # "Binary files … differ"
         return None
-    current = _read(workspace / relative) if workspace is not None else None
+    current = (written or {}).get(path)
+    if current is None and workspace is not None:
+        current = _read(workspace / relative)
     if current is not None:
         old = _take_back(current, hunks)
         if old is not None:

@@ -62,6 +62,7 @@ class RunUpdates:
     workspace: Path | None
     kinds: dict[str, str] = field(default_factory=dict)  # tool call id -> tether tool kind
     terminals: dict[str, str] = field(default_factory=dict)  # tool call id -> editor terminal
+    written: dict[str, str] = field(default_factory=dict)  # path -> text the editor last wrote
     _progress: dict[str, list[str]] = field(default_factory=dict)  # lines a running tool reported
 
     def __call__(self, progress: ProgressParams) -> None:
@@ -110,7 +111,7 @@ class RunUpdates:
         if event.status is ToolCallStatus.COMPLETED:
             text = event.result or ""
             content = [*shown, *text_content(text)]
-            diff = diff_content(event.diff, self.workspace) if event.diff else None
+            diff = diff_content(event.diff, self.workspace, self.written) if event.diff else None
             if diff is not None:
                 content.append(diff)
             return ToolCallProgress(

@@ -32,6 +32,20 @@ class SessionState(Protocol):
         ...
 
 
+class FileAccess(Protocol):
+    """Where ``write_file`` and ``edit_file`` read a file's current text and make their final
+    write, after their own checks (inside the workspace, symlinks, hard links, protected paths,
+    sizes), instead of the disk: an editor's buffers, say. Called from the tool's thread."""
+
+    def read_text(self, path: Path) -> str | None:
+        """The current text of ``path`` (absolute, checked), or None to read the disk."""
+        ...
+
+    def write_text(self, path: Path, text: str) -> None:
+        """Make ``text`` the content of ``path``; a :class:`ToolError` when that failed."""
+        ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class ToolContext:
     """Where a call runs. The kernel makes one per call (``dataclasses.replace``), filling in
@@ -49,6 +63,8 @@ class ToolContext:
     protected_approved: bool = False
     # the OS sandbox commands run in (``tools.sandbox``)
     sandbox: SandboxPolicy = field(default_factory=SandboxPolicy)
+    # where write_file and edit_file read and write after their checks (None: the disk)
+    files: FileAccess | None = None
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,12 @@ from typing import Any
 from pydantic import Field
 
 from tether.protocol.tools import ToolKind
-from tether.tools.base import ToolContext, ToolError, ToolResult
+from tether.tools.base import FileAccess, ToolContext, ToolError, ToolResult
 from tether.tools.protected import check_protected, protected_write
 from tether.tools.sandbox import DEFAULT_MAX_FILE_BYTES, Sandbox, format_size
 from tether.tools.text import is_binary
 from tether.tools.typed import ToolArguments, TypedTool
-from tether.tools.write_file import encode
+from tether.tools.write_file import as_text, encode
 from tether.tools.writing import (
     MAX_DIFF_INPUT_BYTES,
     commit,
@@ -53,17 +53,23 @@ class EditFile(TypedTool[EditFileArguments]):
 
     async def call(self, args: EditFileArguments, context: ToolContext) -> ToolResult:
         sandbox = Sandbox(context.workspace, max_file_bytes=self.max_file_bytes)
-        return await finish_once_started(edit_file, sandbox, args, context.protected_approved)
+        return await finish_once_started(
+            edit_file, sandbox, args, context.protected_approved, context.files
+        )
 
     def protected(self, arguments: dict[str, Any], workspace: Path) -> str | None:
         return protected_write(workspace, self.parse(arguments).path)
 
 
 def edit_file(
-    sandbox: Sandbox, args: EditFileArguments, protected_approved: bool = False
+    sandbox: Sandbox,
+    args: EditFileArguments,
+    protected_approved: bool = False,
+    files: FileAccess | None = None,
 ) -> ToolResult:
     """Apply ``args`` to a file inside ``sandbox``; the result is the diff of the change. A
-    protected path is written only when ``protected_approved``."""
+    protected path is written only when ``protected_approved``. With ``files``, the current
+    text is read and the final write made through it, after the same checks."""
     path = args.path
     if args.old_string == args.new_string:
         raise ToolError("oldString and newString are the same: there is nothing to change")
@@ -76,6 +82,11 @@ def edit_file(
             raise ToolError(f"no such file or directory: {path}")
         sandbox.check_links(info, path)
         data = read_entry(parent, info, path, limit=sandbox.max_file_bytes)
+        current = files.read_text(real) if files is not None else None
+        if current is not None:
+            data = encode(current, "the editor's text")
+            if len(data) > sandbox.max_file_bytes:
+                raise too_large(path, len(data), sandbox.max_file_bytes, "read")
         if is_binary(data):
             raise ToolError(
                 f"{path} is a binary file ({format_size(len(data))}): edit_file edits text only"
@@ -87,7 +98,10 @@ def edit_file(
             raise too_large(
                 f"{path} after the edit", len(new_data), sandbox.max_file_bytes, "write"
             )
-        commit(parent, new_data, shown=path, expect=info)
+        if files is None:
+            commit(parent, new_data, shown=path, expect=info)
+        else:
+            files.write_text(real, as_text(new_data, path))
     diff = unified_diff(rel, data, new_data)
     times = "1 occurrence" if count == 1 else f"{count} occurrences"
     message = f"edited {rel}: replaced {times}"

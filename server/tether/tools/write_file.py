@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import Field
 
 from tether.protocol.tools import ToolKind
-from tether.tools.base import ToolContext, ToolError, ToolResult
+from tether.tools.base import FileAccess, ToolContext, ToolError, ToolResult
 from tether.tools.protected import check_protected, protected_write
 from tether.tools.sandbox import DEFAULT_MAX_FILE_BYTES, Sandbox, format_size
 from tether.tools.typed import ToolArguments, TypedTool
@@ -45,7 +45,7 @@ class WriteFile(TypedTool[WriteFileArguments]):
     async def call(self, args: WriteFileArguments, context: ToolContext) -> ToolResult:
         sandbox = Sandbox(context.workspace, max_file_bytes=self.max_file_bytes)
         return await finish_once_started(
-            write_file, sandbox, args.path, args.content, context.protected_approved
+            write_file, sandbox, args.path, args.content, context.protected_approved, context.files
         )
 
     def protected(self, arguments: dict[str, Any], workspace: Path) -> str | None:
@@ -53,10 +53,15 @@ class WriteFile(TypedTool[WriteFileArguments]):
 
 
 def write_file(
-    sandbox: Sandbox, path: str, content: str, protected_approved: bool = False
+    sandbox: Sandbox,
+    path: str,
+    content: str,
+    protected_approved: bool = False,
+    files: FileAccess | None = None,
 ) -> ToolResult:
     """Write ``content`` to ``path`` inside ``sandbox``; the result names what happened. A
-    protected path is written only when ``protected_approved``."""
+    protected path is written only when ``protected_approved``. With ``files``, the current
+    text is read and the final write made through it, after the same checks."""
     data = encode(content, "content")
     if len(data) > sandbox.max_file_bytes:
         raise too_large("the content", len(data), sandbox.max_file_bytes, "write")
@@ -70,9 +75,17 @@ def write_file(
         old: bytes | None = None
         if info is not None and info.st_size <= MAX_DIFF_INPUT_BYTES:
             old = read_entry(parent, info, path, limit=MAX_DIFF_INPUT_BYTES)
+        if files is not None and info is not None:
+            current = files.read_text(real)
+            if current is not None:
+                old = encode(current, "the editor's text")
+                old = old if len(old) <= MAX_DIFF_INPUT_BYTES else None
         if old == data:
             return ToolResult(f"{rel} already has this content: nothing was written")
-        commit(parent, data, shown=path, expect=info)
+        if files is None:
+            commit(parent, data, shown=path, expect=info)
+        else:
+            files.write_text(real, as_text(data, path))
         made = [sandbox.relative(directory) for directory in parent.created]
     summary = f"{count_lines(data)} lines, {format_size(len(data))}"
     if info is None:
@@ -87,6 +100,16 @@ def write_file(
     if too_large_to_diff:
         message += " (too large to show a diff)"
     return ToolResult(message, diff=diff)
+
+
+def as_text(data: bytes, shown: str) -> str:
+    """``data`` as text for a :class:`FileAccess`, which takes valid Unicode only."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ToolError(
+            f"{shown} would hold bytes that are not UTF-8 text, which the editor cannot write"
+        ) from None
 
 
 def encode(text: str, what: str) -> bytes:
