@@ -8,7 +8,7 @@ served between the slices.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -23,6 +23,8 @@ from tether.protocol import (
     ForkSessionParams,
     GetSessionParams,
     ListSessionsParams,
+    Message,
+    MessageInput,
     MessagesParams,
 )
 from tether.protocol.limits import DEFAULT_LIMITS, Limits
@@ -67,38 +69,78 @@ def handler(
     """A pygls handler: plain-dict params in (absent params count as ``{}``), a model out."""
 
     async def handle(params: dict[str, Any] | None) -> Any:
-        if params_model is AppendParams:
-            valid: Any = await validate_append(params, limits())
-        else:
-            valid = validate_params(params_model, params, limits())
+        valid = validate_params(params_model, params, limits())
         result = await call(valid)
-        del valid  # a big append's validated messages are freed before its answer is encoded
+        del valid
         return await encode_in_slices(result)
 
     handle.__name__ = handle.__qualname__ = f"handle_{params_model.__name__}"
     return handle
 
 
-async def validate_append(params: dict[str, Any] | None, limits: Limits) -> AppendParams:
-    """:class:`AppendParams`, its messages validated a slice at a time when there are many."""
-    messages = params.get("messages") if params else None
-    if (
-        params is None
-        or not isinstance(messages, list)
-        or not SLICE < len(messages) <= limits.max_append_messages
-    ):
-        return validate_params(AppendParams, params, limits)
-    valid = validate_params(AppendParams, {**params, "messages": messages[:SLICE]}, limits)
+def append_handler(sessions: SessionService, limits: LimitsOf) -> Handler:
+    """``session/append``. A big batch goes to the store a slice at a time, each slice validated
+    and its decoded dicts let go just before the store packs it; the answer is encoded from the
+    stored messages a slice at a time. No ``Message`` of the batch is alive all through."""
+
+    async def handle_append(params: dict[str, Any] | None) -> Any:
+        current = limits()
+        messages = params.get("messages") if params else None
+        if (
+            params is None
+            or not isinstance(messages, list)
+            or not SLICE < len(messages) <= current.max_append_messages
+        ):
+            valid = validate_params(AppendParams, params, current)
+            result = await sessions.append(valid)
+            del valid
+            return await encode_in_slices(result)
+        head = validate_params(AppendParams, {**params, "messages": messages[:SLICE]}, current)
+        session_id, slices = head.session_id, validated_slices(head.messages, messages, current)
+        del head
+        return await encode_messages(await sessions.append_slices(session_id, slices))
+
+    return handle_append
+
+
+async def validated_slices(
+    first: list[MessageInput], messages: list[Any], limits: Limits
+) -> AsyncIterator[list[MessageInput]]:
+    """The messages of an append validated a slice at a time (``first`` is the first slice,
+    validated already); each slice's decoded dicts are let go once it is validated. An invalid
+    message raises InvalidParams naming it."""
+    messages[:SLICE] = [None] * SLICE
+    yield first
+    del first
     context = {"limits": limits}
     for start in range(SLICE, len(messages), SLICE):
         await asyncio.sleep(0)
         window = slice(start, start + SLICE)
         try:
-            valid.messages += _MESSAGES.validate_python(messages[window], context=context)
+            batch = _MESSAGES.validate_python(messages[window], context=context)
         except ValidationError as exc:
             raise invalid_params(exc, "messages", start) from None
-        messages[window] = [None] * len(messages[window])  # the decoded dicts are done with
-    return valid
+        messages[window] = [None] * len(batch)  # the decoded dicts are done with
+        yield batch
+        del batch
+
+
+async def encode_messages(messages: Sequence[Message]) -> Encoded:
+    """``{"messages": [...]}`` encoded a slice at a time (each slice of messages read, dumped
+    and let go before the next)."""
+    parts = [b'{"messages":[']
+    for start in range(0, len(messages), SLICE):
+        if start:
+            await asyncio.sleep(0)
+        dumped = [
+            m.model_dump(by_alias=True, exclude_none=True) for m in messages[start : start + SLICE]
+        ]
+        parts.append(orjson.dumps(dumped, option=orjson.OPT_UTC_Z)[1:-1])
+        parts.append(b",")
+    if len(parts) > 1:
+        parts.pop()
+    parts.append(b"]}")
+    return Encoded(parts)
 
 
 async def encode_in_slices(result: BaseModel) -> BaseModel | Encoded:
@@ -135,7 +177,7 @@ def session_methods(sessions: SessionService, limits: LimitsOf) -> dict[str, Han
         "session/get": handler(GetSessionParams, sessions.get, limits),
         "session/list": handler(ListSessionsParams, sessions.list_sessions, limits),
         "session/messages": handler(MessagesParams, sessions.messages, limits),
-        "session/append": handler(AppendParams, sessions.append, limits),
+        "session/append": append_handler(sessions, limits),
         "session/configure": handler(ConfigureSessionParams, sessions.configure, limits),
         "session/clear": handler(ClearSessionParams, sessions.clear, limits),
         "session/delete": handler(DeleteSessionParams, sessions.delete, limits),

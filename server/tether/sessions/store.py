@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
@@ -59,6 +59,16 @@ class SessionStore(Protocol):
 
         With ``run_id``, the run's own write: ``RunLeaseLost`` unless that run holds a live
         lease on the session. Without, ``SessionBusy`` while any run holds one.
+        """
+        ...
+
+    async def append_slices(
+        self, session_id: str, slices: AsyncIterator[Sequence[MessageInput]]
+    ) -> Sequence[Message]:
+        """A client's append (no run, new ids) whose messages come a slice at a time, as the
+        caller validates them: all or nothing like ``append``, and an exception raised by
+        ``slices`` stores none of them. The answer may build each message only when it is read,
+        so a big batch need not be held as ``Message`` objects all at once.
         """
         ...
 
