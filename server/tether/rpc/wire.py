@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from tether.protocol import ErrorCode, InitializeParams
 from tether.protocol.framing import Frame, FrameDecoder, FrameError, encode_frame
+from tether.rpc import splitparse
 from tether.rpc.app import App
 from tether.rpc.errors import ErrorObject, error_from_exception, error_object
 from tether.rpc.handlers import Encoded, validate_params
@@ -106,7 +107,7 @@ class Wire:
             self.send_error(None, error_object(ErrorCode.PARSE_ERROR, item.reason, data))
             return None
         try:
-            message = orjson.loads(item.body)
+            message = splitparse.loads(item.body)
         except orjson.JSONDecodeError as exc:
             self.send_error(None, error_object(ErrorCode.PARSE_ERROR, f"parse error: {exc}"))
             return None
