@@ -8,7 +8,7 @@ served between the slices.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -31,6 +31,7 @@ from tether.protocol.limits import DEFAULT_LIMITS, Limits
 from tether.protocol.sessions import AppendedMessage
 from tether.rpc.errors import invalid_params
 from tether.sessions import SessionService
+from tether.sessions.store import DumpedMessages
 
 P = TypeVar("P", bound=BaseModel)
 Handler = Callable[[dict[str, Any] | None], Awaitable[Any]]
@@ -43,12 +44,16 @@ _MESSAGES = TypeAdapter(list[AppendedMessage])
 
 
 class Encoded:
-    """A result already encoded as JSON, in pieces that are written one after the other."""
+    """A result already encoded as JSON, in pieces that are written one after the other.
 
-    __slots__ = ("parts",)
+    With ``length`` (the size of them all), ``parts`` is an iterator that encodes each piece only
+    when the output can take it: a big answer is never held whole."""
 
-    def __init__(self, parts: list[bytes]) -> None:
+    __slots__ = ("length", "parts")
+
+    def __init__(self, parts: Iterable[bytes], length: int | None = None) -> None:
         self.parts = parts
+        self.length = length
 
 
 def validate_params(
@@ -126,21 +131,40 @@ async def validated_slices(
 
 
 async def encode_messages(messages: Sequence[Message]) -> Encoded:
-    """``{"messages": [...]}`` encoded a slice at a time (each slice of messages read, dumped
-    and let go before the next)."""
-    parts = [b'{"messages":[']
-    for start in range(0, len(messages), SLICE):
+    """``{"messages": [...]}``, encoded twice a slice at a time: once now, to learn its length
+    (a frame's header comes first), and again as the output takes it, each slice of messages
+    read, dumped and let go before the next. The two give the same bytes: the messages are
+    stored ones, which nothing changes."""
+    starts = range(0, len(messages), SLICE)
+    length = len(_OPEN) + len(_CLOSE) + max(len(starts) - 1, 0)
+    for start in starts:
         if start:
             await asyncio.sleep(0)
+        length += len(_encode_slice(messages, start))
+
+    def parts() -> Iterator[bytes]:
+        yield _OPEN
+        for start in starts:
+            if start:
+                yield b","
+            yield _encode_slice(messages, start)
+        yield _CLOSE
+
+    return Encoded(parts(), length)
+
+
+_OPEN, _CLOSE = b'{"messages":[', b"]}"
+
+
+def _encode_slice(messages: Sequence[Message], start: int) -> bytes:
+    """The messages from ``start`` (one slice) as JSON, without the brackets of their list."""
+    if isinstance(messages, DumpedMessages):
+        dumped = messages.dumped(start, start + SLICE)
+    else:
         dumped = [
             m.model_dump(by_alias=True, exclude_none=True) for m in messages[start : start + SLICE]
         ]
-        parts.append(orjson.dumps(dumped, option=orjson.OPT_UTC_Z)[1:-1])
-        parts.append(b",")
-    if len(parts) > 1:
-        parts.pop()
-    parts.append(b"]}")
-    return Encoded(parts)
+    return orjson.dumps(dumped, option=orjson.OPT_UTC_Z)[1:-1]
 
 
 async def encode_in_slices(result: BaseModel) -> BaseModel | Encoded:

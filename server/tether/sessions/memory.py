@@ -532,6 +532,44 @@ class _Unpacked(Sequence[Message]):
             return [unpack(m) for m in self._packed[index]]
         return unpack(self._packed[index])
 
+    def dumped(self, start: int, end: int) -> list[dict[str, Any]]:
+        """Messages ``start`` to ``end`` as ``model_dump(by_alias=True, exclude_none=True)``
+        gives them, straight from the packed values (~10x cheaper than building them)."""
+        return [_dumped(m) for m in self._packed[start:end]]
+
+
+_WIRE_NAMES = tuple(
+    Message.model_fields[name].alias or name
+    for name in (
+        "id",
+        "role",
+        "content",
+        "tool_calls",
+        "tool_call_id",
+        "is_error",
+        "name",
+        "author",
+        "metadata",
+        "run_id",
+        "created_at",
+    )
+)
+_ORDER = (1, 2, 3, 4, 5, 6, 7, 8, 0, 9, 10)  # the packed values in the order of Message's fields
+
+
+def _dumped(packed: Packed) -> dict[str, Any]:
+    dumped: dict[str, Any] = {}
+    for index in _ORDER:
+        value = packed[index]
+        if value is None:
+            continue
+        if index == 2 and isinstance(value, list):
+            value = [block.model_dump(by_alias=True, exclude_none=True) for block in value]
+        elif index == 3:
+            value = [{"id": i, "name": n, "arguments": a} for i, n, a in value]
+        dumped[_WIRE_NAMES[index]] = value
+    return dumped
+
 
 def _later(session: Session) -> datetime:
     """Now, or the session's ``updated_at`` if the clock went back since: a session's times,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from tether.protocol import (
     ListSessionsResult,
@@ -17,6 +17,16 @@ from tether.protocol.kernel import Usage
 from tether.protocol.sessions import CreateSessionParams, ForkSessionParams, SessionFields
 
 Order = Literal["asc", "desc"]
+
+
+@runtime_checkable
+class DumpedMessages(Protocol):
+    """What ``append_slices`` may answer besides being a sequence: its messages dumped without
+    being built, for an answer encoded straight from what the store keeps."""
+
+    def dumped(self, start: int, end: int) -> list[dict[str, Any]]:
+        """Messages ``start`` to ``end`` as ``model_dump(by_alias=True, exclude_none=True)``."""
+        ...
 
 
 class SessionStore(Protocol):
