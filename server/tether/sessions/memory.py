@@ -43,7 +43,11 @@ _SLICE = 250  # messages of a big append prepared between two turns of the event
 
 Packed = tuple[Any, ...]
 """A stored message: ``(id, role, content, tool_calls, tool_call_id, is_error, name, author,
-metadata, run_id, created_at)``, tool calls as ``(id, name, arguments)`` tuples."""
+metadata, run_id, created_at)``, tool calls as ``(id, name, arguments)`` tuples, the role as its
+plain string: a tuple of strings, numbers and times is one the collector stops tracking, so a
+big history costs its full passes nothing."""
+
+_ROLES = {role.value: role for role in Role}
 
 
 def unpack(packed: Packed) -> Message:
@@ -51,7 +55,7 @@ def unpack(packed: Packed) -> Message:
     (id_, role, content, calls, call_id, is_error, name, author, metadata, run_id, at) = packed
     return trusted_message(
         {
-            "role": role,
+            "role": _ROLES[role],
             "content": (
                 [b.model_copy() for b in content] if isinstance(content, list) else content
             ),
@@ -497,7 +501,7 @@ def pack_input(source: MessageInput, message_id: str, now: datetime, run_id: str
     metadata = source.metadata
     return (
         message_id,
-        source.role,
+        source.role.value,
         [block.model_copy() for block in content] if isinstance(content, list) else content,
         None if calls is None else tuple((c.id, c.name, c.arguments) for c in calls),
         source.tool_call_id,
