@@ -102,6 +102,37 @@ class _Segment:
     tool_call_ids: dict[str, int] = field(default_factory=dict)  # call id -> position
 
 
+class _Staged:
+    """Packed messages waiting to be added, indexed a slice at a time at the positions they
+    will take (hashing their ids then, not in the one step that adds them)."""
+
+    __slots__ = ("base", "packed", "positions", "tool_call_ids")
+
+    def __init__(self, base: int) -> None:
+        self.base = base  # where they are to go: the session's length when they were staged
+        self.packed: list[Packed] = []
+        self.positions: dict[str, int] = {}
+        self.tool_call_ids: dict[str, int] = {}
+
+    def add(self, packed: list[Packed]) -> None:
+        self._index(packed, self.base + len(self.packed))
+        self.packed += packed
+
+    def index_from(self, base: int) -> None:
+        """Index again if the session's length changed meanwhile (cleared, or appended to)."""
+        if base != self.base:
+            self.base, self.positions, self.tool_call_ids = base, {}, {}
+            self._index(self.packed, base)
+
+    def _index(self, packed: list[Packed], first: int) -> None:
+        self.positions.update(
+            zip([m[0] for m in packed], range(first, first + len(packed)), strict=True)
+        )
+        for position, message in enumerate(packed, first):
+            for call in message[3] or ():
+                self.tool_call_ids[call[0]] = position
+
+
 @dataclass(slots=True)
 class _Record:
     """A session: an inherited chain of ``(segment, upto)`` prefixes, then its own messages.
@@ -269,14 +300,15 @@ class MemoryStore:
             ids is not None and any(record.index_of(i) is not None for i in new_ids)
         ):
             raise ValueError("ids must be new and one per message")
-        packed: list[Packed] = []
+        staged = _Staged(len(record.messages))
         for start in range(0, len(messages), _SLICE):
             if start:
                 await asyncio.sleep(0)
             window = slice(start, start + _SLICE)
             pairs = zip(messages[window], new_ids[window], strict=True)
-            packed += [pack_input(m, i, now, run_id) for m, i in pairs]
-        self._commit(session_id, run_id, packed, now)
+            staged.add([pack_input(m, i, now, run_id) for m, i in pairs])
+        self._commit(session_id, run_id, staged, now)
+        packed = staged.packed
         copies: list[Message] = []
         for start in range(0, len(packed), _SLICE):
             if start:
@@ -287,34 +319,30 @@ class MemoryStore:
     async def append_slices(
         self, session_id: str, slices: AsyncIterator[Sequence[MessageInput]]
     ) -> Sequence[Message]:
-        """Each slice is packed as it comes (its inputs can then be let go); the whole batch is
-        added in one step at the end. The answer unpacks the stored messages only when read."""
+        """Each slice is packed as it comes (its inputs can then be let go), and indexed at the
+        positions it will take; the whole batch is added in one step at the end. The answer
+        unpacks the stored messages only when read."""
         record = self._record(session_id)
         self._check_writer(record, None)
         now = _later(record.session)
-        packed: list[Packed] = []
+        staged = _Staged(len(record.messages))
         batch_calls: set[str] = set()
         async for batch in slices:
-            _check_tool_results(record.knows_call, batch, batch_calls, len(packed))
-            packed += [pack_input(m, uuid7(), now, None) for m in batch]
-        self._commit(session_id, None, packed, now)
-        return _Unpacked(packed)
+            _check_tool_results(record.knows_call, batch, batch_calls, len(staged.packed))
+            staged.add([pack_input(m, uuid7(), now, None) for m in batch])
+        self._commit(session_id, None, staged, now)
+        return _Unpacked(staged.packed)
 
-    def _commit(
-        self, session_id: str, run_id: str | None, packed: list[Packed], now: datetime
-    ) -> None:
-        """Add packed messages to a session in one step, checking again what an await may have
+    def _commit(self, session_id: str, run_id: str | None, staged: _Staged, now: datetime) -> None:
+        """Add staged messages to a session in one step, checking again what an await may have
         changed: the session may be gone, or leased to a run since."""
         record = self._record(session_id)
         self._check_writer(record, run_id)
-        base = len(record.messages)
-        record.messages.extend(packed)
-        record.positions.update(
-            zip([m[0] for m in packed], range(base, base + len(packed)), strict=True)
-        )
-        for position, message in enumerate(packed, base):
-            for call in message[3] or ():
-                record.tool_call_ids[call[0]] = position
+        staged.index_from(len(record.messages))
+        record.messages.extend(staged.packed)
+        record.positions.update(staged.positions)
+        for call_id, position in staged.tool_call_ids.items():
+            record.tool_call_ids[call_id] = position
         record.session.message_count = record.total()
         record.session.updated_at = max(now, record.session.updated_at)
 
