@@ -105,3 +105,74 @@ async def test_a_result_with_a_long_list_of_plain_values_is_answered_as_usual(re
     assert (await ready.result("session/get", {"sessionId": session["sessionId"]}))[
         "tools"
     ] == tools
+
+
+def mixed(count: int) -> list[dict[str, Any]]:
+    """Messages of every shape: text, blocks, tool calls and their results, metadata."""
+    messages: list[dict[str, Any]] = []
+    for n in range(count):
+        kind = n % 4
+        if kind == 0:
+            messages.append({"role": "user", "content": f"{n}: é \u2028", "metadata": {"n": [n]}})
+        elif kind == 1:
+            call = {"id": f"c{n}", "name": "read", "arguments": {"path": f"{n}.txt"}}
+            messages.append({"role": "assistant", "toolCalls": [call], "author": "model"})
+        elif kind == 2:
+            messages.append({"role": "tool", "toolCallId": f"c{n - 1}", "content": "ok"})
+        else:
+            blocks = [{"type": "text", "text": str(n)}, {"type": "resource_link", "uri": "a:b"}]
+            messages.append({"role": "assistant", "content": blocks, "name": "x"})
+    return messages
+
+
+async def every_message(peer: Peer, sid: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        params = {"sessionId": sid, "limit": 1000, **({"cursor": cursor} if cursor else {})}
+        page = await peer.result("session/messages", params)
+        found += page["messages"]
+        cursor = page.get("nextCursor")
+        if cursor is None:
+            return found
+
+
+async def test_a_big_append_answers_exactly_what_session_messages_returns_after(ready: Peer):
+    sid = await session(ready)
+    await ready.result("session/append", {"sessionId": sid, "messages": [user("before")]})
+    count = 6 * SLICE + 3
+    result = await ready.result("session/append", {"sessionId": sid, "messages": mixed(count)})
+    stored = await every_message(ready, sid)
+    assert len(result["messages"]) == count
+    assert result["messages"] == stored[1:]
+    assert len({m["id"] for m in result["messages"]}) == count
+    assert all("createdAt" in m for m in result["messages"])
+
+
+async def test_a_big_append_stores_nothing_when_a_message_in_a_middle_slice_answers_no_call(
+    ready: Peer,
+):
+    sid = await session(ready)
+    messages = mixed(6 * SLICE)
+    bad = next(n for n in range(3 * SLICE, 4 * SLICE) if n % 4 == 2)  # a tool result
+    messages[bad]["toolCallId"] = "no-such-call"
+    reply = await ready.call("session/append", {"sessionId": sid, "messages": messages})
+    assert reply["error"]["code"] == ErrorCode.INVALID_PARAMS
+    assert [f["field"] for f in reply["error"]["data"]["fields"]] == [f"messages.{bad}.toolCallId"]
+    assert (await ready.result("session/get", {"sessionId": sid}))["messageCount"] == 0
+    assert await every_message(ready, sid) == []
+    answered = await ready.result(
+        "session/append", {"sessionId": sid, "messages": mixed(SLICE + 1)}
+    )
+    assert len(answered["messages"]) == SLICE + 1
+
+
+async def test_a_big_append_to_a_session_deleted_while_it_is_validated_stores_nothing(
+    ready: Peer,
+):
+    sid = await session(ready)
+    big = ready.request("session/append", {"sessionId": sid, "messages": mixed(8 * SLICE)})
+    deleted = ready.request("session/delete", {"sessionId": sid})
+    reply = await ready.response(big)
+    assert (await ready.response(deleted))["result"] == {"deleted": True}
+    assert reply["error"]["code"] == ErrorCode.SESSION_NOT_FOUND

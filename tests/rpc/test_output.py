@@ -65,3 +65,23 @@ async def test_reading_is_paused_while_the_output_backs_up_and_resumed_once_it_d
     assert events[-1] is False  # and reads again once everything went out
     assert bytes(pipe.written) == b"".join(b"%02d" % n * 30 for n in range(10))
     await asyncio.wait_for(out.flushed(), 1)
+
+
+async def test_parts_are_made_only_as_the_transport_takes_them_and_stay_in_order():
+    out, pipe, events = output(high=100)
+    made: list[int] = []
+
+    def parts():
+        for n in range(5):
+            made.append(n)
+            yield bytes([n]) * 100
+
+    out.write(b"head")
+    out.write_parts(parts())
+    out.write(b"after")
+    assert made == [0]  # the transport backed up on the first part: nothing more is made
+    while events[-1]:
+        pipe.drain()
+        assert len(made) <= 5
+    assert bytes(pipe.written) == b"head" + b"".join(bytes([n]) * 100 for n in range(5)) + b"after"
+    assert made == [0, 1, 2, 3, 4]

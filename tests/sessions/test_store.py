@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -370,6 +370,51 @@ async def test_append_is_all_or_nothing_when_a_tool_result_answers_an_unknown_ca
     assert [m.content for m in await all_messages(store, sid)] == ["0", "1"]
     # c1 was in the rejected batch only, so it cannot be answered later.
     with pytest.raises(InvalidParams):
+        await store.append(sid, [answering("c1")])
+
+
+async def _slices(*slices: list[MessageInput]) -> AsyncIterator[list[MessageInput]]:
+    for batch in slices:
+        await asyncio.sleep(0)
+        yield batch
+
+
+async def _failing_after(*slices: list[MessageInput]) -> AsyncIterator[list[MessageInput]]:
+    async for batch in _slices(*slices):
+        yield batch
+    raise InvalidParams.field("messages.9.role", "a bad message in a later slice")
+
+
+async def test_append_slices_answers_what_is_stored_and_answers_calls_of_earlier_slices(
+    store: SessionStore, session: Session
+) -> None:
+    sid = session.session_id
+    await fill(store, sid, 1)
+    answer = await store.append_slices(
+        sid, _slices([user("a"), calling("c1")], [answering("c1"), user("b")])
+    )
+    stored = await all_messages(store, sid)
+    assert list(answer) == stored[1:]
+    assert len(answer) == 4 and answer[1:3] == stored[2:4]
+    assert (await store.get(sid)).message_count == 5
+
+
+async def test_append_slices_stores_nothing_when_a_slice_fails(
+    store: SessionStore, session: Session
+) -> None:
+    sid = session.session_id
+    await fill(store, sid, 2)
+    before = await store.get(sid)
+    with pytest.raises(InvalidParams):
+        await store.append_slices(sid, _failing_after([user("a"), calling("c1")], [user("b")]))
+    with pytest.raises(InvalidParams) as caught:
+        await store.append_slices(
+            sid, _slices([user("a"), user("b")], [user("c"), answering("no-such-call")])
+        )
+    assert [f["field"] for f in caught.value.data["fields"]] == ["messages.3.toolCallId"]
+    assert await store.get(sid) == before
+    assert [m.content for m in await all_messages(store, sid)] == ["0", "1"]
+    with pytest.raises(InvalidParams):  # c1 was in a batch that failed
         await store.append(sid, [answering("c1")])
 
 

@@ -8,7 +8,7 @@ served between the slices.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -23,12 +23,15 @@ from tether.protocol import (
     ForkSessionParams,
     GetSessionParams,
     ListSessionsParams,
+    Message,
+    MessageInput,
     MessagesParams,
 )
 from tether.protocol.limits import DEFAULT_LIMITS, Limits
 from tether.protocol.sessions import AppendedMessage
 from tether.rpc.errors import invalid_params
 from tether.sessions import SessionService
+from tether.sessions.store import DumpedMessages
 
 P = TypeVar("P", bound=BaseModel)
 Handler = Callable[[dict[str, Any] | None], Awaitable[Any]]
@@ -41,12 +44,16 @@ _MESSAGES = TypeAdapter(list[AppendedMessage])
 
 
 class Encoded:
-    """A result already encoded as JSON, in pieces that are written one after the other."""
+    """A result already encoded as JSON, in pieces that are written one after the other.
 
-    __slots__ = ("parts",)
+    With ``length`` (the size of them all), ``parts`` is an iterator that encodes each piece only
+    when the output can take it: a big answer is never held whole."""
 
-    def __init__(self, parts: list[bytes]) -> None:
+    __slots__ = ("length", "parts")
+
+    def __init__(self, parts: Iterable[bytes], length: int | None = None) -> None:
         self.parts = parts
+        self.length = length
 
 
 def validate_params(
@@ -67,38 +74,97 @@ def handler(
     """A pygls handler: plain-dict params in (absent params count as ``{}``), a model out."""
 
     async def handle(params: dict[str, Any] | None) -> Any:
-        if params_model is AppendParams:
-            valid: Any = await validate_append(params, limits())
-        else:
-            valid = validate_params(params_model, params, limits())
+        valid = validate_params(params_model, params, limits())
         result = await call(valid)
-        del valid  # a big append's validated messages are freed before its answer is encoded
+        del valid
         return await encode_in_slices(result)
 
     handle.__name__ = handle.__qualname__ = f"handle_{params_model.__name__}"
     return handle
 
 
-async def validate_append(params: dict[str, Any] | None, limits: Limits) -> AppendParams:
-    """:class:`AppendParams`, its messages validated a slice at a time when there are many."""
-    messages = params.get("messages") if params else None
-    if (
-        params is None
-        or not isinstance(messages, list)
-        or not SLICE < len(messages) <= limits.max_append_messages
-    ):
-        return validate_params(AppendParams, params, limits)
-    valid = validate_params(AppendParams, {**params, "messages": messages[:SLICE]}, limits)
+def append_handler(sessions: SessionService, limits: LimitsOf) -> Handler:
+    """``session/append``. A big batch goes to the store a slice at a time, each slice validated
+    and its decoded dicts let go just before the store packs it; the answer is encoded from the
+    stored messages a slice at a time. No ``Message`` of the batch is alive all through."""
+
+    async def handle_append(params: dict[str, Any] | None) -> Any:
+        current = limits()
+        messages = params.get("messages") if params else None
+        if (
+            params is None
+            or not isinstance(messages, list)
+            or not SLICE < len(messages) <= current.max_append_messages
+        ):
+            valid = validate_params(AppendParams, params, current)
+            result = await sessions.append(valid)
+            del valid
+            return await encode_in_slices(result)
+        head = validate_params(AppendParams, {**params, "messages": messages[:SLICE]}, current)
+        session_id, slices = head.session_id, validated_slices(head.messages, messages, current)
+        del head
+        return await encode_messages(await sessions.append_slices(session_id, slices))
+
+    return handle_append
+
+
+async def validated_slices(
+    first: list[MessageInput], messages: list[Any], limits: Limits
+) -> AsyncIterator[list[MessageInput]]:
+    """The messages of an append validated a slice at a time (``first`` is the first slice,
+    validated already); each slice's decoded dicts are let go once it is validated. An invalid
+    message raises InvalidParams naming it."""
+    messages[:SLICE] = [None] * SLICE
+    yield first
+    del first
     context = {"limits": limits}
     for start in range(SLICE, len(messages), SLICE):
         await asyncio.sleep(0)
         window = slice(start, start + SLICE)
         try:
-            valid.messages += _MESSAGES.validate_python(messages[window], context=context)
+            batch = _MESSAGES.validate_python(messages[window], context=context)
         except ValidationError as exc:
             raise invalid_params(exc, "messages", start) from None
-        messages[window] = [None] * len(messages[window])  # the decoded dicts are done with
-    return valid
+        messages[window] = [None] * len(batch)  # the decoded dicts are done with
+        yield batch
+        del batch
+
+
+async def encode_messages(messages: Sequence[Message]) -> Encoded:
+    """``{"messages": [...]}``, encoded twice a slice at a time: once now, to learn its length
+    (a frame's header comes first), and again as the output takes it, each slice of messages
+    read, dumped and let go before the next. The two give the same bytes: the messages are
+    stored ones, which nothing changes."""
+    starts = range(0, len(messages), SLICE)
+    length = len(_OPEN) + len(_CLOSE) + max(len(starts) - 1, 0)
+    for start in starts:
+        if start:
+            await asyncio.sleep(0)
+        length += len(_encode_slice(messages, start))
+
+    def parts() -> Iterator[bytes]:
+        yield _OPEN
+        for start in starts:
+            if start:
+                yield b","
+            yield _encode_slice(messages, start)
+        yield _CLOSE
+
+    return Encoded(parts(), length)
+
+
+_OPEN, _CLOSE = b'{"messages":[', b"]}"
+
+
+def _encode_slice(messages: Sequence[Message], start: int) -> bytes:
+    """The messages from ``start`` (one slice) as JSON, without the brackets of their list."""
+    if isinstance(messages, DumpedMessages):
+        dumped = messages.dumped(start, start + SLICE)
+    else:
+        dumped = [
+            m.model_dump(by_alias=True, exclude_none=True) for m in messages[start : start + SLICE]
+        ]
+    return orjson.dumps(dumped, option=orjson.OPT_UTC_Z)[1:-1]
 
 
 async def encode_in_slices(result: BaseModel) -> BaseModel | Encoded:
@@ -135,7 +201,7 @@ def session_methods(sessions: SessionService, limits: LimitsOf) -> dict[str, Han
         "session/get": handler(GetSessionParams, sessions.get, limits),
         "session/list": handler(ListSessionsParams, sessions.list_sessions, limits),
         "session/messages": handler(MessagesParams, sessions.messages, limits),
-        "session/append": handler(AppendParams, sessions.append, limits),
+        "session/append": append_handler(sessions, limits),
         "session/configure": handler(ConfigureSessionParams, sessions.configure, limits),
         "session/clear": handler(ClearSessionParams, sessions.clear, limits),
         "session/delete": handler(DeleteSessionParams, sessions.delete, limits),

@@ -13,8 +13,9 @@ invalid envelopes (-32600), requests before ``initialize`` (-32002) or after ``s
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 import orjson
@@ -22,6 +23,7 @@ from pydantic import BaseModel
 
 from tether.protocol import ErrorCode, InitializeParams
 from tether.protocol.framing import Frame, FrameDecoder, FrameError, encode_frame
+from tether.rpc import splitparse
 from tether.rpc.app import App
 from tether.rpc.errors import ErrorObject, error_from_exception, error_object
 from tether.rpc.handlers import Encoded, validate_params
@@ -32,6 +34,7 @@ logger = logging.getLogger(__name__)
 MsgId = str | int
 Message = dict[str, Any]
 Write = Callable[[bytes], None]
+WriteParts = Callable[[Iterator[bytes]], None]
 Default = Callable[[Any], Any]
 
 
@@ -54,6 +57,7 @@ class Wire:
         self._on_initialized = on_initialized
         self._decoder = FrameDecoder()
         self._write: Write | None = None
+        self._write_parts: WriteParts | None = None
         self._dispatcher: Dispatcher | None = None
         self._waiting: list[Message] = []  # let through before a dispatcher was attached
         self._unanswered: set[MsgId] = set()  # requests let through, not yet answered
@@ -66,9 +70,11 @@ class Wire:
 
     # -- the connection ----------------------------------------------------------------------
 
-    def connect(self, write: Write) -> None:
-        """Start a connection: ``write`` sends bytes to the client."""
+    def connect(self, write: Write, write_parts: WriteParts | None = None) -> None:
+        """Start a connection: ``write`` sends bytes to the client; ``write_parts``, if given,
+        sends the pieces an iterator makes, pulling each only when the client can take it."""
         self._write = write
+        self._write_parts = write_parts
         self._decoder = FrameDecoder()
 
     def attach(self, dispatcher: Dispatcher) -> None:
@@ -106,7 +112,7 @@ class Wire:
             self.send_error(None, error_object(ErrorCode.PARSE_ERROR, item.reason, data))
             return None
         try:
-            message = orjson.loads(item.body)
+            message = splitparse.loads(item.body)
         except orjson.JSONDecodeError as exc:
             self.send_error(None, error_object(ErrorCode.PARSE_ERROR, f"parse error: {exc}"))
             return None
@@ -235,8 +241,13 @@ class Wire:
     # -- encoding ----------------------------------------------------------------------------
 
     def send_result(self, msg_id: MsgId, result: Any, default: Default | None = None) -> None:
+        if isinstance(result, Encoded) and result.length is not None:
+            self._send_lazily(msg_id, result.parts, result.length)
+            return
         try:
-            parts = result.parts if isinstance(result, Encoded) else [_encode(result, default)]
+            parts = (
+                list(result.parts) if isinstance(result, Encoded) else [_encode(result, default)]
+            )
         except Exception as exc:
             logger.error("result of request %r cannot be serialized", msg_id, exc_info=exc)
             error = error_object(ErrorCode.INTERNAL_ERROR, "result could not be serialized")
@@ -274,6 +285,21 @@ class Wire:
         self._write(b"Content-Length: %d\r\n\r\n" % sum(map(len, parts)))
         for part in parts:
             self._write(part)
+
+    def _send_lazily(self, msg_id: MsgId, parts: Iterable[bytes], length: int) -> None:
+        """A result whose ``length`` bytes ``parts`` makes one by one, as the output drains."""
+        if self._write is None:
+            logger.error("no transport; dropped a result of %d bytes", length)
+            return
+        head = b'{"jsonrpc":"2.0","id":%s,"result":' % orjson.dumps(msg_id)
+        self._write(b"Content-Length: %d\r\n\r\n%s" % (length + len(head) + 1, head))
+        body = itertools.chain(parts, (b"}",))
+        if self._write_parts is not None:
+            self._write_parts(body)
+        else:
+            for part in body:
+                self._write(part)
+        self._mark_answered(msg_id)
 
     def _mark_answered(self, msg_id: MsgId | None) -> None:
         if msg_id in self._unanswered:

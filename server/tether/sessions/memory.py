@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, overload
 
 import orjson
 
@@ -43,25 +43,11 @@ _SLICE = 250  # messages of a big append prepared between two turns of the event
 
 Packed = tuple[Any, ...]
 """A stored message: ``(id, role, content, tool_calls, tool_call_id, is_error, name, author,
-metadata, run_id, created_at)``, tool calls as ``(id, name, arguments)`` tuples."""
+metadata, run_id, created_at)``, tool calls as ``(id, name, arguments)`` tuples, the role as its
+plain string: a tuple of strings, numbers and times is one the collector stops tracking, so a
+big history costs its full passes nothing."""
 
-
-def pack(message: Message) -> Packed:
-    """A message the store owns, packed (its containers must be the store's own copies)."""
-    calls = message.tool_calls
-    return (
-        message.id,
-        message.role,
-        message.content,
-        None if calls is None else tuple((c.id, c.name, c.arguments) for c in calls),
-        message.tool_call_id,
-        message.is_error,
-        message.name,
-        message.author,
-        message.metadata,
-        message.run_id,
-        message.created_at,
-    )
+_ROLES = {role.value: role for role in Role}
 
 
 def unpack(packed: Packed) -> Message:
@@ -69,7 +55,7 @@ def unpack(packed: Packed) -> Message:
     (id_, role, content, calls, call_id, is_error, name, author, metadata, run_id, at) = packed
     return trusted_message(
         {
-            "role": role,
+            "role": _ROLES[role],
             "content": (
                 [b.model_copy() for b in content] if isinstance(content, list) else content
             ),
@@ -114,6 +100,37 @@ class _Segment:
     messages: list[Packed] = field(default_factory=list)
     positions: dict[str, int] = field(default_factory=dict)  # message id -> position
     tool_call_ids: dict[str, int] = field(default_factory=dict)  # call id -> position
+
+
+class _Staged:
+    """Packed messages waiting to be added, indexed a slice at a time at the positions they
+    will take (hashing their ids then, not in the one step that adds them)."""
+
+    __slots__ = ("base", "packed", "positions", "tool_call_ids")
+
+    def __init__(self, base: int) -> None:
+        self.base = base  # where they are to go: the session's length when they were staged
+        self.packed: list[Packed] = []
+        self.positions: dict[str, int] = {}
+        self.tool_call_ids: dict[str, int] = {}
+
+    def add(self, packed: list[Packed]) -> None:
+        self._index(packed, self.base + len(self.packed))
+        self.packed += packed
+
+    def index_from(self, base: int) -> None:
+        """Index again if the session's length changed meanwhile (cleared, or appended to)."""
+        if base != self.base:
+            self.base, self.positions, self.tool_call_ids = base, {}, {}
+            self._index(self.packed, base)
+
+    def _index(self, packed: list[Packed], first: int) -> None:
+        self.positions.update(
+            zip([m[0] for m in packed], range(first, first + len(packed)), strict=True)
+        )
+        for position, message in enumerate(packed, first):
+            for call in message[3] or ():
+                self.tool_call_ids[call[0]] = position
 
 
 @dataclass(slots=True)
@@ -272,41 +289,62 @@ class MemoryStore:
         run_id: str | None = None,
         ids: Sequence[str] | None = None,
     ) -> list[Message]:
-        """All or nothing. A big batch is prepared a slice at a time, other requests served in
+        """All or nothing. A big batch is packed a slice at a time, other requests served in
         between, and then added in one step (a session deleted meanwhile is SessionNotFound)."""
         record = self._record(session_id)
         self._check_writer(record, run_id)
-        _check_tool_results(record.knows_call, messages)
+        _check_tool_results(record.knows_call, messages, set())
         now = _later(record.session)
         new_ids = list(ids) if ids is not None else [uuid7() for _ in messages]
         if len(new_ids) != len(messages) or (
             ids is not None and any(record.index_of(i) is not None for i in new_ids)
         ):
             raise ValueError("ids must be new and one per message")
-        stored: list[Message] = []
-        packed: list[Packed] = []
+        staged = _Staged(len(record.messages))
         for start in range(0, len(messages), _SLICE):
             if start:
                 await asyncio.sleep(0)
             window = slice(start, start + _SLICE)
             pairs = zip(messages[window], new_ids[window], strict=True)
-            stored += [new_message(m, i, now, run_id) for m, i in pairs]
-            packed += [pack(m) for m in stored[start:]]
-        record = self._record(session_id)
-        base = len(record.messages)
-        record.messages.extend(packed)
-        record.positions.update(zip(new_ids, range(base, base + len(packed)), strict=True))
-        for position, message in enumerate(stored, base):
-            for call in message.tool_calls or ():
-                record.tool_call_ids[call.id] = position
-        record.session.message_count = record.total()
-        record.session.updated_at = now
+            staged.add([pack_input(m, i, now, run_id) for m, i in pairs])
+        self._commit(session_id, run_id, staged, now)
+        packed = staged.packed
         copies: list[Message] = []
-        for start in range(0, len(stored), _SLICE):
+        for start in range(0, len(packed), _SLICE):
             if start:
                 await asyncio.sleep(0)
-            copies += [_copy_message(m) for m in stored[start : start + _SLICE]]
+            copies += [unpack(m) for m in packed[start : start + _SLICE]]
         return copies
+
+    async def append_slices(
+        self, session_id: str, slices: AsyncIterator[Sequence[MessageInput]]
+    ) -> Sequence[Message]:
+        """Each slice is packed as it comes (its inputs can then be let go), and indexed at the
+        positions it will take; the whole batch is added in one step at the end. The answer
+        unpacks the stored messages only when read."""
+        record = self._record(session_id)
+        self._check_writer(record, None)
+        now = _later(record.session)
+        staged = _Staged(len(record.messages))
+        batch_calls: set[str] = set()
+        async for batch in slices:
+            _check_tool_results(record.knows_call, batch, batch_calls, len(staged.packed))
+            staged.add([pack_input(m, uuid7(), now, None) for m in batch])
+        self._commit(session_id, None, staged, now)
+        return _Unpacked(staged.packed)
+
+    def _commit(self, session_id: str, run_id: str | None, staged: _Staged, now: datetime) -> None:
+        """Add staged messages to a session in one step, checking again what an await may have
+        changed: the session may be gone, or leased to a run since."""
+        record = self._record(session_id)
+        self._check_writer(record, run_id)
+        staged.index_from(len(record.messages))
+        record.messages.extend(staged.packed)
+        record.positions.update(staged.positions)
+        for call_id, position in staged.tool_call_ids.items():
+            record.tool_call_ids[call_id] = position
+        record.session.message_count = record.total()
+        record.session.updated_at = max(now, record.session.updated_at)
 
     async def history(self, session_id: str) -> list[Message]:
         record = self._record(session_id)
@@ -455,11 +493,16 @@ def _newest_first_key(session: Session) -> tuple[str, str]:
 
 
 def _check_tool_results(
-    known_call: Callable[[str | None], bool], messages: Sequence[MessageInput]
+    known_call: Callable[[str | None], bool],
+    messages: Sequence[MessageInput],
+    batch_calls: set[str],
+    offset: int = 0,
 ) -> None:
-    """Every tool message must answer a tool call made earlier in the session or the batch."""
-    batch_calls: set[str] = set()
-    for index, message in enumerate(messages):
+    """Every tool message must answer a tool call made earlier in the session or the batch.
+
+    ``batch_calls`` holds the calls of the batch's earlier slices (and gains this one's);
+    ``offset`` is the position of ``messages`` in the batch."""
+    for index, message in enumerate(messages, offset):
         if message.tool_calls:
             batch_calls.update(call.id for call in message.tool_calls)
         answered = message.tool_call_id
@@ -476,6 +519,88 @@ def new_message(
     fields = {name: getattr(source, name) for name in source.model_fields_set}
     fields.update(_copied_containers(source))
     return Message(id=message_id, created_at=now, run_id=run_id, **fields)
+
+
+def pack_input(source: MessageInput, message_id: str, now: datetime, run_id: str | None) -> Packed:
+    """A validated input as the store keeps it (its containers copied), without building a
+    :class:`Message` first (a validated ``Message`` costs ~10x the packing)."""
+    content = source.content
+    calls = source.tool_calls
+    metadata = source.metadata
+    return (
+        message_id,
+        source.role.value,
+        [block.model_copy() for block in content] if isinstance(content, list) else content,
+        None if calls is None else tuple((c.id, c.name, c.arguments) for c in calls),
+        source.tool_call_id,
+        source.is_error,
+        source.name,
+        source.author,
+        None if metadata is None else _copy_json(metadata),
+        run_id,
+        now,
+    )
+
+
+class _Unpacked(Sequence[Message]):
+    """Packed messages read as messages the caller owns, each built when it is read."""
+
+    __slots__ = ("_packed",)
+
+    def __init__(self, packed: list[Packed]) -> None:
+        self._packed = packed
+
+    def __len__(self) -> int:
+        return len(self._packed)
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Message]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | list[Message]:
+        if isinstance(index, slice):
+            return [unpack(m) for m in self._packed[index]]
+        return unpack(self._packed[index])
+
+    def dumped(self, start: int, end: int) -> list[dict[str, Any]]:
+        """Messages ``start`` to ``end`` as ``model_dump(by_alias=True, exclude_none=True)``
+        gives them, straight from the packed values (~10x cheaper than building them)."""
+        return [_dumped(m) for m in self._packed[start:end]]
+
+
+_WIRE_NAMES = tuple(
+    Message.model_fields[name].alias or name
+    for name in (
+        "id",
+        "role",
+        "content",
+        "tool_calls",
+        "tool_call_id",
+        "is_error",
+        "name",
+        "author",
+        "metadata",
+        "run_id",
+        "created_at",
+    )
+)
+_ORDER = (1, 2, 3, 4, 5, 6, 7, 8, 0, 9, 10)  # the packed values in the order of Message's fields
+
+
+def _dumped(packed: Packed) -> dict[str, Any]:
+    dumped: dict[str, Any] = {}
+    for index in _ORDER:
+        value = packed[index]
+        if value is None:
+            continue
+        if index == 2 and isinstance(value, list):
+            value = [block.model_dump(by_alias=True, exclude_none=True) for block in value]
+        elif index == 3:
+            value = [{"id": i, "name": n, "arguments": a} for i, n, a in value]
+        dumped[_WIRE_NAMES[index]] = value
+    return dumped
 
 
 def _later(session: Session) -> datetime:
@@ -510,14 +635,7 @@ def _copy_json(value: dict[str, Any]) -> dict[str, Any]:
     return copied
 
 
-def _copy_message(message: Message) -> Message:
-    """A copy the caller owns: only its containers are copied (their items hold only strings).
-    A message without containers holds nothing the store shares: it is its own copy."""
-    containers = _copied_containers(message)
-    return message.model_copy(update=containers) if containers else message
-
-
-def _copied_containers(message: MessageInput | Message) -> dict[str, Any]:
+def _copied_containers(message: MessageInput) -> dict[str, Any]:
     """Fresh copies of the mutable parts of a message: content blocks, tool calls, metadata."""
     copies: dict[str, Any] = {}
     if isinstance(message.content, list):

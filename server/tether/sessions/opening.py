@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timedelta
 
 from tether.protocol import ConfigError, ListSessionsResult, Message, MessageInput, MessagesResult
@@ -107,6 +107,11 @@ class OpeningStore:
     ) -> list[Message]:
         store = await self.store()
         return await store.append(session_id, messages, run_id=run_id, ids=ids)
+
+    async def append_slices(
+        self, session_id: str, slices: AsyncIterator[Sequence[MessageInput]]
+    ) -> Sequence[Message]:
+        return await (await self.store()).append_slices(session_id, slices)
 
     async def history(self, session_id: str) -> list[Message]:
         return await (await self.store()).history(session_id)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 
 from tether.protocol import (
@@ -17,6 +17,8 @@ from tether.protocol import (
     GetSessionParams,
     ListSessionsParams,
     ListSessionsResult,
+    Message,
+    MessageInput,
     MessagesParams,
     MessagesResult,
     Session,
@@ -78,6 +80,12 @@ class SessionService:
 
     async def append(self, params: AppendParams) -> AppendResult:
         return AppendResult(messages=await self.store.append(params.session_id, params.messages))
+
+    async def append_slices(
+        self, session_id: str, slices: AsyncIterator[Sequence[MessageInput]]
+    ) -> Sequence[Message]:
+        """A big ``session/append``, its messages validated a slice at a time (see the store)."""
+        return await self.store.append_slices(session_id, slices)
 
     async def configure(self, params: ConfigureSessionParams) -> Session:
         return await self.store.configure(params.session_id, params)

@@ -37,7 +37,7 @@ import asyncio
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -982,6 +982,13 @@ class SqlStore:
         else:
             await self.get(session_id)
         return stored
+
+    async def append_slices(
+        self, session_id: str, slices: AsyncIterator[Sequence[MessageInput]]
+    ) -> Sequence[Message]:
+        """The slices gathered, then appended in one transaction."""
+        messages = [message async for batch in slices for message in batch]
+        return await self.append(session_id, messages)
 
     # -- run leases (see tether.sessions.lease) ----------------------------------------------
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from tether.protocol import (
     ListSessionsResult,
@@ -17,6 +17,16 @@ from tether.protocol.kernel import Usage
 from tether.protocol.sessions import CreateSessionParams, ForkSessionParams, SessionFields
 
 Order = Literal["asc", "desc"]
+
+
+@runtime_checkable
+class DumpedMessages(Protocol):
+    """What ``append_slices`` may answer besides being a sequence: its messages dumped without
+    being built, for an answer encoded straight from what the store keeps."""
+
+    def dumped(self, start: int, end: int) -> list[dict[str, Any]]:
+        """Messages ``start`` to ``end`` as ``model_dump(by_alias=True, exclude_none=True)``."""
+        ...
 
 
 class SessionStore(Protocol):
@@ -59,6 +69,16 @@ class SessionStore(Protocol):
 
         With ``run_id``, the run's own write: ``RunLeaseLost`` unless that run holds a live
         lease on the session. Without, ``SessionBusy`` while any run holds one.
+        """
+        ...
+
+    async def append_slices(
+        self, session_id: str, slices: AsyncIterator[Sequence[MessageInput]]
+    ) -> Sequence[Message]:
+        """A client's append (no run, new ids) whose messages come a slice at a time, as the
+        caller validates them: all or nothing like ``append``, and an exception raised by
+        ``slices`` stores none of them. The answer may build each message only when it is read,
+        so a big batch need not be held as ``Message`` objects all at once.
         """
         ...
 
