@@ -139,3 +139,45 @@ async def test_a_renewal_that_finds_the_lease_lost_stops_the_run_at_once(tmp_pat
     assert harness.tools.cancelled == ["first"]
     history = await harness.store.history(sid)
     assert [m.role for m in history] == [Role.USER, Role.ASSISTANT]
+
+
+class SlowClaims(MemoryStore):
+    """A store whose claims wait until the test lets them through, and then go through even if
+    their caller was cancelled meanwhile: a SQL store's claim runs on a worker thread."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.claiming = asyncio.Event()
+        self.go = asyncio.Event()
+        self.claimed = asyncio.Event()
+
+    async def claim_run(self, session_id: str, run_id: str, lease: timedelta) -> None:
+        self.claiming.set()
+        await asyncio.shield(self._claim_when_let(session_id, run_id, lease))
+
+    async def _claim_when_let(self, session_id: str, run_id: str, lease: timedelta) -> None:
+        await self.go.wait()
+        await super().claim_run(session_id, run_id, lease)
+        self.claimed.set()
+
+
+async def test_a_claim_cancelled_twice_while_it_waits_still_gives_its_lease_back(
+    tmp_path: Path,
+) -> None:
+    harness = Harness(tmp_path, [{"text": "never"}])
+    store = harness.kernel._store = SlowClaims(clock=harness.clock)
+    sid = (await store.create(CreateSessionParams(), tmp_path.as_uri())).session_id
+    run = asyncio.ensure_future(
+        harness.kernel.run(RunParams(session_id=sid, prompt="go"), harness.events.append)
+    )
+    await asyncio.wait_for(store.claiming.wait(), RUN_TIMEOUT)
+    run.cancel()
+    await asyncio.sleep(0)  # the first cancellation is being handled: now a second one
+    run.cancel()
+    with pytest.raises((RequestCancelled, asyncio.CancelledError)):
+        await run
+    store.go.set()  # the claim the store was doing goes through all the same
+    await asyncio.wait_for(store.claimed.wait(), RUN_TIMEOUT)
+    while harness.kernel._giving_back:  # bounded by the test's timeout
+        await asyncio.gather(*harness.kernel._giving_back)
+    assert (await store.get(sid)).running is False

@@ -418,6 +418,39 @@ async def test_append_slices_stores_nothing_when_a_slice_fails(
         await store.append(sid, [answering("c1")])
 
 
+async def test_a_sliced_append_whose_answered_call_is_cleared_meanwhile_stores_nothing(
+    store: SessionStore, session: Session
+) -> None:
+    sid = session.session_id
+    await store.append(sid, [calling("c1")])
+
+    async def slices() -> AsyncIterator[list[MessageInput]]:
+        yield [user("a"), answering("c1")]
+        await store.clear(sid)  # another request, between two slices
+        yield [user("b")]
+
+    with pytest.raises(InvalidParams):
+        await store.append_slices(sid, slices())
+    assert (await store.get(sid)).message_count == 0
+
+
+async def test_a_sliced_append_takes_no_time_before_a_write_made_meanwhile(
+    store: SessionStore, session: Session
+) -> None:
+    sid = session.session_id
+
+    async def slices() -> AsyncIterator[list[MessageInput]]:
+        yield [user("a")]
+        await store.append(sid, [user("between")])  # another request, between two slices
+        yield [user("b")]
+
+    await store.append_slices(sid, slices())
+    stored = await all_messages(store, sid)
+    assert [m.content for m in stored] == ["between", "a", "b"]
+    times = [m.created_at for m in stored]
+    assert times == sorted(times)
+
+
 async def test_a_tool_result_answering_a_call_from_an_earlier_append_is_accepted(
     store: SessionStore, session: Session
 ) -> None:

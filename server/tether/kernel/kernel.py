@@ -71,6 +71,7 @@ class Kernel:
         self._approvals = Approvals(approver)
         self._counter = counter or EstimatingCounter()  # for the history window
         self._runs: dict[str, asyncio.Task[RunResult]] = {}
+        self._giving_back: set[asyncio.Future[None]] = set()  # leases of cancelled claims
 
     def forget(self, session_id: str) -> None:
         """Drop what the kernel keeps about a session that was deleted or expired."""
@@ -126,9 +127,12 @@ class Kernel:
         try:
             await asyncio.shield(claim)
         except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                await claim
-                await self._release(session_id, run_id)
+            # Given back by a task of its own, so a second cancellation cannot leave it held.
+            give_back = asyncio.ensure_future(self._give_back(claim, session_id, run_id))
+            self._giving_back.add(give_back)
+            give_back.add_done_callback(self._giving_back.discard)
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(give_back)
             result = RunResult(
                 run_id=run_id, session_id=session_id, stop_reason=StopReason.CANCELLED, iterations=0
             )
@@ -157,6 +161,12 @@ class Kernel:
                 state.lost = True
                 task.cancel()
                 return
+
+    async def _give_back(self, claim: asyncio.Future[None], session_id: str, run_id: str) -> None:
+        """Release the lease a cancelled claim took all the same (nothing when it took none)."""
+        with contextlib.suppress(Exception):
+            await claim
+            await self._release(session_id, run_id)
 
     async def _release(self, session_id: str, run_id: str) -> None:
         """Give the lease back (it expires on its own when the store cannot be reached)."""

@@ -106,13 +106,14 @@ class _Staged:
     """Packed messages waiting to be added, indexed a slice at a time at the positions they
     will take (hashing their ids then, not in the one step that adds them)."""
 
-    __slots__ = ("base", "packed", "positions", "tool_call_ids")
+    __slots__ = ("answers", "base", "packed", "positions", "tool_call_ids")
 
     def __init__(self, base: int) -> None:
         self.base = base  # where they are to go: the session's length when they were staged
         self.packed: list[Packed] = []
         self.positions: dict[str, int] = {}
         self.tool_call_ids: dict[str, int] = {}
+        self.answers: set[str] = set()  # calls made before the batch that its results answer
 
     def add(self, packed: list[Packed]) -> None:
         self._index(packed, self.base + len(self.packed))
@@ -293,14 +294,14 @@ class MemoryStore:
         between, and then added in one step (a session deleted meanwhile is SessionNotFound)."""
         record = self._record(session_id)
         self._check_writer(record, run_id)
-        _check_tool_results(record.knows_call, messages, set())
+        staged = _Staged(len(record.messages))
+        _check_tool_results(record.knows_call, messages, set(), answers=staged.answers)
         now = _later(record.session)
         new_ids = list(ids) if ids is not None else [uuid7() for _ in messages]
         if len(new_ids) != len(messages) or (
             ids is not None and any(record.index_of(i) is not None for i in new_ids)
         ):
             raise ValueError("ids must be new and one per message")
-        staged = _Staged(len(record.messages))
         for start in range(0, len(messages), _SLICE):
             if start:
                 await asyncio.sleep(0)
@@ -308,7 +309,7 @@ class MemoryStore:
             pairs = zip(messages[window], new_ids[window], strict=True)
             staged.add([pack_input(m, i, now, run_id) for m, i in pairs])
         self._commit(session_id, run_id, staged, now)
-        packed = staged.packed
+        packed = staged.packed  # _commit may have given them a later time
         copies: list[Message] = []
         for start in range(0, len(packed), _SLICE):
             if start:
@@ -328,7 +329,8 @@ class MemoryStore:
         staged = _Staged(len(record.messages))
         batch_calls: set[str] = set()
         async for batch in slices:
-            _check_tool_results(record.knows_call, batch, batch_calls, len(staged.packed))
+            offset = len(staged.packed)
+            _check_tool_results(record.knows_call, batch, batch_calls, offset, staged.answers)
             staged.add([pack_input(m, uuid7(), now, None) for m in batch])
         self._commit(session_id, None, staged, now)
         return _Unpacked(staged.packed)
@@ -338,6 +340,15 @@ class MemoryStore:
         changed: the session may be gone, or leased to a run since."""
         record = self._record(session_id)
         self._check_writer(record, run_id)
+        gone = next((call for call in staged.answers if not record.knows_call(call)), None)
+        if gone is not None:  # the session was cleared meanwhile
+            raise InvalidParams.field(
+                "messages", f"no tool call {gone!r} in this session to answer (it was cleared)"
+            )
+        at = record.session.updated_at
+        if at > now:  # a write since the staging began is later: times never run backwards
+            staged.packed[:] = [(*m[:-1], at) for m in staged.packed]
+            now = at
         staged.index_from(len(record.messages))
         record.messages.extend(staged.packed)
         record.positions.update(staged.positions)
@@ -497,20 +508,26 @@ def _check_tool_results(
     messages: Sequence[MessageInput],
     batch_calls: set[str],
     offset: int = 0,
+    answers: set[str] | None = None,
 ) -> None:
     """Every tool message must answer a tool call made earlier in the session or the batch.
 
     ``batch_calls`` holds the calls of the batch's earlier slices (and gains this one's);
-    ``offset`` is the position of ``messages`` in the batch."""
+    ``offset`` is the position of ``messages`` in the batch; ``answers`` gains the calls made
+    before the batch that it answers (checked again when a batch is added after awaits)."""
     for index, message in enumerate(messages, offset):
         if message.tool_calls:
             batch_calls.update(call.id for call in message.tool_calls)
         answered = message.tool_call_id
-        if message.role is Role.TOOL and answered not in batch_calls and not known_call(answered):
+        if message.role is not Role.TOOL or answered in batch_calls:
+            continue
+        if not known_call(answered):
             raise InvalidParams.field(
                 f"messages.{index}.toolCallId",
                 f"no tool call {message.tool_call_id!r} in this session to answer",
             )
+        if answers is not None and answered is not None:
+            answers.add(answered)
 
 
 def new_message(
