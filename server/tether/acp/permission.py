@@ -20,7 +20,7 @@ from tether.acp.models import (
     RequestPermissionResponse,
     ToolCallFields,
 )
-from tether.acp.tool_calls import acp_kind, locations, raw_input, title
+from tether.acp.tool_calls import raw_input, starting_call
 from tether.acp.updates import text_content
 from tether.acp.wire import ClientError, Connection
 from tether.kernel.approval import ApprovalError
@@ -101,11 +101,4 @@ async def _question(
 def _tool_call(
     call_id: str, name: str, args: object, kind: str, workspace: Path | None
 ) -> ToolCallFields:
-    return ToolCallFields(
-        tool_call_id=call_id,
-        title=title(name, args),
-        kind=acp_kind(kind),
-        status="pending",
-        raw_input=args,
-        locations=locations(name, args, workspace),
-    )
+    return ToolCallFields(**starting_call(call_id, name, args, kind, workspace))

@@ -89,6 +89,20 @@ def _command(command: Any) -> str:
     return " ".join(str(command).split()) if command else "a command"
 
 
+def starting_call(
+    call_id: str, name: str, args: Any, kind: str, workspace: Path | None
+) -> dict[str, Any]:
+    """What a call says of itself as it starts: in ``tool_call`` and in a permission request."""
+    return {
+        "tool_call_id": call_id,
+        "title": title(name, args),
+        "kind": acp_kind(kind),
+        "status": "pending",
+        "raw_input": args,
+        "locations": locations(name, args, workspace),
+    }
+
+
 def locations(name: str, arguments: Any, workspace: Path | None) -> list[Location] | None:
     """The file a file tool works on, as an absolute path (with the first line it reads)."""
     if not isinstance(arguments, dict) or workspace is None:

@@ -21,7 +21,12 @@ from tether.acp.models import (
     ToolContent,
     ToolStatus,
 )
-from tether.acp.tool_calls import acp_kind, builtin_kind, diff_content, locations, raw_input, title
+from tether.acp.tool_calls import (
+    builtin_kind,
+    diff_content,
+    raw_input,
+    starting_call,
+)
 from tether.protocol import ImageBlock, Message, ResourceLinkBlock, Role, TextBlock
 from tether.protocol.kernel import (
     MessageDelta,
@@ -43,15 +48,7 @@ def text_content(text: str) -> list[ToolContent]:
 def tool_call_start(
     call_id: str, name: str, arguments: str, kind: str, workspace: Path | None
 ) -> ToolCallStart:
-    args = raw_input(arguments)
-    return ToolCallStart(
-        tool_call_id=call_id,
-        title=title(name, args),
-        kind=acp_kind(kind),
-        status="pending",
-        raw_input=args,
-        locations=locations(name, args, workspace),
-    )
+    return ToolCallStart(**starting_call(call_id, name, raw_input(arguments), kind, workspace))
 
 
 @dataclass
