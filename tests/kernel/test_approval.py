@@ -140,6 +140,7 @@ async def test_ask_sends_the_call_to_the_client_and_runs_it_when_allowed(tmp_pat
         "id": "c1",
         "name": "patch",
         "arguments": '{"path": "notes.txt"}',
+        "title": "patch",
     }
     assert [r.result for r in result.tool_calls] == ["patch done"]
     assert [c.tool_call_id for c in harness.edit.calls] == ["c1"]

@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from tether.acp.models import AcpToolKind, DiffContent, Location
+from tether.tools.titles import title
 
 _KINDS: dict[str, AcpToolKind] = {
     "read": "read",
@@ -19,7 +20,6 @@ _KINDS: dict[str, AcpToolKind] = {
     "search": "search",
     "other": "other",
 }
-_MAX_TITLE = 120
 _MAX_FILE_BYTES = 8 * 1024 * 1024
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
@@ -49,44 +49,6 @@ def raw_input(arguments: str) -> Any:
         return orjson.loads(arguments)
     except orjson.JSONDecodeError:
         return arguments
-
-
-def title(name: str, arguments: Any) -> str:
-    """``Read src/app.py``, ``Run pytest -q``, ``github: create_issue``…"""
-    args = arguments if isinstance(arguments, dict) else {}
-    path = args.get("path")
-    shown = path if isinstance(path, str) and path else "."
-    text = {
-        "read_file": f"Read {shown}{_lines(args)}",
-        "list_files": f"List {shown}" + (f" ({args['glob']})" if _is_str(args.get("glob")) else ""),
-        "search_text": f"Search {args.get('pattern')!r} in {shown}",
-        "write_file": f"Write {shown}",
-        "edit_file": f"Edit {shown}",
-        "run_command": f"Run {_command(args.get('command'))}",
-    }.get(name)
-    if text is None:
-        server, sep, tool = name.partition("__")
-        text = f"{server}: {tool}" if sep and tool else name
-    return text if len(text) <= _MAX_TITLE else text[: _MAX_TITLE - 1] + "…"
-
-
-def _is_str(value: Any) -> bool:
-    return isinstance(value, str) and bool(value)
-
-
-def _lines(args: dict[str, Any]) -> str:
-    start, end = args.get("startLine"), args.get("endLine")
-    if isinstance(start, int) and isinstance(end, int):
-        return f" (lines {start}-{end})"
-    if isinstance(start, int):
-        return f" (from line {start})"
-    return ""
-
-
-def _command(command: Any) -> str:
-    if isinstance(command, list):
-        return " ".join(str(part) for part in command)
-    return " ".join(str(command).split()) if command else "a command"
 
 
 def starting_call(

@@ -31,6 +31,7 @@ from tether.protocol import ToolCall
 from tether.protocol.kernel import PermissionParams, PermissionResult, PermissionToolCall
 from tether.protocol.tools import ToolKind, ToolSpec
 from tether.tools.base import ToolResult
+from tether.tools.titles import call_title
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +133,12 @@ class Gate:
         params = PermissionParams(
             session_id=self.session_id,
             run_id=self.run_id,
-            tool_call=PermissionToolCall(id=call.id, name=call.name, arguments=call.arguments),
+            tool_call=PermissionToolCall(
+                id=call.id,
+                name=call.name,
+                arguments=call.arguments,
+                title=call_title(call.name, call.arguments),
+            ),
             reason=reason,
         )
         try:

@@ -46,6 +46,7 @@ from tether.providers.base import Completion, ModelRequest, Provider, TextDelta
 from tether.sessions.ids import uuid7
 from tether.sessions.store import SessionStore
 from tether.tools.base import ToolContext, ToolExecutor, ToolResult
+from tether.tools.titles import call_title
 
 Emit = Callable[[ProgressParams], None]
 CANCELLED_RESULT = "cancelled"
@@ -238,6 +239,7 @@ class Run:
                     tool_call_id=call.id,
                     name=call.name,
                     arguments=call.arguments,
+                    title=call_title(call.name, call.arguments),
                     tool_kind=spec.kind if spec is not None else ToolKind.OTHER,
                 )
             )

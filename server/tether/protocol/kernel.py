@@ -112,6 +112,9 @@ class ToolCallStarted(WireModel):
     tool_call_id: str
     name: str
     arguments: str
+    title: str = Field(
+        default="", description="what a person reads: `Read src/app.py`, `Run pytest -q`"
+    )
     # ``kind`` names the event, so the tool's kind is ``toolKind`` on the wire.
     tool_kind: ToolKind = Field(
         default=ToolKind.OTHER, description="the tool's kind (other for a tool not on offer)"
@@ -169,6 +172,7 @@ class PermissionToolCall(WireModel):
     id: str
     name: str
     arguments: str
+    title: str = Field(default="", description="the same title as the call's `tool_call` event")
 
 
 class PermissionParams(WireModel):
