@@ -20,17 +20,8 @@ from typing import Any, TextIO
 
 from tether.client import Run, TetherClient, TetherClientError
 from tether.client.tether_client import PermissionOutcome
-from tether.protocol.kernel import (
-    IterationStarted,
-    MessageDelta,
-    PermissionParams,
-    ProgressParams,
-    RunResult,
-    RunWarning,
-    StopReason,
-    ToolCallStarted,
-    ToolCallUpdate,
-)
+from tether.protocol.kernel import PermissionParams, ProgressParams, RunResult, StopReason
+from tether.terminal import TerminalView, printable
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,7 +39,7 @@ class RunOptions:
 async def run_headless(
     options: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr
 ) -> int:
-    view: _View = _JsonLines(out) if options.json else _Terminal(out, err)
+    view: _View = _JsonLines(out) if options.json else _Terminal(out, err, options.workspace)
     try:
         async with TetherClient.spawn(
             workspace=options.workspace,
@@ -89,8 +80,9 @@ _ANSWERS: dict[str, PermissionOutcome] = {"y": "allow", "a": "allow_always"}
 def _refuse_without_terminal(params: PermissionParams) -> PermissionOutcome:
     """Without a terminal nobody can be asked: refuse, and tell the person how to allow."""
     print(
-        f"tether run: {_printable(params.tool_call.name)} needs approval and there is no "
-        "terminal to ask on; refused (pass --approval auto to allow writes and commands)",
+        f"tether run: {printable(params.tool_call.title or params.tool_call.name)} needs "
+        "approval and there is no terminal to ask on; refused (pass --approval auto to allow "
+        "writes and commands)",
         file=sys.stderr,
         flush=True,
     )
@@ -101,22 +93,12 @@ async def _ask_on_terminal(params: PermissionParams) -> PermissionOutcome:
     """``tool/requestPermission`` answered by the person at the terminal (anything else than
     yes or always is a rejection)."""
     call = params.tool_call
-    why = f" ({_printable(params.reason)})" if params.reason else ""
-    question = (
-        f"\nallow {_printable(call.name)} {_printable(call.arguments)}{why}? "
-        "[y]es / [a]lways / [N]o: "
-    )
+    why = f" ({printable(params.reason)})" if params.reason else ""
+    title = printable(call.title or f"{call.name} {call.arguments}")
+    question = f"\nAllow {title}{why}?  [y] Allow  [a] Always allow  [N] Reject: "
     print(question, end="", file=sys.stderr, flush=True)
     answer = await _read_line()
     return _ANSWERS.get(answer.strip().lower()[:1], "reject")
-
-
-def _printable(text: str) -> str:
-    """``text`` with every control character escaped, so what the model wrote cannot redraw the
-    question (a carriage return is valid JSON whitespace)."""
-    return "".join(
-        char if char.isprintable() else char.encode("unicode_escape").decode() for char in text
-    )
 
 
 async def _read_line() -> str:
@@ -155,9 +137,6 @@ async def _show_progress(view: _View, run: Run) -> None:
         view.event(progress)
 
 
-_MARKS = {"completed": "✓", "failed": "✗", "cancelled": "⊘"}
-
-
 class _View:
     def event(self, progress: ProgressParams) -> None: ...
 
@@ -185,86 +164,25 @@ class _JsonLines(_View):
 
 
 class _Terminal(_View):
-    """The answer on ``out`` as it streams, a line per tool call, and, when ``err`` is a
-    terminal, a status line on it.
+    """The run drawn for a person (:class:`tether.terminal.TerminalView`)."""
 
-    The status line is drawn only at the start of a line and erased before anything else is
-    written, so it never erases or glues itself to the answer when both streams share a screen.
-    """
-
-    def __init__(self, out: TextIO, err: TextIO) -> None:
-        self._out, self._err = out, err
-        self._live = err.isatty()
-        self._mid_line = False
-        self._status_shown = False
-        self._names: dict[str, str] = {}  # tool call id -> tool name
+    def __init__(self, out: TextIO, err: TextIO, workspace: Path) -> None:
+        self._view = TerminalView(out, err, workspace)
 
     def event(self, progress: ProgressParams) -> None:
-        event = progress.event
-        if isinstance(event, MessageDelta):
-            self._write(event.text)
-            self._mid_line = not event.text.endswith("\n")
-        elif isinstance(event, ToolCallStarted):
-            self._names[event.tool_call_id] = event.name
-            self._line(f"→ {event.name} {event.arguments}")
-            self._status(f"running {event.name}")
-        elif isinstance(event, ToolCallUpdate) and event.status in _MARKS:
-            name = self._names.get(event.tool_call_id, event.tool_call_id)
-            error = event.error
-            self._line(f"{_MARKS[event.status]} {name}" + (f": {error}" if error else ""))
-        elif isinstance(event, IterationStarted):
-            self._status(f"iteration {event.iteration}")
-        elif isinstance(event, RunWarning):
-            self._end_line()
-            print(f"tether: warning: {event.message}", file=self._err, flush=True)
+        self._view.event(progress)
 
     def result(self, result: RunResult) -> None:
-        self._end_line()
-        if result.stop_reason is not StopReason.END_TURN:
-            print(f"[stopped: {result.stop_reason}]", file=self._err, flush=True)
+        self._view.result(result)
 
     def error(self, exc: TetherClientError) -> None:
-        self._end_line()
         warnings = exc.data.get("warnings") if isinstance(exc.data, dict) else None
         for warning in warnings if isinstance(warnings, list) else []:
             if isinstance(warning, dict) and isinstance(warning.get("message"), str):
-                print(f"tether: warning: {warning['message']}", file=self._err, flush=True)
-        print(f"tether: error {exc.code}: {exc.message}", file=self._err, flush=True)
+                self._view.note(f"tether: warning: {warning['message']}", "yellow")
+        self._view.note(f"tether: error {exc.code}: {exc.message}", "red")
 
     async def ask(self, params: PermissionParams) -> PermissionOutcome:
-        """The permission question, on a line of its own."""
-        self._end_line()
-        return await _ask_on_terminal(params)
-
-    def _end_line(self) -> None:
-        """Erase the status and finish a partial line of the answer."""
-        self._clear_status()
-        if self._mid_line:
-            self._write("\n")
-            self._mid_line = False
-
-    def _line(self, text: str) -> None:
-        self._end_line()
-        self._write(text + "\n")
-
-    def _write(self, text: str) -> None:
-        self._clear_status()
-        self._out.write(text)
-        self._out.flush()
-
-    def _status(self, text: str) -> None:
-        if not self._live or self._mid_line:
-            return
-        self._clear_status()
-        self._err_write(text)
-        self._status_shown = True
-
-    def _clear_status(self) -> None:
-        if self._status_shown:
-            self._status_shown = False
-            self._err_write("\r\x1b[2K")  # the cursor is on the status line: back and erase
-
-    def _err_write(self, text: str) -> None:
-        with contextlib.suppress(OSError):
-            self._err.write(text)
-            self._err.flush()
+        """The permission question, with the edit's diff, on lines of its own."""
+        self._view.question(params)
+        return _ANSWERS.get((await _read_line()).strip().lower()[:1], "reject")

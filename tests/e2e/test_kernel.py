@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from tether.client import Connection, RpcError
-from tether.headless import _printable
 from tether.protocol import ErrorCode
+from tether.terminal import printable as _printable
 
 from .conftest import SERVER, start_scripted
 
@@ -253,7 +253,7 @@ def test_tether_run_prints_the_streamed_answer_and_a_line_per_tool_call(project:
     )
     assert done.returncode == 0, done.stderr
     assert "main returns 42." in done.stdout
-    assert '→ read_file {"path": "src/app.py"}' in done.stdout and "✓ read_file" in done.stdout
+    assert "→ Read src/app.py" in done.stdout and "✓ Read src/app.py" in done.stdout
 
 
 def write_script(project: Path, path: str) -> Path:
@@ -269,7 +269,7 @@ def test_tether_run_refuses_writes_when_nobody_can_be_asked_and_allows_them_with
     script = write_script(project, "refused.txt")
     refused = tether_run("write", "--workspace", str(project), "--script", str(script))
     assert refused.returncode == 0, refused.stderr
-    assert "✗ write_file" in refused.stdout and "--approval auto" in refused.stderr
+    assert "✗ Write refused.txt" in refused.stdout and "--approval auto" in refused.stderr
     assert not (project / "refused.txt").exists()
 
     script = write_script(project, "allowed.txt")
@@ -297,7 +297,7 @@ def test_tether_run_on_a_terminal_asks_before_a_write(project: Path):
         os.close(terminal)
         os.close(controller)
     assert done.returncode == 0, done.stderr
-    assert "allow write_file" in done.stderr
+    assert "Allow Write asked.txt?" in done.stderr
     assert (project / "asked.txt").read_text() == "hi\n"
 
 
@@ -317,7 +317,7 @@ def test_tether_run_interrupted_at_its_question_exits_without_waiting_for_an_ans
     try:
         assert process.stderr is not None
         asked = ""
-        while "allow write_file" not in asked:  # bounded by the test's timeout
+        while "Allow Write" not in asked:  # bounded by the test's timeout
             chunk = process.stderr.read(1)
             assert chunk, "tether run ended without asking"
             asked += chunk

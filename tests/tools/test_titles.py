@@ -15,6 +15,7 @@ from tether.tools.titles import call_title
             '{"path": "src/app.py", "startLine": 3, "endLine": 9}',
             "Read src/app.py (lines 3-9)",
         ),
+        ("read_file", '{"path": "README.md", "endLine": 12}', "Read README.md (lines 1-12)"),
         ("list_files", '{"path": "src", "glob": "*.py"}', "List src (*.py)"),
         ("search_text", '{"pattern": "TODO"}', "Search 'TODO' in ."),
         ("write_file", '{"path": "a.txt", "content": "x"}', "Write a.txt"),

@@ -49,6 +49,8 @@ def _lines(args: dict[str, Any]) -> str:
         return f" (lines {start}-{end})"
     if isinstance(start, int):
         return f" (from line {start})"
+    if isinstance(end, int):
+        return f" (lines 1-{end})"
     return ""
 
 
