@@ -4,7 +4,8 @@
 --
 -- Positions are extmarks, so text the user types (or deletes) anywhere does not misplace what the
 -- server streams: the separator carries a mark whose row is the end of the transcript, and each
--- tool line carries one (left gravity: rewriting the line keeps the mark on it).
+-- tool line carries one at its start (lines inserted before it move it down; rewriting the line
+-- would move it to the next one, so it is put back after each rewrite).
 local M = {}
 
 local views = {} -- sessionId -> view
@@ -71,9 +72,9 @@ local function create(session)
   vim.bo[buf].swapfile = false
   vim.bo[buf].filetype = 'markdown'
   pcall(vim.api.nvim_buf_set_name, buf, 'tether://' .. id)
-  vim.api.nvim_buf_set_lines(buf, 0, -1, false, { '# tether: ' .. (session.title or id), '', M.SEPARATOR, '' })
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, { '# tether: ' .. (session.title or id), M.SEPARATOR, '' })
   local view = { buf = buf, session = session, tools = {}, text_open = false }
-  view.separator = vim.api.nvim_buf_set_extmark(buf, ns, 2, 0, { hl_group = 'Comment', end_col = #M.SEPARATOR })
+  view.separator = vim.api.nvim_buf_set_extmark(buf, ns, 1, 0, { hl_group = 'Comment', end_col = #M.SEPARATOR })
   views[id] = view
   by_buf[buf] = view
   local group = vim.api.nvim_create_augroup('tether_chat_' .. buf, { clear = true })
@@ -91,6 +92,7 @@ local function create(session)
     buffer = buf,
     callback = function()
       by_buf[buf] = nil
+      fold_cache[buf] = nil
       if views[id] == view then
         views[id] = nil
       end
@@ -285,7 +287,7 @@ function M.tool_call(view, event)
     status = event.status or 'pending',
   }
   local row = append(view, { tool_line(tool) })
-  tool.mark = vim.api.nvim_buf_set_extmark(view.buf, ns, row, 0, { right_gravity = false })
+  tool.mark = vim.api.nvim_buf_set_extmark(view.buf, ns, row, 0, {})
   view.tools[event.toolCallId] = tool
   return tool
 end
@@ -304,6 +306,7 @@ function M.tool_update(view, event)
   local row = mark_row(view, tool.mark)
   local open = view.text_open
   set_lines(view, row, row + 1, { tool_line(tool) })
+  vim.api.nvim_buf_set_extmark(view.buf, ns, row, 0, { id = tool.mark })
   view.text_open = open
   if event.diff and event.diff ~= '' then
     set_body(view, tool, 'diff', event.diff)
