@@ -104,8 +104,10 @@ def test_a_follow_up_typed_in_the_prompt_area_is_sent_with_enter(
     send_from_prompt_area(editor, "first question")
     editor.wait_text("-- end_turn")
     send_from_prompt_area(editor, "and a follow-up")
-    editor.wait("#vim.tbl_filter(function(n) return n == 'tether: run finished: end_turn' end,"
-                " _G.notes) == 2")
+    editor.wait(
+        "#vim.tbl_filter(function(n) return n == 'tether: run finished: end_turn' end,"
+        " _G.notes) == 2"
+    )
     lines = editor.transcript()
     assert lines[1:] == [
         "",
@@ -126,9 +128,7 @@ def test_a_follow_up_typed_in_the_prompt_area_is_sent_with_enter(
     assert users == ["first question", "and a follow-up"]
     # <CR> with an empty prompt area sends nothing.
     editor.nvim.input("<CR>")
-    editor.wait(
-        "vim.tbl_contains(_G.notes, 'tether: type a message under the prompt line first')"
-    )
+    editor.wait("vim.tbl_contains(_G.notes, 'tether: type a message under the prompt line first')")
 
 
 def test_ask_with_a_range_sends_the_selected_lines_as_context(
@@ -383,7 +383,14 @@ def test_a_fork_shows_the_inherited_history_and_takes_follow_ups(
     assert editor.transcript() == ["# tether: first", "", "> hi", "", "Hello."]
     send_from_prompt_area(editor, "go on")
     editor.wait_text("-- end_turn")
-    assert editor.transcript()[-6:] == ["", "> go on", "", "In the fork.", "", "-- end_turn (1 iteration)"]
+    assert editor.transcript()[-6:] == [
+        "",
+        "> go on",
+        "",
+        "In the fork.",
+        "",
+        "-- end_turn (1 iteration)",
+    ]
     assert [m["content"] for m in editor.history()] == ["hi", "Hello.", "go on", "In the fork."]
 
 

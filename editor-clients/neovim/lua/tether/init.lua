@@ -161,6 +161,8 @@ function M.request_permission(params, respond, id)
     ui.proposed_diff(view, call.id, M.proposed_diff(view.session, call))
   end
   local question = 'tether: ' .. title .. (params.reason and (' — ' .. params.reason) or '') .. '?'
+  -- The default vim.ui.select blocks in inputlist(): draw the diff before it does.
+  vim.cmd('redraw')
   vim.ui.select(choices, {
     prompt = question,
     kind = 'tether.permission',
@@ -467,7 +469,7 @@ function M.fork(title)
   end
   request('session/fork', { sessionId = session.sessionId, title = title }, function(fork)
     open(fork)
-    notify('forked into ' .. (fork.title or fork.sessionId))
+    notify('forked into ' .. (fork.title or ('session ' .. fork.sessionId:sub(1, 8))))
   end)
 end
 

@@ -72,7 +72,8 @@ local function create(session)
   vim.bo[buf].swapfile = false
   vim.bo[buf].filetype = 'markdown'
   pcall(vim.api.nvim_buf_set_name, buf, 'tether://' .. id)
-  vim.api.nvim_buf_set_lines(buf, 0, -1, false, { '# tether: ' .. (session.title or id), M.SEPARATOR, '' })
+  local heading = session.title and ('# tether: ' .. session.title) or ('# tether session ' .. id:sub(1, 8))
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, { heading, M.SEPARATOR, '' })
   local view = { buf = buf, session = session, tools = {}, text_open = false }
   view.separator = vim.api.nvim_buf_set_extmark(buf, ns, 1, 0, { hl_group = 'Comment', end_col = #M.SEPARATOR })
   views[id] = view
@@ -120,7 +121,10 @@ function M.view(session, show)
   end
   view.session = session
   if show and vim.fn.bufwinid(view.buf) == -1 then
-    vim.cmd('botright split')
+    -- In a chat window, the session replaces the one shown there (a fork, a picked session).
+    if not by_buf[vim.api.nvim_get_current_buf()] or by_buf[vim.api.nvim_get_current_buf()] == view then
+      vim.cmd('botright split')
+    end
     vim.api.nvim_win_set_buf(0, view.buf)
     set_window_options(0)
     vim.api.nvim_win_set_cursor(0, { vim.api.nvim_buf_line_count(view.buf), 0 })
