@@ -450,3 +450,53 @@ def test_approval_deny_refuses_writes(start_editor: StartEditor, project: Path) 
     assert not (project / "notes.txt").exists()
     assert editor.lua("return _G.questions") == []
     assert any(line.startswith("  [failed] Write notes.txt — ") for line in editor.transcript())
+
+
+def test_with_two_questions_open_a_cancelled_run_withdraws_only_its_own(
+    start_editor: StartEditor, project: Path
+) -> None:
+    # Runs in two sessions each wait on a question; cancelling one run withdraws its question
+    # (the server names the request), and the other is still answered.
+    editor = start_editor(
+        [
+            {"toolCalls": [call("a", "write_file", path="a.txt", content="a\n")]},
+            {"toolCalls": [call("b", "write_file", path="b.txt", content="b\n")]},
+            {"text": "A done."},
+        ]
+    )
+    editor.lua(
+        """
+        _G.choose = {}
+        vim.ui.select = function(items, opts, on_choice)
+          _G.choose[opts.prompt] = function() on_choice(items[1]) end
+        end
+        """
+    )
+    editor.nvim.command("TetherNew A")
+    editor.wait("require('tether').buffer() ~= nil")
+    editor.nvim.command("TetherAsk write a")
+    editor.wait("_G.choose['tether: Write a.txt?'] ~= nil")
+    a_buf = editor.lua("return require('tether').buffer()")
+    editor.nvim.command("TetherNew B")
+    editor.wait(f"require('tether').buffer() ~= {a_buf}")
+    editor.nvim.command("TetherAsk write b")
+    editor.wait("_G.choose['tether: Write b.txt?'] ~= nil")
+    assert editor.lua("return vim.tbl_count(require('tether')._state.prompts)") == 2
+    editor.nvim.command("TetherCancel")
+    editor.wait_text("-- cancelled", timeout_ms=10000)
+    editor.wait(
+        "vim.tbl_contains(_G.notes,"
+        " 'tether: the permission request for Write b.txt was withdrawn (the run ended)')"
+    )
+    assert editor.lua("return vim.tbl_count(require('tether')._state.prompts)") == 1
+    editor.lua("_G.choose['tether: Write b.txt?']() _G.choose['tether: Write a.txt?']()")
+    editor.wait(
+        f"vim.tbl_contains(vim.api.nvim_buf_get_lines({a_buf}, 0, -1, false),"
+        " '-- end_turn (2 iterations)')"
+    )
+    assert (project / "a.txt").read_text() == "a\n"
+    assert not (project / "b.txt").exists()
+    withdrawn = [n for n in editor.lua("return _G.notes") if "withdrawn" in n]
+    assert withdrawn == [
+        "tether: the permission request for Write b.txt was withdrawn (the run ended)"
+    ]

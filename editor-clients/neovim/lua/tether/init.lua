@@ -450,7 +450,8 @@ function M.sessions()
     vim.ui.select(result.sessions, {
       prompt = 'tether sessions',
       format_item = function(s)
-        return string.format('%s  (%d messages, %s)', s.title or s.sessionId, s.messageCount, s.updatedAt)
+        local title = s.title or ('untitled ' .. s.sessionId:sub(1, 8))
+        return string.format('%s  (%d messages, %s)', title, s.messageCount, s.updatedAt)
       end,
     }, function(session)
       if session then

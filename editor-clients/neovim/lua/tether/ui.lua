@@ -235,7 +235,7 @@ local function highlight_diff(view, first, lines)
       group = 'DiffText'
     end
     if group then
-      vim.api.nvim_buf_add_highlight(view.buf, diff_ns, group, first + i - 1, 0, -1)
+      vim.api.nvim_buf_set_extmark(view.buf, diff_ns, first + i - 1, 0, { end_col = #line, hl_group = group })
     end
   end
 end
