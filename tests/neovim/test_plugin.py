@@ -500,3 +500,17 @@ def test_with_two_questions_open_a_cancelled_run_withdraws_only_its_own(
     assert withdrawn == [
         "tether: the permission request for Write b.txt was withdrawn (the run ended)"
     ]
+
+
+def test_under_auto_a_write_to_a_protected_path_is_still_asked_with_its_reason(
+    start_editor: StartEditor, project: Path
+) -> None:
+    protected = call("p", "write_file", path=".tether/notes.md", content="x\n")
+    editor = start_editor([{"toolCalls": [protected]}, {"text": "Fine."}], approval="auto")
+    editor.lua(ANSWER_WITH, "Reject")
+    editor.nvim.command("TetherAsk Write there")
+    editor.wait_text("-- end_turn")
+    [question] = editor.lua("return _G.questions")
+    assert question["prompt"].startswith("tether: Write .tether/notes.md — ")
+    assert ".tether/" in question["prompt"].split(" — ", 1)[1]
+    assert not (project / ".tether" / "notes.md").exists()

@@ -5,7 +5,7 @@
 -- the server's stderr only to lsp.log, so a server that cannot start (`No module named tether`)
 -- looks like a silent timeout. Here a server request gets a `respond` function that may be called
 -- later (exactly once), and stderr is kept to explain an exit.
-local uv = vim.loop
+local uv = vim.uv or vim.loop
 
 local M = {}
 
