@@ -514,3 +514,20 @@ def test_under_auto_a_write_to_a_protected_path_is_still_asked_with_its_reason(
     assert question["prompt"].startswith("tether: Write .tether/notes.md — ")
     assert ".tether/" in question["prompt"].split(" — ", 1)[1]
     assert not (project / ".tether" / "notes.md").exists()
+
+
+def test_a_long_tool_output_is_cut_under_its_line(start_editor: StartEditor, project: Path) -> None:
+    # Long enough that the server's message arrives in several pieces on the pipe.
+    (project / "big.txt").write_text("".join(f"line {n} " + "x" * 80 + "\n" for n in range(1, 901)))
+    editor = start_editor(
+        [{"toolCalls": [call("r", "read_file", path="big.txt")]}, {"text": "Long."}]
+    )
+    editor.nvim.command("TetherAsk Read it")
+    editor.wait_text("-- end_turn")
+    lines = editor.transcript()
+    at = lines.index("  [completed] Read big.txt")
+    body = lines[at + 1 : lines.index("Long.")]
+    assert len(body) == 201
+    assert body[0].split("\t") == ["      1", "line 1 " + "x" * 80]
+    assert body[199].split("\t") == ["    200", "line 200 " + "x" * 80]
+    assert body[200].startswith("    … ") and body[200].endswith(" more lines")
