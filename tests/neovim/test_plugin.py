@@ -149,10 +149,11 @@ def test_ask_with_a_range_sends_the_selected_lines_as_context(
 
 
 def test_cancel_stops_a_long_run(start_editor: StartEditor) -> None:
-    editor = start_editor([{"text": "never", "delay": 30}])
+    # The first word streams, then the turn waits 30 s: the run is surely going on the server.
+    editor = start_editor([{"text": "Thinking slowly", "delay": 30}])
     editor.nvim.command("TetherAsk Take your time")
     editor.wait("require('tether').running()")
-    editor.wait_text("> Take your time")
+    editor.wait_text("Thinking")
     editor.nvim.command("TetherAsk again")
     editor.wait(
         "vim.tbl_contains(_G.notes,"
@@ -161,7 +162,7 @@ def test_cancel_stops_a_long_run(start_editor: StartEditor) -> None:
     editor.nvim.command("TetherCancel")
     editor.wait_text("-- cancelled", timeout_ms=10000)
     assert not editor.lua("return require('tether').running()")
-    assert "never" not in editor.lines()
+    assert "slowly" not in editor.text()
 
 
 def test_an_allowed_write_is_asked_with_its_title_and_diff_and_then_runs(
@@ -341,6 +342,10 @@ def test_a_buffer_closed_with_bdelete_reopens_with_its_transcript(
     editor.wait_text("Bye.")
     # The same transcript, from session/messages (the run's end line is not a message).
     assert editor.transcript() == live[:-2]
+    session_id = editor.lua("return require('tether')._state.session.sessionId")
+    assert editor.lua("return vim.api.nvim_buf_get_name(require('tether').buffer())") == (
+        f"tether://{session_id}"
+    )
     assert editor.transcript()[:3] == ["# tether: first", "", "> hi"]
     assert "  [completed] Read README.md" in editor.transcript()
     assert "    1\t# Demo" in editor.transcript()

@@ -55,8 +55,8 @@ end
 --- A question whose call already ended (cancelled while it waited) or whose run finished is stale.
 local function withdraw_settled(params)
   local event = params.event
-  for _, prompt in pairs(vim.deepcopy(state.prompts)) do
-    prompt = state.prompts[prompt.id]
+  for _, id in ipairs(vim.tbl_keys(state.prompts)) do
+    local prompt = state.prompts[id]
     if prompt and prompt.session_id == params.sessionId and prompt.run_id == params.runId then
       if event.kind == 'run_finished'
         or (event.kind == 'tool_call_update' and event.toolCallId == prompt.call_id

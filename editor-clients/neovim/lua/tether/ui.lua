@@ -71,7 +71,14 @@ local function create(session)
   vim.bo[buf].bufhidden = 'hide'
   vim.bo[buf].swapfile = false
   vim.bo[buf].filetype = 'markdown'
-  pcall(vim.api.nvim_buf_set_name, buf, 'tether://' .. id)
+  local name = 'tether://' .. id
+  for _, old in ipairs(vim.api.nvim_list_bufs()) do
+    -- The buffer :bdelete left behind (unloaded) still holds the name.
+    if old ~= buf and vim.api.nvim_buf_get_name(old) == name and not vim.api.nvim_buf_is_loaded(old) then
+      pcall(vim.api.nvim_buf_delete, old, { force = true })
+    end
+  end
+  pcall(vim.api.nvim_buf_set_name, buf, name)
   local heading = session.title and ('# tether: ' .. session.title) or ('# tether session ' .. id:sub(1, 8))
   vim.api.nvim_buf_set_lines(buf, 0, -1, false, { heading, M.SEPARATOR, '' })
   local view = { buf = buf, session = session, tools = {}, text_open = false }
