@@ -362,7 +362,7 @@ def test_a_buffer_closed_with_bdelete_reopens_with_its_transcript(
     )
     editor.nvim.command("TetherSessions")
     editor.wait("_G.picked ~= nil")
-    assert editor.lua("return _G.picked").startswith("first  (4 messages, ")
+    assert editor.lua("return _G.picked") == "first  (4 messages, just now)"
     editor.wait_text("Bye.")
     assert editor.transcript() == live[:-2]
 
@@ -536,3 +536,29 @@ def test_a_long_tool_output_is_cut_under_its_line(start_editor: StartEditor, pro
     assert body[0].split("\t") == ["      1", "line 1 " + "x" * 80]
     assert body[199].split("\t") == ["    200", "line 200 " + "x" * 80]
     assert body[200].startswith("    … ") and body[200].endswith(" more lines")
+
+
+def test_the_session_list_says_how_long_ago_a_session_changed(start_editor: StartEditor) -> None:
+    editor = start_editor([])
+    now = editor.lua("return os.time()")
+    ago = editor.lua(
+        """
+        local now = ...
+        local function iso(t) return os.date('!%Y-%m-%dT%H:%M:%S', t) .. '.123456Z' end
+        local tether = require('tether')
+        return { tether.ago(iso(now - 5), now), tether.ago(iso(now - 300), now),
+          tether.ago(iso(now - 3 * 3600), now), tether.ago(iso(now - 2 * 86400), now),
+          tether.ago('yesterday', now) }
+        """,
+        now,
+    )
+    assert ago == ["just now", "5 min ago", "3 h ago", "2 d ago", "yesterday"]
+
+
+def test_the_end_of_a_run_shows_the_tokens_it_used(start_editor: StartEditor) -> None:
+    editor = start_editor(
+        [{"text": "Counted.", "usage": {"inputTokens": 1200, "outputTokens": 34}}]
+    )
+    editor.nvim.command("TetherAsk count")
+    editor.wait_text("-- end_turn")
+    assert editor.transcript()[-1] == "-- end_turn (1 iteration, 1200 tokens in, 34 out)"

@@ -440,6 +440,28 @@ function M.cancel(buf)
   end)
 end
 
+--- How long ago an ISO 8601 UTC time (`2026-11-23T22:55:01.421572Z`) was: `just now`, `5 min ago`,
+--- `3 h ago`, `2 d ago` (the time itself when it cannot be read).
+function M.ago(iso, now)
+  local y, mo, d, h, mi, sec = tostring(iso):match('^(%d+)-(%d+)-(%d+)T(%d+):(%d+):(%d+)')
+  if not y then
+    return tostring(iso)
+  end
+  now = now or os.time()
+  -- os.time reads a table as local time: shift by the local offset to read it as UTC.
+  local offset = os.time(os.date('*t', now)) - os.time(os.date('!*t', now))
+  local t = os.time({ year = y, month = mo, day = d, hour = h, min = mi, sec = sec }) + offset
+  local seconds = math.max(0, now - t)
+  if seconds < 60 then
+    return 'just now'
+  elseif seconds < 3600 then
+    return string.format('%d min ago', seconds / 60)
+  elseif seconds < 86400 then
+    return string.format('%d h ago', seconds / 3600)
+  end
+  return string.format('%d d ago', seconds / 86400)
+end
+
 --- :TetherSessions — pick a session; its chat buffer opens and it becomes the current one.
 function M.sessions()
   request('session/list', {}, function(result)
@@ -451,7 +473,7 @@ function M.sessions()
       prompt = 'tether sessions',
       format_item = function(s)
         local title = s.title or ('untitled ' .. s.sessionId:sub(1, 8))
-        return string.format('%s  (%d messages, %s)', title, s.messageCount, s.updatedAt)
+        return string.format('%s  (%d messages, %s)', title, s.messageCount, M.ago(s.updatedAt))
       end,
     }, function(session)
       if session then

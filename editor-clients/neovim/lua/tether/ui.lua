@@ -344,8 +344,16 @@ end
 
 function M.finished(view, result)
   local line = '-- ' .. (result.stopReason or 'done')
+  local facts = {}
   if result.iterations then
-    line = line .. string.format(' (%d iteration%s)', result.iterations, result.iterations == 1 and '' or 's')
+    table.insert(facts, string.format('%d iteration%s', result.iterations, result.iterations == 1 and '' or 's'))
+  end
+  local usage = result.usage
+  if usage and ((usage.inputTokens or 0) + (usage.outputTokens or 0)) > 0 then
+    table.insert(facts, string.format('%d tokens in, %d out', usage.inputTokens or 0, usage.outputTokens or 0))
+  end
+  if #facts > 0 then
+    line = line .. ' (' .. table.concat(facts, ', ') .. ')'
   end
   append(view, { '', line })
 end
