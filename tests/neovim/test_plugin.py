@@ -562,3 +562,14 @@ def test_the_end_of_a_run_shows_the_tokens_it_used(start_editor: StartEditor) ->
     editor.nvim.command("TetherAsk count")
     editor.wait_text("-- end_turn")
     assert editor.transcript()[-1] == "-- end_turn (1 iteration, 1200 tokens in, 34 out)"
+
+
+def test_a_file_opened_in_the_chat_window_does_not_inherit_its_folds(
+    start_editor: StartEditor, project: Path
+) -> None:
+    editor = start_editor([])
+    editor.nvim.command("TetherChat")
+    editor.wait("require('tether').buffer() ~= nil")
+    assert editor.lua("return vim.wo.foldmethod") == "expr"
+    editor.nvim.command(f"edit {project / 'src' / 'app.py'}")
+    assert editor.lua("return { vim.wo.foldmethod, vim.wo.linebreak }") == ["manual", False]

@@ -55,13 +55,17 @@ local function append(view, lines)
   return row
 end
 
+--- Folds of tool output, wrapped lines: local to the chat buffer in that window (:setlocal), so a
+--- file opened later in the window does not inherit them.
 local function set_window_options(win)
-  vim.wo[win].foldmethod = 'expr'
-  vim.wo[win].foldexpr = "luaeval(\"require'tether.ui'.foldexpr(_A)\", v:lnum)"
-  vim.wo[win].foldlevel = 0
-  vim.wo[win].foldenable = true
-  vim.wo[win].wrap = true
-  vim.wo[win].linebreak = true
+  vim.api.nvim_win_call(win, function()
+    vim.opt_local.foldmethod = 'expr'
+    vim.opt_local.foldexpr = "luaeval(\"require'tether.ui'.foldexpr(_A)\", v:lnum)"
+    vim.opt_local.foldlevel = 0
+    vim.opt_local.foldenable = true
+    vim.opt_local.wrap = true
+    vim.opt_local.linebreak = true
+  end)
 end
 
 local function create(session)
