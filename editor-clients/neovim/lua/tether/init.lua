@@ -158,7 +158,8 @@ function M.request_permission(params, respond, id)
     if vim.fn.bufwinid(view.buf) == -1 then
       ui.view(view.session, true)
     end
-    ui.proposed_diff(view, call.id, M.proposed_diff(view.session, call))
+    local ok, diff = pcall(M.proposed_diff, view.session, call)
+    ui.proposed_diff(view, call.id, ok and diff or nil)
   end
   local question = 'tether: ' .. title .. (params.reason and (' — ' .. params.reason) or '') .. '?'
   -- The default vim.ui.select blocks in inputlist(): draw the diff before it does.
