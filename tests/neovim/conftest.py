@@ -4,6 +4,7 @@ real ``tether serve`` with the scripted provider."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -52,13 +53,19 @@ NVIMS = [
     pytest.param(
         system_nvim_07(),
         id="nvim-0.7",
-        marks=pytest.mark.skipif(system_nvim_07() is None, reason="no nvim 0.7 on PATH"),
+        # CI installs Debian's neovim and sets TETHER_REQUIRE_NVIM_07: there, a missing 0.7 fails.
+        marks=pytest.mark.skipif(
+            system_nvim_07() is None and not os.environ.get("TETHER_REQUIRE_NVIM_07"),
+            reason="no nvim 0.7 on PATH",
+        ),
     ),
 ]
 
 
 @pytest.fixture(params=NVIMS)
 def nvim_binary(request: pytest.FixtureRequest) -> str:
+    if request.param is None:
+        pytest.fail("TETHER_REQUIRE_NVIM_07 is set but `nvim` on PATH is not Neovim 0.7")
     return str(request.param)
 
 
@@ -83,12 +90,38 @@ class Editor:
             )
 
     def lines(self) -> list[str]:
+        """Every line of the current session's chat buffer."""
         return list(
             self.lua(
                 "local b = require('tether').buffer()"
                 " return b and vim.api.nvim_buf_get_lines(b, 0, -1, false) or {}"
             )
         )
+
+    def transcript(self) -> list[str]:
+        """The lines of the chat buffer above the prompt separator."""
+        lines = self.lines()
+        separator = self.lua("return require('tether.ui').SEPARATOR")
+        assert lines.count(separator) == 1, lines
+        return lines[: lines.index(separator)]
+
+    def prompt_area(self) -> list[str]:
+        """The lines of the chat buffer below the prompt separator."""
+        lines = self.lines()
+        return lines[lines.index(self.lua("return require('tether.ui').SEPARATOR")) + 1 :]
+
+    def history(self) -> list[dict[str, Any]]:
+        """What the server holds for the current session (session/messages)."""
+        self.lua(
+            """
+            _G.history = nil
+            local sid = require('tether')._state.session.sessionId
+            require('tether')._state.client:request('session/messages',
+              { sessionId = sid, limit = 1000 }, function(err, result) _G.history = result end)
+            """
+        )
+        self.wait("_G.history ~= nil")
+        return list(self.lua("return _G.history.messages"))
 
     def text(self) -> str:
         return "\n".join(self.lines())
@@ -105,11 +138,16 @@ class Editor:
 
 @pytest.fixture
 def start_editor(
-    nvim_binary: str, project: Path, tmp_path: Path
-) -> Iterator[Callable[[list[dict[str, Any]]], Editor]]:
+    nvim_binary: str, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[..., Editor]]:
+    # The server Neovim starts keeps its sessions and reads its config under these, not the user's.
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     editors: list[Editor] = []
 
-    def start(turns: list[dict[str, Any]], approval: str = "ask") -> Editor:
+    def start(
+        turns: list[dict[str, Any]], approval: str = "ask", cmd: list[str] | None = None
+    ) -> Editor:
         script = tmp_path / "script.json"
         script.write_text(json.dumps(turns))
         nvim = pynvim.attach(
@@ -139,7 +177,7 @@ def start_editor(
               approval = approval,
             })
             """,
-            SERVER,
+            cmd or SERVER,
             str(script),
             approval,
         )

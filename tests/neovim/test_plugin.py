@@ -1,9 +1,13 @@
-"""The Neovim plugin, headless, against the real server with the scripted provider."""
+"""The Neovim plugin, headless, against the real server with the scripted provider, on Neovim 0.11
+and on Neovim 0.7 (Debian's): every permission question here is a real ``tool/requestPermission``
+from ``tether serve`` answered through the plugin's rpc client."""
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from .conftest import Editor
@@ -15,7 +19,37 @@ def call(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:
     return {"id": call_id, "name": name, "arguments": json.dumps(arguments)}
 
 
-def test_the_buffer_shows_the_streamed_answer_and_tool_lines_reach_completed(
+# A user who answers every permission question with the button of that label, and what was shown.
+ANSWER_WITH = """
+local label = ...
+_G.questions = {}
+vim.ui.select = function(items, opts, on_choice)
+  local labels = {}
+  for _, item in ipairs(items) do table.insert(labels, opts.format_item(item)) end
+  local buf = require('tether').buffer()
+  table.insert(_G.questions, { prompt = opts.prompt, labels = labels, kind = opts.kind,
+    buffer = vim.api.nvim_buf_get_lines(buf, 0, -1, false) })
+  vim.schedule(function()
+    for _, item in ipairs(items) do
+      if opts.format_item(item) == label then return on_choice(item) end
+    end
+    on_choice(nil)
+  end)
+end
+"""
+
+WRITE_NOTES = call("w1", "write_file", path="notes.txt", content="hello\nworld\n")
+
+
+def send_from_prompt_area(editor: Editor, text: str) -> None:
+    """Type into the chat buffer's prompt area (its last line) and press <CR> in normal mode."""
+    editor.lua(
+        "local win = vim.fn.bufwinid(require('tether').buffer()) vim.api.nvim_set_current_win(win)"
+    )
+    editor.nvim.input("Go" + text + "<Esc><CR>")
+
+
+def test_the_chat_buffer_shows_the_streamed_answer_titles_and_folded_tool_output(
     start_editor: StartEditor,
 ) -> None:
     editor = start_editor(
@@ -27,81 +61,99 @@ def test_the_buffer_shows_the_streamed_answer_and_tool_lines_reach_completed(
             {"text": "It is a demo project.\nSecond line."},
         ]
     )
-    # Record the tool line of each status update as the buffer shows it.
-    editor.lua(
-        """
-        local ui = require('tether.ui')
-        local update = ui.tool_update
-        _G.tool_lines = {}
-        ui.tool_update = function(view, event)
-          update(view, event)
-          local row = view.tools[event.toolCallId].row
-          table.insert(_G.tool_lines, vim.api.nvim_buf_get_lines(view.buf, row, row + 1, false)[1])
-        end
-        """
-    )
     editor.nvim.command("TetherNew demo")
     editor.wait("require('tether').buffer() ~= nil")
     editor.nvim.command("TetherAsk What is this?")
     editor.wait_text("-- end_turn")
 
-    lines = editor.lines()
-    assert lines[0] == "# tether: demo"
-    assert "> What is this?" in lines
-    assert "Let me look." in lines
-    assert "  [completed] list_files {}" in lines
-    assert '  [completed] read_file {"path": "README.md"}' in lines
-    assert lines.index("  [completed] list_files {}") > lines.index("Let me look.")
+    lines = editor.transcript()
+    assert lines[:4] == ["# tether: demo", "", "> What is this?", ""]
+    assert lines[4] == "Let me look."
+    assert lines[5] == "  [completed] List ."
+    read = lines.index("  [completed] Read README.md")
+    assert lines[read + 1 : read + 3] == ["    1\t# Demo", "    2\tA small project."]
     assert lines[-4:] == ["It is a demo project.", "Second line.", "", "-- end_turn (2 iterations)"]
-    tool_lines = editor.lua("return _G.tool_lines")
-    for line in ("  [in_progress] list_files {}", "  [completed] list_files {}"):
-        assert tool_lines.count(line) == 1
-    assert tool_lines.index("  [in_progress] list_files {}") < tool_lines.index(
-        "  [completed] list_files {}"
+    assert editor.prompt_area() == [""]
+    # Each tool's output is a closed fold under its tool line; the other lines are not folded.
+    folds = editor.lua(
+        """
+        local read = ...
+        local win = vim.fn.bufwinid(require('tether').buffer())
+        return vim.api.nvim_win_call(win, function()
+          return { vim.fn.foldclosed(read + 2), vim.fn.foldclosed(read + 3),
+            vim.fn.foldclosed(read + 1), vim.fn.foldclosed(read + 4), vim.fn.foldlevel(read + 2) }
+        end)
+        """,
+        read,
     )
-    # The buffer is shown in a window, and is a scratch buffer.
+    assert folds == [read + 2, read + 2, -1, -1, 1]
     assert editor.lua("return vim.fn.bufwinid(require('tether').buffer()) ~= -1")
     assert editor.lua("return vim.bo[require('tether').buffer()].buftype") == "nofile"
     notes = editor.lua("return _G.notes")
     assert "tether: iteration 1" in notes
-    assert "tether: tool read_file" in notes
+    assert "tether: tool Read README.md" in notes
     assert "tether: run finished: end_turn" in notes
 
 
+def test_a_follow_up_typed_in_the_prompt_area_is_sent_with_enter(
+    start_editor: StartEditor,
+) -> None:
+    editor = start_editor([{"text": "First answer."}, {"text": "Second answer."}])
+    editor.nvim.command("TetherChat")
+    editor.wait("require('tether').buffer() ~= nil")
+    send_from_prompt_area(editor, "first question")
+    editor.wait_text("-- end_turn")
+    send_from_prompt_area(editor, "and a follow-up")
+    editor.wait(
+        "#vim.tbl_filter(function(n) return n == 'tether: run finished: end_turn' end,"
+        " _G.notes) == 2"
+    )
+    lines = editor.transcript()
+    assert lines[1:] == [
+        "",
+        "> first question",
+        "",
+        "First answer.",
+        "",
+        "-- end_turn (1 iteration)",
+        "",
+        "> and a follow-up",
+        "",
+        "Second answer.",
+        "",
+        "-- end_turn (1 iteration)",
+    ]
+    assert editor.prompt_area() == [""]
+    users = [m["content"] for m in editor.history() if m["role"] == "user"]
+    assert users == ["first question", "and a follow-up"]
+    # <CR> with an empty prompt area sends nothing.
+    editor.nvim.input("<CR>")
+    editor.wait("vim.tbl_contains(_G.notes, 'tether: type a message under the prompt line first')")
+
+
 def test_ask_with_a_range_sends_the_selected_lines_as_context(
-    start_editor: StartEditor, project: Any
+    start_editor: StartEditor, project: Path
 ) -> None:
     editor = start_editor([{"text": "Seen."}])
     editor.nvim.command(f"edit {project / 'src' / 'app.py'}")
     editor.nvim.command("1,2TetherAsk Explain")
     editor.wait_text("-- end_turn")
-    text = editor.text()
+    text = "\n".join(editor.transcript())
     assert "> Explain" in text
     assert "> src/app.py lines 1-2:" in text
     assert ">     return 42" in text
-    # What the server recorded is the same prompt.
-    session_id = editor.lua("return require('tether')._state.session.sessionId")
-    editor.lua(
-        """
-        local sid = ...
-        _G.history = nil
-        require('tether')._state.client:request('session/messages', { sessionId = sid },
-          function(err, result) _G.history = result end)
-        """,
-        session_id,
-    )
-    editor.wait("_G.history ~= nil")
-    messages = editor.lua("return _G.history.messages")
+    messages = editor.history()
     assert messages[0]["role"] == "user"
     assert messages[0]["content"].startswith("Explain\n\nsrc/app.py lines 1-2:\n```python\n")
     assert "def main():\n    return 42\n```" in messages[0]["content"]
 
 
 def test_cancel_stops_a_long_run(start_editor: StartEditor) -> None:
-    editor = start_editor([{"text": "never", "delay": 30}])
+    # The first word streams, then the turn waits 30 s: the run is surely going on the server.
+    editor = start_editor([{"text": "Thinking slowly", "delay": 30}])
     editor.nvim.command("TetherAsk Take your time")
     editor.wait("require('tether').running()")
-    editor.wait_text("> Take your time")
+    editor.wait_text("Thinking")
     editor.nvim.command("TetherAsk again")
     editor.wait(
         "vim.tbl_contains(_G.notes,"
@@ -110,114 +162,37 @@ def test_cancel_stops_a_long_run(start_editor: StartEditor) -> None:
     editor.nvim.command("TetherCancel")
     editor.wait_text("-- cancelled", timeout_ms=10000)
     assert not editor.lua("return require('tether').running()")
-    assert "never" not in editor.lines()
+    assert "slowly" not in editor.text()
 
 
-def test_a_permission_request_is_answered_through_vim_ui_select(start_editor: StartEditor) -> None:
-    # The server does not send tool/requestPermission yet: the handler the rpc layer calls for it
-    # is invoked directly, in a coroutine as the rpc layer does, with vim.ui.select stubbed.
-    editor = start_editor([])
-    result = editor.lua(
-        """
-        local pick = ...
-        local tether = require('tether')
-        _G.prompts, _G.answers = {}, {}
-        vim.ui.select = function(items, opts, on_choice)
-          local labels = {}
-          for _, item in ipairs(items) do table.insert(labels, opts.format_item(item)) end
-          table.insert(_G.prompts, { prompt = opts.prompt, labels = labels })
-          vim.schedule(function() on_choice(items[pick]) end)
-        end
-        local params = { sessionId = 's', runId = 'r',
-          toolCall = { id = 'c1', name = 'read_file', arguments = '{"path":"a.txt"}' } }
-        for i = 1, 2 do
-          coroutine.wrap(function()
-            table.insert(_G.answers, tether.request_permission(params))
-          end)()
-        end
-        vim.wait(5000, function() return #_G.answers == 2 end, 10)
-        return { prompts = _G.prompts, answers = _G.answers }
-        """,
-        2,
-    )
-    assert result["prompts"][0] == {
-        "prompt": 'tether: run read_file {"path":"a.txt"}?',
-        "labels": ["Allow", "Always", "Reject"],
-    }
-    assert result["answers"][0] == {"outcome": "allow_always"}
-    # The second request was asked before the first answer; once "Always" is given, later
-    # requests for that tool are allowed without a prompt.
-    later = editor.lua(
-        """
-        local n = #_G.prompts
-        local answer
-        coroutine.wrap(function()
-          answer = require('tether').request_permission({ toolCall = { name = 'read_file' } })
-        end)()
-        return { answer = answer, prompted = #_G.prompts - n }
-        """
-    )
-    assert later == {"answer": {"outcome": "allow"}, "prompted": 0}
-
-
-def test_reject_is_the_answer_when_the_prompt_is_dismissed(start_editor: StartEditor) -> None:
-    editor = start_editor([])
-    answer = editor.lua(
-        """
-        vim.ui.select = function(items, opts, on_choice)
-          vim.schedule(function() on_choice(nil) end)
-        end
-        local answer
-        coroutine.wrap(function()
-          answer = require('tether').request_permission({ toolCall = { name = 'list_files' } })
-        end)()
-        vim.wait(5000, function() return answer ~= nil end, 10)
-        return answer
-        """
-    )
-    assert answer == {"outcome": "reject"}
-
-
-def test_an_allowed_write_file_shows_its_kind_and_its_diff_under_the_tool_line(
-    start_editor: StartEditor, project: Any
+def test_an_allowed_write_is_asked_with_its_title_and_diff_and_then_runs(
+    start_editor: StartEditor, project: Path
 ) -> None:
     editor = start_editor(
         [
-            {
-                "text": "Writing.",
-                "toolCalls": [
-                    call("w1", "write_file", path="notes.txt", content="hello\nworld\n"),
-                    call("r1", "list_files"),
-                ],
-            },
+            {"text": "Writing.", "toolCalls": [WRITE_NOTES, call("r1", "list_files")]},
             {"text": "Written."},
         ]
     )
-    editor.lua(
-        """
-        _G.prompts = {}
-        vim.ui.select = function(items, opts, on_choice)
-          table.insert(_G.prompts, opts.prompt)
-          vim.schedule(function() on_choice(items[1]) end)
-        end
-        """
-    )
+    editor.lua(ANSWER_WITH, "Allow")
     editor.nvim.command("TetherAsk Write a note")
     editor.wait_text("-- end_turn")
     assert (project / "notes.txt").read_text() == "hello\nworld\n"
-    assert editor.lua("return _G.prompts") == [
-        'tether: run write_file {"path": "notes.txt", "content": "hello\\nworld\\n"}?'
-    ]
-    lines = editor.lines()
-    tool = '  [completed] (edit) write_file {"path": "notes.txt", "content": "hello\\nworld\\n"}'
-    assert tool in lines
-    at = lines.index(tool)
-    diff = lines[at + 1 : lines.index("    +world") + 1]
-    assert diff[:2] == ["    --- /dev/null", "    +++ b/notes.txt"]
-    assert diff[2].startswith("    @@ ")
-    assert diff[-2:] == ["    +hello", "    +world"]
-    # The other call's line moved down under the diff, unmarked (it only reads).
-    assert lines[at + len(diff) + 1] == "  [completed] list_files {}"
+    [question] = editor.lua("return _G.questions")
+    assert question["prompt"] == "tether: Write notes.txt?"
+    assert question["labels"] == ["Allow", "Always allow", "Reject"]
+    assert question["kind"] == "tether.permission"
+    # While the user decides, the diff the write would make is under its tool line.
+    asked = question["buffer"]
+    at = asked.index("  [pending] Write notes.txt")
+    assert asked[at + 1 : at + 3] == ["    --- /dev/null", "    +++ b/notes.txt"]
+    assert asked[at + 3].startswith("    @@ ")
+    assert asked[at + 4 : at + 6] == ["    +hello", "    +world"]
+    # Once it ran, the server's diff is there, highlighted; the other call's line is under it.
+    lines = editor.transcript()
+    at = lines.index("  [completed] Write notes.txt")
+    assert lines[at + 1 : at + 3] == ["    --- /dev/null", "    +++ b/notes.txt"]
+    assert lines[at + 4 : at + 7] == ["    +hello", "    +world", "  [completed] List ."]
     assert lines[-3:] == ["Written.", "", "-- end_turn (2 iterations)"]
     groups = editor.lua(
         """
@@ -235,34 +210,62 @@ def test_an_allowed_write_file_shows_its_kind_and_its_diff_under_the_tool_line(
     assert groups["    +++ b/notes.txt"] == "DiffText"
 
 
-def test_progress_lines_update_the_tool_line_in_place(start_editor: StartEditor) -> None:
-    # No built-in tool reports progress (MCP tools do): the view is fed the events directly.
-    editor = start_editor([])
-    lines = editor.lua(
-        """
-        local ui = require('tether.ui')
-        local view = ui.view({ sessionId = 'p1', title = 'progress' }, true)
-        ui.tool_call(view, { toolCallId = 'c1', name = 'mcp__build', arguments = '{}',
-          toolKind = 'execute', status = 'pending' })
-        ui.text(view, 'meanwhile')
-        ui.tool_update(view, { toolCallId = 'c1', status = 'in_progress' })
-        ui.tool_update(view, { toolCallId = 'c1', status = 'in_progress', progress = '1/3' })
-        ui.tool_update(view, { toolCallId = 'c1', status = 'in_progress', progress = '2/3' })
-        local seen = vim.api.nvim_buf_get_lines(view.buf, 0, -1, false)
-        ui.tool_update(view, { toolCallId = 'c1', status = 'completed', result = 'ok' })
-        return { seen, vim.api.nvim_buf_get_lines(view.buf, 0, -1, false) }
-        """
+def test_an_edit_is_asked_with_the_diff_of_the_change_it_would_make(
+    start_editor: StartEditor, project: Path
+) -> None:
+    edit = call("e1", "edit_file", path="src/app.py", oldString="return 42", newString="return 7")
+    editor = start_editor([{"toolCalls": [edit]}, {"text": "Edited."}])
+    editor.lua(ANSWER_WITH, "Allow")
+    editor.nvim.command("TetherAsk Change it")
+    editor.wait_text("-- end_turn")
+    assert (project / "src" / "app.py").read_text() == "def main():\n    return 7\n"
+    [question] = editor.lua("return _G.questions")
+    assert question["prompt"] == "tether: Edit src/app.py?"
+    asked = question["buffer"]
+    at = asked.index("  [pending] Edit src/app.py")
+    assert asked[at + 1 : at + 3] == ["    --- a/src/app.py", "    +++ b/src/app.py"]
+    assert "    -    return 42" in asked[at + 3 : at + 8]
+    assert "    +    return 7" in asked[at + 3 : at + 8]
+
+
+def test_a_rejected_write_does_not_happen_and_its_line_says_so(
+    start_editor: StartEditor, project: Path
+) -> None:
+    editor = start_editor([{"toolCalls": [WRITE_NOTES]}, {"text": "Fine."}])
+    editor.lua(ANSWER_WITH, "Reject")
+    editor.nvim.command("TetherAsk Write a note")
+    editor.wait_text("-- end_turn")
+    assert not (project / "notes.txt").exists()
+    lines = editor.transcript()
+    [line] = [line for line in lines if "Write notes.txt" in line]
+    assert line.startswith("  [failed] Write notes.txt — ")
+    assert "rejected by user" in line
+    # The diff that was proposed is gone.
+    assert "    +hello" not in lines
+    tool = [m for m in editor.history() if m["role"] == "tool"]
+    assert tool[0]["isError"] is True
+
+
+def test_always_allow_lets_later_calls_of_the_tool_run_without_asking(
+    start_editor: StartEditor, project: Path
+) -> None:
+    editor = start_editor(
+        [
+            {"toolCalls": [call("a", "write_file", path="a.txt", content="a\n")]},
+            {"toolCalls": [call("b", "write_file", path="b.txt", content="b\n")]},
+            {"text": "Both."},
+        ]
     )
-    assert lines[0] == [
-        "# tether: progress",
-        "  [in_progress] (execute) mcp__build {} — 2/3",
-        "meanwhile",
-    ]
-    assert lines[1][1] == "  [completed] (execute) mcp__build {}"
+    editor.lua(ANSWER_WITH, "Always allow")
+    editor.nvim.command("TetherAsk Write two")
+    editor.wait_text("-- end_turn")
+    assert (project / "a.txt").read_text() == "a\n"
+    assert (project / "b.txt").read_text() == "b\n"
+    assert [q["prompt"] for q in editor.lua("return _G.questions")] == ["tether: Write a.txt?"]
 
 
 def test_a_permission_request_withdrawn_by_a_cancelled_run_is_dropped(
-    start_editor: StartEditor, project: Any
+    start_editor: StartEditor, project: Path
 ) -> None:
     editor = start_editor(
         [{"toolCalls": [call("w2", "write_file", path="never.txt", content="no\n")]}]
@@ -278,17 +281,15 @@ def test_a_permission_request_withdrawn_by_a_cancelled_run_is_dropped(
     )
     editor.nvim.command("TetherAsk Write it")
     editor.wait("_G.later ~= nil")
-    assert "  [pending] (edit) write_file" in editor.text()
+    assert "  [pending] Write never.txt" in editor.transcript()
     editor.nvim.command("TetherCancel")
     editor.wait_text("-- cancelled", timeout_ms=10000)
     editor.wait(
         "vim.tbl_contains(_G.notes,"
-        " 'tether: the permission request for write_file was withdrawn (the run ended)')"
+        " 'tether: the permission request for Write never.txt was withdrawn (the run ended)')"
     )
-    assert '  [cancelled] (edit) write_file {"path": "never.txt", "content": "no\\n"}' in (
-        editor.lines()
-    )
-    assert editor.lua("return #require('tether')._state.prompts") == 0
+    assert "  [cancelled] Write never.txt" in editor.transcript()
+    assert editor.lua("return vim.tbl_count(require('tether')._state.prompts)") == 0
     # Answering the stale prompt now does nothing: no error, nothing written, the editor works on.
     notes = len(editor.lua("return _G.notes"))
     editor.lua("_G.later()")
@@ -298,60 +299,60 @@ def test_a_permission_request_withdrawn_by_a_cancelled_run_is_dropped(
     assert not editor.lua("return require('tether').running()")
 
 
-def test_with_two_questions_open_the_cancelled_call_withdraws_the_right_one(
-    start_editor: StartEditor,
-) -> None:
-    # $/cancelRequest names a request id the handler never sees: with two questions open (runs in
-    # two sessions), the progress event that settles a call picks the question to drop.
+def test_progress_lines_update_the_tool_line_in_place(start_editor: StartEditor) -> None:
+    # No built-in tool reports progress (MCP tools do): the view is fed the events directly.
     editor = start_editor([])
-    result = editor.lua(
+    lines = editor.lua(
         """
-        local tether = require('tether')
-        _G.choose, _G.answers = {}, {}
-        vim.ui.select = function(items, opts, on_choice)
-          table.insert(_G.choose, function() on_choice(items[1]) end)
-        end
-        for _, n in ipairs({ '1', '2' }) do
-          coroutine.wrap(function()
-            local result, err = tether.request_permission({ sessionId = 's' .. n, runId = 'r' .. n,
-              toolCall = { id = 'c' .. n, name = 'write_file', arguments = '{}' } })
-            _G.answers[n] = { result = result, err = err }
-          end)()
-        end
-        vim.wait(2000, function() return #_G.choose == 2 end, 10)
-        tether._on_cancel_request({ id = 'tether-2' })
-        local open_after_cancel = #tether._state.prompts
-        tether._on_progress({ sessionId = 's2', runId = 'r2', seq = 4,
-          event = { kind = 'tool_call_update', toolCallId = 'c2', status = 'cancelled' } })
-        local withdrawn = _G.answers['2']
-        _G.choose[2]()  -- a late choice on the withdrawn prompt: nothing happens
-        _G.choose[1]()
-        vim.wait(2000, function() return _G.answers['1'] ~= nil end, 10)
-        return { open_after_cancel = open_after_cancel, withdrawn = withdrawn,
-          answers = _G.answers, open = #tether._state.prompts }
+        local ui = require('tether.ui')
+        local view = ui.view({ sessionId = 'p1', title = 'progress' }, true)
+        ui.tool_call(view, { toolCallId = 'c1', name = 'ci__build', arguments = '{}',
+          title = 'ci: build', toolKind = 'execute', status = 'pending' })
+        ui.text(view, 'meanwhile')
+        ui.tool_update(view, { toolCallId = 'c1', status = 'in_progress' })
+        ui.tool_update(view, { toolCallId = 'c1', status = 'in_progress', progress = '1/3' })
+        ui.tool_update(view, { toolCallId = 'c1', status = 'in_progress', progress = '2/3' })
+        local seen = vim.api.nvim_buf_get_lines(view.buf, 0, 3, false)
+        ui.tool_update(view, { toolCallId = 'c1', status = 'completed', result = 'ok' })
+        return { seen, vim.api.nvim_buf_get_lines(view.buf, 0, 4, false) }
         """
     )
-    assert result["open_after_cancel"] == 2
-    assert result["withdrawn"]["err"]["code"] == -32800
-    assert result["answers"]["2"] == result["withdrawn"]
-    assert result["answers"]["1"] == {"result": {"outcome": "allow"}}
-    assert result["open"] == 0
+    assert lines[0] == ["# tether: progress", "  [in_progress] ci: build — 2/3", "meanwhile"]
+    assert lines[1] == ["# tether: progress", "  [completed] ci: build", "    ok", "meanwhile"]
 
 
-def test_sessions_opens_a_transcript_and_fork_reports_what_the_server_answers(
+def test_a_buffer_closed_with_bdelete_reopens_with_its_transcript(
     start_editor: StartEditor,
 ) -> None:
-    editor = start_editor([{"text": "Hello.", "toolCalls": [call("c1", "list_files")]}, {}])
+    editor = start_editor(
+        [
+            {"text": "Hello.", "toolCalls": [call("c1", "read_file", path="README.md")]},
+            {"text": "Bye."},
+        ]
+    )
     editor.nvim.command("TetherNew first")
     editor.wait("require('tether').buffer() ~= nil")
     editor.nvim.command("TetherAsk hi")
     editor.wait_text("-- end_turn")
-    # Forget the view, then pick the session again: its transcript comes from session/messages.
+    live = editor.transcript()
+    first = editor.lua("return require('tether').buffer()")
+    editor.nvim.command(f"bdelete {first}")
+    assert editor.lua("return require('tether').buffer()") is None
+    editor.nvim.command("TetherChat")
+    editor.wait_text("Bye.")
+    # The same transcript, from session/messages (the run's end line is not a message).
+    assert editor.transcript() == live[:-2]
+    session_id = editor.lua("return require('tether')._state.session.sessionId")
+    assert editor.lua("return vim.api.nvim_buf_get_name(require('tether').buffer())") == (
+        f"tether://{session_id}"
+    )
+    assert editor.transcript()[:3] == ["# tether: first", "", "> hi"]
+    assert "  [completed] Read README.md" in editor.transcript()
+    assert "    1\t# Demo" in editor.transcript()
+    # :TetherSessions after another :bdelete does the same.
+    editor.nvim.command("bdelete")
     editor.lua(
         """
-        local tether = require('tether')
-        local buf = tether.buffer()
-        vim.api.nvim_buf_delete(buf, { force = true })
         _G.picked = nil
         vim.ui.select = function(items, opts, on_choice)
           _G.picked = opts.format_item(items[1])
@@ -361,18 +362,52 @@ def test_sessions_opens_a_transcript_and_fork_reports_what_the_server_answers(
     )
     editor.nvim.command("TetherSessions")
     editor.wait("_G.picked ~= nil")
-    assert editor.lua("return _G.picked").startswith("first  (4 messages, ")
-    editor.wait_text("[completed] list_files {}")
-    assert editor.lines()[:4] == ["# tether: first", "", "> hi", ""]
-    assert "Hello." in editor.lines()
-    # the fork becomes the current session; it shares the history and the title
+    assert editor.lua("return _G.picked") == "first  (4 messages, just now)"
+    editor.wait_text("Bye.")
+    assert editor.transcript() == live[:-2]
+
+
+def test_a_fork_shows_the_inherited_history_and_takes_follow_ups(
+    start_editor: StartEditor,
+) -> None:
+    editor = start_editor([{"text": "Hello."}, {"text": "In the fork."}])
+    editor.nvim.command("TetherNew first")
+    editor.wait("require('tether').buffer() ~= nil")
+    editor.nvim.command("TetherAsk hi")
+    editor.wait_text("-- end_turn")
     first_id = editor.lua("return require('tether')._state.session.sessionId")
+    first_buf = editor.lua("return require('tether').buffer()")
     editor.nvim.command("TetherFork")
     editor.wait(
         "#vim.tbl_filter(function(n) return n:find('forked into', 1, true) end, _G.notes) > 0"
     )
-    assert editor.lua("return require('tether')._state.session.parentSessionId") == first_id
-    assert editor.lua("return require('tether')._state.session.title") == "first"
+    editor.wait_text("Hello.")
+    session = editor.lua("return require('tether')._state.session")
+    assert session["parentSessionId"] == first_id
+    assert editor.lua("return require('tether').buffer()") != first_buf
+    assert editor.transcript() == ["# tether: first", "", "> hi", "", "Hello."]
+    send_from_prompt_area(editor, "go on")
+    editor.wait_text("-- end_turn")
+    assert editor.transcript()[-6:] == [
+        "",
+        "> go on",
+        "",
+        "In the fork.",
+        "",
+        "-- end_turn (1 iteration)",
+    ]
+    assert [m["content"] for m in editor.history()] == ["hi", "Hello.", "go on", "In the fork."]
+
+
+def test_a_server_that_cannot_start_is_reported_with_its_error(start_editor: StartEditor) -> None:
+    editor = start_editor([], cmd=[sys.executable, "-I", "-m", "tether_no_such_module", "serve"])
+    editor.nvim.command("TetherNew")
+    editor.wait(
+        "#vim.tbl_filter(function(n) return n:find('did not start', 1, true) end, _G.notes) > 0"
+    )
+    [note] = editor.lua("return _G.notes")
+    assert note.startswith("tether: the server did not start: the server exited (code 1")
+    assert "No module named tether_no_such_module" in note
 
 
 def test_checkhealth_reports_that_the_server_starts(start_editor: StartEditor) -> None:
@@ -383,38 +418,158 @@ def test_checkhealth_reports_that_the_server_starts(start_editor: StartEditor) -
     assert "ERROR" not in text
 
 
-def test_checkhealth_reports_a_server_that_does_not_start(start_editor: StartEditor) -> None:
-    editor = start_editor([])
-    editor.lua("require('tether').setup({ cmd = { 'tether-no-such-binary' } })")
+def test_checkhealth_reports_why_the_server_does_not_start(start_editor: StartEditor) -> None:
+    editor = start_editor([], cmd=[sys.executable, "-I", "-m", "tether_no_such_module", "serve"])
+    editor.nvim.command("checkhealth tether")
+    text = "\n".join(editor.nvim.current.buffer[:])
+    assert "ERROR" in text
+    assert "No module named tether_no_such_module" in text
+    assert "did not answer" not in text
+
+
+def test_checkhealth_reports_a_command_that_is_not_executable(start_editor: StartEditor) -> None:
+    editor = start_editor([], cmd=["tether-no-such-binary"])
     editor.nvim.command("checkhealth tether")
     text = "\n".join(editor.nvim.current.buffer[:])
     assert "ERROR" in text and "not executable" in text
 
 
-def test_rpc_start_uses_the_argument_form_of_the_running_version(
-    start_editor: StartEditor,
+def test_approval_auto_runs_writes_without_asking_and_old_values_still_work(
+    start_editor: StartEditor, project: Path
 ) -> None:
-    # Neovim 0.7 is not always at hand: check the call each form makes, with rpc.start stubbed.
-    editor = start_editor([])
-    calls = editor.lua(
+    editor = start_editor([{"toolCalls": [WRITE_NOTES]}, {"text": "Done."}], approval="allow")
+    editor.lua(ANSWER_WITH, "Reject")
+    editor.nvim.command("TetherAsk Write a note")
+    editor.wait_text("-- end_turn")
+    assert (project / "notes.txt").read_text() == "hello\nworld\n"
+    assert editor.lua("return _G.questions") == []
+    assert "tether: approval = 'allow' is deprecated; use 'auto'" in editor.lua("return _G.notes")
+    assert editor.lua("return require('tether.config').options.approval") == "auto"
+
+
+def test_approval_deny_refuses_writes(start_editor: StartEditor, project: Path) -> None:
+    editor = start_editor([{"toolCalls": [WRITE_NOTES]}, {"text": "Done."}], approval="deny")
+    editor.lua(ANSWER_WITH, "Allow")
+    editor.nvim.command("TetherAsk Write a note")
+    editor.wait_text("-- end_turn")
+    assert not (project / "notes.txt").exists()
+    assert editor.lua("return _G.questions") == []
+    assert any(line.startswith("  [failed] Write notes.txt — ") for line in editor.transcript())
+
+
+def test_with_two_questions_open_a_cancelled_run_withdraws_only_its_own(
+    start_editor: StartEditor, project: Path
+) -> None:
+    # Runs in two sessions each wait on a question; cancelling one run withdraws its question
+    # (the server names the request), and the other is still answered.
+    editor = start_editor(
+        [
+            {"toolCalls": [call("a", "write_file", path="a.txt", content="a\n")]},
+            {"toolCalls": [call("b", "write_file", path="b.txt", content="b\n")]},
+            {"text": "A done."},
+        ]
+    )
+    editor.lua(
         """
-        local rpc = require('tether.rpc')
-        local real_start, real_has = vim.lsp.rpc.start, vim.fn.has
-        local calls = {}
-        vim.lsp.rpc.start = function(...) table.insert(calls, { ... }); return {} end
-        local d, extra = { tag = 'dispatchers' }, { cwd = '/tmp' }
-        for _, old in ipairs({ false, true }) do
-          vim.fn.has = function(feature)
-            if feature == 'nvim-0.10' then return old and 0 or 1 end
-            return real_has(feature)
-          end
-          rpc._rpc_start({ 'python3', '-m', 'tether', 'serve' }, d, extra)
+        _G.choose = {}
+        vim.ui.select = function(items, opts, on_choice)
+          _G.choose[opts.prompt] = function() on_choice(items[1]) end
         end
-        vim.lsp.rpc.start, vim.fn.has = real_start, real_has
-        return calls
         """
     )
-    assert calls == [
-        [["python3", "-m", "tether", "serve"], {"tag": "dispatchers"}, {"cwd": "/tmp"}],
-        ["python3", ["-m", "tether", "serve"], {"tag": "dispatchers"}, {"cwd": "/tmp"}],
+    editor.nvim.command("TetherNew A")
+    editor.wait("require('tether').buffer() ~= nil")
+    editor.nvim.command("TetherAsk write a")
+    editor.wait("_G.choose['tether: Write a.txt?'] ~= nil")
+    a_buf = editor.lua("return require('tether').buffer()")
+    editor.nvim.command("TetherNew B")
+    editor.wait(f"require('tether').buffer() ~= {a_buf}")
+    editor.nvim.command("TetherAsk write b")
+    editor.wait("_G.choose['tether: Write b.txt?'] ~= nil")
+    assert editor.lua("return vim.tbl_count(require('tether')._state.prompts)") == 2
+    editor.nvim.command("TetherCancel")
+    editor.wait_text("-- cancelled", timeout_ms=10000)
+    editor.wait(
+        "vim.tbl_contains(_G.notes,"
+        " 'tether: the permission request for Write b.txt was withdrawn (the run ended)')"
+    )
+    assert editor.lua("return vim.tbl_count(require('tether')._state.prompts)") == 1
+    editor.lua("_G.choose['tether: Write b.txt?']() _G.choose['tether: Write a.txt?']()")
+    editor.wait(
+        f"vim.tbl_contains(vim.api.nvim_buf_get_lines({a_buf}, 0, -1, false),"
+        " '-- end_turn (2 iterations)')"
+    )
+    assert (project / "a.txt").read_text() == "a\n"
+    assert not (project / "b.txt").exists()
+    withdrawn = [n for n in editor.lua("return _G.notes") if "withdrawn" in n]
+    assert withdrawn == [
+        "tether: the permission request for Write b.txt was withdrawn (the run ended)"
     ]
+
+
+def test_under_auto_a_write_to_a_protected_path_is_still_asked_with_its_reason(
+    start_editor: StartEditor, project: Path
+) -> None:
+    protected = call("p", "write_file", path=".tether/notes.md", content="x\n")
+    editor = start_editor([{"toolCalls": [protected]}, {"text": "Fine."}], approval="auto")
+    editor.lua(ANSWER_WITH, "Reject")
+    editor.nvim.command("TetherAsk Write there")
+    editor.wait_text("-- end_turn")
+    [question] = editor.lua("return _G.questions")
+    assert question["prompt"].startswith("tether: Write .tether/notes.md — ")
+    assert ".tether/" in question["prompt"].split(" — ", 1)[1]
+    assert not (project / ".tether" / "notes.md").exists()
+
+
+def test_a_long_tool_output_is_cut_under_its_line(start_editor: StartEditor, project: Path) -> None:
+    # Long enough that the server's message arrives in several pieces on the pipe.
+    (project / "big.txt").write_text("".join(f"line {n} " + "x" * 80 + "\n" for n in range(1, 901)))
+    editor = start_editor(
+        [{"toolCalls": [call("r", "read_file", path="big.txt")]}, {"text": "Long."}]
+    )
+    editor.nvim.command("TetherAsk Read it")
+    editor.wait_text("-- end_turn")
+    lines = editor.transcript()
+    at = lines.index("  [completed] Read big.txt")
+    body = lines[at + 1 : lines.index("Long.")]
+    assert len(body) == 201
+    assert body[0].split("\t") == ["      1", "line 1 " + "x" * 80]
+    assert body[199].split("\t") == ["    200", "line 200 " + "x" * 80]
+    assert body[200].startswith("    … ") and body[200].endswith(" more lines")
+
+
+def test_the_session_list_says_how_long_ago_a_session_changed(start_editor: StartEditor) -> None:
+    editor = start_editor([])
+    now = editor.lua("return os.time()")
+    ago = editor.lua(
+        """
+        local now = ...
+        local function iso(t) return os.date('!%Y-%m-%dT%H:%M:%S', t) .. '.123456Z' end
+        local tether = require('tether')
+        return { tether.ago(iso(now - 5), now), tether.ago(iso(now - 300), now),
+          tether.ago(iso(now - 3 * 3600), now), tether.ago(iso(now - 2 * 86400), now),
+          tether.ago('yesterday', now) }
+        """,
+        now,
+    )
+    assert ago == ["just now", "5 min ago", "3 h ago", "2 d ago", "yesterday"]
+
+
+def test_the_end_of_a_run_shows_the_tokens_it_used(start_editor: StartEditor) -> None:
+    editor = start_editor(
+        [{"text": "Counted.", "usage": {"inputTokens": 1200, "outputTokens": 34}}]
+    )
+    editor.nvim.command("TetherAsk count")
+    editor.wait_text("-- end_turn")
+    assert editor.transcript()[-1] == "-- end_turn (1 iteration, 1200 tokens in, 34 out)"
+
+
+def test_a_file_opened_in_the_chat_window_does_not_inherit_its_folds(
+    start_editor: StartEditor, project: Path
+) -> None:
+    editor = start_editor([])
+    editor.nvim.command("TetherChat")
+    editor.wait("require('tether').buffer() ~= nil")
+    assert editor.lua("return vim.wo.foldmethod") == "expr"
+    editor.nvim.command(f"edit {project / 'src' / 'app.py'}")
+    assert editor.lua("return { vim.wo.foldmethod, vim.wo.linebreak }") == ["manual", False]

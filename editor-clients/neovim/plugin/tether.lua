@@ -31,3 +31,7 @@ end, { desc = 'tether: pick a session and open its transcript' })
 vim.api.nvim_create_user_command('TetherFork', function(opts)
   tether().fork(opts.args ~= '' and opts.args or nil)
 end, { nargs = '?', desc = 'tether: fork the current session' })
+
+vim.api.nvim_create_user_command('TetherChat', function()
+  tether().chat()
+end, { desc = 'tether: open the chat buffer of the current session (a new session if none)' })

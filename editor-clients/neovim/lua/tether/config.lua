@@ -2,7 +2,7 @@
 local M = {}
 
 M.defaults = {
-  -- The server command (a list, as for vim.system / vim.lsp.rpc.start).
+  -- The server command (a list, as for vim.system / jobstart).
   cmd = { 'python3', '-P', '-m', 'tether', 'serve' }, -- -P: the workspace is not on sys.path
   -- Working directory of the server; nil is Neovim's current directory.
   cwd = nil,
@@ -10,13 +10,28 @@ M.defaults = {
   provider = nil,
   -- Any other configuration overlay for initializationOptions (same keys as the config file).
   init_options = nil,
-  -- How to answer tool/requestPermission: 'ask' (vim.ui.select), 'allow' or 'reject'.
+  -- Tools that write or run something: 'ask' (a prompt for each call), 'auto' (run them without
+  -- asking) or 'deny' (refuse them) — tether's `tools.approval`.
   approval = 'ask',
   -- Report run progress through vim.notify.
   notify = true,
+  -- Keys of the chat buffer (a list of keys, a single key, or false to leave it unmapped).
+  keymaps = {
+    send = { n = '<CR>', i = '<C-s>' }, -- send the prompt area
+    cancel = { n = '<C-c>' }, -- cancel the running turn
+  },
 }
 
+-- Values of `approval` older versions took, and what they mean now.
+local renamed = { allow = 'auto', reject = 'deny' }
+
 M.options = vim.deepcopy(M.defaults)
+
+local function deprecated(old, new)
+  vim.schedule(function()
+    vim.notify(string.format("tether: approval = '%s' is deprecated; use '%s'", old, new), vim.log.levels.WARN)
+  end)
+end
 
 function M.setup(opts)
   M.options = vim.tbl_deep_extend('force', vim.deepcopy(M.defaults), opts or {})
@@ -25,16 +40,27 @@ function M.setup(opts)
     M.options.cmd = vim.deepcopy(opts.cmd)
   end
   local approval = M.options.approval
-  if approval ~= 'ask' and approval ~= 'allow' and approval ~= 'reject' then
-    error("tether: approval must be 'ask', 'allow' or 'reject'")
+  if renamed[approval] then
+    deprecated(approval, renamed[approval])
+    M.options.approval = renamed[approval]
+  elseif approval ~= 'ask' and approval ~= 'auto' and approval ~= 'deny' then
+    error("tether: approval must be 'ask', 'auto' or 'deny'")
   end
   return M.options
 end
 
+--- initializationOptions: init_options, with `provider` and, unless set there, `tools.approval`
+--- (so the server itself applies 'auto' or 'deny', and still asks about protected paths).
 function M.init_options()
   local overlay = vim.deepcopy(M.options.init_options or {})
   if M.options.provider then
     overlay.provider = vim.deepcopy(M.options.provider)
+  end
+  if M.options.approval ~= 'ask' then
+    overlay.tools = overlay.tools or {}
+    if overlay.tools.approval == nil then
+      overlay.tools.approval = M.options.approval
+    end
   end
   return overlay
 end

@@ -1,4 +1,4 @@
--- tether for Neovim: sessions with the tether agent server, streamed into scratch buffers.
+-- tether for Neovim: sessions with the tether agent server, each in a chat buffer.
 local config = require('tether.config')
 local rpc = require('tether.rpc')
 local ui = require('tether.ui')
@@ -10,10 +10,11 @@ local state = {
   starting = nil, -- callbacks waiting for initialize
   session = nil, -- the current Session
   runs = {}, -- sessionId -> true while a kernel/run is going
-  always = {}, -- tool names the user allowed for the rest of this server's life
-  prompts = {}, -- permission questions waiting for the user's answer
+  prompts = {}, -- request id -> a permission question waiting for the user's answer
 }
 M._state = state
+
+local luanil = { luanil = { object = true, array = true } }
 
 local function notify(msg, level)
   vim.notify('tether: ' .. msg, level or vim.log.levels.INFO)
@@ -29,18 +30,175 @@ function M.setup(opts)
   config.setup(opts)
 end
 
-local withdraw_settled
+-- Permission questions ------------------------------------------------------------------------
+
+-- The shared vocabulary of every tether front end.
+local choices = {
+  { label = 'Allow', outcome = 'allow' },
+  { label = 'Always allow', outcome = 'allow_always' },
+  { label = 'Reject', outcome = 'reject' },
+}
+
+--- Stop waiting for a question the server withdrew (the run was cancelled or ended): it is
+--- answered -32800 (the server ignores that) and the user's later choice does nothing.
+local function withdraw(prompt)
+  if prompt.done then
+    return
+  end
+  prompt.done = true
+  state.prompts[prompt.id] = nil
+  prompt.respond(nil, { code = -32800, message = 'the permission request was withdrawn' })
+  notify(string.format('the permission request for %s was withdrawn (the run ended)', prompt.title),
+    vim.log.levels.WARN)
+end
+
+--- A question whose call already ended (cancelled while it waited) or whose run finished is stale.
+local function withdraw_settled(params)
+  local event = params.event
+  for _, id in ipairs(vim.tbl_keys(state.prompts)) do
+    local prompt = state.prompts[id]
+    if prompt and prompt.session_id == params.sessionId and prompt.run_id == params.runId then
+      if event.kind == 'run_finished'
+        or (event.kind == 'tool_call_update' and event.toolCallId == prompt.call_id
+          and event.status ~= 'in_progress') then
+        withdraw(prompt)
+      end
+    end
+  end
+end
+
+local function workspace_path(session, path)
+  if path:sub(1, 1) == '/' then
+    return path
+  end
+  local root = session and session.workspace or config.options.cwd or vim.fn.getcwd()
+  if root:match('^file://') then
+    root = vim.uri_to_fname(root)
+  end
+  return root .. '/' .. path
+end
+
+local function read_file(path)
+  local file = io.open(path, 'rb')
+  if not file then
+    return nil
+  end
+  local text = file:read('*a')
+  file:close()
+  return text
+end
+
+local function replace_plain(text, old, new, all)
+  local out, from = {}, 1
+  while true do
+    local s, e = text:find(old, from, true)
+    if not s or old == '' then
+      break
+    end
+    table.insert(out, text:sub(from, s - 1) .. new)
+    from = e + 1
+    if not all then
+      break
+    end
+  end
+  table.insert(out, text:sub(from))
+  return table.concat(out)
+end
+
+--- The unified diff a write_file / edit_file call would make, worked out before it runs (the
+--- server sends the real one when the call completes). nil for other tools or when unknown.
+function M.proposed_diff(session, call)
+  if call.name ~= 'write_file' and call.name ~= 'edit_file' then
+    return nil
+  end
+  local ok, args = pcall(vim.json.decode, call.arguments or '', luanil)
+  if not ok or type(args) ~= 'table' or type(args.path) ~= 'string' then
+    return nil
+  end
+  local old = read_file(workspace_path(session, args.path))
+  local new
+  if call.name == 'write_file' then
+    if type(args.content) ~= 'string' then
+      return nil
+    end
+    new = args.content
+  else
+    if not old or type(args.oldString) ~= 'string' or type(args.newString) ~= 'string' then
+      return nil
+    end
+    new = replace_plain(old, args.oldString, args.newString, args.replaceAll == true)
+  end
+  local hunks = vim.diff(old or '', new, {})
+  if not hunks or hunks == '' then
+    return nil
+  end
+  return string.format('--- %s\n+++ b/%s\n%s', old and ('a/' .. args.path) or '/dev/null', args.path, hunks)
+end
+
+--- Answer tool/requestPermission: the question is shown with vim.ui.select (the edit's diff under
+--- its tool line in the chat buffer) and answered through `respond` once the user has chosen.
+function M.request_permission(params, respond, id)
+  local call = params.toolCall or {}
+  local title = call.title or ui.title(call.name, call.arguments)
+  if config.options.approval == 'deny' then
+    return respond({ outcome = 'reject' })
+  end
+  local prompt = {
+    id = id,
+    respond = respond,
+    title = title,
+    call_id = call.id,
+    session_id = params.sessionId,
+    run_id = params.runId,
+    done = false,
+  }
+  state.prompts[id] = prompt
+  local view = params.sessionId and ui.get(params.sessionId)
+  if view then
+    if vim.fn.bufwinid(view.buf) == -1 then
+      ui.view(view.session, true)
+    end
+    local ok, diff = pcall(M.proposed_diff, view.session, call)
+    ui.proposed_diff(view, call.id, ok and diff or nil)
+  end
+  local question = 'tether: ' .. title .. (params.reason and (' — ' .. params.reason) or '') .. '?'
+  -- The default vim.ui.select blocks in inputlist(): draw the diff before it does.
+  vim.cmd('redraw')
+  vim.ui.select(choices, {
+    prompt = question,
+    kind = 'tether.permission',
+    format_item = function(item)
+      return item.label
+    end,
+  }, function(choice)
+    if prompt.done then
+      return -- withdrawn meanwhile: the server no longer waits for this answer
+    end
+    prompt.done = true
+    state.prompts[id] = nil
+    respond({ outcome = choice and choice.outcome or 'reject' })
+  end)
+end
+
+local function on_request(method, params, respond, id)
+  if method == 'tool/requestPermission' then
+    return M.request_permission(params, respond, id)
+  end
+  respond(nil, { code = -32601, message = 'method not found: ' .. method })
+end
+
+-- Progress ------------------------------------------------------------------------------------
 
 local function on_progress(params)
-  local view = ui.get(params.sessionId)
   local event = params.event
   local kind = event.kind
   withdraw_settled(params)
   if kind == 'iteration_started' then
     progress('iteration ' .. event.iteration)
   elseif kind == 'tool_call' then
-    progress('tool ' .. event.name)
+    progress('tool ' .. (event.title or event.name))
   end
+  local view = ui.get(params.sessionId)
   if not view then
     return
   end
@@ -52,122 +210,35 @@ local function on_progress(params)
     ui.tool_update(view, event)
   end
 end
-
-local choices = {
-  { label = 'Allow', outcome = 'allow' },
-  { label = 'Always', outcome = 'allow_always' },
-  { label = 'Reject', outcome = 'reject' },
-}
-
---- Mark a waiting question answered (by the user or by its withdrawal); false when it already was.
-local function settle(prompt)
-  if prompt.done then
-    return false
-  end
-  prompt.done = true
-  for i, p in ipairs(state.prompts) do
-    if p == prompt then
-      table.remove(state.prompts, i)
-      break
-    end
-  end
-  return true
-end
-
---- Stop waiting for a permission question the server withdrew: its coroutine answers -32800 (the
---- server ignores it) and the user's later choice does nothing.
-local function withdraw(prompt)
-  if not settle(prompt) then
-    return
-  end
-  notify(string.format('the permission request for %s was withdrawn (the run ended)', prompt.name or '?'),
-    vim.log.levels.WARN)
-  coroutine.resume(prompt.co, nil)
-end
-
---- $/cancelRequest from the server names a request id, which the rpc layer does not give the
---- request handler: with a single question waiting it is that one; with several, the progress
---- events that settle the call (below) withdraw the right one.
-local function on_cancel_request()
-  if #state.prompts == 1 then
-    withdraw(state.prompts[1])
-  end
-end
-
---- A question whose call already ended (cancelled while it waited) or whose run finished is stale.
-withdraw_settled = function(params)
-  local event = params.event
-  for _, prompt in ipairs(vim.list_slice(state.prompts)) do
-    if prompt.session_id == params.sessionId and prompt.run_id == params.runId then
-      if event.kind == 'run_finished'
-        or (event.kind == 'tool_call_update' and event.toolCallId == prompt.call_id
-          and event.status ~= 'in_progress') then
-        withdraw(prompt)
-      end
-    end
-  end
-end
-
 M._on_progress = on_progress -- for tests
-M._on_cancel_request = on_cancel_request
 
---- Answer tool/requestPermission. Runs inside the coroutine of the rpc layer: the prompt is shown
---- on the main loop and the coroutine waits for the choice, so any vim.ui.select works. A question
---- the server withdraws makes the coroutine answer -32800 at once; the prompt (which cannot be
---- closed in general) then does nothing when answered.
-function M.request_permission(params)
-  local call = params.toolCall or {}
-  local policy = config.options.approval
-  if policy == 'allow' or state.always[call.name] then
-    return { outcome = 'allow' }
-  elseif policy == 'reject' then
-    return { outcome = 'reject' }
-  end
-  local co = coroutine.running()
-  if not co or coroutine.isyieldable and not coroutine.isyieldable() then
-    return { outcome = 'reject' }
-  end
-  local pending = {
-    co = co,
-    name = call.name,
-    call_id = call.id,
-    session_id = params.sessionId,
-    run_id = params.runId,
-    done = false,
-  }
-  table.insert(state.prompts, pending)
-  vim.schedule(function()
-    if pending.done then
-      return -- withdrawn before it was shown
+local function on_notification(method, params)
+  if method == 'kernel/progress' then
+    on_progress(params)
+  elseif method == '$/cancelRequest' then
+    local prompt = state.prompts[params.id]
+    if prompt then
+      withdraw(prompt)
     end
-    local prompt = string.format('tether: run %s %s?', call.name or '?', call.arguments or '')
-    vim.ui.select(choices, {
-      prompt = prompt,
-      format_item = function(item)
-        return item.label
-      end,
-    }, function(choice)
-      if not settle(pending) then
-        return -- withdrawn meanwhile: the server no longer waits for this answer
-      end
-      coroutine.resume(co, choice and choice.outcome or 'reject')
-    end)
-  end)
-  local outcome = coroutine.yield()
-  if outcome == nil then
-    return nil, { code = -32800, message = 'the permission request was withdrawn' }
+  elseif method == 'window/showMessage' then
+    local levels = { vim.log.levels.ERROR, vim.log.levels.WARN, vim.log.levels.INFO, vim.log.levels.DEBUG }
+    notify(tostring(params.message), levels[params.type] or vim.log.levels.INFO)
   end
-  if outcome == 'allow_always' and call.name then
-    state.always[call.name] = true
-  end
-  return { outcome = outcome }
 end
 
-local function on_request(method, params)
-  if method == 'tool/requestPermission' then
-    return M.request_permission(params)
+-- The server ----------------------------------------------------------------------------------
+
+local function on_exit(client, code, signal)
+  if state.client == client then
+    state.runs = {}
   end
-  return nil, { code = -32601, message = 'method not found: ' .. method }
+  for _, prompt in pairs(state.prompts) do
+    prompt.done = true -- nobody is left to answer
+  end
+  state.prompts = {}
+  if client.ready and (code ~= 0 or signal ~= 0) then
+    notify(client:exit_reason() .. '; the next command restarts it', vim.log.levels.WARN)
+  end
 end
 
 --- Call fn(client) once the server is initialized (starting it if needed).
@@ -181,41 +252,29 @@ local function with_client(fn)
     return
   end
   state.starting = { fn }
-  state.client = rpc.start({
+  local started
+  started = rpc.start({
     cmd = config.options.cmd,
     cwd = config.options.cwd,
     init_options = config.init_options(),
     capabilities = { tether = { permissions = true } },
-    on_notification = function(method, params)
-      if method == 'kernel/progress' then
-        on_progress(params)
-      elseif method == '$/cancelRequest' then
-        on_cancel_request()
-      end
-    end,
+    on_notification = on_notification,
     on_request = on_request,
     on_exit = function(code, signal)
-      state.runs = {}
-      for _, prompt in ipairs(vim.list_slice(state.prompts)) do
-        prompt.done = true -- nobody is left to answer
-      end
-      state.prompts = {}
-      if code ~= 0 or signal ~= 0 then
-        notify(string.format('server exited (code %s, signal %s); the next command restarts it', code, signal),
-          vim.log.levels.WARN)
-      end
+      on_exit(started, code, signal)
     end,
   }, function(err)
     local waiting = state.starting
     state.starting = nil
     if err then
-      notify('server did not start: ' .. tostring(err.message), vim.log.levels.ERROR)
+      notify('the server did not start: ' .. tostring(err.message), vim.log.levels.ERROR)
       return
     end
     for _, f in ipairs(waiting) do
-      f(state.client)
+      f(started)
     end
   end)
+  state.client = started
 end
 
 local function request(method, params, on_result)
@@ -230,15 +289,43 @@ local function request(method, params, on_result)
   end)
 end
 
-local function open(session)
+--- Every message of a session, oldest first, page by page.
+local function all_messages(session_id, on_done, cursor, acc)
+  acc = acc or {}
+  request('session/messages', { sessionId = session_id, limit = 1000, cursor = cursor }, function(page)
+    vim.list_extend(acc, page.messages)
+    if page.nextCursor then
+      all_messages(session_id, on_done, page.nextCursor, acc)
+    else
+      on_done(acc)
+    end
+  end)
+end
+
+--- Make a session current and show its chat buffer; a buffer made anew (the session reopened
+--- after :bdelete, picked from the list, or forked) is filled from session/messages first.
+--- then(view), if given, runs once the transcript is there.
+local function open(session, empty, after)
   state.session = session
-  return ui.view(session, true)
+  local view, fresh = ui.view(session, true)
+  if fresh and not empty then
+    all_messages(session.sessionId, function(messages)
+      view = ui.get(session.sessionId) or view
+      ui.transcript(view, messages)
+      if after then
+        after(view)
+      end
+    end)
+  elseif after then
+    after(view)
+  end
+  return view
 end
 
 --- :TetherNew — a new session in the current directory, shown in a split.
 function M.new_session(title, on_done)
   request('session/create', { title = title }, function(session)
-    open(session)
+    open(session, true)
     if on_done then
       on_done(session)
     end
@@ -255,24 +342,30 @@ local function context_text(context)
 end
 
 local function run(session, prompt)
+  state.runs[session.sessionId] = true
+  open(session, false, function(view)
+    ui.prompt(view, prompt)
+    progress('running')
+    state.client:request('kernel/run', { sessionId = session.sessionId, prompt = prompt }, function(err, result)
+      state.runs[session.sessionId] = nil
+      view = ui.get(session.sessionId) or view
+      if err then
+        ui.error(view, err)
+        notify('run failed: ' .. tostring(err.message), vim.log.levels.ERROR)
+        return
+      end
+      ui.finished(view, result)
+      progress('run finished: ' .. result.stopReason)
+    end)
+  end)
+end
+
+local function busy(session)
   if state.runs[session.sessionId] then
     notify('a run is going in this session (:TetherCancel stops it)', vim.log.levels.WARN)
-    return
+    return true
   end
-  local view = ui.view(session, true)
-  ui.prompt(view, prompt)
-  state.runs[session.sessionId] = true
-  progress('running')
-  state.client:request('kernel/run', { sessionId = session.sessionId, prompt = prompt }, function(err, result)
-    state.runs[session.sessionId] = nil
-    if err then
-      ui.error(view, err)
-      notify('run failed: ' .. tostring(err.message), vim.log.levels.ERROR)
-      return
-    end
-    ui.finished(view, result)
-    progress('run finished: ' .. result.stopReason)
-  end)
+  return false
 end
 
 --- :TetherAsk — send a prompt (asked for when not given), with the given lines as context.
@@ -286,7 +379,9 @@ function M.ask(prompt, context)
     end
     with_client(function()
       if state.session then
-        run(state.session, text)
+        if not busy(state.session) then
+          run(state.session, text)
+        end
       else
         M.new_session(nil, function(session)
           run(session, text)
@@ -301,9 +396,40 @@ function M.ask(prompt, context)
   end
 end
 
---- :TetherCancel — cancel the run of the current session.
-function M.cancel()
-  local session = state.session
+--- <CR> in a chat buffer: send what the prompt area holds to that buffer's session.
+function M.send(buf)
+  local view = ui.by_buffer(buf or vim.api.nvim_get_current_buf())
+  if not view then
+    notify('not a tether chat buffer', vim.log.levels.WARN)
+    return
+  end
+  state.session = view.session
+  if busy(view.session) then
+    return
+  end
+  local text = ui.take_prompt(view)
+  if text == '' then
+    notify('type a message under the prompt line first', vim.log.levels.WARN)
+    return
+  end
+  with_client(function()
+    run(view.session, text)
+  end)
+end
+
+--- :TetherChat — show the chat buffer of the current session (a new session if there is none).
+function M.chat()
+  if state.session then
+    open(state.session)
+  else
+    M.new_session(nil)
+  end
+end
+
+--- :TetherCancel — cancel the run of the current session (or of the chat buffer's).
+function M.cancel(buf)
+  local view = buf and ui.by_buffer(buf)
+  local session = view and view.session or state.session
   if not session or not state.client then
     notify('no session', vim.log.levels.WARN)
     return
@@ -315,7 +441,29 @@ function M.cancel()
   end)
 end
 
---- :TetherSessions — pick a session; its transcript opens and it becomes the current one.
+--- How long ago an ISO 8601 UTC time (`2026-11-23T22:55:01.421572Z`) was: `just now`, `5 min ago`,
+--- `3 h ago`, `2 d ago` (the time itself when it cannot be read).
+function M.ago(iso, now)
+  local y, mo, d, h, mi, sec = tostring(iso):match('^(%d+)-(%d+)-(%d+)T(%d+):(%d+):(%d+)')
+  if not y then
+    return tostring(iso)
+  end
+  now = now or os.time()
+  -- os.time reads a table as local time: shift by the local offset to read it as UTC.
+  local offset = os.time(os.date('*t', now)) - os.time(os.date('!*t', now))
+  local t = os.time({ year = y, month = mo, day = d, hour = h, min = mi, sec = sec }) + offset
+  local seconds = math.max(0, now - t)
+  if seconds < 60 then
+    return 'just now'
+  elseif seconds < 3600 then
+    return string.format('%d min ago', seconds / 60)
+  elseif seconds < 86400 then
+    return string.format('%d h ago', seconds / 3600)
+  end
+  return string.format('%d d ago', seconds / 86400)
+end
+
+--- :TetherSessions — pick a session; its chat buffer opens and it becomes the current one.
 function M.sessions()
   request('session/list', {}, function(result)
     if #result.sessions == 0 then
@@ -325,24 +473,18 @@ function M.sessions()
     vim.ui.select(result.sessions, {
       prompt = 'tether sessions',
       format_item = function(s)
-        return string.format('%s  (%d messages, %s)', s.title or s.sessionId, s.messageCount, s.updatedAt)
+        local title = s.title or ('untitled ' .. s.sessionId:sub(1, 8))
+        return string.format('%s  (%d messages, %s)', title, s.messageCount, M.ago(s.updatedAt))
       end,
     }, function(session)
-      if not session then
-        return
-      end
-      local fresh = ui.get(session.sessionId) == nil
-      local view = open(session)
-      if fresh then
-        request('session/messages', { sessionId = session.sessionId, limit = 1000 }, function(page)
-          ui.transcript(view, page.messages)
-        end)
+      if session then
+        open(session)
       end
     end)
   end)
 end
 
---- :TetherFork — fork the current session and switch to the fork.
+--- :TetherFork — fork the current session and switch to the fork (its history shown).
 function M.fork(title)
   local session = state.session
   if not session then
@@ -351,11 +493,11 @@ function M.fork(title)
   end
   request('session/fork', { sessionId = session.sessionId, title = title }, function(fork)
     open(fork)
-    notify('forked into ' .. (fork.title or fork.sessionId))
+    notify('forked into ' .. (fork.title or ('session ' .. fork.sessionId:sub(1, 8))))
   end)
 end
 
---- The current session's buffer, if any.
+--- The chat buffer of the current session, if any.
 function M.buffer()
   local view = state.session and ui.get(state.session.sessionId)
   return view and view.buf
@@ -371,6 +513,35 @@ function M.stop()
     state.client:stop()
     state.client = nil
   end
+end
+
+-- Keys of a chat buffer -----------------------------------------------------------------------
+
+local function map(buf, spec, fn, desc)
+  if not spec then
+    return
+  end
+  if type(spec) == 'string' then
+    spec = { n = spec }
+  end
+  for mode, lhs in pairs(spec) do
+    if lhs then
+      vim.keymap.set(mode, lhs, fn, { buffer = buf, desc = desc })
+    end
+  end
+end
+
+ui.on_create = function(view)
+  local keys = config.options.keymaps or {}
+  map(view.buf, keys.send, function()
+    if vim.fn.mode() ~= 'n' then
+      vim.cmd('stopinsert')
+    end
+    M.send(view.buf)
+  end, 'tether: send the prompt')
+  map(view.buf, keys.cancel, function()
+    M.cancel(view.buf)
+  end, 'tether: cancel the running turn')
 end
 
 return M

@@ -1,61 +1,171 @@
--- The session UI: one scratch buffer per session, streamed text appended as it arrives and one
--- line per tool call whose status is updated in place (with the diff of an edit under it).
+-- The chat buffer of a session: the transcript on top (streamed text, `> ` prompt lines, one line
+-- per tool call updated in place, its diff or output under it), then a separator line, then the
+-- prompt area where the user types the next message.
+--
+-- Positions are extmarks, so text the user types (or deletes) anywhere does not misplace what the
+-- server streams: the separator carries a mark whose row is the end of the transcript, and each
+-- tool line carries one at its start (lines inserted before it move it down; rewriting the line
+-- would move it to the next one, so it is put back after each rewrite).
 local M = {}
 
 local views = {} -- sessionId -> view
+local by_buf = {} -- buffer -> view
+local ns = vim.api.nvim_create_namespace('tether_chat')
 local diff_ns = vim.api.nvim_create_namespace('tether_diff')
 
+M.SEPARATOR = '──── prompt ──── <CR> send · <C-c> cancel ────'
+local MAX_OUTPUT_LINES = 200
+local fold_cache = {} -- buffer -> { tick, levels }
+
+local function mark_row(view, id)
+  local pos = vim.api.nvim_buf_get_extmark_by_id(view.buf, ns, id, {})
+  return pos[1]
+end
+
+--- The row of the separator: the transcript is every line above it.
+local function end_row(view)
+  return mark_row(view, view.separator)
+end
+
+--- Keep the end of the transcript in sight in the windows the user is not working in.
+local function follow(view)
+  local current = vim.api.nvim_get_current_win()
+  local last = vim.api.nvim_buf_line_count(view.buf)
+  for _, win in ipairs(vim.fn.win_findbuf(view.buf)) do
+    if win ~= current then
+      vim.api.nvim_win_set_cursor(win, { last, 0 })
+    end
+  end
+end
+
 local function set_lines(view, first, last, lines)
-  local buf = view.buf
-  if not vim.api.nvim_buf_is_valid(buf) then
-    return
+  if not vim.api.nvim_buf_is_loaded(view.buf) then
+    return false
   end
-  vim.bo[buf].modifiable = true
-  vim.api.nvim_buf_set_lines(buf, first, last, false, lines)
-  vim.bo[buf].modifiable = false
-  for _, win in ipairs(vim.fn.win_findbuf(buf)) do
-    vim.api.nvim_win_set_cursor(win, { vim.api.nvim_buf_line_count(buf), 0 })
-  end
+  vim.api.nvim_buf_set_lines(view.buf, first, last, false, lines)
+  follow(view)
+  return true
 end
 
+--- Lines added at the end of the transcript (a text line being streamed is closed by them).
 local function append(view, lines)
-  local count = vim.api.nvim_buf_line_count(view.buf)
-  local only = count == 1 and vim.api.nvim_buf_get_lines(view.buf, 0, 1, false)[1] == ''
-  if only then
-    set_lines(view, 0, 1, lines)
-  else
-    set_lines(view, count, count, lines)
-  end
+  local row = end_row(view)
+  set_lines(view, row, row, lines)
   view.text_open = false
+  return row
 end
 
---- The view of a session, its buffer created (and shown) if needed.
-function M.view(session, show)
+--- Folds of tool output, wrapped lines: local to the chat buffer in that window (:setlocal), so a
+--- file opened later in the window does not inherit them.
+local function set_window_options(win)
+  vim.api.nvim_win_call(win, function()
+    vim.opt_local.foldmethod = 'expr'
+    vim.opt_local.foldexpr = "luaeval(\"require'tether.ui'.foldexpr(_A)\", v:lnum)"
+    vim.opt_local.foldlevel = 0
+    vim.opt_local.foldenable = true
+    vim.opt_local.wrap = true
+    vim.opt_local.linebreak = true
+  end)
+end
+
+local function create(session)
   local id = session.sessionId
-  local view = views[id]
-  if not view or not vim.api.nvim_buf_is_valid(view.buf) then
-    local buf = vim.api.nvim_create_buf(false, true)
-    vim.bo[buf].buftype = 'nofile'
-    vim.bo[buf].bufhidden = 'hide'
-    vim.bo[buf].swapfile = false
-    vim.bo[buf].filetype = 'markdown'
-    pcall(vim.api.nvim_buf_set_name, buf, 'tether://' .. id)
-    view = { buf = buf, session = session, tools = {}, text_open = false }
-    views[id] = view
-    append(view, { '# tether: ' .. (session.title or id) })
+  local buf = vim.api.nvim_create_buf(false, true)
+  vim.bo[buf].buftype = 'nofile'
+  vim.bo[buf].bufhidden = 'hide'
+  vim.bo[buf].swapfile = false
+  vim.bo[buf].filetype = 'markdown'
+  local name = 'tether://' .. id
+  for _, old in ipairs(vim.api.nvim_list_bufs()) do
+    -- The buffer :bdelete left behind (unloaded) still holds the name.
+    if old ~= buf and vim.api.nvim_buf_get_name(old) == name and not vim.api.nvim_buf_is_loaded(old) then
+      pcall(vim.api.nvim_buf_delete, old, { force = true })
+    end
   end
-  if show and vim.fn.bufwinid(view.buf) == -1 then
-    vim.cmd('botright split')
-    vim.api.nvim_win_set_buf(0, view.buf)
+  pcall(vim.api.nvim_buf_set_name, buf, name)
+  local heading = session.title and ('# tether: ' .. session.title) or ('# tether session ' .. id:sub(1, 8))
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, { heading, M.SEPARATOR, '' })
+  local view = { buf = buf, session = session, tools = {}, text_open = false }
+  view.separator = vim.api.nvim_buf_set_extmark(buf, ns, 1, 0, { hl_group = 'Comment', end_col = #M.SEPARATOR })
+  views[id] = view
+  by_buf[buf] = view
+  local group = vim.api.nvim_create_augroup('tether_chat_' .. buf, { clear = true })
+  vim.api.nvim_create_autocmd('BufWinEnter', {
+    group = group,
+    buffer = buf,
+    callback = function()
+      set_window_options(vim.api.nvim_get_current_win())
+    end,
+  })
+  -- :bdelete unloads the buffer (its lines are gone): forget it, so reopening the session builds
+  -- a new buffer from session/messages.
+  vim.api.nvim_create_autocmd({ 'BufUnload', 'BufWipeout' }, {
+    group = group,
+    buffer = buf,
+    callback = function()
+      by_buf[buf] = nil
+      fold_cache[buf] = nil
+      if views[id] == view then
+        views[id] = nil
+      end
+      view.gone = true
+      pcall(vim.api.nvim_del_augroup_by_id, group)
+    end,
+  })
+  if M.on_create then
+    M.on_create(view)
   end
   return view
 end
 
+--- The view of a session, its buffer created (and shown, with show) if needed. The second value
+--- is true when the buffer is new: its transcript is still to be filled in.
+function M.view(session, show)
+  local view = views[session.sessionId]
+  local fresh = false
+  if not view or not vim.api.nvim_buf_is_loaded(view.buf) then
+    if view and vim.api.nvim_buf_is_valid(view.buf) then
+      pcall(vim.api.nvim_buf_delete, view.buf, { force = true })
+    end
+    view = create(session)
+    fresh = true
+  end
+  view.session = session
+  if show and vim.fn.bufwinid(view.buf) == -1 then
+    -- In a chat window, the session replaces the one shown there (a fork, a picked session).
+    if not by_buf[vim.api.nvim_get_current_buf()] or by_buf[vim.api.nvim_get_current_buf()] == view then
+      vim.cmd('botright split')
+    end
+    vim.api.nvim_win_set_buf(0, view.buf)
+    set_window_options(0)
+    vim.api.nvim_win_set_cursor(0, { vim.api.nvim_buf_line_count(view.buf), 0 })
+  end
+  return view, fresh
+end
+
 function M.get(session_id)
   local view = views[session_id]
-  if view and vim.api.nvim_buf_is_valid(view.buf) then
+  if view and vim.api.nvim_buf_is_loaded(view.buf) then
     return view
   end
+end
+
+function M.by_buffer(buf)
+  local view = by_buf[buf]
+  if view and vim.api.nvim_buf_is_loaded(view.buf) then
+    return view
+  end
+end
+
+--- The text of the prompt area (below the separator), which is emptied.
+function M.take_prompt(view)
+  local row = end_row(view)
+  local lines = vim.api.nvim_buf_get_lines(view.buf, row + 1, -1, false)
+  local text = table.concat(lines, '\n'):gsub('^%s+', ''):gsub('%s+$', '')
+  if text ~= '' then
+    vim.api.nvim_buf_set_lines(view.buf, row + 1, -1, false, { '' })
+  end
+  return text
 end
 
 function M.prompt(view, text)
@@ -70,24 +180,57 @@ end
 --- Streamed text: the first piece continues the open text line, the rest become new lines.
 function M.text(view, text)
   local parts = vim.split(text, '\n', { plain = true })
-  local count = vim.api.nvim_buf_line_count(view.buf)
+  local row = end_row(view)
   if view.text_open then
-    local last = vim.api.nvim_buf_get_lines(view.buf, count - 1, count, false)[1]
+    local last = vim.api.nvim_buf_get_lines(view.buf, row - 1, row, false)[1] or ''
     parts[1] = last .. parts[1]
-    set_lines(view, count - 1, count, parts)
+    set_lines(view, row - 1, row, parts)
   else
-    set_lines(view, count, count, parts)
+    set_lines(view, row, row, parts)
   end
   view.text_open = true
 end
 
--- Tools that change something are marked with their kind.
-local markers = { edit = '(edit) ', execute = '(execute) ' }
+--- The title a person reads for a call, for calls that come without one (from session/messages):
+--- the same wording as the server's tether/tools/titles.py.
+function M.title(name, arguments)
+  local ok, args = pcall(vim.json.decode, arguments or '', { luanil = { object = true, array = true } })
+  if not ok or type(args) ~= 'table' then
+    args = {}
+  end
+  local path = type(args.path) == 'string' and args.path ~= '' and args.path or '.'
+  local command = args.command
+  if type(command) == 'table' then
+    command = table.concat(vim.tbl_map(tostring, command), ' ')
+  elseif type(command) == 'string' then
+    command = table.concat(vim.split(vim.trim(command), '%s+'), ' ')
+  end
+  local lines = ''
+  if type(args.startLine) == 'number' and type(args.endLine) == 'number' then
+    lines = string.format(' (lines %d-%d)', args.startLine, args.endLine)
+  elseif type(args.startLine) == 'number' then
+    lines = string.format(' (from line %d)', args.startLine)
+  end
+  local titles = {
+    read_file = 'Read ' .. path .. lines,
+    list_files = 'List ' .. path .. (type(args.glob) == 'string' and args.glob ~= '' and (' (' .. args.glob .. ')') or ''),
+    search_text = string.format("Search '%s' in %s", tostring(args.pattern), path),
+    write_file = 'Write ' .. path,
+    edit_file = 'Edit ' .. path,
+    run_command = 'Run ' .. ((command and command ~= '') and command or 'a command'),
+  }
+  local text = titles[name]
+  if not text then
+    local server, tool = (name or '?'):match('^(.-)__(.+)$')
+    text = server and (server .. ': ' .. tool) or (name or '?')
+  end
+  return text
+end
 
 local function tool_line(tool)
-  local line = string.format('  [%s] %s%s %s', tool.status, markers[tool.kind] or '', tool.name, tool.arguments or '')
+  local line = string.format('  [%s] %s', tool.status, tool.title)
   if tool.error then
-    line = line .. ' — ' .. tool.error
+    line = line .. ' — ' .. (vim.split(tool.error, '\n', { plain = true })[1])
   elseif tool.progress and tool.status == 'in_progress' then
     line = line .. ' — ' .. tool.progress
   end
@@ -96,34 +239,41 @@ end
 
 local diff_groups = { ['+'] = 'DiffAdd', ['-'] = 'DiffDelete', ['@'] = 'DiffChange' }
 
---- The lines of a unified diff under the tool line (indented, highlighted as a diff); the rows of
---- the tool lines below it move down.
-local function insert_diff(view, tool, diff)
-  local lines = {}
-  for _, line in ipairs(vim.split((diff:gsub('\n$', '')), '\n', { plain = true })) do
-    table.insert(lines, '    ' .. line)
-  end
-  local first = tool.row + 1
-  local open = view.text_open
-  set_lines(view, first, first, lines)
-  view.text_open = open
-  for _, other in pairs(view.tools) do
-    if other ~= tool and other.row >= first then
-      other.row = other.row + #lines
-    end
-  end
-  if not vim.api.nvim_buf_is_valid(view.buf) then
-    return
-  end
+local function highlight_diff(view, first, lines)
   for i, line in ipairs(lines) do
-    local c = line:sub(5, 5)
-    local group = diff_groups[c]
+    local group = diff_groups[line:sub(5, 5)]
     if line:sub(5, 7) == '+++' or line:sub(5, 7) == '---' then
       group = 'DiffText'
     end
     if group then
-      vim.api.nvim_buf_add_highlight(view.buf, diff_ns, group, first + i - 1, 0, -1)
+      vim.api.nvim_buf_set_extmark(view.buf, diff_ns, first + i - 1, 0, { end_col = #line, hl_group = group })
     end
+  end
+end
+
+--- Replace what is under a tool line: `diff` (a unified diff, shown) or `output` (folded).
+local function set_body(view, tool, kind, text)
+  local lines = {}
+  if text and text ~= '' then
+    for _, line in ipairs(vim.split((text:gsub('\n$', '')), '\n', { plain = true })) do
+      table.insert(lines, '    ' .. line)
+    end
+  end
+  if kind == 'output' and #lines > MAX_OUTPUT_LINES then
+    local more = #lines - MAX_OUTPUT_LINES
+    lines = vim.list_slice(lines, 1, MAX_OUTPUT_LINES)
+    table.insert(lines, string.format('    … %d more line%s', more, more == 1 and '' or 's'))
+  end
+  local row = mark_row(view, tool.mark)
+  local open = view.text_open
+  local old_count = tool.body_count or 0
+  -- Folds are computed as the lines change: the body is already what it is about to be.
+  tool.body_kind, tool.body_count = kind, #lines
+  fold_cache[view.buf] = nil
+  set_lines(view, row + 1, row + 1 + old_count, lines)
+  view.text_open = open
+  if kind == 'diff' then
+    highlight_diff(view, row + 1, lines)
   end
 end
 
@@ -131,6 +281,7 @@ end
 ---@field toolCallId string
 ---@field name string
 ---@field arguments string
+---@field title? string what a person reads: `Read src/app.py`, `Run pytest -q`
 ---@field toolKind? 'read'|'edit'|'execute'|'search'|'other'
 ---@field status string
 
@@ -146,13 +297,14 @@ end
 function M.tool_call(view, event)
   local tool = {
     name = event.name,
-    arguments = event.arguments,
+    title = event.title or M.title(event.name, event.arguments),
     kind = event.toolKind,
     status = event.status or 'pending',
   }
-  append(view, { tool_line(tool) })
-  tool.row = vim.api.nvim_buf_line_count(view.buf) - 1
+  local row = append(view, { tool_line(tool) })
+  tool.mark = vim.api.nvim_buf_set_extmark(view.buf, ns, row, 0, {})
   view.tools[event.toolCallId] = tool
+  return tool
 end
 
 ---@param event tether.ToolCallUpdateEvent
@@ -166,18 +318,46 @@ function M.tool_update(view, event)
   if event.progress then
     tool.progress = event.progress
   end
+  local row = mark_row(view, tool.mark)
   local open = view.text_open
-  set_lines(view, tool.row, tool.row + 1, { tool_line(tool) })
+  set_lines(view, row, row + 1, { tool_line(tool) })
+  vim.api.nvim_buf_set_extmark(view.buf, ns, row, 0, { id = tool.mark })
   view.text_open = open
   if event.diff and event.diff ~= '' then
-    insert_diff(view, tool, event.diff)
+    set_body(view, tool, 'diff', event.diff)
+  elseif event.status == 'completed' and event.result then
+    set_body(view, tool, 'output', event.result)
+  elseif event.status == 'failed' or event.status == 'cancelled' then
+    set_body(view, tool, 'output', event.error)
   end
+end
+
+--- The diff an edit would make, shown under its tool line while the user decides.
+function M.proposed_diff(view, call_id, diff)
+  local tool = view.tools[call_id]
+  if tool and diff and diff ~= '' then
+    set_body(view, tool, 'diff', diff)
+  end
+end
+
+--- The row of a call's tool line (0-based), or nil.
+function M.tool_row(view, call_id)
+  local tool = view.tools[call_id]
+  return tool and mark_row(view, tool.mark)
 end
 
 function M.finished(view, result)
   local line = '-- ' .. (result.stopReason or 'done')
+  local facts = {}
   if result.iterations then
-    line = line .. string.format(' (%d iteration%s)', result.iterations, result.iterations == 1 and '' or 's')
+    table.insert(facts, string.format('%d iteration%s', result.iterations, result.iterations == 1 and '' or 's'))
+  end
+  local usage = result.usage
+  if usage and ((usage.inputTokens or 0) + (usage.outputTokens or 0)) > 0 then
+    table.insert(facts, string.format('%d tokens in, %d out', usage.inputTokens or 0, usage.outputTokens or 0))
+  end
+  if #facts > 0 then
+    line = line .. ' (' .. table.concat(facts, ', ') .. ')'
   end
   append(view, { '', line })
 end
@@ -186,17 +366,21 @@ function M.error(view, err)
   append(view, { '', '-- error ' .. tostring(err.code) .. ': ' .. tostring(err.message) })
 end
 
---- A transcript from session/messages.
+local function content_text(content)
+  if type(content) ~= 'table' then
+    return content
+  end
+  local texts = {}
+  for _, block in ipairs(content) do
+    table.insert(texts, block.text or block.uri or ('[' .. tostring(block.type) .. ']'))
+  end
+  return table.concat(texts, '\n')
+end
+
+--- A transcript from session/messages (oldest first), added to the transcript.
 function M.transcript(view, messages)
   for _, message in ipairs(messages) do
-    local content = message.content
-    if type(content) == 'table' then
-      local texts = {}
-      for _, block in ipairs(content) do
-        table.insert(texts, block.text or block.uri or ('[' .. block.type .. ']'))
-      end
-      content = table.concat(texts, '\n')
-    end
+    local content = content_text(message.content)
     if message.role == 'user' then
       M.prompt(view, content or '')
     elseif message.role == 'assistant' then
@@ -206,13 +390,45 @@ function M.transcript(view, messages)
       for _, call in ipairs(message.toolCalls or {}) do
         M.tool_call(view, { toolCallId = call.id, name = call.name, arguments = call.arguments, status = 'called' })
       end
-    elseif message.role == 'tool' then
-      local tool = view.tools[message.toolCallId]
-      if tool then
-        M.tool_update(view, { toolCallId = message.toolCallId, status = message.isError and 'failed' or 'completed' })
+    elseif message.role == 'tool' and view.tools[message.toolCallId] then
+      if message.isError then
+        M.tool_update(view, { toolCallId = message.toolCallId, status = 'failed', error = content })
+      else
+        M.tool_update(view, { toolCallId = message.toolCallId, status = 'completed', result = content or '' })
       end
     end
   end
+end
+
+--- Fold levels of a buffer: a tool's output is one fold under its tool line; a diff is not folded.
+
+local function fold_levels(view)
+  local tick = vim.api.nvim_buf_get_changedtick(view.buf)
+  local cached = fold_cache[view.buf]
+  if cached and cached.tick == tick then
+    return cached.levels
+  end
+  local levels = {}
+  for _, tool in pairs(view.tools) do
+    if tool.body_kind == 'output' and (tool.body_count or 0) > 0 then
+      local row = mark_row(view, tool.mark)
+      levels[row + 2] = '>1'
+      for lnum = row + 3, row + 1 + tool.body_count do
+        levels[lnum] = '1'
+      end
+    end
+  end
+  fold_cache[view.buf] = { tick = tick, levels = levels }
+  return levels
+end
+
+--- 'foldexpr' of the chat windows.
+function M.foldexpr(lnum)
+  local view = by_buf[vim.api.nvim_get_current_buf()]
+  if not view then
+    return '0'
+  end
+  return fold_levels(view)[lnum] or '0'
 end
 
 return M
