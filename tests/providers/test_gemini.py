@@ -414,3 +414,17 @@ def test_a_base_url_with_its_api_version_is_used_as_it_is() -> None:
     assert provider.model_url("models/m", stream=False) == (
         "https://proxy.example/v1alpha/models/m:generateContent"
     )
+
+
+@pytest.mark.parametrize(
+    ("model", "path"),
+    [
+        ("gemini-2.5-flash", "/v1beta/models/gemini-2.5-flash:generateContent"),
+        ("models/gemini-2.5-pro", "/v1beta/models/gemini-2.5-pro:generateContent"),
+        ("tunedModels/my-model", "/v1beta/tunedModels/my-model:generateContent"),
+        ("../files/x?key=1", "/v1beta/models/..%2Ffiles%2Fx%3Fkey%3D1:generateContent"),
+    ],
+)
+def test_the_model_names_the_path_and_cannot_change_it(model: str, path: str) -> None:
+    provider = GeminiProvider(base_url="https://g.example", model=model)
+    assert provider.model_url(model, stream=False) == "https://g.example" + path

@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import orjson
@@ -39,7 +41,7 @@ from tether.protocol import Content, ImageBlock, Message, ResourceLinkBlock, Rol
 from tether.protocol import ToolCall as CanonicalCall
 from tether.protocol.kernel import Usage
 from tether.protocol.tools import ToolSpec
-from tether.providers.base import Completion, ModelRequest, StreamEvent
+from tether.providers.base import Completion, ModelRequest
 from tether.providers.content import (
     THINKING_BUDGETS,
     flatten_text,
@@ -110,10 +112,12 @@ class GeminiProvider(HttpProvider):
 
     def model_url(self, model: str, *, stream: bool) -> str:
         """The endpoint of ``model``: ``models/{model}:streamGenerateContent?alt=sse`` or
-        ``:generateContent``."""
-        name = model.removeprefix("models/")
+        ``:generateContent``. A name given as a resource (``models/...``, ``tunedModels/...``)
+        is used as it is; every segment is percent-encoded, so a name cannot change the path."""
+        resource = model if model.startswith(("models/", "tunedModels/")) else f"models/{model}"
+        kind, _, name = resource.partition("/")
         method = "streamGenerateContent?alt=sse" if stream else "generateContent"
-        return f"{self.url}/models/{name}:{method}"
+        return f"{self.url}/{kind}/{quote(name, safe='')}:{method}"
 
     def request_url(self, request: ModelRequest) -> str:
         return self.model_url(request.model, stream=True)
@@ -121,17 +125,11 @@ class GeminiProvider(HttpProvider):
     async def request(self, request: ModelRequest) -> Completion:
         """The whole turn from ``generateContent``, without streaming it."""
         url = self.model_url(request.model, stream=False)
-        completion: Completion | None = None
-        events: AsyncGenerator[StreamEvent, None] = self.turn(url, self.payload(request))
-        try:
+        async with aclosing(self.turn(url, self.payload(request))) as events:
             async for event in events:
                 if isinstance(event, Completion):
-                    completion = event
-        finally:
-            await events.aclose()
-        if completion is None:  # pragma: no cover - turn() always ends with one
-            raise RuntimeError("the gemini provider ended its turn without a completion")
-        return completion
+                    return event
+        raise RuntimeError("the gemini provider ended its turn without a completion")
 
     def payload(self, request: ModelRequest) -> dict[str, Any]:
         system, contents = gemini_contents(request.system, request.messages)

@@ -1,7 +1,9 @@
 """What the HTTP providers share: one POST per turn, read as server-sent events, with retries.
 
-A subclass maps a :class:`ModelRequest` to its JSON payload and supplies a :class:`TurnReader`
-that turns the events of its wire format into text pieces and, at the end, a :class:`Completion`.
+A subclass maps a :class:`ModelRequest` to its JSON payload (and, when its format names the
+model in the URL, to its ``request_url``) and supplies a :class:`TurnReader` that turns the
+events of its wire format into text pieces, reasoning pieces and, at the end, a
+:class:`Completion`.
 A server that answers with plain JSON although streaming was asked for is read as a whole turn;
 any other content type is read as an event stream.
 
