@@ -35,14 +35,18 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-async def connect(project: Path, provider: dict[str, Any]) -> Connection:
+async def connect(project: Path, provider: dict[str, Any], **options: Any) -> Connection:
     env = {"GEMINI_API_KEY": KEY, "OPENAI_API_KEY": KEY, "ANTHROPIC_API_KEY": KEY}
     connection = await Connection.spawn(SERVER, env={**env, "TETHER_LOG_LEVEL": "debug"})
     await connection.request(
         "initialize",
         {
             "workspaceFolders": [{"uri": project.as_uri()}],
-            "initializationOptions": {"provider": provider, "tools": {"approval": "auto"}},
+            "initializationOptions": {
+                "provider": provider,
+                "tools": {"approval": "auto"},
+                **options,
+            },
         },
     )
     connection.notify("initialized", {})
@@ -243,3 +247,34 @@ async def test_an_unknown_thinking_level_is_invalid_params(
     assert "thinkingLevel" in raised.value.message or "thinkingLevel" in json.dumps(
         raised.value.data
     )
+
+
+async def test_anthropic_thinking_blocks_outlive_the_server_in_a_durable_store(
+    endpoint: ModelServer, project: Path, tmp_path: Path
+) -> None:
+    provider = {"type": "anthropic", "baseUrl": endpoint.anthropic_url, "model": "claude-test"}
+    store = {"store": "sqlite", "path": str(tmp_path / "sessions.db")}
+    endpoint.push(
+        Reply(thinking="Check the notes.", tool_calls=[Call("read_file", {"path": "notes.txt"})]),
+        Reply(text="42."),
+        Reply(text="Still 42."),
+    )
+    first = await connect(project, provider, sessions=store)
+    try:
+        created = await first.request("session/create", {"settings": {"thinkingLevel": "low"}})
+        sid = created["sessionId"]
+        await first.request("kernel/run", {"sessionId": sid, "prompt": "What is it?"})
+    finally:
+        await first.close()
+    second = await connect(project, provider, sessions=store)
+    try:
+        await second.request("kernel/run", {"sessionId": sid, "prompt": "Sure?"})
+    finally:
+        await second.close()
+    later = endpoint.requests[-1].body["messages"]
+    calling = next(m for m in later if any(b["type"] == "tool_use" for b in m["content"]))
+    assert calling["content"][0] == {
+        "type": "thinking",
+        "thinking": "Check the notes.",
+        "signature": SIGNATURE,
+    }
