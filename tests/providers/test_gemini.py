@@ -238,9 +238,9 @@ async def test_calls_without_ids_get_distinct_ids_and_their_results_go_back_by_n
         {"functionCall": {"name": "read_file", "args": {"path": "a.py"}}},
         {"functionCall": {"name": "read_file", "args": {"path": "b.py"}}},
     ]
-    assert sent[2]["parts"] == [  # ... and sent back in the order the history holds them
-        {"functionResponse": {"name": "read_file", "response": {"output": "B"}}},
+    assert sent[2]["parts"] == [  # ... and sent back in the order of the calls
         {"functionResponse": {"name": "read_file", "response": {"output": "A"}}},
+        {"functionResponse": {"name": "read_file", "response": {"output": "B"}}},
     ]
 
 
@@ -428,3 +428,20 @@ def test_a_base_url_with_its_api_version_is_used_as_it_is() -> None:
 def test_the_model_names_the_path_and_cannot_change_it(model: str, path: str) -> None:
     provider = GeminiProvider(base_url="https://g.example", model=model)
     assert provider.model_url(model, stream=False) == "https://g.example" + path
+
+
+async def test_a_result_whose_call_is_not_in_the_history_goes_under_its_own_name(
+    gemini: GeminiProvider, server: ModelServer
+) -> None:
+    server.push(Reply(text="ok"))
+    orphan = message(Role.TOOL, "data", tool_call_id="elsewhere", name="fetch")
+    await collect(gemini, ask(orphan, message(Role.USER, "and?")))
+    assert server.requests[0].body["contents"] == [
+        {
+            "role": "user",
+            "parts": [
+                {"functionResponse": {"name": "fetch", "response": {"output": "data"}}},
+                {"text": "and?"},
+            ],
+        }
+    ]

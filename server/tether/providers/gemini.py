@@ -172,29 +172,67 @@ def generation_config(settings: Any) -> dict[str, Any]:
 # --- canonical → Gemini -----------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """A call as the history holds it: what its result is sent back under."""
+
+    name: str
+    own_id: str | None  # Gemini's own id of the call, when it gave one
+    position: int  # its place among the calls of its message
+
+
 def gemini_contents(
     system: str | None, messages: Sequence[Message]
 ) -> tuple[str | None, list[dict[str, Any]]]:
-    """The system instruction's text and the ``contents`` array, turns merged by role."""
+    """The system instruction's text and the ``contents`` array, turns merged by role.
+
+    The results that follow a model turn are sent in the order of its calls (the API matches
+    them by name and order), whatever order the history holds them in."""
     systems = [system] if system else []
-    names: dict[str, tuple[str, str | None]] = {}  # tool-call id -> (name, Gemini's own id)
+    asked = _calls_by_id(messages)
     contents: list[dict[str, Any]] = []
-    for message in messages:
+    results: list[Message] = []
+    for message in [*messages, None]:
+        if message is not None and message.role is Role.TOOL:
+            results.append(message)
+            continue
+        results.sort(key=lambda result: _position(asked, result))
+        for result in results:
+            _add(contents, "user", [_response(result, asked)])
+        results = []
+        if message is None:
+            break
         if message.role is Role.SYSTEM:
             systems.append(flatten_text(message.content))
-            continue
-        if message.role is Role.ASSISTANT:
-            for call in message.tool_calls or ():
-                names[call.id] = (call.name, _own_id(message, call.id))
-        role = "model" if message.role is Role.ASSISTANT else "user"
-        parts = _parts(message, names)
-        if not parts:
-            continue
-        if contents and contents[-1]["role"] == role:
-            contents[-1]["parts"].extend(parts)
+        elif message.role is Role.ASSISTANT:
+            _add(contents, "model", _model_parts(message))
         else:
-            contents.append({"role": role, "parts": parts})
+            _add(contents, "user", _content_parts(message.content))
     return "\n\n".join(systems) or None, contents
+
+
+def _calls_by_id(messages: Sequence[Message]) -> dict[str, _Asked]:
+    return {
+        call.id: _Asked(call.name, _own_id(message, call.id), position)
+        for message in messages
+        if message.role is Role.ASSISTANT
+        for position, call in enumerate(message.tool_calls or ())
+    }
+
+
+def _position(asked: dict[str, _Asked], result: Message) -> int:
+    call = asked.get(result.tool_call_id or "")
+    return call.position if call is not None else len(asked)
+
+
+def _add(contents: list[dict[str, Any]], role: str, parts: list[dict[str, Any]]) -> None:
+    """Append ``parts`` as a turn of ``role``, merged into the last turn when it has that role."""
+    if not parts:
+        return
+    if contents and contents[-1]["role"] == role:
+        contents[-1]["parts"].extend(parts)
+    else:
+        contents.append({"role": role, "parts": parts})
 
 
 def gemini_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
@@ -209,17 +247,18 @@ def gemini_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     ]
 
 
-def _parts(message: Message, names: dict[str, tuple[str, str | None]]) -> list[dict[str, Any]]:
-    if message.role is Role.TOOL:
-        name, own_id = names.get(message.tool_call_id or "", (message.name or "unknown", None))
-        key = "error" if is_error_result(message) else "output"
-        response: dict[str, Any] = {"name": name, "response": {key: flatten_text(message.content)}}
-        if own_id:
-            response["id"] = own_id
-        return [{"functionResponse": response}]
-    if message.role is Role.ASSISTANT:
-        return _model_parts(message)
-    return _content_parts(message.content)
+def _response(result: Message, asked: dict[str, _Asked]) -> dict[str, Any]:
+    """A tool result as a ``functionResponse`` part: under its call's name (the message's own
+    ``name`` when the call is not in the history)."""
+    call = asked.get(result.tool_call_id or "")
+    key = "error" if is_error_result(result) else "output"
+    response: dict[str, Any] = {
+        "name": call.name if call is not None else result.name or "unknown",
+        "response": {key: flatten_text(result.content)},
+    }
+    if call is not None and call.own_id:
+        response["id"] = call.own_id
+    return {"functionResponse": response}
 
 
 def _model_parts(message: Message) -> list[dict[str, Any]]:
