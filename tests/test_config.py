@@ -482,7 +482,7 @@ def test_an_unknown_key_with_a_null_value_is_still_a_config_error(
         ("[kernel]\nmax_iterations = true\n", "kernel.max_iterations"),
         ("[kernel]\nmax_iterations = 2.5\n", "kernel.max_iterations"),
         ("[provider]\nmodel = 4\n", "provider.model"),
-        ('[provider]\ntype = "gemini"\n', "provider.type"),
+        ('[provider]\ntype = "vertex"\n', "provider.type"),
         ('[tools]\napproval = "sometimes"\n', "tools.approval"),
         ('[tools]\nenabled = "read_file"\n', "tools.enabled"),
         ('[tools]\nenabled = ["read_file", 3]\n', "tools.enabled.1"),
@@ -547,7 +547,7 @@ def test_an_out_of_range_value_in_a_file_is_a_config_error(
         ("TETHER_MAX_ITERATIONS", "ten"),
         ("TETHER_MAX_ITERATIONS", "0"),
         ("TETHER_APPROVAL", "sometimes"),
-        ("TETHER_PROVIDER", "gemini"),
+        ("TETHER_PROVIDER", "vertex"),
     ],
 )
 def test_an_invalid_environment_value_is_a_config_error_naming_the_variable(

@@ -74,7 +74,7 @@ class _Section(BaseModel):
     )
 
 
-ProviderType = Literal["openai", "anthropic", "scripted"]
+ProviderType = Literal["openai", "anthropic", "gemini", "scripted"]
 SandboxMode = Literal["workspace-write", "read-only", "off"]
 PROVIDER_TYPES: tuple[str, ...] = get_args(ProviderType)
 

@@ -65,3 +65,42 @@ async def test_an_endpoint_that_fails_answers_the_prompt_with_a_provider_error(
     assert error.value.code == -32012
     assert KEY not in str(error.value.data)
     assert [info.session_id for info in again.sessions] == [session.session_id]
+
+
+async def test_a_thinking_level_set_in_the_editor_streams_gemini_thoughts_as_thought_chunks(
+    setup: Setup, project: Path
+) -> None:
+    with ModelServer.in_thread() as server:
+        setup.env.update(
+            {
+                "TETHER_PROVIDER": "gemini",
+                "TETHER_BASE_URL": server.gemini_url,
+                "TETHER_MODEL": "gemini-test",
+                "GEMINI_API_KEY": KEY,
+            }
+        )
+        server.push(Reply(thinking="A demo, surely.", text="It is a demo."))
+        async with setup.agent() as agent:
+            session = await agent.request("session/new", {"cwd": str(project), "mcpServers": []})
+            sid = session["sessionId"]
+            await agent.request(
+                "session/set_config_option",
+                {"sessionId": sid, "configId": "thinkingLevel", "value": "medium"},
+            )
+            answer = await agent.conn.prompt(session_id=sid, prompt=[text_block("?")])
+            updates = agent.wire.updates(sid)
+        (request,) = server.requests
+    assert answer.stop_reason == "end_turn"
+    chunks = {
+        kind: "".join(u["content"]["text"] for u in updates if u["sessionUpdate"] == kind)
+        for kind in ("agent_thought_chunk", "agent_message_chunk")
+    }
+    assert chunks == {
+        "agent_thought_chunk": "A demo, surely.",
+        "agent_message_chunk": "It is a demo.",
+    }
+    assert request.body["generationConfig"]["thinkingConfig"] == {
+        "thinkingBudget": 8192,
+        "includeThoughts": True,
+    }
+    assert request.headers["x-goog-api-key"] == KEY

@@ -1,7 +1,8 @@
 """A real loopback HTTP server that plays a model endpoint, for tests and benchmarks.
 
-It speaks the OpenAI Chat Completions format (``POST .../chat/completions``) and the Anthropic
-Messages format (``POST .../messages``), streamed as server-sent events or as one JSON answer, as
+It speaks the OpenAI Chat Completions format (``POST .../chat/completions``), the Anthropic
+Messages format (``POST .../messages``) and the Gemini format (``POST .../models/M:generateContent``
+or ``:streamGenerateContent?alt=sse``), streamed as server-sent events or as one JSON answer, as
 the request asks. Each test queues what the next requests get::
 
     async with ModelServer() as server:
@@ -9,10 +10,14 @@ the request asks. Each test queues what the next requests get::
         provider = OpenAIProvider(base_url=server.openai_url, ...)
 
 A :class:`Reply` is rendered in the format of the request that takes it, so one script serves
-both providers. Faults: :class:`Status` (429 with ``Retry-After``, 500, ...), :class:`Hang` (no
-answer, or a stream that stalls), :class:`Reset` (the connection reset, before the answer or in
-the middle of the stream), :class:`Truncate` (the stream ends in the middle of an event), and a
-malformed tool call is a :class:`Call` whose ``arguments`` are broken JSON. ``latency`` delays
+every provider; its ``thinking`` streams as the format's reasoning (OpenAI-compatible
+``reasoning_content``, an Anthropic ``thinking`` block with a signature, Gemini ``thought`` parts
+with a ``thoughtSignature`` on the first call).
+
+Faults: :class:`Status` (429 with ``Retry-After``, 500, ...), :class:`Hang` (no answer, or a
+stream that stalls), :class:`Reset` (the connection reset, before the answer or in the middle of
+the stream), :class:`Truncate` (the stream ends in the middle of an event), and a malformed tool
+call is a :class:`Call` whose ``arguments`` are broken JSON. ``latency`` delays
 every answer. When the queue is empty, ``default`` answers, or a 400 that names the problem.
 
 For a subprocess (the real ``tether serve``), run it in a thread::
@@ -39,7 +44,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Format = Literal["openai", "anthropic"]
+Format = Literal["openai", "anthropic", "gemini"]
 
 _WORD = re.compile(r"\s*\S+\s*")
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found"}
@@ -77,6 +82,9 @@ class Reply:
     interleave: bool = False  # deltas of parallel calls alternate (OpenAI)
     omit_tool_call_ids: bool = False  # like some OpenAI-compatible servers
     done_marker: bool = True  # OpenAI: end with ``data: [DONE]``
+    thinking: str = ""  # reasoning streamed before the text (word by word)
+    reasoning_tokens: int | None = None  # reported in the usage when set
+    cached_tokens: int | None = None  # reported in the usage when set
 
 
 @dataclass(frozen=True)
@@ -141,6 +149,8 @@ def _format_of(path: str) -> Format | None:
         return "openai"
     if path.endswith("/messages"):
         return "anthropic"
+    if path.endswith((":generateContent", ":streamGenerateContent")):
+        return "gemini"
     return None
 
 
@@ -165,6 +175,9 @@ class _OpenAI:
         self.model = body.get("model", "fake-model")
         self.include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
+    def streams(self, request: RecordedRequest) -> bool:
+        return isinstance(request.body, dict) and bool(request.body.get("stream"))
+
     def _chunk(self, choices: list[Any], usage: Any = None) -> str:
         chunk: dict[str, Any] = {
             "id": "chatcmpl-fake",
@@ -186,7 +199,8 @@ class _OpenAI:
         return events
 
     def events(self, reply: Reply) -> list[str]:
-        events = self.prefix(reply.text) + self._tool_events(reply)
+        thoughts = [self._delta({"reasoning_content": p}) for p in _WORD.findall(reply.thinking)]
+        events = thoughts + self.prefix(reply.text) + self._tool_events(reply)
         events.append(self._delta({}, self._finish_reason(reply)))
         if reply.usage is not None and self.include_usage:
             events.append(self._chunk([], self._usage(reply)))
@@ -224,6 +238,8 @@ class _OpenAI:
 
     def whole(self, reply: Reply) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+        if reply.thinking:
+            message["reasoning_content"] = reply.thinking
         if reply.tool_calls:
             message["tool_calls"] = [
                 {
@@ -249,14 +265,19 @@ class _OpenAI:
     def error(self, status: int) -> dict[str, Any]:
         return {"error": {"message": f"fake error {status}", "type": "fake", "code": status}}
 
-    def _usage(self, reply: Reply) -> dict[str, int]:
+    def _usage(self, reply: Reply) -> dict[str, Any]:
         assert reply.usage is not None
         prompt, completion = reply.usage
-        return {
+        usage: dict[str, Any] = {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
         }
+        if reply.reasoning_tokens is not None:
+            usage["completion_tokens_details"] = {"reasoning_tokens": reply.reasoning_tokens}
+        if reply.cached_tokens is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
+        return usage
 
     def _finish_reason(self, reply: Reply) -> str:
         return reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
@@ -266,9 +287,15 @@ class _Anthropic:
     def __init__(self, request: RecordedRequest) -> None:
         body = request.body if isinstance(request.body, dict) else {}
         self.model = body.get("model", "fake-model")
+        self.cached_tokens: int | None = None
+
+    def streams(self, request: RecordedRequest) -> bool:
+        return isinstance(request.body, dict) and bool(request.body.get("stream"))
 
     def _start(self, reply_usage: tuple[int, int] | None) -> str:
         usage = {"input_tokens": reply_usage[0], "output_tokens": 1} if reply_usage else {}
+        if reply_usage and self.cached_tokens is not None:
+            usage["cache_read_input_tokens"] = self.cached_tokens
         message = {
             "id": "msg_fake",
             "type": "message",
@@ -281,13 +308,19 @@ class _Anthropic:
         }
         return _sse({"type": "message_start", "message": message}, "message_start")
 
-    def prefix(self, text: str, usage: tuple[int, int] | None = (12, 7)) -> list[str]:
+    def prefix(
+        self, text: str, usage: tuple[int, int] | None = (12, 7), thinking: str = ""
+    ) -> list[str]:
         events = [self._start(usage)]
+        at = 0
+        if thinking:
+            events += self._thinking(thinking)
+            at = 1
         if text:
             block = {"type": "text", "text": ""}
             events.append(
                 _sse(
-                    {"type": "content_block_start", "index": 0, "content_block": block},
+                    {"type": "content_block_start", "index": at, "content_block": block},
                     "content_block_start",
                 )
             )
@@ -296,7 +329,7 @@ class _Anthropic:
                 _sse(
                     {
                         "type": "content_block_delta",
-                        "index": 0,
+                        "index": at,
                         "delta": {"type": "text_delta", "text": piece},
                     },
                     "content_block_delta",
@@ -306,11 +339,12 @@ class _Anthropic:
         return events
 
     def events(self, reply: Reply) -> list[str]:
-        events = self.prefix(reply.text, reply.usage)
-        index = 0
+        self.cached_tokens = reply.cached_tokens
+        events = self.prefix(reply.text, reply.usage, reply.thinking)
+        index = 1 if reply.thinking else 0
         if reply.text:
-            events.append(_stop(0))
-            index = 1
+            events.append(_stop(index))
+            index += 1
         for number, call in enumerate(reply.tool_calls):
             block = {"type": "tool_use", "id": _call_id(call, number), "name": call.name}
             events.append(
@@ -343,6 +377,25 @@ class _Anthropic:
         events.append(_sse({"type": "message_stop"}, "message_stop"))
         return events
 
+    def _thinking(self, text: str) -> list[str]:
+        """A thinking block at index 0 (text blocks then start at 1)."""
+        block = {"type": "thinking", "thinking": ""}
+        events = [
+            _sse(
+                {"type": "content_block_start", "index": 0, "content_block": block},
+                "content_block_start",
+            )
+        ]
+        deltas: list[dict[str, Any]] = [
+            {"type": "thinking_delta", "thinking": piece} for piece in _WORD.findall(text)
+        ]
+        deltas.append({"type": "signature_delta", "signature": FAKE_SIGNATURE})
+        events += [
+            _sse({"type": "content_block_delta", "index": 0, "delta": d}, "content_block_delta")
+            for d in deltas
+        ]
+        return [*events, _stop(0)]
+
     def partial(self) -> str:
         return (
             "event: content_block_delta\n"
@@ -350,7 +403,13 @@ class _Anthropic:
         )
 
     def whole(self, reply: Reply) -> dict[str, Any]:
-        content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
+        content: list[dict[str, Any]] = []
+        if reply.thinking:
+            content.append(
+                {"type": "thinking", "thinking": reply.thinking, "signature": FAKE_SIGNATURE}
+            )
+        if reply.text:
+            content.append({"type": "text", "text": reply.text})
         for number, call in enumerate(reply.tool_calls):
             try:
                 arguments = json.loads(call.arguments_text)
@@ -375,6 +434,8 @@ class _Anthropic:
         }
         if reply.usage is not None:
             body["usage"] = {"input_tokens": reply.usage[0], "output_tokens": reply.usage[1]}
+            if reply.cached_tokens is not None:
+                body["usage"]["cache_read_input_tokens"] = reply.cached_tokens
         return body
 
     def error(self, status: int) -> dict[str, Any]:
@@ -383,6 +444,99 @@ class _Anthropic:
 
     def _stop_reason(self, reply: Reply) -> str:
         return reply.finish_reason or ("tool_use" if reply.tool_calls else "end_turn")
+
+
+class _Gemini:
+    """``generateContent`` answers: each streamed chunk a ``GenerateContentResponse``; calls
+    carry no id unless the :class:`Call` names one."""
+
+    def __init__(self, request: RecordedRequest) -> None:
+        path = request.path.split("?", 1)[0]
+        self.model = path.rsplit("/", 1)[-1].split(":", 1)[0] or "fake-model"
+
+    def streams(self, request: RecordedRequest) -> bool:
+        return ":streamGenerateContent" in request.path
+
+    def _chunk(
+        self,
+        parts: list[dict[str, Any]],
+        finish_reason: str | None = None,
+        usage: dict[str, int] | None = None,
+    ) -> dict[str, Any]:
+        candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+        if finish_reason:
+            candidate["finishReason"] = finish_reason
+        chunk: dict[str, Any] = {"candidates": [candidate], "modelVersion": self.model}
+        if usage is not None:
+            chunk["usageMetadata"] = usage
+        return chunk
+
+    def prefix(self, text: str, thinking: str = "") -> list[str]:
+        thoughts = [{"text": piece, "thought": True} for piece in _WORD.findall(thinking)]
+        texts = [{"text": piece} for piece in _WORD.findall(text)]
+        return [_sse(self._chunk([part])) for part in thoughts + texts]
+
+    def events(self, reply: Reply) -> list[str]:
+        events = self.prefix(reply.text, reply.thinking)
+        if reply.tool_calls:
+            events.append(_sse(self._chunk(self._calls(reply))))
+        events.append(_sse(self._chunk([], self._finish_reason(reply), self._usage(reply))))
+        return events
+
+    def _calls(self, reply: Reply) -> list[dict[str, Any]]:
+        parts: list[dict[str, Any]] = []
+        for number, call in enumerate(reply.tool_calls):
+            try:
+                args = json.loads(call.arguments_text)
+            except ValueError:
+                args = {}
+            function: dict[str, Any] = {"name": call.name, "args": args}
+            if call.id:
+                function["id"] = call.id
+            part: dict[str, Any] = {"functionCall": function}
+            if reply.thinking and number == 0:
+                part["thoughtSignature"] = FAKE_SIGNATURE
+            parts.append(part)
+        return parts
+
+    def partial(self) -> str:
+        return 'data: {"candidates": [{"content": {"role": "model", "parts": [{"text": "cu'
+
+    def whole(self, reply: Reply) -> dict[str, Any]:
+        parts: list[dict[str, Any]] = []
+        if reply.thinking:
+            parts.append({"text": reply.thinking, "thought": True})
+        if reply.text:
+            parts.append({"text": reply.text})
+        parts += self._calls(reply)
+        return self._chunk(parts, self._finish_reason(reply), self._usage(reply))
+
+    def error(self, status: int) -> dict[str, Any]:
+        names = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED"}
+        name = "RESOURCE_EXHAUSTED" if status == 429 else names.get(status, "INTERNAL")
+        return {"error": {"code": status, "message": f"fake error {status}", "status": name}}
+
+    def _usage(self, reply: Reply) -> dict[str, int] | None:
+        if reply.usage is None:
+            return None
+        prompt, output = reply.usage
+        usage = {
+            "promptTokenCount": prompt,
+            "candidatesTokenCount": output,
+            "totalTokenCount": prompt + output + (reply.reasoning_tokens or 0),
+        }
+        if reply.reasoning_tokens is not None:
+            usage["thoughtsTokenCount"] = reply.reasoning_tokens
+        if reply.cached_tokens is not None:
+            usage["cachedContentTokenCount"] = reply.cached_tokens
+        return usage
+
+    def _finish_reason(self, reply: Reply) -> str:
+        return reply.finish_reason or "STOP"  # Gemini says STOP after function calls too
+
+
+Wire = _OpenAI | _Anthropic | _Gemini
+FAKE_SIGNATURE = "c2lnbmF0dXJlLWZha2U="  # what a reasoning signature looks like: opaque base64
 
 
 def _stop(index: int) -> str:
@@ -402,8 +556,8 @@ def _zip_longest(rows: list[list[dict[str, Any]]]) -> Iterator[list[dict[str, An
 
 
 class ModelServer:
-    """The fake endpoint. ``url`` is its root; ``openai_url`` and ``anthropic_url`` are the
-    base URLs the providers take."""
+    """The fake endpoint. ``url`` is its root; ``openai_url``, ``anthropic_url`` and
+    ``gemini_url`` are the base URLs the providers take."""
 
     def __init__(self, *, latency: float = 0.0, default: Response | None = None) -> None:
         self.latency = latency
@@ -439,6 +593,10 @@ class ModelServer:
 
     @property
     def anthropic_url(self) -> str:
+        return self.url
+
+    @property
+    def gemini_url(self) -> str:
         return self.url
 
     def wait_for_requests_sync(self, count: int, seconds: float = 5.0) -> list[RecordedRequest]:
@@ -537,7 +695,13 @@ class ModelServer:
         if request.method != "POST" or kind is None:
             await _send(writer, 404, b'{"error": "not found"}')
             return True
-        wire = _OpenAI(request) if kind == "openai" else _Anthropic(request)
+        wire: Wire = (
+            _OpenAI(request)
+            if kind == "openai"
+            else _Anthropic(request)
+            if kind == "anthropic"
+            else _Gemini(request)
+        )
         response = self._take()
         if self.latency:
             await asyncio.sleep(self.latency)
@@ -552,11 +716,11 @@ class ModelServer:
         self,
         response: Response,
         request: RecordedRequest,
-        wire: _OpenAI | _Anthropic,
+        wire: Wire,
         writer: asyncio.StreamWriter,
     ) -> bool:
         if isinstance(response, Reply):
-            asked = isinstance(request.body, dict) and bool(request.body.get("stream"))
+            asked = wire.streams(request)
             if response.stream if response.stream is not None else asked:
                 await _stream(writer, wire.events(response))
             else:

@@ -27,7 +27,7 @@ def test_no_provider_type_is_a_config_error_naming_provider_type() -> None:
     assert config_error(ProviderConfig()) == "provider.type"
 
 
-@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
 def test_an_http_provider_without_a_model_is_a_config_error_naming_provider_model(
     kind: str,
 ) -> None:

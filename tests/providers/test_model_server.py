@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import httpx
 import pytest
 
-from tests.fakes import ModelServer, Reply, Status
+from tests.fakes import Call, ModelServer, Reply, Status
 
 
 def test_the_server_runs_in_a_thread_for_subprocess_tests() -> None:
@@ -67,3 +68,32 @@ async def test_waiting_for_requests_that_never_come_times_out() -> None:
     async with ModelServer() as server:
         with pytest.raises(TimeoutError):
             await server.wait_for_requests(1, seconds=0.05)
+
+
+async def test_gemini_requests_are_answered_streamed_or_whole_by_the_method_in_the_path() -> None:
+    async with ModelServer() as server, httpx.AsyncClient(timeout=5) as client:
+        reply = Reply(text="two words", tool_calls=[Call("read_file", {"path": "a"})])
+        server.push(reply, reply, Status(429))
+        base = f"{server.gemini_url}/v1beta/models/gemini-x"
+        streamed = await client.post(f"{base}:streamGenerateContent?alt=sse", json={})
+        assert streamed.headers["content-type"] == "text/event-stream"
+        chunks = [
+            json.loads(line.removeprefix("data: "))
+            for line in streamed.text.splitlines()
+            if line.startswith("data: ")
+        ]
+        parts = [p for c in chunks for p in c["candidates"][0]["content"]["parts"]]
+        assert parts == [
+            {"text": "two "},
+            {"text": "words"},
+            {"functionCall": {"name": "read_file", "args": {"path": "a"}}},
+        ]
+        assert chunks[-1]["candidates"][0]["finishReason"] == "STOP"
+        assert chunks[-1]["usageMetadata"]["promptTokenCount"] == 12
+        whole = (await client.post(f"{base}:generateContent", json={})).json()
+        assert whole["candidates"][0]["content"]["parts"][0] == {"text": "two words"}
+        assert whole["modelVersion"] == "gemini-x"
+        refused = await client.post(f"{base}:generateContent", json={})
+        assert refused.status_code == 429
+        assert refused.json()["error"]["status"] == "RESOURCE_EXHAUSTED"
+        assert [r.format for r in server.requests] == ["gemini"] * 3

@@ -180,6 +180,7 @@ async def test_openai_receives_the_whole_history_in_chat_completions_form(
     ]
     assert body["temperature"] == 0.2
     assert body["max_tokens"] == 300
+    assert body["reasoning_effort"] == "low"  # settings.thinkingLevel
     assert "thinkingLevel" not in body and "thinking_level" not in body
 
 
@@ -345,8 +346,11 @@ async def test_anthropic_receives_the_whole_history_in_messages_form(
             "input_schema": READ.parameters,
         }
     ]
-    assert body["max_tokens"] == 300
-    assert body["temperature"] == 0.2
+    # thinkingLevel low: a 2048-token budget, max_tokens raised above it by what was asked for
+    # the answer, and no temperature (the API refuses it with thinking)
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert body["max_tokens"] == 2048 + 300
+    assert "temperature" not in body
     assert "thinkingLevel" not in body
 
 

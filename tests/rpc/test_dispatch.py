@@ -256,7 +256,7 @@ async def test_initialize_lists_the_tools_the_configuration_enables(peer: Peer, 
         },
     )
     assert result["capabilities"]["tools"] == ["read_file", "search_text"]
-    assert set(result["capabilities"]["providers"]) == {"openai", "anthropic", "scripted"}
+    assert set(result["capabilities"]["providers"]) == {"openai", "anthropic", "gemini", "scripted"}
 
 
 async def test_invalid_initialization_options_are_a_config_error_and_initialize_can_be_retried(

@@ -287,7 +287,7 @@ ContentOut = TextOut | ImageOut | ResourceLinkOut
 
 
 class ContentChunk(AcpModel):
-    session_update: Literal["user_message_chunk", "agent_message_chunk"]
+    session_update: Literal["user_message_chunk", "agent_message_chunk", "agent_thought_chunk"]
     content: ContentOut
     message_id: str | None = None
 

@@ -32,6 +32,7 @@ from tether.protocol.kernel import (
     MessageDelta,
     ProgressParams,
     RunWarning,
+    ThoughtDelta,
     ToolCallStarted,
     ToolCallStatus,
     ToolCallUpdate,
@@ -68,6 +69,14 @@ class RunUpdates:
             self.send(
                 ContentChunk(
                     session_update="agent_message_chunk",
+                    content=TextOut(text=event.text),
+                    message_id=event.message_id,
+                )
+            )
+        elif isinstance(event, ThoughtDelta):
+            self.send(
+                ContentChunk(
+                    session_update="agent_thought_chunk",
                     content=TextOut(text=event.text),
                     message_id=event.message_id,
                 )

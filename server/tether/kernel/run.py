@@ -41,14 +41,33 @@ from tether.protocol.kernel import (
     ToolCallUpdate,
     Usage,
 )
+from tether.protocol.kernel import ThoughtDelta as Thought
 from tether.protocol.tools import ToolKind, ToolSpec
-from tether.providers.base import Completion, ModelRequest, Provider, TextDelta
+from tether.providers.base import Completion, ModelRequest, Provider, TextDelta, ThoughtDelta
 from tether.sessions.ids import uuid7
 from tether.sessions.store import SessionStore
 from tether.tools.base import ToolContext, ToolExecutor, ToolResult
 from tether.tools.titles import call_title
 
 Emit = Callable[[ProgressParams], None]
+
+
+def add_usage(total: Usage, turn: Usage) -> Usage:
+    """``total`` with one model turn's usage added: counts are summed (an optional count stays
+    unknown until a turn reports it); the context size is the latest turn's."""
+
+    def plus(a: int | None, b: int | None) -> int | None:
+        return None if a is None and b is None else (a or 0) + (b or 0)
+
+    return Usage(
+        input_tokens=total.input_tokens + turn.input_tokens,
+        output_tokens=total.output_tokens + turn.output_tokens,
+        reasoning_tokens=plus(total.reasoning_tokens, turn.reasoning_tokens),
+        cached_tokens=plus(total.cached_tokens, turn.cached_tokens),
+        context_tokens=turn.context_tokens or total.context_tokens,
+    )
+
+
 CANCELLED_RESULT = "cancelled"
 INTERRUPTED_RESULT = "interrupted"
 
@@ -187,7 +206,12 @@ class Run:
         calls = completion.tool_calls
         self.response = completion.content or ""
         content = completion.content or (None if calls else "")  # an empty answer is still one
-        assistant = MessageInput(role=Role.ASSISTANT, content=content, tool_calls=calls or None)
+        assistant = MessageInput(
+            role=Role.ASSISTANT,
+            content=content,
+            tool_calls=calls or None,
+            metadata=completion.metadata,  # what the provider needs sent back (thinking blocks)
+        )
         await self._persist([assistant], ids=[message_id])
         self._unanswered = list(calls)
         if not calls:
@@ -220,13 +244,15 @@ class Run:
                 if isinstance(event, TextDelta):
                     if event.text:
                         self._emit(MessageDelta(message_id=message_id, text=event.text))
+                elif isinstance(event, ThoughtDelta):
+                    if event.text:
+                        self._emit(Thought(message_id=message_id, text=event.text))
                 else:
                     completion = event
         if completion is None:
             raise RuntimeError(f"provider {setup.provider.name} ended without a completion")
         if completion.usage is not None:
-            self.usage.input_tokens += completion.usage.input_tokens
-            self.usage.output_tokens += completion.usage.output_tokens
+            self.usage = add_usage(self.usage, completion.usage)
         return completion
 
     async def _act(self, calls: Sequence[ToolCall]) -> None:

@@ -44,8 +44,23 @@ class CancelResult(WireModel):
 
 
 class Usage(WireModel):
+    """Tokens as the endpoint reported them. The optional counts are omitted when unknown.
+
+    ``output_tokens`` includes ``reasoning_tokens``; ``input_tokens`` includes ``cached_tokens``.
+    """
+
     input_tokens: int = 0
     output_tokens: int = 0
+    reasoning_tokens: int | None = Field(
+        default=None, description="output tokens the model spent thinking, when reported"
+    )
+    cached_tokens: int | None = Field(
+        default=None, description="input tokens read from the provider's prompt cache"
+    )
+    context_tokens: int | None = Field(
+        default=None,
+        description="the size of the context the last model call read (its input tokens)",
+    )
 
 
 class ToolCallRecord(WireModel):
@@ -107,6 +122,14 @@ class MessageDelta(WireModel):
     text: str
 
 
+class ThoughtDelta(WireModel):
+    """A piece of the model's reasoning, streamed before (or between) its answer."""
+
+    kind: Literal["thought_delta"] = "thought_delta"
+    message_id: str = Field(description="the assistant message the reasoning leads to")
+    text: str
+
+
 class ToolCallStarted(WireModel):
     kind: Literal["tool_call"] = "tool_call"
     tool_call_id: str
@@ -150,6 +173,7 @@ ProgressEvent = Annotated[
     RunStarted
     | IterationStarted
     | MessageDelta
+    | ThoughtDelta
     | ToolCallStarted
     | ToolCallUpdate
     | IterationFinished

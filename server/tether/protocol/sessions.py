@@ -16,6 +16,8 @@ from tether.protocol.tools import McpServerSpec, unique_server_names
 SessionId = str
 MAX_STATE_BYTES = 256 * 1024
 """The most a session's ``state`` may hold, as compact JSON."""
+THINKING_LEVELS = ("off", "low", "medium", "high")
+"""The values of ``settings.thinkingLevel``: how much the model reasons before it answers."""
 
 
 class Session(WireModel):
@@ -54,6 +56,17 @@ class SessionFields(Params):
     state: dict[str, Any] | None = Field(
         default=None, description="JSON object kept across turns; replaced whole"
     )
+
+    @field_validator("settings")
+    @classmethod
+    def _known_thinking_level(cls, settings: dict[str, Any] | None) -> dict[str, Any] | None:
+        for key in ("thinkingLevel", "thinking_level"):
+            level = (settings or {}).get(key)
+            if level is not None and level not in THINKING_LEVELS:
+                raise ValueError(
+                    f"settings.{key} must be one of {', '.join(THINKING_LEVELS)}; got {level!r}"
+                )
+        return settings
 
     @field_validator("state")
     @classmethod

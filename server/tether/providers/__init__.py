@@ -2,6 +2,7 @@
 
 - :mod:`tether.providers.openai` — Chat Completions (OpenAI and compatible servers)
 - :mod:`tether.providers.anthropic` — the Anthropic Messages API
+- :mod:`tether.providers.gemini` — the Gemini API (``generateContent``)
 - :mod:`tether.providers.scripted` — plays back a script, for tests and the headless harness
 - :mod:`tether.providers.retry` — backoff with jitter, ``Retry-After``, the give-up error
 
@@ -24,7 +25,14 @@ from typing import TYPE_CHECKING, assert_never
 
 from tether.config import ProviderConfig
 from tether.protocol import ConfigError
-from tether.providers.base import Completion, ModelRequest, Provider, ProviderEvent, TextDelta
+from tether.providers.base import (
+    Completion,
+    ModelRequest,
+    Provider,
+    ProviderEvent,
+    TextDelta,
+    ThoughtDelta,
+)
 from tether.providers.errors import ScriptExhausted, ScriptNotUsedUp
 from tether.providers.retry import RetryPolicy, Sleep
 from tether.providers.scripted import ScriptedProvider, ScriptTurn
@@ -43,6 +51,7 @@ __all__ = [
     "ScriptTurn",
     "ScriptedProvider",
     "TextDelta",
+    "ThoughtDelta",
     "make_provider",
 ]
 
@@ -60,15 +69,15 @@ def make_provider(
     speaks HTTP (so that a scripted run never imports httpx).
 
     ``environ`` (default ``os.environ``) supplies API keys and ``OPENAI_BASE_URL`` /
-    ``ANTHROPIC_BASE_URL``; ``sleep`` replaces ``asyncio.sleep`` between retries and in scripted
-    delays. Raises ConfigError (-32013) naming the key at fault.
+    ``ANTHROPIC_BASE_URL`` / ``GOOGLE_GEMINI_BASE_URL``; ``sleep`` replaces ``asyncio.sleep``
+    between retries and in scripted delays. Raises ConfigError (-32013) naming the key at fault.
     """
     env = os.environ if environ is None else environ
     pause = sleep or asyncio.sleep
     kind = config.type
     if kind is None:
         raise _config_error(
-            "provider.type", "no provider is configured (openai, anthropic or scripted)"
+            "provider.type", "no provider is configured (openai, anthropic, gemini or scripted)"
         )
     if kind == "scripted":
         if not config.script:
@@ -101,6 +110,17 @@ def make_provider(
             timeout=config.timeout,
             retry=retry,
         )
+    if kind == "gemini":
+        from tether.providers import gemini
+
+        return gemini.GeminiProvider(
+            base_url=_base_url(config, env, "GOOGLE_GEMINI_BASE_URL", gemini.DEFAULT_BASE_URL),
+            api_key=_api_key(config, env, "GEMINI_API_KEY", "GOOGLE_API_KEY"),
+            client=client,
+            model=config.model,
+            timeout=config.timeout,
+            retry=retry,
+        )
     assert_never(kind)
 
 
@@ -116,7 +136,8 @@ def _base_url(config: ProviderConfig, env: Mapping[str, str], variable: str, def
     return url
 
 
-def _api_key(config: ProviderConfig, env: Mapping[str, str], default_variable: str) -> str | None:
+def _api_key(config: ProviderConfig, env: Mapping[str, str], *default_variables: str) -> str | None:
+    """The key from ``provider.api_key_env``, else from the first default variable that is set."""
     if config.api_key_env:
         key = env.get(config.api_key_env)
         if not key:
@@ -124,4 +145,4 @@ def _api_key(config: ProviderConfig, env: Mapping[str, str], default_variable: s
                 "provider.api_key_env", f"the environment variable {config.api_key_env} is not set"
             )
         return key
-    return env.get(default_variable) or None
+    return next((env[name] for name in default_variables if env.get(name)), None)

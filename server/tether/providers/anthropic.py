@@ -8,6 +8,12 @@ not valid JSON: the kernel validates it and tells the model what was wrong.
 
 Finish reasons are given in the canonical words: ``stop``, ``length``, ``tool_calls``,
 ``content_filter`` (others as Anthropic names them).
+
+``settings.thinkingLevel`` (``low | medium | high``) turns on extended thinking with a token
+budget (see :data:`~tether.providers.content.THINKING_BUDGETS`). The thinking streams as thought
+pieces; its blocks (``thinking`` with their ``signature``, ``redacted_thinking``) come back in the
+completion's ``metadata.thinking``, which the kernel keeps on the assistant message, and are sent
+back first in that message on later turns, as the API requires after tool use.
 """
 
 from __future__ import annotations
@@ -34,11 +40,14 @@ from tether.protocol.kernel import Usage
 from tether.protocol.tools import ToolSpec
 from tether.providers.base import Completion, ModelRequest
 from tether.providers.content import (
+    THINKING_BUDGETS,
     flatten_text,
     image_placeholder,
     is_error_result,
+    optional_count,
     pick_settings,
     resource_text,
+    thinking_level,
     token_count,
 )
 from tether.providers.errors import AttemptFailed
@@ -58,6 +67,7 @@ FINISH_REASONS = {
     "refusal": "content_filter",
 }
 RETRYABLE_ERRORS = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
+THINKING_KEY = "thinking"  # the assistant message's metadata key that keeps thinking blocks
 
 
 class AnthropicProvider(HttpProvider):
@@ -104,11 +114,26 @@ class AnthropicProvider(HttpProvider):
         if stop is not None:
             body["stop_sequences"] = [stop] if isinstance(stop, str) else stop
         body.update(pick_settings(settings, SETTINGS))
+        _add_thinking(body, thinking_level(settings))
         body["stream"] = True
         return body
 
     def reader(self) -> MessagesReader:
         return MessagesReader()
+
+
+def _add_thinking(body: dict[str, Any], level: str | None) -> None:
+    """Extended thinking for ``low | medium | high``: a token budget, with ``max_tokens`` raised
+    so the answer keeps its room (the API wants ``max_tokens`` above the budget). Thinking does
+    not go with a changed ``temperature`` or ``top_k``: those are left out."""
+    if level is None or level == "off":
+        return
+    budget = THINKING_BUDGETS[level]
+    body["thinking"] = {"type": "enabled", "budget_tokens": budget}
+    if body["max_tokens"] <= budget:
+        body["max_tokens"] = budget + body["max_tokens"]
+    body.pop("temperature", None)
+    body.pop("top_k", None)
 
 
 # --- canonical → Messages ---------------------------------------------------------------------
@@ -153,13 +178,27 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
             result["is_error"] = True
         return [result]
     if message.role is Role.ASSISTANT:
-        blocks = _content_blocks(message.content, images=False)
+        blocks = thinking_blocks(message)
+        blocks += _content_blocks(message.content, images=False)
         blocks.extend(
             {"type": "tool_use", "id": call.id, "name": call.name, "input": tool_input(call)}
             for call in message.tool_calls or ()
         )
         return blocks
     return _content_blocks(message.content, images=True)
+
+
+def thinking_blocks(message: Message) -> list[dict[str, Any]]:
+    """The thinking blocks kept in an assistant message's ``metadata.thinking``, as they came:
+    the API wants them back, signatures intact, before the tool calls they led to."""
+    kept = (message.metadata or {}).get(THINKING_KEY)
+    if not isinstance(kept, list):
+        return []
+    return [
+        block
+        for block in kept
+        if isinstance(block, dict) and block.get("type") in ("thinking", "redacted_thinking")
+    ]
 
 
 def _result_content(content: Content | None) -> str | list[dict[str, Any]]:
@@ -225,8 +264,11 @@ class MessagesReader(TurnReader):
     def __init__(self) -> None:
         self._text: list[str] = []
         self._tools: dict[int, _ToolUse] = {}
+        self._thinking: dict[int, dict[str, Any]] = {}  # index -> thinking block, as it grows
+        self._fresh_thoughts: list[str] = []
         self._input_tokens: int | None = None
         self._output_tokens: int | None = None
+        self._cached_tokens: int | None = None
         self._stop_reason: str | None = None
 
     def feed(self, event: ServerSentEvent) -> str | None:
@@ -255,6 +297,10 @@ class MessagesReader(TurnReader):
             )
         return None
 
+    def thoughts(self) -> list[str]:
+        fresh, self._fresh_thoughts = self._fresh_thoughts, []
+        return fresh
+
     def completion(self) -> Completion:
         if not self.done:
             raise AttemptFailed("the stream ended before the turn was complete", retryable=True)
@@ -272,16 +318,23 @@ class MessagesReader(TurnReader):
                 self._tools[index] = _ToolUse(
                     str(block.get("id") or ""), str(block.get("name") or ""), block.get("input")
                 )
+            elif block.get("type") in ("thinking", "redacted_thinking"):
+                self._thinking[index] = dict(block)
         self._take_usage(body.get("usage"))
         self._stop_reason = body.get("stop_reason")
         return self._completion()
 
     def _start(self, data: dict[str, Any]) -> None:
         block = obj(data.get("content_block"))
+        index = index_of(data.get("index"), len(self._tools) + len(self._thinking))
         if block.get("type") == "tool_use":
-            self._tools[index_of(data.get("index"), len(self._tools))] = _ToolUse(
+            self._tools[index] = _ToolUse(
                 str(block.get("id") or ""), str(block.get("name") or ""), block.get("input")
             )
+        elif block.get("type") in ("thinking", "redacted_thinking"):
+            self._thinking[index] = dict(block)
+            if isinstance(block.get("thinking"), str) and block["thinking"]:
+                self._fresh_thoughts.append(block["thinking"])
 
     def _delta(self, data: dict[str, Any]) -> str | None:
         delta = obj(data.get("delta"))
@@ -289,15 +342,32 @@ class MessagesReader(TurnReader):
             text = str(delta.get("text") or "")
             self._text.append(text)
             return text or None
+        index = index_of(data.get("index"), -1)
         if delta.get("type") == "input_json_delta":
-            tool = self._tools.get(index_of(data.get("index"), -1))
+            tool = self._tools.get(index)
             if tool is not None:
                 tool.pieces.append(str(delta.get("partial_json") or ""))
-        return None  # thinking and signature deltas are not part of the answer
+        elif delta.get("type") in ("thinking_delta", "signature_delta"):
+            self._think(index, delta)
+        return None  # thinking is not part of the answer
+
+    def _think(self, index: int, delta: dict[str, Any]) -> None:
+        block = self._thinking.setdefault(index, {"type": "thinking", "thinking": ""})
+        if delta.get("type") == "signature_delta":
+            block["signature"] = str(block.get("signature") or "") + str(
+                delta.get("signature") or ""
+            )
+            return
+        piece = str(delta.get("thinking") or "")
+        if piece:
+            block["thinking"] = str(block.get("thinking") or "") + piece
+            self._fresh_thoughts.append(piece)
 
     def _take_usage(self, usage: Any) -> None:
         if not isinstance(usage, dict):
             return
+        if usage.get("cache_read_input_tokens") is not None:
+            self._cached_tokens = optional_count(usage["cache_read_input_tokens"])
         if usage.get("input_tokens") is not None:
             self._input_tokens = sum(
                 token_count(usage.get(key))
@@ -314,7 +384,10 @@ class MessagesReader(TurnReader):
         usage = None
         if self._input_tokens is not None or self._output_tokens is not None:
             usage = Usage(
-                input_tokens=self._input_tokens or 0, output_tokens=self._output_tokens or 0
+                input_tokens=self._input_tokens or 0,
+                output_tokens=self._output_tokens or 0,
+                cached_tokens=self._cached_tokens,
+                context_tokens=self._input_tokens or None,
             )
         try:
             calls = [
@@ -330,9 +403,13 @@ class MessagesReader(TurnReader):
                 "the endpoint sent a tool call without a name", retryable=False
             ) from None
         reason = self._stop_reason
+        thinking = [block for _, block in sorted(self._thinking.items())]
+        reasoning = "".join(str(block.get("thinking") or "") for block in thinking)
         return Completion(
             content="".join(self._text) or None,
             tool_calls=calls,
             usage=usage,
             finish_reason=FINISH_REASONS.get(reason, reason) if reason else None,
+            reasoning=reasoning or None,
+            metadata={THINKING_KEY: thinking} if thinking else None,
         )

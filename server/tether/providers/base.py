@@ -41,27 +41,45 @@ class TextDelta(_Event):
     text: str
 
 
+class ThoughtDelta(_Event):
+    """A piece of the model's reasoning, as it streams in (not part of the answer)."""
+
+    kind: Literal["thought_delta"] = "thought_delta"
+    text: str
+
+
 class Completion(_Event):
-    """The whole assistant turn: the last event of every stream."""
+    """The whole assistant turn: the last event of every stream.
+
+    ``metadata`` is what the provider needs kept on the assistant message and sent back with it
+    on later turns (Anthropic thinking blocks with their signatures, Gemini thought signatures);
+    the kernel stores it as the message's ``metadata``.
+    """
 
     kind: Literal["completion"] = "completion"
     content: str | None = None
     tool_calls: list[ToolCall] = Field(default_factory=list)
     usage: Usage | None = None
     finish_reason: str | None = None
+    reasoning: str | None = None  # the reasoning text that streamed, if any
+    metadata: dict[str, Any] | None = None
 
 
-ProviderEvent = Annotated[TextDelta | Completion, Field(discriminator="kind")]
+ProviderEvent = Annotated[TextDelta | ThoughtDelta | Completion, Field(discriminator="kind")]
+StreamEvent = TextDelta | ThoughtDelta | Completion
 
 
 class Provider(ABC):
-    """A model endpoint. ``stream`` yields text deltas, then exactly one :class:`Completion`."""
+    """A model endpoint. ``stream`` yields text (and reasoning) deltas, then exactly one
+    :class:`Completion`."""
 
     name: str
 
     @abstractmethod
-    def stream(self, request: ModelRequest) -> AsyncGenerator[TextDelta | Completion, None]:
-        """The assistant's turn as it arrives; raises ProviderError when the endpoint fails."""
+    def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
+        """The assistant's turn as it arrives; raises ProviderError when the endpoint fails.
+
+        Reasoning pieces (:class:`ThoughtDelta`) may come before or between text pieces."""
 
     async def request(self, request: ModelRequest) -> Completion:
         """The assistant's whole turn, without streaming it."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal, cast
 
 from pydantic.alias_generators import to_camel
 
@@ -62,3 +62,21 @@ def token_count(value: Any) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
     return 0
+
+
+ThinkingLevel = Literal["off", "low", "medium", "high"]
+THINKING_BUDGETS: Mapping[str, int] = {"low": 2048, "medium": 8192, "high": 24576}
+"""Tokens of reasoning per level, for the wire formats that take a budget (Anthropic, Gemini)."""
+
+
+def thinking_level(settings: Mapping[str, Any]) -> ThinkingLevel | None:
+    """``settings.thinkingLevel`` (validated when the session was configured); None when unset."""
+    level = settings.get("thinkingLevel", settings.get("thinking_level"))
+    if level in ("off", "low", "medium", "high"):
+        return cast("ThinkingLevel", level)
+    return None
+
+
+def optional_count(value: Any) -> int | None:
+    """A token count the endpoint may leave out: None when it did, else :func:`token_count`."""
+    return None if value is None else token_count(value)

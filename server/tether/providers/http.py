@@ -1,7 +1,9 @@
 """What the HTTP providers share: one POST per turn, read as server-sent events, with retries.
 
-A subclass maps a :class:`ModelRequest` to its JSON payload and supplies a :class:`TurnReader`
-that turns the events of its wire format into text pieces and, at the end, a :class:`Completion`.
+A subclass maps a :class:`ModelRequest` to its JSON payload (and, when its format names the
+model in the URL, to its ``request_url``) and supplies a :class:`TurnReader` that turns the
+events of its wire format into text pieces, reasoning pieces and, at the end, a
+:class:`Completion`.
 A server that answers with plain JSON although streaming was asked for is read as a whole turn;
 any other content type is read as an event stream.
 
@@ -19,7 +21,14 @@ from typing import Any
 import httpx
 import orjson
 
-from tether.providers.base import Completion, ModelRequest, Provider, TextDelta
+from tether.providers.base import (
+    Completion,
+    ModelRequest,
+    Provider,
+    StreamEvent,
+    TextDelta,
+    ThoughtDelta,
+)
 from tether.providers.errors import AttemptFailed
 from tether.providers.retry import BODY_LIMIT, RetryPolicy, parse_retry_after, with_retries
 from tether.providers.sse import ServerSentEvent, iter_events
@@ -33,6 +42,10 @@ class TurnReader(ABC):
     @abstractmethod
     def feed(self, event: ServerSentEvent) -> str | None:
         """Take one event; return the text piece it carries, if any."""
+
+    def thoughts(self) -> list[str]:
+        """The reasoning pieces the events fed since the last call carried (taken once)."""
+        return []
 
     @abstractmethod
     def completion(self) -> Completion:
@@ -125,11 +138,24 @@ class HttpProvider(Provider):
     def reader(self) -> TurnReader:
         """A fresh reader for one turn."""
 
-    async def stream(self, request: ModelRequest) -> AsyncGenerator[TextDelta | Completion, None]:
-        body = orjson.dumps(self.payload(request))
+    def request_url(self, request: ModelRequest) -> str:
+        """Where ``request`` is POSTed: ``url``, unless the wire format names the model in it."""
+        return self.url
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
+        async with aclosing(self.turn(self.request_url(request), self.payload(request))) as events:
+            async for event in events:
+                yield event
+
+    async def turn(self, url: str, payload: dict[str, Any]) -> AsyncGenerator[StreamEvent, None]:
+        """One turn POSTed to ``url``, with retries."""
+        body = orjson.dumps(payload)
         async with aclosing(
             with_retries(
-                lambda: self._attempt(body), self.retry, provider=self.name, secret=self._secret
+                lambda: self._attempt(url, body),
+                self.retry,
+                provider=self.name,
+                secret=self._secret,
             )
         ) as events:
             async for event in events:
@@ -139,13 +165,15 @@ class HttpProvider(Provider):
         if self._own_client:
             await self._client.aclose()
 
-    async def _attempt(self, body: bytes) -> AsyncGenerator[TextDelta | Completion, None]:
+    async def _attempt(self, url: str, body: bytes) -> AsyncGenerator[StreamEvent, None]:
         reader = self.reader()
         try:
-            async with self._open(body) as response:
+            async with self._open(url, body) as response:
                 if "json" not in response.headers.get("content-type", ""):
                     async for event in iter_events(response.aiter_lines()):
                         text = reader.feed(event)
+                        for thought in reader.thoughts():
+                            yield ThoughtDelta(text=thought)
                         if text:
                             yield TextDelta(text=text)
                         if reader.done:
@@ -153,6 +181,8 @@ class HttpProvider(Provider):
                     completion = reader.completion()
                 else:
                     completion = reader.whole(decode_json(await response.aread()))
+                    if completion.reasoning:
+                        yield ThoughtDelta(text=completion.reasoning)
                     if completion.content:
                         yield TextDelta(text=completion.content)
         except httpx.HTTPError as exc:
@@ -160,9 +190,9 @@ class HttpProvider(Provider):
         yield completion  # after the response is closed: a caller may stop at the completion
 
     @asynccontextmanager
-    async def _open(self, body: bytes) -> AsyncIterator[httpx.Response]:
+    async def _open(self, url: str, body: bytes) -> AsyncIterator[httpx.Response]:
         request = self._client.build_request(
-            "POST", self.url, content=body, headers=self._headers, timeout=self._timeout
+            "POST", url, content=body, headers=self._headers, timeout=self._timeout
         )
         response = await self._client.send(request, stream=True)
         try:

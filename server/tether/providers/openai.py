@@ -7,6 +7,11 @@ choices, no ``[DONE]`` after the finish reason, and a plain JSON answer to a str
 
 Tool-call arguments are passed on as the text the model produced, even when it is not valid
 JSON: the kernel validates them and tells the model what was wrong.
+
+``settings.thinkingLevel`` (``low | medium | high``) is sent as ``reasoning_effort`` (``off``
+sends nothing: the model's default). Reasoning that a compatible server streams
+(``reasoning_content`` or ``reasoning`` in the delta) is passed on as thought pieces; OpenAI
+itself streams none but reports ``reasoning_tokens`` in the usage.
 """
 
 from __future__ import annotations
@@ -24,7 +29,14 @@ from tether.protocol import ImageBlock, Message, ResourceLinkBlock, Role, TextBl
 from tether.protocol.kernel import Usage
 from tether.protocol.tools import ToolSpec
 from tether.providers.base import Completion, ModelRequest
-from tether.providers.content import flatten_text, pick_settings, resource_text, token_count
+from tether.providers.content import (
+    flatten_text,
+    optional_count,
+    pick_settings,
+    resource_text,
+    thinking_level,
+    token_count,
+)
 from tether.providers.errors import AttemptFailed
 from tether.providers.http import HttpProvider, TurnReader, decode_json, index_of, obj
 from tether.providers.retry import RetryPolicy
@@ -75,6 +87,9 @@ class OpenAIProvider(HttpProvider):
         }
         if request.tools:
             body["tools"] = openai_tools(request.tools)
+        level = thinking_level(request.settings)
+        if level is not None and level != "off":
+            body["reasoning_effort"] = level  # an explicit reasoning_effort setting wins
         body.update(pick_settings(request.settings, SETTINGS))
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -165,6 +180,8 @@ class ChatCompletionReader(TurnReader):
     def __init__(self) -> None:
         self._calls: dict[int, _PartialCall] = {}
         self._text: list[str] = []
+        self._reasoning: list[str] = []
+        self._fresh_thoughts: list[str] = []
         self._usage: Usage | None = None
         self._finish_reason: str | None = None
 
@@ -189,10 +206,25 @@ class ChatCompletionReader(TurnReader):
             if isinstance(piece, str) and piece:
                 self._text.append(piece)
                 text = piece
+            self._take_reasoning(delta)
             self._take_calls(delta.get("tool_calls"))
             if choice.get("finish_reason"):
                 self._finish_reason = str(choice["finish_reason"])
         return text
+
+    def thoughts(self) -> list[str]:
+        fresh, self._fresh_thoughts = self._fresh_thoughts, []
+        return fresh
+
+    def _take_reasoning(self, delta: dict[str, Any]) -> None:
+        """Reasoning text, as compatible servers stream it: ``reasoning_content`` (DeepSeek,
+        vLLM, llama.cpp) or ``reasoning`` (Ollama, OpenRouter)."""
+        for key in ("reasoning_content", "reasoning"):
+            piece = delta.get(key)
+            if isinstance(piece, str) and piece:
+                self._reasoning.append(piece)
+                self._fresh_thoughts.append(piece)
+                return
 
     def completion(self) -> Completion:
         if not self.done and self._finish_reason is None:
@@ -208,6 +240,8 @@ class ChatCompletionReader(TurnReader):
         content = message.get("content")
         if isinstance(content, str):
             self._text.append(content)
+        self._take_reasoning(message)
+        self._fresh_thoughts = []
         self._take_calls(message.get("tool_calls"))
         self._take_usage(body.get("usage"))
         self._finish_reason = choice.get("finish_reason")
@@ -215,9 +249,17 @@ class ChatCompletionReader(TurnReader):
 
     def _take_usage(self, usage: Any) -> None:
         if isinstance(usage, dict):
+            prompt = token_count(usage.get("prompt_tokens"))
             self._usage = Usage(
-                input_tokens=token_count(usage.get("prompt_tokens")),
+                input_tokens=prompt,
                 output_tokens=token_count(usage.get("completion_tokens")),
+                reasoning_tokens=optional_count(
+                    obj(usage.get("completion_tokens_details")).get("reasoning_tokens")
+                ),
+                cached_tokens=optional_count(
+                    obj(usage.get("prompt_tokens_details")).get("cached_tokens")
+                ),
+                context_tokens=prompt or None,
             )
 
     def _take_calls(self, deltas: Any) -> None:
@@ -268,4 +310,5 @@ class ChatCompletionReader(TurnReader):
             tool_calls=calls,
             usage=self._usage,
             finish_reason=self._finish_reason,
+            reasoning="".join(self._reasoning) or None,
         )
