@@ -28,6 +28,7 @@ from tether.protocol.kernel import (
     RunResult,
     RunWarning,
     StopReason,
+    ThoughtDelta,
     ToolCallStarted,
     ToolCallUpdate,
 )
@@ -49,6 +50,7 @@ class TerminalView:
         self._workspace = workspace
         self._live = self._err.is_terminal
         self._mid_line = False
+        self._thinking = False  # a line of reasoning is open on stderr
         self._status_shown = False
         self._titles: dict[str, str] = {}  # tool call id -> its title
 
@@ -57,6 +59,8 @@ class TerminalView:
         if isinstance(event, MessageDelta):
             self._write(event.text)
             self._mid_line = not event.text.endswith("\n")
+        elif isinstance(event, ThoughtDelta):
+            self._thought(event.text)
         elif isinstance(event, ToolCallStarted):
             title = printable(event.title or event.name)
             self._titles[event.tool_call_id] = title
@@ -110,9 +114,23 @@ class TerminalView:
         if event.diff:
             self._out.print(diff_text(event.diff))
 
+    def _thought(self, text: str) -> None:
+        """Reasoning, dimmed, on stderr and only when it is a terminal: never in the answer."""
+        if not self._live:
+            return
+        if not self._thinking:
+            self._end_line()
+            self._thinking = True
+        with contextlib.suppress(OSError):
+            self._err.print(Text(printable_lines(text), style="dim italic"), end="")
+
     def _end_line(self) -> None:
-        """Erase the status and finish a partial line of the answer."""
+        """Erase the status and finish a partial line of the answer or of the reasoning."""
         self._clear_status()
+        if self._thinking:
+            self._thinking = False
+            with contextlib.suppress(OSError):
+                self._err.print()
         if self._mid_line:
             self._write("\n")
             self._mid_line = False
@@ -122,6 +140,8 @@ class TerminalView:
         self._out.print(text)
 
     def _write(self, text: str) -> None:
+        if self._thinking:
+            self._end_line()
         self._clear_status()
         self._out.file.write(text)
         self._out.file.flush()
@@ -209,6 +229,11 @@ def _applied(name: str, args: dict[str, Any], current: str) -> str | None:
     if not isinstance(old, str) or not isinstance(new, str) or not old or old not in current:
         return None
     return current.replace(old, new, -1 if args.get("replace_all") is True else 1)
+
+
+def printable_lines(text: str) -> str:
+    """:func:`printable`, keeping line breaks."""
+    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 def printable(text: str) -> str:

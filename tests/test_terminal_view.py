@@ -1,0 +1,99 @@
+"""What ``tether run`` draws, rendered by a terminal emulator (pyte), for event sequences a real
+server does not easily produce on cue: reasoning, warnings, long diffs."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pyte
+
+from tether.protocol.kernel import (
+    IterationStarted,
+    MessageDelta,
+    ProgressParams,
+    RunWarning,
+    ThoughtDelta,
+    ToolCallStarted,
+    ToolCallUpdate,
+)
+from tether.terminal import TerminalView, diff_text, proposed_diff
+
+
+class Screen(io.StringIO):
+    """stdout and stderr of one terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+    def lines(self) -> list[str]:
+        screen = pyte.Screen(100, 30)
+        pyte.Stream(screen).feed(self.getvalue().replace("\n", "\r\n"))
+        return [line.rstrip() for line in screen.display if line.strip()]
+
+
+def show(*events: Any, tty: bool = True) -> tuple[Screen, io.StringIO]:
+    screen = Screen()
+    err = screen if tty else io.StringIO()
+    view = TerminalView(screen, err, Path.cwd())
+    for seq, event in enumerate(events, 1):
+        view.event(ProgressParams(session_id="s", run_id="r", seq=seq, event=event))
+    return screen, err
+
+
+def test_reasoning_is_shown_on_its_own_lines_and_the_status_never_stays():
+    screen, _ = show(
+        IterationStarted(iteration=1),
+        ThoughtDelta(message_id="m", text="Looking at"),
+        ThoughtDelta(message_id="m", text=" the code\nthen answering"),
+        MessageDelta(message_id="m", text="It returns "),
+        IterationStarted(iteration=2),
+        MessageDelta(message_id="m", text="42."),
+    )
+    assert screen.lines() == ["Looking at the code", "then answering", "It returns 42."]
+
+
+def test_reasoning_never_reaches_an_answer_that_is_not_on_a_terminal():
+    out, err = io.StringIO(), io.StringIO()
+    view = TerminalView(out, err, Path.cwd())
+    for seq, event in enumerate(
+        [ThoughtDelta(message_id="m", text="hmm"), MessageDelta(message_id="m", text="42")], 1
+    ):
+        view.event(ProgressParams(session_id="s", run_id="r", seq=seq, event=event))
+    assert (out.getvalue(), err.getvalue()) == ("42", "")
+
+
+def test_a_tool_line_ends_a_partial_answer_and_carries_the_title_and_the_error():
+    screen, _ = show(
+        MessageDelta(message_id="m", text="Trying"),
+        ToolCallStarted(tool_call_id="c1", name="run_command", arguments="{}", title="Run make"),
+        ToolCallUpdate(tool_call_id="c1", status="failed", error="exit 2\x1b[2K"),
+        RunWarning(code=-32013, message="a broken .tether/config.toml was ignored"),
+    )
+    assert screen.lines() == [
+        "Trying",
+        "→ Run make",
+        "✗ Run make: exit 2\\x1b[2K",
+        "tether: warning: a broken .tether/config.toml was ignored",
+    ]
+
+
+def test_a_long_diff_is_cut_and_says_how_much_is_left():
+    diff = "--- a/x\n+++ b/x\n@@ -1,60 +1,60 @@\n" + "".join(f"+line {n}\n" for n in range(60))
+    text = diff_text(diff).plain.split("\n")
+    assert len(text) == 41 and text[-1] == "… 23 more lines"
+
+
+def test_an_edit_outside_the_workspace_or_of_an_unknown_file_has_no_preview(tmp_path: Path):
+    (tmp_path / "a.txt").write_text("one\n")
+    assert proposed_diff(tmp_path, "write_file", '{"path": "../x", "content": "hi"}') is None
+    assert (
+        proposed_diff(
+            tmp_path, "edit_file", '{"path": "a.txt", "old_string": "zz", "new_string": "y"}'
+        )
+        is None
+    )
+    assert proposed_diff(tmp_path, "run_command", '{"path": "a.txt"}') is None
+    made = proposed_diff(tmp_path, "write_file", '{"path": "a.txt", "content": "two\\n"}')
+    assert made is not None and "-one\n+two\n" in made
