@@ -1,5 +1,6 @@
 import * as vscode from "vscode";
-import { describe, diffFile, kindMarker, transcript } from "./render";
+import { ChatView } from "./chatView";
+import { describe, diffFile, kindMarker, permissionDetail, transcript } from "./render";
 import {
   DEFAULT_COMMAND,
   ErrorCodes,
@@ -20,7 +21,7 @@ interface ActiveRun {
   handle: RunHandle;
   report(message: string): void;
   iteration: number;
-  /** Tool call id → what its lines call it (`name`, with the kind marker). */
+  /** Tool call id → what its lines call it (its title, with the kind marker). */
   tools: Map<string, string>;
 }
 
@@ -33,8 +34,21 @@ class TetherExtension implements vscode.Disposable {
   private active: ActiveRun | undefined;
   private restarts = 0;
   private disposed = false;
+  private diffs = 0;
+  private chat: ChatView | undefined;
 
   register(context: vscode.ExtensionContext): void {
+    this.chat = new ChatView(context.extensionUri, {
+      server: () => this.server(),
+      model: (session) => this.model(session),
+      log: (line) => this.output.appendLine(line),
+    });
+    context.subscriptions.push(
+      this.chat,
+      vscode.window.registerWebviewViewProvider(ChatView.viewType, this.chat, {
+        webviewOptions: { retainContextWhenHidden: true },
+      }),
+    );
     const command = (id: string, handler: () => unknown): void => {
       context.subscriptions.push(vscode.commands.registerCommand(id, handler));
     };
@@ -43,6 +57,7 @@ class TetherExtension implements vscode.Disposable {
     command("tether.cancel", () => this.cancel());
     command("tether.showSessions", () => this.showSessions());
     command("tether.forkSession", () => this.forkSession());
+    command("tether.openChat", () => this.chat?.reveal());
     context.subscriptions.push(
       this.output,
       this.transcriptChanged,
@@ -81,13 +96,23 @@ class TetherExtension implements vscode.Disposable {
       cwd: folders[0]?.uri.fsPath,
       workspaceFolders: folders.map((folder) => folder.uri.toString()),
       initializationOptions,
-      onPermission: approval === "ask" ? (params, token) => this.askPermission(params, token) : undefined,
+      onPermission:
+        approval === "ask"
+          ? (params, token) =>
+              this.chat?.owns(params.sessionId)
+                ? this.chat.askPermission(params, token, folders[0]?.uri.fsPath)
+                : this.askPermission(params, token)
+          : undefined,
       onStderr: (text) => this.output.append(text),
     });
-    connection.onProgress((params) => this.progress(params));
+    connection.onProgress((params) => {
+      this.progress(params);
+      this.chat?.onProgress(params);
+    });
     connection.onExit((info) => {
       this.connection = undefined;
       this.session = undefined;
+      this.chat?.serverStopped();
       if (info.expected || this.disposed) return;
       const why = info.signal ? `signal ${info.signal}` : `exit code ${String(info.code)}`;
       this.output.appendLine(`[tether] the server stopped unexpectedly (${why})`);
@@ -124,7 +149,7 @@ class TetherExtension implements vscode.Disposable {
     params: PermissionParams,
     token: vscode.CancellationToken,
   ): Promise<PermissionOutcome> {
-    const { name, arguments: args } = params.toolCall;
+    const name = params.toolCall.title ?? params.toolCall.name;
     const withdrawn = (): PermissionOutcome => {
       this.output.appendLine(`[permission] ${name}: withdrawn by the server (the run ended)`);
       return "reject"; // not sent: the connection answers a withdrawn request -32800
@@ -138,17 +163,18 @@ class TetherExtension implements vscode.Disposable {
     });
     const choice = await Promise.race([
       vscode.window.showWarningMessage(
-        `Tether wants to run the tool "${name}".`,
-        { modal: true, detail: `Arguments: ${args}` },
-        "Allow",
-        "Always",
-        "Reject",
+        `Tether wants to: ${name}`,
+        { modal: true, detail: permissionDetail(params) },
+        { title: "Allow" },
+        { title: "Always allow" },
+        // The dialog's own close button: no separate "Cancel" beside "Reject".
+        { title: "Reject", isCloseAffordance: true },
       ),
       cancelled,
     ]).finally(() => listener?.dispose());
     if (choice === null || token.isCancellationRequested) return withdrawn();
     const outcome: PermissionOutcome =
-      choice === "Allow" ? "allow" : choice === "Always" ? "allow_always" : "reject";
+      choice?.title === "Allow" ? "allow" : choice?.title === "Always allow" ? "allow_always" : "reject";
     this.output.appendLine(`[permission] ${name}: ${outcome}`);
     return outcome;
   }
@@ -287,7 +313,7 @@ class TetherExtension implements vscode.Disposable {
         this.output.append(event.text);
         break;
       case "tool_call": {
-        const label = `${kindMarker(event.toolKind)}${event.name}`;
+        const label = `${kindMarker(event.toolKind)}${event.title ?? event.name}`;
         active?.tools.set(event.toolCallId, label);
         this.output.appendLine(`\n[tool] ${label} ${event.arguments}`);
         active?.report(`iteration ${active.iteration} · tool ${label}`);
@@ -302,7 +328,7 @@ class TetherExtension implements vscode.Disposable {
           }
           break;
         }
-        this.output.appendLine(`[tool] ${event.toolCallId} ${event.status}`);
+        this.output.appendLine(`[tool] ${label}: ${event.status}${event.error ? ` (${event.error})` : ""}`);
         if (event.diff) {
           this.output.appendLine(event.diff.replace(/\n$/, ""));
           void this.offerDiff(event.diff);
@@ -314,13 +340,26 @@ class TetherExtension implements vscode.Disposable {
     }
   }
 
-  /** Offer to open the diff of an edit as an untitled `diff` document. */
+  /** Offer to open the diff of an edit, as a read-only virtual document (never an unsaved buffer). */
   private async offerDiff(diff: string): Promise<void> {
     const file = diffFile(diff) ?? "a file";
     const choice = await vscode.window.showInformationMessage(`Tether changed ${file}.`, "Open Diff");
     if (choice !== "Open Diff") return;
-    const document = await vscode.workspace.openTextDocument({ content: diff, language: "diff" });
+    this.diffs += 1;
+    const path = `/changes/${this.diffs}/${file}.diff`;
+    this.transcripts.set(path, diff);
+    const uri = vscode.Uri.parse(`${TRANSCRIPT_SCHEME}:${path}`);
+    this.transcriptChanged.fire(uri);
+    const document = await vscode.workspace.openTextDocument(uri);
     await vscode.window.showTextDocument(document, { preview: true });
+  }
+
+  /** The model runs of a session use: the session's, else the configured provider's. */
+  private model(session: Session | undefined): string | undefined {
+    const provider = vscode.workspace.getConfiguration("tether").get<Record<string, unknown>>("provider") ?? {};
+    const configured = typeof provider.model === "string" ? provider.model : undefined;
+    const type = typeof provider.type === "string" ? provider.type : undefined;
+    return session?.model ?? configured ?? type;
   }
 
   /** Runs a command; an error becomes a message instead of a rejected command. */
