@@ -8,7 +8,7 @@ import { isAbsolute, relative, resolve, sep } from "node:path";
 
 import { createTwoFilesPatch } from "diff";
 
-import type { SessionSummary, ToolKind, TranscriptItem } from "./messages";
+import { splitContext, type SessionSummary, type ToolKind, type TranscriptItem } from "./messages";
 import type { Message, Session } from "./rpc";
 
 const KINDS: Record<string, ToolKind> = {
@@ -66,7 +66,10 @@ export function transcriptItems(messages: Message[]): TranscriptItem[] {
   const items: TranscriptItem[] = [];
   const tools = new Map<string, Extract<TranscriptItem, { type: "tool" }>>();
   for (const message of messages) {
-    if (message.role === "user") items.push({ type: "user", text: textOf(message.content) });
+    if (message.role === "user") {
+      const { text, context } = splitContext(textOf(message.content));
+      items.push(context.length > 0 ? { type: "user", text, context } : { type: "user", text });
+    }
     else if (message.role === "assistant") {
       const text = textOf(message.content);
       if (text) items.push({ type: "assistant", text });
@@ -114,7 +117,7 @@ export function summary(session: Session, firstPrompt?: string): SessionSummary 
 /** The first user prompt among messages, if any. */
 export function firstPrompt(messages: Message[]): string | undefined {
   const first = messages.find((message) => message.role === "user");
-  return first ? textOf(first.content) : undefined;
+  return first ? splitContext(textOf(first.content)).text : undefined;
 }
 
 /** What an edit would change: the file before and after, and the unified diff between them. */

@@ -62,7 +62,7 @@ export interface SessionSummary {
 
 /** A past turn, rebuilt from `session/messages` when a session is opened. */
 export type TranscriptItem =
-  | { type: "user"; text: string }
+  | { type: "user"; text: string; context?: ContextItem[] }
   | { type: "assistant"; text: string }
   | {
       type: "tool";
@@ -139,4 +139,23 @@ export function promptWithContext(text: string, context: ContextItem[]): string 
     parts.push(`Context: ${where}:\n\`\`\`\n${item.text}\n\`\`\``);
   }
   return parts.join("\n\n");
+}
+
+const CONTEXT = /\n\nContext: ([^\n]+?)(?:, lines (\d+)-(\d+))?:\n```\n([\s\S]*?)\n```(?=\n\nContext: |$)/g;
+
+/** The inverse of `promptWithContext`: the prompt a person typed, and the context sent with it. */
+export function splitContext(prompt: string): { text: string; context: ContextItem[] } {
+  const start = prompt.search(/\n\nContext: /);
+  if (start < 0) return { text: prompt, context: [] };
+  const context: ContextItem[] = [];
+  let end = start;
+  for (const match of prompt.slice(start).matchAll(CONTEXT)) {
+    const [whole, file, first, last, text] = match;
+    if (match.index !== end - start) break;
+    const lines: [number, number] | undefined = first && last ? [Number(first), Number(last)] : undefined;
+    context.push({ label: lines ? `${file}:${first}-${last}` : file, file, lines, text });
+    end += whole.length;
+  }
+  if (end !== prompt.length) return { text: prompt, context: [] };
+  return { text: prompt.slice(0, start), context };
 }

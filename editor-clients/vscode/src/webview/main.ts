@@ -488,7 +488,7 @@ function showSession(message: Extract<ToWebview, { type: "session" }>): void {
 
 function replay(item: TranscriptItem): void {
   if (item.type === "user") {
-    newTurn(item.text, []);
+    newTurn(item.text, item.context ?? []);
     return;
   }
   const turn = state.turn ?? newTurn("", []);
