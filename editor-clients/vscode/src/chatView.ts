@@ -188,7 +188,13 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
     const context = this.context;
     this.context = [];
     this.post({ type: "context", items: [] });
-    this.post({ type: "turnStarted", prompt: text, context });
+    this.post({
+      type: "turnStarted",
+      prompt: text,
+      context,
+      sessionId: session.sessionId,
+      title: summary(session, text).title,
+    });
     this.host.log(`[chat] > ${text}`);
     const run = connection.run({ sessionId: session.sessionId, prompt: promptWithContext(text, context) });
     this.run = run;

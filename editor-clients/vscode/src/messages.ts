@@ -87,7 +87,7 @@ export type ToWebview =
   | { type: "sessions"; sessions: SessionSummary[]; currentId?: string }
   | { type: "context"; items: ContextItem[] }
   /** A prompt was sent: echo it with its context before the progress of its run arrives. */
-  | { type: "turnStarted"; prompt: string; context: ContextItem[] }
+  | { type: "turnStarted"; prompt: string; context: ContextItem[]; sessionId: string; title: string }
   | { type: "progress"; event: ProgressEvent }
   /** The run's answer: which model, tokens used. */
   | {

@@ -177,7 +177,13 @@ describe("the chat view's extension side against the real server", { timeout: 30
     const stream = webview.received.slice(from);
     record("answer", stream);
     const started = stream.find((m) => m.type === "turnStarted");
-    assert.deepEqual(started, { type: "turnStarted", prompt: "What does main return?", context: chips });
+    assert.deepEqual(started, {
+      type: "turnStarted",
+      prompt: "What does main return?",
+      context: chips,
+      sessionId: started?.type === "turnStarted" ? started.sessionId : "",
+      title: "What does main return?",
+    });
     const events = stream.flatMap((m) => (m.type === "progress" ? [m.event] : []));
     const toolCall = events.find((e) => e.kind === "tool_call");
     assert.equal(toolCall?.kind === "tool_call" && toolCall.title, "Read src/app.py");

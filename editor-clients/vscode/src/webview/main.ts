@@ -581,6 +581,8 @@ function receive(message: ToWebview): void {
       showContext(message.items);
       break;
     case "turnStarted":
+      state.sessionId = message.sessionId;
+      titleNode.textContent = message.title;
       newTurn(message.prompt, message.context);
       setRunning(true);
       break;
