@@ -252,6 +252,7 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
       if (change) void this.openDiff(requestId);
     });
     this.questions.delete(requestId);
+    await this.closeDiff(requestId);
     this.forget(requestId);
     this.post({ type: "permissionClosed", requestId, outcome });
     this.host.log(`[permission] ${title}: ${outcome ?? "withdrawn by the server"}`);
@@ -271,6 +272,20 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
       preview: true,
       preserveFocus: true,
     });
+  }
+
+  /** Close the proposal's diff editor once the question is answered: it shows a change that is over. */
+  private async closeDiff(requestId: string): Promise<void> {
+    const tabs = vscode.window.tabGroups?.all.flatMap((group) => group.tabs) ?? [];
+    const ours = tabs.filter((tab) => {
+      const input = tab.input;
+      return (
+        input instanceof vscode.TabInputTextDiff &&
+        input.modified.scheme === PROPOSAL_SCHEME &&
+        input.modified.path.startsWith(`/${requestId}/`)
+      );
+    });
+    if (ours.length > 0) await vscode.window.tabGroups.close(ours, true);
   }
 
   private forget(requestId: string): void {

@@ -331,7 +331,8 @@ class TetherExtension implements vscode.Disposable {
         this.output.appendLine(`[tool] ${label}: ${event.status}${event.error ? ` (${event.error})` : ""}`);
         if (event.diff) {
           this.output.appendLine(event.diff.replace(/\n$/, ""));
-          void this.offerDiff(event.diff);
+          // The chat view shows the diff in the call's card; only other runs get the notification.
+          if (!this.chat?.owns(sessionId)) void this.offerDiff(event.diff);
         }
         break;
       }

@@ -33,6 +33,8 @@ const markdown: MarkdownIt = new MarkdownIt({
     return `<pre class="hljs"><code>${html}</code></pre>`;
   },
 });
+// Links only where the text says so: `app.py` is a file name, not a Paraguayan domain.
+markdown.linkify.set({ fuzzyLink: false });
 
 // -- small DOM helpers ------------------------------------------------------------------------
 
