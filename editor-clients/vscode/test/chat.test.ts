@@ -276,4 +276,17 @@ describe("the chat view's extension side against the real server", { timeout: 30
     assert.ok(switched.items.some((item) => item.type === "assistant" && item.text === "Changed."));
     record("switched", [switched]);
   });
+
+  test("a server command that fails to start shows its exit and stderr in the view", { timeout: 60_000 }, async () => {
+    const failing = [process.execPath, "-e", "process.stderr.write('No module named tether\\n'); process.exit(1)"];
+    stub.settings["tether.serverCommand"] = failing;
+    stub.changeConfiguration("tether");
+    const from = webview.received.length;
+    webview.send({ type: "send", text: "Anyone there?" });
+    const error = await webview.next("error", from);
+    assert.match(error.message, /exited with code 1 before it answered initialize/);
+    assert.match(error.message, /No module named tether/);
+    assert.doesNotMatch(error.message, /-32097|connection got disposed/);
+    stub.settings["tether.serverCommand"] = SERVER_COMMAND;
+  });
 });

@@ -104,6 +104,11 @@ export const settings: Record<string, unknown> = {};
 export const commands = new Map<string, (...args: unknown[]) => unknown>();
 const providers = new Map<string, ContentProvider>();
 const configurationChanged = new EventEmitter<{ affectsConfiguration(section: string): boolean }>();
+
+/** Tell the extension that settings under `section` changed. */
+export function changeConfiguration(section: string): void {
+  configurationChanged.fire({ affectsConfiguration: (name: string) => name === section });
+}
 let workspaceFolders: { uri: Uri; name: string; index: number }[] = [];
 
 export function setWorkspace(path: string): void {
