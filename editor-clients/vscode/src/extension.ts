@@ -1,5 +1,7 @@
 import * as vscode from "vscode";
+import { firstPrompt, summary } from "./chat-model";
 import { ChatView } from "./chatView";
+import { relativeTime } from "./relative-time";
 import { describe, diffFile, kindMarker, permissionDetail, transcript } from "./render";
 import {
   DEFAULT_COMMAND,
@@ -290,11 +292,19 @@ class TetherExtension implements vscode.Disposable {
       void vscode.window.showInformationMessage("Tether: no sessions yet (Tether: New Session).");
       return undefined;
     }
+    // Untitled sessions are named by their first prompt, never by their id.
+    const titles = await Promise.all(
+      sessions.map(async (session) => {
+        if (session.title || session.messageCount === 0) return summary(session).title;
+        const page = await connection.messages({ sessionId: session.sessionId, limit: 5 }).catch(() => undefined);
+        return summary(session, page ? firstPrompt(page.messages) : undefined).title;
+      }),
+    );
     const item = await vscode.window.showQuickPick(
-      sessions.map((session) => ({
-        label: session.title ?? session.sessionId,
+      sessions.map((session, index) => ({
+        label: titles[index] ?? session.sessionId,
         description: `${session.messageCount} message(s)${session.running ? ", running" : ""}`,
-        detail: `updated ${session.updatedAt}`,
+        detail: `updated ${relativeTime(session.updatedAt)}${session.parentSessionId ? " · a fork" : ""}`,
         session,
       })),
       { placeHolder },

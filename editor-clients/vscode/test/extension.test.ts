@@ -101,6 +101,11 @@ describe("activate() with a stand-in vscode module", { timeout: 300_000 }, () =>
   });
 
   test("Tether: Show Sessions opens a transcript from session/messages", { timeout: 60_000 }, async () => {
+    const offered: { label: string; detail?: string }[] = [];
+    stub.ui.quickPick = <T>(items: T[]) => {
+      offered.push(...(items as { label: string; detail?: string }[]));
+      return items.find((item) => (item as { label: string }).label === "What is this?") ?? items[0];
+    };
     const picked = (await within(
       stub.vscode.commands.executeCommand("tether.showSessions"),
       "tether.showSessions",
@@ -110,6 +115,12 @@ describe("activate() with a stand-in vscode module", { timeout: 300_000 }, () =>
     assert.match(transcript, /## user\n\nWhat is this\?/);
     assert.match(transcript, /tool call `read_file`/);
     assert.match(transcript, /It is a demo project\./);
+    // Sessions are named by their first prompt (or "New session"), with a relative time: no bare ids.
+    assert.ok(offered.some((item) => item.label === "What is this?"), JSON.stringify(offered));
+    for (const item of offered) {
+      assert.doesNotMatch(item.label, /^[0-9a-f-]{36}$/);
+      assert.match(item.detail ?? "", /^updated (just now|.* ago)/);
+    }
   });
 
   test("Tether: Fork Session forks, or says the server cannot yet", { timeout: 60_000 }, async () => {
