@@ -95,11 +95,14 @@ describe("the tether chat view in code-server", { timeout: 900_000 }, () => {
   /** The chat view's document: the webview's outer iframe, then its active frame. */
   const chat = () => page.frameLocator("iframe.webview.ready").frameLocator("iframe#active-frame");
 
+  /** Types a prompt, presses Enter, and waits until the view shows it as a new turn. */
   const sendPrompt = async (text) => {
+    const turns = await chat().locator(".turn").count();
     const prompt = chat().locator("textarea.prompt");
     await prompt.click();
     await prompt.fill(text);
     await prompt.press("Enter");
+    await chat().locator(".turn").nth(turns).locator(".message.user", { hasText: text }).waitFor({ timeout: WAIT });
   };
 
   /** Waits for the last turn to finish (Send is back) and returns it. */
