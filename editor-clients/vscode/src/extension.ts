@@ -23,8 +23,6 @@ interface ActiveRun {
   handle: RunHandle;
   report(message: string): void;
   iteration: number;
-  /** Tool call id → what its lines call it (its title, with the kind marker). */
-  tools: Map<string, string>;
 }
 
 class TetherExtension implements vscode.Disposable {
@@ -37,6 +35,8 @@ class TetherExtension implements vscode.Disposable {
   private restarts = 0;
   private disposed = false;
   private diffs = 0;
+  /** "sessionId toolCallId" → what log lines call it (its title, with the kind marker), for every run. */
+  private readonly toolLabels = new Map<string, string>();
   private chat: ChatView | undefined;
 
   register(context: vscode.ExtensionContext): void {
@@ -217,7 +217,6 @@ class TetherExtension implements vscode.Disposable {
           this.active = {
             handle,
             iteration: 0,
-            tools: new Map(),
             report: (message) => progress.report({ message }),
           };
           const cancelling = token.onCancellationRequested(() => void this.cancel());
@@ -324,13 +323,15 @@ class TetherExtension implements vscode.Disposable {
         break;
       case "tool_call": {
         const label = `${kindMarker(event.toolKind)}${event.title ?? event.name}`;
-        active?.tools.set(event.toolCallId, label);
+        this.toolLabels.set(`${sessionId} ${event.toolCallId}`, label);
         this.output.appendLine(`\n[tool] ${label} ${event.arguments}`);
         active?.report(`iteration ${active.iteration} · tool ${label}`);
         break;
       }
       case "tool_call_update": {
-        const label = active?.tools.get(event.toolCallId) ?? event.toolCallId;
+        const key = `${sessionId} ${event.toolCallId}`;
+        const label = this.toolLabels.get(key) ?? event.toolCallId;
+        if (event.status !== "in_progress") this.toolLabels.delete(key);
         if (event.status === "in_progress") {
           if (event.progress) {
             this.output.appendLine(`[tool] ${label}: ${event.progress}`);

@@ -190,6 +190,9 @@ describe("the chat view's extension side against the real server", { timeout: 30
     const text = events.map((e) => (e.kind === "message_delta" ? e.text : "")).join("");
     assert.match(text, /```python\ndef main\(\):/);
     assert.ok(events.some((e) => e.kind === "tool_call_update" && e.status === "completed"));
+    // The output channel logs the chat's runs too, calls by their title.
+    assert.match(stub.outputText(), /\[chat\] > What does main return\?/);
+    assert.match(stub.outputText(), /\[tool\] Read src\/app.py: completed/);
   });
 
   test("an edit is asked with its diff before it applies; Allow writes it", { timeout: 60_000 }, async () => {
