@@ -249,6 +249,8 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
         diff: change?.diff,
         command: name === "run_command" ? commandOf(args) : undefined,
       });
+      // The question waits in the view: bring it up if it was collapsed or behind another view.
+      if (this.view && !this.view.visible) this.view.show(true);
       if (change) void this.openDiff(requestId);
     });
     this.questions.delete(requestId);

@@ -50,6 +50,8 @@ class FakeWebview {
           return recorder.html;
         },
       },
+      visible: true,
+      show: () => undefined,
       onDidDispose: () => ({ dispose: () => undefined }),
     };
   }
