@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 ACP_TESTS := tests/acp
 ACP_STAMP := $(ACP_TESTS)/node_modules/.installed
 
-.PHONY: install compile test lint typecheck unit acp-schema acp-node-test vscode-test vscode-package run bench fuzz schema clean
+.PHONY: install compile test lint typecheck unit acp-schema acp-node-test vscode-test vscode-package vscode-webview-test vscode-e2e run bench fuzz schema clean
 
 install: $(STAMP)
 
@@ -58,6 +58,26 @@ vscode-test: compile $(NPM_STAMP)
 vscode-package: $(NPM_STAMP)
 	cd $(VSCODE) && npm run package
 
+# The chat view's webview script in headless Chromium (Debian's `chromium`; CHROMIUM=path to use
+# another), replaying message streams recorded from the real server.
+vscode-webview-test: $(NPM_STAMP)
+	cd $(VSCODE) && npm run build && npm run build:test && node --test out/test/webview/
+
+# A real VS Code: code-server from npm (pinned by e2e/package-lock.json; needs libkrb5-dev,
+# build-essential and Debian's ripgrep, which seeds @vscode/ripgrep's download cache), the packaged
+# .vsix installed in it, the real `tether serve` behind it, driven by Chromium through playwright-core.
+# Screenshots: $(VSCODE)/e2e/artifacts/.
+E2E := $(VSCODE)/e2e
+E2E_STAMP := $(E2E)/node_modules/.installed
+
+$(E2E_STAMP): $(E2E)/package.json $(E2E)/package-lock.json
+	sh $(E2E)/seed-ripgrep.sh
+	cd $(E2E) && npm_config_unsafe_perm=true npm ci --unsafe-perm --yes --no-audit --no-fund
+	touch $(E2E_STAMP)
+
+vscode-e2e: compile vscode-package vscode-webview-test $(E2E_STAMP)
+	cd $(E2E) && node --test --test-concurrency=1 chat.e2e.mjs
+
 test: lint typecheck unit acp-node-test vscode-test
 
 run: compile
@@ -81,4 +101,5 @@ schema: install
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 	rm -rf $(VSCODE)/node_modules $(VSCODE)/dist $(VSCODE)/out $(VSCODE)/tether.vsix
+	rm -rf $(E2E)/node_modules $(E2E)/artifacts
 	rm -rf $(ACP_TESTS)/node_modules

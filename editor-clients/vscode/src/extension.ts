@@ -1,5 +1,8 @@
 import * as vscode from "vscode";
-import { describe, diffFile, kindMarker, transcript } from "./render";
+import { firstPrompt, summary } from "./chat-model";
+import { ChatView } from "./chatView";
+import { relativeTime } from "./relative-time";
+import { describe, diffFile, kindMarker, permissionDetail, transcript } from "./render";
 import {
   DEFAULT_COMMAND,
   ErrorCodes,
@@ -20,8 +23,6 @@ interface ActiveRun {
   handle: RunHandle;
   report(message: string): void;
   iteration: number;
-  /** Tool call id → what its lines call it (`name`, with the kind marker). */
-  tools: Map<string, string>;
 }
 
 class TetherExtension implements vscode.Disposable {
@@ -33,8 +34,23 @@ class TetherExtension implements vscode.Disposable {
   private active: ActiveRun | undefined;
   private restarts = 0;
   private disposed = false;
+  private diffs = 0;
+  /** "sessionId toolCallId" → what log lines call it (its title, with the kind marker), for every run. */
+  private readonly toolLabels = new Map<string, string>();
+  private chat: ChatView | undefined;
 
   register(context: vscode.ExtensionContext): void {
+    this.chat = new ChatView(context.extensionUri, {
+      server: () => this.server(),
+      model: (session) => this.model(session),
+      log: (line) => this.output.appendLine(line),
+    });
+    context.subscriptions.push(
+      this.chat,
+      vscode.window.registerWebviewViewProvider(ChatView.viewType, this.chat, {
+        webviewOptions: { retainContextWhenHidden: true },
+      }),
+    );
     const command = (id: string, handler: () => unknown): void => {
       context.subscriptions.push(vscode.commands.registerCommand(id, handler));
     };
@@ -43,6 +59,7 @@ class TetherExtension implements vscode.Disposable {
     command("tether.cancel", () => this.cancel());
     command("tether.showSessions", () => this.showSessions());
     command("tether.forkSession", () => this.forkSession());
+    command("tether.openChat", () => this.chat?.reveal());
     context.subscriptions.push(
       this.output,
       this.transcriptChanged,
@@ -81,13 +98,23 @@ class TetherExtension implements vscode.Disposable {
       cwd: folders[0]?.uri.fsPath,
       workspaceFolders: folders.map((folder) => folder.uri.toString()),
       initializationOptions,
-      onPermission: approval === "ask" ? (params, token) => this.askPermission(params, token) : undefined,
+      onPermission:
+        approval === "ask"
+          ? (params, token) =>
+              this.chat?.owns(params.sessionId)
+                ? this.chat.askPermission(params, token, folders[0]?.uri.fsPath)
+                : this.askPermission(params, token)
+          : undefined,
       onStderr: (text) => this.output.append(text),
     });
-    connection.onProgress((params) => this.progress(params));
+    connection.onProgress((params) => {
+      this.progress(params);
+      this.chat?.onProgress(params);
+    });
     connection.onExit((info) => {
       this.connection = undefined;
       this.session = undefined;
+      this.chat?.serverStopped();
       if (info.expected || this.disposed) return;
       const why = info.signal ? `signal ${info.signal}` : `exit code ${String(info.code)}`;
       this.output.appendLine(`[tether] the server stopped unexpectedly (${why})`);
@@ -124,7 +151,7 @@ class TetherExtension implements vscode.Disposable {
     params: PermissionParams,
     token: vscode.CancellationToken,
   ): Promise<PermissionOutcome> {
-    const { name, arguments: args } = params.toolCall;
+    const name = params.toolCall.title ?? params.toolCall.name;
     const withdrawn = (): PermissionOutcome => {
       this.output.appendLine(`[permission] ${name}: withdrawn by the server (the run ended)`);
       return "reject"; // not sent: the connection answers a withdrawn request -32800
@@ -138,17 +165,18 @@ class TetherExtension implements vscode.Disposable {
     });
     const choice = await Promise.race([
       vscode.window.showWarningMessage(
-        `Tether wants to run the tool "${name}".`,
-        { modal: true, detail: `Arguments: ${args}` },
-        "Allow",
-        "Always",
-        "Reject",
+        `Tether wants to: ${name}`,
+        { modal: true, detail: permissionDetail(params) },
+        { title: "Allow" },
+        { title: "Always allow" },
+        // The dialog's own close button: no separate "Cancel" beside "Reject".
+        { title: "Reject", isCloseAffordance: true },
       ),
       cancelled,
     ]).finally(() => listener?.dispose());
     if (choice === null || token.isCancellationRequested) return withdrawn();
     const outcome: PermissionOutcome =
-      choice === "Allow" ? "allow" : choice === "Always" ? "allow_always" : "reject";
+      choice?.title === "Allow" ? "allow" : choice?.title === "Always allow" ? "allow_always" : "reject";
     this.output.appendLine(`[permission] ${name}: ${outcome}`);
     return outcome;
   }
@@ -189,7 +217,6 @@ class TetherExtension implements vscode.Disposable {
           this.active = {
             handle,
             iteration: 0,
-            tools: new Map(),
             report: (message) => progress.report({ message }),
           };
           const cancelling = token.onCancellationRequested(() => void this.cancel());
@@ -264,11 +291,19 @@ class TetherExtension implements vscode.Disposable {
       void vscode.window.showInformationMessage("Tether: no sessions yet (Tether: New Session).");
       return undefined;
     }
+    // Untitled sessions are named by their first prompt, never by their id.
+    const titles = await Promise.all(
+      sessions.map(async (session) => {
+        if (session.title || session.messageCount === 0) return summary(session).title;
+        const page = await connection.messages({ sessionId: session.sessionId, limit: 5 }).catch(() => undefined);
+        return summary(session, page ? firstPrompt(page.messages) : undefined).title;
+      }),
+    );
     const item = await vscode.window.showQuickPick(
-      sessions.map((session) => ({
-        label: session.title ?? session.sessionId,
+      sessions.map((session, index) => ({
+        label: titles[index] ?? session.sessionId,
         description: `${session.messageCount} message(s)${session.running ? ", running" : ""}`,
-        detail: `updated ${session.updatedAt}`,
+        detail: `updated ${relativeTime(session.updatedAt)}${session.parentSessionId ? " · a fork" : ""}`,
         session,
       })),
       { placeHolder },
@@ -287,14 +322,16 @@ class TetherExtension implements vscode.Disposable {
         this.output.append(event.text);
         break;
       case "tool_call": {
-        const label = `${kindMarker(event.toolKind)}${event.name}`;
-        active?.tools.set(event.toolCallId, label);
+        const label = `${kindMarker(event.toolKind)}${event.title ?? event.name}`;
+        this.toolLabels.set(`${sessionId} ${event.toolCallId}`, label);
         this.output.appendLine(`\n[tool] ${label} ${event.arguments}`);
         active?.report(`iteration ${active.iteration} · tool ${label}`);
         break;
       }
       case "tool_call_update": {
-        const label = active?.tools.get(event.toolCallId) ?? event.toolCallId;
+        const key = `${sessionId} ${event.toolCallId}`;
+        const label = this.toolLabels.get(key) ?? event.toolCallId;
+        if (event.status !== "in_progress") this.toolLabels.delete(key);
         if (event.status === "in_progress") {
           if (event.progress) {
             this.output.appendLine(`[tool] ${label}: ${event.progress}`);
@@ -302,10 +339,11 @@ class TetherExtension implements vscode.Disposable {
           }
           break;
         }
-        this.output.appendLine(`[tool] ${event.toolCallId} ${event.status}`);
+        this.output.appendLine(`[tool] ${label}: ${event.status}${event.error ? ` (${event.error})` : ""}`);
         if (event.diff) {
           this.output.appendLine(event.diff.replace(/\n$/, ""));
-          void this.offerDiff(event.diff);
+          // The chat view shows the diff in the call's card; only other runs get the notification.
+          if (!this.chat?.owns(sessionId)) void this.offerDiff(event.diff);
         }
         break;
       }
@@ -314,13 +352,26 @@ class TetherExtension implements vscode.Disposable {
     }
   }
 
-  /** Offer to open the diff of an edit as an untitled `diff` document. */
+  /** Offer to open the diff of an edit, as a read-only virtual document (never an unsaved buffer). */
   private async offerDiff(diff: string): Promise<void> {
     const file = diffFile(diff) ?? "a file";
     const choice = await vscode.window.showInformationMessage(`Tether changed ${file}.`, "Open Diff");
     if (choice !== "Open Diff") return;
-    const document = await vscode.workspace.openTextDocument({ content: diff, language: "diff" });
+    this.diffs += 1;
+    const path = `/changes/${this.diffs}/${file}.diff`;
+    this.transcripts.set(path, diff);
+    const uri = vscode.Uri.parse(`${TRANSCRIPT_SCHEME}:${path}`);
+    this.transcriptChanged.fire(uri);
+    const document = await vscode.workspace.openTextDocument(uri);
     await vscode.window.showTextDocument(document, { preview: true });
+  }
+
+  /** The model runs of a session use: the session's, else the configured provider's. */
+  private model(session: Session | undefined): string | undefined {
+    const provider = vscode.workspace.getConfiguration("tether").get<Record<string, unknown>>("provider") ?? {};
+    const configured = typeof provider.model === "string" ? provider.model : undefined;
+    const type = typeof provider.type === "string" ? provider.type : undefined;
+    return session?.model ?? configured ?? type;
   }
 
   /** Runs a command; an error becomes a message instead of a rejected command. */

@@ -1,5 +1,5 @@
 /** Text for people: error messages and session transcripts (no `vscode` import). */
-import { errorCode, type Message, type Session, type ToolKind } from "./rpc";
+import { errorCode, type Message, type PermissionParams, type Session, type ToolKind } from "./rpc";
 
 export function describe(error: unknown): string {
   const code = errorCode(error);
@@ -36,4 +36,25 @@ export function diffFile(diff: string): string | undefined {
   const plus = /^\+\+\+ b\/(.+)$/m.exec(diff);
   if (plus) return plus[1];
   return /^--- a\/(.+)$/m.exec(diff)?.[1];
+}
+
+/**
+ * What a permission dialog says about a call: the command to run, the file to write and its new
+ * text, or the arguments one per line, never the raw JSON string with its `\n` escapes.
+ */
+export function permissionDetail(params: PermissionParams): string {
+  const lines: string[] = [];
+  if (params.reason) lines.push(params.reason, "");
+  let args: unknown;
+  try {
+    args = JSON.parse(params.toolCall.arguments || "{}");
+  } catch {
+    return [...lines, params.toolCall.arguments].join("\n");
+  }
+  if (args === null || typeof args !== "object") return [...lines, String(args)].join("\n");
+  for (const [key, value] of Object.entries(args as Record<string, unknown>)) {
+    const text = Array.isArray(value) ? value.map(String).join(" ") : typeof value === "string" ? value : JSON.stringify(value);
+    lines.push(text.includes("\n") ? `${key}:\n${text}` : `${key}: ${text}`);
+  }
+  return lines.join("\n");
 }

@@ -18,6 +18,10 @@ import {
 
 export { ResponseError };
 
+import type { PermissionOutcome, ProgressEvent, StopReason } from "./messages";
+/** The wire's event and outcome types live in ./messages, shared with the chat view's webview. */
+export type { PermissionOutcome, ProgressEvent, StopReason, ToolKind } from "./messages";
+
 /** Error codes of docs/protocol.md that clients decide on. */
 export const ErrorCodes = {
   MethodNotFound: -32601,
@@ -73,8 +77,6 @@ export interface ToolCallRecord extends ToolCall {
   isError: boolean;
 }
 
-export type StopReason = "end_turn" | "max_iterations" | "cancelled";
-
 export interface RunResult {
   runId: string;
   sessionId: string;
@@ -84,35 +86,6 @@ export interface RunResult {
   toolCalls: ToolCallRecord[];
   usage?: { inputTokens: number; outputTokens: number };
 }
-
-/** What a tool does; `edit` and `execute` tools need approval. */
-export type ToolKind = "read" | "edit" | "execute" | "search" | "other";
-
-export type ProgressEvent =
-  | { kind: "run_started"; maxIterations: number; userMessageId: string }
-  | { kind: "iteration_started"; iteration: number }
-  | { kind: "message_delta"; messageId: string; text: string }
-  | {
-      kind: "tool_call";
-      toolCallId: string;
-      name: string;
-      arguments: string;
-      toolKind: ToolKind;
-      status: "pending";
-    }
-  | {
-      kind: "tool_call_update";
-      toolCallId: string;
-      status: "in_progress" | "completed" | "failed" | "cancelled";
-      result?: string;
-      error?: string;
-      /** A unified diff of what an edit changed (with `completed`). */
-      diff?: string;
-      /** A line the running tool reported (with `in_progress`). */
-      progress?: string;
-    }
-  | { kind: "iteration_finished"; iteration: number; toolCalls: number }
-  | { kind: "run_finished"; stopReason: StopReason | "error"; iterations: number };
 
 export interface ProgressParams {
   sessionId: string;
@@ -124,10 +97,12 @@ export interface ProgressParams {
 export interface PermissionParams {
   sessionId: string;
   runId: string;
-  toolCall: ToolCall;
+  /** `title`: what a person reads (`Write src/app.py`, `Run pytest -q`). */
+  toolCall: ToolCall & { title?: string };
+  /** Why a protected write is asked about even under `auto`. */
+  reason?: string;
 }
 
-export type PermissionOutcome = "allow" | "allow_always" | "reject";
 /**
  * Answers `tool/requestPermission`. `token` fires when the server withdraws the question
  * (`$/cancelRequest`, sent when the run is cancelled): the handler should stop asking then; the
@@ -202,6 +177,13 @@ export interface TetherOptions {
 
 export const DEFAULT_COMMAND: readonly string[] = ["python3", "-P", "-m", "tether", "serve"];
 
+/** vscode-jsonrpc's code for requests left unanswered when the connection closes. */
+const PENDING_RESPONSE_REJECTED = -32097;
+/** How much of the server's stderr a startup failure quotes. */
+const STDERR_TAIL_CHARS = 2000;
+/** How long a server that broke the connection during startup is given to report its exit. */
+const STARTUP_EXIT_WAIT_MS = 3000;
+
 export class TetherConnection implements Disposable {
   readonly process: ChildProcess;
   readonly connection: MessageConnection;
@@ -211,6 +193,10 @@ export class TetherConnection implements Disposable {
   private readonly progressEmitter = new Emitter<ProgressParams>();
   private stopping = false;
   private exitInfo: ExitInfo | undefined;
+  /** Why the process could not be spawned (ENOENT, EACCES), if that is what happened. */
+  private spawnError: Error | undefined;
+  /** The end of the server's stderr: what a server that failed to start said about it. */
+  private stderrTail = "";
   private readonly exited: Promise<ExitInfo>;
 
   /** Fires once when the server process ends; `expected: false` means it crashed. */
@@ -226,7 +212,10 @@ export class TetherConnection implements Disposable {
     });
     const child = this.process;
     child.stderr?.setEncoding("utf8");
-    child.stderr?.on("data", (text: string) => options.onStderr?.(text));
+    child.stderr?.on("data", (text: string) => {
+      this.stderrTail = (this.stderrTail + text).slice(-STDERR_TAIL_CHARS);
+      options.onStderr?.(text);
+    });
     // A server that cannot be written to has gone away: 'exit' reports it.
     child.stdin?.on("error", () => undefined);
     this.exited = new Promise<ExitInfo>((resolve) => {
@@ -239,6 +228,7 @@ export class TetherConnection implements Disposable {
       };
       child.on("exit", finish);
       child.on("error", (error) => {
+        this.spawnError = error;
         options.onStderr?.(`tether: cannot start ${program}: ${error.message}\n`);
         finish(null, null);
       });
@@ -281,12 +271,45 @@ export class TetherConnection implements Disposable {
   static async start(options: TetherOptions = {}): Promise<TetherConnection> {
     const tether = new TetherConnection(options);
     try {
+      // No pid: the command could not be spawned at all ('error' follows); do not write to it.
+      if (tether.process.pid === undefined) throw new Error("spawn failed");
       await tether.initialize();
     } catch (error) {
+      // An error response is the server's own answer; anything else (vscode-jsonrpc's -32097
+      // "Pending response rejected since connection got disposed") means it went away.
+      const answered = error instanceof ResponseError && error.code !== PENDING_RESPONSE_REJECTED;
+      const cause = answered ? undefined : await tether.startupFailure();
       tether.dispose();
-      throw error;
+      throw cause ?? error;
     }
     return tether;
+  }
+
+  /**
+   * Why a server that did not answer `initialize` failed, in its own words: the spawn error, or
+   * its exit status and the end of its stderr (`No module named tether`). Undefined when the
+   * process is still running (a real protocol error then says more).
+   */
+  private async startupFailure(): Promise<Error | undefined> {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const info = await Promise.race([
+      this.exited,
+      new Promise<undefined>((resolve) => {
+        timer = setTimeout(() => resolve(undefined), STARTUP_EXIT_WAIT_MS);
+      }),
+    ]);
+    clearTimeout(timer);
+    const command = (this.options.command ?? DEFAULT_COMMAND).join(" ");
+    if (this.spawnError) {
+      return new Error(`cannot start the server command \`${command}\`: ${this.spawnError.message}`);
+    }
+    if (!info) return undefined;
+    const status = info.signal ? `was killed by ${info.signal}` : `exited with code ${String(info.code)}`;
+    const said = this.stderrTail.trim();
+    return new Error(
+      `the server command \`${command}\` ${status} before it answered initialize` +
+        (said ? `:\n${said}` : " (it wrote nothing on stderr)"),
+    );
   }
 
   private async initialize(): Promise<void> {
@@ -354,6 +377,15 @@ export class TetherConnection implements Disposable {
       cursor = page.nextCursor;
     } while (cursor !== undefined);
     return all;
+  }
+
+  /** `session/configure`: fields left out stay as they are. */
+  configure(params: { sessionId: string; title?: string | null; model?: string | null }): Promise<Session> {
+    return this.request("session/configure", params);
+  }
+
+  deleteSession(sessionId: string): Promise<{ deleted: boolean }> {
+    return this.request("session/delete", { sessionId });
   }
 
   /** `session/fork`; a server that does not serve it yet rejects with code -32601. */

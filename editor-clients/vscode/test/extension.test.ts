@@ -43,11 +43,19 @@ describe("activate() with a stand-in vscode module", { timeout: 300_000 }, () =>
     ws.remove();
   });
 
-  test("registers the five commands", () => {
+  test("registers the six commands and the chat view", () => {
     assert.deepEqual(
       [...stub.commands.keys()].sort(),
-      ["tether.ask", "tether.cancel", "tether.forkSession", "tether.newSession", "tether.showSessions"],
+      [
+        "tether.ask",
+        "tether.cancel",
+        "tether.forkSession",
+        "tether.newSession",
+        "tether.openChat",
+        "tether.showSessions",
+      ],
     );
+    assert.deepEqual([...stub.webviewProviders.keys()], ["tether.chat"]);
   });
 
   test("Tether: New Session calls session/create", { timeout: 60_000 }, async () => {
@@ -69,11 +77,11 @@ describe("activate() with a stand-in vscode module", { timeout: 300_000 }, () =>
     const output = stub.outputText();
     assert.match(output, /> What is this\?/);
     assert.match(output, /Let me look\./);
-    assert.match(output, /\[tool\] read_file \{"path": ?"README.md"\}/);
-    assert.match(output, /\[tool\] c1 completed/);
+    assert.match(output, /\[tool\] Read README.md \{"path": ?"README.md"\}/);
+    assert.match(output, /\[tool\] Read README.md: completed/);
     assert.match(output, /It is a demo project\./);
     assert.match(output, /\[end_turn\] 2 iteration\(s\), 1 tool call\(s\)/);
-    assert.deepEqual(stub.shown.progress, ["iteration 1", "iteration 1 · tool read_file", "iteration 2"]);
+    assert.deepEqual(stub.shown.progress, ["iteration 1", "iteration 1 · tool Read README.md", "iteration 2"]);
   });
 
   test("cancelling the progress notification sends kernel/cancel", { timeout: 60_000 }, async () => {
@@ -93,6 +101,11 @@ describe("activate() with a stand-in vscode module", { timeout: 300_000 }, () =>
   });
 
   test("Tether: Show Sessions opens a transcript from session/messages", { timeout: 60_000 }, async () => {
+    const offered: { label: string; detail?: string }[] = [];
+    stub.ui.quickPick = <T>(items: T[]) => {
+      offered.push(...(items as { label: string; detail?: string }[]));
+      return items.find((item) => (item as { label: string }).label === "What is this?") ?? items[0];
+    };
     const picked = (await within(
       stub.vscode.commands.executeCommand("tether.showSessions"),
       "tether.showSessions",
@@ -102,6 +115,12 @@ describe("activate() with a stand-in vscode module", { timeout: 300_000 }, () =>
     assert.match(transcript, /## user\n\nWhat is this\?/);
     assert.match(transcript, /tool call `read_file`/);
     assert.match(transcript, /It is a demo project\./);
+    // Sessions are named by their first prompt (or "New session"), with a relative time: no bare ids.
+    assert.ok(offered.some((item) => item.label === "What is this?"), JSON.stringify(offered));
+    for (const item of offered) {
+      assert.doesNotMatch(item.label, /^[0-9a-f-]{36}$/);
+      assert.match(item.detail ?? "", /^updated (just now|.* ago)/);
+    }
   });
 
   test("Tether: Fork Session forks, or says the server cannot yet", { timeout: 60_000 }, async () => {
@@ -174,14 +193,19 @@ describe("edits and withdrawn permission prompts in the extension", { timeout: 3
     };
     assert.equal(result?.stopReason, "end_turn", `errors: ${stub.shown.errors.join("; ")}`);
     assert.equal(readFileSync(join(ws.root, "notes.txt"), "utf8"), "hello\n");
-    assert.deepEqual(stub.shown.modals.slice(modals), ['Tether wants to run the tool "write_file".']);
+    assert.deepEqual(stub.shown.modals.slice(modals), ["Tether wants to: Write notes.txt"]);
+    // The arguments one per line, the content as text: no raw JSON with \n escapes.
+    assert.equal(stub.shown.modalDetails.at(-1), "path: notes.txt\ncontent:\nhello\n");
     const output = stub.outputText();
-    assert.match(output, /\[tool\] \(edit\) write_file \{"path": ?"notes.txt"/);
-    assert.match(output, /\[permission\] write_file: allow/);
-    assert.match(output, /\[tool\] w1 completed\n(.*\n)*\+\+\+ b\/notes\.txt\n(.*\n)*\+hello\n/);
-    assert.ok(stub.shown.progress.includes("iteration 1 · tool (edit) write_file"), stub.shown.progress.join("; "));
+    assert.match(output, /\[tool\] \(edit\) Write notes.txt \{"path": ?"notes.txt"/);
+    assert.match(output, /\[permission\] Write notes.txt: allow/);
+    assert.match(output, /\[tool\] \(edit\) Write notes.txt: completed\n(.*\n)*\+\+\+ b\/notes\.txt\n(.*\n)*\+hello\n/);
+    assert.ok(
+      stub.shown.progress.includes("iteration 1 · tool (edit) Write notes.txt"),
+      stub.shown.progress.join("; "),
+    );
     assert.ok(stub.shown.info.includes("Tether changed notes.txt."));
-    // "Open Diff" opens the diff as an untitled document in the diff language.
+    // "Open Diff" opens the diff as a read-only virtual document in the diff language.
     await within(stub.when(() => stub.shown.documents.length > documents), "the diff document");
     assert.match(stub.shown.documents.at(-1) ?? "", /^\+hello$/m);
     assert.equal(stub.shown.languages.at(-1), "diff");
@@ -201,8 +225,8 @@ describe("edits and withdrawn permission prompts in the extension", { timeout: 3
     cancel?.();
     const result = (await within(asking, "tether.ask")) as { stopReason: string };
     assert.equal(result?.stopReason, "cancelled", `errors: ${stub.shown.errors.join("; ")}`);
-    assert.match(stub.outputText(), /\[permission\] write_file: withdrawn by the server/);
-    assert.match(stub.outputText(), /\[tool\] w2 cancelled/);
+    assert.match(stub.outputText(), /\[permission\] Write never.txt: withdrawn by the server/);
+    assert.match(stub.outputText(), /\[tool\] \(edit\) Write never.txt: cancelled/);
     assert.equal(existsSync(join(ws.root, "never.txt")), false);
     assert.deepEqual(stub.shown.errors, []);
   });

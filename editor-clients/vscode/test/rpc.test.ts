@@ -174,6 +174,36 @@ describe("TetherConnection against the real server", { timeout: 300_000 }, () =>
     assert.equal(errorCode(error), ErrorCodes.ConfigError);
   });
 
+  test("a server command that fails at once rejects start with its exit status and stderr", { timeout: 60_000 }, async () => {
+    const failing = [process.execPath, "-e", "process.stderr.write('No module named tether\\n'); process.exit(3)"];
+    const error = await within(
+      TetherConnection.start({ command: failing }).then(
+        (tether) => {
+          tether.dispose();
+          assert.fail("initialize succeeded");
+        },
+        (e: unknown) => e,
+      ),
+      "initialize",
+    );
+    assert.ok(error instanceof Error);
+    assert.match(error.message, /exited with code 3 before it answered initialize/);
+    assert.match(error.message, /No module named tether/);
+    assert.doesNotMatch(error.message, /-32097/);
+  });
+
+  test("a server command that does not exist rejects start with the spawn error", { timeout: 60_000 }, async () => {
+    const error = await within(
+      TetherConnection.start({ command: ["/nonexistent/tether-python", "-m", "tether"] }).then(
+        () => assert.fail("initialize succeeded"),
+        (e: unknown) => e,
+      ),
+      "initialize",
+    );
+    assert.ok(error instanceof Error);
+    assert.match(error.message, /cannot start the server command .*ENOENT/);
+  });
+
   test("a server that dies fires onExit as unexpected and fails pending requests", { timeout: 60_000 }, async () => {
     const tether = await start(ws, [{ text: "never", delay: 30 }]);
     const session = await within(tether.createSession(), "session/create");

@@ -33,6 +33,12 @@ export class Uri {
   static file(path: string): Uri {
     return new Uri("file", path);
   }
+  static from(parts: { scheme: string; path: string }): Uri {
+    return new Uri(parts.scheme, parts.path);
+  }
+  static joinPath(base: Uri, ...segments: string[]): Uri {
+    return new Uri(base.scheme, [base.path, ...segments].join("/"));
+  }
   get fsPath(): string {
     return this.path;
   }
@@ -57,6 +63,8 @@ export const shown = {
   languages: [] as string[],
   /** Modal dialogs asked (their message). */
   modals: [] as string[],
+  /** The detail text of each modal dialog. */
+  modalDetails: [] as string[],
 };
 
 type Shown = keyof typeof shown;
@@ -96,6 +104,11 @@ export const settings: Record<string, unknown> = {};
 export const commands = new Map<string, (...args: unknown[]) => unknown>();
 const providers = new Map<string, ContentProvider>();
 const configurationChanged = new EventEmitter<{ affectsConfiguration(section: string): boolean }>();
+
+/** Tell the extension that settings under `section` changed. */
+export function changeConfiguration(section: string): void {
+  configurationChanged.fire({ affectsConfiguration: (name: string) => name === section });
+}
 let workspaceFolders: { uri: Uri; name: string; index: number }[] = [];
 
 export function setWorkspace(path: string): void {
@@ -107,6 +120,9 @@ export function outputText(): string {
 }
 
 const disposable = { dispose: () => undefined };
+
+/** Webview view providers by view id (the chat view). */
+export const webviewProviders = new Map<string, unknown>();
 
 export const vscode = {
   EventEmitter,
@@ -126,6 +142,11 @@ export const vscode = {
   },
   window: {
     activeTextEditor: undefined,
+    visibleTextEditors: [],
+    registerWebviewViewProvider(id: string, provider: unknown) {
+      webviewProviders.set(id, provider);
+      return { dispose: () => webviewProviders.delete(id) };
+    },
     createOutputChannel: (_name: string) => ({
       append: (text: string) => show("output", text),
       appendLine: (text: string) => show("output", `${text}\n`),
@@ -141,7 +162,12 @@ export const vscode = {
       const options = rest[0];
       if (typeof options === "object" && options !== null && (options as { modal?: boolean }).modal) {
         show("modals", message);
-        return ui.modal(message, ...(rest.slice(1) as string[]));
+        show("modalDetails", (options as { detail?: string }).detail ?? "");
+        // Items are strings or MessageItems ({title}); the user picks by label.
+        const items = rest.slice(1) as (string | { title: string })[];
+        const label = (item: string | { title: string }) => (typeof item === "string" ? item : item.title);
+        const picked = await ui.modal(message, ...items.map(label));
+        return items.find((item) => label(item) === picked);
       }
       show("warnings", message);
       return undefined;
@@ -193,7 +219,7 @@ export const vscode = {
       const provider = providers.get(uri.scheme);
       if (!provider) throw new Error(`no content provider for ${uri.scheme}`);
       const text = provider.provideTextDocumentContent(uri);
-      return { uri, getText: () => text };
+      return { uri, languageId: uri.path.endsWith(".diff") ? "diff" : undefined, getText: () => text };
     },
     asRelativePath: (uri: Uri) => uri.path,
   },

@@ -1,0 +1,289 @@
+/**
+ * The chat view in a real VS Code: code-server (npm, pinned by package-lock.json) with the packaged
+ * tether.vsix installed, the real `tether serve` of this checkout behind it (scripted provider),
+ * driven by Debian's Chromium through playwright-core. Assertions are on the DOM of the workbench
+ * and of the view's webview (iframes: frameLocator). Screenshots: e2e/artifacts/.
+ *
+ * Run with `make vscode-e2e`. Environment: CHROMIUM (default /usr/bin/chromium), TETHER_PYTHON
+ * (default the checkout's .venv/bin/python), E2E_KEEP=1 keeps the temporary directory.
+ */
+import assert from "node:assert/strict";
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
+
+import { chromium } from "playwright-core";
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+const REPO = join(HERE, "..", "..", "..");
+const VSIX = join(HERE, "..", "tether.vsix");
+const CODE_SERVER = join(HERE, "node_modules", ".bin", "code-server");
+const ARTIFACTS = join(HERE, "artifacts");
+const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
+const PYTHON = process.env.TETHER_PYTHON ?? join(REPO, ".venv", "bin", "python");
+/** Generous: code-server and its extension host start slowly on a busy machine. */
+const WAIT = 120_000;
+
+const call = (id, name, args) => ({ id, name, arguments: JSON.stringify(args) });
+
+/** One script for the server's life: each prompt below consumes the turns noted beside it. */
+const SCRIPT = [
+  // "What is in app.py?"
+  { text: "Let me read it.", toolCalls: [call("c1", "read_file", { path: "src/app.py" })] },
+  {
+    text: "`src/app.py` defines one function:\n\n```python\ndef main():\n    return 42\n```\n\nIt **returns 42**.",
+  },
+  // "Make it return 43"
+  {
+    text: "I will change the return value.",
+    toolCalls: [call("e1", "edit_file", { path: "src/app.py", oldString: "return 42", newString: "return 43" })],
+  },
+  { text: "Done: `main()` now returns 43." },
+  // "Write a note"
+  { text: "Writing the note.", toolCalls: [call("w1", "write_file", { path: "notes.txt", content: "a note\n" })] },
+  { text: "Understood, I left it alone." },
+  // "Take your time" (stopped)
+  { text: "This takes a while.", delay: 60 },
+  // "Hello again" (a second session)
+  { text: "Hello! This is a **new** session." },
+];
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.on("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+async function waitForHttp(url, child, log) {
+  const deadline = Date.now() + WAIT;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`code-server exited (${child.exitCode}):\n${log()}`);
+    try {
+      const response = await fetch(url);
+      if (response.status < 500) return;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+  throw new Error(`code-server did not answer at ${url}:\n${log()}`);
+}
+
+describe("the tether chat view in code-server", { timeout: 900_000 }, () => {
+  let base;
+  let project;
+  let codeServer;
+  let serverLog = "";
+  let browser;
+  let page;
+  let shot = 0;
+
+  const screenshot = async (name) => {
+    shot += 1;
+    await page.screenshot({ path: join(ARTIFACTS, `${String(shot).padStart(2, "0")}-${name}.png`) });
+  };
+
+  /** The chat view's document: the webview's outer iframe, then its active frame. */
+  const chat = () => page.frameLocator("iframe.webview.ready").frameLocator("iframe#active-frame");
+
+  /** Types a prompt, presses Enter, and waits until the view shows it as a new turn. */
+  const sendPrompt = async (text) => {
+    const turns = await chat().locator(".turn").count();
+    const prompt = chat().locator("textarea.prompt");
+    await prompt.click();
+    await prompt.fill(text);
+    await prompt.press("Enter");
+    await chat().locator(".turn").nth(turns).locator(".message.user", { hasText: text }).waitFor({ timeout: WAIT });
+  };
+
+  /** Waits for the last turn to finish (Send is back) and returns it. */
+  const finishedTurn = async () => {
+    await chat().locator("button.send").waitFor({ state: "visible", timeout: WAIT });
+    const turn = chat().locator(".turn").last();
+    await turn.locator(".turn-footer .meta").waitFor({ timeout: WAIT });
+    return turn;
+  };
+
+  before(async () => {
+    assert.ok(existsSync(VSIX), `${VSIX} is missing: make vscode-package`);
+    assert.ok(existsSync(CODE_SERVER), `${CODE_SERVER} is missing: make vscode-e2e installs it`);
+    mkdirSync(ARTIFACTS, { recursive: true });
+    base = mkdtempSync(join(tmpdir(), "tether-code-server-"));
+    project = join(base, "project");
+    mkdirSync(join(project, "src"), { recursive: true });
+    writeFileSync(join(project, "README.md"), "# Demo\nA small project.\n");
+    writeFileSync(join(project, "src", "app.py"), "def main():\n    return 42\n");
+    const script = join(base, "script.json");
+    writeFileSync(script, JSON.stringify(SCRIPT));
+    const userData = join(base, "user-data");
+    const extensions = join(base, "extensions");
+    mkdirSync(join(userData, "User"), { recursive: true });
+    writeFileSync(
+      join(userData, "User", "settings.json"),
+      JSON.stringify({
+        "tether.serverCommand": [PYTHON, "-m", "tether", "serve"],
+        "tether.provider": { type: "scripted", script },
+        "tether.approval": "ask",
+        "workbench.startupEditor": "none",
+        "workbench.tips.enabled": false,
+        "security.workspace.trust.enabled": false,
+        "telemetry.telemetryLevel": "off",
+        "extensions.autoUpdate": false,
+        "extensions.autoCheckUpdates": false,
+      }),
+    );
+    const config = join(base, "config.yaml");
+    writeFileSync(config, "auth: none\ncert: false\n");
+    const common = ["--config", config, "--user-data-dir", userData, "--extensions-dir", extensions];
+    const installed = spawnSync(CODE_SERVER, [...common, "--install-extension", VSIX], { encoding: "utf8" });
+    assert.equal(installed.status, 0, `--install-extension failed:\n${installed.stdout}\n${installed.stderr}`);
+    assert.match(installed.stdout, /tether/i);
+    const port = await freePort();
+    codeServer = spawn(
+      CODE_SERVER,
+      [
+        ...common,
+        "--bind-addr",
+        `127.0.0.1:${port}`,
+        "--disable-telemetry",
+        "--disable-update-check",
+        "--disable-workspace-trust",
+        "--disable-getting-started-override",
+        project,
+      ],
+      { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, PASSWORD: undefined } },
+    );
+    codeServer.stdout.on("data", (chunk) => (serverLog += chunk));
+    codeServer.stderr.on("data", (chunk) => (serverLog += chunk));
+    const url = `http://127.0.0.1:${port}/?folder=${encodeURIComponent(project)}`;
+    await waitForHttp(`http://127.0.0.1:${port}/healthz`, codeServer, () => serverLog);
+    browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox"] });
+    page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+    page.setDefaultTimeout(WAIT);
+    await page.goto(url);
+    await page.locator(".monaco-workbench").waitFor({ timeout: WAIT });
+  });
+
+  after(async () => {
+    await browser?.close();
+    codeServer?.kill();
+    if (codeServer && codeServer.exitCode === null) await new Promise((resolve) => codeServer.once("exit", resolve));
+    if (process.env.E2E_KEEP) console.log(`kept ${base}`);
+    else if (base) rmSync(base, { recursive: true, force: true });
+  });
+
+  test("the Tether activity-bar container opens the chat view", async () => {
+    const item = page.locator('.activitybar [aria-label^="Tether"]').first();
+    await item.waitFor({ timeout: WAIT });
+    await item.click();
+    await chat().locator("textarea.prompt").waitFor({ timeout: WAIT });
+    await chat().locator(".empty").waitFor();
+    await screenshot("chat-view-opened");
+  });
+
+  test("a prompt streams Markdown and a tool card reaches completed", async () => {
+    await sendPrompt("What is in app.py?");
+    const turn = await finishedTurn();
+    const card = turn.locator(".tool-card");
+    assert.equal(await card.getAttribute("data-status"), "completed");
+    assert.equal(await card.locator(".tool-title").textContent(), "Read src/app.py");
+    const answer = turn.locator(".message.assistant .markdown").last();
+    assert.equal(await answer.locator("strong").textContent(), "returns 42");
+    assert.equal(await answer.locator("pre.hljs .hljs-keyword").first().textContent(), "def");
+    assert.match(await turn.locator(".turn-footer .meta").textContent(), /scripted/);
+    assert.equal(await chat().locator(".session-title").textContent(), "What is in app.py?");
+    await card.locator("details.tool-output summary").click();
+    await screenshot("answer-with-tool-card");
+  });
+
+  test("an edit is reviewed as a diff before it applies; Allow writes the file", async () => {
+    await sendPrompt("Make it return 43");
+    const card = chat().locator('.tool-card[data-tool-call-id="e1"]');
+    await card.locator("button.allow").waitFor({ timeout: WAIT });
+    assert.equal(await card.getAttribute("data-status"), "approval");
+    assert.match(await card.locator(".proposal .hljs-addition").last().textContent(), /return 43/);
+    // The diff editor opened beside, on virtual documents; the file is not written yet.
+    await page.locator(".monaco-diff-editor").first().waitFor({ timeout: WAIT });
+    await page.locator('.tabs-container .tab[aria-label*="app.py"]').first().waitFor({ timeout: WAIT });
+    const diffEditor = page.locator(".monaco-diff-editor").first();
+    await diffEditor.locator(".editor.modified .view-line", { hasText: "return 43" }).waitFor({ timeout: WAIT });
+    await diffEditor.locator(".editor.original .view-line", { hasText: "return 42" }).waitFor({ timeout: WAIT });
+    assert.equal(readFileSync(join(project, "src", "app.py"), "utf8"), "def main():\n    return 42\n");
+    await screenshot("edit-awaiting-approval-with-diff");
+    await card.locator("button.allow").click();
+    await finishedTurn();
+    assert.equal(await card.getAttribute("data-status"), "completed");
+    assert.equal(readFileSync(join(project, "src", "app.py"), "utf8"), "def main():\n    return 43\n");
+    // The proposal's diff editor closes with the question; no "Open Diff" notification for the view's runs.
+    await page.locator('.tabs-container .tab[aria-label*="app.py"]').first().waitFor({ state: "detached", timeout: WAIT });
+    assert.equal(await page.locator(".notifications-toasts .notification-toast", { hasText: "Tether changed" }).count(), 0);
+    await screenshot("edit-allowed");
+  });
+
+  test("a rejected write leaves the disk alone", async () => {
+    await sendPrompt("Write a note");
+    const card = chat().locator('.tool-card[data-tool-call-id="w1"]');
+    await card.locator("button.reject").waitFor({ timeout: WAIT });
+    await card.locator("button.reject").click();
+    await finishedTurn();
+    assert.equal(await card.getAttribute("data-status"), "failed");
+    assert.match(await card.locator("details.tool-output pre").textContent(), /rejected by user/);
+    assert.equal(existsSync(join(project, "notes.txt")), false);
+    await screenshot("write-rejected");
+  });
+
+  test("Stop cancels a running turn", async () => {
+    await sendPrompt("Take your time");
+    const stop = chat().locator("button.stop");
+    await stop.waitFor({ state: "visible", timeout: WAIT });
+    await screenshot("running-with-stop");
+    await stop.click();
+    const turn = await finishedTurn();
+    assert.equal(await turn.getAttribute("data-stop-reason"), "cancelled");
+    assert.match(await turn.locator(".turn-footer .meta").textContent(), /cancelled/);
+  });
+
+  test("a new session, then switching back and forking from the session list", async () => {
+    await chat().locator('.header button[title="New session"]').click();
+    await chat().locator(".empty").waitFor({ timeout: WAIT });
+    await sendPrompt("Hello again");
+    const turn = await finishedTurn();
+    assert.match(await turn.locator(".message.assistant .markdown").textContent(), /new session/);
+
+    await chat().locator('.header button[title="Sessions"]').click();
+    const items = chat().locator(".session-item");
+    await items.nth(1).waitFor({ timeout: WAIT });
+    assert.deepEqual(await chat().locator(".session-name").allTextContents(), ["Hello again", "What is in app.py?"]);
+    for (const when of await chat().locator(".session-when").allTextContents()) assert.match(when, /messages/);
+    await screenshot("session-list");
+    await chat().locator('.session-item .session-open[title="Open What is in app.py?"]').click();
+    await chat()
+      .locator(".session-title", { hasText: "What is in app.py?" })
+      .waitFor({ timeout: WAIT });
+    // The transcript is rebuilt from the server: all four turns, the edit card completed.
+    await chat().locator('.tool-card[data-tool-call-id="e1"][data-status="completed"]').waitFor({ timeout: WAIT });
+    assert.equal(await chat().locator(".turn").count(), 4);
+
+    await chat().locator('.header button[title="Fork this session"]').click();
+    await chat()
+      .locator(".session-title", { hasText: "What is in app.py? (fork)" })
+      .waitFor({ timeout: WAIT });
+    assert.equal(await chat().locator(".turn").count(), 4);
+    await chat().locator('.header button[title="Sessions"]').click();
+    await chat().locator(".session-item").nth(2).waitFor({ timeout: WAIT });
+    assert.ok(
+      (await chat().locator(".session-name").allTextContents()).includes("What is in app.py? (fork)"),
+      "the fork is listed",
+    );
+    await screenshot("forked");
+  });
+});

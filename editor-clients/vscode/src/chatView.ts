@@ -1,0 +1,412 @@
+/**
+ * The chat view: a webview in tether's own activity-bar container. This side owns the session,
+ * the run in flight, the attached context and the permission questions; the webview
+ * (src/webview/main.ts) draws what it is sent. Both speak the types of ./messages.
+ */
+import { randomBytes } from "node:crypto";
+
+import * as vscode from "vscode";
+
+import { firstPrompt, proposal, shortTitle, summary, transcriptItems, type Proposal } from "./chat-model";
+import {
+  promptWithContext,
+  type ContextItem,
+  type FromWebview,
+  type PermissionOutcome,
+  type ToWebview,
+} from "./messages";
+import { describe } from "./render";
+import type { PermissionParams, ProgressParams, RunHandle, Session, TetherConnection } from "./rpc";
+
+export const PROPOSAL_SCHEME = "tether-proposal";
+
+/** What the chat view needs from the extension. */
+export interface ChatHost {
+  server(): Promise<TetherConnection>;
+  /** The model a session's runs use, for the line under each answer. */
+  model(session: Session | undefined): string | undefined;
+  log(line: string): void;
+}
+
+interface Question {
+  resolve(outcome: PermissionOutcome | undefined): void;
+  title: string;
+  proposal?: Proposal;
+}
+
+export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
+  static readonly viewType = "tether.chat";
+
+  private view: vscode.WebviewView | undefined;
+  private session: Session | undefined;
+  private run: RunHandle | undefined;
+  private context: ContextItem[] = [];
+  private readonly questions = new Map<string, Question>();
+  private readonly documents = new Map<string, string>();
+  private readonly documentChanged = new vscode.EventEmitter<vscode.Uri>();
+  private nextQuestion = 1;
+  private readonly disposables: vscode.Disposable[] = [];
+
+  constructor(
+    private readonly extensionUri: vscode.Uri,
+    private readonly host: ChatHost,
+  ) {
+    this.disposables.push(
+      this.documentChanged,
+      vscode.workspace.registerTextDocumentContentProvider(PROPOSAL_SCHEME, {
+        onDidChange: this.documentChanged.event,
+        provideTextDocumentContent: (uri) => this.documents.get(uri.path) ?? "",
+      }),
+    );
+  }
+
+  // -- the webview ---------------------------------------------------------------------------
+
+  resolveWebviewView(view: vscode.WebviewView): void {
+    this.view = view;
+    const dist = vscode.Uri.joinPath(this.extensionUri, "dist");
+    view.webview.options = { enableScripts: true, localResourceRoots: [dist] };
+    view.webview.html = this.html(view.webview, dist);
+    this.disposables.push(
+      view.webview.onDidReceiveMessage((message: FromWebview) => void this.receive(message)),
+      view.onDidDispose(() => {
+        if (this.view === view) this.view = undefined;
+      }),
+    );
+  }
+
+  private html(webview: vscode.Webview, dist: vscode.Uri): string {
+    const nonce = randomBytes(16).toString("base64");
+    const script = webview.asWebviewUri(vscode.Uri.joinPath(dist, "webview.js"));
+    const style = webview.asWebviewUri(vscode.Uri.joinPath(dist, "webview-style.css"));
+    const csp = [
+      "default-src 'none'",
+      `img-src ${webview.cspSource} data:`,
+      `style-src ${webview.cspSource}`,
+      `font-src ${webview.cspSource}`,
+      `script-src 'nonce-${nonce}'`,
+    ].join("; ");
+    return `<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="UTF-8">
+<meta http-equiv="Content-Security-Policy" content="${csp}">
+<meta name="viewport" content="width=device-width, initial-scale=1.0">
+<link rel="stylesheet" href="${style.toString()}">
+<title>Tether</title>
+</head>
+<body>
+<div id="app"></div>
+<script nonce="${nonce}" src="${script.toString()}"></script>
+</body>
+</html>`;
+  }
+
+  private post(message: ToWebview): void {
+    void this.view?.webview.postMessage(message);
+  }
+
+  /** Show the view (and create it if it never was). */
+  async reveal(): Promise<void> {
+    await vscode.commands.executeCommand(`${ChatView.viewType}.focus`);
+  }
+
+  private async receive(message: FromWebview): Promise<void> {
+    try {
+      switch (message.type) {
+        case "ready":
+          await this.showCurrent();
+          this.post({ type: "context", items: this.context });
+          break;
+        case "send":
+          await this.send(message.text);
+          break;
+        case "stop":
+          await this.stop();
+          break;
+        case "attach":
+          this.attach(message.what);
+          break;
+        case "detach":
+          this.context.splice(message.index, 1);
+          this.post({ type: "context", items: this.context });
+          break;
+        case "answer":
+          this.questions.get(message.requestId)?.resolve(message.outcome);
+          break;
+        case "openDiff":
+          await this.openDiff(message.requestId);
+          break;
+        case "newSession":
+          await this.newSession();
+          break;
+        case "listSessions":
+          await this.listSessions();
+          break;
+        case "switchSession":
+          await this.switchSession(message.sessionId);
+          break;
+        case "forkSession":
+          await this.forkSession(message.sessionId);
+          break;
+        case "deleteSession":
+          await this.deleteSession(message.sessionId);
+          break;
+        default:
+          break;
+      }
+    } catch (error) {
+      this.host.log(`[chat] ${message.type}: ${describe(error)}`);
+      this.post({ type: "error", message: describe(error) });
+    }
+  }
+
+  // -- runs ----------------------------------------------------------------------------------
+
+  /** Whether progress and questions of this session belong to the view. */
+  owns(sessionId: string): boolean {
+    return this.view !== undefined && this.run?.sessionId === sessionId;
+  }
+
+  get running(): boolean {
+    return this.run !== undefined;
+  }
+
+  onProgress(params: ProgressParams): void {
+    if (this.owns(params.sessionId)) this.post({ type: "progress", event: params.event });
+  }
+
+  /** Send a prompt (with the attached context) in the current session, creating one if needed. */
+  async send(text: string): Promise<void> {
+    if (this.run) throw new Error("a run is already going: stop it first");
+    const connection = await this.host.server();
+    let session = this.session ?? (await connection.createSession({}));
+    if (!session.title && session.messageCount === 0) {
+      session = await connection.configure({ sessionId: session.sessionId, title: shortTitle(text) });
+    }
+    this.session = session;
+    const context = this.context;
+    this.context = [];
+    this.post({ type: "context", items: [] });
+    this.post({
+      type: "turnStarted",
+      prompt: text,
+      context,
+      sessionId: session.sessionId,
+      title: summary(session, text).title,
+    });
+    this.host.log(`[chat] > ${text}`);
+    const run = connection.run({ sessionId: session.sessionId, prompt: promptWithContext(text, context) });
+    this.run = run;
+    try {
+      const result = await run.result;
+      this.post({
+        type: "turnFinished",
+        stopReason: result.stopReason,
+        model: this.host.model(session),
+        usage: result.usage,
+      });
+    } catch (error) {
+      this.post({ type: "turnFinished", stopReason: "error", model: this.host.model(session), error: describe(error) });
+    } finally {
+      this.run = undefined;
+      this.session = await connection.getSession(session.sessionId).catch(() => session);
+    }
+  }
+
+  async stop(): Promise<boolean> {
+    return (await this.run?.cancel()) ?? false;
+  }
+
+  /** `tool/requestPermission` for a run of the view: asked in the tool's card. */
+  async askPermission(
+    params: PermissionParams,
+    token: vscode.CancellationToken,
+    root: string | undefined,
+  ): Promise<PermissionOutcome> {
+    const requestId = `q${this.nextQuestion++}`;
+    const { name, arguments: args } = params.toolCall;
+    const title = params.toolCall.title ?? name;
+    const change = root ? proposal(name, args, root) : undefined;
+    const outcome = await new Promise<PermissionOutcome | undefined>((resolve) => {
+      const withdrawn = token.onCancellationRequested(() => resolve(undefined));
+      this.questions.set(requestId, {
+        title,
+        proposal: change,
+        resolve: (value) => {
+          withdrawn.dispose();
+          resolve(value);
+        },
+      });
+      this.post({
+        type: "permission",
+        requestId,
+        toolCallId: params.toolCall.id,
+        title,
+        toolKind: name === "run_command" ? "execute" : "edit",
+        reason: params.reason,
+        file: change?.path,
+        diff: change?.diff,
+        command: name === "run_command" ? commandOf(args) : undefined,
+      });
+      // The question waits in the view: bring it up if it was collapsed or behind another view.
+      if (this.view && !this.view.visible) this.view.show(true);
+      if (change) void this.openDiff(requestId);
+    });
+    this.questions.delete(requestId);
+    await this.closeDiff(requestId);
+    this.forget(requestId);
+    this.post({ type: "permissionClosed", requestId, outcome });
+    this.host.log(`[permission] ${title}: ${outcome ?? "withdrawn by the server"}`);
+    return outcome ?? "reject"; // a withdrawn question is answered -32800 by the connection
+  }
+
+  /** The proposed change side by side with the file as it is: two read-only virtual documents. */
+  private async openDiff(requestId: string): Promise<void> {
+    const change = this.questions.get(requestId)?.proposal;
+    if (!change) return;
+    const before = vscode.Uri.from({ scheme: PROPOSAL_SCHEME, path: `/${requestId}/current/${change.path}` });
+    const after = vscode.Uri.from({ scheme: PROPOSAL_SCHEME, path: `/${requestId}/proposed/${change.path}` });
+    this.documents.set(before.path, change.before);
+    this.documents.set(after.path, change.after);
+    const label = change.created ? "new file" : "current ↔ proposed";
+    await vscode.commands.executeCommand("vscode.diff", before, after, `${change.path} (${label}, tether)`, {
+      preview: true,
+      preserveFocus: true,
+    });
+  }
+
+  /** Close the proposal's diff editor once the question is answered: it shows a change that is over. */
+  private async closeDiff(requestId: string): Promise<void> {
+    const tabs = vscode.window.tabGroups?.all.flatMap((group) => group.tabs) ?? [];
+    const ours = tabs.filter((tab) => {
+      const input = tab.input;
+      return (
+        input instanceof vscode.TabInputTextDiff &&
+        input.modified.scheme === PROPOSAL_SCHEME &&
+        input.modified.path.startsWith(`/${requestId}/`)
+      );
+    });
+    if (ours.length > 0) await vscode.window.tabGroups.close(ours, true);
+  }
+
+  private forget(requestId: string): void {
+    for (const path of [...this.documents.keys()]) {
+      if (path.startsWith(`/${requestId}/`)) this.documents.delete(path);
+    }
+  }
+
+  // -- context -------------------------------------------------------------------------------
+
+  attach(what: "selection" | "file"): void {
+    const editor = vscode.window.activeTextEditor ?? vscode.window.visibleTextEditors[0];
+    if (!editor) {
+      this.post({ type: "error", message: "Open a file first: there is no editor to take context from." });
+      return;
+    }
+    const document = editor.document;
+    const file = vscode.workspace.asRelativePath(document.uri);
+    if (what === "selection" && !editor.selection.isEmpty) {
+      const first = editor.selection.start.line + 1;
+      const last = editor.selection.end.line + 1;
+      this.context.push({
+        label: `${file}:${first}-${last}`,
+        file,
+        lines: [first, last],
+        text: document.getText(editor.selection),
+      });
+    } else {
+      this.context.push({ label: file, file, text: document.getText() });
+    }
+    this.post({ type: "context", items: this.context });
+  }
+
+  // -- sessions ------------------------------------------------------------------------------
+
+  private async showCurrent(): Promise<void> {
+    const session = this.session;
+    if (!session) {
+      this.post({ type: "session", items: [], running: false });
+      return;
+    }
+    const connection = await this.host.server();
+    const messages = await connection.allMessages(session.sessionId);
+    this.post({
+      type: "session",
+      sessionId: session.sessionId,
+      title: summary(session, firstPrompt(messages)).title,
+      items: transcriptItems(messages),
+      running: this.run !== undefined,
+    });
+  }
+
+  async newSession(): Promise<void> {
+    if (this.run) throw new Error("a run is going: stop it before starting another session");
+    this.session = undefined;
+    await this.showCurrent();
+  }
+
+  async listSessions(): Promise<void> {
+    const connection = await this.host.server();
+    const folder = vscode.workspace.workspaceFolders?.[0]?.uri.toString();
+    const { sessions } = await connection.listSessions({ workspace: folder, limit: 50 });
+    const summaries = await Promise.all(
+      sessions.map(async (session) => {
+        if (session.title || session.messageCount === 0) return summary(session);
+        const page = await connection.messages({ sessionId: session.sessionId, limit: 5 }).catch(() => undefined);
+        return summary(session, page ? firstPrompt(page.messages) : undefined);
+      }),
+    );
+    this.post({ type: "sessions", sessions: summaries, currentId: this.session?.sessionId });
+  }
+
+  async switchSession(sessionId: string): Promise<void> {
+    if (this.run) throw new Error("a run is going: stop it before switching sessions");
+    const connection = await this.host.server();
+    this.session = await connection.getSession(sessionId);
+    await this.showCurrent();
+  }
+
+  async forkSession(sessionId: string): Promise<void> {
+    if (this.run) throw new Error("a run is going: stop it before forking");
+    const connection = await this.host.server();
+    const source = await connection.getSession(sessionId);
+    const messages = source.title ? [] : await connection.allMessages(sessionId);
+    const title = `${summary(source, firstPrompt(messages)).title} (fork)`;
+    this.session = await connection.fork({ sessionId, title });
+    await this.showCurrent();
+    await this.listSessions();
+  }
+
+  async deleteSession(sessionId: string): Promise<void> {
+    if (this.run?.sessionId === sessionId) throw new Error("this session is running: stop it first");
+    const connection = await this.host.server();
+    await connection.deleteSession(sessionId);
+    if (this.session?.sessionId === sessionId) {
+      this.session = undefined;
+      await this.showCurrent();
+    }
+    await this.listSessions();
+  }
+
+  /** The server went away: its in-memory sessions with it. */
+  serverStopped(): void {
+    this.session = undefined;
+    for (const question of this.questions.values()) question.resolve(undefined);
+  }
+
+  dispose(): void {
+    for (const question of this.questions.values()) question.resolve(undefined);
+    for (const item of this.disposables) item.dispose();
+  }
+}
+
+function commandOf(argumentsText: string): string | undefined {
+  try {
+    const args = JSON.parse(argumentsText) as { command?: unknown };
+    if (Array.isArray(args.command)) return args.command.map(String).join(" ");
+    return typeof args.command === "string" ? args.command : undefined;
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,161 @@
+/**
+ * The messages between the chat view's webview and the extension: the one module both sides
+ * import, so each side's `postMessage` and `onDidReceiveMessage` are checked against the other.
+ *
+ * Progress events travel as the server sent them (`ProgressEvent` of docs/protocol.md): the
+ * webview renders the wire vocabulary itself, which keeps recorded streams replayable in tests.
+ * No `vscode` or Node import here: the webview bundle includes this file.
+ */
+
+export type ToolKind = "read" | "edit" | "execute" | "search" | "other";
+export type StopReason = "end_turn" | "max_iterations" | "cancelled";
+export type PermissionOutcome = "allow" | "allow_always" | "reject";
+
+/** The `kernel/progress` events the view draws (docs/protocol.md, "Progress notifications"). */
+export type ProgressEvent =
+  | { kind: "run_started"; maxIterations: number; userMessageId: string }
+  | { kind: "iteration_started"; iteration: number }
+  | { kind: "message_delta"; messageId: string; text: string }
+  | {
+      kind: "tool_call";
+      toolCallId: string;
+      name: string;
+      arguments: string;
+      title?: string;
+      toolKind: ToolKind;
+      status: "pending";
+    }
+  | {
+      kind: "tool_call_update";
+      toolCallId: string;
+      status: "in_progress" | "completed" | "failed" | "cancelled";
+      result?: string;
+      error?: string;
+      diff?: string;
+      progress?: string;
+    }
+  | { kind: "iteration_finished"; iteration: number; toolCalls: number }
+  | { kind: "run_finished"; stopReason: StopReason | "error"; iterations: number }
+  | { kind: "warning"; code: number; message: string; data?: unknown };
+
+/** Context attached to the next prompt (the selection, or a whole file), shown as a chip. */
+export interface ContextItem {
+  /** What the chip says: `src/app.py:3-7`, `src/app.py`. */
+  label: string;
+  /** Workspace-relative path of the file it comes from. */
+  file: string;
+  /** 1-based inclusive line range; absent for a whole file. */
+  lines?: [number, number];
+  text: string;
+}
+
+/** A session as the list shows it. */
+export interface SessionSummary {
+  sessionId: string;
+  /** The session's title, else its first prompt, else "New session". */
+  title: string;
+  updatedAt: string;
+  messageCount: number;
+  running: boolean;
+  parentSessionId?: string;
+}
+
+/** A past turn, rebuilt from `session/messages` when a session is opened. */
+export type TranscriptItem =
+  | { type: "user"; text: string; context?: ContextItem[] }
+  | { type: "assistant"; text: string }
+  | {
+      type: "tool";
+      toolCallId: string;
+      name: string;
+      title: string;
+      toolKind: ToolKind;
+      status: "completed" | "failed" | "pending";
+      output?: string;
+    };
+
+/** Extension → webview. */
+export type ToWebview =
+  /** Everything the view shows, sent when it (re)loads and when the session changes. */
+  | {
+      type: "session";
+      sessionId?: string;
+      title?: string;
+      items: TranscriptItem[];
+      running: boolean;
+    }
+  | { type: "sessions"; sessions: SessionSummary[]; currentId?: string }
+  | { type: "context"; items: ContextItem[] }
+  /** A prompt was sent: echo it with its context before the progress of its run arrives. */
+  | { type: "turnStarted"; prompt: string; context: ContextItem[]; sessionId: string; title: string }
+  | { type: "progress"; event: ProgressEvent }
+  /** The run's answer: which model, tokens used. */
+  | {
+      type: "turnFinished";
+      stopReason: StopReason | "error";
+      model?: string;
+      usage?: { inputTokens: number; outputTokens: number };
+      error?: string;
+    }
+  /**
+   * `tool/requestPermission` for a call already drawn as a card. `diff` is the proposed change of
+   * an edit (unified diff, computed before anything is written), `file` its path.
+   */
+  | {
+      type: "permission";
+      requestId: string;
+      toolCallId: string;
+      title: string;
+      toolKind: ToolKind;
+      reason?: string;
+      file?: string;
+      diff?: string;
+      command?: string;
+    }
+  /** The question is answered (here or elsewhere) or withdrawn by the server. */
+  | { type: "permissionClosed"; requestId: string; outcome?: PermissionOutcome }
+  | { type: "error"; message: string };
+
+/** Webview → extension. */
+export type FromWebview =
+  | { type: "ready" }
+  | { type: "send"; text: string }
+  | { type: "stop" }
+  | { type: "attach"; what: "selection" | "file" }
+  | { type: "detach"; index: number }
+  | { type: "answer"; requestId: string; outcome: PermissionOutcome }
+  | { type: "openDiff"; requestId: string }
+  | { type: "newSession" }
+  | { type: "listSessions" }
+  | { type: "switchSession"; sessionId: string }
+  | { type: "forkSession"; sessionId: string }
+  | { type: "deleteSession"; sessionId: string };
+
+/** The model text of a prompt with its context appended (what `kernel/run` is sent). */
+export function promptWithContext(text: string, context: ContextItem[]): string {
+  const parts = [text];
+  for (const item of context) {
+    const where = item.lines ? `${item.file}, lines ${item.lines[0]}-${item.lines[1]}` : item.file;
+    parts.push(`Context: ${where}:\n\`\`\`\n${item.text}\n\`\`\``);
+  }
+  return parts.join("\n\n");
+}
+
+const CONTEXT = /\n\nContext: ([^\n]+?)(?:, lines (\d+)-(\d+))?:\n```\n([\s\S]*?)\n```(?=\n\nContext: |$)/g;
+
+/** The inverse of `promptWithContext`: the prompt a person typed, and the context sent with it. */
+export function splitContext(prompt: string): { text: string; context: ContextItem[] } {
+  const start = prompt.search(/\n\nContext: /);
+  if (start < 0) return { text: prompt, context: [] };
+  const context: ContextItem[] = [];
+  let end = start;
+  for (const match of prompt.slice(start).matchAll(CONTEXT)) {
+    const [whole, file, first, last, text] = match;
+    if (match.index !== end - start) break;
+    const lines: [number, number] | undefined = first && last ? [Number(first), Number(last)] : undefined;
+    context.push({ label: lines ? `${file}:${first}-${last}` : file, file, lines, text });
+    end += whole.length;
+  }
+  if (end !== prompt.length) return { text: prompt, context: [] };
+  return { text: prompt.slice(0, start), context };
+}

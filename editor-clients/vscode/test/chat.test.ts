@@ -1,0 +1,297 @@
+/**
+ * The chat view's extension side against the real server: a stand-in webview records what the
+ * extension posts (`ToWebview`) and sends what a user would (`FromWebview`). With RECORD=1 the
+ * streams are saved under test/webview/fixtures/, which the Chromium tests of the webview replay.
+ */
+import assert from "node:assert/strict";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+
+import type { ContextItem, FromWebview, ToWebview } from "../src/messages";
+import { SERVER_COMMAND, call, within, workspace, type Workspace } from "./helpers";
+import * as stub from "./vscode-stub";
+
+stub.install();
+
+interface Extension {
+  activate(context: { subscriptions: { dispose(): unknown }[]; extensionUri: unknown }): void;
+  deactivate(): Promise<void>;
+}
+
+interface Provider {
+  resolveWebviewView(view: unknown): void;
+}
+
+/** A webview that records what it is posted and lets the test speak for the user. */
+class FakeWebview {
+  readonly received: ToWebview[] = [];
+  private readonly fromUser = new stub.EventEmitter<FromWebview>();
+  private readonly posted = new stub.EventEmitter<void>();
+  html = "";
+
+  view() {
+    const recorder = this;
+    return {
+      webview: {
+        options: {},
+        cspSource: "vscode-webview:",
+        asWebviewUri: (uri: unknown) => uri,
+        postMessage: async (message: ToWebview) => {
+          recorder.received.push(JSON.parse(JSON.stringify(message)) as ToWebview);
+          recorder.posted.fire();
+          return true;
+        },
+        onDidReceiveMessage: recorder.fromUser.event,
+        set html(value: string) {
+          recorder.html = value;
+        },
+        get html() {
+          return recorder.html;
+        },
+      },
+      visible: true,
+      show: () => undefined,
+      onDidDispose: () => ({ dispose: () => undefined }),
+    };
+  }
+
+  send(message: FromWebview): void {
+    this.fromUser.fire(message);
+  }
+
+  /** Resolves with the first message from index `from` on that satisfies `predicate`. */
+  next<T extends ToWebview["type"]>(
+    type: T,
+    from = 0,
+    predicate: (message: Extract<ToWebview, { type: T }>) => boolean = () => true,
+  ): Promise<Extract<ToWebview, { type: T }>> {
+    const find = () =>
+      this.received
+        .slice(from)
+        .find((m): m is Extract<ToWebview, { type: T }> => m.type === type && predicate(m as Extract<ToWebview, { type: T }>));
+    return within(
+      new Promise((resolve) => {
+        const found = find();
+        if (found) return resolve(found);
+        const listener = this.posted.event(() => {
+          const hit = find();
+          if (hit) {
+            listener.dispose();
+            resolve(hit);
+          }
+        });
+      }),
+      `a ${type} message`,
+    );
+  }
+}
+
+const FIXTURES = join(__dirname, "..", "..", "test", "webview", "fixtures");
+
+function record(name: string, messages: ToWebview[]): void {
+  if (!process.env.RECORD) return;
+  mkdirSync(FIXTURES, { recursive: true });
+  writeFileSync(join(FIXTURES, `${name}.json`), `${JSON.stringify(messages, null, 1)}\n`);
+}
+
+describe("the chat view's extension side against the real server", { timeout: 300_000 }, () => {
+  let ws: Workspace;
+  let extension: Extension;
+  let webview: FakeWebview;
+  let chips: ContextItem[] = [];
+  const diffs: unknown[][] = [];
+  const context = { subscriptions: [] as { dispose(): unknown }[], extensionUri: stub.Uri.file("/ext") };
+
+  before(() => {
+    ws = workspace();
+    stub.setWorkspace(ws.root);
+    stub.settings["tether.serverCommand"] = SERVER_COMMAND;
+    stub.settings["tether.approval"] = "ask";
+    const answer = [
+      "Here is the entry point:",
+      "",
+      "```python",
+      "def main():",
+      "    return 42",
+      "```",
+      "",
+      "It **returns 42**.",
+    ].join("\n");
+    stub.settings["tether.provider"] = ws.provider([
+      { text: "Let me look.", toolCalls: [call("c1", "read_file", { path: "src/app.py" })] },
+      { text: answer },
+      {
+        text: "I will change the answer.",
+        toolCalls: [call("e1", "edit_file", { path: "src/app.py", oldString: "return 42", newString: "return 43" })],
+      },
+      { text: "Changed." },
+      { toolCalls: [call("w1", "write_file", { path: "never.txt", content: "no\n" })] },
+      { text: "Left it." },
+      { text: "too slow", delay: 30 },
+    ]);
+    stub.commands.set("vscode.diff", (...args: unknown[]) => diffs.push(args));
+    stub.commands.set("tether.chat.focus", () => undefined);
+    extension = require(join(__dirname, "..", "..", "dist", "extension.js")) as Extension;
+    extension.activate(context);
+    const provider = stub.webviewProviders.get("tether.chat") as Provider;
+    webview = new FakeWebview();
+    provider.resolveWebviewView(webview.view());
+  });
+
+  after(async () => {
+    await within(extension.deactivate(), "deactivate", 15_000);
+    for (const item of context.subscriptions) item.dispose();
+    ws.remove();
+  });
+
+  test("the page has a strict CSP: scripts only with its nonce, nothing from the network", () => {
+    const csp = /http-equiv="Content-Security-Policy" content="([^"]+)"/.exec(webview.html)?.[1] ?? "";
+    assert.match(csp, /default-src 'none'/);
+    const nonce = /script-src 'nonce-([^']+)'/.exec(csp)?.[1];
+    assert.ok(nonce, csp);
+    assert.match(webview.html, new RegExp(`<script nonce="${nonce.replace(/[+/]/g, "\\$&")}" src=`));
+    assert.doesNotMatch(webview.html, /https?:/);
+  });
+
+  test("a prompt streams Markdown and a tool card, and ends with model and usage", { timeout: 60_000 }, async () => {
+    const from = webview.received.length;
+    webview.send({ type: "ready" });
+    await webview.next("session", from);
+    // The selection in the editor, attached as context: a chip, then part of the prompt.
+    const editor = {
+      document: {
+        uri: stub.Uri.file("src/app.py"),
+        getText: (range?: unknown) => (range ? "return 42" : "def main():\n    return 42\n"),
+      },
+      selection: { isEmpty: false, start: { line: 1 }, end: { line: 1 } },
+    };
+    (stub.vscode.window as { activeTextEditor: unknown }).activeTextEditor = editor;
+    webview.send({ type: "attach", what: "selection" });
+    chips = (await webview.next("context", from, (m) => m.items.length === 1)).items;
+    assert.deepEqual(chips, [{ label: "src/app.py:2-2", file: "src/app.py", lines: [2, 2], text: "return 42" }]);
+    (stub.vscode.window as { activeTextEditor: unknown }).activeTextEditor = undefined;
+    webview.send({ type: "send", text: "What does main return?" });
+    const finished = await webview.next("turnFinished", from);
+    assert.equal(finished.stopReason, "end_turn", JSON.stringify(finished));
+    assert.equal(finished.model, "scripted");
+    assert.ok(finished.usage, "usage is reported");
+    const stream = webview.received.slice(from);
+    record("answer", stream);
+    const started = stream.find((m) => m.type === "turnStarted");
+    assert.deepEqual(started, {
+      type: "turnStarted",
+      prompt: "What does main return?",
+      context: chips,
+      sessionId: started?.type === "turnStarted" ? started.sessionId : "",
+      title: "What does main return?",
+    });
+    const events = stream.flatMap((m) => (m.type === "progress" ? [m.event] : []));
+    const toolCall = events.find((e) => e.kind === "tool_call");
+    assert.equal(toolCall?.kind === "tool_call" && toolCall.title, "Read src/app.py");
+    const text = events.map((e) => (e.kind === "message_delta" ? e.text : "")).join("");
+    assert.match(text, /```python\ndef main\(\):/);
+    assert.ok(events.some((e) => e.kind === "tool_call_update" && e.status === "completed"));
+    // The output channel logs the chat's runs too, calls by their title.
+    assert.match(stub.outputText(), /\[chat\] > What does main return\?/);
+    assert.match(stub.outputText(), /\[tool\] Read src\/app.py: completed/);
+  });
+
+  test("an edit is asked with its diff before it applies; Allow writes it", { timeout: 60_000 }, async () => {
+    const from = webview.received.length;
+    webview.send({ type: "send", text: "Make it 43" });
+    const asked = await webview.next("permission", from);
+    assert.equal(asked.title, "Edit src/app.py");
+    assert.equal(asked.file, "src/app.py");
+    assert.match(asked.diff ?? "", /^-    return 42$/m);
+    assert.match(asked.diff ?? "", /^\+    return 43$/m);
+    // Nothing is written while the question is open; the diff opened on two virtual documents.
+    assert.equal(readFileSync(join(ws.root, "src", "app.py"), "utf8"), "def main():\n    return 42\n");
+    const [left, right, title] = diffs.at(-1) as [{ scheme: string; path: string }, { scheme: string; path: string }, string];
+    assert.equal(left.scheme, "tether-proposal");
+    assert.equal(right.scheme, "tether-proposal");
+    assert.match(title, /src\/app\.py/);
+    webview.send({ type: "answer", requestId: asked.requestId, outcome: "allow" });
+    const finished = await webview.next("turnFinished", from);
+    assert.equal(finished.stopReason, "end_turn");
+    assert.equal(readFileSync(join(ws.root, "src", "app.py"), "utf8"), "def main():\n    return 43\n");
+    const closed = await webview.next("permissionClosed", from);
+    assert.equal(closed.outcome, "allow");
+    record("edit-allowed", webview.received.slice(from));
+  });
+
+  test("Reject leaves the file unwritten", { timeout: 60_000 }, async () => {
+    const from = webview.received.length;
+    webview.send({ type: "send", text: "Write never.txt" });
+    const asked = await webview.next("permission", from);
+    assert.match(asked.diff ?? "", /^\+no$/m);
+    webview.send({ type: "answer", requestId: asked.requestId, outcome: "reject" });
+    const finished = await webview.next("turnFinished", from);
+    assert.equal(finished.stopReason, "end_turn");
+    assert.equal(existsSync(join(ws.root, "never.txt")), false);
+    const failed = webview.received
+      .slice(from)
+      .find((m) => m.type === "progress" && m.event.kind === "tool_call_update" && m.event.status === "failed");
+    assert.ok(failed, "the rejected call fails");
+    record("write-rejected", webview.received.slice(from));
+  });
+
+  test("Stop cancels the run", { timeout: 60_000 }, async () => {
+    const from = webview.received.length;
+    webview.send({ type: "send", text: "Take your time" });
+    await webview.next("progress", from, (m) => m.event.kind === "run_started");
+    webview.send({ type: "stop" });
+    const finished = await webview.next("turnFinished", from);
+    assert.equal(finished.stopReason, "cancelled");
+    record("cancelled", webview.received.slice(from));
+  });
+
+  test("sessions are listed with their first prompt; fork and delete", { timeout: 60_000 }, async () => {
+    let from = webview.received.length;
+    webview.send({ type: "listSessions" });
+    const listed = await webview.next("sessions", from);
+    assert.equal(listed.sessions.length, 1);
+    const [only] = listed.sessions;
+    assert.equal(only.title, "What does main return?");
+    assert.equal(listed.currentId, only.sessionId);
+    from = webview.received.length;
+    webview.send({ type: "forkSession", sessionId: only.sessionId });
+    const forked = await webview.next("session", from);
+    assert.notEqual(forked.sessionId, only.sessionId);
+    assert.equal(forked.title, "What does main return? (fork)");
+    // The inherited history is shown: the first prompt and the read card.
+    assert.deepEqual(forked.items[0], { type: "user", text: "What does main return?", context: chips });
+    assert.ok(forked.items.some((item) => item.type === "tool" && item.title === "Read src/app.py"));
+    const after = await webview.next("sessions", from);
+    assert.equal(after.sessions.length, 2);
+    record("sessions", [after]);
+    from = webview.received.length;
+    webview.send({ type: "deleteSession", sessionId: forked.sessionId ?? "" });
+    const emptied = await webview.next("session", from);
+    assert.equal(emptied.sessionId, undefined);
+    const remaining = await webview.next("sessions", from);
+    assert.deepEqual(
+      remaining.sessions.map((s) => s.sessionId),
+      [only.sessionId],
+    );
+    from = webview.received.length;
+    webview.send({ type: "switchSession", sessionId: only.sessionId });
+    const switched = await webview.next("session", from);
+    assert.equal(switched.sessionId, only.sessionId);
+    assert.ok(switched.items.some((item) => item.type === "assistant" && item.text === "Changed."));
+    record("switched", [switched]);
+  });
+
+  test("a server command that fails to start shows its exit and stderr in the view", { timeout: 60_000 }, async () => {
+    const failing = [process.execPath, "-e", "process.stderr.write('No module named tether\\n'); process.exit(1)"];
+    stub.settings["tether.serverCommand"] = failing;
+    stub.changeConfiguration("tether");
+    const from = webview.received.length;
+    webview.send({ type: "send", text: "Anyone there?" });
+    const error = await webview.next("error", from);
+    assert.match(error.message, /exited with code 1 before it answered initialize/);
+    assert.match(error.message, /No module named tether/);
+    assert.doesNotMatch(error.message, /-32097|connection got disposed/);
+    stub.settings["tether.serverCommand"] = SERVER_COMMAND;
+  });
+});

@@ -1,0 +1,316 @@
+/**
+ * The chat view's own script (dist/webview.js) in real headless Chromium: the page it runs in has
+ * the CSP the extension gives it, `acquireVsCodeApi` records what the script posts, and the
+ * message streams recorded from the real server (fixtures/, see test/chat.test.ts) are replayed
+ * into it. Assertions are on the DOM. Screenshots go to e2e/artifacts/.
+ *
+ * Chromium: CHROMIUM, else /usr/bin/chromium (Debian's `chromium`).
+ */
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { mkdirSync, readFileSync } from "node:fs";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { extname, join, normalize } from "node:path";
+import { after, before, beforeEach, describe, test } from "node:test";
+
+import { chromium, type Browser, type Page } from "playwright-core";
+
+import type { FromWebview, ToWebview } from "../../src/messages";
+
+const PACKAGE = join(__dirname, "..", "..", "..");
+const DIST = join(PACKAGE, "dist");
+const FIXTURES = join(PACKAGE, "test", "webview", "fixtures");
+const THEME = join(PACKAGE, "test", "webview", "theme.css");
+const ARTIFACTS = join(PACKAGE, "e2e", "artifacts");
+const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
+const WAIT_MS = 20_000;
+
+const TYPES: Record<string, string> = {
+  ".js": "text/javascript",
+  ".css": "text/css",
+  ".ttf": "font/ttf",
+  ".html": "text/html",
+};
+
+function fixture(name: string): ToWebview[] {
+  return JSON.parse(readFileSync(join(FIXTURES, `${name}.json`), "utf8")) as ToWebview[];
+}
+
+/** The page the extension builds (same CSP), served over HTTP with a recording vscode API. */
+function page(nonce: string, origin: string): string {
+  const csp = [
+    "default-src 'none'",
+    `img-src ${origin} data:`,
+    `style-src ${origin}`,
+    `font-src ${origin}`,
+    `script-src 'nonce-${nonce}'`,
+  ].join("; ");
+  return `<!DOCTYPE html>
+<html lang="en"><head><meta charset="UTF-8">
+<meta http-equiv="Content-Security-Policy" content="${csp}">
+<link rel="icon" href="data:,">
+<link rel="stylesheet" href="/theme.css">
+<link rel="stylesheet" href="/dist/webview-style.css">
+</head><body><div id="app"></div>
+<script nonce="${nonce}">
+  window.__posted = [];
+  window.__violations = [];
+  document.addEventListener("securitypolicyviolation", (e) => window.__violations.push(e.violatedDirective + " " + e.blockedURI));
+  window.acquireVsCodeApi = () => ({ postMessage: (m) => window.__posted.push(m), getState: () => undefined, setState: () => undefined });
+</script>
+<script nonce="${nonce}" src="/dist/webview.js"></script>
+</body></html>`;
+}
+
+describe("the chat view's webview script in headless Chromium", { timeout: 300_000 }, () => {
+  let server: Server;
+  let browser: Browser;
+  let tab: Page;
+  let url: string;
+  const errors: string[] = [];
+
+  before(async () => {
+    server = createServer((request, response) => {
+      const path = normalize(decodeURIComponent((request.url ?? "/").split("?")[0]));
+      let file: string | undefined;
+      if (path.startsWith("/dist/")) file = join(DIST, path.slice("/dist/".length));
+      else if (path === "/theme.css") file = THEME;
+      if (path === "/") {
+        const origin = `http://${request.headers.host ?? ""}`;
+        response.writeHead(200, { "content-type": "text/html" });
+        response.end(page(randomBytes(16).toString("base64"), origin));
+        return;
+      }
+      try {
+        const body = readFileSync(file ?? "/nonexistent");
+        response.writeHead(200, { "content-type": TYPES[extname(file ?? "")] ?? "application/octet-stream" });
+        response.end(body);
+      } catch {
+        response.writeHead(404);
+        response.end();
+      }
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;
+    browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox"] });
+    mkdirSync(ARTIFACTS, { recursive: true });
+  });
+
+  after(async () => {
+    await browser?.close();
+    await new Promise((resolve) => server?.close(resolve));
+  });
+
+  beforeEach(async () => {
+    await tab?.close();
+    errors.length = 0;
+    tab = await browser.newPage({ viewport: { width: 420, height: 760 } });
+    tab.setDefaultTimeout(WAIT_MS);
+    tab.on("pageerror", (error) => errors.push(error.message));
+    tab.on("console", (message) => {
+      if (message.type() === "error") errors.push(message.text());
+    });
+    await tab.goto(url);
+    await tab.waitForSelector(".composer .prompt");
+  });
+
+  async function feed(messages: ToWebview[]): Promise<void> {
+    await tab.evaluate((items) => {
+      const target = globalThis as unknown as { postMessage(message: unknown, origin: string): void };
+      for (const item of items) target.postMessage(item, "*");
+    }, messages);
+    // Messages are delivered as tasks; streamed Markdown renders on the task after.
+    await tab.evaluate(() => new Promise((resolve) => setTimeout(resolve, 0)));
+    await tab.evaluate(() => new Promise((resolve) => setTimeout(resolve, 0)));
+  }
+
+  async function posted(): Promise<FromWebview[]> {
+    return tab.evaluate(() => (globalThis as unknown as { __posted: FromWebview[] }).__posted);
+  }
+
+  async function clean(): Promise<void> {
+    const violations = await tab.evaluate(() => (globalThis as unknown as { __violations: string[] }).__violations);
+    assert.deepEqual(violations, [], "CSP violations");
+    assert.deepEqual(errors, [], "page errors");
+  }
+
+  test("says it is ready, and shows the welcome until a turn starts", async () => {
+    assert.deepEqual(await posted(), [{ type: "ready" }]);
+    assert.match((await tab.textContent(".empty")) ?? "", /Ask tether/);
+    assert.equal(await tab.isVisible(".send"), true);
+    assert.equal(await tab.isVisible(".stop"), false);
+    await clean();
+  });
+
+  test("a recorded answer: prompt with its chip, highlighted Markdown, a completed tool card, the model", async () => {
+    const stream = fixture("answer");
+    const toolCall = stream.findIndex((m) => m.type === "progress" && m.event.kind === "tool_call");
+    // Half way: running, the card pending, Stop instead of Send.
+    await feed(stream.slice(0, toolCall + 1));
+    assert.equal(await tab.isVisible(".stop"), true);
+    assert.equal(await tab.isVisible(".send"), false);
+    assert.equal(await tab.getAttribute(".tool-card", "data-status"), "pending");
+    await feed(stream.slice(toolCall + 1));
+    assert.equal(await tab.isVisible(".send"), true);
+    assert.equal(await tab.isVisible(".stop"), false);
+    assert.equal(await tab.textContent(".message.user .markdown"), "What does main return?\n");
+    assert.equal(await tab.textContent(".session-title"), "What does main return?");
+    assert.equal(await tab.textContent(".message.user .chip"), "src/app.py:2-2");
+    const card = tab.locator(".tool-card");
+    assert.equal(await card.count(), 1);
+    assert.equal(await card.getAttribute("data-status"), "completed");
+    assert.equal(await card.locator(".tool-title").textContent(), "Read src/app.py");
+    assert.equal(await card.locator(".kind.codicon-file").count(), 1);
+    assert.match((await card.locator(".tool-status").textContent()) ?? "", /completed/);
+    // The output is there, folded; a click unfolds it.
+    const output = card.locator("details.tool-output");
+    assert.equal(await output.getAttribute("open"), null);
+    await output.locator("summary").click();
+    assert.notEqual(await output.getAttribute("open"), null);
+    assert.match((await output.locator("pre").textContent()) ?? "", /def main/);
+    // The answer: Markdown with a highlighted Python block.
+    const answer = tab.locator(".message.assistant .markdown").last();
+    assert.equal(await answer.locator("strong").textContent(), "returns 42");
+    assert.equal(await answer.locator("pre.hljs .hljs-keyword").first().textContent(), "def");
+    assert.match((await tab.textContent(".turn-footer .meta")) ?? "", /scripted/);
+    await tab.screenshot({ path: join(ARTIFACTS, "webview-answer.png") });
+    await clean();
+  });
+
+  test("an edit waits in its card with the proposed diff; Allow and Review diff are posted", async () => {
+    const stream = fixture("edit-allowed");
+    const asked = stream.findIndex((m) => m.type === "permission");
+    await feed(stream.slice(0, asked + 1));
+    const card = tab.locator(".tool-card.asking");
+    assert.equal(await card.getAttribute("data-status"), "approval");
+    assert.equal(await card.locator(".tool-title").textContent(), "Edit src/app.py");
+    assert.equal(await card.locator(".kind.codicon-edit").count(), 1);
+    assert.match((await card.locator(".proposal .hljs-deletion").textContent()) ?? "", /-\s+return 42/);
+    assert.match((await card.locator(".proposal .hljs-addition").last().textContent()) ?? "", /\+\s+return 43/);
+    assert.deepEqual(await card.locator(".tool-actions button").allTextContents(), [
+      "Review diff",
+      "Allow",
+      "Always allow",
+      "Reject",
+    ]);
+    await tab.screenshot({ path: join(ARTIFACTS, "webview-permission.png") });
+    await card.locator("button.review").click();
+    await card.locator("button.allow").click();
+    const requestId = (stream[asked] as { requestId: string }).requestId;
+    assert.deepEqual((await posted()).slice(1), [
+      { type: "openDiff", requestId },
+      { type: "answer", requestId, outcome: "allow" },
+    ]);
+    await feed(stream.slice(asked + 1));
+    const done = tab.locator('.tool-card[data-tool-call-id="e1"]');
+    assert.equal(await done.getAttribute("data-status"), "completed");
+    assert.equal(await done.locator(".tool-actions button").count(), 0);
+    assert.match((await done.locator("details.tool-output pre").textContent()) ?? "", /\+\s+return 43/);
+    await clean();
+  });
+
+  test("a rejected write ends failed with the reason shown", async () => {
+    const stream = fixture("write-rejected");
+    const asked = stream.findIndex((m) => m.type === "permission");
+    await feed(stream.slice(0, asked + 1));
+    await tab.locator(".tool-card.asking button.reject").click();
+    const requestId = (stream[asked] as { requestId: string }).requestId;
+    assert.deepEqual((await posted()).at(-1), { type: "answer", requestId, outcome: "reject" });
+    await feed(stream.slice(asked + 1));
+    const card = tab.locator('.tool-card[data-tool-call-id="w1"]');
+    assert.equal(await card.getAttribute("data-status"), "failed");
+    assert.notEqual(await card.locator("details.tool-output").getAttribute("open"), null);
+    assert.match((await card.locator("details.tool-output pre").textContent()) ?? "", /rejected by user/);
+    await clean();
+  });
+
+  test("a cancelled turn says so under the answer", async () => {
+    await feed(fixture("cancelled"));
+    assert.equal(await tab.getAttribute(".turn", "data-stop-reason"), "cancelled");
+    assert.match((await tab.textContent(".turn-footer .meta")) ?? "", /cancelled/);
+    assert.equal(await tab.isVisible(".send"), true);
+    await clean();
+  });
+
+  test("Stop posts stop while a turn runs", async () => {
+    const stream = fixture("answer");
+    await feed(stream.slice(0, stream.findIndex((m) => m.type === "turnStarted") + 1));
+    await tab.locator("button.stop").click();
+    assert.deepEqual((await posted()).at(-1), { type: "stop" });
+  });
+
+  test("the session list: titles, relative times; switch, fork and delete are posted", async () => {
+    await tab.locator('button[title="Sessions"]').click();
+    assert.deepEqual((await posted()).at(-1), { type: "listSessions" });
+    const [sessions] = fixture("sessions");
+    await feed([sessions]);
+    const items = tab.locator(".session-item");
+    assert.equal(await items.count(), 2);
+    const names = await tab.locator(".session-name").allTextContents();
+    assert.deepEqual(names.sort(), ["What does main return?", "What does main return? (fork)"]);
+    for (const when of await tab.locator(".session-when").allTextContents()) {
+      assert.match(when, /(ago|just now|yesterday|last) .*messages|^(just now|.* ago) · \d+ messages/);
+    }
+    await tab.screenshot({ path: join(ARTIFACTS, "webview-sessions.png") });
+    const first = items.first();
+    const id = (await first.getAttribute("data-session-id")) ?? "";
+    await first.hover();
+    await first.locator('button[title="Fork"]').click();
+    await first.locator('button[title="Delete"]').click();
+    await first.locator(".session-open").click();
+    assert.deepEqual((await posted()).slice(-3), [
+      { type: "forkSession", sessionId: id },
+      { type: "deleteSession", sessionId: id },
+      { type: "switchSession", sessionId: id },
+    ]);
+    assert.equal(await tab.isVisible(".sessions"), false);
+  });
+
+  test("a switched-to session is rebuilt from its transcript", async () => {
+    const [switched] = fixture("switched");
+    await feed([switched]);
+    assert.equal(await tab.textContent(".session-title"), "What does main return?");
+    assert.ok((await tab.locator(".turn").count()) >= 3);
+    assert.equal(await tab.locator(".message.user .chip").first().textContent(), "src/app.py:2-2");
+    assert.equal(await tab.locator(".tool-card").first().getAttribute("data-status"), "completed");
+    const answers = await tab.locator(".message.assistant .markdown").allTextContents();
+    assert.ok(answers.includes("Changed.\n"), answers.join(" | "));
+    await tab.screenshot({ path: join(ARTIFACTS, "webview-transcript.png"), fullPage: true });
+    await clean();
+  });
+
+  test("Enter sends, Shift+Enter starts a new line; context buttons and chips post", async () => {
+    const prompt = tab.locator(".prompt");
+    await prompt.fill("first line");
+    await prompt.press("Shift+Enter");
+    await prompt.pressSequentially("second line");
+    assert.equal(await prompt.inputValue(), "first line\nsecond line");
+    assert.deepEqual(await posted(), [{ type: "ready" }]);
+    await prompt.press("Enter");
+    assert.deepEqual((await posted()).at(-1), { type: "send", text: "first line\nsecond line" });
+    assert.equal(await prompt.inputValue(), "");
+    await tab.locator("button.attach-selection").click();
+    await tab.locator("button.attach-file").click();
+    assert.deepEqual((await posted()).slice(-2), [
+      { type: "attach", what: "selection" },
+      { type: "attach", what: "file" },
+    ]);
+    await feed([{ type: "context", items: [{ label: "src/app.py", file: "src/app.py", text: "x" }] }]);
+    assert.equal(await tab.textContent(".composer .chip"), "src/app.py");
+    await tab.locator('.composer .chip button[title="Remove src/app.py"]').click();
+    assert.deepEqual((await posted()).at(-1), { type: "detach", index: 0 });
+    await clean();
+  });
+
+  test("model text never becomes markup", async () => {
+    await feed([
+      { type: "turnStarted", prompt: "<img src=x onerror=alert(1)>", context: [], sessionId: "s", title: "t" },
+      { type: "progress", event: { kind: "message_delta", messageId: "m1", text: "<script>window.__pwned=1</script>" } },
+      { type: "error", message: "<b>bold</b>" },
+    ]);
+    assert.equal(await tab.locator(".log img, .log script, .log b").count(), 0);
+    assert.match((await tab.textContent(".message.assistant")) ?? "", /<script>/);
+    assert.equal(await tab.evaluate(() => (globalThis as unknown as { __pwned?: number }).__pwned), undefined);
+  });
+});
