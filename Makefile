@@ -69,10 +69,13 @@ vscode-webview-test: $(NPM_STAMP)
 # Screenshots: $(VSCODE)/e2e/artifacts/.
 E2E := $(VSCODE)/e2e
 E2E_STAMP := $(E2E)/node_modules/.installed
+# node-gyp builds against the headers of the installed Node (Debian's nodejs ships them) rather
+# than downloading them.
+NODE_HEADERS := $(if $(wildcard /usr/include/node/node.h),npm_config_nodedir=/usr)
 
 $(E2E_STAMP): $(E2E)/package.json $(E2E)/package-lock.json
 	sh $(E2E)/seed-ripgrep.sh
-	cd $(E2E) && npm_config_unsafe_perm=true npm ci --unsafe-perm --yes --no-audit --no-fund
+	cd $(E2E) && npm_config_unsafe_perm=true $(NODE_HEADERS) npm ci --unsafe-perm --yes --no-audit --no-fund
 	touch $(E2E_STAMP)
 
 vscode-e2e: compile vscode-package vscode-webview-test $(E2E_STAMP)
