@@ -54,9 +54,21 @@ _ROLES = {role.value: role for role in Role}
 
 def unpack(packed: Packed) -> Message:
     """A new message the caller owns, built from a packed one."""
-    (id_, role, content, calls, call_id, is_error, name, author, metadata, run_id, kind, span, at) = (
-        packed
-    )
+    (
+        id_,
+        role,
+        content,
+        calls,
+        call_id,
+        is_error,
+        name,
+        author,
+        metadata,
+        run_id,
+        kind,
+        span,
+        at,
+    ) = packed
     return trusted_message(
         {
             "role": _ROLES[role],
