@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.config import ProviderConfig, TetherConfig
-from tether.kernel import compaction
+from tether.kernel import compaction, structured
 from tether.kernel.access import check_access
 from tether.kernel.approval import Approvals, Approver
 from tether.kernel.history import in_model_order
@@ -276,6 +276,7 @@ class Kernel:
     ) -> RunSetup:
         config = self._config()
         warnings = tuple(self._warnings())
+        output = structured.output_check(params.output_schema, params.output_retries)
         provider_config = config.provider.model_copy(
             update={"model": params.model or session.model or config.provider.model}
         )
@@ -309,6 +310,7 @@ class Kernel:
             settings=dict(session.settings),
             window=window(config.context.max_tokens, self._counter, system, specs),
             compaction=self._counter if config.context.compaction == "summarize" else None,
+            output=output,
             warnings=warnings,
             lease=state,
         )

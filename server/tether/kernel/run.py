@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NoReturn, assert_never
 
-from tether.kernel import compaction
+from tether.kernel import compaction, structured
 from tether.kernel.approval import Gate
 from tether.kernel.history import in_model_order
 from tether.kernel.window import HistoryWindow, TokenCounter
@@ -96,6 +96,7 @@ class RunSetup:
     window: HistoryWindow | None = None  # None: every request carries the whole history
     # Over the window: the oldest turns are summarized, counted with this (None: left out).
     compaction: TokenCounter | None = None
+    output: structured.OutputCheck | None = None  # kernel/run outputSchema
     warnings: Sequence[RunWarning] = ()  # sent after run_started, kept in the result
     lease: LeaseState = field(default_factory=LeaseState)
 
@@ -115,6 +116,8 @@ class Run:
         self.response = ""
         self.records: list[ToolCallRecord] = []
         self.usage = Usage()
+        self.output: object = None
+        self.output_errors: list[str] | None = None
         self._unanswered: list[ToolCall] = []  # persisted calls still waiting for their result
         self._results: dict[str, ToolResult] = {}
 
@@ -174,6 +177,8 @@ class Run:
             tool_calls=self.records,
             usage=self.usage,
             warnings=list(self._setup.warnings) or None,
+            output=self.output,
+            output_errors=self.output_errors if stop is StopReason.OUTPUT_INVALID else None,
         )
 
     async def _loop(self) -> StopReason:
@@ -201,10 +206,26 @@ class Run:
         self._unanswered = list(calls)
         if not calls:
             self._emit(IterationFinished(iteration=self.iterations, tool_calls=0))
-            return Final(StopReason.END_TURN)
+            return await self._final_answer()
         await self._act(calls)
         await self._persist_results()
         self._emit(IterationFinished(iteration=self.iterations, tool_calls=len(calls)))
+        return RunAgain()
+
+    async def _final_answer(self) -> Step:
+        """The run ends, unless its answer fails the output schema and may be asked again."""
+        check = self._setup.output
+        if check is None:
+            return Final(StopReason.END_TURN)
+        value, errors = check.parse(self.response)
+        if not errors:
+            self.output, self.output_errors = value, None
+            return Final(StopReason.END_TURN)
+        self.output_errors = errors
+        if check.retries <= 0:
+            return Final(StopReason.OUTPUT_INVALID)
+        check.retries -= 1
+        await self._persist([MessageInput(role=Role.USER, content=structured.retry_prompt(errors))])
         return RunAgain()
 
     def _request_messages(self) -> Sequence[Message]:
@@ -260,12 +281,14 @@ class Run:
 
     async def _think(self, message_id: str) -> Completion:
         setup = self._setup
+        native = setup.output is not None and setup.provider.native_output
         request = ModelRequest(
             model=setup.model,
-            system=setup.system,
+            system=structured.system_prompt(setup.system, setup.output, native),
             messages=await self._fitting_messages(),
             tools=setup.tool_specs,
             settings=setup.settings,
+            output=setup.output.spec if native and setup.output is not None else None,
         )
         completion: Completion | None = None
         async with contextlib.aclosing(setup.provider.stream(request)) as events:

@@ -12,8 +12,9 @@ Finish reasons are given in the canonical words: ``stop``, ``length``, ``tool_ca
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +33,8 @@ from tether.protocol import (
 )
 from tether.protocol.kernel import Usage
 from tether.protocol.tools import ToolSpec
-from tether.providers.base import Completion, ModelRequest
+from tether.providers import output
+from tether.providers.base import Completion, ModelRequest, TextDelta
 from tether.providers.content import (
     flatten_text,
     image_placeholder,
@@ -62,6 +64,7 @@ RETRYABLE_ERRORS = {"overloaded_error", "api_error", "rate_limit_error", "timeou
 
 class AnthropicProvider(HttpProvider):
     name = "anthropic"
+    native_output = True  # a final tool the model must call (tether.providers.output)
 
     def __init__(
         self,
@@ -100,6 +103,11 @@ class AnthropicProvider(HttpProvider):
             body["system"] = system
         if request.tools:
             body["tools"] = anthropic_tools(request.tools)
+        if request.output is not None:
+            name, description, schema = output.tool_definition(request.output)
+            tool = {"name": name, "description": description, "input_schema": schema}
+            body["tools"] = [*body.get("tools", ()), tool]
+            body["tool_choice"] = {"type": "any"}  # a tool call, the final one at the latest
         stop = pick_settings(settings, ["stop"]).get("stop")
         if stop is not None:
             body["stop_sequences"] = [stop] if isinstance(stop, str) else stop
@@ -109,6 +117,15 @@ class AnthropicProvider(HttpProvider):
 
     def reader(self) -> MessagesReader:
         return MessagesReader()
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[TextDelta | Completion, None]:
+        """The turn; with structured output, a call of the final tool is the answer's text."""
+        spec = request.output
+        async with contextlib.aclosing(super().stream(request)) as events:
+            async for event in events:
+                if spec is not None and isinstance(event, Completion):
+                    event = output.answer_from_tool(event, spec)
+                yield event
 
 
 # --- canonical → Messages ---------------------------------------------------------------------

@@ -10,13 +10,21 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from tether.protocol import Message, ToolCall
 from tether.protocol.kernel import Usage
 from tether.protocol.tools import ToolSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputSpec:
+    """The JSON Schema the final answer must satisfy, for a provider that can enforce it."""
+
+    name: str
+    schema: Mapping[str, Any]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,6 +36,7 @@ class ModelRequest:
     messages: Sequence[Message]
     tools: Sequence[ToolSpec] = ()
     settings: Mapping[str, Any] = field(default_factory=dict)  # temperature, max_tokens, ...
+    output: OutputSpec | None = None  # only for a provider with native_output
 
 
 class _Event(BaseModel):
@@ -58,6 +67,8 @@ class Provider(ABC):
     """A model endpoint. ``stream`` yields text deltas, then exactly one :class:`Completion`."""
 
     name: str
+    # Whether it enforces ModelRequest.output itself; the kernel tells the others in the prompt.
+    native_output: ClassVar[bool] = False
 
     @abstractmethod
     def stream(self, request: ModelRequest) -> AsyncGenerator[TextDelta | Completion, None]:
