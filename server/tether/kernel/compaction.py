@@ -269,6 +269,7 @@ async def compact(
             message_id=stored.id,
             messages=count,
             summary_tokens=summarizer.counter.count_text(summary),
+            summary=summary,
         )
     )
     return stored

@@ -189,6 +189,7 @@ class CompactionFinished(WireModel):
     message_id: str | None = None
     messages: int
     summary_tokens: int = Field(default=0, description="estimated tokens of the summary")
+    summary: str | None = Field(default=None, description="the summary the model wrote")
     error: str | None = None
 
 
