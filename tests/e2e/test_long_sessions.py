@@ -254,3 +254,18 @@ async def test_an_invalid_output_schema_is_refused_before_anything_is_recorded(
     assert raised.value.data["fields"][0]["field"] == "outputSchema"
     assert await all_messages(connection, sid) == []
     assert endpoint.requests == []
+
+
+async def test_session_compact_of_an_unknown_session_is_session_not_found(
+    tmp_path: Path, endpoint: ModelServer
+) -> None:
+    connection = await connect(tmp_path, endpoint, "openai")
+    try:
+        with pytest.raises(RpcError) as raised:
+            await connection.request("session/compact", {"sessionId": "no-such-session"})
+        assert raised.value.code == ErrorCode.SESSION_NOT_FOUND
+        with pytest.raises(RpcError) as raised:
+            await connection.request("session/compact", {})
+        assert raised.value.code == ErrorCode.INVALID_PARAMS
+    finally:
+        await connection.close()

@@ -216,3 +216,22 @@ async def test_session_compact_is_refused_while_a_run_holds_the_session(tmp_path
     await harness.store.claim_run(sid, "other-run", timedelta(minutes=1))
     with pytest.raises(SessionBusy):
         await harness.kernel.compact(CompactParams(session_id=sid), harness.events.append)
+
+
+async def test_a_fork_from_before_the_summary_sends_its_whole_history(tmp_path: Path) -> None:
+    from tether.protocol import ForkSessionParams
+
+    harness = KernelHarness(
+        tmp_path,
+        [{"text": "summary"}, {"text": "done"}, {"text": "forked"}],
+        config={"context": {"max_tokens": 3072}},
+    )
+    sid = await harness.session()
+    old = await harness.store.append(sid, turns(200))
+    await harness.run(sid, "next question")
+    fork = await harness.store.fork(ForkSessionParams(session_id=sid, at_message_id=old[-1].id))
+    harness.config = harness.config.overlay({"context": {"max_tokens": 100_000}})
+    await harness.run(fork.session_id, "from the fork")
+    sent = harness.provider.requests[-1].messages
+    assert [m.id for m in sent[:400]] == [m.id for m in old]
+    assert not [m for m in sent if m.kind == "compaction"]
