@@ -157,10 +157,18 @@ async def test_session_compact_summarizes_on_request_and_a_fork_keeps_the_summar
         endpoint.push(Reply(text="Ten questions."), Reply(text="Sure."))
         sid = (await connection.request("session/create", {}))["sessionId"]
         await connection.request("session/append", {"sessionId": sid, "messages": turns(10)})
-        compacted = await connection.request("session/compact", {"sessionId": sid})
+        compacted = await connection.request(
+            "session/compact", {"sessionId": sid, "workDoneToken": "tok"}
+        )
         assert compacted["compacted"] is True
         assert compacted["message"]["kind"] == "compaction"
-        assert progress_kinds(connection) == ["compaction_started", "compaction_finished"]
+        notifications = []
+        while not connection.notifications.empty():
+            notifications.append(connection.notifications.get_nowait())
+        progress = [p["event"]["kind"] for m, p in notifications if m == "kernel/progress"]
+        assert progress == ["compaction_started", "compaction_finished"]
+        work_done = [p["value"]["kind"] for m, p in notifications if m == "$/progress"]
+        assert work_done == ["begin", "report", "end"]
         fork = await connection.request("session/fork", {"sessionId": sid})
         await connection.request("kernel/run", {"sessionId": fork["sessionId"], "prompt": "go"})
         sent = sent_text(endpoint.requests[-1])

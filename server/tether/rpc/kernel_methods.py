@@ -25,7 +25,15 @@ def kernel_methods(kernel: Kernel, sessions: SessionService, notify: Notify) -> 
         return CancelResult(cancelled=kernel.cancel(params.session_id))
 
     async def compact(params: CompactParams) -> CompactResult:
-        return await kernel.compact(params, progress_emitter(notify, params.work_done_token))
+        token = params.work_done_token
+        if token is not None:
+            begin = {"kind": "begin", "title": "tether", "message": "compacting"}
+            notify("$/progress", {"token": token, "value": begin})
+        try:
+            return await kernel.compact(params, progress_emitter(notify, token))
+        finally:
+            if token is not None:
+                notify("$/progress", {"token": token, "value": {"kind": "end"}})
 
     return {
         "kernel/run": handler(RunParams, run),
