@@ -132,3 +132,23 @@ async def test_without_an_output_nothing_is_added(
     first, second = server.requests
     assert "response_format" not in first.body
     assert "tool_choice" not in second.body and len(second.body["tools"]) == 1
+
+
+def test_a_wrapped_schema_keeps_its_definitions_at_the_root() -> None:
+    from tether.providers.output import tool_definition
+
+    spec = OutputSpec(
+        name="output",
+        schema={
+            "type": "array",
+            "items": {"$ref": "#/$defs/Point"},
+            "$defs": {"Point": {"type": "object"}},
+        },
+    )
+    _, _, schema = tool_definition(spec)
+    assert schema == {
+        "type": "object",
+        "properties": {"value": {"type": "array", "items": {"$ref": "#/$defs/Point"}}},
+        "required": ["value"],
+        "$defs": {"Point": {"type": "object"}},
+    }

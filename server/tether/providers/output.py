@@ -28,7 +28,16 @@ def tool_definition(spec: OutputSpec) -> tuple[str, str, dict[str, Any]]:
     """The final tool: name, description, input schema."""
     schema = dict(spec.schema)
     if wraps(spec):
-        schema = {"type": "object", "properties": {_WRAPPED: schema}, "required": [_WRAPPED]}
+        # definitions stay at the root, where the schema's "#/$defs/..." references point
+        shared: dict[str, Any] = {
+            key: schema.pop(key) for key in ("$defs", "definitions") if key in schema
+        }
+        schema = {
+            "type": "object",
+            "properties": {_WRAPPED: schema},
+            "required": [_WRAPPED],
+            **shared,
+        }
     description = (
         f"Give your final answer ({spec.name}) by calling this tool: its input is the answer. "
         "Call it once you have everything you need, instead of answering in text."
