@@ -47,10 +47,14 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
 
 
 async def completion(provider: HttpProvider, model_request: ModelRequest) -> Completion:
+    """The turn's completion, as the kernel takes it (``structured_answer`` applied)."""
     async with asyncio.timeout(10), aclosing(provider.stream(model_request)) as stream:
         events = [event async for event in stream]
-    assert isinstance(events[-1], Completion)
-    return events[-1]
+    last = events[-1]
+    assert isinstance(last, Completion)
+    if model_request.output is None:
+        return last
+    return provider.structured_answer(last, model_request.output)
 
 
 def test_openai_and_anthropic_declare_a_native_mechanism_and_the_scripted_one_does_not() -> None:

@@ -300,6 +300,8 @@ class Run:
                     completion = event
         if completion is None:
             raise RuntimeError(f"provider {setup.provider.name} ended without a completion")
+        if request.output is not None:
+            completion = setup.provider.structured_answer(completion, request.output)
         if completion.usage is not None:
             self.usage.input_tokens += completion.usage.input_tokens
             self.usage.output_tokens += completion.usage.output_tokens

@@ -12,9 +12,8 @@ Finish reasons are given in the canonical words: ``stop``, ``length``, ``tool_ca
 
 from __future__ import annotations
 
-import contextlib
 import uuid
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +33,7 @@ from tether.protocol import (
 from tether.protocol.kernel import Usage
 from tether.protocol.tools import ToolSpec
 from tether.providers import output
-from tether.providers.base import Completion, ModelRequest, TextDelta
+from tether.providers.base import Completion, ModelRequest, OutputSpec
 from tether.providers.content import (
     flatten_text,
     image_placeholder,
@@ -118,14 +117,9 @@ class AnthropicProvider(HttpProvider):
     def reader(self) -> MessagesReader:
         return MessagesReader()
 
-    async def stream(self, request: ModelRequest) -> AsyncGenerator[TextDelta | Completion, None]:
-        """The turn; with structured output, a call of the final tool is the answer's text."""
-        spec = request.output
-        async with contextlib.aclosing(super().stream(request)) as events:
-            async for event in events:
-                if spec is not None and isinstance(event, Completion):
-                    event = output.answer_from_tool(event, spec)
-                yield event
+    def structured_answer(self, completion: Completion, spec: OutputSpec) -> Completion:
+        """A call of the final tool is the answer's text."""
+        return output.answer_from_tool(completion, spec)
 
 
 # --- canonical → Messages ---------------------------------------------------------------------

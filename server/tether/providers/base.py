@@ -74,6 +74,11 @@ class Provider(ABC):
     def stream(self, request: ModelRequest) -> AsyncGenerator[TextDelta | Completion, None]:
         """The assistant's turn as it arrives; raises ProviderError when the endpoint fails."""
 
+    def structured_answer(self, completion: Completion, spec: OutputSpec) -> Completion:
+        """The completion of a request that carried ``output``, with the answer as its text: a
+        provider whose mechanism is a tool call turns that call into the text."""
+        return completion
+
     async def request(self, request: ModelRequest) -> Completion:
         """The assistant's whole turn, without streaming it."""
         async for event in self.stream(request):
