@@ -112,6 +112,8 @@ class AnthropicProvider(HttpProvider):
             body["stop_sequences"] = [stop] if isinstance(stop, str) else stop
         body.update(pick_settings(settings, SETTINGS))
         body["stream"] = True
+        if request.output is not None and "thinking" in body:
+            body["tool_choice"] = {"type": "auto"}  # the API forces no tool while it thinks
         return body
 
     def reader(self) -> MessagesReader:
