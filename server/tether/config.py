@@ -133,6 +133,10 @@ class ContextConfig(_Section):
         ge=MIN_CONTEXT_TOKENS,
         description="estimated tokens a model request may hold; None: the whole history",
     )
+    compaction: Literal["summarize", "drop"] = Field(
+        default="summarize",
+        description="over max_tokens: the model summarizes the oldest turns, or they are dropped",
+    )
 
 
 class McpServerConfig(McpServerSpec):

@@ -173,3 +173,88 @@ def test_a_cancelled_call_is_reported_failed_and_progress_lines_accumulate() -> 
         "cancelled",
     ]
     assert sent[-1]["status"] == "failed"
+
+
+def _compaction_events(compaction: bool) -> list[dict[str, object]]:
+    from tether.protocol.kernel import CompactionFinished, CompactionStarted
+
+    sent: list[dict[str, object]] = []
+    updates = RunUpdates(
+        send=lambda update: sent.append(update.to_wire()), workspace=None, compaction=compaction
+    )
+    for event in (
+        CompactionStarted(messages=40, tokens=900),
+        CompactionFinished(message_id="m1", messages=40, summary="They fixed the parser."),
+        CompactionStarted(messages=50, tokens=1000),
+        CompactionFinished(messages=50, error="overloaded"),
+    ):
+        updates(ProgressParams(session_id="s", run_id="r", seq=1, event=event))
+    return sent
+
+
+def test_compaction_events_are_compaction_updates_for_a_client_that_takes_them() -> None:
+    from .conftest import validator
+
+    sent = _compaction_events(True)
+    assert sent == [
+        {"sessionUpdate": "compaction_update", "compactionId": "r-1", "status": "in_progress"},
+        {
+            "sessionUpdate": "compaction_update",
+            "compactionId": "r-1",
+            "status": "completed",
+            "summary": [{"type": "text", "text": "They fixed the parser."}],
+        },
+        {"sessionUpdate": "compaction_update", "compactionId": "r-2", "status": "in_progress"},
+        {
+            "sessionUpdate": "compaction_update",
+            "compactionId": "r-2",
+            "status": "failed",
+            "error": "overloaded",
+        },
+    ]
+    for update in sent:
+        notification = {"sessionId": "s", "update": update}
+        assert not list(validator("SessionNotification").iter_errors(notification))
+
+
+def test_compaction_events_send_nothing_to_a_client_that_did_not_advertise_them() -> None:
+    assert _compaction_events(False) == []
+
+
+def test_a_replayed_compaction_is_an_update_or_left_out() -> None:
+    from tether.acp.updates import replay
+    from tether.protocol import CompactedRange, Message, Role
+    from tether.sessions.ids import utcnow
+
+    span = CompactedRange(first_id="a", last_id="b", count=2)
+    summary = Message(
+        id="m1",
+        role=Role.USER,
+        content="sum",
+        kind="compaction",
+        replaces=span,
+        created_at=utcnow(),
+    )
+    assert list(replay([summary], None)) == []
+    [update] = list(replay([summary], None, compaction=True))
+    assert update.to_wire() == {
+        "sessionUpdate": "compaction_update",
+        "compactionId": "m1",
+        "status": "completed",
+        "summary": [{"type": "text", "text": "sum"}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("capabilities", "takes"),
+    [({"session": {"compaction": {}}}, True), ({"session": {}}, False), ({}, False)],
+)
+def test_a_client_takes_compaction_updates_when_it_advertises_session_compaction(
+    capabilities: dict[str, object], takes: bool
+) -> None:
+    from tether.acp.models import InitializeRequest
+
+    request = InitializeRequest.model_validate(
+        {"protocolVersion": 1, "clientCapabilities": capabilities}
+    )
+    assert request.client_capabilities.compaction is takes

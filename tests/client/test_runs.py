@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from tether.client import RequestCancelledError, Run, SessionBusyError, TetherClient
 from tether.protocol.kernel import (
@@ -236,3 +237,49 @@ async def test_tool_call_updates_report_failures(project: Path, tmp_path: Path):
     updates = [e.event for e in events if isinstance(e.event, ToolCallUpdate)]
     assert [u.status for u in updates] == ["in_progress", "failed"]
     assert updates[-1].error and result.tool_calls[0].is_error
+
+
+class Forecast(BaseModel):
+    city: str
+    celsius: int
+
+
+async def test_a_pydantic_model_as_output_schema_gives_an_instance_of_it(
+    project: Path, tmp_path: Path
+):
+    turns = [
+        {"text": '{"city": "Oslo", "celsius": "cold"}'},
+        {"text": '{"city": "Oslo", "celsius": -3}'},
+    ]
+    async with TetherClient.spawn(workspace=project, options=script(tmp_path, turns)) as client:
+        sid = (await client.create_session()).session_id
+        result = await client.run(sid, "Weather?", output_schema=Forecast, output_retries=1)
+    assert result.stop_reason is StopReason.END_TURN and result.iterations == 2
+    assert result.output == Forecast(city="Oslo", celsius=-3)
+
+
+async def test_a_json_schema_as_output_schema_gives_the_json_and_failures_stay_none(
+    project: Path, tmp_path: Path
+):
+    turns = [{"text": "[1]"}]
+    schema = {"type": "array", "minItems": 2}
+    async with TetherClient.spawn(workspace=project, options=script(tmp_path, turns)) as client:
+        sid = (await client.create_session()).session_id
+        result = await client.run(sid, "Numbers?", output_schema=schema, output_retries=0)
+    assert result.stop_reason is StopReason.OUTPUT_INVALID
+    assert result.output is None and result.output_errors == ["the answer: [1] is too short"]
+
+
+async def test_compact_summarizes_the_older_turns_of_a_session(project: Path, tmp_path: Path):
+    turns = [{"text": "first"}, {"text": "second"}, {"text": "They said hello twice."}]
+    async with TetherClient.spawn(workspace=project, options=script(tmp_path, turns)) as client:
+        sid = (await client.create_session()).session_id
+        await client.run(sid, "hello")
+        await client.run(sid, "hello again")
+        compacted = await client.compact(sid)
+        history = (await client.messages(sid)).messages
+    assert compacted.compacted and compacted.message is not None
+    assert compacted.message.content is not None and "They said hello twice." in str(
+        compacted.message.content
+    )
+    assert [m.kind for m in history] == [None, None, None, None, "compaction"]

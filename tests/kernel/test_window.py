@@ -213,7 +213,7 @@ async def test_a_run_over_the_budget_sends_a_window_and_the_session_keeps_everyt
     harness = KernelHarness(
         tmp_path,
         [{"toolCalls": [tool_call("now1", "list_files")]}, {"text": "done"}],
-        config={"context": {"maxTokens": 2000}},
+        config={"context": {"maxTokens": 2000, "compaction": "drop"}},
     )
     sid = await harness.session()
     earlier: list[MessageInput] = []

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Connection, create_engine, insert, inspect, select
 
-from tether.protocol import ConfigError, MessageInput, Role, ToolCall
+from tether.protocol import CompactedRange, ConfigError, MessageInput, Role, ToolCall
 from tether.protocol.sessions import CreateSessionParams, ForkSessionParams
 from tether.sessions.opening import url_kind
 from tether.sessions.sql import (
@@ -264,7 +264,7 @@ async def test_a_version_2_database_gets_the_lease_columns_and_keeps_its_session
         columns = {c["name"] for c in inspect(connection).get_columns("sessions")}
         assert "lease_until" not in columns
     engine.dispose()
-    old = await SqlStore.open(url)  # migrates to version 3
+    old = await SqlStore.open(url)  # migrates to the current version
     session = await old.create(CreateSessionParams(title="old"), WORKSPACE)
     await old.aclose()
 
@@ -274,7 +274,7 @@ async def test_a_version_2_database_gets_the_lease_columns_and_keeps_its_session
         columns = {c["name"] for c in inspect(connection).get_columns("sessions")}
         version = _version(connection)
     engine.dispose()
-    assert version == SCHEMA_VERSION == 3
+    assert version == SCHEMA_VERSION
     assert {"lease_run_id", "lease_holder", "lease_until"} <= columns
 
     store = await SqlStore.open(url)
@@ -282,5 +282,33 @@ async def test_a_version_2_database_gets_the_lease_columns_and_keeps_its_session
         assert (await store.get(session.session_id)).running is False
         await store.claim_run(session.session_id, "run-1", timedelta(seconds=10))
         assert (await store.get(session.session_id)).running is True
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_version_3_database_gets_the_compaction_columns_and_keeps_its_messages(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = (
+        sqlite_url(tmp_path / "v3.db")
+        if kind == "sqlite"
+        else request.getfixturevalue("postgres_url")
+    )
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        migrate(connection, target=3)
+        columns = {c["name"] for c in inspect(connection).get_columns("messages")}
+        assert not {"kind", "replaces"} & columns
+    engine.dispose()
+    store = await SqlStore.open(url)  # migrates
+    try:
+        session = await store.create(CreateSessionParams(), WORKSPACE)
+        [first] = await store.append(session.session_id, [user("old")])
+        span = CompactedRange(first_id=first.id, last_id=first.id, count=1)
+        summary = MessageInput(role=Role.USER, content="s", kind="compaction", replaces=span)
+        await store.append(session.session_id, [summary])
+        history = await store.history(session.session_id)
+        assert [(m.kind, m.replaces) for m in history] == [(None, None), ("compaction", span)]
     finally:
         await store.aclose()

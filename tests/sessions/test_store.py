@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tether.protocol import (
+    CompactedRange,
     ConfigureSessionParams,
     ErrorCode,
     InvalidParams,
@@ -25,7 +26,7 @@ from tether.protocol import (
 )
 from tether.protocol.sessions import CreateSessionParams, ForkSessionParams
 from tether.sessions import MemoryStore, SessionStore
-from tether.sessions.store import Order
+from tether.sessions.store import DumpedMessages, Order
 
 from .conftest import WORKSPACE, answering, calling, user
 
@@ -328,6 +329,28 @@ async def test_an_appended_message_without_tool_fields_goes_on_the_wire_without_
     [message] = await store.append(session.session_id, [user("hi")])
     assert set(message.to_wire()) == {"id", "role", "content", "createdAt"}
     assert message.to_wire()["createdAt"].endswith("Z")
+
+
+async def test_a_compaction_message_keeps_its_kind_and_range_in_reads_forks_and_dumps(
+    store: SessionStore, session: Session
+) -> None:
+    sid = session.session_id
+    old = await store.append(sid, [user("a"), calling("c1"), answering("c1")])
+    span = CompactedRange(first_id=old[0].id, last_id=old[-1].id, count=3)
+    summary = MessageInput(role=Role.USER, content="a summary", kind="compaction", replaces=span)
+    [stored] = await store.append(sid, [summary])
+    assert (stored.kind, stored.replaces) == ("compaction", span)
+    assert (await store.history(sid))[-1] == stored
+    assert (await all_messages(store, sid))[-1] == stored
+    child = await store.fork(ForkSessionParams(session_id=sid))
+    assert (await store.history(child.session_id))[-1] == stored
+    wire = stored.to_wire()
+    assert wire["kind"] == "compaction"
+    assert wire["replaces"] == {"firstId": old[0].id, "lastId": old[-1].id, "count": 3}
+    page = await store.messages(sid, cursor=None, limit=10, order="asc")
+    if isinstance(page.messages, DumpedMessages):  # a store that dumps without building
+        assert page.messages.dumped(3, 4) == [stored.model_dump(by_alias=True, exclude_none=True)]
+    assert "kind" not in old[0].to_wire() and "replaces" not in old[0].to_wire()
 
 
 async def test_200_concurrent_tasks_appending_50_messages_each_lose_nothing(

@@ -195,7 +195,7 @@ class AcpAgent(Backend):
             page = await self.sessions.messages(
                 MessagesParams(session_id=session.session_id, cursor=cursor, limit=1000)
             )
-            for update in replay(page.messages, workspace):
+            for update in replay(page.messages, workspace, compaction=self._takes_compaction()):
                 self._send(session.session_id, update)
             if page.next_cursor is None:
                 break
@@ -302,6 +302,7 @@ class AcpAgent(Backend):
         updates = RunUpdates(
             send=partial(self._send, session_id),
             workspace=_workspace(session),
+            compaction=self._takes_compaction(),
             kinds=state.kinds,
             terminals=state.terminals,
             written=state.written,
@@ -367,6 +368,9 @@ class AcpAgent(Backend):
         state = self._state(params.session_id)
         workspace = await self._workspace_of(params.session_id)
         return await ask(self.connection, params, state, workspace)
+
+    def _takes_compaction(self) -> bool:
+        return self.client is not None and self.client.client_capabilities.compaction
 
     async def _workspace_of(self, session_id: str) -> Path | None:
         return _workspace(await self.sessions.get(GetSessionParams(session_id=session_id)))

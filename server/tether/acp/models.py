@@ -32,9 +32,19 @@ class FileSystemCapabilities(AcpModel):
     write_text_file: bool = False
 
 
+class ClientSessionCapabilities(AcpModel):
+    compaction: dict[str, Any] | None = None  # present: it shows compaction_update
+
+
 class ClientCapabilities(AcpModel):
     fs: FileSystemCapabilities = Field(default_factory=FileSystemCapabilities)
     terminal: bool = False
+    session: ClientSessionCapabilities | None = None
+
+    @property
+    def compaction(self) -> bool:
+        """Whether the client takes ``compaction_update`` (``session.compaction``)."""
+        return self.session is not None and self.session.compaction is not None
 
 
 class Implementation(AcpModel):
@@ -365,6 +375,17 @@ class UsageUpdate(AcpModel):
     size: int
 
 
+class CompactionUpdate(AcpModel):
+    """A compaction of the context, upserted by id (sent only to a client that advertised
+    ``session.compaction``)."""
+
+    session_update: Literal["compaction_update"] = "compaction_update"
+    compaction_id: str
+    status: Literal["in_progress", "completed", "failed"]
+    summary: list[ContentOut] | None = None
+    error: str | None = None
+
+
 SessionUpdate = (
     ContentChunk
     | ToolCallStart
@@ -373,6 +394,7 @@ SessionUpdate = (
     | CurrentModeUpdate
     | ConfigOptionUpdate
     | UsageUpdate
+    | CompactionUpdate
 )
 
 

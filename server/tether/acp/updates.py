@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tether.acp.models import (
+    CompactionUpdate,
     ContentChunk,
     ContentOut,
     DiffContent,
@@ -29,6 +30,8 @@ from tether.acp.tool_calls import (
 )
 from tether.protocol import ImageBlock, Message, ResourceLinkBlock, Role, TextBlock
 from tether.protocol.kernel import (
+    CompactionFinished,
+    CompactionStarted,
     MessageDelta,
     ProgressParams,
     RunWarning,
@@ -62,6 +65,8 @@ class RunUpdates:
     terminals: dict[str, str] = field(default_factory=dict)  # tool call id -> editor terminal
     written: dict[str, str] = field(default_factory=dict)  # path -> text the editor last wrote
     _progress: dict[str, list[str]] = field(default_factory=dict)  # lines a running tool reported
+    compaction: bool = False  # the client advertised session.compaction
+    _compactions: int = 0
 
     def __call__(self, progress: ProgressParams) -> None:
         event = progress.event
@@ -90,6 +95,8 @@ class RunUpdates:
             )
         elif isinstance(event, ToolCallUpdate):
             self.send(self._update(event))
+        elif isinstance(event, CompactionStarted | CompactionFinished):
+            self._compaction(progress.run_id, event)
         elif isinstance(event, RunWarning):  # a message, as a client may not show notices
             self.send(
                 ContentChunk(
@@ -97,6 +104,30 @@ class RunUpdates:
                     content=TextOut(text=f"⚠ {event.message}\n\n"),
                 )
             )
+
+    def _compaction(self, run_id: str, event: CompactionStarted | CompactionFinished) -> None:
+        """``compaction_update`` to a client that takes it; nothing to the others (a summary
+        in the agent's message would read as its answer)."""
+        if not self.compaction:
+            return
+        if isinstance(event, CompactionStarted):
+            self._compactions += 1
+            update = CompactionUpdate(
+                compaction_id=self._compaction_id(run_id), status="in_progress"
+            )
+        elif event.error is not None:
+            update = CompactionUpdate(
+                compaction_id=self._compaction_id(run_id), status="failed", error=event.error
+            )
+        else:
+            summary = [TextOut(text=event.summary)] if event.summary else None
+            update = CompactionUpdate(
+                compaction_id=self._compaction_id(run_id), status="completed", summary=summary
+            )
+        self.send(update)
+
+    def _compaction_id(self, run_id: str) -> str:
+        return f"{run_id}-{self._compactions}"
 
     def _update(self, event: ToolCallUpdate) -> ToolCallProgress:
         call_id = event.tool_call_id
@@ -132,10 +163,19 @@ class RunUpdates:
         )
 
 
-def replay(messages: Iterable[Message], workspace: Path | None) -> Iterator[SessionUpdate]:
-    """A stored history as the updates a client would have seen while it was made."""
+def replay(
+    messages: Iterable[Message], workspace: Path | None, *, compaction: bool = False
+) -> Iterator[SessionUpdate]:
+    """A stored history as the updates a client would have seen while it was made. A
+    compaction summary is a ``compaction_update`` for a client that takes them (``compaction``),
+    and left out for the others (the turns it replaced are replayed anyway)."""
     for message in messages:
-        if message.role is Role.USER:
+        if message.kind == "compaction":
+            if compaction:
+                yield CompactionUpdate(
+                    compaction_id=message.id, status="completed", summary=list(_blocks(message))
+                )
+        elif message.role is Role.USER:
             for content in _blocks(message):
                 yield ContentChunk(session_update="user_message_chunk", content=content)
         elif message.role is Role.ASSISTANT:

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Generator
 from typing import Any, Final
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from tether.client.connection import Connection
 from tether.client.errors import SessionBusyError
@@ -45,9 +45,16 @@ class Run:
     """
 
     def __init__(
-        self, connection: Connection, session_id: str, request_id: int, future: asyncio.Future[Any]
+        self,
+        connection: Connection,
+        session_id: str,
+        request_id: int,
+        future: asyncio.Future[Any],
+        *,
+        output_type: type[BaseModel] | None = None,
     ) -> None:
         self.session_id = session_id
+        self.output_type = output_type  # the result's output is made an instance of it
         self.request_id = request_id
         self.run_id: str | None = None  # known from run_started on
         self._connection = connection
@@ -67,8 +74,12 @@ class Run:
             self._connection.notify("$/cancelRequest", {"id": self.request_id})
 
     async def result(self) -> RunResult:
-        """The result, once the run has ended; an error response raises its exception."""
-        return RunResult.model_validate(await asyncio.shield(self._future))
+        """The result, once the run has ended; an error response raises its exception. With an
+        ``output_type``, a valid ``output`` is an instance of it."""
+        result = RunResult.model_validate(await asyncio.shield(self._future))
+        if self.output_type is not None and result.output is not None:
+            result.output = self.output_type.model_validate(result.output)
+        return result
 
     def __await__(self) -> Generator[Any, None, RunResult]:
         return self.result().__await__()

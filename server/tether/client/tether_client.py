@@ -25,11 +25,18 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Literal
 
+from pydantic import BaseModel
+
 from tether.client.connection import Connection
 from tether.client.errors import MethodNotFoundError
 from tether.client.run import Run, RunRouter
 from tether.protocol.base import WireModel
-from tether.protocol.kernel import CancelResult, PermissionParams, PermissionResult
+from tether.protocol.kernel import (
+    CancelResult,
+    CompactResult,
+    PermissionParams,
+    PermissionResult,
+)
 from tether.protocol.lifecycle import PROTOCOL_VERSION, InitializeResult
 from tether.protocol.messages import ContentBlock, Message, MessageInput
 from tether.protocol.sessions import AppendResult, ListSessionsResult, MessagesResult, Session
@@ -263,6 +270,20 @@ class TetherClient:
         """``session/delete``."""
         await self.request("session/delete", {"sessionId": session_id})
 
+    async def compact(
+        self,
+        session_id: str,
+        *,
+        keep_tokens: int | None = None,
+        work_done_token: str | int | None = None,
+    ) -> CompactResult:
+        """``session/compact``: the model summarizes the older turns now (the summary is sent
+        in their place from then on; ``messages`` still lists them all)."""
+        params = _params(
+            sessionId=session_id, keepTokens=keep_tokens, workDoneToken=work_done_token
+        )
+        return CompactResult.model_validate(await self.request("session/compact", params))
+
     # -- the kernel ------------------------------------------------------------------------
 
     def run(
@@ -273,18 +294,35 @@ class TetherClient:
         max_iterations: int | None = None,
         model: str | None = None,
         tools: Sequence[str] | None = None,
+        output_schema: type[BaseModel] | Mapping[str, Any] | None = None,
+        output_retries: int | None = None,
+        work_done_token: str | int | None = None,
     ) -> Run:
         """Send ``kernel/run`` now; the :class:`Run` iterates its progress events and awaits to its
-        :class:`~tether.protocol.kernel.RunResult`."""
+        :class:`~tether.protocol.kernel.RunResult`.
+
+        ``output_schema`` is a JSON Schema, or a pydantic model class: its schema is sent, and
+        the result's ``output`` is then an instance of it (``None`` when the run ended without
+        a valid answer: see ``stop_reason`` and ``output_errors``)."""
+        model_class: type[BaseModel] | None = None
+        schema: dict[str, Any] | None = None
+        if isinstance(output_schema, type):
+            model_class = output_schema
+            schema = output_schema.model_json_schema()
+        elif output_schema is not None:
+            schema = dict(output_schema)
         params = _params(
             sessionId=session_id,
             prompt=prompt if isinstance(prompt, str) else [_wire(block) for block in prompt],
             maxIterations=max_iterations,
             model=model,
             tools=None if tools is None else list(tools),
+            outputSchema=schema,
+            outputRetries=output_retries,
+            workDoneToken=work_done_token,
         )
         request_id, future = self.connection.start_request("kernel/run", params)
-        run = Run(self.connection, session_id, request_id, future)
+        run = Run(self.connection, session_id, request_id, future, output_type=model_class)
         self._router.add(run)  # before any await: no event of it can have been read yet
         return run
 

@@ -14,21 +14,36 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from tether.config import ProviderConfig, TetherConfig
+from tether.kernel import compaction, structured
 from tether.kernel.access import check_access
 from tether.kernel.approval import Approvals, Approver
+from tether.kernel.history import in_model_order
 from tether.kernel.run import Emit, LeaseState, Run, RunSetup
 from tether.kernel.state import StoreState
 from tether.kernel.window import EstimatingCounter, TokenCounter, window
 from tether.protocol import (
+    Message,
+    MessageInput,
     RequestCancelled,
     RunLeaseLost,
     Session,
     TetherError,
     WorkspaceError,
 )
-from tether.protocol.kernel import RunParams, RunResult, RunWarning, StopReason
+from tether.protocol.kernel import (
+    CompactParams,
+    CompactResult,
+    ProgressEvent,
+    ProgressParams,
+    RunParams,
+    RunResult,
+    RunWarning,
+    StopReason,
+    Usage,
+)
 from tether.protocol.tools import ToolSpec
 from tether.providers.base import Provider
 from tether.sessions.ids import uuid7
@@ -144,7 +159,7 @@ class Kernel:
         run_id: str,
         lease: timedelta,
         state: LeaseState,
-        task: asyncio.Task[RunResult],
+        task: asyncio.Task[Any],
     ) -> None:
         """Renew the lease every third of it while the run goes on; stop the run when the store
         says it no longer holds it. A renewal that fails (the database is away) is tried again
@@ -161,6 +176,61 @@ class Kernel:
                 state.lost = True
                 task.cancel()
                 return
+
+    async def compact(self, params: CompactParams, emit: Emit) -> CompactResult:
+        """``session/compact``: summarize the session's older turns now, under a lease like a
+        run's (``SessionBusy`` while a run holds the session)."""
+        session_id = params.session_id
+        run_id = uuid7()
+        lease = self._config().sessions.lease_delta()
+        await self._claim(session_id, run_id, lease)
+        state = LeaseState()
+        task = asyncio.ensure_future(self._compact(params, emit, run_id))
+        renewal = asyncio.ensure_future(self._renew(session_id, run_id, lease, state, task))
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if state.lost:
+                raise RunLeaseLost(session_id, run_id) from None
+            raise
+        finally:
+            renewal.cancel()
+            await self._release(session_id, run_id)
+
+    async def _compact(self, params: CompactParams, emit: Emit, run_id: str) -> CompactResult:
+        session = await self._store.get(params.session_id)
+        config = self._config()
+        model = session.model or config.provider.model
+        provider = self._providers(config.provider.model_copy(update={"model": model}))
+        view = compaction.compacted_view(
+            in_model_order(await self._store.history(session.session_id))
+        )
+        max_tokens = config.context.max_tokens
+        keep = params.keep_tokens
+        if keep is None:
+            keep = max_tokens // 2 if max_tokens else 0
+        plan = compaction.plan(view, compaction.last_turn(view), keep, self._counter)
+        if plan is None:
+            return CompactResult(compacted=False, run_id=run_id)
+        seq = 0
+
+        def emit_event(event: ProgressEvent) -> None:
+            nonlocal seq
+            seq += 1
+            emit(ProgressParams(session_id=session.session_id, run_id=run_id, seq=seq, event=event))
+
+        async def persist(message: MessageInput) -> Message:
+            [stored] = await self._store.append(session.session_id, [message], run_id=run_id)
+            return stored
+
+        usage = Usage()
+        summarizer = compaction.Summarizer(provider, model or "", self._counter, max_tokens, usage)
+        try:
+            stored = await compaction.compact(plan, summarizer, persist, emit_event)
+        finally:
+            if usage.input_tokens or usage.output_tokens:
+                await self._store.add_usage(session.session_id, usage)
+        return CompactResult(compacted=True, message=stored, run_id=run_id)
 
     async def _give_back(self, claim: asyncio.Future[None], session_id: str, run_id: str) -> None:
         """Release the lease a cancelled claim took all the same (nothing when it took none)."""
@@ -206,6 +276,7 @@ class Kernel:
     ) -> RunSetup:
         config = self._config()
         warnings = tuple(self._warnings())
+        output = structured.output_check(params.output_schema, params.output_retries)
         provider_config = config.provider.model_copy(
             update={"model": params.model or session.model or config.provider.model}
         )
@@ -238,6 +309,8 @@ class Kernel:
             approval=self._approvals.gate(config.tools.approval, session.session_id, run_id),
             settings=dict(session.settings),
             window=window(config.context.max_tokens, self._counter, system, specs),
+            compaction=self._counter if config.context.compaction == "summarize" else None,
+            output=output,
             warnings=warnings,
             lease=state,
         )

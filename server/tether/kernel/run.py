@@ -16,13 +16,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NoReturn, assert_never
 
+from tether.kernel import compaction, structured
 from tether.kernel.approval import Gate
 from tether.kernel.history import in_model_order
-from tether.kernel.window import HistoryWindow
+from tether.kernel.window import HistoryWindow, TokenCounter
 from tether.protocol import Content, Message, MessageInput, Role, RunLeaseLost, ToolCall
 from tether.protocol.kernel import (
     IterationFinished,
@@ -49,6 +51,7 @@ from tether.sessions.store import SessionStore
 from tether.tools.base import ToolContext, ToolExecutor, ToolResult
 from tether.tools.titles import call_title
 
+logger = logging.getLogger(__name__)
 Emit = Callable[[ProgressParams], None]
 
 
@@ -110,6 +113,9 @@ class RunSetup:
     approval: Gate
     settings: dict[str, object] = field(default_factory=dict)
     window: HistoryWindow | None = None  # None: every request carries the whole history
+    # Over the window: the oldest turns are summarized, counted with this (None: left out).
+    compaction: TokenCounter | None = None
+    output: structured.OutputCheck | None = None  # kernel/run outputSchema
     warnings: Sequence[RunWarning] = ()  # sent after run_started, kept in the result
     lease: LeaseState = field(default_factory=LeaseState)
 
@@ -119,24 +125,30 @@ class Run:
         self._setup = setup
         self.run_id = setup.context.run_id
         self._history = setup.history  # the session's history; grows as the run persists messages
-        self._turn_start = 0  # where this run's prompt is in it
+        self._view = self._history  # what requests are built from (compaction.compacted_view)
+        self._turn_start = 0  # where this run's prompt is in the view
+        self._window = setup.window
+        self._compaction_failed = False
         self._allowed = {spec.name: spec for spec in setup.tool_specs}
         self._seq = 0
         self.iterations = 0
         self.response = ""
         self.records: list[ToolCallRecord] = []
         self.usage = Usage()
+        self.output: object = None
+        self.output_errors: list[str] | None = None
         self._unanswered: list[ToolCall] = []  # persisted calls still waiting for their result
         self._results: dict[str, ToolResult] = {}
 
     async def execute(self, prompt: Content) -> RunResult:
         """The whole run; cancellation ends it with ``stopReason: "cancelled"``."""
         await self._answer_dangling_calls()
-        self._history = in_model_order(self._history)
+        self._history = self._view = in_model_order(self._history)
         [user] = await self._persist([MessageInput(role=Role.USER, content=prompt)])
-        self._turn_start = len(self._history) - 1
-        if self._setup.window is not None:
-            self._setup.window.index(self._history)  # counts the history once, as the run starts
+        self._view = compaction.compacted_view(self._history)
+        self._turn_start = len(self._view) - 1
+        if self._window is not None:
+            self._window.index(self._view)  # counts the history once, as the run starts
         self._emit(RunStarted(max_iterations=self._setup.max_iterations, user_message_id=user.id))
         for warning in self._setup.warnings:
             self._emit(warning)
@@ -184,6 +196,8 @@ class Run:
             tool_calls=self.records,
             usage=self.usage,
             warnings=list(self._setup.warnings) or None,
+            output=self.output,
+            output_errors=self.output_errors if stop is StopReason.OUTPUT_INVALID else None,
         )
 
     async def _loop(self) -> StopReason:
@@ -216,27 +230,89 @@ class Run:
         self._unanswered = list(calls)
         if not calls:
             self._emit(IterationFinished(iteration=self.iterations, tool_calls=0))
-            return Final(StopReason.END_TURN)
+            return await self._final_answer()
         await self._act(calls)
         await self._persist_results()
         self._emit(IterationFinished(iteration=self.iterations, tool_calls=len(calls)))
         return RunAgain()
 
+    async def _final_answer(self) -> Step:
+        """The run ends, unless its answer fails the output schema and may be asked again."""
+        check = self._setup.output
+        if check is None:
+            return Final(StopReason.END_TURN)
+        value, errors = check.parse(self.response)
+        if not errors:
+            self.output, self.output_errors = value, None
+            return Final(StopReason.END_TURN)
+        self.output_errors = errors
+        if check.retries <= 0:
+            return Final(StopReason.OUTPUT_INVALID)
+        check.retries -= 1
+        await self._persist([MessageInput(role=Role.USER, content=structured.retry_prompt(errors))])
+        return RunAgain()
+
     def _request_messages(self) -> Sequence[Message]:
         """The history, or as much of it as the window lets the request carry."""
-        window = self._setup.window
+        window = self._window
         if window is None:
-            return self._history
-        return window.messages(self._history, self._turn_start)
+            return self._view
+        return window.messages(self._view, self._turn_start)
+
+    async def _fitting_messages(self) -> Sequence[Message]:
+        """What the request carries: when the window would leave turns out, they are
+        summarized first (when the run compacts and no compaction of it failed yet)."""
+        messages = self._request_messages()
+        window = self._window
+        if window is None or not window.left_out or self._setup.compaction is None:
+            return messages
+        if not self._compaction_failed and await self._compact(window, self._setup.compaction):
+            return self._request_messages()
+        return messages
+
+    async def _compact(self, window: HistoryWindow, counter: TokenCounter) -> bool:
+        """Summarize the oldest turns, keeping recent ones worth half the budget; False when
+        there was nothing to summarize or the summary failed (the run then leaves turns out)."""
+        plan = compaction.plan(self._view, self._turn_start, window.budget // 2, counter)
+        if plan is None:
+            return False
+        kept = self._view[len(plan.replaced) :]  # before the summary joins the history
+        summarizer = compaction.Summarizer(
+            self._setup.provider, self._setup.model, counter, window.max_tokens, self.usage
+        )
+        try:
+            stored = await compaction.compact(
+                plan, summarizer, self._persist_compaction, self._emit
+            )
+        except (RunLeaseLost, asyncio.CancelledError):
+            raise
+        except Exception:
+            logger.warning("compaction failed; the oldest turns are left out", exc_info=True)
+            self._compaction_failed = True
+            return False
+        self._turn_start -= len(plan.replaced) - 1
+        self._view = [stored, *kept]
+        self._window = window.fresh()
+        self._window.index(self._view)
+        return True
+
+    async def _persist_compaction(self, message: MessageInput) -> Message:
+        stored = await self._setup.store.append(
+            self._setup.session_id, [message], run_id=self.run_id
+        )
+        self._history.extend(stored)  # not in the view: the caller puts it in place
+        return stored[0]
 
     async def _think(self, message_id: str) -> Completion:
         setup = self._setup
+        native = setup.output is not None and setup.provider.native_output
         request = ModelRequest(
             model=setup.model,
-            system=setup.system,
-            messages=self._request_messages(),
+            system=structured.system_prompt(setup.system, setup.output, native),
+            messages=await self._fitting_messages(),
             tools=setup.tool_specs,
             settings=setup.settings,
+            output=setup.output.spec if native and setup.output is not None else None,
         )
         completion: Completion | None = None
         async with contextlib.aclosing(setup.provider.stream(request)) as events:
@@ -251,6 +327,8 @@ class Run:
                     completion = event
         if completion is None:
             raise RuntimeError(f"provider {setup.provider.name} ended without a completion")
+        if request.output is not None:
+            completion = setup.provider.structured_answer(completion, request.output)
         if completion.usage is not None:
             self.usage = add_usage(self.usage, completion.usage)
         return completion
@@ -425,6 +503,8 @@ class Run:
             self._setup.session_id, messages, run_id=self.run_id, ids=ids
         )
         self._history.extend(stored)
+        if self._view is not self._history:
+            self._view.extend(stored)
         return stored
 
     async def _add_usage(self) -> None:

@@ -109,6 +109,15 @@ class HistoryWindow:
         self._head: int | None = None  # the first cut point after the first user message
         self.left_out = 0  # messages the last request left out
 
+    @property
+    def budget(self) -> int:
+        """The estimated tokens the messages of a request may use."""
+        return self._budget
+
+    def fresh(self) -> HistoryWindow:
+        """A window like this one for another history (after a compaction replaced a part)."""
+        return HistoryWindow(self.max_tokens, self._counter, fixed=self.max_tokens - self._budget)
+
     def messages(self, history: Sequence[Message], turn_start: int) -> Sequence[Message]:
         """What to send: ``history`` itself when it fits, else its head and its newest part.
         ``turn_start`` is the index of this run's user prompt."""

@@ -28,6 +28,7 @@ from tether.protocol.lifecycle import (
     SessionCapabilities,
 )
 from tether.protocol.messages import (
+    CompactedRange,
     Content,
     ContentBlock,
     ImageBlock,
@@ -60,6 +61,7 @@ __all__ = [
     "AppendParams",
     "AppendResult",
     "ClearSessionParams",
+    "CompactedRange",
     "ConfigError",
     "ConfigureSessionParams",
     "Content",

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator
 
 from tether.protocol.base import Params, WireModel
-from tether.protocol.messages import Content
+from tether.protocol.messages import Content, Message
 from tether.protocol.tools import ToolKind
 
 
@@ -16,6 +16,7 @@ class StopReason(StrEnum):
     END_TURN = "end_turn"
     MAX_ITERATIONS = "max_iterations"
     CANCELLED = "cancelled"
+    OUTPUT_INVALID = "output_invalid"  # the answer still failed the outputSchema after retries
     ERROR = "error"  # only in a run_finished event: the kernel/run request answers with an error
 
 
@@ -26,6 +27,13 @@ class RunParams(Params):
     model: str | None = None
     tools: list[str] | None = None
     work_done_token: str | int | None = None
+    output_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="JSON Schema the final answer must satisfy; it is returned parsed as `output`",
+    )
+    output_retries: int | None = Field(
+        default=None, ge=0, le=10, description="re-asks after an invalid answer (default 2)"
+    )
 
     @field_validator("prompt")
     @classmethod
@@ -33,6 +41,25 @@ class RunParams(Params):
         if not prompt or (isinstance(prompt, str) and not prompt.strip()):
             raise ValueError("the prompt is empty")
         return prompt
+
+
+class CompactParams(Params):
+    """``session/compact``: summarize the session's older turns now."""
+
+    session_id: str = Field(min_length=1)
+    keep_tokens: int | None = Field(
+        default=None,
+        ge=0,
+        description="estimated tokens of recent turns kept as they are (default: half of "
+        "`context.max_tokens`, or the last turn when there is no budget)",
+    )
+    work_done_token: str | int | None = None
+
+
+class CompactResult(WireModel):
+    compacted: bool = Field(description="false: there was nothing old enough to summarize")
+    message: Message | None = Field(default=None, description="the compaction message stored")
+    run_id: str
 
 
 class CancelParams(Params):
@@ -94,6 +121,12 @@ class RunResult(WireModel):
     usage: Usage | None = None
     warnings: list[RunWarning] | None = Field(
         default=None, description="problems to fix that did not stop the run (omitted: none)"
+    )
+    output: Any = Field(
+        default=None, description="with outputSchema: the final answer, parsed and valid"
+    )
+    output_errors: list[str] | None = Field(
+        default=None, description="stopReason output_invalid: why the last answer was refused"
     )
 
 
@@ -163,6 +196,26 @@ class IterationFinished(WireModel):
     tool_calls: int
 
 
+class CompactionStarted(WireModel):
+    """The older turns are being summarized (a model call) before the run goes on."""
+
+    kind: Literal["compaction_started"] = "compaction_started"
+    messages: int = Field(description="how many messages the summary is to replace")
+    tokens: int = Field(description="their estimated tokens")
+
+
+class CompactionFinished(WireModel):
+    """The summary is stored (``messageId``), or ``error`` says why there is none (the run then
+    leaves the oldest turns out of its requests instead)."""
+
+    kind: Literal["compaction_finished"] = "compaction_finished"
+    message_id: str | None = None
+    messages: int
+    summary_tokens: int = Field(default=0, description="estimated tokens of the summary")
+    summary: str | None = Field(default=None, description="the summary the model wrote")
+    error: str | None = None
+
+
 class RunFinished(WireModel):
     kind: Literal["run_finished"] = "run_finished"
     stop_reason: StopReason
@@ -178,7 +231,9 @@ ProgressEvent = Annotated[
     | ToolCallUpdate
     | IterationFinished
     | RunFinished
-    | RunWarning,
+    | RunWarning
+    | CompactionStarted
+    | CompactionFinished,
     Field(discriminator="kind"),
 ]
 

@@ -93,6 +93,15 @@ def _no_calls_is_none(value: Any) -> Any:
     return None if value == [] else value
 
 
+class CompactedRange(WireModel):
+    """The messages a compaction summary stands for: the session's history from ``firstId`` to
+    ``lastId`` (in the order the model sees it), ``count`` messages."""
+
+    first_id: str = Field(min_length=1)
+    last_id: str = Field(min_length=1)
+    count: int = Field(ge=1)
+
+
 class _MessageFields(WireModel):
     role: RoleField
     content: Content | None = None
@@ -102,6 +111,13 @@ class _MessageFields(WireModel):
     name: str | None = None
     author: str | None = None
     metadata: dict[str, Any] | None = None
+    kind: Literal["compaction"] | None = Field(
+        default=None,
+        description="compaction: a summary sent to the model in place of the messages it replaces",
+    )
+    replaces: CompactedRange | None = Field(
+        default=None, description="a compaction: the messages its summary stands for"
+    )
 
 
 class MessageInput(_MessageFields):
@@ -117,6 +133,10 @@ class MessageInput(_MessageFields):
             raise ValueError("only an assistant message carries toolCalls")
         if self.content is None and not self.tool_calls:
             raise ValueError("content is required unless an assistant message calls tools")
+        if (self.kind == "compaction") != (self.replaces is not None):
+            raise ValueError("a compaction message (kind) and its range (replaces) go together")
+        if self.kind == "compaction" and self.role is not Role.USER:
+            raise ValueError("a compaction message has the role user")
         return self
 
 

@@ -27,6 +27,7 @@ _INPUTS: list[type[BaseModel]] = [
     sessions.DeleteSessionParams,
     kernel.RunParams,
     kernel.CancelParams,
+    kernel.CompactParams,
     kernel.PermissionResult,
     messages.MessageInput,
 ]
@@ -41,6 +42,7 @@ _OUTPUTS: list[type[BaseModel]] = [
     messages.Message,
     kernel.RunResult,
     kernel.CancelResult,
+    kernel.CompactResult,
     kernel.ProgressParams,
     kernel.PermissionParams,
 ]

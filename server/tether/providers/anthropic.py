@@ -38,7 +38,8 @@ from tether.protocol import (
 )
 from tether.protocol.kernel import Usage
 from tether.protocol.tools import ToolSpec
-from tether.providers.base import Completion, ModelRequest
+from tether.providers import output
+from tether.providers.base import Completion, ModelRequest, OutputSpec
 from tether.providers.content import (
     THINKING_BUDGETS,
     flatten_text,
@@ -72,6 +73,7 @@ THINKING_KEY = "thinking"  # the assistant message's metadata key that keeps thi
 
 class AnthropicProvider(HttpProvider):
     name = "anthropic"
+    native_output = True  # a final tool the model must call (tether.providers.output)
 
     def __init__(
         self,
@@ -110,16 +112,27 @@ class AnthropicProvider(HttpProvider):
             body["system"] = system
         if request.tools:
             body["tools"] = anthropic_tools(request.tools)
+        if request.output is not None:
+            name, description, schema = output.tool_definition(request.output)
+            tool = {"name": name, "description": description, "input_schema": schema}
+            body["tools"] = [*body.get("tools", ()), tool]
+            body["tool_choice"] = {"type": "any"}  # a tool call, the final one at the latest
         stop = pick_settings(settings, ["stop"]).get("stop")
         if stop is not None:
             body["stop_sequences"] = [stop] if isinstance(stop, str) else stop
         body.update(pick_settings(settings, SETTINGS))
         _add_thinking(body, thinking_level(settings))
         body["stream"] = True
+        if request.output is not None and "thinking" in body:
+            body["tool_choice"] = {"type": "auto"}  # the API forces no tool while it thinks
         return body
 
     def reader(self) -> MessagesReader:
         return MessagesReader()
+
+    def structured_answer(self, completion: Completion, spec: OutputSpec) -> Completion:
+        """A call of the final tool is the answer's text."""
+        return output.answer_from_tool(completion, spec)
 
 
 def _add_thinking(body: dict[str, Any], level: str | None) -> None:

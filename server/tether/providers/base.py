@@ -10,13 +10,21 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from tether.protocol import Message, ToolCall
 from tether.protocol.kernel import Usage
 from tether.protocol.tools import ToolSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputSpec:
+    """The JSON Schema the final answer must satisfy, for a provider that can enforce it."""
+
+    name: str
+    schema: Mapping[str, Any]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,6 +36,7 @@ class ModelRequest:
     messages: Sequence[Message]
     tools: Sequence[ToolSpec] = ()
     settings: Mapping[str, Any] = field(default_factory=dict)  # temperature, max_tokens, ...
+    output: OutputSpec | None = None  # only for a provider with native_output
 
 
 class _Event(BaseModel):
@@ -74,12 +83,19 @@ class Provider(ABC):
     :class:`Completion`."""
 
     name: str
+    # Whether it enforces ModelRequest.output itself; the kernel tells the others in the prompt.
+    native_output: ClassVar[bool] = False
 
     @abstractmethod
     def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         """The assistant's turn as it arrives; raises ProviderError when the endpoint fails.
 
         Reasoning pieces (:class:`ThoughtDelta`) may come before or between text pieces."""
+
+    def structured_answer(self, completion: Completion, spec: OutputSpec) -> Completion:
+        """The completion of a request that carried ``output``, with the answer as its text: a
+        provider whose mechanism is a tool call turns that call into the text."""
+        return completion
 
     async def request(self, request: ModelRequest) -> Completion:
         """The assistant's whole turn, without streaming it."""

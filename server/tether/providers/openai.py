@@ -59,6 +59,7 @@ SETTINGS = (
 
 class OpenAIProvider(HttpProvider):
     name = "openai"
+    native_output = True  # response_format json_schema
 
     def __init__(
         self,
@@ -91,6 +92,11 @@ class OpenAIProvider(HttpProvider):
         if level is not None and level != "off":
             body["reasoning_effort"] = level  # an explicit reasoning_effort setting wins
         body.update(pick_settings(request.settings, SETTINGS))
+        if request.output is not None:
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": request.output.name, "schema": dict(request.output.schema)},
+            }
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
         return body

@@ -13,6 +13,10 @@ after the first piece (before the completion when there is no text), so a test c
 middle of a turn. ``usage`` and ``finishReason`` are passed on when given; a turn with ``error``
 fails with a ProviderError instead.
 
+A compaction's summary request (:mod:`tether.kernel.compaction`) takes the next turn like any
+other, so a script plays a summary as the turn whose ``text`` is the summary; the recorded
+request tells it apart (its ``system`` is the summarizing prompt, and it offers no tools).
+
 Every request is recorded in ``requests``. A request past the end of the script raises
 :class:`ScriptExhausted`; :meth:`ScriptedProvider.assert_used_up` raises when turns are left.
 """

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from tether.kernel.kernel import Kernel
-from tether.protocol.kernel import CancelParams, CancelResult, RunParams, RunResult
+from tether.protocol.kernel import (
+    CancelParams,
+    CancelResult,
+    CompactParams,
+    CompactResult,
+    RunParams,
+    RunResult,
+)
 from tether.rpc.handlers import Handler, handler
 from tether.rpc.progress import Notify, progress_emitter
 from tether.sessions import SessionService
@@ -17,4 +24,19 @@ def kernel_methods(kernel: Kernel, sessions: SessionService, notify: Notify) -> 
         await sessions.store.get(params.session_id)  # an unknown session is -32010
         return CancelResult(cancelled=kernel.cancel(params.session_id))
 
-    return {"kernel/run": handler(RunParams, run), "kernel/cancel": handler(CancelParams, cancel)}
+    async def compact(params: CompactParams) -> CompactResult:
+        token = params.work_done_token
+        if token is not None:
+            begin = {"kind": "begin", "title": "tether", "message": "compacting"}
+            notify("$/progress", {"token": token, "value": begin})
+        try:
+            return await kernel.compact(params, progress_emitter(notify, token))
+        finally:
+            if token is not None:
+                notify("$/progress", {"token": token, "value": {"kind": "end"}})
+
+    return {
+        "kernel/run": handler(RunParams, run),
+        "kernel/cancel": handler(CancelParams, cancel),
+        "session/compact": handler(CompactParams, compact),
+    }

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tether.protocol.kernel import (
+    CompactionStarted,
     IterationStarted,
     ProgressEvent,
     ProgressParams,
@@ -40,6 +41,8 @@ def work_done_value(event: ProgressEvent) -> dict[str, Any] | None:
             return {"kind": "report", "message": f"iteration {iteration}"}
         case ToolCallStarted(name=name):
             return {"kind": "report", "message": f"tool {name}"}
+        case CompactionStarted():
+            return {"kind": "report", "message": "summarizing older turns"}
         case RunFinished(stop_reason=reason):
             return {"kind": "end", "message": str(reason)}
         case _:

@@ -20,6 +20,7 @@ from typing import Any, overload
 import orjson
 
 from tether.protocol import (
+    CompactedRange,
     InvalidParams,
     ListSessionsResult,
     Message,
@@ -43,7 +44,8 @@ _SLICE = 250  # messages of a big append prepared between two turns of the event
 
 Packed = tuple[Any, ...]
 """A stored message: ``(id, role, content, tool_calls, tool_call_id, is_error, name, author,
-metadata, run_id, created_at)``, tool calls as ``(id, name, arguments)`` tuples, the role as its
+metadata, run_id, kind, replaces, created_at)``, ``replaces`` as ``(first_id, last_id, count)``,
+tool calls as ``(id, name, arguments)`` tuples, the role as its
 plain string: a tuple of strings, numbers and times is one the collector stops tracking, so a
 big history costs its full passes nothing."""
 
@@ -52,7 +54,21 @@ _ROLES = {role.value: role for role in Role}
 
 def unpack(packed: Packed) -> Message:
     """A new message the caller owns, built from a packed one."""
-    (id_, role, content, calls, call_id, is_error, name, author, metadata, run_id, at) = packed
+    (
+        id_,
+        role,
+        content,
+        calls,
+        call_id,
+        is_error,
+        name,
+        author,
+        metadata,
+        run_id,
+        kind,
+        span,
+        at,
+    ) = packed
     return trusted_message(
         {
             "role": _ROLES[role],
@@ -69,6 +85,8 @@ def unpack(packed: Packed) -> Message:
             "name": name,
             "author": author,
             "metadata": None if metadata is None else _copy_json(metadata),
+            "kind": kind,
+            "replaces": None if span is None else _range(span),
             "id": id_,
             "run_id": run_id,
             "created_at": at,
@@ -77,6 +95,11 @@ def unpack(packed: Packed) -> Message:
 
 
 _SET_ATTR = object.__setattr__
+
+
+def _range(span: tuple[str, str, int]) -> CompactedRange:
+    first, last, count = span
+    return CompactedRange.model_construct(first_id=first, last_id=last, count=count)
 
 
 def trusted_message(fields: dict[str, Any]) -> Message:
@@ -544,6 +567,7 @@ def pack_input(source: MessageInput, message_id: str, now: datetime, run_id: str
     content = source.content
     calls = source.tool_calls
     metadata = source.metadata
+    span = source.replaces
     return (
         message_id,
         source.role.value,
@@ -555,6 +579,8 @@ def pack_input(source: MessageInput, message_id: str, now: datetime, run_id: str
         source.author,
         None if metadata is None else _copy_json(metadata),
         run_id,
+        source.kind,
+        None if span is None else (span.first_id, span.last_id, span.count),
         now,
     )
 
@@ -600,10 +626,12 @@ _WIRE_NAMES = tuple(
         "author",
         "metadata",
         "run_id",
+        "kind",
+        "replaces",
         "created_at",
     )
 )
-_ORDER = (1, 2, 3, 4, 5, 6, 7, 8, 0, 9, 10)  # the packed values in the order of Message's fields
+_ORDER = (1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 0, 9, 12)  # the packed values in Message's field order
 
 
 def _dumped(packed: Packed) -> dict[str, Any]:
@@ -616,6 +644,8 @@ def _dumped(packed: Packed) -> dict[str, Any]:
             value = [block.model_dump(by_alias=True, exclude_none=True) for block in value]
         elif index == 3:
             value = [{"id": i, "name": n, "arguments": a} for i, n, a in value]
+        elif index == 11:
+            value = {"firstId": value[0], "lastId": value[1], "count": value[2]}
         dumped[_WIRE_NAMES[index]] = value
     return dumped
 

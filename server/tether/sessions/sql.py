@@ -83,6 +83,7 @@ from sqlalchemy.schema import CreateColumn, CreateIndex, CreateTable
 from sqlalchemy.types import TypeDecorator
 
 from tether.protocol import (
+    CompactedRange,
     ConfigError,
     InvalidParams,
     ListSessionsResult,
@@ -108,7 +109,7 @@ from tether.sessions.store import Order
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 class _Micros(TypeDecorator[datetime]):
@@ -199,6 +200,8 @@ messages_table = Table(
     Column("agent_id", Text),
     Column("run_id", _ID),
     Column("created_at", _Micros, nullable=False),
+    Column("kind", Text),
+    Column("replaces", JSON(none_as_null=True)),
     PrimaryKeyConstraint("owner", "position"),
 )
 
@@ -230,7 +233,12 @@ _V2_INDEXES = [Index("ix_messages_run", messages_table.c.run_id)]
 def _create_v1(connection: Connection) -> None:
     for table in (sessions_table, segments_table, messages_table, tool_calls_table):
         create = CreateTable(table)
-        create.columns = [c for c in create.columns if c.element.name not in _LEASE_COLUMNS]
+        create.columns = [
+            c
+            for c in create.columns
+            if (table.name, c.element.name) not in _LATER_COLUMNS
+            and c.element.name not in _LEASE_COLUMNS
+        ]
         connection.execute(create)
     for index in _V1_INDEXES:
         connection.execute(CreateIndex(index))
@@ -247,7 +255,23 @@ def _add_run_lease(connection: Connection) -> None:
         connection.exec_driver_sql(f"ALTER TABLE sessions ADD COLUMN {column}")
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_create_v1, _add_run_index, _add_run_lease]
+_COMPACTION_COLUMNS = ("kind", "replaces")
+_LATER_COLUMNS = {("messages", name) for name in _COMPACTION_COLUMNS}  # not in version 1
+
+
+def _add_compaction(connection: Connection) -> None:
+    """Messages learn ``kind`` and ``replaces`` (compaction summaries)."""
+    for name in _COMPACTION_COLUMNS:
+        column = CreateColumn(messages_table.c[name]).compile(dialect=connection.dialect)
+        connection.exec_driver_sql(f"ALTER TABLE messages ADD COLUMN {column}")
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [
+    _create_v1,
+    _add_run_index,
+    _add_run_lease,
+    _add_compaction,
+]
 """Step ``i`` moves the schema from version ``i`` to ``i + 1`` (0: an empty database)."""
 
 assert len(MIGRATIONS) == SCHEMA_VERSION
@@ -285,7 +309,7 @@ _LEASE = select(_S.lease_run_id, _S.lease_holder, _S.lease_until).where(_S.id ==
 _LEASE_LOCKED = _LEASE.with_for_update()
 _MESSAGE_COLUMNS = (
     _M.id, _M.role, _M.content, _M.tool_calls, _M.tool_call_id, _M.is_error, _M.name,
-    _M.author, _M.metadata, _M.run_id, _M.created_at,
+    _M.author, _M.metadata, _M.run_id, _M.created_at, _M.kind, _M.replaces,
 )  # fmt: skip
 _RANGE = (
     select(*_MESSAGE_COLUMNS)
@@ -483,7 +507,7 @@ class _SqliteExec(_Exec):
         params = {"owner": owner, "low": low, "high": high}
         for row in self.raw.execute(compiled.sql, compiled.args(params)):
             values = list(row)
-            for index in (2, 3, 8):  # content, tool_calls, metadata: JSON text
+            for index in (2, 3, 8, 12):  # content, tool_calls, metadata, replaces: JSON text
                 if values[index] is not None:
                     values[index] = orjson.loads(values[index])
             if values[5] is not None:
@@ -496,7 +520,7 @@ class _SqliteExec(_Exec):
         compiled = self._sql(_INSERT_MESSAGES)
         rows = []
         for message in messages:
-            for name in ("content", "tool_calls", "metadata"):
+            for name in ("content", "tool_calls", "metadata", "replaces"):
                 if message[name] is not None:
                     message[name] = orjson.dumps(message[name]).decode()
             message["created_at"] = _to_micros(message["created_at"])
@@ -1331,6 +1355,8 @@ def _message_row(
         "agent_id": agent_id,
         "run_id": message.run_id,
         "created_at": message.created_at,
+        "kind": message.kind,
+        "replaces": None if message.replaces is None else message.replaces.to_wire(),
     }
 
 
@@ -1343,7 +1369,10 @@ def _message(row: Sequence[Any]) -> Message:
     Rows hold messages that were validated when they were appended, so only the nested models
     are rebuilt (validating every field again would be most of the cost of a page).
     """
-    message_id, role, content, calls, call_id, is_error, name, author, metadata, run_id, at = row
+    (message_id, role, content, calls, call_id, is_error, name, author, metadata, run_id, at) = row[
+        :11
+    ]
+    kind, span = row[11:13]
     if isinstance(content, list):
         content = _CONTENT.validate_python(content)
     return trusted_message(
@@ -1358,6 +1387,8 @@ def _message(row: Sequence[Any]) -> Message:
             "name": name,
             "author": author,
             "metadata": metadata,
+            "kind": kind,
+            "replaces": None if span is None else CompactedRange.model_validate(span),
             "id": message_id,
             "run_id": run_id,
             "created_at": at,
