@@ -199,11 +199,15 @@ class Backend:
         return provider
 
     def _shared_http(self) -> httpx.AsyncClient:
-        """The one HTTP client every provider shares (made on first use)."""
+        """The one HTTP client every provider shares, made on first use with the configured
+        ``provider.max_connections`` and closed by :meth:`aclose`."""
         if self._http is None:
-            import httpx
+            from tether.providers.client import DEFAULT_MAX_CONNECTIONS, make_client
 
-            self._http = httpx.AsyncClient(limits=httpx.Limits(max_connections=200))
+            limit = DEFAULT_MAX_CONNECTIONS
+            if self._config is not None:
+                limit = self._config.provider.max_connections
+            self._http = make_client(limit)
         return self._http
 
     @property

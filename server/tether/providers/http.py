@@ -20,6 +20,7 @@ import httpx
 import orjson
 
 from tether.providers.base import Completion, ModelRequest, Provider, TextDelta
+from tether.providers.client import make_client
 from tether.providers.errors import AttemptFailed
 from tether.providers.retry import BODY_LIMIT, RetryPolicy, parse_retry_after, with_retries
 from tether.providers.sse import ServerSentEvent, iter_events
@@ -113,7 +114,7 @@ class HttpProvider(Provider):
         }
         self._secret = api_key
         self._own_client = client is None
-        self._client = client if client is not None else httpx.AsyncClient()
+        self._client = client if client is not None else make_client()
         self._timeout = httpx.Timeout(timeout)
         self.retry = retry if retry is not None else RetryPolicy()
 
