@@ -57,17 +57,12 @@ class BenchEndpoint(ModelServer):
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self._call_ids = itertools.count(1)
-        self.connections = 0
 
     def reply_to(self, request: RecordedRequest) -> Reply:
         if answers_with_text(request.body):
             return Reply(text=ANSWER_TEXT)
         call = Call("read_file", {"path": "README.md"}, id=f"call_{next(self._call_ids)}")
         return Reply(text=TOOL_TEXT, tool_calls=[call])
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        await super()._serve(reader, writer)
 
     async def _answer(self, request: RecordedRequest, writer: asyncio.StreamWriter) -> bool:
         # ModelServer takes the next queued answer before its first await, so the answer queued
