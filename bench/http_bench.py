@@ -6,7 +6,9 @@ the real server.
    answer's SSE lines read and their JSON decoded, over: tether's client
    (``tether.providers.client.make_client``: httpx over aiohttp's pool), httpx with its default
    transport as tether used it before (``max_connections=200``, httpx's default 20 kept-alive
-   connections), httpx with every connection kept alive, and aiohttp alone (the floor).
+   connections for 5 s), httpx with every connection kept alive, and aiohttp alone (the floor).
+   The clients other than "httpx before" keep idle connections for 5 minutes, so that they
+   outlive the other clients' rounds.
    CPU time of the bench process per request, wall time of the batch, connections the endpoint
    accepted per request.
 2. **Runs through the real server**: one ``tether serve`` per ``--server LABEL=PYTHON`` (the
@@ -49,6 +51,7 @@ from served import SYSTEM_PROMPT, Endpoint, Served, endpoint
 from tether.providers.client import make_client
 
 PROMPT = "What is this project?"
+KEEPALIVE = 300.0  # s: idle connections outlive the other clients' rounds
 FILE_TEXT = "# tether\n\nAn agent backend that editors spawn over stdio.\n" * 6
 TOOLS = [
     {
@@ -122,7 +125,8 @@ class Aiohttp(Client):
 
     async def request(self, url: str) -> int:
         if self.session is None:
-            self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=self.limit))
+            connector = aiohttp.TCPConnector(limit=self.limit, keepalive_timeout=KEEPALIVE)
+            self.session = aiohttp.ClientSession(connector=connector)
         events = 0
         async with self.session.post(url, data=BODY, headers=HEADERS) as response:
             response.raise_for_status()
@@ -139,14 +143,16 @@ class Aiohttp(Client):
 
 def clients(limit: int) -> dict[str, Callable[[], Client]]:
     return {
-        "tether": lambda: Httpx(make_client(limit)),
+        "tether": lambda: Httpx(make_client(limit, keepalive=KEEPALIVE)),
         "httpx before": lambda: Httpx(
-            httpx.AsyncClient(limits=httpx.Limits(max_connections=limit))
+            httpx.AsyncClient(limits=httpx.Limits(max_connections=limit))  # keeps 20, for 5 s
         ),
         "httpx kept": lambda: Httpx(
             httpx.AsyncClient(
                 limits=httpx.Limits(
-                    max_connections=limit, max_keepalive_connections=limit, keepalive_expiry=60.0
+                    max_connections=limit,
+                    max_keepalive_connections=limit,
+                    keepalive_expiry=KEEPALIVE,
                 )
             )
         ),
@@ -335,7 +341,7 @@ def server_arg(text: str) -> tuple[str, str]:
     label, _, python = text.partition("=")
     if not python:
         raise argparse.ArgumentTypeError("expected LABEL=PYTHON")
-    return label, python
+    return label, os.path.abspath(python)  # the server runs in the workspace
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -80,6 +80,8 @@ class Reply:
     interleave: bool = False  # deltas of parallel calls alternate (OpenAI)
     omit_tool_call_ids: bool = False  # like some OpenAI-compatible servers
     done_marker: bool = True  # OpenAI: end with ``data: [DONE]``
+    end_after: float = 0.0  # seconds between the last event and the end of the body ...
+    linger: bool = False  # ... or the body never ends: the stream stays open after the turn
 
 
 @dataclass(frozen=True)
@@ -581,7 +583,11 @@ class ModelServer:
         if isinstance(response, Reply):
             asked = isinstance(request.body, dict) and bool(request.body.get("stream"))
             if response.stream if response.stream is not None else asked:
-                await _stream(writer, wire.events(response))
+                end = not response.linger
+                await _stream(writer, wire.events(response), end=end, end_after=response.end_after)
+                if not end:
+                    await self._stall(writer)
+                    return False
             else:
                 await _send(writer, 200, json.dumps(wire.whole(response)).encode())
             return True
@@ -686,8 +692,15 @@ async def _send(
     await writer.drain()
 
 
-async def _stream(writer: asyncio.StreamWriter, events: Sequence[str], *, end: bool = True) -> None:
-    """An SSE answer, one chunk per event, flushed as it goes."""
+async def _stream(
+    writer: asyncio.StreamWriter,
+    events: Sequence[str],
+    *,
+    end: bool = True,
+    end_after: float = 0.0,
+) -> None:
+    """An SSE answer, one chunk per event, flushed as it goes; the chunk that ends the body
+    ``end_after`` seconds after the last event (or none, when not ``end``)."""
     writer.write(
         _head(
             200,
@@ -703,6 +716,8 @@ async def _stream(writer: asyncio.StreamWriter, events: Sequence[str], *, end: b
         writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         await writer.drain()
     if end:
+        if end_after:
+            await asyncio.sleep(end_after)
         writer.write(b"0\r\n\r\n")
         await writer.drain()
 

@@ -8,6 +8,8 @@ what the client does on the wire rather than what its pool says of itself.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from datetime import UTC, datetime
@@ -80,6 +82,28 @@ async def test_a_hundred_concurrent_streams_all_complete_and_their_connections_a
     assert server.connections == opened  # the second hundred opened nothing new
 
 
+async def test_a_turn_whose_body_ends_a_moment_after_its_last_event_keeps_its_connection(
+    server: ModelServer,
+) -> None:
+    server.push(*[Reply(text=f"turn {n}", end_after=0.05) for n in range(3)])
+    async with make_client() as client:
+        provider = provider_over(client, server)
+        assert [await answer(provider) for _ in range(3)] == ["turn 0", "turn 1", "turn 2"]
+    assert server.connections == 1
+
+
+async def test_a_turn_whose_stream_stays_open_after_its_end_is_complete_all_the_same(
+    server: ModelServer,
+) -> None:
+    server.push(Reply(text="done but lingering", linger=True), Reply(text="next"))
+    async with make_client() as client:
+        provider = provider_over(client, server)
+        assert await answer(provider) == "done but lingering"
+        await server.wait_for_closed(1)  # given up, not put back in the pool
+        assert await answer(provider) == "next"
+    assert server.connections == 2
+
+
 async def test_max_connections_bounds_the_connections_open_at_once(server: ModelServer) -> None:
     server.latency = 0.02  # so that the streams overlap
     async with make_client(max_connections=4) as client:
@@ -132,3 +156,18 @@ async def test_closing_the_client_closes_its_idle_connections(server: ModelServe
     assert server.closed == 0  # kept alive for the next call
     await client.aclose()
     await server.wait_for_closed(1)
+
+
+def test_preloading_imports_the_http_stack_on_a_thread_of_its_own() -> None:
+    code = (
+        "import sys, threading\n"
+        "from tether.backend import preload_http_client\n"
+        "assert 'aiohttp' not in sys.modules\n"
+        "preload_http_client()\n"
+        "[t.join(30) for t in threading.enumerate() if t.name == 'tether-preload-http']\n"
+        "print('tether.providers.client' in sys.modules, 'aiohttp' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split() == ["True", "True"]

@@ -29,8 +29,11 @@ DEFAULT_MAX_CONNECTIONS = 100
 KEEPALIVE_SECONDS = 15.0  # idle connections are closed after this long (aiohttp's default)
 
 
-def make_client(max_connections: int = DEFAULT_MAX_CONNECTIONS) -> httpx.AsyncClient:
-    """A client for the providers: at most ``max_connections`` open at once, idle ones kept.
+def make_client(
+    max_connections: int = DEFAULT_MAX_CONNECTIONS, *, keepalive: float = KEEPALIVE_SECONDS
+) -> httpx.AsyncClient:
+    """A client for the providers: at most ``max_connections`` open at once, idle ones kept for
+    ``keepalive`` seconds.
 
     Made and used on one event loop (its pool is created on the first request); close it with
     ``aclose`` when the process is done with it.
@@ -38,6 +41,6 @@ def make_client(max_connections: int = DEFAULT_MAX_CONNECTIONS) -> httpx.AsyncCl
     limits = httpx.Limits(
         max_connections=max_connections,
         max_keepalive_connections=max_connections,
-        keepalive_expiry=KEEPALIVE_SECONDS,
+        keepalive_expiry=keepalive,
     )
     return HttpxAiohttpClient(limits=limits)
