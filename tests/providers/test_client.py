@@ -8,6 +8,7 @@ what the client does on the wire rather than what its pool says of itself.
 from __future__ import annotations
 
 import asyncio
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -17,8 +18,8 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from tests.fakes import Hang, ModelServer, Reply
-from tether.protocol import Message, Role
+from tests.fakes import Hang, ModelServer, Reply, Reset
+from tether.protocol import Message, ProviderError, Role
 from tether.providers import Completion, ModelRequest, RetryPolicy, TextDelta
 from tether.providers.client import make_client
 from tether.providers.openai import OpenAIProvider
@@ -171,3 +172,30 @@ def test_preloading_imports_the_http_stack_on_a_thread_of_its_own() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.split() == ["True", "True"]
+
+
+async def failure_of(provider: OpenAIProvider) -> ProviderError:
+    with pytest.raises(ProviderError) as caught:
+        await answer(provider)
+    return caught.value
+
+
+async def test_a_connection_reset_is_reported_as_a_failed_connection_not_a_timeout(
+    server: ModelServer,
+) -> None:
+    server.push(Reset())
+    async with make_client() as client:
+        error = await failure_of(provider_over(client, server))
+    assert "the connection failed (ReadError" in error.message
+
+
+async def test_a_refused_connection_is_reported_as_one() -> None:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    async with make_client() as client:
+        provider = OpenAIProvider(
+            base_url=f"http://127.0.0.1:{port}/v1", client=client, retry=RetryPolicy(max_retries=0)
+        )
+        error = await failure_of(provider)
+    assert "the connection failed (ConnectError" in error.message
