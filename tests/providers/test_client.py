@@ -15,13 +15,14 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from datetime import UTC, datetime
 
+import aiohttp
 import httpx
 import pytest
 
 from tests.fakes import Hang, ModelServer, Reply, Reset
 from tether.protocol import Message, ProviderError, Role
 from tether.providers import Completion, ModelRequest, RetryPolicy, TextDelta
-from tether.providers.client import make_client
+from tether.providers.client import lost_connection, make_client
 from tether.providers.openai import OpenAIProvider
 
 
@@ -199,3 +200,20 @@ async def test_a_refused_connection_is_reported_as_one() -> None:
         )
         error = await failure_of(provider)
     assert "the connection failed (ConnectError" in error.message
+
+
+@pytest.mark.parametrize(
+    ("cause", "kind"),
+    [
+        (aiohttp.ServerDisconnectedError(), httpx.ReadError),
+        (aiohttp.ClientOSError(104, "Connection reset by peer"), httpx.ReadError),
+        (aiohttp.SocketTimeoutError("Timeout on reading data from socket"), httpx.ConnectTimeout),
+        (None, httpx.ConnectTimeout),
+    ],
+)
+def test_what_httpx_aiohttp_calls_a_connect_timeout_is_named_as_httpx_would(
+    cause: BaseException | None, kind: type[httpx.HTTPError]
+) -> None:
+    reported = httpx.ConnectTimeout("as httpx-aiohttp reports it")
+    reported.__cause__ = cause
+    assert type(lost_connection(reported)) is kind

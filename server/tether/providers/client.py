@@ -61,9 +61,10 @@ def lost_connection(exc: httpx.ConnectTimeout) -> httpx.TransportError:
     cause = exc.__cause__
     if cause is None or isinstance(cause, TimeoutError):
         return exc
+    # httpx attaches the request on the way out (``request_context``), as for its own transport
     if isinstance(cause, aiohttp.ClientConnectorError):
-        return httpx.ConnectError(str(exc), request=exc.request)
-    return httpx.ReadError(str(exc), request=exc.request)
+        return httpx.ConnectError(str(exc))
+    return httpx.ReadError(str(exc))
 
 
 class Stream(httpx.AsyncByteStream):
@@ -90,7 +91,6 @@ class Transport(AiohttpTransport):
         try:
             response = await super().handle_async_request(request)
         except httpx.ConnectTimeout as exc:
-            exc.request = request
             raise lost_connection(exc) from exc.__cause__
         assert isinstance(response.stream, httpx.AsyncByteStream)
         response.stream = Stream(response.stream)
