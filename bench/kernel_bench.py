@@ -73,6 +73,7 @@ from tether.protocol.kernel import (
 )
 from tether.protocol.tools import ToolSpec
 from tether.providers import ModelRequest, Provider, ScriptedProvider, ScriptTurn, make_provider
+from tether.providers.client import make_client
 from tether.providers.openai import OpenAIProvider, openai_tools
 from tether.rpc.app import App
 from tether.rpc.progress import progress_emitter
@@ -131,6 +132,9 @@ class Tools:
 
     async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
         return ToolResult(FILE_TEXT)
+
+    def protected(self, name: str, arguments: str, workspace: Path) -> str | None:
+        return None  # read_file writes nothing
 
 
 WORDS = (
@@ -579,10 +583,10 @@ class HttpOnly(Runner):
 
 
 def http_client() -> httpx.AsyncClient:
-    """The shared client: room for every run at once; idle connections are kept for a minute, so
-    that they outlive the other columns' rounds (the default is 5 s)."""
-    limits = httpx.Limits(max_connections=200, max_keepalive_connections=200, keepalive_expiry=60.0)
-    return httpx.AsyncClient(limits=limits, timeout=30.0)
+    """The shared client, as the server makes it (``make_client``): room for every run at once;
+    idle connections are kept for a minute, so that they outlive the other columns' rounds (the
+    server keeps them 15 s)."""
+    return make_client(200, keepalive=60.0)
 
 
 async def measure_concurrency(

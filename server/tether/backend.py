@@ -10,8 +10,11 @@ A face subclasses :class:`Backend`, loads the configuration when its client says
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import os
+import sys
+import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
@@ -36,6 +39,20 @@ if TYPE_CHECKING:
     from tether.tools.mcp import McpManager
 
 logger = logging.getLogger(__name__)
+
+
+def preload_http_client() -> None:
+    """Import the providers' HTTP stack (httpx, aiohttp and their TLS set-up, a few hundred ms)
+    on a daemon thread, so that the first run does not wait for it; a run that needs it first
+    waits on the import lock rather than importing twice."""
+    if "tether.providers.client" in sys.modules:
+        return
+    threading.Thread(
+        target=importlib.import_module,
+        args=("tether.providers.client",),
+        name="tether-preload-http",
+        daemon=True,
+    ).start()
 
 
 class Backend:
@@ -152,6 +169,8 @@ class Backend:
             self.warn(message)
         if self.config().sessions.ttl is not None and self._sweeper is None:
             self._sweeper = asyncio.ensure_future(self._sweep_forever())
+        if self.config().provider.type not in (None, "scripted"):  # a provider over HTTP
+            preload_http_client()
 
     async def sweep(self) -> list[str]:
         """Delete the sessions idle for longer than ``sessions.ttl`` (none without a TTL)."""
@@ -199,11 +218,15 @@ class Backend:
         return provider
 
     def _shared_http(self) -> httpx.AsyncClient:
-        """The one HTTP client every provider shares (made on first use)."""
+        """The one HTTP client every provider shares, made on first use with the configured
+        ``provider.max_connections`` and closed by :meth:`aclose`."""
         if self._http is None:
-            import httpx
+            from tether.providers.client import DEFAULT_MAX_CONNECTIONS, make_client
 
-            self._http = httpx.AsyncClient(limits=httpx.Limits(max_connections=200))
+            limit = DEFAULT_MAX_CONNECTIONS
+            if self._config is not None:
+                limit = self._config.provider.max_connections
+            self._http = make_client(limit)
         return self._http
 
     @property

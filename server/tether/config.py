@@ -88,6 +88,12 @@ class ProviderConfig(_Section):
     )
     timeout: float = Field(default=60.0, gt=0, description="seconds per HTTP request")
     max_retries: int = Field(default=3, ge=0, le=10)
+    max_connections: int = Field(
+        default=100,
+        ge=1,
+        le=10_000,
+        description="connections to model endpoints open at once, shared by every run",
+    )
     script: str | None = Field(default=None, description="scripted provider: path of the script")
 
 
@@ -363,6 +369,8 @@ WORKSPACE_REFUSED: Final[Mapping[str, str]] = MappingProxyType(
         "provider.base_url": "a repository could send your API key to a server of its choosing",
         "provider.api_key_env": "a repository could send any of your variables as the API key",
         "provider.script": "a repository could play the model and make any tool call",
+        "provider.max_connections": "one client serves every workspace's runs: a repository "
+        "could stall your other sessions' model calls",
         "tools.mcp_servers": "a repository could run any command, or reach any server",
         "tools.sandbox": "a repository could let commands out of the sandbox",
         "tools.sandbox_network": "a repository could let commands reach the network",

@@ -117,6 +117,41 @@ async def test_cancel_stops_a_stream_that_stalled(connection: Connection, endpoi
     assert roles == ["user"]
 
 
+async def test_runs_one_after_another_reuse_one_connection_to_the_endpoint(
+    connection: Connection, endpoint: ModelServer
+):
+    sid = (await connection.request("session/create", {}))["sessionId"]
+    for turn in range(5):
+        endpoint.push(Reply(text=f"answer {turn}"))
+        result = await connection.request("kernel/run", {"sessionId": sid, "prompt": "again"})
+        assert result["response"] == f"answer {turn}"
+    assert endpoint.connections == 1
+
+
+async def test_provider_max_connections_bounds_the_connections_concurrent_runs_open(
+    endpoint: ModelServer, project: Path
+):
+    endpoint.latency = 0.05  # so that the runs overlap
+    endpoint.default = Reply(text="done")
+    provider = {
+        "type": "openai",
+        "baseUrl": endpoint.openai_url,
+        "model": "test-model",
+        "maxConnections": 2,
+    }
+    connection = await connect(project, provider)
+    try:
+        sids = [(await connection.request("session/create", {}))["sessionId"] for _ in range(8)]
+        results = await asyncio.gather(
+            *(connection.request("kernel/run", {"sessionId": sid, "prompt": "hi"}) for sid in sids)
+        )
+    finally:
+        code = await connection.close()
+    assert [result["response"] for result in results] == ["done"] * 8
+    assert endpoint.connections == 2
+    assert code == 0
+
+
 async def test_a_work_done_token_gets_lsp_progress_begin_reports_and_end(
     endpoint: ModelServer, project: Path
 ):

@@ -25,7 +25,10 @@ For a subprocess (the real ``tether serve``), run it in a thread::
     with ModelServer.in_thread(latency=0.05) as server:
         spawn(..., base_url=server.openai_url)
 
-Every request is recorded in ``requests`` (method, path, lower-case headers, parsed JSON body).
+Every request is recorded in ``requests`` (method, path, lower-case headers, parsed JSON body);
+``connections`` counts the connections accepted and ``closed`` those that have ended since (a
+stalled answer ends as soon as its client hangs up), so a test can tell whether a client reuses
+its connections and lets go of a stream it gives up.
 Minimal HTTP/1.1 by hand over ``asyncio.start_server``: keep-alive, Content-Length or chunked
 request bodies, chunked streamed answers.
 """
@@ -85,6 +88,8 @@ class Reply:
     thinking: str = ""  # reasoning streamed before the text (word by word)
     reasoning_tokens: int | None = None  # reported in the usage when set
     cached_tokens: int | None = None  # reported in the usage when set
+    end_after: float = 0.0  # seconds between the last event and the end of the body ...
+    linger: bool = False  # ... or the body never ends: the stream stays open after the turn
 
 
 @dataclass(frozen=True)
@@ -567,6 +572,9 @@ class ModelServer:
         self._lock = threading.Condition()
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._readers: dict[asyncio.StreamWriter, asyncio.StreamReader] = {}
+        self.connections = 0  # accepted so far
+        self.closed = 0  # of those, ended since (by either side)
         self._closing: asyncio.Event | None = None
         self.port = 0
 
@@ -609,6 +617,16 @@ class ModelServer:
     async def wait_for_requests(self, count: int, seconds: float = 5.0) -> list[RecordedRequest]:
         """Wait until ``count`` requests have arrived (TimeoutError after ``seconds``)."""
         return await asyncio.to_thread(self.wait_for_requests_sync, count, seconds)
+
+    def wait_for_closed_sync(self, count: int, seconds: float = 5.0) -> None:
+        """Block until ``count`` connections have ended (TimeoutError after ``seconds``)."""
+        with self._lock:
+            if not self._lock.wait_for(lambda: self.closed >= count, seconds):
+                raise TimeoutError(f"{self.closed} of {count} connections ended")
+
+    async def wait_for_closed(self, count: int, seconds: float = 5.0) -> None:
+        """Wait until ``count`` connections have ended (TimeoutError after ``seconds``)."""
+        await asyncio.to_thread(self.wait_for_closed_sync, count, seconds)
 
     # --- lifecycle ---
 
@@ -668,6 +686,9 @@ class ModelServer:
         task = asyncio.current_task()
         assert task is not None
         self._connections[task] = writer
+        self._readers[writer] = reader
+        with self._lock:
+            self.connections += 1
         try:
             while True:
                 request = await _read_request(reader)
@@ -682,8 +703,12 @@ class ModelServer:
             pass
         finally:
             self._connections.pop(task, None)
+            self._readers.pop(writer, None)
             if not writer.transport.is_closing():
                 writer.close()
+            with self._lock:
+                self.closed += 1
+                self._lock.notify_all()
 
     def _take(self) -> Response | None:
         with self._lock:
@@ -722,7 +747,11 @@ class ModelServer:
         if isinstance(response, Reply):
             asked = wire.streams(request)
             if response.stream if response.stream is not None else asked:
-                await _stream(writer, wire.events(response))
+                end = not response.linger
+                await _stream(writer, wire.events(response), end=end, end_after=response.end_after)
+                if not end:
+                    await self._stall(writer)
+                    return False
             else:
                 await _send(writer, 200, json.dumps(wire.whole(response)).encode())
             return True
@@ -752,9 +781,21 @@ class ModelServer:
         assert isinstance(response, Hang)
         if response.after_text is not None:
             await _stream(writer, wire.prefix(response.after_text), end=False)
-        assert self._closing is not None
-        await self._closing.wait()
+        await self._stall(writer)
         return False
+
+    async def _stall(self, writer: asyncio.StreamWriter) -> None:
+        """Wait until the server closes or the client hangs up (reads past its request)."""
+        assert self._closing is not None
+        waits = [asyncio.ensure_future(self._closing.wait())]
+        reader = self._readers.get(writer)
+        if reader is not None:
+            waits.append(asyncio.ensure_future(reader.read(1)))
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
 
 
 async def _read_request(reader: asyncio.StreamReader) -> RecordedRequest | None:
@@ -815,8 +856,15 @@ async def _send(
     await writer.drain()
 
 
-async def _stream(writer: asyncio.StreamWriter, events: Sequence[str], *, end: bool = True) -> None:
-    """An SSE answer, one chunk per event, flushed as it goes."""
+async def _stream(
+    writer: asyncio.StreamWriter,
+    events: Sequence[str],
+    *,
+    end: bool = True,
+    end_after: float = 0.0,
+) -> None:
+    """An SSE answer, one chunk per event, flushed as it goes; the chunk that ends the body
+    ``end_after`` seconds after the last event (or none, when not ``end``)."""
     writer.write(
         _head(
             200,
@@ -832,6 +880,8 @@ async def _stream(writer: asyncio.StreamWriter, events: Sequence[str], *, end: b
         writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         await writer.drain()
     if end:
+        if end_after:
+            await asyncio.sleep(end_after)
         writer.write(b"0\r\n\r\n")
         await writer.drain()
 

@@ -11,7 +11,6 @@ from contextlib import aclosing
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.fakes import Call, ModelServer, Raw, Reply, Status
@@ -35,6 +34,7 @@ from tether.providers import (
     ThoughtDelta,
     make_provider,
 )
+from tether.providers.client import make_client
 from tether.providers.gemini import GeminiProvider
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\nnot really").decode()
@@ -76,7 +76,7 @@ async def server() -> AsyncIterator[ModelServer]:
 
 @pytest.fixture
 async def gemini(server: ModelServer) -> AsyncIterator[GeminiProvider]:
-    async with httpx.AsyncClient() as client:
+    async with make_client() as client:
         yield GeminiProvider(
             base_url=server.gemini_url,
             api_key=KEY,

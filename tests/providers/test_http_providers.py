@@ -22,6 +22,7 @@ from tests.fakes import Call, Hang, ModelServer, Reply, Reset, Status, Truncate
 from tether.protocol import ErrorCode, Message, ProviderError, Role
 from tether.providers import Completion, ModelRequest, RetryPolicy, TextDelta
 from tether.providers.anthropic import AnthropicProvider
+from tether.providers.client import make_client
 from tether.providers.gemini import GeminiProvider
 from tether.providers.http import HttpProvider
 from tether.providers.openai import OpenAIProvider
@@ -53,7 +54,7 @@ async def server() -> AsyncIterator[ModelServer]:
 
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
+    async with make_client() as client:
         yield client
 
 

@@ -18,6 +18,7 @@ from tether.protocol.tools import ToolSpec
 from tether.providers import Completion, ModelRequest, RetryPolicy
 from tether.providers.anthropic import AnthropicProvider
 from tether.providers.base import OutputSpec
+from tether.providers.client import make_client
 from tether.providers.http import HttpProvider
 from tether.providers.openai import OpenAIProvider
 from tether.providers.scripted import ScriptedProvider
@@ -42,7 +43,7 @@ async def server() -> AsyncIterator[ModelServer]:
 
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
+    async with make_client() as client:
         yield client
 
 

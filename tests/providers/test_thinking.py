@@ -17,6 +17,7 @@ from tests.fakes import Call, ModelServer, Reply
 from tether.protocol import Message, Role
 from tether.providers import Completion, ModelRequest, RetryPolicy, TextDelta, ThoughtDelta
 from tether.providers.anthropic import AnthropicProvider
+from tether.providers.client import make_client
 from tether.providers.gemini import GeminiProvider
 from tether.providers.http import HttpProvider
 from tether.providers.openai import OpenAIProvider
@@ -33,7 +34,7 @@ async def server() -> AsyncIterator[ModelServer]:
 
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
+    async with make_client() as client:
         yield client
 
 

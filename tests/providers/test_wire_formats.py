@@ -29,6 +29,7 @@ from tether.protocol import (
 from tether.protocol.tools import ToolSpec
 from tether.providers import Completion, ModelRequest, RetryPolicy, TextDelta
 from tether.providers.anthropic import AnthropicProvider
+from tether.providers.client import make_client
 from tether.providers.http import HttpProvider
 from tether.providers.openai import OpenAIProvider
 
@@ -88,7 +89,7 @@ async def server() -> AsyncIterator[ModelServer]:
 
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
+    async with make_client() as client:
         yield client
 
 

@@ -8,11 +8,14 @@ A server that answers with plain JSON although streaming was asked for is read a
 any other content type is read as an event stream.
 
 ``timeout`` bounds each wait on the network: connecting, sending, and the gap between two pieces
-of the answer (a slow but steady stream is not cut off).
+of the answer (a slow but steady stream is not cut off). Once a turn is complete, what is left of
+the body is read (briefly: :func:`finish_body`), so that its connection is reused.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing, asynccontextmanager
@@ -29,9 +32,12 @@ from tether.providers.base import (
     TextDelta,
     ThoughtDelta,
 )
+from tether.providers.client import make_client
 from tether.providers.errors import AttemptFailed
 from tether.providers.retry import BODY_LIMIT, RetryPolicy, parse_retry_after, with_retries
 from tether.providers.sse import ServerSentEvent, iter_events
+
+FINISH_SECONDS = 0.5  # the most a finished turn waits for the rest of its body
 
 
 class TurnReader(ABC):
@@ -88,6 +94,16 @@ def transport_failure(exc: httpx.HTTPError) -> AttemptFailed:
     return AttemptFailed(f"the request failed ({detail})", retryable=False)
 
 
+async def finish_body(rest: AsyncIterator[object]) -> None:
+    """Read what follows the end of a turn (as a rule, only the end of the chunked body) so that
+    the connection goes back to the pool instead of being closed. A server that keeps the stream
+    open after the turn is left after ``FINISH_SECONDS``; its connection is then closed."""
+    with contextlib.suppress(TimeoutError, httpx.HTTPError):
+        async with asyncio.timeout(FINISH_SECONDS):
+            async for _ in rest:
+                pass
+
+
 async def read_head(response: httpx.Response) -> str:
     """The first ``BODY_LIMIT`` bytes of a response body, as text."""
     head = bytearray()
@@ -126,7 +142,7 @@ class HttpProvider(Provider):
         }
         self._secret = api_key
         self._own_client = client is None
-        self._client = client if client is not None else httpx.AsyncClient()
+        self._client = client if client is not None else make_client()
         self._timeout = httpx.Timeout(timeout)
         self.retry = retry if retry is not None else RetryPolicy()
 
@@ -170,15 +186,18 @@ class HttpProvider(Provider):
         try:
             async with self._open(url, body) as response:
                 if "json" not in response.headers.get("content-type", ""):
-                    async for event in iter_events(response.aiter_lines()):
-                        text = reader.feed(event)
-                        for thought in reader.thoughts():
-                            yield ThoughtDelta(text=thought)
-                        if text:
-                            yield TextDelta(text=text)
-                        if reader.done:
-                            break
-                    completion = reader.completion()
+                    events = iter_events(response.aiter_lines())
+                    async with aclosing(events):
+                        async for event in events:
+                            text = reader.feed(event)
+                            for thought in reader.thoughts():
+                                yield ThoughtDelta(text=thought)
+                            if text:
+                                yield TextDelta(text=text)
+                            if reader.done:
+                                break
+                        completion = reader.completion()
+                        await finish_body(events)
                 else:
                     completion = reader.whole(decode_json(await response.aread()))
                     if completion.reasoning:

@@ -6,7 +6,7 @@ is dropped, as the standard says: a provider notices the missing end of its turn
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterable
 from dataclasses import dataclass
 
 
@@ -16,7 +16,7 @@ class ServerSentEvent:
     data: str  # the ``data:`` lines of the event, joined with newlines
 
 
-async def iter_events(lines: AsyncIterable[str]) -> AsyncIterator[ServerSentEvent]:
+async def iter_events(lines: AsyncIterable[str]) -> AsyncGenerator[ServerSentEvent, None]:
     """The complete events in ``lines`` (text lines without their line endings)."""
     event = ""
     data: list[str] = []

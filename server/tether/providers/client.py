@@ -1,0 +1,128 @@
+"""The HTTP client the providers share: the httpx API over aiohttp's connection pool.
+
+The providers are written against ``httpx.AsyncClient`` (requests, streamed responses, its
+exceptions and timeouts). Its default transport, httpcore, costs several times more CPU per
+streamed request than aiohttp, and its pool does work quadratic in the connections it keeps.
+:func:`make_client` keeps the httpx API but hands every request to an aiohttp ``ClientSession``
+through the ``httpx-aiohttp`` transport: one pool per process, idle connections reused, the
+pool's bookkeeping linear in its connections.
+
+How the transport maps what the providers rely on:
+
+- ``httpx.Timeout``: ``connect`` and ``read`` bound each wait on the network (aiohttp's
+  ``sock_connect`` and ``sock_read``: a slow but steady stream is never cut off), ``pool`` the
+  wait for a free connection. There is no bound on the whole request.
+- aiohttp's errors become httpx's, as httpx's own transport raises them: a connection that
+  cannot be made is an ``httpx.ConnectError``, one reset or closed by the server an
+  ``httpx.ReadError``, a wait that ran out an ``httpx.TimeoutException`` — all of them retried
+  by :mod:`tether.providers.retry`. (``httpx-aiohttp`` reports every lost connection as a
+  ``ConnectTimeout``; :class:`Transport` puts that right.)
+- Closing a response before its end (a cancelled run) closes its connection, so the endpoint
+  sees the stream end at once; a response read to its end gives its connection back to the pool.
+- Proxies from the environment (``HTTPS_PROXY``, ``NO_PROXY``...) are honoured as httpx does.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import httpx
+from httpx_aiohttp import AiohttpTransport
+
+DEFAULT_MAX_CONNECTIONS = 100
+KEEPALIVE_SECONDS = 15.0  # idle connections are closed after this long (aiohttp's default)
+DEFAULT_LIMITS = httpx.Limits(max_connections=DEFAULT_MAX_CONNECTIONS)
+
+
+def make_client(
+    max_connections: int = DEFAULT_MAX_CONNECTIONS, *, keepalive: float = KEEPALIVE_SECONDS
+) -> httpx.AsyncClient:
+    """A client for the providers: at most ``max_connections`` open at once, idle ones kept for
+    ``keepalive`` seconds.
+
+    Made and used on one event loop (its pool is created on the first request); close it with
+    ``aclose`` when the process is done with it.
+    """
+    limits = httpx.Limits(
+        max_connections=max_connections,
+        max_keepalive_connections=max_connections,
+        keepalive_expiry=keepalive,
+    )
+    return Client(limits=limits)
+
+
+def lost_connection(exc: httpx.ConnectTimeout) -> httpx.TransportError:
+    """What ``httpx-aiohttp`` reports as a ``ConnectTimeout``, as httpx would have said it: a
+    timeout stays one; a connection that could not be made is a ``ConnectError``; one reset or
+    closed by the server is a ``ReadError``."""
+    cause = exc.__cause__
+    if cause is None or isinstance(cause, TimeoutError):
+        return exc
+    # httpx attaches the request on the way out (``request_context``), as for its own transport
+    if isinstance(cause, aiohttp.ClientConnectorError):
+        return httpx.ConnectError(str(exc))
+    return httpx.ReadError(str(exc))
+
+
+class Stream(httpx.AsyncByteStream):
+    """A response body, its lost connections reported as :func:`lost_connection` says."""
+
+    def __init__(self, inner: httpx.AsyncByteStream) -> None:
+        self._inner = inner
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._inner:
+                yield chunk
+        except httpx.ConnectTimeout as exc:
+            raise lost_connection(exc) from exc.__cause__
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class Transport(AiohttpTransport):
+    """``httpx-aiohttp``'s transport, its errors put right (:func:`lost_connection`)."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            response = await super().handle_async_request(request)
+        except httpx.ConnectTimeout as exc:
+            raise lost_connection(exc) from exc.__cause__
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        response.stream = Stream(response.stream)
+        return response
+
+
+class Client(httpx.AsyncClient):
+    """An ``httpx.AsyncClient`` whose requests, proxied ones included, go through
+    :class:`Transport`."""
+
+    def _init_transport(
+        self,
+        verify: ssl.SSLContext | str | bool = True,
+        cert: Any = None,
+        trust_env: bool = True,
+        http1: bool = True,
+        http2: bool = False,
+        limits: httpx.Limits = DEFAULT_LIMITS,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> httpx.AsyncBaseTransport:
+        if transport is not None:
+            return transport
+        return Transport(verify=verify, cert=cert, trust_env=trust_env, limits=limits)
+
+    def _init_proxy_transport(
+        self,
+        proxy: httpx.Proxy,
+        verify: ssl.SSLContext | str | bool = True,
+        cert: Any = None,
+        trust_env: bool = True,
+        http1: bool = True,
+        http2: bool = False,
+        limits: httpx.Limits = DEFAULT_LIMITS,
+    ) -> httpx.AsyncBaseTransport:
+        return Transport(verify=verify, cert=cert, trust_env=trust_env, limits=limits, proxy=proxy)

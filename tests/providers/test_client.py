@@ -1,0 +1,219 @@
+"""The providers' shared HTTP client against the real loopback endpoint: connections are reused,
+bounded, and let go of when a stream is given up.
+
+The endpoint counts the connections it accepts and those that have ended, so these tests see
+what the client does on the wire rather than what its pool says of itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from datetime import UTC, datetime
+
+import aiohttp
+import httpx
+import pytest
+
+from tests.fakes import Hang, ModelServer, Reply, Reset
+from tether.protocol import Message, ProviderError, Role
+from tether.providers import Completion, ModelRequest, RetryPolicy, TextDelta
+from tether.providers.client import lost_connection, make_client
+from tether.providers.openai import OpenAIProvider
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[ModelServer]:
+    async with ModelServer(default=Reply(text="pong from the endpoint")) as server:
+        yield server
+
+
+def provider_over(client: httpx.AsyncClient, server: ModelServer) -> OpenAIProvider:
+    return OpenAIProvider(
+        base_url=server.openai_url,
+        api_key="sk-test",
+        client=client,
+        timeout=10.0,
+        retry=RetryPolicy(max_retries=0),
+    )
+
+
+def ask() -> ModelRequest:
+    message = Message(id="m1", role=Role.USER, content="ping", created_at=datetime.now(UTC))
+    return ModelRequest(model="test-model", messages=[message])
+
+
+async def answer(provider: OpenAIProvider) -> str:
+    """The text of one whole streamed turn."""
+    pieces: list[str] = []
+    async with aclosing(provider.stream(ask())) as stream:
+        async for event in stream:
+            if isinstance(event, TextDelta):
+                pieces.append(event.text)
+            else:
+                assert isinstance(event, Completion)
+    return "".join(pieces)
+
+
+async def test_two_hundred_sequential_model_calls_share_one_connection(
+    server: ModelServer,
+) -> None:
+    async with make_client() as client:
+        provider = provider_over(client, server)
+        for _ in range(200):
+            assert await answer(provider) == "pong from the endpoint"
+    assert len(server.requests) == 200
+    assert server.connections == 1
+
+
+async def test_a_hundred_concurrent_streams_all_complete_and_their_connections_are_reused(
+    server: ModelServer,
+) -> None:
+    async with make_client() as client:
+        provider = provider_over(client, server)
+        first = await asyncio.gather(*(answer(provider) for _ in range(100)))
+        opened = server.connections
+        second = await asyncio.gather(*(answer(provider) for _ in range(100)))
+    assert first == second == ["pong from the endpoint"] * 100
+    assert len(server.requests) == 200
+    assert 1 <= opened <= 100
+    assert server.connections == opened  # the second hundred opened nothing new
+
+
+async def test_a_turn_whose_body_ends_a_moment_after_its_last_event_keeps_its_connection(
+    server: ModelServer,
+) -> None:
+    server.push(*[Reply(text=f"turn {n}", end_after=0.05) for n in range(3)])
+    async with make_client() as client:
+        provider = provider_over(client, server)
+        assert [await answer(provider) for _ in range(3)] == ["turn 0", "turn 1", "turn 2"]
+    assert server.connections == 1
+
+
+async def test_a_turn_whose_stream_stays_open_after_its_end_is_complete_all_the_same(
+    server: ModelServer,
+) -> None:
+    server.push(Reply(text="done but lingering", linger=True), Reply(text="next"))
+    async with make_client() as client:
+        provider = provider_over(client, server)
+        assert await answer(provider) == "done but lingering"
+        await server.wait_for_closed(1)  # given up, not put back in the pool
+        assert await answer(provider) == "next"
+    assert server.connections == 2
+
+
+async def test_max_connections_bounds_the_connections_open_at_once(server: ModelServer) -> None:
+    server.latency = 0.02  # so that the streams overlap
+    async with make_client(max_connections=4) as client:
+        provider = provider_over(client, server)
+        answers = await asyncio.gather(*(answer(provider) for _ in range(40)))
+    assert answers == ["pong from the endpoint"] * 40
+    assert server.connections == 4
+
+
+async def test_cancelling_a_run_mid_stream_closes_its_connection_and_the_next_call_works(
+    server: ModelServer,
+) -> None:
+    server.push(Hang(after_text="a long answer that stalls"))
+    async with make_client() as client:
+        provider = provider_over(client, server)
+        first = asyncio.Event()
+
+        async def consume() -> None:
+            async with aclosing(provider.stream(ask())) as stream:
+                async for _ in stream:
+                    first.set()
+
+        task = asyncio.create_task(consume())
+        async with asyncio.timeout(5):
+            await first.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await server.wait_for_closed(1)  # the endpoint saw the stream end, not the client exit
+        assert await answer(provider) == "pong from the endpoint"
+    assert server.connections == 2  # a cut stream's connection is not put back in the pool
+
+
+async def test_a_stream_given_up_early_closes_its_connection(server: ModelServer) -> None:
+    server.push(Hang(after_text="more is coming"))
+    async with make_client() as client:
+        provider = provider_over(client, server)
+        async with aclosing(provider.stream(ask())) as stream:
+            async for event in stream:
+                assert isinstance(event, TextDelta)
+                break
+        await server.wait_for_closed(1)
+        assert server.closed == 1
+
+
+async def test_closing_the_client_closes_its_idle_connections(server: ModelServer) -> None:
+    client = make_client()
+    provider = provider_over(client, server)
+    await answer(provider)
+    assert server.closed == 0  # kept alive for the next call
+    await client.aclose()
+    await server.wait_for_closed(1)
+
+
+def test_preloading_imports_the_http_stack_on_a_thread_of_its_own() -> None:
+    code = (
+        "import sys, threading\n"
+        "from tether.backend import preload_http_client\n"
+        "assert 'aiohttp' not in sys.modules\n"
+        "preload_http_client()\n"
+        "[t.join(30) for t in threading.enumerate() if t.name == 'tether-preload-http']\n"
+        "print('tether.providers.client' in sys.modules, 'aiohttp' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split() == ["True", "True"]
+
+
+async def failure_of(provider: OpenAIProvider) -> ProviderError:
+    with pytest.raises(ProviderError) as caught:
+        await answer(provider)
+    return caught.value
+
+
+async def test_a_connection_reset_is_reported_as_a_failed_connection_not_a_timeout(
+    server: ModelServer,
+) -> None:
+    server.push(Reset())
+    async with make_client() as client:
+        error = await failure_of(provider_over(client, server))
+    assert "the connection failed (ReadError" in error.message
+
+
+async def test_a_refused_connection_is_reported_as_one() -> None:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    async with make_client() as client:
+        provider = OpenAIProvider(
+            base_url=f"http://127.0.0.1:{port}/v1", client=client, retry=RetryPolicy(max_retries=0)
+        )
+        error = await failure_of(provider)
+    assert "the connection failed (ConnectError" in error.message
+
+
+@pytest.mark.parametrize(
+    ("cause", "kind"),
+    [
+        (aiohttp.ServerDisconnectedError(), httpx.ReadError),
+        (aiohttp.ClientOSError(104, "Connection reset by peer"), httpx.ReadError),
+        (aiohttp.SocketTimeoutError("Timeout on reading data from socket"), httpx.ConnectTimeout),
+        (None, httpx.ConnectTimeout),
+    ],
+)
+def test_what_httpx_aiohttp_calls_a_connect_timeout_is_named_as_httpx_would(
+    cause: BaseException | None, kind: type[httpx.HTTPError]
+) -> None:
+    reported = httpx.ConnectTimeout("as httpx-aiohttp reports it")
+    reported.__cause__ = cause
+    assert type(lost_connection(reported)) is kind
