@@ -19,6 +19,7 @@ from tether.providers import Completion, ModelRequest, RetryPolicy
 from tether.providers.anthropic import AnthropicProvider
 from tether.providers.base import OutputSpec
 from tether.providers.client import make_client
+from tether.providers.gemini import GeminiProvider
 from tether.providers.http import HttpProvider
 from tether.providers.openai import OpenAIProvider
 from tether.providers.scripted import ScriptedProvider
@@ -58,8 +59,9 @@ async def completion(provider: HttpProvider, model_request: ModelRequest) -> Com
     return provider.structured_answer(last, model_request.output)
 
 
-def test_openai_and_anthropic_declare_a_native_mechanism_and_the_scripted_one_does_not() -> None:
+def test_the_http_providers_declare_a_native_mechanism_and_the_scripted_one_does_not() -> None:
     assert OpenAIProvider.native_output and AnthropicProvider.native_output
+    assert GeminiProvider.native_output
     assert not ScriptedProvider.native_output
 
 
@@ -111,6 +113,31 @@ async def test_anthropic_offers_a_final_tool_and_its_call_is_the_answer(
     assert [t["name"] for t in sent.body["tools"]] == ["read_file", "final_answer"]
     assert sent.body["tools"][1]["input_schema"] == input_schema
     assert sent.body["tool_choice"] == {"type": "any"}
+
+
+@pytest.mark.parametrize(
+    ("spec", "arguments", "text"),
+    [(OBJECT, {"x": 1}, '{"x": 1}'), (LIST, {"value": [1, 2]}, "[1,2]")],
+)
+async def test_gemini_offers_a_final_function_and_its_call_is_the_answer(
+    server: ModelServer,
+    client: httpx.AsyncClient,
+    spec: OutputSpec,
+    arguments: dict[str, object],
+    text: str,
+) -> None:
+    provider = GeminiProvider(
+        base_url=server.gemini_url, client=client, retry=RetryPolicy(max_retries=0), api_key="k"
+    )
+    server.push(Reply(tool_calls=[Call("final_answer", arguments)]))
+    answer = await completion(provider, request(spec))
+    assert json.loads(answer.content or "") == json.loads(text)
+    assert answer.tool_calls == [] and answer.finish_reason == "stop"
+    [sent] = server.requests
+    [tools] = sent.body["tools"]
+    names = [f["name"] for f in tools["functionDeclarations"]]
+    assert names == ["read_file", "final_answer"]
+    assert sent.body["toolConfig"] == {"functionCallingConfig": {"mode": "ANY"}}
 
 
 async def test_anthropic_keeps_other_tool_calls_beside_the_final_one(

@@ -41,7 +41,8 @@ from tether.protocol import Content, ImageBlock, Message, ResourceLinkBlock, Rol
 from tether.protocol import ToolCall as CanonicalCall
 from tether.protocol.kernel import Usage
 from tether.protocol.tools import ToolSpec
-from tether.providers.base import Completion, ModelRequest
+from tether.providers import output
+from tether.providers.base import Completion, ModelRequest, OutputSpec
 from tether.providers.content import (
     THINKING_BUDGETS,
     flatten_text,
@@ -88,6 +89,7 @@ _VERSIONED = re.compile(r"/v\d+(?:alpha|beta)?\d*$")
 
 class GeminiProvider(HttpProvider):
     name = "gemini"
+    native_output = True  # a final function the model must call (tether.providers.output)
 
     def __init__(
         self,
@@ -136,12 +138,24 @@ class GeminiProvider(HttpProvider):
         body: dict[str, Any] = {"contents": contents}
         if system:
             body["systemInstruction"] = {"parts": [{"text": system}]}
-        if request.tools:
-            body["tools"] = [{"functionDeclarations": gemini_tools(request.tools)}]
+        declarations = gemini_tools(request.tools)
+        if request.output is not None:
+            name, description, schema = output.tool_definition(request.output)
+            declarations.append(
+                {"name": name, "description": description, "parametersJsonSchema": schema}
+            )
+            # a function call, the final one at the latest
+            body["toolConfig"] = {"functionCallingConfig": {"mode": "ANY"}}
+        if declarations:
+            body["tools"] = [{"functionDeclarations": declarations}]
         config = generation_config(request.settings)
         if config:
             body["generationConfig"] = config
         return body
+
+    def structured_answer(self, completion: Completion, spec: OutputSpec) -> Completion:
+        """A call of the final tool is the answer's text."""
+        return output.answer_from_tool(completion, spec)
 
     def reader(self) -> GenerateContentReader:
         return GenerateContentReader()
