@@ -264,7 +264,7 @@ async def test_a_version_2_database_gets_the_lease_columns_and_keeps_its_session
         columns = {c["name"] for c in inspect(connection).get_columns("sessions")}
         assert "lease_until" not in columns
     engine.dispose()
-    old = await SqlStore.open(url)  # migrates to version 3
+    old = await SqlStore.open(url)  # migrates to the latest version
     session = await old.create(CreateSessionParams(title="old"), WORKSPACE)
     await old.aclose()
 
@@ -274,7 +274,7 @@ async def test_a_version_2_database_gets_the_lease_columns_and_keeps_its_session
         columns = {c["name"] for c in inspect(connection).get_columns("sessions")}
         version = _version(connection)
     engine.dispose()
-    assert version == SCHEMA_VERSION == 3
+    assert version == SCHEMA_VERSION
     assert {"lease_run_id", "lease_holder", "lease_until"} <= columns
 
     store = await SqlStore.open(url)
@@ -282,5 +282,40 @@ async def test_a_version_2_database_gets_the_lease_columns_and_keeps_its_session
         assert (await store.get(session.session_id)).running is False
         await store.claim_run(session.session_id, "run-1", timedelta(seconds=10))
         assert (await store.get(session.session_id)).running is True
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_version_3_database_gets_the_output_column_and_keeps_its_messages(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = (
+        sqlite_url(tmp_path / "v3.db")
+        if kind == "sqlite"
+        else request.getfixturevalue("postgres_url")
+    )
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        migrate(connection, target=3)
+        assert "output" not in {c["name"] for c in inspect(connection).get_columns("messages")}
+    engine.dispose()
+
+    store = await SqlStore.open(url)
+    try:
+        session = await store.create(CreateSessionParams(), WORKSPACE)
+        call = {"id": "c1", "name": "lookup", "arguments": "{}"}
+        await store.append(
+            session.session_id,
+            [
+                MessageInput(role=Role.ASSISTANT, tool_calls=[ToolCall.model_validate(call)]),
+                MessageInput(
+                    role=Role.TOOL, tool_call_id="c1", name="lookup", content="2", output={"n": 2}
+                ),
+            ],
+        )
+        history = await store.history(session.session_id)
+        assert history[-1].output == {"n": 2}
+        assert history[-1].name == "lookup"
     finally:
         await store.aclose()

@@ -240,6 +240,7 @@ class Kernel:
             window=window(config.context.max_tokens, self._counter, system, specs),
             warnings=warnings,
             lease=state,
+            author=params.author or session.agent_id,
         )
 
 

@@ -93,6 +93,7 @@ class RunSetup:
     window: HistoryWindow | None = None  # None: every request carries the whole history
     warnings: Sequence[RunWarning] = ()  # sent after run_started, kept in the result
     lease: LeaseState = field(default_factory=LeaseState)
+    author: str | None = None  # of the assistant and tool messages the run writes
 
 
 class Run:
@@ -187,7 +188,12 @@ class Run:
         calls = completion.tool_calls
         self.response = completion.content or ""
         content = completion.content or (None if calls else "")  # an empty answer is still one
-        assistant = MessageInput(role=Role.ASSISTANT, content=content, tool_calls=calls or None)
+        assistant = MessageInput(
+            role=Role.ASSISTANT,
+            content=content,
+            tool_calls=calls or None,
+            author=self._setup.author,
+        )
         await self._persist([assistant], ids=[message_id])
         self._unanswered = list(calls)
         if not calls:
@@ -331,8 +337,11 @@ class Run:
                     MessageInput(
                         role=Role.TOOL,
                         tool_call_id=call.id,
+                        name=call.name,
                         content=result.content,
                         is_error=result.is_error or None,
+                        output=result.output,
+                        author=self._setup.author,
                     )
                     for call, result in zip(calls, results, strict=True)
                 ]
@@ -358,6 +367,7 @@ class Run:
                 arguments=call.arguments,
                 result=result.content,
                 is_error=result.is_error,
+                output=result.output,
             )
             for call, result in zip(calls, results, strict=True)
         )
@@ -373,7 +383,7 @@ class Run:
         an unanswered call."""
         answered = {m.tool_call_id for m in self._history if m.role is Role.TOOL}
         dangling = [
-            call
+            (message, call)
             for message in self._history
             if message.tool_calls
             for call in message.tool_calls
@@ -385,10 +395,12 @@ class Run:
                     MessageInput(
                         role=Role.TOOL,
                         tool_call_id=call.id,
+                        name=call.name,
                         content=INTERRUPTED_RESULT,
                         is_error=True,
+                        author=message.author,
                     )
-                    for call in dangling
+                    for message, call in dangling
                 ]
             )
 

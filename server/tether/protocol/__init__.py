@@ -32,11 +32,13 @@ from tether.protocol.messages import (
     ContentBlock,
     ImageBlock,
     Message,
+    MessageContent,
     MessageInput,
     ResourceLinkBlock,
     Role,
     TextBlock,
     ToolCall,
+    is_blocks,
 )
 from tether.protocol.sessions import (
     AppendParams,
@@ -78,6 +80,7 @@ __all__ = [
     "ListSessionsParams",
     "ListSessionsResult",
     "Message",
+    "MessageContent",
     "MessageInput",
     "MessagesParams",
     "MessagesResult",
@@ -99,4 +102,5 @@ __all__ = [
     "ToolCall",
     "WireModel",
     "WorkspaceError",
+    "is_blocks",
 ]

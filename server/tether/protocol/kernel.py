@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, JsonValue, field_validator
 
 from tether.protocol.base import Params, WireModel
 from tether.protocol.messages import Content
@@ -25,6 +25,11 @@ class RunParams(Params):
     max_iterations: int | None = Field(default=None, ge=1, le=1000)
     model: str | None = None
     tools: list[str] | None = None
+    author: str | None = Field(
+        default=None,
+        min_length=1,
+        description="the author of the messages the run writes; default: the session's agentId",
+    )
     work_done_token: str | int | None = None
 
     @field_validator("prompt")
@@ -55,6 +60,9 @@ class ToolCallRecord(WireModel):
     arguments: str
     result: str
     is_error: bool = False
+    output: JsonValue | None = Field(
+        default=None, description="the structured result beside the text, when the tool gave one"
+    )
 
 
 class RunWarning(WireModel):

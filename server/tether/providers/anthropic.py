@@ -22,13 +22,14 @@ import orjson
 from pydantic import ValidationError
 
 from tether.protocol import (
-    Content,
     ImageBlock,
     Message,
+    MessageContent,
     ResourceLinkBlock,
     Role,
     TextBlock,
     ToolCall,
+    is_blocks,
 )
 from tether.protocol.kernel import Usage
 from tether.protocol.tools import ToolSpec
@@ -162,17 +163,16 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
     return _content_blocks(message.content, images=True)
 
 
-def _result_content(content: Content | None) -> str | list[dict[str, Any]]:
-    if content is None or isinstance(content, str):
-        return content or ""
+def _result_content(content: MessageContent | None) -> str | list[dict[str, Any]]:
+    if not is_blocks(content):
+        return flatten_text(content)
     return _content_blocks(content, images=True)
 
 
-def _content_blocks(content: Content | None, *, images: bool) -> list[dict[str, Any]]:
-    if content is None:
-        return []
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}] if content else []
+def _content_blocks(content: MessageContent | None, *, images: bool) -> list[dict[str, Any]]:
+    if not is_blocks(content):
+        text = flatten_text(content)
+        return [{"type": "text", "text": text}] if text else []
     blocks: list[dict[str, Any]] = []
     for block in content:
         if isinstance(block, TextBlock):

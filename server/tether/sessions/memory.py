@@ -30,9 +30,15 @@ from tether.protocol import (
     Session,
     SessionNotFound,
     ToolCall,
+    is_blocks,
 )
 from tether.protocol.kernel import Usage
-from tether.protocol.sessions import CreateSessionParams, ForkSessionParams, SessionFields
+from tether.protocol.sessions import (
+    CreateSessionParams,
+    ForkSessionParams,
+    SessionFields,
+    session_exists,
+)
 from tether.sessions.cursors import decode_cursor, encode_cursor
 from tether.sessions.forks import check_fork_point, cut_chain
 from tether.sessions.ids import utcnow, uuid7
@@ -43,22 +49,22 @@ _SLICE = 250  # messages of a big append prepared between two turns of the event
 
 Packed = tuple[Any, ...]
 """A stored message: ``(id, role, content, tool_calls, tool_call_id, is_error, name, author,
-metadata, run_id, created_at)``, tool calls as ``(id, name, arguments)`` tuples, the role as its
-plain string: a tuple of strings, numbers and times is one the collector stops tracking, so a
-big history costs its full passes nothing."""
+metadata, output, run_id, created_at)``, tool calls as ``(id, name, arguments)`` tuples, the
+role as its plain string: a tuple of strings, numbers and times is one the collector stops
+tracking, so a big history costs its full passes nothing."""
 
 _ROLES = {role.value: role for role in Role}
 
 
 def unpack(packed: Packed) -> Message:
     """A new message the caller owns, built from a packed one."""
-    (id_, role, content, calls, call_id, is_error, name, author, metadata, run_id, at) = packed
+    (id_, role, content, calls, call_id, is_error, name, author, metadata, output, run_id, at) = (
+        packed
+    )
     return trusted_message(
         {
             "role": _ROLES[role],
-            "content": (
-                [b.model_copy() for b in content] if isinstance(content, list) else content
-            ),
+            "content": _copy_content(content),
             "tool_calls": (
                 None
                 if calls is None
@@ -69,6 +75,7 @@ def unpack(packed: Packed) -> Message:
             "name": name,
             "author": author,
             "metadata": None if metadata is None else _copy_json(metadata),
+            "output": _copy_value(output),
             "id": id_,
             "run_id": run_id,
             "created_at": at,
@@ -217,9 +224,11 @@ class MemoryStore:
         self.holder = holder or process_holder()
 
     async def create(self, params: CreateSessionParams, workspace: str) -> Session:
+        if params.session_id is not None and params.session_id in self._records:
+            raise session_exists(params.session_id)
         now = utcnow()
         session = Session(
-            session_id=uuid7(),
+            session_id=params.session_id or uuid7(),
             workspace=workspace,
             title=params.title,
             agent_id=params.agent_id,
@@ -474,7 +483,7 @@ class MemoryStore:
     def _check_fork_point_not_in_run(self, record: _Record, point: Packed) -> None:
         """A fork at a message of the running turn would take an unfinished turn."""
         held = self._live_lease(record)
-        if held is not None and point[9] == held.run_id:  # the message's run_id
+        if held is not None and point[10] == held.run_id:  # the message's run_id
             raise held.busy(record.session.session_id, self.holder)
 
     def _copy(self, record: _Record) -> Session:
@@ -547,13 +556,14 @@ def pack_input(source: MessageInput, message_id: str, now: datetime, run_id: str
     return (
         message_id,
         source.role.value,
-        [block.model_copy() for block in content] if isinstance(content, list) else content,
+        _copy_content(content),
         None if calls is None else tuple((c.id, c.name, c.arguments) for c in calls),
         source.tool_call_id,
         source.is_error,
         source.name,
         source.author,
         None if metadata is None else _copy_json(metadata),
+        _copy_value(source.output),
         run_id,
         now,
     )
@@ -599,11 +609,12 @@ _WIRE_NAMES = tuple(
         "name",
         "author",
         "metadata",
+        "output",
         "run_id",
         "created_at",
     )
 )
-_ORDER = (1, 2, 3, 4, 5, 6, 7, 8, 0, 9, 10)  # the packed values in the order of Message's fields
+_ORDER = (1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 10, 11)  # packed values in the order of Message's fields
 
 
 def _dumped(packed: Packed) -> dict[str, Any]:
@@ -612,8 +623,10 @@ def _dumped(packed: Packed) -> dict[str, Any]:
         value = packed[index]
         if value is None:
             continue
-        if index == 2 and isinstance(value, list):
+        if index == 2 and is_blocks(value):
             value = [block.model_dump(by_alias=True, exclude_none=True) for block in value]
+        elif index in (2, 9) and isinstance(value, list | dict):
+            value = _copy_value(value)
         elif index == 3:
             value = [{"id": i, "name": n, "arguments": a} for i, n, a in value]
         dumped[_WIRE_NAMES[index]] = value
@@ -652,11 +665,27 @@ def _copy_json(value: dict[str, Any]) -> dict[str, Any]:
     return copied
 
 
+def _copy_value(value: Any) -> Any:
+    """A copy of a JSON value the caller owns (strings, numbers and None are immutable)."""
+    if isinstance(value, list | dict):
+        return orjson.loads(orjson.dumps(value))
+    return value
+
+
+def _copy_content(content: Any) -> Any:
+    """A copy of a message's content: blocks copied as models, any other JSON value as JSON."""
+    if is_blocks(content):
+        return [block.model_copy() for block in content]
+    return _copy_value(content)
+
+
 def _copied_containers(message: MessageInput) -> dict[str, Any]:
     """Fresh copies of the mutable parts of a message: content blocks, tool calls, metadata."""
     copies: dict[str, Any] = {}
-    if isinstance(message.content, list):
-        copies["content"] = [block.model_copy() for block in message.content]
+    if isinstance(message.content, list | dict):
+        copies["content"] = _copy_content(message.content)
+    if isinstance(message.output, list | dict):
+        copies["output"] = _copy_value(message.output)
     if message.tool_calls is not None:
         copies["tool_calls"] = [call.model_copy() for call in message.tool_calls]
     if message.metadata is not None:

@@ -97,8 +97,13 @@ from tether.protocol import (
     ToolCall,
 )
 from tether.protocol.kernel import Usage
-from tether.protocol.messages import Content
-from tether.protocol.sessions import CreateSessionParams, ForkSessionParams, SessionFields
+from tether.protocol.messages import MessageContent, is_blocks
+from tether.protocol.sessions import (
+    CreateSessionParams,
+    ForkSessionParams,
+    SessionFields,
+    session_exists,
+)
 from tether.sessions.cursors import decode_cursor, encode_cursor
 from tether.sessions.forks import check_fork_point, cut_chain
 from tether.sessions.ids import utcnow, uuid7
@@ -108,7 +113,7 @@ from tether.sessions.store import Order
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 class _Micros(TypeDecorator[datetime]):
@@ -196,6 +201,7 @@ messages_table = Table(
     Column("name", Text),
     Column("author", Text),
     Column("metadata", JSON(none_as_null=True)),
+    Column("output", JSON(none_as_null=True)),  # a tool result's structured output (v4)
     Column("agent_id", Text),
     Column("run_id", _ID),
     Column("created_at", _Micros, nullable=False),
@@ -227,10 +233,19 @@ _V1_INDEXES = [
 _V2_INDEXES = [Index("ix_messages_run", messages_table.c.run_id)]
 
 
+_LATER_COLUMNS = {*_LEASE_COLUMNS, "output"}  # added by the migrations after the first
+
+
+def _json_loads(value: Any) -> Any:
+    """A JSON column's value: SQLite gives a JSON number back as a number (the column's type,
+    JSON, has numeric affinity), the rest as JSON text."""
+    return value if isinstance(value, int | float) else orjson.loads(value)
+
+
 def _create_v1(connection: Connection) -> None:
     for table in (sessions_table, segments_table, messages_table, tool_calls_table):
         create = CreateTable(table)
-        create.columns = [c for c in create.columns if c.element.name not in _LEASE_COLUMNS]
+        create.columns = [c for c in create.columns if c.element.name not in _LATER_COLUMNS]
         connection.execute(create)
     for index in _V1_INDEXES:
         connection.execute(CreateIndex(index))
@@ -247,7 +262,17 @@ def _add_run_lease(connection: Connection) -> None:
         connection.exec_driver_sql(f"ALTER TABLE sessions ADD COLUMN {column}")
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_create_v1, _add_run_index, _add_run_lease]
+def _add_message_output(connection: Connection) -> None:
+    column = CreateColumn(messages_table.c.output).compile(dialect=connection.dialect)
+    connection.exec_driver_sql(f"ALTER TABLE messages ADD COLUMN {column}")
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [
+    _create_v1,
+    _add_run_index,
+    _add_run_lease,
+    _add_message_output,
+]
 """Step ``i`` moves the schema from version ``i`` to ``i + 1`` (0: an empty database)."""
 
 assert len(MIGRATIONS) == SCHEMA_VERSION
@@ -285,7 +310,7 @@ _LEASE = select(_S.lease_run_id, _S.lease_holder, _S.lease_until).where(_S.id ==
 _LEASE_LOCKED = _LEASE.with_for_update()
 _MESSAGE_COLUMNS = (
     _M.id, _M.role, _M.content, _M.tool_calls, _M.tool_call_id, _M.is_error, _M.name,
-    _M.author, _M.metadata, _M.run_id, _M.created_at,
+    _M.author, _M.metadata, _M.output, _M.run_id, _M.created_at,
 )  # fmt: skip
 _RANGE = (
     select(*_MESSAGE_COLUMNS)
@@ -370,7 +395,7 @@ def make_engine(url: str) -> Engine:
         engine = create_engine(
             url,
             json_serializer=lambda value: orjson.dumps(value).decode(),
-            json_deserializer=orjson.loads,
+            json_deserializer=_json_loads,
             pool_pre_ping=server,
         )
     except ImportError as exc:
@@ -483,12 +508,12 @@ class _SqliteExec(_Exec):
         params = {"owner": owner, "low": low, "high": high}
         for row in self.raw.execute(compiled.sql, compiled.args(params)):
             values = list(row)
-            for index in (2, 3, 8):  # content, tool_calls, metadata: JSON text
-                if values[index] is not None:
-                    values[index] = orjson.loads(values[index])
+            for index in (2, 3, 8, 9):  # content, tool_calls, metadata, output: JSON text
+                if isinstance(values[index], str | bytes):  # SQLite gives a JSON number back
+                    values[index] = orjson.loads(values[index])  # as a number (JSON affinity)
             if values[5] is not None:
                 values[5] = bool(values[5])
-            values[10] = _from_micros(values[10])
+            values[11] = _from_micros(values[11])
             found.append(_message(values))
         return found
 
@@ -496,7 +521,7 @@ class _SqliteExec(_Exec):
         compiled = self._sql(_INSERT_MESSAGES)
         rows = []
         for message in messages:
-            for name in ("content", "tool_calls", "metadata"):
+            for name in ("content", "tool_calls", "metadata", "output"):
                 if message[name] is not None:
                     message[name] = orjson.dumps(message[name]).decode()
             message["created_at"] = _to_micros(message["created_at"])
@@ -670,7 +695,8 @@ class SqlStore:
 
     async def create(self, params: CreateSessionParams, workspace: str) -> Session:
         now = utcnow()
-        session_id = uuid7()
+        chosen = params.session_id
+        session_id = chosen or uuid7()
         row = {
             "id": session_id,
             "workspace": workspace,
@@ -685,7 +711,9 @@ class SqlStore:
             "state": params.state or {},
             "parent_session_id": None,
             "forked_from_message_id": None,
-            "owner": session_id,
+            # A chosen id might be the key of another session's messages (one it had before a
+            # clear): the messages of a session with a chosen id go under a key of their own.
+            "owner": session_id if chosen is None else uuid7(),
             "base_count": 0,
             "own_count": 0,
             "input_tokens": 0,
@@ -695,7 +723,16 @@ class SqlStore:
         }
 
         def create(connection: Connection) -> None:
-            connection.execute(insert(sessions_table).values(_json_safe(row)))
+            if chosen is not None:
+                taken = select(sessions_table.c.id).where(sessions_table.c.id == chosen)
+                if connection.execute(taken).first() is not None:
+                    raise session_exists(chosen)
+            try:
+                connection.execute(insert(sessions_table).values(_json_safe(row)))
+            except IntegrityError:
+                if chosen is None:
+                    raise
+                raise session_exists(chosen) from None
 
         await self._write(create)
         return await self.get(session_id)
@@ -1310,7 +1347,7 @@ def _message_row(
     owner: str, agent_id: str | None, position: int, message: Message
 ) -> dict[str, Any]:
     content: Any = message.content
-    if isinstance(content, list):
+    if is_blocks(content):
         content = [block.model_dump(mode="json", exclude_none=True) for block in content]
     return {
         "owner": owner,
@@ -1328,13 +1365,14 @@ def _message_row(
         "name": message.name,
         "author": message.author,
         "metadata": message.metadata,
+        "output": message.output,
         "agent_id": agent_id,
         "run_id": message.run_id,
         "created_at": message.created_at,
     }
 
 
-_CONTENT: TypeAdapter[Content] = TypeAdapter(Content)
+_CONTENT: TypeAdapter[MessageContent] = TypeAdapter(MessageContent)
 
 
 def _message(row: Sequence[Any]) -> Message:
@@ -1343,7 +1381,8 @@ def _message(row: Sequence[Any]) -> Message:
     Rows hold messages that were validated when they were appended, so only the nested models
     are rebuilt (validating every field again would be most of the cost of a page).
     """
-    message_id, role, content, calls, call_id, is_error, name, author, metadata, run_id, at = row
+    message_id, role, content, calls, call_id, is_error, name, author, metadata, output = row[:10]
+    run_id, at = row[10:]
     if isinstance(content, list):
         content = _CONTENT.validate_python(content)
     return trusted_message(
@@ -1358,6 +1397,7 @@ def _message(row: Sequence[Any]) -> Message:
             "name": name,
             "author": author,
             "metadata": metadata,
+            "output": output,
             "id": message_id,
             "run_id": run_id,
             "created_at": at,

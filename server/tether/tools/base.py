@@ -72,6 +72,7 @@ class ToolResult:
     content: str
     is_error: bool = False
     diff: str | None = None  # a unified diff of what an edit changed, for editors to render
+    output: Any = None  # a structured result beside the text (JSON; MCP's structuredContent)
 
 
 class ToolError(Exception):
