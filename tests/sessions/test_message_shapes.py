@@ -39,7 +39,9 @@ async def test_content_of_any_json_shape_reads_back_as_it_was_appended(
     appended = MessageInput.model_validate({"role": "user", "content": content})
     await store.append(session.session_id, [appended])
     [history] = await store.history(session.session_id)
-    [paged] = (await store.messages(session.session_id, cursor=None, limit=10, order="asc")).messages
+    [paged] = (
+        await store.messages(session.session_id, cursor=None, limit=10, order="asc")
+    ).messages
     assert _wire_content(history) == content
     assert _wire_content(paged) == content
     assert history == paged
