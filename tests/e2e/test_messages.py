@@ -147,8 +147,10 @@ def test_tether_run_with_a_session_id_creates_it_and_then_continues_it(
         script = tmp_path / f"script-{number}.json"
         script.write_text(json.dumps([{"text": text}]))
         done = subprocess.run(
-            [sys.executable, "-m", "tether", "run", f"question {number}", "--json"]
-            + ["--workspace", str(project), "--script", str(script), "--session", "my-id"],
+            [
+                *(sys.executable, "-m", "tether", "run", f"question {number}", "--json"),
+                *("--workspace", str(project), "--script", str(script), "--session", "my-id"),
+            ],
             capture_output=True,
             text=True,
             timeout=60,
