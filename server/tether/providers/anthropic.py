@@ -44,6 +44,7 @@ from tether.providers.content import (
 )
 from tether.providers.errors import AttemptFailed
 from tether.providers.http import HttpProvider, TurnReader, decode_json, index_of, obj
+from tether.providers.prepare import merge_runs
 from tether.providers.retry import RetryPolicy
 from tether.providers.sse import ServerSentEvent
 
@@ -127,13 +128,18 @@ def anthropic_messages(
             continue
         role = "assistant" if message.role is Role.ASSISTANT else "user"
         blocks = _blocks(message)
-        if not blocks:
-            continue
-        if turns and turns[-1]["role"] == role:
-            turns[-1]["content"].extend(blocks)
-        else:
+        if blocks:
             turns.append({"role": role, "content": blocks})
-    return "\n\n".join(systems) or None, turns
+    # Tool results are user turns on this wire: turns are merged here, after the mapping.
+    return "\n\n".join(systems) or None, merge_runs(turns, _role, _merge_turns)
+
+
+def _role(turn: dict[str, Any]) -> str:
+    return str(turn["role"])
+
+
+def _merge_turns(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    return {"role": first["role"], "content": [*first["content"], *second["content"]]}
 
 
 def anthropic_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:

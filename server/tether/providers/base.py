@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,6 +28,16 @@ class ModelRequest:
     messages: Sequence[Message]
     tools: Sequence[ToolSpec] = ()
     settings: Mapping[str, Any] = field(default_factory=dict)  # temperature, max_tokens, ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Capabilities:
+    """What a provider's endpoint takes; :mod:`tether.providers.prepare` rewrites a request
+    for one that lacks something."""
+
+    tools: bool = True  # tool specs, assistant tool calls and tool results
+    system: bool = True  # a system prompt, and system messages
+    alternating: bool = False  # only alternating turns: consecutive same-role messages merged
 
 
 class _Event(BaseModel):
@@ -58,6 +68,8 @@ class Provider(ABC):
     """A model endpoint. ``stream`` yields text deltas, then exactly one :class:`Completion`."""
 
     name: str
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    """What the endpoint takes: a request is prepared for it before its wire mapping runs."""
 
     @abstractmethod
     def stream(self, request: ModelRequest) -> AsyncGenerator[TextDelta | Completion, None]:

@@ -21,6 +21,7 @@ import orjson
 
 from tether.providers.base import Completion, ModelRequest, Provider, TextDelta
 from tether.providers.errors import AttemptFailed
+from tether.providers.prepare import prepare
 from tether.providers.retry import BODY_LIMIT, RetryPolicy, parse_retry_after, with_retries
 from tether.providers.sse import ServerSentEvent, iter_events
 
@@ -126,7 +127,7 @@ class HttpProvider(Provider):
         """A fresh reader for one turn."""
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[TextDelta | Completion, None]:
-        body = orjson.dumps(self.payload(request))
+        body = orjson.dumps(self.payload(prepare(request, self.capabilities)))
         async with aclosing(
             with_retries(
                 lambda: self._attempt(body), self.retry, provider=self.name, secret=self._secret
