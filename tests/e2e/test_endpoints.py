@@ -139,3 +139,46 @@ async def test_a_work_done_token_gets_lsp_progress_begin_reports_and_end(
     kinds = [p["value"]["kind"] for p in progress]
     assert kinds[0] == "begin" and kinds[-1] == "end" and "report" in kinds
     assert any("list_files" in p["value"].get("message", "") for p in progress)
+
+
+async def test_an_mcp_server_that_fails_to_start_is_named_with_its_reason_to_model_and_client(
+    endpoint: ModelServer, project: Path
+):
+    """The model asks for a tool of a server that could not start: the result it reads names
+    the server and why; the client gets a ``notice`` event saying the same."""
+    missing = str(project / "no-such-mcp-server")
+    provider = {"type": "openai", "baseUrl": endpoint.openai_url, "model": "m", "maxRetries": 0}
+    connection = await connect(project, provider)
+    try:
+        endpoint.push(
+            Reply(tool_calls=[Call("github__create_issue", {"title": "x"}, id="t1")]),
+            Reply(text="The GitHub server is down."),
+        )
+        sid = (
+            await connection.request(
+                "session/create", {"mcpServers": [{"name": "github", "command": missing}]}
+            )
+        )["sessionId"]
+        result = await connection.request("kernel/run", {"sessionId": sid, "prompt": "File it."})
+        events = []
+        while not connection.notifications.empty():
+            method, params = connection.notifications.get_nowait()
+            if method == "kernel/progress":
+                events.append(params["event"])
+    finally:
+        await connection.close()
+
+    [notice] = [event for event in events if event["kind"] == "notice"]
+    assert [e["kind"] for e in events[:2]] == ["run_started", "notice"]
+    assert notice["level"] == "warning"
+    assert notice["data"]["source"] == "MCP server 'github'"
+    assert "failed to start" in notice["data"]["reason"]
+    assert "no-such-mcp-server" in notice["message"]
+
+    [record] = result["toolCalls"]
+    assert record["isError"] is True
+    assert "MCP server 'github' is not running (it failed to start" in record["result"]
+    assert "no-such-mcp-server" in record["result"]
+    sent = json.dumps(endpoint.requests[-1].body)
+    assert "MCP server 'github' is not running (it failed to start" in sent
+    assert "no-such-mcp-server" in sent

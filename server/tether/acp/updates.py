@@ -32,6 +32,7 @@ from tether.acp.tool_calls import (
 from tether.protocol import ImageBlock, Message, ResourceLinkBlock, Role, TextBlock, is_blocks
 from tether.protocol.kernel import (
     MessageDelta,
+    Notice,
     ProgressParams,
     RunWarning,
     ToolCallStarted,
@@ -83,7 +84,7 @@ class RunUpdates:
             )
         elif isinstance(event, ToolCallUpdate):
             self.send(self._update(event))
-        elif isinstance(event, RunWarning):  # a message, as a client may not show notices
+        elif isinstance(event, RunWarning | Notice):  # a message: a client may not show notices
             self.send(
                 ContentChunk(
                     session_update="agent_message_chunk",

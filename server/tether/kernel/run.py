@@ -28,6 +28,7 @@ from tether.protocol.kernel import (
     IterationFinished,
     IterationStarted,
     MessageDelta,
+    Notice,
     ProgressEvent,
     ProgressParams,
     RunFinished,
@@ -51,6 +52,7 @@ from tether.tools.titles import call_title
 Emit = Callable[[ProgressParams], None]
 CANCELLED_RESULT = "cancelled"
 INTERRUPTED_RESULT = "interrupted"
+RESTARTED = "it is started again at the next run"
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,13 @@ class Run:
         self._emit(RunStarted(max_iterations=self._setup.max_iterations, user_message_id=user.id))
         for warning in self._setup.warnings:
             self._emit(warning)
+        for failure in self._setup.tools.failures():
+            self._emit(
+                Notice(
+                    message=f"{failure.describe()}; {RESTARTED}",
+                    data={"source": failure.source, "reason": failure.reason},
+                )
+            )
         try:
             stop = await self._loop()
         except asyncio.CancelledError:
@@ -287,8 +296,7 @@ class Run:
         spec = self._allowed.get(call.name)
         if spec is None:
             self._emit(ToolCallUpdate(tool_call_id=call.id, status=ToolCallStatus.IN_PROGRESS))
-            available = ", ".join(sorted(self._allowed)) or "none"
-            return ToolResult(f"tool {call.name!r} is not available (available: {available})", True)
+            return ToolResult(self._not_available(call.name), True)
         workspace = self._setup.context.workspace
         protected = self._setup.tools.protected(call.name, call.arguments, workspace)
         refusal = await self._setup.approval.check(spec, call, protected)
@@ -302,6 +310,15 @@ class Run:
             protected_approved=protected is not None,
         )
         return await self._setup.tools.execute(call.name, call.arguments, context)
+
+    def _not_available(self, name: str) -> str:
+        """Why a tool is not on offer: the failure of its source (an MCP server that did not
+        start), else the list of those that are."""
+        for failure in self._setup.tools.failures():
+            if name.startswith(failure.prefix):
+                return f"tool {name!r} is not available: {failure.describe()}; {RESTARTED}"
+        available = ", ".join(sorted(self._allowed)) or "none"
+        return f"tool {name!r} is not available (available: {available})"
 
     def _result_of(self, call: ToolCall) -> ToolResult:
         result = self._results.get(call.id)

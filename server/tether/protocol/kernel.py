@@ -77,6 +77,17 @@ class RunWarning(WireModel):
     data: dict[str, Any] | None = None
 
 
+class Notice(WireModel):
+    """Something a person should know about a run that is neither an error of the request nor
+    part of a tool call: today, a source of tools (an MCP server) that failed to start, named
+    with its reason in ``data: {source, reason}``. Sent after ``run_started``."""
+
+    kind: Literal["notice"] = "notice"
+    level: Literal["info", "warning", "error"] = "warning"
+    message: str
+    data: dict[str, Any] | None = None
+
+
 class RunResult(WireModel):
     run_id: str
     session_id: str
@@ -162,7 +173,8 @@ ProgressEvent = Annotated[
     | ToolCallUpdate
     | IterationFinished
     | RunFinished
-    | RunWarning,
+    | RunWarning
+    | Notice,
     Field(discriminator="kind"),
 ]
 
