@@ -120,3 +120,52 @@ async def test_comments_blank_lines_and_escapes_follow_gitignore_syntax(
         ".gitignore",
         "kept.txt",
     ]
+
+
+RULES = [
+    "*.log",
+    "!keep.log",
+    "build/",
+    "!build/keep.py",
+    "/top.txt",
+    "docs/**/draft*",
+    "a/**/b",
+    "\\!bang",
+    "tmp?/",
+    "[Ll]ib/*.so",
+    "!lib/ok.so",
+]
+PATHS = [
+    "x.log",
+    "keep.log",
+    "d/keep.log",
+    "build/",
+    "build/keep.py",
+    "build/x/y.py",
+    "src/build/",
+    "src/build/a.c",
+    "top.txt",
+    "src/top.txt",
+    "docs/a/b/draft1.md",
+    "docs/draft.md",
+    "a/b",
+    "a/x/y/b",
+    "a/x/y/b/",
+    "!bang",
+    "tmp1/",
+    "tmp1/z",
+    "lib/x.so",
+    "Lib/x.so",
+    "lib/ok.so",
+    "plain.py",
+]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_the_walks_checks_decide_as_pathspec_does(path: str) -> None:
+    from pathspec import GitIgnoreSpec
+
+    from tether.tools.walk import _Rules
+
+    expected = GitIgnoreSpec.from_lines(RULES).check_file(path).include
+    assert _Rules("", RULES).decide(path) == expected
