@@ -89,6 +89,13 @@ class ProviderConfig(_Section):
     timeout: float = Field(default=60.0, gt=0, description="seconds per HTTP request")
     max_retries: int = Field(default=3, ge=0, le=10)
     script: str | None = Field(default=None, description="scripted provider: path of the script")
+    supports_tools: bool | None = Field(
+        default=None, description="whether the model takes tools; unset: as its provider declares"
+    )
+    supports_system: bool | None = Field(
+        default=None,
+        description="whether the model takes a system prompt; unset: as its provider declares",
+    )
 
 
 class KernelConfig(_Section):

@@ -182,3 +182,41 @@ async def test_an_mcp_server_that_fails_to_start_is_named_with_its_reason_to_mod
     sent = json.dumps(endpoint.requests[-1].body)
     assert "MCP server 'github' is not running (it failed to start" in sent
     assert "no-such-mcp-server" in sent
+
+
+async def test_a_model_configured_without_tools_or_system_gets_neither_and_results_as_text(
+    endpoint: ModelServer, project: Path
+):
+    provider = {
+        "type": "openai",
+        "baseUrl": endpoint.openai_url,
+        "model": "m",
+        "supportsTools": False,
+        "supportsSystem": False,
+    }
+    connection = await connect(project, provider)
+    try:
+        endpoint.push(Reply(text="The answer is 42."), Reply(text="Still 42."))
+        sid = (await connection.request("session/create", {}))["sessionId"]
+        call = {"id": "c1", "name": "read_file", "arguments": '{"path": "notes.txt"}'}
+        await connection.request(
+            "session/append",
+            {
+                "sessionId": sid,
+                "messages": [
+                    {"role": "user", "content": "Read notes."},
+                    {"role": "assistant", "toolCalls": [call]},
+                    {"role": "tool", "toolCallId": "c1", "name": "read_file", "content": "42"},
+                ],
+            },
+        )
+        await connection.request("kernel/run", {"sessionId": sid, "prompt": "What is it?"})
+    finally:
+        await connection.close()
+
+    body = endpoint.requests[-1].body
+    assert "tools" not in body
+    assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
+    assert body["messages"][0]["content"] == "Be brief.\n\nRead notes."
+    assert body["messages"][1]["content"] == ('[called tool read_file with {"path": "notes.txt"}]')
+    assert body["messages"][2]["content"] == "[tool read_file returned:]\n42\n\nWhat is it?"

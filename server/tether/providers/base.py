@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -68,8 +68,9 @@ class Provider(ABC):
     """A model endpoint. ``stream`` yields text deltas, then exactly one :class:`Completion`."""
 
     name: str
-    capabilities: ClassVar[Capabilities] = Capabilities()
-    """What the endpoint takes: a request is prepared for it before its wire mapping runs."""
+    capabilities: Capabilities = Capabilities()
+    """What the endpoint takes (declared by the class; ``provider.supports_*`` may say otherwise
+    for one model): a request is prepared for it before its wire mapping runs."""
 
     @abstractmethod
     def stream(self, request: ModelRequest) -> AsyncGenerator[TextDelta | Completion, None]:
