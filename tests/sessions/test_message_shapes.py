@@ -3,6 +3,7 @@ result's name and structured output, an author; and creates sessions under a cli
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from tether.protocol import ErrorCode, InvalidParams, MessageInput, Role, SessionNotFound, ToolCall
 from tether.protocol.sessions import CreateSessionParams
 from tether.sessions import SessionStore
+from tether.sessions.store import DumpedMessages
 
 from .conftest import STORES, WORKSPACE, open_store, user
 
@@ -151,3 +153,26 @@ async def test_any_content_and_outputs_survive_reopening_the_database(
         assert (result.name, result.output) == ("t", [1, 2])
     finally:
         await reopened.aclose()
+
+
+async def test_the_memory_stores_fast_dump_gives_what_the_messages_dump_gives(
+    store: SessionStore,
+) -> None:
+    session = await store.create(CreateSessionParams(), WORKSPACE)
+    call = ToolCall(id="c1", name="t", arguments="{}")
+    batch = [
+        MessageInput.model_validate({"role": "user", "content": {"a": [1]}}),
+        MessageInput(role=Role.ASSISTANT, tool_calls=[call], author="me"),
+        MessageInput(role=Role.TOOL, tool_call_id="c1", name="t", content="1", output=[1]),
+    ]
+
+    async def slices() -> AsyncIterator[list[MessageInput]]:
+        yield batch
+
+    appended = await store.append_slices(session.session_id, slices())
+    if not hasattr(appended, "dumped"):
+        pytest.skip("this store returns plain messages")
+    expected = [m.model_dump(by_alias=True, exclude_none=True) for m in appended]
+    assert isinstance(appended, DumpedMessages)
+    assert appended.dumped(0, len(appended)) == expected
+    assert expected[2]["output"] == [1] and expected[0]["content"] == {"a": [1]}
