@@ -48,7 +48,10 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run one turn of the kernel without an editor")
     run.add_argument("prompt")
     run.add_argument("--workspace", type=Path, default=Path.cwd())
-    run.add_argument("--session", help="continue this session (default: a new one)")
+    run.add_argument(
+        "--session",
+        help="continue this session, created under this id when there is none (default: a new one)",
+    )
     run.add_argument("--script", type=Path, help="use the scripted provider with this script")
     run.add_argument("--max-iterations", type=int)
     run.add_argument("--model")

@@ -95,6 +95,13 @@ class ProviderConfig(_Section):
         description="connections to model endpoints open at once, shared by every run",
     )
     script: str | None = Field(default=None, description="scripted provider: path of the script")
+    supports_tools: bool | None = Field(
+        default=None, description="whether the model takes tools; unset: as its provider declares"
+    )
+    supports_system: bool | None = Field(
+        default=None,
+        description="whether the model takes a system prompt; unset: as its provider declares",
+    )
 
 
 class KernelConfig(_Section):

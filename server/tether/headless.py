@@ -47,7 +47,10 @@ async def run_headless(
             client_name="tether-run",
             on_permission=view.ask if sys.stdin.isatty() else _refuse_without_terminal,
         ) as client:
-            session_id = options.session or (await client.create_session()).session_id
+            if options.session:  # continued, or created under that id when there is none
+                session_id = (await client.open_session(options.session)).session_id
+            else:
+                session_id = (await client.create_session()).session_id
             run = client.run(
                 session_id,
                 options.prompt,

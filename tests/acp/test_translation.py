@@ -23,7 +23,7 @@ from tether.acp.servers import mcp_servers
 from tether.acp.tool_calls import diff_content, locations, title
 from tether.acp.updates import RunUpdates
 from tether.protocol import InvalidParams, TextBlock
-from tether.protocol.kernel import ProgressParams, ToolCallStatus, ToolCallUpdate
+from tether.protocol.kernel import Notice, ProgressParams, ToolCallStatus, ToolCallUpdate
 from tether.tools.writing import unified_diff
 
 
@@ -258,3 +258,19 @@ def test_a_client_takes_compaction_updates_when_it_advertises_session_compaction
         {"protocolVersion": 1, "clientCapabilities": capabilities}
     )
     assert request.client_capabilities.compaction is takes
+
+
+def test_a_notice_is_shown_as_an_agent_message() -> None:
+    sent: list[dict[str, object]] = []
+    updates = RunUpdates(send=lambda update: sent.append(update.to_wire()), workspace=None)
+    notice = Notice(message="MCP server 'gh' is not running (it failed to start: gone)")
+    updates(ProgressParams(session_id="s", run_id="r", seq=2, event=notice))
+    assert sent == [
+        {
+            "sessionUpdate": "agent_message_chunk",
+            "content": {
+                "type": "text",
+                "text": "⚠ MCP server 'gh' is not running (it failed to start: gone)\n\n",
+            },
+        }
+    ]

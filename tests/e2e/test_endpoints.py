@@ -174,3 +174,84 @@ async def test_a_work_done_token_gets_lsp_progress_begin_reports_and_end(
     kinds = [p["value"]["kind"] for p in progress]
     assert kinds[0] == "begin" and kinds[-1] == "end" and "report" in kinds
     assert any("list_files" in p["value"].get("message", "") for p in progress)
+
+
+async def test_an_mcp_server_that_fails_to_start_is_named_with_its_reason_to_model_and_client(
+    endpoint: ModelServer, project: Path
+):
+    """The model asks for a tool of a server that could not start: the result it reads names
+    the server and why; the client gets a ``notice`` event saying the same."""
+    missing = str(project / "no-such-mcp-server")
+    provider = {"type": "openai", "baseUrl": endpoint.openai_url, "model": "m", "maxRetries": 0}
+    connection = await connect(project, provider)
+    try:
+        endpoint.push(
+            Reply(tool_calls=[Call("github__create_issue", {"title": "x"}, id="t1")]),
+            Reply(text="The GitHub server is down."),
+        )
+        sid = (
+            await connection.request(
+                "session/create", {"mcpServers": [{"name": "github", "command": missing}]}
+            )
+        )["sessionId"]
+        result = await connection.request("kernel/run", {"sessionId": sid, "prompt": "File it."})
+        events = []
+        while not connection.notifications.empty():
+            method, params = connection.notifications.get_nowait()
+            if method == "kernel/progress":
+                events.append(params["event"])
+    finally:
+        await connection.close()
+
+    [notice] = [event for event in events if event["kind"] == "notice"]
+    assert [e["kind"] for e in events[:2]] == ["run_started", "notice"]
+    assert notice["level"] == "warning"
+    assert notice["data"]["source"] == "MCP server 'github'"
+    assert "failed to start" in notice["data"]["reason"]
+    assert "no-such-mcp-server" in notice["message"]
+
+    [record] = result["toolCalls"]
+    assert record["isError"] is True
+    assert "MCP server 'github' is not running (it failed to start" in record["result"]
+    assert "no-such-mcp-server" in record["result"]
+    sent = json.dumps(endpoint.requests[-1].body)
+    assert "MCP server 'github' is not running (it failed to start" in sent
+    assert "no-such-mcp-server" in sent
+
+
+async def test_a_model_configured_without_tools_or_system_gets_neither_and_results_as_text(
+    endpoint: ModelServer, project: Path
+):
+    provider = {
+        "type": "openai",
+        "baseUrl": endpoint.openai_url,
+        "model": "m",
+        "supportsTools": False,
+        "supportsSystem": False,
+    }
+    connection = await connect(project, provider)
+    try:
+        endpoint.push(Reply(text="The answer is 42."), Reply(text="Still 42."))
+        sid = (await connection.request("session/create", {}))["sessionId"]
+        call = {"id": "c1", "name": "read_file", "arguments": '{"path": "notes.txt"}'}
+        await connection.request(
+            "session/append",
+            {
+                "sessionId": sid,
+                "messages": [
+                    {"role": "user", "content": "Read notes."},
+                    {"role": "assistant", "toolCalls": [call]},
+                    {"role": "tool", "toolCallId": "c1", "name": "read_file", "content": "42"},
+                ],
+            },
+        )
+        await connection.request("kernel/run", {"sessionId": sid, "prompt": "What is it?"})
+    finally:
+        await connection.close()
+
+    body = endpoint.requests[-1].body
+    assert "tools" not in body
+    assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
+    assert body["messages"][0]["content"] == "Be brief.\n\nRead notes."
+    assert body["messages"][1]["content"] == ('[called tool read_file with {"path": "notes.txt"}]')
+    assert body["messages"][2]["content"] == "[tool read_file returned:]\n42\n\nWhat is it?"

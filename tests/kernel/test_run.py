@@ -62,6 +62,9 @@ class Tools:
     def protected(self, name: str, arguments: str, workspace: Path) -> str | None:
         return None
 
+    def failures(self) -> tuple[()]:
+        return ()
+
     async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
         self.started.setdefault(name, asyncio.Event()).set()
         if name == "quits":  # a tool that raises CancelledError by itself, nobody cancelled it

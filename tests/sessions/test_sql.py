@@ -287,7 +287,7 @@ async def test_a_version_2_database_gets_the_lease_columns_and_keeps_its_session
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
-async def test_a_version_3_database_gets_the_compaction_columns_and_keeps_its_messages(
+async def test_a_version_3_database_gets_the_compaction_and_output_columns_and_keeps_its_messages(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     url = (
@@ -299,7 +299,7 @@ async def test_a_version_3_database_gets_the_compaction_columns_and_keeps_its_me
     with engine.begin() as connection:
         migrate(connection, target=3)
         columns = {c["name"] for c in inspect(connection).get_columns("messages")}
-        assert not {"kind", "replaces"} & columns
+        assert not {"kind", "replaces", "output"} & columns
     engine.dispose()
     store = await SqlStore.open(url)  # migrates
     try:
@@ -310,5 +310,18 @@ async def test_a_version_3_database_gets_the_compaction_columns_and_keeps_its_me
         await store.append(session.session_id, [summary])
         history = await store.history(session.session_id)
         assert [(m.kind, m.replaces) for m in history] == [(None, None), ("compaction", span)]
+        call = {"id": "c1", "name": "lookup", "arguments": "{}"}
+        await store.append(
+            session.session_id,
+            [
+                MessageInput(role=Role.ASSISTANT, tool_calls=[ToolCall.model_validate(call)]),
+                MessageInput(
+                    role=Role.TOOL, tool_call_id="c1", name="lookup", content="2", output={"n": 2}
+                ),
+            ],
+        )
+        history = await store.history(session.session_id)
+        assert history[-1].output == {"n": 2}
+        assert history[-1].name == "lookup"
     finally:
         await store.aclose()

@@ -133,7 +133,8 @@ async def test_a_call_is_forwarded_and_its_text_comes_back(
 ):
     tools = await executor(manager, workspace, fake.spec())
     result = await call(tools, context, "fake__echo", text="hello, MCP")
-    assert result == ToolResult("hello, MCP")
+    # the server's structuredContent comes along as the result's output
+    assert result == ToolResult("hello, MCP", output={"result": "hello, MCP"})
 
 
 async def test_an_is_error_result_goes_to_the_model_as_an_error(
@@ -150,7 +151,7 @@ async def test_progress_notifications_are_reported_through_the_context(
 ):
     tools = await executor(manager, workspace, fake.spec())
     result = await call(tools, context, "fake__count", steps=3)
-    assert result == ToolResult("counted to 3")
+    assert result == ToolResult("counted to 3", output={"result": "counted to 3"})
     assert progress == ["step 1 of 3", "step 2 of 3", "step 3 of 3"]
 
 
@@ -167,7 +168,9 @@ async def test_a_crash_is_an_error_result_and_the_next_run_restarts_the_server(
     assert again.is_error and "not running" in again.content
 
     tools = await executor(manager, workspace, fake.spec())  # the next run
-    assert await call(tools, context, "fake__echo", text="back") == ToolResult("back")
+    assert await call(tools, context, "fake__echo", text="back") == ToolResult(
+        "back", output={"result": "back"}
+    )
     assert len(fake.pids()) == 2 and fake.pids()[0] == first
     await eventually(lambda: not alive(first), "the crashed server is gone")
 
@@ -187,7 +190,9 @@ async def test_a_server_that_fails_to_start_is_a_clear_error_and_the_others_stil
     assert result.is_error
     assert "MCP server 'broken' is not running (it failed to start" in result.content
     assert any("broken failed to start" in r.getMessage() for r in caplog.records)
-    assert await call(tools, context, "fake__echo", text="ok") == ToolResult("ok")
+    assert await call(tools, context, "fake__echo", text="ok") == ToolResult(
+        "ok", output={"result": "ok"}
+    )
     assert (await call(tools, context, "read_file", path="nothing.txt")).is_error  # a real tool
 
 
@@ -202,7 +207,9 @@ async def test_cancelling_a_call_cancels_it_at_the_server(
     with pytest.raises(asyncio.CancelledError):
         await task
     await eventually(lambda: fake.marked("cancelled"), "the server saw the cancellation")
-    assert await call(tools, context, "fake__echo", text="alive") == ToolResult("alive")
+    assert await call(tools, context, "fake__echo", text="alive") == ToolResult(
+        "alive", output={"result": "alive"}
+    )
 
 
 async def test_a_call_that_takes_too_long_times_out_and_is_cancelled_at_the_server(
@@ -228,7 +235,9 @@ async def test_a_sessions_own_servers_stop_when_the_session_is_closed(
 ):
     manager.set_session_servers("s1", [fake.spec(name="mine")])
     tools = await executor(manager, workspace, session_id="s1")
-    assert await call(tools, context, "mine__echo", text="own") == ToolResult("own")
+    assert await call(tools, context, "mine__echo", text="own") == ToolResult(
+        "own", output={"result": "own"}
+    )
     other = await executor(manager, workspace, session_id="s2")
     assert not [spec for spec in other.list() if spec.name.startswith("mine__")]
 
@@ -300,7 +309,7 @@ def test_content_other_than_text_is_described_in_the_result():
         "first\n[image image/png, 6 bytes]\n[resource file:///a.txt]\ninline"
     )
     structured = types.CallToolResult(content=[], structured_content={"n": 1})
-    assert render_result(structured) == ToolResult('{"n": 1}')
+    assert render_result(structured) == ToolResult('{"n": 1}', output={"n": 1})
     assert render_result(types.CallToolResult(content=[], is_error=True)).is_error
 
 
@@ -350,8 +359,12 @@ async def test_a_server_over_streamable_http_offers_and_runs_its_tools(
     spec = McpServerSpec(name="web", url=http_server, headers={"X-Test": "1"})
     tools = await executor(manager, workspace, spec)
     assert "web__echo" in [spec.name for spec in tools.list()]
-    assert await call(tools, context, "web__echo", text="via HTTP") == ToolResult("via HTTP")
-    assert await call(tools, context, "web__count", steps=2) == ToolResult("counted to 2")
+    assert await call(tools, context, "web__echo", text="via HTTP") == ToolResult(
+        "via HTTP", output={"result": "via HTTP"}
+    )
+    assert await call(tools, context, "web__count", steps=2) == ToolResult(
+        "counted to 2", output={"result": "counted to 2"}
+    )
     assert progress == ["step 1 of 2", "step 2 of 2"]
 
     task = asyncio.create_task(call(tools, context, "web__slow"))
@@ -380,8 +393,12 @@ async def test_a_server_over_sse_offers_and_runs_its_tools_with_the_given_header
         )
         tools = await executor(manager, workspace, spec)
         assert "events__echo" in [spec.name for spec in tools.list()]
-        assert await call(tools, context, "events__echo", text="via SSE") == ToolResult("via SSE")
-        assert await call(tools, context, "events__count", steps=2) == ToolResult("counted to 2")
+        assert await call(tools, context, "events__echo", text="via SSE") == ToolResult(
+            "via SSE", output={"result": "via SSE"}
+        )
+        assert await call(tools, context, "events__count", steps=2) == ToolResult(
+            "counted to 2", output={"result": "counted to 2"}
+        )
     assert progress == ["step 1 of 2", "step 2 of 2"]
     assert set(headers_file.read_text().split("\n")) - {""} == {"Bearer t"}
 

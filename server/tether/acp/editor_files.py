@@ -19,14 +19,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
 from tether.acp.wire import ClientError, Connection
 from tether.protocol.tools import ToolSpec
-from tether.tools.base import ToolContext, ToolError, ToolExecutor, ToolResult
+from tether.tools.base import SourceFailure, ToolContext, ToolError, ToolExecutor, ToolResult
 from tether.tools.read_file import ReadFileArguments, numbered
 from tether.tools.sandbox import Sandbox
 from tether.tools.text import decode, split_lines
@@ -70,6 +70,9 @@ class EditorFiles:
 
     def protected(self, name: str, arguments: str, workspace: Path) -> str | None:
         return self._inner.protected(name, arguments, workspace)
+
+    def failures(self) -> Sequence[SourceFailure]:
+        return self._inner.failures()
 
     async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
         if name in WRITES and self._writes:

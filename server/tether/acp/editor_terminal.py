@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from tether.acp.models import AcpModel, TerminalContent, ToolCallProgress
 from tether.acp.wire import ClientError, Connection
 from tether.protocol.tools import ToolSpec
-from tether.tools.base import ToolContext, ToolError, ToolExecutor, ToolResult
+from tether.tools.base import SourceFailure, ToolContext, ToolError, ToolExecutor, ToolResult
 from tether.tools.run_command import DEFAULT_MAX_OUTPUT_BYTES, RunCommandArguments, command_argv
 from tether.tools.sandbox import Sandbox
 
@@ -74,6 +74,9 @@ class EditorTerminal:
 
     def protected(self, name: str, arguments: str, workspace: Path) -> str | None:
         return self._inner.protected(name, arguments, workspace)
+
+    def failures(self) -> Sequence[SourceFailure]:
+        return self._inner.failures()
 
     async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
         if name != RUN_COMMAND or all(spec.name != RUN_COMMAND for spec in self._inner.list()):

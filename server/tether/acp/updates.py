@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
+
 from tether.acp.models import (
     CompactionUpdate,
     ContentChunk,
@@ -28,11 +30,12 @@ from tether.acp.tool_calls import (
     raw_input,
     starting_call,
 )
-from tether.protocol import ImageBlock, Message, ResourceLinkBlock, Role, TextBlock
+from tether.protocol import ImageBlock, Message, ResourceLinkBlock, Role, TextBlock, is_blocks
 from tether.protocol.kernel import (
     CompactionFinished,
     CompactionStarted,
     MessageDelta,
+    Notice,
     ProgressParams,
     RunWarning,
     ThoughtDelta,
@@ -97,7 +100,7 @@ class RunUpdates:
             self.send(self._update(event))
         elif isinstance(event, CompactionStarted | CompactionFinished):
             self._compaction(progress.run_id, event)
-        elif isinstance(event, RunWarning):  # a message, as a client may not show notices
+        elif isinstance(event, RunWarning | Notice):  # a message, as a client may not show notices
             self.send(
                 ContentChunk(
                     session_update="agent_message_chunk",
@@ -206,9 +209,10 @@ def _blocks(message: Message) -> Iterator[ContentOut]:
     content = message.content
     if content is None:
         return
-    if isinstance(content, str):
-        if content:
-            yield TextOut(text=content)
+    if isinstance(content, str) or not is_blocks(content):
+        text = _text(message)
+        if text:
+            yield TextOut(text=text)
         return
     for block in content:
         if isinstance(block, TextBlock):
@@ -221,6 +225,10 @@ def _blocks(message: Message) -> Iterator[ContentOut]:
 
 def _text(message: Message) -> str:
     content = message.content
+    if content is None:
+        return ""
     if isinstance(content, str):
         return content
-    return "\n".join(block.text for block in content or [] if isinstance(block, TextBlock))
+    if not is_blocks(content):
+        return orjson.dumps(content).decode()  # any other JSON value: its JSON text
+    return "\n".join(block.text for block in content if isinstance(block, TextBlock))

@@ -28,7 +28,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel
 
 from tether.client.connection import Connection
-from tether.client.errors import MethodNotFoundError
+from tether.client.errors import InvalidParamsError, MethodNotFoundError, SessionNotFoundError
 from tether.client.run import Run, RunRouter
 from tether.protocol.base import WireModel
 from tether.protocol.kernel import (
@@ -40,6 +40,7 @@ from tether.protocol.kernel import (
 from tether.protocol.lifecycle import PROTOCOL_VERSION, InitializeResult
 from tether.protocol.messages import ContentBlock, Message, MessageInput
 from tether.protocol.sessions import AppendResult, ListSessionsResult, MessagesResult, Session
+from tether.protocol.tools import McpServerSpec
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,10 @@ def workspace_uri(workspace: Path | str) -> str:
 
 def _wire(value: WireModel | Mapping[str, Any]) -> dict[str, Any]:
     return value.to_wire() if isinstance(value, WireModel) else dict(value)
+
+
+def _listed(values: Sequence[str] | _Unset | None) -> list[str] | _Unset | None:
+    return values if values is None or isinstance(values, _Unset) else list(values)
 
 
 def _params(**fields: Any) -> dict[str, Any]:
@@ -168,6 +173,7 @@ class TetherClient:
     async def create_session(
         self,
         *,
+        session_id: str | None = None,
         workspace: Path | str | None = None,
         title: str | None = None,
         agent_id: str | None = None,
@@ -176,9 +182,14 @@ class TetherClient:
         settings: Mapping[str, Any] | None = None,
         metadata: Mapping[str, Any] | None = None,
         tools: Sequence[str] | None = None,
+        allowed_models: Sequence[str] | None = None,
+        state: Mapping[str, Any] | None = None,
+        mcp_servers: Sequence[McpServerSpec | Mapping[str, Any]] | None = None,
     ) -> Session:
-        """``session/create``; ``workspace`` defaults to the client's workspace folder."""
+        """``session/create``; ``workspace`` defaults to the client's workspace folder,
+        ``session_id`` to a new id the server makes."""
         params = _params(
+            sessionId=session_id,
             workspace=None if workspace is None else workspace_uri(workspace),
             title=title,
             agentId=agent_id,
@@ -187,8 +198,25 @@ class TetherClient:
             settings=None if settings is None else dict(settings),
             metadata=None if metadata is None else dict(metadata),
             tools=None if tools is None else list(tools),
+            allowedModels=None if allowed_models is None else list(allowed_models),
+            state=None if state is None else dict(state),
+            mcpServers=None if mcp_servers is None else [_wire(s) for s in mcp_servers],
         )
         return Session.model_validate(await self.request("session/create", params))
+
+    async def open_session(self, session_id: str, **fields: Any) -> Session:
+        """Session ``session_id``, created (with ``fields``, as :meth:`create_session` takes
+        them) when there is none yet."""
+        try:
+            return await self.get_session(session_id)
+        except SessionNotFoundError:
+            pass
+        try:
+            return await self.create_session(session_id=session_id, **fields)
+        except InvalidParamsError as exc:
+            if not isinstance(exc.data, dict) or exc.data.get("sessionId") != session_id:
+                raise
+            return await self.get_session(session_id)  # created meanwhile by another client
 
     async def get_session(self, session_id: str) -> Session:
         """``session/get``."""
@@ -238,26 +266,42 @@ class TetherClient:
         settings: Mapping[str, Any] | _Unset | None = UNSET,
         metadata: Mapping[str, Any] | _Unset | None = UNSET,
         tools: Sequence[str] | _Unset | None = UNSET,
+        allowed_models: Sequence[str] | _Unset | None = UNSET,
+        state: Mapping[str, Any] | _Unset | None = UNSET,
     ) -> Session:
         """``session/configure``: a field left out stays as it is, ``None`` clears it;
-        ``settings`` and ``metadata`` are replaced whole."""
+        ``settings``, ``metadata`` and ``state`` are replaced whole."""
         fields = {
             "title": title,
             "model": model,
             "systemPrompt": system_prompt,
             "settings": settings if not isinstance(settings, Mapping) else dict(settings),
             "metadata": metadata if not isinstance(metadata, Mapping) else dict(metadata),
-            "tools": tools if tools is None or isinstance(tools, _Unset) else list(tools),
+            "tools": _listed(tools),
+            "allowedModels": _listed(allowed_models),
+            "state": state if not isinstance(state, Mapping) else dict(state),
         }
         params: dict[str, Any] = {"sessionId": session_id}
         params.update({name: v for name, v in fields.items() if not isinstance(v, _Unset)})
         return Session.model_validate(await self.request("session/configure", params))
 
     async def fork(
-        self, session_id: str, *, at_message_id: str | None = None, title: str | None = None
+        self,
+        session_id: str,
+        *,
+        at_message_id: str | None = None,
+        title: str | None = None,
+        tools: Sequence[str] | None = None,
+        allowed_models: Sequence[str] | None = None,
     ) -> Session:
         """``session/fork``: a new session sharing the history up to ``at_message_id``."""
-        params = _params(sessionId=session_id, atMessageId=at_message_id, title=title)
+        params = _params(
+            sessionId=session_id,
+            atMessageId=at_message_id,
+            title=title,
+            tools=None if tools is None else list(tools),
+            allowedModels=None if allowed_models is None else list(allowed_models),
+        )
         return Session.model_validate(await self.request("session/fork", params))
 
     async def clear(self, session_id: str) -> Session:
@@ -296,6 +340,7 @@ class TetherClient:
         tools: Sequence[str] | None = None,
         output_schema: type[BaseModel] | Mapping[str, Any] | None = None,
         output_retries: int | None = None,
+        author: str | None = None,
         work_done_token: str | int | None = None,
     ) -> Run:
         """Send ``kernel/run`` now; the :class:`Run` iterates its progress events and awaits to its
@@ -303,7 +348,9 @@ class TetherClient:
 
         ``output_schema`` is a JSON Schema, or a pydantic model class: its schema is sent, and
         the result's ``output`` is then an instance of it (``None`` when the run ended without
-        a valid answer: see ``stop_reason`` and ``output_errors``)."""
+        a valid answer: see ``stop_reason`` and ``output_errors``). ``author`` names who writes
+        the run's messages (default: the session's ``agentId``); with ``work_done_token`` the
+        server also reports LSP ``$/progress`` on that token."""
         model_class: type[BaseModel] | None = None
         schema: dict[str, Any] | None = None
         if isinstance(output_schema, type):
@@ -319,6 +366,7 @@ class TetherClient:
             tools=None if tools is None else list(tools),
             outputSchema=schema,
             outputRetries=output_retries,
+            author=author,
             workDoneToken=work_done_token,
         )
         request_id, future = self.connection.start_request("kernel/run", params)

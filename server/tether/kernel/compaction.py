@@ -38,7 +38,9 @@ from tether.protocol.kernel import (
     ProgressEvent,
     Usage,
 )
+from tether.protocol.messages import is_blocks
 from tether.providers.base import ModelRequest, Provider
+from tether.providers.content import flatten_text
 from tether.sessions.ids import utcnow, uuid7
 
 COMPACTION = "compaction"
@@ -226,10 +228,8 @@ def _line(message: Message) -> str:
 
 def _text(message: Message) -> str:
     content = message.content
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return _clip(content)
+    if not is_blocks(content):  # text, or any other JSON value as its JSON text
+        return _clip(flatten_text(content))
     parts: list[str] = []
     for block in content:
         if isinstance(block, TextBlock):

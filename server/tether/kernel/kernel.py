@@ -313,6 +313,7 @@ class Kernel:
             output=output,
             warnings=warnings,
             lease=state,
+            author=params.author or session.agent_id,
         )
 
 

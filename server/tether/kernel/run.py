@@ -30,6 +30,7 @@ from tether.protocol.kernel import (
     IterationFinished,
     IterationStarted,
     MessageDelta,
+    Notice,
     ProgressEvent,
     ProgressParams,
     RunFinished,
@@ -73,6 +74,7 @@ def add_usage(total: Usage, turn: Usage) -> Usage:
 
 CANCELLED_RESULT = "cancelled"
 INTERRUPTED_RESULT = "interrupted"
+RESTARTED = "it is started again at the next run"
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,7 @@ class RunSetup:
     output: structured.OutputCheck | None = None  # kernel/run outputSchema
     warnings: Sequence[RunWarning] = ()  # sent after run_started, kept in the result
     lease: LeaseState = field(default_factory=LeaseState)
+    author: str | None = None  # of the assistant and tool messages the run writes
 
 
 class Run:
@@ -152,6 +155,13 @@ class Run:
         self._emit(RunStarted(max_iterations=self._setup.max_iterations, user_message_id=user.id))
         for warning in self._setup.warnings:
             self._emit(warning)
+        for failure in self._setup.tools.failures():
+            self._emit(
+                Notice(
+                    message=f"{failure.describe()}; {RESTARTED}",
+                    data={"source": failure.source, "reason": failure.reason},
+                )
+            )
         try:
             stop = await self._loop()
         except asyncio.CancelledError:
@@ -225,6 +235,7 @@ class Run:
             content=content,
             tool_calls=calls or None,
             metadata=completion.metadata,  # what the provider needs sent back (thinking blocks)
+            author=self._setup.author,
         )
         await self._persist([assistant], ids=[message_id])
         self._unanswered = list(calls)
@@ -385,8 +396,7 @@ class Run:
         spec = self._allowed.get(call.name)
         if spec is None:
             self._emit(ToolCallUpdate(tool_call_id=call.id, status=ToolCallStatus.IN_PROGRESS))
-            available = ", ".join(sorted(self._allowed)) or "none"
-            return ToolResult(f"tool {call.name!r} is not available (available: {available})", True)
+            return ToolResult(self._not_available(call.name), True)
         workspace = self._setup.context.workspace
         protected = self._setup.tools.protected(call.name, call.arguments, workspace)
         refusal = await self._setup.approval.check(spec, call, protected)
@@ -400,6 +410,15 @@ class Run:
             protected_approved=protected is not None,
         )
         return await self._setup.tools.execute(call.name, call.arguments, context)
+
+    def _not_available(self, name: str) -> str:
+        """Why a tool is not on offer: the failure of its source (an MCP server that did not
+        start), else the list of those that are."""
+        for failure in self._setup.tools.failures():
+            if name.startswith(failure.prefix):
+                return f"tool {name!r} is not available: {failure.describe()}; {RESTARTED}"
+        available = ", ".join(sorted(self._allowed)) or "none"
+        return f"tool {name!r} is not available (available: {available})"
 
     def _result_of(self, call: ToolCall) -> ToolResult:
         result = self._results.get(call.id)
@@ -435,8 +454,11 @@ class Run:
                     MessageInput(
                         role=Role.TOOL,
                         tool_call_id=call.id,
+                        name=call.name,
                         content=result.content,
                         is_error=result.is_error or None,
+                        output=result.output,
+                        author=self._setup.author,
                     )
                     for call, result in zip(calls, results, strict=True)
                 ]
@@ -462,6 +484,7 @@ class Run:
                 arguments=call.arguments,
                 result=result.content,
                 is_error=result.is_error,
+                output=result.output,
             )
             for call, result in zip(calls, results, strict=True)
         )
@@ -477,7 +500,7 @@ class Run:
         an unanswered call."""
         answered = {m.tool_call_id for m in self._history if m.role is Role.TOOL}
         dangling = [
-            call
+            (message, call)
             for message in self._history
             if message.tool_calls
             for call in message.tool_calls
@@ -489,10 +512,12 @@ class Run:
                     MessageInput(
                         role=Role.TOOL,
                         tool_call_id=call.id,
+                        name=call.name,
                         content=INTERRUPTED_RESULT,
                         is_error=True,
+                        author=message.author,
                     )
-                    for call in dangling
+                    for message, call in dangling
                 ]
             )
 

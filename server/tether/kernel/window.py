@@ -29,7 +29,7 @@ from typing import Protocol
 
 import orjson
 
-from tether.protocol import ImageBlock, Message, ResourceLinkBlock, Role, TextBlock
+from tether.protocol import ImageBlock, Message, ResourceLinkBlock, Role, TextBlock, is_blocks
 from tether.protocol.tools import ToolSpec
 
 logger = logging.getLogger(__name__)
@@ -60,6 +60,8 @@ class EstimatingCounter:
         tokens = MESSAGE_OVERHEAD
         if isinstance(content, str):
             chars = len(content)
+        elif content is not None and not is_blocks(content):
+            chars = len(orjson.dumps(content))  # any other JSON value goes as its JSON text
         else:
             chars = 0
             for block in content or ():

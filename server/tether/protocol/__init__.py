@@ -33,11 +33,13 @@ from tether.protocol.messages import (
     ContentBlock,
     ImageBlock,
     Message,
+    MessageContent,
     MessageInput,
     ResourceLinkBlock,
     Role,
     TextBlock,
     ToolCall,
+    is_blocks,
 )
 from tether.protocol.sessions import (
     AppendParams,
@@ -80,6 +82,7 @@ __all__ = [
     "ListSessionsParams",
     "ListSessionsResult",
     "Message",
+    "MessageContent",
     "MessageInput",
     "MessagesParams",
     "MessagesResult",
@@ -101,4 +104,5 @@ __all__ = [
     "ToolCall",
     "WireModel",
     "WorkspaceError",
+    "is_blocks",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, JsonValue, field_validator
 
 from tether.protocol.base import Params, WireModel
 from tether.protocol.messages import Content, Message
@@ -26,6 +26,11 @@ class RunParams(Params):
     max_iterations: int | None = Field(default=None, ge=1, le=1000)
     model: str | None = None
     tools: list[str] | None = None
+    author: str | None = Field(
+        default=None,
+        min_length=1,
+        description="the author of the messages the run writes; default: the session's agentId",
+    )
     work_done_token: str | int | None = None
     output_schema: dict[str, Any] | None = Field(
         default=None,
@@ -97,6 +102,9 @@ class ToolCallRecord(WireModel):
     arguments: str
     result: str
     is_error: bool = False
+    output: JsonValue | None = Field(
+        default=None, description="the structured result beside the text, when the tool gave one"
+    )
 
 
 class RunWarning(WireModel):
@@ -107,6 +115,17 @@ class RunWarning(WireModel):
 
     kind: Literal["warning"] = "warning"
     code: int = Field(description="the error code of the problem, e.g. -32013 (ConfigError)")
+    message: str
+    data: dict[str, Any] | None = None
+
+
+class Notice(WireModel):
+    """Something a person should know about a run that is neither an error of the request nor
+    part of a tool call: today, a source of tools (an MCP server) that failed to start, named
+    with its reason in ``data: {source, reason}``. Sent after ``run_started``."""
+
+    kind: Literal["notice"] = "notice"
+    level: Literal["info", "warning", "error"] = "warning"
     message: str
     data: dict[str, Any] | None = None
 
@@ -233,7 +252,8 @@ ProgressEvent = Annotated[
     | RunFinished
     | RunWarning
     | CompactionStarted
-    | CompactionFinished,
+    | CompactionFinished
+    | Notice,
     Field(discriminator="kind"),
 ]
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from pydantic import ValidationInfo
 from pydantic_core import PydanticCustomError
+
+from tether.protocol.messages import is_blocks
 
 MiB = 1024 * 1024
 
@@ -56,6 +59,8 @@ def content_size(content: Any) -> int:
         return 0
     if isinstance(content, str):
         return utf8_size(content)
+    if not is_blocks(content):
+        return len(orjson.dumps(content))  # any other JSON value: its JSON text
     size = 0
     for block in content:
         for name in ("text", "data", "uri"):

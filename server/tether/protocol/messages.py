@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import binascii
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeGuard
 
 import orjson
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    Discriminator,
+    Field,
+    JsonValue,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 from tether.protocol.base import UtcDatetime, WireModel
 
@@ -57,6 +65,42 @@ class ResourceLinkBlock(WireModel):
 
 ContentBlock = Annotated[TextBlock | ImageBlock | ResourceLinkBlock, Field(discriminator="type")]
 Content = str | list[ContentBlock]
+"""What a prompt holds: text, or content blocks."""
+
+_BLOCK_TYPES = frozenset({"text", "image", "resource_link"})
+_BLOCK_MODELS = (TextBlock, ImageBlock, ResourceLinkBlock)
+
+
+def _content_kind(value: Any) -> str:
+    """Which reading of a message's content applies: ``text`` (a string), ``blocks`` (a list
+    whose every item is, or claims to be, a content block: validated as blocks, so a broken block
+    is an error, not JSON), else ``json`` (any other JSON value, kept as it is)."""
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, list) and all(_claims_block(item) for item in value):
+        return "blocks"
+    return "json"
+
+
+def _claims_block(item: Any) -> bool:
+    if isinstance(item, _BLOCK_MODELS):
+        return True
+    return isinstance(item, dict) and item.get("type") in _BLOCK_TYPES
+
+
+MessageContent = Annotated[
+    Annotated[str, Tag("text")]
+    | Annotated[list[ContentBlock], Tag("blocks")]
+    | Annotated[JsonValue, Tag("json")],
+    Discriminator(_content_kind),
+]
+"""What a message holds: text, content blocks, or any other JSON value (an object, a number, a
+list...), which is kept as it is and sent to models as its JSON text."""
+
+
+def is_blocks(content: object) -> TypeGuard[list[TextBlock | ImageBlock | ResourceLinkBlock]]:
+    """Whether validated content is a list of content blocks (an empty list counts)."""
+    return isinstance(content, list) and all(isinstance(item, _BLOCK_MODELS) for item in content)
 
 
 class ToolCall(WireModel):
@@ -104,12 +148,12 @@ class CompactedRange(WireModel):
 
 class _MessageFields(WireModel):
     role: RoleField
-    content: Content | None = None
+    content: MessageContent | None = None
     tool_calls: Annotated[list[ToolCall] | None, BeforeValidator(_no_calls_is_none)] = None
     tool_call_id: str | None = None
     is_error: bool | None = Field(default=None, description="a tool message: the call failed")
-    name: str | None = None
-    author: str | None = None
+    name: str | None = Field(default=None, description="a tool message: the tool's name")
+    author: str | None = Field(default=None, description="the agent that wrote it (agentId)")
     metadata: dict[str, Any] | None = None
     kind: Literal["compaction"] | None = Field(
         default=None,
@@ -117,6 +161,9 @@ class _MessageFields(WireModel):
     )
     replaces: CompactedRange | None = Field(
         default=None, description="a compaction: the messages its summary stands for"
+    )
+    output: JsonValue | None = Field(
+        default=None, description="a tool message: the structured result beside its text"
     )
 
 
@@ -131,6 +178,8 @@ class MessageInput(_MessageFields):
             raise ValueError("only a tool message carries toolCallId")
         if self.tool_calls and self.role is not Role.ASSISTANT:
             raise ValueError("only an assistant message carries toolCalls")
+        if self.output is not None and self.role is not Role.TOOL:
+            raise ValueError("only a tool message carries output")
         if self.content is None and not self.tool_calls:
             raise ValueError("content is required unless an assistant message calls tools")
         if (self.kind == "compaction") != (self.replaces is not None):

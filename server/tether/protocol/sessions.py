@@ -8,12 +8,16 @@ import orjson
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from tether.protocol.base import Params, UtcDatetime, WireModel
+from tether.protocol.errors import InvalidParams
 from tether.protocol.kernel import Usage
 from tether.protocol.limits import content_size, limits_of, over_limit
 from tether.protocol.messages import Message, MessageInput
 from tether.protocol.tools import McpServerSpec, unique_server_names
 
 SessionId = str
+SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
+"""A session id a client chooses: 1 to 128 letters, digits and ``. _ : @ -``, not starting with
+a punctuation mark."""
 MAX_STATE_BYTES = 256 * 1024
 """The most a session's ``state`` may hold, as compact JSON."""
 THINKING_LEVELS = ("off", "low", "medium", "high")
@@ -77,6 +81,11 @@ class SessionFields(Params):
 
 
 class CreateSessionParams(SessionFields):
+    session_id: SessionId | None = Field(
+        default=None,
+        pattern=SESSION_ID_PATTERN,
+        description="create under this id (unique; default: a new UUIDv7)",
+    )
     workspace: str | None = Field(
         default=None, description="URI or path; default: the first workspace folder"
     )
@@ -141,6 +150,15 @@ class MessagesResult(WireModel):
     messages: list[Message]
     total: int
     next_cursor: str | None = None
+
+
+def session_exists(session_id: str) -> InvalidParams:
+    """The error of ``session/create`` under an id a session already has."""
+    message = f"a session with id {session_id!r} exists already"
+    return InvalidParams(
+        f"sessionId: {message}",
+        {"fields": [{"field": "sessionId", "message": message}], "sessionId": session_id},
+    )
 
 
 def _content_fits(message: MessageInput, info: ValidationInfo) -> MessageInput:

@@ -19,6 +19,7 @@ whether to run tools (some compatible servers say ``stop`` after calling tools).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, assert_never
@@ -72,6 +73,23 @@ def make_provider(
     ``ANTHROPIC_BASE_URL`` / ``GOOGLE_GEMINI_BASE_URL``; ``sleep`` replaces ``asyncio.sleep``
     between retries and in scripted delays. Raises ConfigError (-32013) naming the key at fault.
     """
+    provider = _make(config, client, environ, sleep)
+    overrides = {
+        "tools": config.supports_tools,
+        "system": config.supports_system,
+    }
+    chosen = {name: value for name, value in overrides.items() if value is not None}
+    if chosen:
+        provider.capabilities = dataclasses.replace(provider.capabilities, **chosen)
+    return provider
+
+
+def _make(
+    config: ProviderConfig,
+    client: httpx.AsyncClient | Callable[[], httpx.AsyncClient] | None,
+    environ: Mapping[str, str] | None,
+    sleep: Sleep | None,
+) -> Provider:
     env = os.environ if environ is None else environ
     pause = sleep or asyncio.sleep
     kind = config.type

@@ -28,13 +28,14 @@ import orjson
 from pydantic import ValidationError
 
 from tether.protocol import (
-    Content,
     ImageBlock,
     Message,
+    MessageContent,
     ResourceLinkBlock,
     Role,
     TextBlock,
     ToolCall,
+    is_blocks,
 )
 from tether.protocol.kernel import Usage
 from tether.protocol.tools import ToolSpec
@@ -53,6 +54,7 @@ from tether.providers.content import (
 )
 from tether.providers.errors import AttemptFailed
 from tether.providers.http import HttpProvider, TurnReader, decode_json, index_of, obj
+from tether.providers.prepare import merge_runs
 from tether.providers.retry import RetryPolicy
 from tether.providers.sse import ServerSentEvent
 
@@ -164,13 +166,18 @@ def anthropic_messages(
             continue
         role = "assistant" if message.role is Role.ASSISTANT else "user"
         blocks = _blocks(message)
-        if not blocks:
-            continue
-        if turns and turns[-1]["role"] == role:
-            turns[-1]["content"].extend(blocks)
-        else:
+        if blocks:
             turns.append({"role": role, "content": blocks})
-    return "\n\n".join(systems) or None, turns
+    # Tool results are user turns on this wire: turns are merged here, after the mapping.
+    return "\n\n".join(systems) or None, merge_runs(turns, _role, _merge_turns)
+
+
+def _role(turn: dict[str, Any]) -> str:
+    return str(turn["role"])
+
+
+def _merge_turns(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    return {"role": first["role"], "content": [*first["content"], *second["content"]]}
 
 
 def anthropic_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
@@ -214,17 +221,16 @@ def thinking_blocks(message: Message) -> list[dict[str, Any]]:
     ]
 
 
-def _result_content(content: Content | None) -> str | list[dict[str, Any]]:
-    if content is None or isinstance(content, str):
-        return content or ""
+def _result_content(content: MessageContent | None) -> str | list[dict[str, Any]]:
+    if not is_blocks(content):
+        return flatten_text(content)
     return _content_blocks(content, images=True)
 
 
-def _content_blocks(content: Content | None, *, images: bool) -> list[dict[str, Any]]:
-    if content is None:
-        return []
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}] if content else []
+def _content_blocks(content: MessageContent | None, *, images: bool) -> list[dict[str, Any]]:
+    if not is_blocks(content):
+        text = flatten_text(content)
+        return [{"type": "text", "text": text}] if text else []
     blocks: list[dict[str, Any]] = []
     for block in content:
         if isinstance(block, TextBlock):

@@ -39,6 +39,16 @@ class ModelRequest:
     output: OutputSpec | None = None  # only for a provider with native_output
 
 
+@dataclass(frozen=True, kw_only=True)
+class Capabilities:
+    """What a provider's endpoint takes; :mod:`tether.providers.prepare` rewrites a request
+    for one that lacks something."""
+
+    tools: bool = True  # tool specs, assistant tool calls and tool results
+    system: bool = True  # a system prompt, and system messages
+    alternating: bool = False  # only alternating turns: consecutive same-role messages merged
+
+
 class _Event(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -85,6 +95,9 @@ class Provider(ABC):
     name: str
     # Whether it enforces ModelRequest.output itself; the kernel tells the others in the prompt.
     native_output: ClassVar[bool] = False
+    capabilities: Capabilities = Capabilities()
+    """What the endpoint takes (declared by the class; ``provider.supports_*`` may say otherwise
+    for one model): a request is prepared for it before its wire mapping runs."""
 
     @abstractmethod
     def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:

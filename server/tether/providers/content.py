@@ -5,9 +5,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, cast
 
+import orjson
 from pydantic.alias_generators import to_camel
 
-from tether.protocol import Content, ImageBlock, Message, ResourceLinkBlock, TextBlock
+from tether.protocol import (
+    ImageBlock,
+    Message,
+    MessageContent,
+    ResourceLinkBlock,
+    TextBlock,
+    is_blocks,
+)
 
 
 def resource_text(block: ResourceLinkBlock) -> str:
@@ -20,12 +28,21 @@ def image_placeholder(block: ImageBlock) -> str:
     return f"[image: {block.mime_type}]"
 
 
-def flatten_text(content: Content | None) -> str:
-    """Content as one string; blocks are joined by newlines, images become a placeholder."""
+def json_text(value: object) -> str:
+    """Content that is neither text nor blocks (an object, a number...) as the model reads it:
+    its JSON text."""
+    return orjson.dumps(value).decode()
+
+
+def flatten_text(content: MessageContent | None) -> str:
+    """Content as one string; blocks are joined by newlines, images become a placeholder, any
+    other JSON value is its JSON text."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
+    if not is_blocks(content):
+        return json_text(content)
     parts: list[str] = []
     for block in content:
         if isinstance(block, TextBlock):

@@ -37,9 +37,10 @@ import httpx
 import orjson
 from pydantic import ValidationError
 
-from tether.protocol import Content, ImageBlock, Message, ResourceLinkBlock, Role, TextBlock
+from tether.protocol import ImageBlock, Message, ResourceLinkBlock, Role, TextBlock
 from tether.protocol import ToolCall as CanonicalCall
 from tether.protocol.kernel import Usage
+from tether.protocol.messages import MessageContent, is_blocks
 from tether.protocol.tools import ToolSpec
 from tether.providers import output
 from tether.providers.base import Completion, ModelRequest, OutputSpec
@@ -308,11 +309,10 @@ def _own_id(message: Message, call_id: str) -> str | None:
     return call_id if (message.metadata or {}).get(OWN_IDS_KEY) else None
 
 
-def _content_parts(content: Content | None) -> list[dict[str, Any]]:
-    if content is None:
-        return []
-    if isinstance(content, str):
-        return [{"text": content}] if content else []
+def _content_parts(content: MessageContent | None) -> list[dict[str, Any]]:
+    if not is_blocks(content):  # text, or any other JSON value sent as its JSON text
+        text = flatten_text(content)
+        return [{"text": text}] if text else []
     parts: list[dict[str, Any]] = []
     for block in content:
         if isinstance(block, TextBlock):

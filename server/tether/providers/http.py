@@ -34,6 +34,7 @@ from tether.providers.base import (
 )
 from tether.providers.client import make_client
 from tether.providers.errors import AttemptFailed
+from tether.providers.prepare import prepare
 from tether.providers.retry import BODY_LIMIT, RetryPolicy, parse_retry_after, with_retries
 from tether.providers.sse import ServerSentEvent, iter_events
 
@@ -159,7 +160,9 @@ class HttpProvider(Provider):
         return self.url
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
-        async with aclosing(self.turn(self.request_url(request), self.payload(request))) as events:
+        async with aclosing(
+            self.turn(self.request_url(request), self.payload(prepare(request, self.capabilities)))
+        ) as events:
             async for event in events:
                 yield event
 

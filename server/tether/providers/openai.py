@@ -25,7 +25,15 @@ import httpx
 import orjson
 from pydantic import ValidationError
 
-from tether.protocol import ImageBlock, Message, ResourceLinkBlock, Role, TextBlock, ToolCall
+from tether.protocol import (
+    ImageBlock,
+    Message,
+    ResourceLinkBlock,
+    Role,
+    TextBlock,
+    ToolCall,
+    is_blocks,
+)
 from tether.protocol.kernel import Usage
 from tether.protocol.tools import ToolSpec
 from tether.providers.base import Completion, ModelRequest
@@ -156,8 +164,8 @@ def _message(message: Message) -> dict[str, Any]:
 
 def _user_content(message: Message) -> str | list[dict[str, Any]]:
     content = message.content
-    if content is None or isinstance(content, str):
-        return content or ""
+    if not is_blocks(content):
+        return flatten_text(content)
     parts: list[dict[str, Any]] = []
     for block in content:
         if isinstance(block, TextBlock):

@@ -38,6 +38,7 @@ from tether.protocol import ConfigError, ProviderError, ToolCall
 from tether.protocol.kernel import Usage
 from tether.providers.base import Completion, ModelRequest, Provider, TextDelta
 from tether.providers.errors import ScriptExhausted, ScriptNotUsedUp
+from tether.providers.prepare import prepare
 from tether.providers.retry import Sleep
 
 _PIECE = re.compile(r"\s*\S+\s*")
@@ -129,6 +130,7 @@ class ScriptedProvider(Provider):
             )
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[TextDelta | Completion, None]:
+        request = prepare(request, self.capabilities)
         self.requests.append(
             replace(
                 request,

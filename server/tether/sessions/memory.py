@@ -31,9 +31,15 @@ from tether.protocol import (
     Session,
     SessionNotFound,
     ToolCall,
+    is_blocks,
 )
 from tether.protocol.kernel import Usage
-from tether.protocol.sessions import CreateSessionParams, ForkSessionParams, SessionFields
+from tether.protocol.sessions import (
+    CreateSessionParams,
+    ForkSessionParams,
+    SessionFields,
+    session_exists,
+)
 from tether.sessions.cursors import decode_cursor, encode_cursor
 from tether.sessions.forks import check_fork_point, cut_chain
 from tether.sessions.ids import utcnow, uuid7
@@ -44,10 +50,10 @@ _SLICE = 250  # messages of a big append prepared between two turns of the event
 
 Packed = tuple[Any, ...]
 """A stored message: ``(id, role, content, tool_calls, tool_call_id, is_error, name, author,
-metadata, run_id, kind, replaces, created_at)``, ``replaces`` as ``(first_id, last_id, count)``,
-tool calls as ``(id, name, arguments)`` tuples, the role as its
-plain string: a tuple of strings, numbers and times is one the collector stops tracking, so a
-big history costs its full passes nothing."""
+metadata, output, run_id, kind, replaces, created_at)``, ``replaces`` as ``(first_id, last_id,
+count)``, tool calls as ``(id, name, arguments)`` tuples, the role as its plain string: a tuple
+of strings, numbers and times is one the collector stops tracking, so a big history costs its
+full passes nothing."""
 
 _ROLES = {role.value: role for role in Role}
 
@@ -64,6 +70,7 @@ def unpack(packed: Packed) -> Message:
         name,
         author,
         metadata,
+        output,
         run_id,
         kind,
         span,
@@ -72,9 +79,7 @@ def unpack(packed: Packed) -> Message:
     return trusted_message(
         {
             "role": _ROLES[role],
-            "content": (
-                [b.model_copy() for b in content] if isinstance(content, list) else content
-            ),
+            "content": _copy_content(content),
             "tool_calls": (
                 None
                 if calls is None
@@ -87,6 +92,7 @@ def unpack(packed: Packed) -> Message:
             "metadata": None if metadata is None else _copy_json(metadata),
             "kind": kind,
             "replaces": None if span is None else _range(span),
+            "output": _copy_value(output),
             "id": id_,
             "run_id": run_id,
             "created_at": at,
@@ -240,9 +246,11 @@ class MemoryStore:
         self.holder = holder or process_holder()
 
     async def create(self, params: CreateSessionParams, workspace: str) -> Session:
+        if params.session_id is not None and params.session_id in self._records:
+            raise session_exists(params.session_id)
         now = utcnow()
         session = Session(
-            session_id=uuid7(),
+            session_id=params.session_id or uuid7(),
             workspace=workspace,
             title=params.title,
             agent_id=params.agent_id,
@@ -497,7 +505,7 @@ class MemoryStore:
     def _check_fork_point_not_in_run(self, record: _Record, point: Packed) -> None:
         """A fork at a message of the running turn would take an unfinished turn."""
         held = self._live_lease(record)
-        if held is not None and point[9] == held.run_id:  # the message's run_id
+        if held is not None and point[10] == held.run_id:  # the message's run_id
             raise held.busy(record.session.session_id, self.holder)
 
     def _copy(self, record: _Record) -> Session:
@@ -571,13 +579,14 @@ def pack_input(source: MessageInput, message_id: str, now: datetime, run_id: str
     return (
         message_id,
         source.role.value,
-        [block.model_copy() for block in content] if isinstance(content, list) else content,
+        _copy_content(content),
         None if calls is None else tuple((c.id, c.name, c.arguments) for c in calls),
         source.tool_call_id,
         source.is_error,
         source.name,
         source.author,
         None if metadata is None else _copy_json(metadata),
+        _copy_value(source.output),
         run_id,
         source.kind,
         None if span is None else (span.first_id, span.last_id, span.count),
@@ -625,13 +634,29 @@ _WIRE_NAMES = tuple(
         "name",
         "author",
         "metadata",
+        "output",
         "run_id",
         "kind",
         "replaces",
         "created_at",
     )
 )
-_ORDER = (1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 0, 9, 12)  # the packed values in Message's field order
+_ORDER = (
+    1,
+    2,
+    3,
+    4,
+    5,
+    6,
+    7,
+    8,
+    11,
+    12,
+    9,
+    0,
+    10,
+    13,
+)  # the packed values in Message's field order
 
 
 def _dumped(packed: Packed) -> dict[str, Any]:
@@ -640,11 +665,13 @@ def _dumped(packed: Packed) -> dict[str, Any]:
         value = packed[index]
         if value is None:
             continue
-        if index == 2 and isinstance(value, list):
+        if index == 2 and is_blocks(value):
             value = [block.model_dump(by_alias=True, exclude_none=True) for block in value]
+        elif index in (2, 9) and isinstance(value, list | dict):
+            value = _copy_value(value)
         elif index == 3:
             value = [{"id": i, "name": n, "arguments": a} for i, n, a in value]
-        elif index == 11:
+        elif index == 12:
             value = {"firstId": value[0], "lastId": value[1], "count": value[2]}
         dumped[_WIRE_NAMES[index]] = value
     return dumped
@@ -682,11 +709,27 @@ def _copy_json(value: dict[str, Any]) -> dict[str, Any]:
     return copied
 
 
+def _copy_value(value: Any) -> Any:
+    """A copy of a JSON value the caller owns (strings, numbers and None are immutable)."""
+    if isinstance(value, list | dict):
+        return orjson.loads(orjson.dumps(value))
+    return value
+
+
+def _copy_content(content: Any) -> Any:
+    """A copy of a message's content: blocks copied as models, any other JSON value as JSON."""
+    if is_blocks(content):
+        return [block.model_copy() for block in content]
+    return _copy_value(content)
+
+
 def _copied_containers(message: MessageInput) -> dict[str, Any]:
     """Fresh copies of the mutable parts of a message: content blocks, tool calls, metadata."""
     copies: dict[str, Any] = {}
-    if isinstance(message.content, list):
-        copies["content"] = [block.model_copy() for block in message.content]
+    if isinstance(message.content, list | dict):
+        copies["content"] = _copy_content(message.content)
+    if isinstance(message.output, list | dict):
+        copies["output"] = _copy_value(message.output)
     if message.tool_calls is not None:
         copies["tool_calls"] = [call.model_copy() for call in message.tool_calls]
     if message.metadata is not None:

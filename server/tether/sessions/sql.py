@@ -98,8 +98,13 @@ from tether.protocol import (
     ToolCall,
 )
 from tether.protocol.kernel import Usage
-from tether.protocol.messages import Content
-from tether.protocol.sessions import CreateSessionParams, ForkSessionParams, SessionFields
+from tether.protocol.messages import MessageContent, is_blocks
+from tether.protocol.sessions import (
+    CreateSessionParams,
+    ForkSessionParams,
+    SessionFields,
+    session_exists,
+)
 from tether.sessions.cursors import decode_cursor, encode_cursor
 from tether.sessions.forks import check_fork_point, cut_chain
 from tether.sessions.ids import utcnow, uuid7
@@ -109,7 +114,7 @@ from tether.sessions.store import Order
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 class _Micros(TypeDecorator[datetime]):
@@ -197,6 +202,7 @@ messages_table = Table(
     Column("name", Text),
     Column("author", Text),
     Column("metadata", JSON(none_as_null=True)),
+    Column("output", JSON(none_as_null=True)),  # a tool result's structured output (v4)
     Column("agent_id", Text),
     Column("run_id", _ID),
     Column("created_at", _Micros, nullable=False),
@@ -230,6 +236,16 @@ _V1_INDEXES = [
 _V2_INDEXES = [Index("ix_messages_run", messages_table.c.run_id)]
 
 
+# added by the migrations after the first
+_LATER_COLUMNS = {("messages", name) for name in ("kind", "replaces", "output")}
+
+
+def _json_loads(value: Any) -> Any:
+    """A JSON column's value: SQLite gives a JSON number back as a number (the column's type,
+    JSON, has numeric affinity), the rest as JSON text."""
+    return value if isinstance(value, int | float) else orjson.loads(value)
+
+
 def _create_v1(connection: Connection) -> None:
     for table in (sessions_table, segments_table, messages_table, tool_calls_table):
         create = CreateTable(table)
@@ -256,7 +272,6 @@ def _add_run_lease(connection: Connection) -> None:
 
 
 _COMPACTION_COLUMNS = ("kind", "replaces")
-_LATER_COLUMNS = {("messages", name) for name in _COMPACTION_COLUMNS}  # not in version 1
 
 
 def _add_compaction(connection: Connection) -> None:
@@ -266,11 +281,18 @@ def _add_compaction(connection: Connection) -> None:
         connection.exec_driver_sql(f"ALTER TABLE messages ADD COLUMN {column}")
 
 
+def _add_message_output(connection: Connection) -> None:
+    """Tool messages learn ``output`` (a structured result beside the text)."""
+    column = CreateColumn(messages_table.c.output).compile(dialect=connection.dialect)
+    connection.exec_driver_sql(f"ALTER TABLE messages ADD COLUMN {column}")
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_v1,
     _add_run_index,
     _add_run_lease,
     _add_compaction,
+    _add_message_output,
 ]
 """Step ``i`` moves the schema from version ``i`` to ``i + 1`` (0: an empty database)."""
 
@@ -309,7 +331,7 @@ _LEASE = select(_S.lease_run_id, _S.lease_holder, _S.lease_until).where(_S.id ==
 _LEASE_LOCKED = _LEASE.with_for_update()
 _MESSAGE_COLUMNS = (
     _M.id, _M.role, _M.content, _M.tool_calls, _M.tool_call_id, _M.is_error, _M.name,
-    _M.author, _M.metadata, _M.run_id, _M.created_at, _M.kind, _M.replaces,
+    _M.author, _M.metadata, _M.output, _M.run_id, _M.created_at, _M.kind, _M.replaces,
 )  # fmt: skip
 _RANGE = (
     select(*_MESSAGE_COLUMNS)
@@ -394,7 +416,7 @@ def make_engine(url: str) -> Engine:
         engine = create_engine(
             url,
             json_serializer=lambda value: orjson.dumps(value).decode(),
-            json_deserializer=orjson.loads,
+            json_deserializer=_json_loads,
             pool_pre_ping=server,
         )
     except ImportError as exc:
@@ -507,12 +529,13 @@ class _SqliteExec(_Exec):
         params = {"owner": owner, "low": low, "high": high}
         for row in self.raw.execute(compiled.sql, compiled.args(params)):
             values = list(row)
-            for index in (2, 3, 8, 12):  # content, tool_calls, metadata, replaces: JSON text
-                if values[index] is not None:
-                    values[index] = orjson.loads(values[index])
+            # content, tool_calls, metadata, output, replaces: JSON text
+            for index in (2, 3, 8, 9, 13):
+                if isinstance(values[index], str | bytes):  # SQLite gives a JSON number back
+                    values[index] = orjson.loads(values[index])  # as a number (JSON affinity)
             if values[5] is not None:
                 values[5] = bool(values[5])
-            values[10] = _from_micros(values[10])
+            values[11] = _from_micros(values[11])
             found.append(_message(values))
         return found
 
@@ -520,7 +543,7 @@ class _SqliteExec(_Exec):
         compiled = self._sql(_INSERT_MESSAGES)
         rows = []
         for message in messages:
-            for name in ("content", "tool_calls", "metadata", "replaces"):
+            for name in ("content", "tool_calls", "metadata", "output", "replaces"):
                 if message[name] is not None:
                     message[name] = orjson.dumps(message[name]).decode()
             message["created_at"] = _to_micros(message["created_at"])
@@ -694,7 +717,8 @@ class SqlStore:
 
     async def create(self, params: CreateSessionParams, workspace: str) -> Session:
         now = utcnow()
-        session_id = uuid7()
+        chosen = params.session_id
+        session_id = chosen or uuid7()
         row = {
             "id": session_id,
             "workspace": workspace,
@@ -709,7 +733,9 @@ class SqlStore:
             "state": params.state or {},
             "parent_session_id": None,
             "forked_from_message_id": None,
-            "owner": session_id,
+            # A chosen id might be the key of another session's messages (one it had before a
+            # clear): the messages of a session with a chosen id go under a key of their own.
+            "owner": session_id if chosen is None else uuid7(),
             "base_count": 0,
             "own_count": 0,
             "input_tokens": 0,
@@ -719,7 +745,16 @@ class SqlStore:
         }
 
         def create(connection: Connection) -> None:
-            connection.execute(insert(sessions_table).values(_json_safe(row)))
+            if chosen is not None:
+                taken = select(sessions_table.c.id).where(sessions_table.c.id == chosen)
+                if connection.execute(taken).first() is not None:
+                    raise session_exists(chosen)
+            try:
+                connection.execute(insert(sessions_table).values(_json_safe(row)))
+            except IntegrityError:
+                if chosen is None:
+                    raise
+                raise session_exists(chosen) from None
 
         await self._write(create)
         return await self.get(session_id)
@@ -1334,7 +1369,7 @@ def _message_row(
     owner: str, agent_id: str | None, position: int, message: Message
 ) -> dict[str, Any]:
     content: Any = message.content
-    if isinstance(content, list):
+    if is_blocks(content):
         content = [block.model_dump(mode="json", exclude_none=True) for block in content]
     return {
         "owner": owner,
@@ -1352,6 +1387,7 @@ def _message_row(
         "name": message.name,
         "author": message.author,
         "metadata": message.metadata,
+        "output": message.output,
         "agent_id": agent_id,
         "run_id": message.run_id,
         "created_at": message.created_at,
@@ -1360,7 +1396,7 @@ def _message_row(
     }
 
 
-_CONTENT: TypeAdapter[Content] = TypeAdapter(Content)
+_CONTENT: TypeAdapter[MessageContent] = TypeAdapter(MessageContent)
 
 
 def _message(row: Sequence[Any]) -> Message:
@@ -1369,10 +1405,8 @@ def _message(row: Sequence[Any]) -> Message:
     Rows hold messages that were validated when they were appended, so only the nested models
     are rebuilt (validating every field again would be most of the cost of a page).
     """
-    (message_id, role, content, calls, call_id, is_error, name, author, metadata, run_id, at) = row[
-        :11
-    ]
-    kind, span = row[11:13]
+    message_id, role, content, calls, call_id, is_error, name, author, metadata, output = row[:10]
+    run_id, at, kind, span = row[10:14]
     if isinstance(content, list):
         content = _CONTENT.validate_python(content)
     return trusted_message(
@@ -1389,6 +1423,7 @@ def _message(row: Sequence[Any]) -> Message:
             "metadata": metadata,
             "kind": kind,
             "replaces": None if span is None else CompactedRange.model_validate(span),
+            "output": output,
             "id": message_id,
             "run_id": run_id,
             "created_at": at,

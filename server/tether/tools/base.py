@@ -7,7 +7,7 @@ an error result that goes back to the model, never into a failed run.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -72,6 +72,20 @@ class ToolResult:
     content: str
     is_error: bool = False
     diff: str | None = None  # a unified diff of what an edit changed, for editors to render
+    output: Any = None  # a structured result beside the text (JSON; MCP's structuredContent)
+
+
+@dataclass(frozen=True)
+class SourceFailure:
+    """A source of tools that offers none now (an MCP server that failed to start), and why:
+    a run tells the client (a ``notice``) and answers calls of tools named with ``prefix``."""
+
+    source: str  # what a person reads: "MCP server 'github'"
+    reason: str  # "it failed to start: [Errno 2] No such file or directory: 'gh-mcp'"
+    prefix: str  # the names of its tools start so: "github__"
+
+    def describe(self) -> str:
+        return f"{self.source} is not running ({self.reason})"
 
 
 class ToolError(Exception):
@@ -102,4 +116,8 @@ class ToolExecutor(Protocol):
     def protected(self, name: str, arguments: str, workspace: Path) -> str | None:
         """:meth:`Tool.protected` of a call as the model made it; None for a call that will
         fail anyway (an unknown tool, invalid arguments, a path outside the workspace)."""
+        ...
+
+    def failures(self) -> Sequence[SourceFailure]:
+        """The sources of tools that could not offer theirs for this run (none: empty)."""
         ...

@@ -32,6 +32,10 @@ class ListFilesArguments(ToolArguments):
     limit: int = Field(
         default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description="most paths to return"
     )
+    include_ignored: bool = Field(
+        default=False,
+        description="also files that .gitignore or .ignore files exclude",
+    )
 
 
 class ListFiles(TypedTool[ListFilesArguments]):
@@ -40,7 +44,8 @@ class ListFiles(TypedTool[ListFilesArguments]):
             name="list_files",
             description=(
                 "List the files under a workspace directory, recursively, as sorted paths relative "
-                "to the workspace root (skips .git, node_modules, caches and virtualenvs)."
+                "to the workspace root (skips .git, node_modules, caches and virtualenvs, and "
+                "what .gitignore and .ignore files exclude unless include_ignored is set)."
             ),
             kind=ToolKind.SEARCH,
             arguments_model=ListFilesArguments,
@@ -54,7 +59,14 @@ def _list(args: ListFilesArguments, workspace: Path, stop: threading.Event) -> T
     sandbox = Sandbox(workspace)
     glob = Glob.compile(args.glob) if args.glob is not None else None
     start = sandbox.directory(args.path)
-    walk = walk_files(sandbox.root, start, glob=glob, max_entries=MAX_SCANNED, stop=stop)
+    walk = walk_files(
+        sandbox.root,
+        start,
+        glob=glob,
+        max_entries=MAX_SCANNED,
+        stop=stop,
+        include_ignored=args.include_ignored,
+    )
     lines = [file.rel for file in walk.files[: args.limit]]
     if not lines:
         lines.append("no files match" if glob else "no files")

@@ -10,12 +10,12 @@ from __future__ import annotations
 import builtins
 import json
 import logging
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from tether.protocol.tools import ToolSpec
-from tether.tools.base import Tool, ToolContext, ToolError, ToolResult
+from tether.tools.base import SourceFailure, Tool, ToolContext, ToolError, ToolResult
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +83,10 @@ class ToolRegistry:
             return tool.protected(_arguments_object(name, arguments), workspace)
         except ToolError:
             return None
+
+    def failures(self) -> Sequence[SourceFailure]:
+        """Built-in tools always offer themselves."""
+        return ()
 
     def list(self, allowed: Collection[str] | None = None) -> builtins.list[ToolSpec]:
         """The specs of the tools on offer, in registration order, further limited to

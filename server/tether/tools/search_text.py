@@ -47,6 +47,10 @@ class SearchTextArguments(ToolArguments):
         default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT, description="most matching lines to return"
     )
     ignore_case: bool = Field(default=False, description="match case-insensitively")
+    include_ignored: bool = Field(
+        default=False,
+        description="also files that .gitignore or .ignore files exclude",
+    )
 
 
 class SearchText(TypedTool[SearchTextArguments]):
@@ -55,7 +59,8 @@ class SearchText(TypedTool[SearchTextArguments]):
             name="search_text",
             description=(
                 "Search workspace text files for lines matching a Python regular expression; "
-                "returns 'path:line: text' (skips binary files, files over 1 MiB and ignored dirs)."
+                "returns 'path:line: text' (skips binary files, files over 1 MiB, ignored dirs, "
+                "and what .gitignore and .ignore files exclude unless include_ignored is set)."
             ),
             kind=ToolKind.SEARCH,
             arguments_model=SearchTextArguments,
@@ -157,7 +162,14 @@ def _search(args: SearchTextArguments, workspace: Path, stop: threading.Event) -
     target = sandbox.resolve(args.path)
     complete = True
     if target.is_dir():
-        walk = walk_files(sandbox.root, target, glob=glob, max_entries=MAX_SCANNED, stop=stop)
+        walk = walk_files(
+            sandbox.root,
+            target,
+            glob=glob,
+            max_entries=MAX_SCANNED,
+            stop=stop,
+            include_ignored=args.include_ignored,
+        )
         files, complete = walk.files, walk.complete
     else:
         files = [_walked(sandbox, target, args.path)]

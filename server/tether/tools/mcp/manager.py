@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tether.protocol.tools import McpServerSpec, ToolSpec
-from tether.tools.base import Tool, ToolContext, ToolResult
+from tether.tools.base import SourceFailure, Tool, ToolContext, ToolResult
 from tether.tools.confinement import McpSandbox, SandboxPolicy
 from tether.tools.registry import ToolRegistry
 
@@ -206,7 +206,10 @@ class McpExecutor:
 
     def __init__(self, registry: ToolRegistry, failures: Mapping[str, str]) -> None:
         self.registry = registry
-        self.failures = dict(failures)
+        self._failures = [
+            SourceFailure(f"MCP server {server!r}", reason, f"{server}{SEPARATOR}")
+            for server, reason in failures.items()
+        ]
 
     def list(self) -> list[ToolSpec]:
         return self.registry.list()
@@ -214,14 +217,14 @@ class McpExecutor:
     def protected(self, name: str, arguments: str, workspace: Path) -> str | None:
         return self.registry.protected(name, arguments, workspace)
 
+    def failures(self) -> Sequence[SourceFailure]:
+        return self._failures
+
     async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
         if self.registry.get(name) is None:
-            server, separator, _ = name.partition(SEPARATOR)
-            if separator and server in self.failures:
-                reason = self.failures[server]
-                return ToolResult(
-                    f"MCP server {server!r} is not running ({reason}); {_RESTART}", is_error=True
-                )
+            for failure in self._failures:
+                if name.startswith(failure.prefix):
+                    return ToolResult(f"{failure.describe()}; {_RESTART}", is_error=True)
         return await self.registry.execute(name, arguments, context)
 
 

@@ -91,7 +91,19 @@ def render_result(result: types.CallToolResult) -> ToolResult:
         text = capped.text()
     if result.is_error:
         return ToolResult(text or "the tool reported an error", is_error=True)
-    return ToolResult(text)
+    return ToolResult(text, output=_structured(result.structured_content))
+
+
+def _structured(content: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``structuredContent``, kept as the result's ``output`` when it is within
+    :data:`MAX_RESULT_BYTES` as JSON (the text carries it otherwise, cut)."""
+    if content is None:
+        return None
+    try:
+        size = len(json.dumps(content, ensure_ascii=False).encode(errors="surrogatepass"))
+    except (TypeError, ValueError):
+        return None
+    return content if size <= MAX_RESULT_BYTES else None
 
 
 def _render(block: types.ContentBlock) -> str:

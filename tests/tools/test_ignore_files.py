@@ -1,0 +1,171 @@
+"""list_files and search_text leave out what .gitignore and .ignore files exclude, as ripgrep
+does: nested files, negations, directory patterns, anchoring, precedence; and include it all
+when asked to."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.files import write
+
+from .conftest import Call
+
+
+@pytest.fixture
+def repo(workspace: Path) -> Path:
+    files = {
+        ".gitignore": "*.log\n!keep.log\nbuild/\n/top-only.txt\nsecret*\n",
+        "app.py": "TOKEN = 1\n",
+        "debug.log": "TOKEN in a log\n",
+        "keep.log": "TOKEN kept\n",
+        "top-only.txt": "TOKEN at the top\n",
+        "build/out.py": "TOKEN built\n",
+        "src/top-only.txt": "TOKEN deeper: the anchored pattern does not reach it\n",
+        "src/secret.py": "TOKEN secret\n",
+        "src/.gitignore": "!secret.py\ngenerated/\n",
+        "src/generated/g.py": "TOKEN generated\n",
+        "src/lib/.ignore": "*.tmp\n!notes.log\n",
+        "src/lib/a.tmp": "TOKEN temp\n",
+        "src/lib/notes.log": "TOKEN notes\n",
+        "src/lib/other.log": "TOKEN other\n",
+        "src/lib/code.py": "TOKEN code\n",
+        "docs/.gitignore": "draft.md\n",
+        "docs/.ignore": "!draft.md\n",  # .ignore wins over .gitignore in one directory
+        "docs/draft.md": "TOKEN draft\n",
+        "docs/old.md": "TOKEN old\n",
+        "docs/.git-excluded.md": "TOKEN excluded\n",
+        ".git/info/exclude": "docs/.git-excluded.md\n",
+    }
+    for rel, text in files.items():
+        write(workspace, rel, text)
+    return workspace
+
+
+KEPT = [
+    ".gitignore",
+    "app.py",
+    "docs/.gitignore",
+    "docs/.ignore",
+    "docs/draft.md",
+    "docs/old.md",
+    "keep.log",
+    "src/.gitignore",
+    "src/lib/.ignore",
+    "src/lib/code.py",
+    "src/lib/notes.log",
+    "src/secret.py",
+    "src/top-only.txt",
+]
+
+
+async def test_list_files_leaves_out_what_nested_ignore_files_exclude(call: Call, repo: Path):
+    result = await call("list_files")
+    assert not result.is_error
+    assert result.content.splitlines() == KEPT
+
+
+async def test_search_text_searches_only_the_files_that_are_not_ignored(call: Call, repo: Path):
+    result = await call("search_text", {"pattern": "TOKEN"})
+    found = sorted(line.split(":", 1)[0] for line in result.content.splitlines())
+    assert found == [rel for rel in KEPT if not rel.endswith((".gitignore", ".ignore"))]
+
+
+async def test_include_ignored_lists_and_searches_everything_but_the_skipped_dirs(
+    call: Call, repo: Path
+):
+    listed = (await call("list_files", {"includeIgnored": True})).content.splitlines()
+    assert {"debug.log", "build/out.py", "top-only.txt", "src/generated/g.py"} <= set(listed)
+    assert {"src/lib/a.tmp", "src/lib/other.log", "docs/.git-excluded.md"} <= set(listed)
+    assert not any(rel.startswith(".git/") for rel in listed)
+    found = (await call("search_text", {"pattern": "TOKEN", "include_ignored": True})).content
+    assert "build/out.py:1: TOKEN built" in found
+    assert "src/generated/g.py:1: TOKEN generated" in found
+
+
+async def test_a_walk_below_the_root_still_obeys_the_rules_of_the_directories_above(
+    call: Call, repo: Path
+):
+    result = await call("list_files", {"path": "src/lib"})
+    assert result.content.splitlines() == [
+        "src/lib/.ignore",
+        "src/lib/code.py",
+        "src/lib/notes.log",
+    ]
+    inside = await call("list_files", {"path": "build"})
+    assert inside.content == "no files"
+    assert (await call("list_files", {"path": "build", "includeIgnored": True})).content == (
+        "build/out.py"
+    )
+
+
+async def test_a_negation_cannot_reinclude_a_file_below_an_excluded_directory(
+    call: Call, workspace: Path
+):
+    write(workspace, ".gitignore", "vendor/\n!vendor/keep.py\n")
+    write(workspace, "vendor/keep.py", "x\n")
+    write(workspace, "main.py", "x\n")
+    assert (await call("list_files")).content.splitlines() == [".gitignore", "main.py"]
+
+
+async def test_comments_blank_lines_and_escapes_follow_gitignore_syntax(
+    call: Call, workspace: Path
+):
+    write(workspace, ".gitignore", "# a comment\n\n\\#hash.txt\n*.bak\n")
+    for rel in ["#hash.txt", "a.bak", "# a comment", "kept.txt"]:
+        write(workspace, rel, "x\n")
+    assert (await call("list_files")).content.splitlines() == [
+        "# a comment",
+        ".gitignore",
+        "kept.txt",
+    ]
+
+
+RULES = [
+    "*.log",
+    "!keep.log",
+    "build/",
+    "!build/keep.py",
+    "/top.txt",
+    "docs/**/draft*",
+    "a/**/b",
+    "\\!bang",
+    "tmp?/",
+    "[Ll]ib/*.so",
+    "!lib/ok.so",
+]
+PATHS = [
+    "x.log",
+    "keep.log",
+    "d/keep.log",
+    "build/",
+    "build/keep.py",
+    "build/x/y.py",
+    "src/build/",
+    "src/build/a.c",
+    "top.txt",
+    "src/top.txt",
+    "docs/a/b/draft1.md",
+    "docs/draft.md",
+    "a/b",
+    "a/x/y/b",
+    "a/x/y/b/",
+    "!bang",
+    "tmp1/",
+    "tmp1/z",
+    "lib/x.so",
+    "Lib/x.so",
+    "lib/ok.so",
+    "plain.py",
+]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_the_walks_checks_decide_as_pathspec_does(path: str) -> None:
+    from pathspec import GitIgnoreSpec
+
+    from tether.tools.walk import _Rules
+
+    expected = GitIgnoreSpec.from_lines(RULES).check_file(path).include
+    assert _Rules("", RULES).decide(path) == expected
