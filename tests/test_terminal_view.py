@@ -12,6 +12,7 @@ import pyte
 from tether.protocol.kernel import (
     IterationStarted,
     MessageDelta,
+    Notice,
     ProgressParams,
     RunWarning,
     ThoughtDelta,
@@ -70,12 +71,14 @@ def test_a_tool_line_ends_a_partial_answer_and_carries_the_title_and_the_error()
         ToolCallStarted(tool_call_id="c1", name="run_command", arguments="{}", title="Run make"),
         ToolCallUpdate(tool_call_id="c1", status="failed", error="exit 2\x1b[2K"),
         RunWarning(code=-32013, message="a broken .tether/config.toml was ignored"),
+        Notice(message="MCP server 'gh' is not running (it failed to start: gone)"),
     )
     assert screen.lines() == [
         "Trying",
         "→ Run make",
         "✗ Run make: exit 2\\x1b[2K",
         "tether: warning: a broken .tether/config.toml was ignored",
+        "tether: warning: MCP server 'gh' is not running (it failed to start: gone)",
     ]
 
 

@@ -23,6 +23,7 @@ from rich.text import Text
 from tether.protocol.kernel import (
     IterationStarted,
     MessageDelta,
+    Notice,
     PermissionParams,
     ProgressParams,
     RunResult,
@@ -34,6 +35,7 @@ from tether.protocol.kernel import (
 )
 
 _MARKS = {"completed": ("✓", "green"), "failed": ("✗", "red"), "cancelled": ("⊘", "yellow")}
+_LEVEL_STYLES = {"info": "", "warning": "yellow", "error": "red"}
 _MAX_DIFF_LINES = 40
 _MAX_PREVIEW_BYTES = 1024 * 1024
 _ERASE_STATUS = Control((ControlType.CARRIAGE_RETURN,), (ControlType.ERASE_IN_LINE, 2))
@@ -72,6 +74,8 @@ class TerminalView:
             self._status(f"iteration {event.iteration}")
         elif isinstance(event, RunWarning):
             self.note(f"tether: warning: {event.message}", "yellow")
+        elif isinstance(event, Notice):
+            self.note(f"tether: {event.level}: {event.message}", _LEVEL_STYLES[event.level])
 
     def result(self, result: RunResult) -> None:
         self._end_line()
