@@ -21,7 +21,7 @@ from tether.protocol import (
 )
 from tether.protocol import kernel as kernel_protocol
 from tether.protocol import sessions as sessions_protocol
-from tether.protocol.kernel import CancelParams, RunParams
+from tether.protocol.kernel import CancelParams, CompactParams, RunParams
 
 from .conftest import script
 
@@ -36,6 +36,7 @@ COVERED: dict[str, tuple[str, type[Params]]] = {
     "session/fork": ("fork", ForkSessionParams),
     "session/clear": ("clear", ClearSessionParams),
     "session/delete": ("delete", DeleteSessionParams),
+    "session/compact": ("compact", CompactParams),
     "kernel/run": ("run", RunParams),
     "kernel/cancel": ("cancel", CancelParams),
 }
