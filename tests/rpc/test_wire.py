@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import orjson
@@ -44,15 +45,14 @@ async def test_initialize_is_answered_before_any_server_is_attached(tmp_path: Pa
             },
         )
     )
+    await asyncio.sleep(0)  # replies go out once per turn of the loop
     assert [r["id"] for r in written.replies] == [0, 1]
     assert written.replies[0]["error"]["code"] == ErrorCode.SERVER_NOT_INITIALIZED  # type: ignore[index]
     assert written.replies[1]["result"]["protocolVersion"] == 1  # type: ignore[index]
     assert handshakes == [True]
 
 
-async def test_requests_that_arrive_before_the_server_wait_and_are_answered_in_order(
-    tmp_path: Path,
-):
+async def test_tethers_methods_are_answered_before_any_server_is_attached(tmp_path: Path):
     app = App()
     wire = Wire(app)
     written = Recorder()
@@ -70,11 +70,40 @@ async def test_requests_that_arrive_before_the_server_wait_and_are_answered_in_o
             {"jsonrpc": "2.0", "id": 3, "method": "session/list", "params": {}},
         )
     )
-    assert [r["id"] for r in written.replies] == [1]
-    TetherServer(app, wire)  # attaching hands over what waited
+    await asyncio.sleep(0)
     assert [r["id"] for r in written.replies] == [1, 2, 3]
     listed = written.replies[2]["result"]["sessions"]  # type: ignore[index]
     assert [s["title"] for s in listed] == ["a"]
+
+
+async def test_other_requests_wait_for_the_server_and_are_answered_in_order(tmp_path: Path):
+    app = App()
+    wire = Wire(app)
+    written = Recorder()
+    wire.connect(written)
+    waiting: list[bool] = []
+    wire.on_waiting = lambda: waiting.append(True)
+    wire.data_received(
+        frames(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {"rootUri": tmp_path.as_uri()},
+            },
+            {"jsonrpc": "2.0", "id": 2, "method": "example/first", "params": {}},
+            {"jsonrpc": "2.0", "id": 3, "method": "session/list", "params": {}},
+            {"jsonrpc": "2.0", "id": 4, "method": "example/second", "params": {}},
+        )
+    )
+    await asyncio.sleep(0)
+    assert [r["id"] for r in written.replies] == [1, 3]
+    assert waiting  # the loader is told a request waits
+    TetherServer(app, wire)  # attaching hands over what waited
+    await asyncio.sleep(0)
+    assert [r["id"] for r in written.replies] == [1, 3, 2, 4]
+    codes = [r["error"]["code"] for r in written.replies[2:]]  # type: ignore[index]
+    assert codes == [ErrorCode.METHOD_NOT_FOUND] * 2
 
 
 async def test_shutdown_waits_for_earlier_requests_and_exit_code_follows_it(tmp_path: Path):
@@ -90,15 +119,17 @@ async def test_shutdown_waits_for_earlier_requests_and_exit_code_follows_it(tmp_
                 "method": "initialize",
                 "params": {"rootUri": tmp_path.as_uri()},
             },
-            {"jsonrpc": "2.0", "id": 2, "method": "session/create", "params": {}},
+            {"jsonrpc": "2.0", "id": 2, "method": "example/unknown", "params": {}},
             {"jsonrpc": "2.0", "id": 3, "method": "shutdown"},
             {"jsonrpc": "2.0", "id": 4, "method": "session/list", "params": {}},
         )
     )
+    await asyncio.sleep(0)
     assert [r["id"] for r in written.replies] == [1, 4]  # 4 refused at once; 2 waits for pygls
     assert written.replies[1]["error"]["code"] == ErrorCode.INVALID_REQUEST  # type: ignore[index]
     TetherServer(app, wire)
     await wire.settle(cancel=False)
+    await asyncio.sleep(0)
     assert [r["id"] for r in written.replies] == [1, 4, 2, 3]
     assert written.replies[3]["result"] is None
     wire.data_received(frames({"jsonrpc": "2.0", "method": "exit"}))

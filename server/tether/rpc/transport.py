@@ -10,7 +10,10 @@ buffer is over its high-water mark), the server stops reading requests, so a cli
 without reading the answers cannot make it buffer them without end. A big frame is handed to the
 transport a slice at a time as it drains, never copied whole into its buffer.
 
-The pygls server is built once ``initialize`` has been answered (see :mod:`tether.rpc.wire`).
+After the handshake a thread imports, in the background, the kernel's modules and then, once the
+client has been quiet for a moment (or at once when a request waits for it), pygls; the pygls
+server is then built on the event loop. tether's own methods never wait for it (see
+:mod:`tether.rpc.wire`).
 """
 
 from __future__ import annotations
@@ -19,8 +22,11 @@ import asyncio
 import contextlib
 import gc
 import logging
+import importlib
 import os
 import sys
+import threading
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -31,24 +37,93 @@ from tether.rpc.wire import Wire
 logger = logging.getLogger(__name__)
 
 
+KERNEL_MODULES = (
+    "tether.rpc.kernel_methods",
+    "tether.kernel.approval",
+    "tether.memory",
+    "tether.providers",
+    "tether.tools",
+)
+"""What the first ``kernel/run`` needs, imported in the background after the handshake."""
+
+PYGLS_MODULES = ("tether.rpc.server",)
+QUIET = 0.05
+"""Seconds without input from the client before pygls is imported: its import holds the
+interpreter for most of a second, which a client's first requests should not share."""
+
+_BACKGROUND_SWITCH_INTERVAL = 0.001
+"""While the background imports run, the event loop's thread gets the interpreter back within
+1 ms of wanting it (Python's default is 5 ms)."""
+
+
 def open_wire(app: App) -> Wire:
-    """A wire whose pygls server is loaded right after the handshake."""
-    wire: Wire
+    """A wire whose pygls server is loaded in the background after the handshake."""
+    wire = Wire(app)
+    loader = _Loader(app, wire)
+    wire._on_initialized = loader.start
+    wire.on_waiting = loader.hurry
+    return wire
 
-    def load_server() -> None:
-        from tether.rpc.server import TetherServer  # imports pygls: the slow part of a start
 
-        TetherServer(app, wire)
+class _Loader:
+    """Imports what the handshake did not need on a thread of its own, then attaches pygls."""
+
+    def __init__(self, app: App, wire: Wire) -> None:
+        self._app, self._wire = app, wire
+        self._hurry = threading.Event()
+        self._started = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        self._loop = asyncio.get_running_loop()
+        thread = threading.Thread(target=self._run, name="tether-imports", daemon=True)
+        thread.start()
+
+    def hurry(self) -> None:
+        """A request waits for pygls: do not wait for the client to be quiet."""
+        self._hurry.set()
+
+    def _run(self) -> None:
+        assert self._loop is not None
+        switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(_BACKGROUND_SWITCH_INTERVAL)
+        try:
+            _import(KERNEL_MODULES)
+            self._wait_for_quiet()
+            _import(PYGLS_MODULES)
+        finally:
+            sys.setswitchinterval(switch_interval)
+        with contextlib.suppress(RuntimeError):  # the loop closed: the server has stopped
+            self._loop.call_soon_threadsafe(self._attach)
+
+    def _wait_for_quiet(self) -> None:
+        while not self._hurry.is_set():
+            quiet_for = time.monotonic() - self._wire.last_received
+            if quiet_for >= QUIET:
+                return
+            self._hurry.wait(QUIET - quiet_for)
+
+    def _attach(self) -> None:
+        from tether.rpc.server import TetherServer
+
+        if self._wire.attached or self._wire.stopped.is_set():
+            return
+        TetherServer(self._app, self._wire)
         # What is loaded by now lives as long as the server: out of the collector's full passes,
         # which then walk only what requests make (a big append's were 30-90 ms each otherwise).
         gc.collect()
         gc.freeze()
 
-    def after_handshake() -> None:
-        asyncio.get_running_loop().call_soon(load_server)
 
-    wire = Wire(app, on_initialized=after_handshake)
-    return wire
+def _import(modules: tuple[str, ...]) -> None:
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:  # imported again where it is needed, which reports the error there
+            logger.exception("could not import %s in the background", name)
 
 
 class _Output:
@@ -229,6 +304,7 @@ async def serve_stdio(app: App, stdin_fd: int = 0, stdout_fd: int | None = None)
     finally:
         stop_reading()
         await _settle(wire)
+        wire.flush()
         await close_writer()
         await app.aclose()
     return wire.exit_code or 0
@@ -246,6 +322,7 @@ async def serve_tcp(app: App, host: str, port: int) -> int:
     finally:
         listener.close()
         await _settle(wire)
+        wire.flush()
         await app.aclose()
     return wire.exit_code or 0
 
