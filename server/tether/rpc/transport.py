@@ -109,7 +109,7 @@ class _Loader:
     def _attach(self) -> None:
         from tether.rpc.server import TetherServer
 
-        if self._wire.attached or self._wire.stopped.is_set():
+        if self._wire.attached:
             return
         TetherServer(self._app, self._wire)
         # What is loaded by now lives as long as the server: out of the collector's full passes,
