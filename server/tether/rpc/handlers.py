@@ -171,10 +171,11 @@ async def encode_in_slices(result: BaseModel) -> BaseModel | Encoded:
     """``result`` as it is, or encoded a slice at a time when one of its fields is a long list
     of models. That list is consumed: each slice is let go once encoded, so the models and their
     JSON are not both held whole."""
+    fields = result.__dict__
     long = [
         name
-        for name, value in result
-        if isinstance(value, list) and len(value) > SLICE and isinstance(value[0], BaseModel)
+        for name in _list_fields(type(result))
+        if len(value := fields[name] or ()) > SLICE and isinstance(value[0], BaseModel)
     ]
     if not long:
         return result
@@ -193,6 +194,21 @@ async def encode_in_slices(result: BaseModel) -> BaseModel | Encoded:
         parts.append(b",")
     parts[-1] = b"]}"
     return Encoded(parts)
+
+
+_LIST_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {}
+
+
+def _list_fields(model: type[BaseModel]) -> tuple[str, ...]:
+    """The fields of ``model`` that may hold a list, found once per model."""
+    found = _LIST_FIELDS.get(model)
+    if found is None:
+        found = _LIST_FIELDS[model] = tuple(
+            name
+            for name, field in model.model_fields.items()
+            if "list[" in repr(field.annotation).lower()
+        )
+    return found
 
 
 def session_methods(sessions: SessionService, limits: LimitsOf) -> dict[str, Handler]:
