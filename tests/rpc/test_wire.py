@@ -81,8 +81,8 @@ async def test_other_requests_wait_for_the_server_and_are_answered_in_order(tmp_
     wire = Wire(app)
     written = Recorder()
     wire.connect(written)
-    waiting: list[bool] = []
-    wire.on_waiting = lambda: waiting.append(True)
+    waiting: list[object] = []
+    wire.on_waiting = lambda message: waiting.append(message["id"])
     wire.data_received(
         frames(
             {
@@ -98,7 +98,7 @@ async def test_other_requests_wait_for_the_server_and_are_answered_in_order(tmp_
     )
     await asyncio.sleep(0)
     assert [r["id"] for r in written.replies] == [1, 3]
-    assert waiting  # the loader is told a request waits
+    assert waiting == [2, 4]  # the loader is told what waits
     TetherServer(app, wire)  # attaching hands over what waited
     await asyncio.sleep(0)
     assert [r["id"] for r in written.replies] == [1, 3, 2, 4]
@@ -134,3 +134,48 @@ async def test_shutdown_waits_for_earlier_requests_and_exit_code_follows_it(tmp_
     assert written.replies[3]["result"] is None
     wire.data_received(frames({"jsonrpc": "2.0", "method": "exit"}))
     assert wire.stopped.is_set() and wire.exit_code == 0
+
+
+async def test_a_request_to_the_client_is_answered_before_any_server_is_attached(tmp_path: Path):
+    app = App()
+    wire = Wire(app)
+    written = Recorder()
+    wire.connect(written)
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+    wire.data_received(frames(initialize))
+    asking = asyncio.ensure_future(app.request_client("test/ask", {"question": "ok?"}))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    [request] = [r for r in written.replies if r.get("method") == "test/ask"]
+    wire.data_received(frames({"jsonrpc": "2.0", "id": request["id"], "result": "yes"}))
+    assert await asyncio.wait_for(asking, 5) == "yes"
+    assert not wire.attached
+
+
+async def test_a_waiting_tether_request_is_cancelled_by_cancel_request(tmp_path: Path):
+    app = App()
+    wire = Wire(app)
+    written = Recorder()
+    wire.connect(written)
+    release = asyncio.Event()
+
+    async def slow(params: object) -> dict[str, str]:
+        await release.wait()
+        return {"never": "sent"}
+
+    app.methods["test/slow"] = slow
+    wire.data_received(
+        frames(
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}},
+            {"jsonrpc": "2.0", "id": "s", "method": "test/slow", "params": {}},
+            {"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": "s"}},
+        )
+    )
+    for _ in range(3):
+        await asyncio.sleep(0)
+    [reply] = [r for r in written.replies if r.get("id") == "s"]
+    assert reply["error"]["code"] == ErrorCode.REQUEST_CANCELLED  # type: ignore[index]
+    release.set()
+    await asyncio.sleep(0)
+    assert [r.get("id") for r in written.replies].count("s") == 1
+    assert not wire.attached

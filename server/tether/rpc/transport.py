@@ -10,10 +10,9 @@ buffer is over its high-water mark), the server stops reading requests, so a cli
 without reading the answers cannot make it buffer them without end. A big frame is handed to the
 transport a slice at a time as it drains, never copied whole into its buffer.
 
-After the handshake a thread imports, in the background, the kernel's modules and then, once the
-client has been quiet for a moment (or at once when a request waits for it), pygls; the pygls
-server is then built on the event loop. tether's own methods never wait for it (see
-:mod:`tether.rpc.wire`).
+After the handshake a thread imports, in the background, the kernel's modules, and pygls once a
+message for it arrives; the pygls server is then built on the event loop. tether's own methods
+never wait for it (see :mod:`tether.rpc.wire`).
 """
 
 from __future__ import annotations
@@ -48,8 +47,7 @@ KERNEL_MODULES = (
 
 PYGLS_MODULES = ("tether.rpc.server",)
 QUIET = 0.05
-"""Seconds without input from the client before pygls is imported: its import holds the
-interpreter for most of a second, which a client's first requests should not share."""
+"""Seconds without input from the client before the collector's pass after the imports."""
 
 _BACKGROUND_SWITCH_INTERVAL = 0.001
 """While the background imports run, the event loop's thread gets the interpreter back within
@@ -57,20 +55,27 @@ _BACKGROUND_SWITCH_INTERVAL = 0.001
 
 
 def open_wire(app: App) -> Wire:
-    """A wire whose pygls server is loaded in the background after the handshake."""
+    """A wire whose kernel modules are imported in the background after the handshake, and
+    whose pygls server is loaded in the background on first use."""
     wire = Wire(app)
     loader = _Loader(app, wire)
     wire._on_initialized = loader.start
-    wire.on_waiting = loader.hurry
+    wire.on_waiting = loader.want_pygls
     return wire
 
 
 class _Loader:
-    """Imports what the handshake did not need on a thread of its own, then attaches pygls."""
+    """Imports what the handshake did not need on a thread of its own.
+
+    First the kernel's modules, at once. pygls only once a message for it arrives (a standard
+    LSP request or notification, but ``initialized``, which every client sends and which can
+    wait): its import holds the interpreter for most of a second, which a client that speaks
+    only tether's methods should never share. The pygls server is then built on the loop.
+    """
 
     def __init__(self, app: App, wire: Wire) -> None:
         self._app, self._wire = app, wire
-        self._hurry = threading.Event()
+        self._pygls_wanted = threading.Event()
         self._started = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -82,40 +87,56 @@ class _Loader:
         thread = threading.Thread(target=self._run, name="tether-imports", daemon=True)
         thread.start()
 
-    def hurry(self) -> None:
-        """A request waits for pygls: do not wait for the client to be quiet."""
-        self._hurry.set()
+    def want_pygls(self, message: dict[str, Any]) -> None:
+        """A message waits for pygls: load it (``initialized`` alone does not ask for it)."""
+        if message.get("method") != "initialized":
+            self._pygls_wanted.set()
 
     def _run(self) -> None:
-        assert self._loop is not None
-        switch_interval = sys.getswitchinterval()
-        sys.setswitchinterval(_BACKGROUND_SWITCH_INTERVAL)
-        try:
+        with _switching_often():
             _import(KERNEL_MODULES)
-            self._wait_for_quiet()
+        self._wait_for_quiet()
+        self._call_soon(_freeze)
+        self._pygls_wanted.wait()
+        with _switching_often():
             _import(PYGLS_MODULES)
-        finally:
-            sys.setswitchinterval(switch_interval)
+        self._call_soon(self._attach)
+
+    def _call_soon(self, callback: Callable[[], None]) -> None:
+        assert self._loop is not None
         with contextlib.suppress(RuntimeError):  # the loop closed: the server has stopped
-            self._loop.call_soon_threadsafe(self._attach)
+            self._loop.call_soon_threadsafe(callback)
 
     def _wait_for_quiet(self) -> None:
-        while not self._hurry.is_set():
+        while not self._pygls_wanted.is_set():
             quiet_for = time.monotonic() - self._wire.last_received
             if quiet_for >= QUIET:
                 return
-            self._hurry.wait(QUIET - quiet_for)
+            self._pygls_wanted.wait(QUIET - quiet_for)
 
     def _attach(self) -> None:
         from tether.rpc.server import TetherServer
 
-        if self._wire.attached:
-            return
-        TetherServer(self._app, self._wire)
-        # What is loaded by now lives as long as the server: out of the collector's full passes,
-        # which then walk only what requests make (a big append's were 30-90 ms each otherwise).
-        gc.collect()
-        gc.freeze()
+        if not self._wire.attached:
+            TetherServer(self._app, self._wire)
+            _freeze()
+
+
+def _freeze() -> None:
+    """What is loaded by now lives as long as the server: out of the collector's full passes,
+    which then walk only what requests make (a big append's were 30-90 ms each otherwise)."""
+    gc.collect()
+    gc.freeze()
+
+
+@contextlib.contextmanager
+def _switching_often() -> Iterator[None]:
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(_BACKGROUND_SWITCH_INTERVAL)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(switch_interval)
 
 
 def _import(modules: tuple[str, ...]) -> None:

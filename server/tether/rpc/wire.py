@@ -72,8 +72,8 @@ class Wire:
         app.notify = self.send_notification
         app.request_client = self.request_client
         self._on_initialized = on_initialized
-        self.on_waiting: Callable[[], None] | None = None
-        """Called when a request waits for a dispatcher that is not attached yet."""
+        self.on_waiting: Callable[[Message], None] | None = None
+        """Called with each message that waits for a dispatcher not attached yet."""
         self._decoder = FrameDecoder()
         self._write: Write | None = None
         self._write_parts: WriteParts | None = None
@@ -312,8 +312,8 @@ class Wire:
             self._deliver(message)
             return
         self._waiting.append(message)
-        if "id" in message and self.on_waiting is not None:
-            self.on_waiting()  # someone waits for pygls: load it now
+        if self.on_waiting is not None:
+            self.on_waiting(message)
 
     def _deliver(self, message: Message) -> None:
         assert self._dispatcher is not None
