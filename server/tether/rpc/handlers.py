@@ -8,7 +8,15 @@ served between the slices.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Sequence,
+)
 from typing import Any, TypeVar
 
 import orjson
@@ -34,7 +42,8 @@ from tether.sessions import SessionService
 from tether.sessions.store import DumpedMessages
 
 P = TypeVar("P", bound=BaseModel)
-Handler = Callable[[dict[str, Any] | None], Awaitable[Any]]
+Handler = Callable[[dict[str, Any] | None], Coroutine[Any, Any, Any]]
+"""A request method: ``async def``, so the wire can start it eagerly (:mod:`tether.rpc.eager`)."""
 LimitsOf = Callable[[], Limits]
 
 SLICE = 250
@@ -175,7 +184,7 @@ async def encode_in_slices(result: BaseModel) -> BaseModel | Encoded:
     long = [
         name
         for name in _list_fields(type(result))
-        if len(value := fields[name] or ()) > SLICE and isinstance(value[0], BaseModel)
+        if len(value := fields[name] or []) > SLICE and isinstance(value[0], BaseModel)
     ]
     if not long:
         return result

@@ -20,8 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import logging
 import importlib
+import logging
 import os
 import sys
 import threading

@@ -331,7 +331,8 @@ class Wire:
         return f"tether-{next(self._request_ids)}"
 
     def expect_response(self, msg_id: MsgId, on_response: OnResponse) -> None:
-        """Route the client's answer to request ``msg_id`` (sent by the caller) to ``on_response``."""
+        """Route the client's answer to request ``msg_id`` (the caller sends it) to
+        ``on_response``."""
         self._outgoing[msg_id] = on_response
 
     def withdraw(self, msg_id: MsgId) -> None:
@@ -484,7 +485,7 @@ class _Answer:
     def __call__(self, message: Message) -> None:
         if self.future.done():
             return
-        error = message.get("error")
+        error: Any = message.get("error")
         if "result" in message:
             self.future.set_result(message["result"])
         elif is_error_object(error):
