@@ -132,6 +132,9 @@ class Tools:
     async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
         return ToolResult(FILE_TEXT)
 
+    def protected(self, name: str, arguments: str, workspace: Path) -> str | None:
+        return None  # reading never needs the user's approval
+
 
 WORDS = (
     "the session store kernel provider model tool call result message history workspace file "

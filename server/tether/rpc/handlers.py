@@ -82,8 +82,17 @@ def handler(
 ) -> Handler:
     """A pygls handler: plain-dict params in (absent params count as ``{}``), a model out."""
 
+    validate = params_model.__pydantic_validator__.validate_python  # no model_validate frame
+    context: dict[str, Limits] = {"limits": DEFAULT_LIMITS}
+
     async def handle(params: dict[str, Any] | None) -> Any:
-        valid = validate_params(params_model, params, limits())
+        nonlocal context
+        if context["limits"] is not (current := limits()):  # the configuration's, once loaded
+            context = {"limits": current}
+        try:
+            valid: P = validate(params or {}, context=context)
+        except ValidationError as exc:
+            raise invalid_params(exc) from None
         result = await call(valid)
         del valid
         return await encode_in_slices(result)
