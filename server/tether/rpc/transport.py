@@ -49,6 +49,8 @@ PYGLS_MODULES = ("tether.rpc.server",)
 QUIET = 0.05
 """Seconds without input from the client before the collector's pass after the imports."""
 
+_KERNEL_IMPORT_TIMEOUT = 30.0
+
 _BACKGROUND_SWITCH_INTERVAL = 0.001
 """While the background imports run, the event loop's thread gets the interpreter back within
 1 ms of wanting it (Python's default is 5 ms)."""
@@ -61,6 +63,7 @@ def open_wire(app: App) -> Wire:
     loader = _Loader(app, wire)
     wire._on_initialized = loader.start
     wire.on_waiting = loader.want_pygls
+    wire.before_kernel = loader.wait_for_kernel_modules
     return wire
 
 
@@ -76,6 +79,7 @@ class _Loader:
     def __init__(self, app: App, wire: Wire) -> None:
         self._app, self._wire = app, wire
         self._pygls_wanted = threading.Event()
+        self._kernel_imported = threading.Event()
         self._started = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -87,6 +91,13 @@ class _Loader:
         thread = threading.Thread(target=self._run, name="tether-imports", daemon=True)
         thread.start()
 
+    def wait_for_kernel_modules(self) -> None:
+        """Block until the thread has imported the kernel's modules, so that the two threads
+        never import the same modules at once (two imports waiting on each other's module
+        locks would fail one of them with a deadlock error)."""
+        if self._started and not self._kernel_imported.wait(_KERNEL_IMPORT_TIMEOUT):
+            logger.warning("the kernel's modules are still being imported; going on")
+
     def want_pygls(self, message: dict[str, Any]) -> None:
         """A message waits for pygls: load it (``initialized`` alone does not ask for it)."""
         if message.get("method") != "initialized":
@@ -95,6 +106,7 @@ class _Loader:
     def _run(self) -> None:
         with _switching_often():
             _import(KERNEL_MODULES)
+        self._kernel_imported.set()
         self._wait_for_quiet()
         self._call_soon(_freeze)
         self._pygls_wanted.wait()
