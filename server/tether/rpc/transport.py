@@ -42,6 +42,7 @@ KERNEL_MODULES = (
     "tether.memory",
     "tether.providers",
     "tether.tools",
+    "tether.tools.builtin",
 )
 """What the first ``kernel/run`` needs, imported in the background after the handshake."""
 
@@ -106,6 +107,7 @@ class _Loader:
     def _run(self) -> None:
         with _switching_often():
             _import(KERNEL_MODULES)
+            _warm_tools()
         self._kernel_imported.set()
         self._wait_for_quiet()
         self._call_soon(_freeze)
@@ -132,6 +134,17 @@ class _Loader:
         if not self._wire.attached:
             TetherServer(self._app, self._wire)
             _freeze()
+
+
+def _warm_tools() -> None:
+    """Build the built-in tools once, as the first run would: their argument models and
+    JSON schemas are built on first use, and cached."""
+    try:
+        from tether.tools.builtin import builtin_tools
+
+        builtin_tools()
+    except Exception:  # built again where they are needed, which reports the error there
+        logger.exception("could not build the built-in tools in the background")
 
 
 def _freeze() -> None:
