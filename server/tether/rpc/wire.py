@@ -284,6 +284,7 @@ class Wire:
         self.initialized = True
         self._decoder.max_body = self._app.limits.max_frame_bytes
         self.send_result(msg_id, result)
+        self.flush()  # out before what on_initialized starts competes for the interpreter
         if self._on_initialized is not None:
             self._on_initialized()
 
