@@ -179,3 +179,26 @@ async def test_a_waiting_tether_request_is_cancelled_by_cancel_request(tmp_path:
     await asyncio.sleep(0)
     assert [r.get("id") for r in written.replies].count("s") == 1
     assert not wire.attached
+
+
+async def test_the_answers_of_one_read_go_out_in_one_write(tmp_path: Path):
+    wire = Wire(App())
+    writes: list[bytes] = []
+    wire.connect(writes.append)
+    wire.data_received(frames({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}))
+    await asyncio.sleep(0)
+    writes.clear()
+    wire.data_received(
+        frames(
+            *(
+                {"jsonrpc": "2.0", "id": n, "method": "session/list", "params": {}}
+                for n in range(1, 51)
+            )
+        )
+    )
+    assert writes == []  # not yet: at the end of this turn of the loop
+    await asyncio.sleep(0)
+    assert len(writes) == 1
+    written = Recorder()
+    written(writes[0])
+    assert [r["id"] for r in written.replies] == list(range(1, 51))
