@@ -133,7 +133,7 @@ class Tools:
         return ToolResult(FILE_TEXT)
 
     def protected(self, name: str, arguments: str, workspace: Path) -> str | None:
-        return None  # reading never needs the user's approval
+        return None  # read_file writes nothing
 
 
 WORDS = (

@@ -10,7 +10,6 @@ from pydantic import Field, field_validator
 from tether.protocol.base import Params, WireModel
 from tether.protocol.messages import Content
 from tether.protocol.tools import ToolKind
-from tether.protocol.usage import Usage as Usage  # where runs have always imported it
 
 
 class StopReason(StrEnum):
@@ -42,6 +41,11 @@ class CancelParams(Params):
 
 class CancelResult(WireModel):
     cancelled: bool
+
+
+class Usage(WireModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
 
 
 class ToolCallRecord(WireModel):

@@ -8,10 +8,10 @@ import orjson
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from tether.protocol.base import Params, UtcDatetime, WireModel
+from tether.protocol.kernel import Usage
 from tether.protocol.limits import content_size, limits_of, over_limit
 from tether.protocol.messages import Message, MessageInput
 from tether.protocol.tools import McpServerSpec, unique_server_names
-from tether.protocol.usage import Usage
 
 SessionId = str
 MAX_STATE_BYTES = 256 * 1024

@@ -32,8 +32,8 @@ from tether.protocol import (
     SessionNotFound,
     ToolCall,
 )
+from tether.protocol.kernel import Usage
 from tether.protocol.sessions import CreateSessionParams, ForkSessionParams, SessionFields
-from tether.protocol.usage import Usage
 from tether.sessions.cursors import decode_cursor, encode_cursor
 from tether.sessions.forks import check_fork_point, cut_chain
 from tether.sessions.ids import utcnow, uuid7

@@ -18,8 +18,8 @@ from datetime import datetime, timedelta
 
 from tether.protocol import ConfigError, ListSessionsResult, Message, MessageInput, MessagesResult
 from tether.protocol import Session as SessionModel
+from tether.protocol.kernel import Usage
 from tether.protocol.sessions import CreateSessionParams, ForkSessionParams, SessionFields
-from tether.protocol.usage import Usage
 from tether.sessions.store import Order, SessionStore
 
 
