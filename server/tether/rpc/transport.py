@@ -62,7 +62,7 @@ def open_wire(app: App) -> Wire:
     whose pygls server is loaded in the background on first use."""
     wire = Wire(app)
     loader = _Loader(app, wire)
-    wire._on_initialized = loader.start
+    wire.on_initialized = loader.start
     wire.on_waiting = loader.want_pygls
     wire.before_kernel = loader.wait_for_kernel_modules
     return wire

@@ -71,7 +71,7 @@ class Wire:
         self._methods = app.methods  # the same dict: the kernel's methods join it when loaded
         app.notify = self.send_notification
         app.request_client = self.request_client
-        self._on_initialized = on_initialized
+        self.on_initialized = on_initialized
         self.on_waiting: Callable[[Message], None] | None = None
         """Called with each message that waits for a dispatcher not attached yet."""
         self.before_kernel: Callable[[], None] = _nothing
@@ -285,8 +285,8 @@ class Wire:
         self._decoder.max_body = self._app.limits.max_frame_bytes
         self.send_result(msg_id, result)
         self.flush()  # out before what on_initialized starts competes for the interpreter
-        if self._on_initialized is not None:
-            self._on_initialized()
+        if self.on_initialized is not None:
+            self.on_initialized()
 
     def _shutdown(self, msg_id: MsgId) -> None:
         """Refuse new requests at once; answer once every earlier request has been answered."""
