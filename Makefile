@@ -88,6 +88,7 @@ run: compile
 
 bench: compile
 	$(BIN)/python bench/rpc_bench.py
+	$(BIN)/python bench/first_prompt.py
 	$(BIN)/python bench/kernel_bench.py
 	$(BIN)/python bench/session_bench.py
 	$(BIN)/python bench/acp_bench.py

@@ -86,7 +86,7 @@ async def test_cancelling_the_waiter_sends_cancel_request_and_a_late_answer_is_d
 async def test_a_question_cancelled_under_a_waiter_that_was_not_raises_client_error(ready: Peer):
     answer = ask(ready)
     request = await sent(ready, "test/ask")
-    ready.server.protocol._outgoing[request["id"]].cancel()  # as nothing on the wire can
+    ready.wire._outgoing[request["id"]].future.cancel()  # type: ignore[attr-defined]  # as nothing on the wire can
     with pytest.raises(ClientError) as raised:
         await asyncio.wait_for(answer, 5)
     assert raised.value.code is None
@@ -185,3 +185,22 @@ async def test_a_client_request_with_the_id_of_our_question_does_not_lose_its_an
     other_result = (await peer.response("tether-1"))["result"]
     assert other_result["toolCalls"][0]["result"] == "rejected by user"
     assert not (workspace / "b.txt").exists()
+
+
+async def test_requests_sent_by_pygls_and_by_tether_share_one_id_space_and_routing(ready: Peer):
+    from lsprotocol import types as lsp
+
+    params = lsp.ShowMessageRequestParams(
+        type=lsp.MessageType.Info, message="go?", actions=[lsp.MessageActionItem(title="Go")]
+    )
+    pygls_side = ready.server.protocol.send_request("window/showMessageRequest", params)
+    answer = ask(ready)
+    shown = await sent(ready, "window/showMessageRequest")
+    asked = await sent(ready, "test/ask")
+    assert shown["id"] != asked["id"]
+    assert {shown["id"][:7], asked["id"][:7]} == {"tether-"}
+    ready.send({"jsonrpc": "2.0", "id": asked["id"], "result": "no"})
+    ready.send({"jsonrpc": "2.0", "id": shown["id"], "result": {"title": "Go"}})
+    assert await asyncio.wait_for(answer, 5) == "no"
+    chosen = await asyncio.wait_for(asyncio.wrap_future(pygls_side), 5)
+    assert chosen == lsp.MessageActionItem(title="Go")

@@ -1,7 +1,8 @@
 """What tether serves, independent of the JSON-RPC machinery: its methods and its handshake.
 
-The session methods are ready at once; the kernel (providers, tools, HTTP) is loaded after the
-handshake by :meth:`App.load_kernel`, so answering ``initialize`` imports as little as it can.
+The session methods are ready at once; the kernel (providers, tools, HTTP) is built by
+:meth:`App.load_kernel` on the first ``kernel/*`` request (its modules are imported in the
+background after the handshake), so answering ``initialize`` imports as little as it can.
 A configured SQL store is opened right after the handshake too (requests wait for it), and the
 sweep of expired sessions starts then.
 """
@@ -54,7 +55,8 @@ class App(Backend):
         self.methods: dict[str, Handler] = session_methods(self.sessions, lambda: self.limits)
         self.client: InitializeParams | None = None
         self.notify: Notify = _nowhere
-        self.request_client: RequestClient = _no_client  # set once the server is loaded
+        self.request_client: RequestClient = _no_client  # set by the wire
+        self._kernel_loaded = False
 
     def initialize(self, params: InitializeParams) -> InitializeResult:
         """Record what the client told us, load the configuration, say what this server offers."""
@@ -80,11 +82,15 @@ class App(Backend):
         )
 
     def load_kernel(self) -> None:
-        """Build the kernel and add its methods (after the handshake: this imports a lot)."""
+        """Build the kernel and add its methods (after the handshake: this imports a lot).
+        Once: later calls do nothing."""
+        if self._kernel_loaded:
+            return
         from tether.rpc.kernel_methods import kernel_methods
 
         kernel = self.build_kernel(self._ask_permission)
         self.methods.update(kernel_methods(kernel, self.sessions, self._notify))
+        self._kernel_loaded = True
 
     async def _ask_permission(self, params: PermissionParams) -> PermissionResult:
         """``tool/requestPermission`` to a client that declared it answers it."""

@@ -8,7 +8,16 @@ served between the slices.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+import functools
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Sequence,
+)
 from typing import Any, TypeVar
 
 import orjson
@@ -34,13 +43,19 @@ from tether.sessions import SessionService
 from tether.sessions.store import DumpedMessages
 
 P = TypeVar("P", bound=BaseModel)
-Handler = Callable[[dict[str, Any] | None], Awaitable[Any]]
+Handler = Callable[[dict[str, Any] | None], Coroutine[Any, Any, Any]]
+"""A request method: ``async def``, so the wire can start it eagerly (:mod:`tether.rpc.eager`)."""
 LimitsOf = Callable[[], Limits]
 
 SLICE = 250
 """Items validated or encoded between two turns of the event loop (a few ms of work)."""
 
-_MESSAGES = TypeAdapter(list[AppendedMessage])
+
+@functools.cache
+def _messages() -> TypeAdapter[list[AppendedMessage]]:
+    """The validator of a slice of an append's messages: built on the first big append, not
+    while the server starts (it is ~10% of the handshake's CPU)."""
+    return TypeAdapter(list[AppendedMessage])
 
 
 class Encoded:
@@ -73,8 +88,17 @@ def handler(
 ) -> Handler:
     """A pygls handler: plain-dict params in (absent params count as ``{}``), a model out."""
 
+    validate = params_model.__pydantic_validator__.validate_python  # no model_validate frame
+    context: dict[str, Limits] = {"limits": DEFAULT_LIMITS}
+
     async def handle(params: dict[str, Any] | None) -> Any:
-        valid = validate_params(params_model, params, limits())
+        nonlocal context
+        if context["limits"] is not (current := limits()):  # the configuration's, once loaded
+            context = {"limits": current}
+        try:
+            valid: P = validate(params or {}, context=context)
+        except ValidationError as exc:
+            raise invalid_params(exc) from None
         result = await call(valid)
         del valid
         return await encode_in_slices(result)
@@ -122,7 +146,7 @@ async def validated_slices(
         await asyncio.sleep(0)
         window = slice(start, start + SLICE)
         try:
-            batch = _MESSAGES.validate_python(messages[window], context=context)
+            batch = _messages().validate_python(messages[window], context=context)
         except ValidationError as exc:
             raise invalid_params(exc, "messages", start) from None
         messages[window] = [None] * len(batch)  # the decoded dicts are done with
@@ -171,10 +195,11 @@ async def encode_in_slices(result: BaseModel) -> BaseModel | Encoded:
     """``result`` as it is, or encoded a slice at a time when one of its fields is a long list
     of models. That list is consumed: each slice is let go once encoded, so the models and their
     JSON are not both held whole."""
+    fields = result.__dict__
     long = [
         name
-        for name, value in result
-        if isinstance(value, list) and len(value) > SLICE and isinstance(value[0], BaseModel)
+        for name in _list_fields(type(result))
+        if len(value := fields[name] or []) > SLICE and isinstance(value[0], BaseModel)
     ]
     if not long:
         return result
@@ -193,6 +218,21 @@ async def encode_in_slices(result: BaseModel) -> BaseModel | Encoded:
         parts.append(b",")
     parts[-1] = b"]}"
     return Encoded(parts)
+
+
+_LIST_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {}
+
+
+def _list_fields(model: type[BaseModel]) -> tuple[str, ...]:
+    """The fields of ``model`` that may hold a list, found once per model."""
+    found = _LIST_FIELDS.get(model)
+    if found is None:
+        found = _LIST_FIELDS[model] = tuple(
+            name
+            for name, field in model.model_fields.items()
+            if "list[" in repr(field.annotation).lower()
+        )
+    return found
 
 
 def session_methods(sessions: SessionService, limits: LimitsOf) -> dict[str, Handler]:

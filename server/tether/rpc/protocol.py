@@ -1,15 +1,16 @@
 """tether's pygls protocol: pygls's request machinery behind tether's :class:`Wire`.
 
-pygls keeps what it does well: handler dispatch through its feature table, in-flight request
-futures and ``$/cancelRequest``, requests to the client and work-done progress. The wire does the
-rest (framing, decoding, the lifecycle, encoding), so here:
+tether's own methods never come here: the wire dispatches them. pygls keeps what it does well
+for the standard LSP methods: handler dispatch through its feature table, in-flight request
+futures and ``$/cancelRequest`` for them, and work-done progress. The wire does the rest
+(framing, decoding, the lifecycle, encoding, ids and routing of requests to the client), so here:
 
-- the client's requests and ours have a table each: JSON-RPC ids are per sender, so a client may
-  use ``tether-1`` for a request of its own while our ``tether-1`` waits for its answer. pygls's
-  ``_request_futures`` holds the client's requests only (``$/cancelRequest`` looks there); our
-  requests wait in ``_outgoing``, where the client's responses are looked up;
-- params of tether's own methods stay the plain dicts orjson decoded (handlers validate them into
-  pydantic models); only standard LSP methods are structured into lsprotocol types;
+- requests pygls-side code sends to the client (``window/showMessageRequest``,
+  ``window/workDoneProgress/create``...) take their ids from the wire, and the client's answers
+  come back through the wire's routing table, structured into lsprotocol types here; JSON-RPC
+  ids are per sender, so pygls's ``_request_futures`` holds the client's requests only;
+- params of methods without an lsprotocol type stay the plain dicts orjson decoded; only
+  standard LSP methods are structured into lsprotocol types;
 - coroutine handlers start eagerly, and only those that suspend become tasks;
 - everything pygls sends goes out through the wire, encoded with orjson.
 """
@@ -19,10 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
-import itertools
 import logging
-import uuid
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +31,9 @@ from pygls.exceptions import JsonRpcException
 from pygls.protocol import LanguageServerProtocol
 
 from tether.protocol import ErrorCode, TetherError
+from tether.rpc import eager
 from tether.rpc.errors import ClientError, error_from_exception, error_object
-from tether.rpc.wire import Message, MsgId, Wire
+from tether.rpc.wire import Message, MsgId, Wire, is_error_object
 
 if TYPE_CHECKING:
     from cattrs import Converter
@@ -49,8 +49,6 @@ _TYPED_LSP = frozenset(lsp.METHOD_TO_TYPES) - {
     lsp.EXIT,
 }
 
-_MAX_WITHDRAWN = 1024
-
 
 class TetherProtocol(LanguageServerProtocol):
     """A :class:`tether.rpc.wire.Dispatcher` built from pygls's protocol."""
@@ -58,9 +56,7 @@ class TetherProtocol(LanguageServerProtocol):
     def __init__(self, server: JsonRPCServer, converter: Converter) -> None:
         self.wire: Wire | None = None
         self._coroutine_handlers: dict[Callable[..., Any], bool] = {}
-        self._client_ids = itertools.count(1)
         self._outgoing: dict[MsgId, Future[Any]] = {}  # our requests, waiting for the answer
-        self._withdrawn: set[MsgId] = set()  # our requests cancelled before their answer came
         super().__init__(server, converter)  # type: ignore[arg-type]
 
     def bind(self, wire: Wire) -> None:
@@ -117,23 +113,13 @@ class TetherProtocol(LanguageServerProtocol):
         elif future.cancel():
             logger.debug("cancelled request %r", msg_id)
 
-    def response(self, message: Message) -> None:
-        """An answer to one of our requests to the client; anything else is dropped.
-
-        A malformed answer (neither ``result`` nor a well-formed ``error``) fails the request,
-        so nothing waits for an answer that will not come.
-        """
+    def _response(self, pending: Future[Any], message: Message) -> None:
+        """The client's answer to a request pygls-side code sent, structured into the result
+        type of its method. A malformed answer (neither ``result`` nor a well-formed ``error``)
+        fails the request, so nothing waits for an answer that will not come."""
         msg_id = message["id"]
-        pending = self._outgoing.get(msg_id)
-        if pending is None:  # an id of no request of ours (the client's own ids do not count)
-            if msg_id in self._withdrawn:
-                self._withdrawn.discard(msg_id)
-                logger.debug("dropped the late answer to withdrawn request %r", msg_id)
-            else:
-                logger.warning("dropped a response to no request of ours: id %r", msg_id)
-            return
         try:
-            if "result" not in message and not _is_error_object(message.get("error")):
+            if "result" not in message and not is_error_object(message.get("error")):
                 raise ValueError("neither a result nor an error object")
             self.handle_message(self.structure_message(message))
         except Exception as exc:
@@ -143,26 +129,9 @@ class TetherProtocol(LanguageServerProtocol):
                 pending.set_exception(ClientError("the client's answer is not a valid response"))
 
     async def request_client(self, method: str, params: Any) -> Any:
-        """Send a request to the client and return its result.
-
-        An error answer raises :class:`ClientError` with the client's code. Cancelling the await
-        withdraws the request: the client is sent ``$/cancelRequest``, and a late answer is
-        dropped as an answer to no request of ours. A request that ends cancelled while its
-        waiter was not is withdrawn the same way and raises :class:`ClientError` (code ``None``):
-        the waiter gets no answer, but it was not told to stop.
-        """
-        msg_id = f"tether-{next(self._client_ids)}"  # never clashes with pygls's uuid ids
-        future = self.send_request(method, params, msg_id=msg_id)
-        try:
-            return await asyncio.wrap_future(future)
-        except asyncio.CancelledError:
-            self._withdraw(msg_id)
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise
-            raise ClientError("the request was cancelled before the client answered") from None
-        except JsonRpcException as exc:
-            raise ClientError(exc.message, exc.code) from None
+        """Send a request to the client and return its result: the wire's
+        :meth:`~tether.rpc.wire.Wire.request_client`."""
+        return await self._out().request_client(method, params)
 
     def send_request(
         self,
@@ -171,10 +140,10 @@ class TetherProtocol(LanguageServerProtocol):
         callback: Callable[[Any], None] | None = None,
         msg_id: MsgId | None = None,
     ) -> Future[Any]:
-        """pygls's ``send_request``, with the request kept in our own table (pygls's own
-        requests, such as ``window/workDoneProgress/create``, come through here too)."""
+        """pygls's ``send_request``, with an id of the wire's and the answer routed back by it."""
+        wire = self._out()
         if msg_id is None:
-            msg_id = str(uuid.uuid4())
+            msg_id = wire.new_request_id()
         theirs = self._request_futures.pop(msg_id, None)  # a request of the client's, same id
         try:
             future = super().send_request(method, params, callback, msg_id)
@@ -183,6 +152,7 @@ class TetherProtocol(LanguageServerProtocol):
             if theirs is not None:
                 self._request_futures[msg_id] = theirs
         self._outgoing[msg_id] = future
+        wire.expect_response(msg_id, lambda message: self._response(future, message))
         return future
 
     def _handle_response(
@@ -195,13 +165,6 @@ class TetherProtocol(LanguageServerProtocol):
             future.set_exception(JsonRpcException.from_error(error))
         else:
             future.set_result(result)
-
-    def _withdraw(self, msg_id: MsgId) -> None:
-        self._forget(msg_id)
-        if len(self._withdrawn) >= _MAX_WITHDRAWN:  # clients that never answer them
-            self._withdrawn.clear()
-        self._withdrawn.add(msg_id)
-        self.notify("$/cancelRequest", {"id": msg_id})
 
     def _forget(self, msg_id: MsgId) -> None:
         self._outgoing.pop(msg_id, None)
@@ -235,19 +198,12 @@ class TetherProtocol(LanguageServerProtocol):
         if not is_coroutine:
             super()._execute_handler(msg_id, handler, callback, args, kwargs)
             return
-        coroutine = handler(*(args or ()), **(kwargs or {}))
-        try:
-            waiting_on = coroutine.send(None)
-        except StopIteration as finished:
-            done = _Done(finished.value, None)
-        except Exception as exc:
-            done = _Done(None, exc)
-        else:
-            task = asyncio.ensure_future(_Resume(coroutine, waiting_on))
-            self._request_futures[msg_id] = task  # type: ignore[assignment]  # pygls mixes both kinds
-            task.add_done_callback(callback)
+        started = eager.start(handler(*(args or ()), **(kwargs or {})))
+        if isinstance(started, eager.Finished):
+            callback(_Done(started.result, started.exception))
             return
-        callback(done)
+        self._request_futures[msg_id] = started  # type: ignore[assignment]  # pygls mixes both kinds
+        started.add_done_callback(callback)
 
     # -- what pygls sends, through the wire --------------------------------------------------
 
@@ -294,16 +250,6 @@ class TetherProtocol(LanguageServerProtocol):
         raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def _is_error_object(error: Any) -> bool:
-    """``{code: integer, message: string, ...}``, as JSON-RPC 2.0 has it."""
-    return (
-        isinstance(error, dict)
-        and isinstance(error.get("code"), int)
-        and not isinstance(error.get("code"), bool)
-        and isinstance(error.get("message"), str)
-    )
-
-
 def _error_of(exc: BaseException) -> dict[str, Any]:
     """pygls's own exceptions (method not found, invalid LSP params) keep their code."""
     if isinstance(exc, JsonRpcException):
@@ -329,30 +275,3 @@ class _Done:
         if self._exception is not None:
             raise self._exception
         return self._result
-
-
-class _Resume:
-    """The rest of a coroutine that was started eagerly and is suspended on ``waiting_on``.
-
-    Awaited by a task, it passes each awaited future up to the task, and the task's wake-ups and
-    cancellations back down, exactly as if the task had run the coroutine from the start.
-    """
-
-    __slots__ = ("_coroutine", "_waiting_on")
-
-    def __init__(self, coroutine: Coroutine[Any, Any, Any], waiting_on: Any) -> None:
-        self._coroutine = coroutine
-        self._waiting_on = waiting_on
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        coroutine, waiting_on = self._coroutine, self._waiting_on
-        while True:
-            thrown: BaseException | None = None
-            try:
-                yield waiting_on
-            except BaseException as exc:  # the task threw in, e.g. CancelledError
-                thrown = exc
-            try:
-                waiting_on = coroutine.send(None) if thrown is None else coroutine.throw(thrown)
-            except StopIteration as finished:
-                return finished.value

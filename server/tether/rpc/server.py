@@ -1,4 +1,8 @@
-"""The tether language server: pygls's server with tether's protocol, converter and methods."""
+"""The tether language server: pygls's server with tether's protocol and converter.
+
+The place where standard LSP features (``textDocument/*``, ``workspace/*``...) are registered.
+tether's own methods (``App.methods``) are not: the wire dispatches them without pygls.
+"""
 
 from __future__ import annotations
 
@@ -30,11 +34,7 @@ class TetherServer(LanguageServer):
             converter_factory=make_converter,
         )
         self.app = app
-        app.load_kernel()
-        for method, handle in app.methods.items():
-            self.feature(method)(handle)
         self.protocol.bind(wire)
-        app.request_client = self.protocol.request_client
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """For the log, not a popup. A request has been answered with its error already (and an

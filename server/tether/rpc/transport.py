@@ -10,7 +10,9 @@ buffer is over its high-water mark), the server stops reading requests, so a cli
 without reading the answers cannot make it buffer them without end. A big frame is handed to the
 transport a slice at a time as it drains, never copied whole into its buffer.
 
-The pygls server is built once ``initialize`` has been answered (see :mod:`tether.rpc.wire`).
+After the handshake a thread imports, in the background, the kernel's modules, and pygls once a
+message for it arrives; the pygls server is then built on the event loop. tether's own methods
+never wait for it (see :mod:`tether.rpc.wire`).
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import importlib
 import logging
 import os
 import sys
+import threading
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -31,24 +36,140 @@ from tether.rpc.wire import Wire
 logger = logging.getLogger(__name__)
 
 
+KERNEL_MODULES = (
+    "tether.rpc.kernel_methods",
+    "tether.kernel.approval",
+    "tether.memory",
+    "tether.providers",
+    "tether.tools",
+    "tether.tools.builtin",
+)
+"""What the first ``kernel/run`` needs, imported in the background after the handshake."""
+
+PYGLS_MODULES = ("tether.rpc.server",)
+QUIET = 0.05
+"""Seconds without input from the client before the collector's pass after the imports."""
+
+_KERNEL_IMPORT_TIMEOUT = 30.0
+
+_BACKGROUND_SWITCH_INTERVAL = 0.001
+"""While the background imports run, the event loop's thread gets the interpreter back within
+1 ms of wanting it (Python's default is 5 ms)."""
+
+
 def open_wire(app: App) -> Wire:
-    """A wire whose pygls server is loaded right after the handshake."""
-    wire: Wire
-
-    def load_server() -> None:
-        from tether.rpc.server import TetherServer  # imports pygls: the slow part of a start
-
-        TetherServer(app, wire)
-        # What is loaded by now lives as long as the server: out of the collector's full passes,
-        # which then walk only what requests make (a big append's were 30-90 ms each otherwise).
-        gc.collect()
-        gc.freeze()
-
-    def after_handshake() -> None:
-        asyncio.get_running_loop().call_soon(load_server)
-
-    wire = Wire(app, on_initialized=after_handshake)
+    """A wire whose kernel modules are imported in the background after the handshake, and
+    whose pygls server is loaded in the background on first use."""
+    wire = Wire(app)
+    loader = _Loader(app, wire)
+    wire.on_initialized = loader.start
+    wire.on_waiting = loader.want_pygls
+    wire.before_kernel = loader.wait_for_kernel_modules
     return wire
+
+
+class _Loader:
+    """Imports what the handshake did not need on a thread of its own.
+
+    First the kernel's modules, at once. pygls only once a message for it arrives (a standard
+    LSP request or notification, but ``initialized``, which every client sends and which can
+    wait): its import holds the interpreter for most of a second, which a client that speaks
+    only tether's methods should never share. The pygls server is then built on the loop.
+    """
+
+    def __init__(self, app: App, wire: Wire) -> None:
+        self._app, self._wire = app, wire
+        self._pygls_wanted = threading.Event()
+        self._kernel_imported = threading.Event()
+        self._started = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        self._loop = asyncio.get_running_loop()
+        thread = threading.Thread(target=self._run, name="tether-imports", daemon=True)
+        thread.start()
+
+    def wait_for_kernel_modules(self) -> None:
+        """Block until the thread has imported the kernel's modules, so that the two threads
+        never import the same modules at once (two imports waiting on each other's module
+        locks would fail one of them with a deadlock error)."""
+        if self._started and not self._kernel_imported.wait(_KERNEL_IMPORT_TIMEOUT):
+            logger.warning("the kernel's modules are still being imported; going on")
+
+    def want_pygls(self, message: dict[str, Any]) -> None:
+        """A message waits for pygls: load it (``initialized`` alone does not ask for it)."""
+        if message.get("method") != "initialized":
+            self._pygls_wanted.set()
+
+    def _run(self) -> None:
+        with _switching_often():
+            _import(KERNEL_MODULES)
+            _warm_tools()
+        self._kernel_imported.set()
+        self._wait_for_quiet()
+        self._call_soon(_freeze)
+        self._pygls_wanted.wait()
+        with _switching_often():
+            _import(PYGLS_MODULES)
+        self._call_soon(self._attach)
+
+    def _call_soon(self, callback: Callable[[], None]) -> None:
+        assert self._loop is not None
+        with contextlib.suppress(RuntimeError):  # the loop closed: the server has stopped
+            self._loop.call_soon_threadsafe(callback)
+
+    def _wait_for_quiet(self) -> None:
+        while not self._pygls_wanted.is_set():
+            quiet_for = time.monotonic() - self._wire.last_received
+            if quiet_for >= QUIET:
+                return
+            self._pygls_wanted.wait(QUIET - quiet_for)
+
+    def _attach(self) -> None:
+        from tether.rpc.server import TetherServer
+
+        if not self._wire.attached:
+            TetherServer(self._app, self._wire)
+            _freeze()
+
+
+def _warm_tools() -> None:
+    """Build the built-in tools once, as the first run would: their argument models and
+    JSON schemas are built on first use, and cached."""
+    try:
+        from tether.tools.builtin import builtin_tools
+
+        builtin_tools()
+    except Exception:  # built again where they are needed, which reports the error there
+        logger.exception("could not build the built-in tools in the background")
+
+
+def _freeze() -> None:
+    """What is loaded by now lives as long as the server: out of the collector's full passes,
+    which then walk only what requests make (a big append's were 30-90 ms each otherwise)."""
+    gc.collect()
+    gc.freeze()
+
+
+@contextlib.contextmanager
+def _switching_often() -> Iterator[None]:
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(_BACKGROUND_SWITCH_INTERVAL)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(switch_interval)
+
+
+def _import(modules: tuple[str, ...]) -> None:
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:  # imported again where it is needed, which reports the error there
+            logger.exception("could not import %s in the background", name)
 
 
 class _Output:
@@ -229,6 +350,7 @@ async def serve_stdio(app: App, stdin_fd: int = 0, stdout_fd: int | None = None)
     finally:
         stop_reading()
         await _settle(wire)
+        wire.flush()
         await close_writer()
         await app.aclose()
     return wire.exit_code or 0
@@ -246,6 +368,7 @@ async def serve_tcp(app: App, host: str, port: int) -> int:
     finally:
         listener.close()
         await _settle(wire)
+        wire.flush()
         await app.aclose()
     return wire.exit_code or 0
 

@@ -1,9 +1,17 @@
 """One JSON-RPC connection: frames in, envelopes checked, the lifecycle kept, responses out.
 
-Nothing here imports pygls. That keeps the handshake fast: ``initialize`` is answered as soon as
-tether's own modules are loaded, and pygls (whose lsprotocol import alone builds some 550 attrs
-classes, most of a second here) is loaded right after, while the editor goes on with its own
-start-up. Messages that arrive before it is attached wait, in order.
+Nothing here imports pygls. tether's own methods (``App.methods``: ``session/*``, and
+``kernel/*`` once the kernel is loaded, on first use if need be) are dispatched here: params
+validated by the handlers' models, coroutine handlers started eagerly (:mod:`tether.rpc.eager`),
+``$/cancelRequest`` cancelling those that wait. Requests to the client (``app.request_client``,
+and those the pygls side sends) take their ids from one counter here, and the client's answers
+are routed back through one table here. So a tether client never waits for pygls, whose
+lsprotocol import alone builds some 550 attrs classes (most of a second here): pygls is loaded
+in the background (see :mod:`tether.rpc.transport`) and gets the standard LSP methods; messages
+for it that arrive before it is attached wait, in order.
+
+Responses and notifications are written once per turn of the event loop: what a batch of
+pipelined requests makes goes out in one write.
 
 Every request that carries an id gets exactly one response: malformed bodies (-32700, id null),
 invalid envelopes (-32600), requests before ``initialize`` (-32002) or after ``shutdown``
@@ -13,8 +21,11 @@ invalid envelopes (-32600), requests before ``initialize`` (-32002) or after ``s
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import itertools
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
@@ -22,11 +33,11 @@ import orjson
 from pydantic import BaseModel
 
 from tether.protocol import ErrorCode, InitializeParams
-from tether.protocol.framing import Frame, FrameDecoder, FrameError, encode_frame
-from tether.rpc import splitparse
-from tether.rpc.app import App
-from tether.rpc.errors import ErrorObject, error_from_exception, error_object
-from tether.rpc.handlers import Encoded, validate_params
+from tether.protocol.framing import Frame, FrameDecoder, FrameError
+from tether.rpc import eager, splitparse
+from tether.rpc.app import KERNEL_METHODS, App
+from tether.rpc.errors import ClientError, ErrorObject, error_from_exception, error_object
+from tether.rpc.handlers import Encoded, Handler, validate_params
 from tether.rpc.ndjson import looks_like_ndjson, ndjson_refusal
 
 logger = logging.getLogger(__name__)
@@ -36,33 +47,50 @@ Message = dict[str, Any]
 Write = Callable[[bytes], None]
 WriteParts = Callable[[Iterator[bytes]], None]
 Default = Callable[[Any], Any]
+OnResponse = Callable[[Message], None]
+"""Takes the client's answer to one of our requests (whatever it is: result, error, malformed)."""
+
+_CANCEL = "$/cancelRequest"
+_MAX_WITHDRAWN = 1024
 
 
 class Dispatcher(Protocol):
-    """What runs the requests and notifications the wire lets through (the pygls protocol)."""
+    """What runs the standard LSP requests and notifications the wire lets through (pygls)."""
 
     def request(self, msg_id: MsgId, method: str, params: Any, message: Message) -> None: ...
 
     def notification(self, method: str, params: Any, message: Message) -> None: ...
-
-    def response(self, message: Message) -> None: ...
 
     def cancel_requests(self) -> None: ...
 
 
 class Wire:
     def __init__(self, app: App, on_initialized: Callable[[], None] | None = None) -> None:
+        """``on_initialized`` is called once ``initialize`` has been answered."""
         self._app = app
+        self._methods = app.methods  # the same dict: the kernel's methods join it when loaded
         app.notify = self.send_notification
-        self._on_initialized = on_initialized
+        app.request_client = self.request_client
+        self.on_initialized = on_initialized
+        self.on_waiting: Callable[[Message], None] | None = None
+        """Called with each message that waits for a dispatcher not attached yet."""
+        self.before_kernel: Callable[[], None] = _nothing
+        """Called before the kernel is loaded (the loader's imports must be done by then)."""
         self._decoder = FrameDecoder()
         self._write: Write | None = None
         self._write_parts: WriteParts | None = None
+        self._out: list[bytes] = []  # frames written at the end of this turn of the loop
+        self._flushing: asyncio.Handle | None = None
         self._dispatcher: Dispatcher | None = None
         self._waiting: list[Message] = []  # let through before a dispatcher was attached
         self._unanswered: set[MsgId] = set()  # requests let through, not yet answered
+        self._running: dict[MsgId, asyncio.Future[Any]] = {}  # tether's, waiting on something
         self._answered = asyncio.Event()
         self._tasks: set[asyncio.Future[None]] = set()
+        self._request_ids = itertools.count(1)
+        self._outgoing: dict[MsgId, OnResponse] = {}  # our requests, waiting for the answer
+        self._withdrawn: set[MsgId] = set()  # our requests cancelled before their answer came
+        self.last_received = 0.0  # time.monotonic() when bytes last came in
         self.initialized = False
         self.shut_down = False
         self.exit_code: int | None = None
@@ -84,8 +112,13 @@ class Wire:
         for message in waiting:
             self._deliver(message)
 
+    @property
+    def attached(self) -> bool:
+        return self._dispatcher is not None
+
     def data_received(self, data: bytes) -> None:
         """Bytes from the client: decode every complete frame and handle it."""
+        self.last_received = time.monotonic()
         if not self.initialized and self._write is not None and looks_like_ndjson(data):
             self._write(ndjson_refusal(data))  # an ACP client: tell it to use `tether acp`
             return
@@ -143,7 +176,7 @@ class Wire:
             return
         if method is None:
             if valid_id:
-                self._forward(message)  # the answer to one of our requests (or a malformed one)
+                self._response(message)  # the answer to one of our requests (or a malformed one)
             return
         params = message.get("params")
         problem = None
@@ -174,16 +207,69 @@ class Wire:
             self._shutdown(msg_id)
         else:
             self._unanswered.add(msg_id)
-            self._forward(message)
+            handler = self._handler(method)
+            if handler is None:
+                self._forward(message)
+            else:
+                contextvars.copy_context().run(self._dispatch, msg_id, handler, params)
+
+    def _handler(self, method: str) -> Handler | None:
+        """tether's handler of ``method``; the kernel is loaded on the first ``kernel/*``."""
+        handler = self._methods.get(method)
+        if handler is None and method in KERNEL_METHODS:
+            self.before_kernel()
+            self._app.load_kernel()
+            handler = self._methods.get(method)
+        return handler
+
+    def _dispatch(self, msg_id: MsgId, handler: Handler, params: Any) -> None:
+        started = eager.start(handler(params))
+        if isinstance(started, eager.Finished):
+            self._answer(msg_id, started.result, started.exception)
+        else:
+            self._running[msg_id] = started
+            started.add_done_callback(functools.partial(self._finished, msg_id))
+
+    def _finished(self, msg_id: MsgId, task: asyncio.Future[Any]) -> None:
+        self._running.pop(msg_id, None)
+        if task.cancelled():
+            error = error_object(ErrorCode.REQUEST_CANCELLED, "request cancelled")
+            self.send_error(msg_id, error)
+            return
+        exc = task.exception()
+        self._answer(msg_id, None if exc else task.result(), exc)
+
+    def _answer(self, msg_id: MsgId, result: Any, exc: BaseException | None) -> None:
+        if exc is not None:
+            self.send_error(msg_id, error_from_exception(exc))
+        else:
+            self.send_result(msg_id, result)
 
     def _notification(self, method: str, params: Any, message: Message) -> None:
         if method == "exit":
             self.exit_code = 0 if self.shut_down else 1
             self.stopped.set()
-        elif not self.initialized or (self.shut_down and method != "$/cancelRequest"):
+        elif not self.initialized or (self.shut_down and method != _CANCEL):
             logger.info("ignored notification %r outside the session", method)
+        elif method == _CANCEL:
+            self._cancel(params, message)
         else:
             self._forward(message)
+
+    def _cancel(self, params: Any, message: Message) -> None:
+        """``$/cancelRequest``: a running tether request is cancelled here, one let through to
+        pygls is cancelled there. Only an integer or string id can name a request; the rest (a
+        list, an object, no id at all) is the client's mistake, noted and ignored. A request
+        answered already is no news: a cancel often crosses the answer on the wire."""
+        msg_id = params.get("id") if isinstance(params, dict) else None
+        if not isinstance(msg_id, str | int) or isinstance(msg_id, bool):
+            logger.debug("ignored $/cancelRequest without a usable id: %.80r", params)
+        elif (task := self._running.get(msg_id)) is not None:
+            task.cancel()
+        elif msg_id in self._unanswered:
+            self._forward(message)
+        else:
+            logger.debug("$/cancelRequest for no running request: id %r", msg_id)
 
     def _initialize(self, msg_id: MsgId, params: Any) -> None:
         if self.initialized:
@@ -198,8 +284,9 @@ class Wire:
         self.initialized = True
         self._decoder.max_body = self._app.limits.max_frame_bytes
         self.send_result(msg_id, result)
-        if self._on_initialized is not None:
-            self._on_initialized()
+        self.flush()  # out before what on_initialized starts competes for the interpreter
+        if self.on_initialized is not None:
+            self.on_initialized()
 
     def _shutdown(self, msg_id: MsgId) -> None:
         """Refuse new requests at once; answer once every earlier request has been answered."""
@@ -215,28 +302,88 @@ class Wire:
 
     async def settle(self, *, cancel: bool, besides: MsgId | None = None) -> None:
         """Return once every request let through has been answered; cancel them if asked."""
-        if cancel and self._dispatcher is not None:
-            self._dispatcher.cancel_requests()
+        if cancel:
+            for task in list(self._running.values()):
+                task.cancel()
+            if self._dispatcher is not None:
+                self._dispatcher.cancel_requests()
         while self._unanswered - {besides}:
             self._answered.clear()
             await self._answered.wait()
 
     def _forward(self, message: Message) -> None:
-        if self._dispatcher is None:
-            self._waiting.append(message)
-        else:
+        if self._dispatcher is not None:
             self._deliver(message)
+            return
+        self._waiting.append(message)
+        if self.on_waiting is not None:
+            self.on_waiting(message)
 
     def _deliver(self, message: Message) -> None:
         assert self._dispatcher is not None
-        if "method" not in message:
-            self._dispatcher.response(message)
-        elif "id" in message:
+        if "id" in message:
             self._dispatcher.request(
                 message["id"], message["method"], message.get("params"), message
             )
         else:
             self._dispatcher.notification(message["method"], message.get("params"), message)
+
+    # -- our requests to the client -------------------------------------------------------------
+
+    def new_request_id(self) -> str:
+        """An id for a request to the client; ``tether-N`` never clashes with a uuid."""
+        return f"tether-{next(self._request_ids)}"
+
+    def expect_response(self, msg_id: MsgId, on_response: OnResponse) -> None:
+        """Route the client's answer to request ``msg_id`` (the caller sends it) to
+        ``on_response``."""
+        self._outgoing[msg_id] = on_response
+
+    def withdraw(self, msg_id: MsgId) -> None:
+        """Give up on request ``msg_id``: the client is told with ``$/cancelRequest``, and a late
+        answer is dropped as an answer to a request withdrawn."""
+        self._outgoing.pop(msg_id, None)
+        if len(self._withdrawn) >= _MAX_WITHDRAWN:  # clients that never answer them
+            self._withdrawn.clear()
+        self._withdrawn.add(msg_id)
+        self.send_notification(_CANCEL, {"id": msg_id})
+
+    async def request_client(self, method: str, params: Any) -> Any:
+        """Send a request to the client and return its result.
+
+        An error answer raises :class:`ClientError` with the client's code; a malformed answer
+        (neither ``result`` nor a well-formed ``error``) raises it with code ``None``, so nothing
+        waits for an answer that will not come. Cancelling the await withdraws the request. A
+        request that ends cancelled while its waiter was not is withdrawn the same way and raises
+        :class:`ClientError` (code ``None``): the waiter gets no answer, but was not told to stop.
+        """
+        msg_id = self.new_request_id()
+        answer = _Answer(asyncio.get_running_loop().create_future())
+        self.expect_response(msg_id, answer)
+        start = b'{"jsonrpc":"2.0","id":%s,"method":%s,"params":' % (
+            orjson.dumps(msg_id),
+            orjson.dumps(method),
+        )
+        self._send(start, _encode(params, None), b"}")
+        try:
+            return await answer.future
+        except asyncio.CancelledError:
+            self.withdraw(msg_id)
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            raise ClientError("the request was cancelled before the client answered") from None
+
+    def _response(self, message: Message) -> None:
+        msg_id = message["id"]
+        on_response = self._outgoing.pop(msg_id, None)
+        if on_response is not None:
+            on_response(message)
+        elif msg_id in self._withdrawn:
+            self._withdrawn.discard(msg_id)
+            logger.debug("dropped the late answer to withdrawn request %r", msg_id)
+        else:  # an id of no request of ours (the client's own ids do not count)
+            logger.warning("dropped a response to no request of ours: id %r", msg_id)
 
     # -- encoding ----------------------------------------------------------------------------
 
@@ -274,17 +421,37 @@ class Wire:
         self._send(_encode(message, default))
 
     def _send(self, *parts: bytes) -> None:
-        """One frame whose body is ``parts`` joined; a big one is written piece by piece, so its
-        body is never copied whole."""
+        """One frame whose body is ``parts`` joined, written with the others of this turn of
+        the loop; a big one is written piece by piece, so its body is never copied whole."""
         if self._write is None:
             logger.error("no transport; dropped %d bytes", sum(map(len, parts)))
             return
-        if len(parts) == 1 or sum(map(len, parts)) < _BIG:
-            self._write(encode_frame(b"".join(parts)))
+        size = sum(map(len, parts))
+        if size < _BIG:
+            self._out.append(b"Content-Length: %d\r\n\r\n" % size)
+            self._out.extend(parts)
+            if self._flushing is None:
+                self._schedule_flush()
             return
-        self._write(b"Content-Length: %d\r\n\r\n" % sum(map(len, parts)))
+        self.flush()
+        self._write(b"Content-Length: %d\r\n\r\n" % size)
         for part in parts:
             self._write(part)
+
+    def _schedule_flush(self) -> None:
+        try:
+            self._flushing = asyncio.get_running_loop().call_soon(self.flush)
+        except RuntimeError:  # no loop running (a synchronous caller): write at once
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what this turn of the loop has sent so far, in one piece."""
+        if self._flushing is not None:
+            self._flushing.cancel()
+            self._flushing = None
+        if self._out and self._write is not None:
+            out, self._out = self._out, []
+            self._write(b"".join(out))
 
     def _send_lazily(self, msg_id: MsgId, parts: Iterable[bytes], length: int) -> None:
         """A result whose ``length`` bytes ``parts`` makes one by one, as the output drains."""
@@ -292,6 +459,7 @@ class Wire:
             logger.error("no transport; dropped a result of %d bytes", length)
             return
         head = b'{"jsonrpc":"2.0","id":%s,"result":' % orjson.dumps(msg_id)
+        self.flush()
         self._write(b"Content-Length: %d\r\n\r\n%s" % (length + len(head) + 1, head))
         body = itertools.chain(parts, (b"}",))
         if self._write_parts is not None:
@@ -308,6 +476,41 @@ class Wire:
 
 
 _BIG = 64 * 1024
+
+
+def _nothing() -> None:
+    return None
+
+
+class _Answer:
+    """Puts the client's answer to a request of :meth:`Wire.request_client` into ``future``."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: asyncio.Future[Any]) -> None:
+        self.future = future
+
+    def __call__(self, message: Message) -> None:
+        if self.future.done():
+            return
+        error: Any = message.get("error")
+        if "result" in message:
+            self.future.set_result(message["result"])
+        elif is_error_object(error):
+            self.future.set_exception(ClientError(error["message"], error["code"]))
+        else:
+            logger.warning("malformed response to request %r", message.get("id"))
+            self.future.set_exception(ClientError("the client's answer is not a valid response"))
+
+
+def is_error_object(error: Any) -> bool:
+    """``{code: integer, message: string, ...}``, as JSON-RPC 2.0 has it."""
+    return (
+        isinstance(error, dict)
+        and isinstance(error.get("code"), int)
+        and not isinstance(error.get("code"), bool)
+        and isinstance(error.get("message"), str)
+    )
 
 
 def _encode(value: Any, default: Default | None) -> bytes:

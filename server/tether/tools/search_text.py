@@ -11,8 +11,8 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import regex as re
 from pydantic import Field
 
 from tether.protocol.tools import ToolKind
@@ -21,6 +21,9 @@ from tether.tools.sandbox import LinkedFileError, Sandbox, format_size
 from tether.tools.text import clip, decode, is_binary, split_lines
 from tether.tools.typed import ToolArguments, TypedTool
 from tether.tools.walk import Glob, WalkedFile, run_in_thread, walk_files
+
+if TYPE_CHECKING:  # imported by the first search: a start that never searches skips it
+    import regex as re
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -71,6 +74,8 @@ class SearchText(TypedTool[SearchTextArguments]):
 
 
 def _compile(pattern: str, ignore_case: bool) -> re.Pattern[str]:
+    import regex as re
+
     try:
         return re.compile(pattern, re.IGNORECASE if ignore_case else 0)
     except (re.error, OverflowError, RecursionError, ValueError) as exc:
