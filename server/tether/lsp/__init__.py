@@ -61,7 +61,7 @@ def register(server: TetherServer) -> Runs:
     app = server.app
     buffers = Buffers(_workspace(server))
     protocol._workspace = buffers.workspace  # pygls makes it in its initialize, not run here
-    runs = Runs(app, buffers)
+    runs = Runs(app, buffers, protocol._converter)
     app.tool_layer = runs.tools
     app.face_approver = runs.approve
     for method in REPLACED:

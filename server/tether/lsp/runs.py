@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lsprotocol import types as lsp
+
 from tether.kernel.approval import ApprovalError
 from tether.lsp.actions import AskArguments, prompt_of, title_of
 from tether.lsp.documents import BufferAccess, Buffers, BufferTools
@@ -39,6 +41,8 @@ from tether.sessions.ids import utcnow
 from tether.sessions.workspaces import local_path
 
 if TYPE_CHECKING:
+    from cattrs import Converter
+
     from tether.rpc.app import App
     from tether.tools.base import ToolExecutor
 
@@ -60,9 +64,10 @@ class _Run:
 class Runs:
     """The turns of one LSP connection."""
 
-    def __init__(self, app: App, buffers: Buffers) -> None:
+    def __init__(self, app: App, buffers: Buffers, converter: Converter) -> None:
         self.app = app
         self.buffers = buffers
+        self._converter = converter  # pygls's: standard requests go out as lsprotocol types
         self.current: str | None = None  # the session turns run in
         self.active: dict[str, _Run] = {}  # session id -> its turn started here
         self._tokens = itertools.count(1)
@@ -155,7 +160,7 @@ class Runs:
             "actions": [{"title": ALLOW}, {"title": ALWAYS}, {"title": REJECT}],
         }
         try:
-            answer = await self.app.request_client("window/showMessageRequest", request)
+            answer = await self.request("window/showMessageRequest", request)
         except ClientError as exc:
             raise ApprovalError(f"window/showMessageRequest failed: {exc.message}") from None
         chosen = answer.get("title") if isinstance(answer, dict) else None
@@ -176,9 +181,16 @@ class Runs:
         return BufferTools(executor, access, writes=writes)
 
     async def _apply_edit(self, params: dict[str, Any]) -> Any:
-        return await self.app.request_client("workspace/applyEdit", params)
+        return await self.request("workspace/applyEdit", params)
 
     # -- helpers -----------------------------------------------------------------------------
+
+    async def request(self, method: str, params: dict[str, Any]) -> Any:
+        """A standard request to the client, its params and result as plain JSON data."""
+        types = lsp.METHOD_TO_TYPES.get(method)
+        typed = self._converter.structure(params, types[2]) if types and types[2] else params
+        result = await self.app.request_client(method, typed)
+        return None if result is None else self._converter.unstructure(result)
 
     async def _session(self) -> tuple[str, Path]:
         """The workspace's current session: the one used last here, else the newest of the
@@ -208,7 +220,7 @@ class Runs:
             return None
         token = f"tether-turn-{next(self._tokens)}"
         try:
-            await self.app.request_client("window/workDoneProgress/create", {"token": token})
+            await self.request("window/workDoneProgress/create", {"token": token})
         except ClientError as exc:
             logger.info("no progress for the turn: %s", exc.message)
             return None
@@ -241,7 +253,7 @@ class Runs:
         if support and support.get("support") is True:
             try:
                 params = {"uri": transcript.as_uri(), "takeFocus": True}
-                answer = await self.app.request_client("window/showDocument", params)
+                answer = await self.request("window/showDocument", params)
                 if isinstance(answer, dict) and answer.get("success") is True:
                     return
             except ClientError as exc:
