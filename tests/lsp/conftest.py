@@ -75,11 +75,8 @@ def make_client(editor: Editor) -> Callable[[], LanguageClient]:
                 return converter.structure(value, lsp.Command)
             return converter.structure(value, lsp.CodeAction)
 
-        converter.register_structure_hook(lsp.Command | lsp.CodeAction, command_or_action)
-        converter.register_structure_hook(
-            Union[lsp.Command, lsp.CodeAction],
-            command_or_action,  # noqa: UP007
-        )
+        union = Union[lsp.Command, lsp.CodeAction]  # noqa: UP007  (lsprotocol's own key)
+        converter.register_structure_hook(union, command_or_action)
 
         @client.feature(lsp.WINDOW_SHOW_MESSAGE_REQUEST)
         def question(params: lsp.ShowMessageRequestParams) -> Any:

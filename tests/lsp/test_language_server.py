@@ -43,9 +43,10 @@ async def ask(server: Server, argument: Any) -> Any:
     return await execute(server, "tether.ask", argument)
 
 
-async def until(condition: Any, timeout: float = 10) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
+async def until(condition: Any) -> None:
+    """Wait (10 s at most) for what the client's handlers record."""
+    async with asyncio.timeout(10):
+        while not condition():  # noqa: ASYNC110  (pytest-lsp's handlers set no event)
             await asyncio.sleep(0.02)
 
 
@@ -217,7 +218,7 @@ async def test_a_fix_asks_with_show_message_request_and_edits_through_apply_edit
     transcript = Path(lsp.uris.to_fs_path(shown.uri) if hasattr(lsp, "uris") else shown.uri[7:])
     assert shown.uri == answer["transcript"]
     assert transcript.is_relative_to(server.data / "tether" / "sessions" / answer["sessionId"])
-    text = transcript.read_text()
+    text = await asyncio.to_thread(transcript.read_text)
     assert "Fix the code selected in app.py (line 2)" in text
     assert "- Edit app.py" in text and "Done: x is 2 now." in text
     reports = server.client.progress_reports

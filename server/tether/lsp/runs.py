@@ -187,7 +187,7 @@ class Runs:
 
     async def request(self, method: str, params: dict[str, Any]) -> Any:
         """A standard request to the client, its params and result as plain JSON data."""
-        types = lsp.METHOD_TO_TYPES.get(method)
+        types: Any = lsp.METHOD_TO_TYPES.get(method)
         typed = self._converter.structure(params, types[2]) if types and types[2] else params
         result = await self.app.request_client(method, typed)
         return None if result is None else self._converter.unstructure(result)
