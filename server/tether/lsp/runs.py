@@ -59,6 +59,8 @@ class _Run:
     token: str | int | None
     turn: Turn
     last_report: str = ""
+    cancelled: bool = False  # asked to stop, maybe before the kernel had started it
+    stopped: bool = False  # the kernel was told (once: a second cancel would cut its ending)
 
 
 class Runs:
@@ -111,8 +113,8 @@ class Runs:
             self.active.pop(session_id, None)
             if token is not None:
                 self.app.run_tokens.pop(token, None)
-        reason = str(result.stop_reason) if result is not None else "error"
-        self._progress(run, {"kind": "end", "message": reason})
+            reason = str(result.stop_reason) if result is not None else "error"
+            self._progress(run, {"kind": "end", "message": reason})
         transcript = transcript_path(self._data_home(), session_id)
         markdown = turn.markdown(result, None if error is None else error.message)
         await asyncio.to_thread(append_turn, transcript, session_id, markdown)
@@ -124,17 +126,27 @@ class Runs:
         return answer
 
     def cancel(self) -> dict[str, Any]:
-        """Stop the turns started here (the current session's first)."""
-        kernel = self.app.kernel
-        cancelled = kernel is not None and any([kernel.cancel(s) for s in list(self.active)])
-        return {"cancelled": cancelled}
+        """Stop the turns started here."""
+        return {"cancelled": any([self._stop(session_id) for session_id in list(self.active)])}
 
     def cancel_token(self, token: str | int) -> bool:
         """``window/workDoneProgress/cancel``: stop the run reporting on ``token``."""
         session_id = self.app.run_tokens.get(token)
+        logger.debug("window/workDoneProgress/cancel %r: the run of session %s", token, session_id)
         if session_id is None or self.app.kernel is None:
             return False
+        if session_id in self.active:
+            return self._stop(session_id)
         return self.app.kernel.cancel(session_id)
+
+    def _stop(self, session_id: str) -> bool:
+        """A turn is stopped as soon as the kernel runs it (its first event, when the kernel
+        was still taking the session's lease)."""
+        run = self.active[session_id]
+        run.cancelled = True
+        if not run.stopped and self.app.kernel is not None:
+            run.stopped = self.app.kernel.cancel(session_id)
+        return True
 
     async def new_session(self) -> dict[str, Any]:
         session = await self.app.sessions.create(CreateSessionParams())
@@ -231,6 +243,8 @@ class Runs:
             self.app.notify("$/progress", {"token": run.token, "value": value})
 
     def _event(self, run: _Run, params: ProgressParams) -> None:
+        if run.cancelled and not run.stopped and self.app.kernel is not None:
+            run.stopped = self.app.kernel.cancel(params.session_id)
         event = params.event
         report: str | None = None
         if isinstance(event, MessageDelta):
