@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 ACP_TESTS := tests/acp
 ACP_STAMP := $(ACP_TESTS)/node_modules/.installed
 
-.PHONY: install compile test lint typecheck unit acp-schema acp-node-test vscode-test vscode-package run bench fuzz schema clean
+.PHONY: install compile test lint typecheck unit acp-schema acp-node-test lsp-node-test vscode-test vscode-package run bench fuzz schema clean
 
 install: $(STAMP)
 
@@ -43,6 +43,18 @@ acp-schema: $(ACP_STAMP)
 acp-node-test: compile $(ACP_STAMP)
 	cd $(ACP_TESTS) && node --test node/
 
+# `tether serve` as a language server, driven by vscode-languageserver-protocol (node --test),
+# pinned by tests/lsp/node/package-lock.json.
+LSP_NODE := tests/lsp/node
+LSP_NODE_STAMP := $(LSP_NODE)/node_modules/.installed
+
+$(LSP_NODE_STAMP): $(LSP_NODE)/package.json $(LSP_NODE)/package-lock.json
+	cd $(LSP_NODE) && npm ci --no-audit --no-fund
+	touch $(LSP_NODE_STAMP)
+
+lsp-node-test: compile $(LSP_NODE_STAMP)
+	cd $(LSP_NODE) && node --test lsp.test.mjs
+
 # The VS Code extension (editor-clients/vscode): Node packages from its package-lock.json, then its
 # typecheck, build and `node --test` suite against the real server of this checkout.
 VSCODE := editor-clients/vscode
@@ -58,7 +70,7 @@ vscode-test: compile $(NPM_STAMP)
 vscode-package: $(NPM_STAMP)
 	cd $(VSCODE) && npm run package
 
-test: lint typecheck unit acp-node-test vscode-test
+test: lint typecheck unit acp-node-test lsp-node-test vscode-test
 
 run: compile
 	$(BIN)/tether run "What is this project?" --workspace . --script examples/demo-script.json
@@ -81,4 +93,4 @@ schema: install
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 	rm -rf $(VSCODE)/node_modules $(VSCODE)/dist $(VSCODE)/out $(VSCODE)/tether.vsix
-	rm -rf $(ACP_TESTS)/node_modules
+	rm -rf $(ACP_TESTS)/node_modules $(LSP_NODE)/node_modules
