@@ -312,3 +312,15 @@ async def test_tethers_warnings_reach_the_client_as_log_messages(server: Server)
     (message,) = server.client.log_messages
     assert message.type == lsp.MessageType.Warning
     assert "dropped a response to no request of ours" in message.message
+
+
+@pytest.mark.parametrize("script", [[{"text": "thinking for a long time", "delay": 30}]])
+async def test_a_second_ask_while_a_turn_runs_is_session_busy(server: Server) -> None:
+    turn = asyncio.ensure_future(ask(server, "take your time"))
+    await until(lambda: any(server.client.progress_reports.values()))
+    with pytest.raises(JsonRpcException) as caught:
+        await ask(server, "and this too")
+    assert caught.value.code == ErrorCode.SESSION_BUSY
+    assert await execute(server, "tether.cancel") == {"cancelled": True}
+    async with asyncio.timeout(10):
+        assert (await turn)["stopReason"] == "cancelled"

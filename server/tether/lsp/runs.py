@@ -25,7 +25,7 @@ from tether.lsp.actions import AskArguments, prompt_of, title_of
 from tether.lsp.documents import BufferAccess, Buffers, BufferTools
 from tether.lsp.transcripts import Turn, append_turn, transcript_path
 from tether.protocol import CreateSessionParams, ListSessionsParams, TetherError
-from tether.protocol.errors import RequestCancelled
+from tether.protocol.errors import RequestCancelled, SessionBusy
 from tether.protocol.kernel import (
     MessageDelta,
     PermissionParams,
@@ -78,52 +78,56 @@ class Runs:
 
     async def ask(self, arguments: AskArguments, token: str | int | None) -> dict[str, Any]:
         """Run a turn to its end; the answer says where its transcript is."""
-        kernel = self.app.kernel
-        assert kernel is not None, "the kernel is loaded with the server"
         session_id, root = await self._session()
+        if session_id in self.active:  # one turn at a time: the kernel would refuse it anyway
+            raise SessionBusy(session_id, holder="this-process")
+        run = self.active[session_id] = _Run(None, Turn(title_of(arguments), "", utcnow()))
+        try:
+            run.turn.prompt = await self._prompt(arguments, root)
+            run.token = token if token is not None else await self._create_token()
+            result, error = await self._run(session_id, run)
+        finally:
+            self.active.pop(session_id, None)
+        transcript = transcript_path(self._data_home(), session_id)
+        markdown = run.turn.markdown(result, None if error is None else error.message)
+        await asyncio.to_thread(append_turn, transcript, session_id, markdown)
+        if isinstance(error, RequestCancelled):
+            raise error
+        await self._show(transcript, result, error)
+        reason = str(result.stop_reason) if result is not None else "error"
+        return {"sessionId": session_id, "stopReason": reason, "transcript": transcript.as_uri()}
+
+    async def _prompt(self, arguments: AskArguments, root: Path) -> str:
+        """The turn's prompt, with the selection as the editor has it (else as saved)."""
         path = _local(arguments.uri)
         text = None
         if path is not None:
             text = self.buffers.text(path)
             if text is None:
                 text = await asyncio.to_thread(_read, path)
-        turn = Turn(title_of(arguments), prompt_of(arguments, text, path, root), utcnow())
-        token = token if token is not None else await self._create_token()
-        run = self.active[session_id] = _Run(token, turn)
-        if token is not None:
-            self.app.run_tokens[token] = session_id
-        self._progress(
-            run,
-            {
-                "kind": "begin",
-                "title": f"tether: {turn.title}",
-                "cancellable": True,
-                "message": "thinking",
-            },
-        )
+        return prompt_of(arguments, text, path, root)
+
+    async def _run(self, session_id: str, run: _Run) -> tuple[RunResult | None, TetherError | None]:
+        """The kernel's run of the turn, between the begin and the end of its progress."""
+        kernel = self.app.kernel
+        assert kernel is not None, "the kernel is loaded with the server"
+        if run.token is not None:
+            self.app.run_tokens[run.token] = session_id
+        begin = {"kind": "begin", "title": f"tether: {run.turn.title}", "cancellable": True}
+        self._progress(run, {**begin, "message": "thinking"})
         result: RunResult | None = None
         error: TetherError | None = None
         try:
-            result = await kernel.run(
-                RunParams(session_id=session_id, prompt=turn.prompt), lambda p: self._event(run, p)
-            )
+            params = RunParams(session_id=session_id, prompt=run.turn.prompt)
+            result = await kernel.run(params, lambda event: self._event(run, event))
         except TetherError as exc:
             error = exc
         finally:
-            self.active.pop(session_id, None)
-            if token is not None:
-                self.app.run_tokens.pop(token, None)
+            if run.token is not None:
+                self.app.run_tokens.pop(run.token, None)
             reason = str(result.stop_reason) if result is not None else "error"
             self._progress(run, {"kind": "end", "message": reason})
-        transcript = transcript_path(self._data_home(), session_id)
-        markdown = turn.markdown(result, None if error is None else error.message)
-        await asyncio.to_thread(append_turn, transcript, session_id, markdown)
-        if isinstance(error, RequestCancelled):
-            raise error
-        await self._show(transcript, result, error)
-        answer: dict[str, Any] = {"sessionId": session_id, "transcript": transcript.as_uri()}
-        answer["stopReason"] = reason
-        return answer
+        return result, error
 
     def cancel(self) -> dict[str, Any]:
         """Stop the turns started here."""
