@@ -29,8 +29,12 @@ from tether.sessions import SessionStore
 from tether.sessions.ids import utcnow
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tether.config import TetherConfig
     from tether.protocol.kernel import PermissionParams, PermissionResult
     from tether.rpc.progress import Notify
+    from tether.tools.base import ToolExecutor
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +42,12 @@ KERNEL_METHODS = ("kernel/cancel", "kernel/run", "session/compact")
 
 RequestClient = Callable[[str, Any], Awaitable[Any]]
 """Sends a request to the client and returns its result (cancelling the await withdraws it)."""
+
+ToolLayer = Callable[["ToolExecutor", str], "ToolExecutor"]
+"""Wraps the tools of a run in a session (the LSP face: open buffers as the files' text)."""
+
+FaceApprover = Callable[["PermissionParams"], Awaitable["PermissionResult | None"]]
+"""Asks the user about a call of a run the face started itself; None: not one of its runs."""
 
 
 class App(Backend):
@@ -57,6 +67,11 @@ class App(Backend):
         self.notify: Notify = _nowhere
         self.request_client: RequestClient = _no_client  # set by the wire
         self._kernel_loaded = False
+        self.before_kernel: Callable[[], None] = _nothing
+        """Called before the kernel is loaded (the background loader's imports must be done)."""
+        self.run_tokens: dict[str | int, str] = {}  # work-done token -> session of its run
+        self.tool_layer: ToolLayer | None = None
+        self.face_approver: FaceApprover | None = None
 
     def initialize(self, params: InitializeParams) -> InitializeResult:
         """Record what the client told us, load the configuration, say what this server offers."""
@@ -86,15 +101,26 @@ class App(Backend):
         Once: later calls do nothing."""
         if self._kernel_loaded:
             return
+        self.before_kernel()
         from tether.rpc.kernel_methods import kernel_methods
 
         kernel = self.build_kernel(self._ask_permission)
-        self.methods.update(kernel_methods(kernel, self.sessions, self._notify))
+        self.methods.update(kernel_methods(kernel, self.sessions, self._notify, self.run_tokens))
         self._kernel_loaded = True
 
+    async def _tools(self, config: TetherConfig, session_id: str, workspace: Path) -> ToolExecutor:
+        executor = await super()._tools(config, session_id, workspace)
+        return executor if self.tool_layer is None else self.tool_layer(executor, session_id)
+
     async def _ask_permission(self, params: PermissionParams) -> PermissionResult:
-        """``tool/requestPermission`` to a client that declared it answers it."""
+        """``tool/requestPermission`` to a client that declared it answers it (the face asks
+        its own way about the runs it started)."""
         from pydantic import ValidationError
+
+        if self.face_approver is not None:
+            answer = await self.face_approver(params)
+            if answer is not None:
+                return answer
 
         from tether.kernel.approval import ApprovalError, CannotAsk
         from tether.protocol.kernel import PermissionResult
@@ -135,6 +161,10 @@ def _first_workspace(params: InitializeParams) -> str | None:
 
 
 def _nowhere(method: str, params: Any) -> None:
+    return None
+
+
+def _nothing() -> None:
     return None
 
 

@@ -14,6 +14,7 @@ from pygls.exceptions import FeatureRequestError
 from pygls.lsp.server import LanguageServer
 
 from tether import __version__
+from tether.lsp import register as register_lsp
 from tether.rpc.app import App
 from tether.rpc.converter import make_converter
 from tether.rpc.protocol import TetherProtocol
@@ -35,6 +36,7 @@ class TetherServer(LanguageServer):
         )
         self.app = app
         self.protocol.bind(wire)
+        register_lsp(self)  # the standard LSP methods: text sync, code actions, commands
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """For the log, not a popup. A request has been answered with its error already (and an
