@@ -12,12 +12,11 @@ itself, with the standard capabilities beside its own: :mod:`tether.protocol.lif
 - ``window/workDoneProgress/cancel`` stops the run that reports on that token, as
   ``kernel/cancel`` does (for ``kernel/run`` tokens and the turns' own);
 - ``$/setTrace``; tether's warnings go out as ``window/logMessage`` and, while traced, its info
-  lines as ``$/logTrace`` (:mod:`tether.lsp.logs`).
+  lines as ``$/logTrace`` (:mod:`tether.rpc.client_log`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -25,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types as lsp
 from pygls.workspace import Workspace
 
-from tether.lsp import logs
 from tether.lsp.actions import AskArguments, Diagnostic, Range, code_actions
 from tether.lsp.documents import Buffers
 from tether.lsp.runs import Runs
 from tether.protocol import InvalidParams
 from tether.protocol.lifecycle import LSP_COMMANDS
+from tether.rpc import client_log
 from tether.rpc.handlers import validate_params
 
 if TYPE_CHECKING:
@@ -61,7 +60,7 @@ def register(server: TetherServer) -> Runs:
     app = server.app
     buffers = Buffers(_workspace(server))
     protocol._workspace = buffers.workspace  # pygls makes it in its initialize, not run here
-    runs = Runs(app, buffers, protocol._converter)
+    runs = Runs(app, buffers)
     app.tool_layer = runs.tools
     app.face_approver = runs.approve
     for method in REPLACED:
@@ -80,22 +79,8 @@ def register(server: TetherServer) -> Runs:
             logger.debug("window/workDoneProgress/cancel for no run: %r", params.token)
 
     server.feature(lsp.WINDOW_WORK_DONE_PROGRESS_CANCEL)(progress_cancel)
-    _log_to(server)
+    app.trace = lambda: _value(protocol.trace)  # for the client log (App.initialize)
     return runs
-
-
-def _log_to(server: TetherServer) -> None:
-    """tether's log goes to the client when it shows window messages (LSP's
-    ``window.showMessage`` capability) and while it traces."""
-    client = server.app.client
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:  # made outside an event loop (a test): the log stays local
-        return
-    if client is not None and client.capabilities.window.show_message is not None:
-        logs.attach(server.app.notify, lambda: _value(server.protocol.trace), loop)
-    else:
-        logs.detach()
 
 
 def _documents(server: TetherServer, buffers: Buffers) -> None:
@@ -114,7 +99,7 @@ def _documents(server: TetherServer, buffers: Buffers) -> None:
         server.feature(method)(_ignore)
 
     def set_trace(params: lsp.SetTraceParams) -> None:
-        logs.trace_set(_value(params.value))
+        client_log.trace_set(_value(params.value))
 
     server.feature(lsp.SET_TRACE)(set_trace)
 

@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lsprotocol import types as lsp
-
 from tether.kernel.approval import ApprovalError
 from tether.lsp.actions import AskArguments, prompt_of, title_of
 from tether.lsp.documents import BufferAccess, Buffers, BufferTools
@@ -41,8 +39,6 @@ from tether.sessions.ids import utcnow
 from tether.sessions.workspaces import local_path
 
 if TYPE_CHECKING:
-    from cattrs import Converter
-
     from tether.rpc.app import App
     from tether.tools.base import ToolExecutor
 
@@ -66,10 +62,9 @@ class _Run:
 class Runs:
     """The turns of one LSP connection."""
 
-    def __init__(self, app: App, buffers: Buffers, converter: Converter) -> None:
+    def __init__(self, app: App, buffers: Buffers) -> None:
         self.app = app
         self.buffers = buffers
-        self._converter = converter  # pygls's: standard requests go out as lsprotocol types
         self.current: str | None = None  # the session turns run in
         self.active: dict[str, _Run] = {}  # session id -> its turn started here
         self._tokens = itertools.count(1)
@@ -204,10 +199,7 @@ class Runs:
 
     async def request(self, method: str, params: dict[str, Any]) -> Any:
         """A standard request to the client, its params and result as plain JSON data."""
-        types: Any = lsp.METHOD_TO_TYPES.get(method)
-        typed = self._converter.structure(params, types[2]) if types and types[2] else params
-        result = await self.app.request_client(method, typed)
-        return None if result is None else self._converter.unstructure(result)
+        return await self.app.request_client(method, params)
 
     async def _session(self) -> tuple[str, Path]:
         """The workspace's current session: the one used last here, else the newest of the

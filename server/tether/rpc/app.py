@@ -9,6 +9,7 @@ sweep of expired sessions starts then.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
@@ -24,6 +25,7 @@ from tether.protocol import (
     SessionCapabilities,
 )
 from tether.protocol.limits import DEFAULT_LIMITS
+from tether.rpc import client_log
 from tether.rpc.handlers import Handler, session_methods
 from tether.sessions import SessionStore
 from tether.sessions.ids import utcnow
@@ -67,6 +69,8 @@ class App(Backend):
         self.notify: Notify = _nowhere
         self.request_client: RequestClient = _no_client  # set by the wire
         self._kernel_loaded = False
+        self.trace: Callable[[], str] = _trace_off
+        """The client's ``$/setTrace`` value (``off`` until the LSP face is loaded)."""
         self.before_kernel: Callable[[], None] = _nothing
         """Called before the kernel is loaded (the background loader's imports must be done)."""
         self.run_tokens: dict[str | int, str] = {}  # work-done token -> session of its run
@@ -81,6 +85,7 @@ class App(Backend):
         config = self.load_config(_first_workspace(params), params.initialization_options)
         self.client = params
         self.limits = config.limits.limits()
+        self._log_to_client(params)
         store = self.sessions.store
         return InitializeResult(
             server_info=ServerInfo(name="tether", version=__version__),
@@ -95,6 +100,19 @@ class App(Backend):
                 ],
             ),
         )
+
+    def _log_to_client(self, params: InitializeParams) -> None:
+        """tether's warnings and errors go to a client that shows window messages (LSP's
+        ``window.showMessage`` capability) as ``window/logMessage``; its info lines while the
+        client traces (``$/setTrace``)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # initialized outside an event loop (a test): the log stays local
+            return
+        if params.capabilities.window.show_message is not None:
+            client_log.attach(self.notify, lambda: self.trace(), loop)
+        else:
+            client_log.detach()
 
     def load_kernel(self) -> None:
         """Build the kernel and add its methods (after the handshake: this imports a lot).
@@ -166,6 +184,10 @@ def _nowhere(method: str, params: Any) -> None:
 
 def _nothing() -> None:
     return None
+
+
+def _trace_off() -> str:
+    return "off"
 
 
 async def _no_client(method: str, params: Any) -> Any:

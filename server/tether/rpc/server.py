@@ -35,8 +35,8 @@ class TetherServer(LanguageServer):
             converter_factory=make_converter,
         )
         self.app = app
-        self.protocol.bind(wire)
         register_lsp(self)  # the standard LSP methods: text sync, code actions, commands
+        self.protocol.bind(wire)  # last: the messages waiting for pygls are handled at once
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """For the log, not a popup. A request has been answered with its error already (and an
