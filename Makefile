@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 ACP_TESTS := tests/acp
 ACP_STAMP := $(ACP_TESTS)/node_modules/.installed
 
-.PHONY: install compile test lint typecheck unit acp-schema acp-node-test vscode-test vscode-package vscode-webview-test vscode-e2e run bench fuzz schema clean
+.PHONY: install compile test lint typecheck unit acp-schema acp-node-test lsp-node-test vscode-test vscode-package vscode-webview-test vscode-e2e run bench fuzz schema clean
 
 install: $(STAMP)
 
@@ -42,6 +42,18 @@ acp-schema: $(ACP_STAMP)
 # `tether acp` driven by the npm SDK's client app (node --test).
 acp-node-test: compile $(ACP_STAMP)
 	cd $(ACP_TESTS) && node --test node/
+
+# `tether serve` as a language server, driven by vscode-languageserver-protocol (node --test),
+# pinned by tests/lsp/node/package-lock.json.
+LSP_NODE := tests/lsp/node
+LSP_NODE_STAMP := $(LSP_NODE)/node_modules/.installed
+
+$(LSP_NODE_STAMP): $(LSP_NODE)/package.json $(LSP_NODE)/package-lock.json
+	cd $(LSP_NODE) && npm ci --no-audit --no-fund
+	touch $(LSP_NODE_STAMP)
+
+lsp-node-test: compile $(LSP_NODE_STAMP)
+	cd $(LSP_NODE) && node --test lsp.test.mjs
 
 # The VS Code extension (editor-clients/vscode): Node packages from its package-lock.json, then its
 # typecheck, build and `node --test` suite against the real server of this checkout.
@@ -81,7 +93,7 @@ $(E2E_STAMP): $(E2E)/package.json $(E2E)/package-lock.json
 vscode-e2e: compile vscode-package vscode-webview-test $(E2E_STAMP)
 	cd $(E2E) && node --test --test-concurrency=1 chat.e2e.mjs
 
-test: lint typecheck unit acp-node-test vscode-test
+test: lint typecheck unit acp-node-test lsp-node-test vscode-test
 
 run: compile
 	$(BIN)/tether run "What is this project?" --workspace . --script examples/demo-script.json
@@ -106,4 +118,4 @@ clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 	rm -rf $(VSCODE)/node_modules $(VSCODE)/dist $(VSCODE)/out $(VSCODE)/tether.vsix
 	rm -rf $(E2E)/node_modules $(E2E)/artifacts
-	rm -rf $(ACP_TESTS)/node_modules
+	rm -rf $(ACP_TESTS)/node_modules $(LSP_NODE)/node_modules

@@ -83,6 +83,11 @@ class Backend:
         self.sessions.on_delete.append(self._forget_in_kernel)
         self.sessions.on_fork.append(self._fork_mcp_servers)
 
+    @property
+    def environ(self) -> Mapping[str, str]:
+        """The environment the configuration is read from."""
+        return self._environ
+
     def load_config(
         self, workspace: str | None, init_options: Mapping[str, Any] | None = None
     ) -> TetherConfig:

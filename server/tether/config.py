@@ -242,16 +242,16 @@ class SessionsConfig(_Section):
             return None
         if self.store != "sqlite":
             return self.store
-        if self.path is not None:
-            path = Path(self.path).expanduser()
-        else:
-            xdg = environ.get("XDG_DATA_HOME", "")
-            if xdg and Path(xdg).is_absolute():
-                base = Path(xdg)
-            else:
-                base = Path(environ.get("HOME") or Path.home()) / ".local" / "share"
-            path = base / "tether" / "sessions.db"
-        return f"sqlite:///{path}"
+        path = Path(self.path).expanduser() if self.path is not None else None
+        return f"sqlite:///{path or data_home(environ) / 'sessions.db'}"
+
+
+def data_home(environ: Mapping[str, str] = os.environ) -> Path:
+    """tether's data directory: ``$XDG_DATA_HOME/tether``, else ``~/.local/share/tether``."""
+    xdg = environ.get("XDG_DATA_HOME", "")
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / "tether"
+    return Path(environ.get("HOME") or Path.home()) / ".local" / "share" / "tether"
 
 
 def _ttl_seconds(value: str) -> int:

@@ -27,10 +27,23 @@ class TetherClientCapabilities(WireModel):
 
 class WindowClientCapabilities(WireModel):
     work_done_progress: bool = False
+    show_message: dict[str, Any] | None = Field(
+        default=None,
+        description="LSP's: declared by clients that show window messages; they also get "
+        "tether's warnings as window/logMessage",
+    )
+    show_document: dict[str, Any] | None = Field(
+        default=None, description="LSP's: `{support: bool}` when window/showDocument is served"
+    )
+
+
+class WorkspaceClientCapabilities(WireModel):
+    apply_edit: bool = False
 
 
 class ClientCapabilities(WireModel):
     window: WindowClientCapabilities = Field(default_factory=WindowClientCapabilities)
+    workspace: WorkspaceClientCapabilities = Field(default_factory=WorkspaceClientCapabilities)
     tether: TetherClientCapabilities = Field(default_factory=TetherClientCapabilities)
 
 
@@ -58,12 +71,56 @@ class SessionCapabilities(WireModel):
     durable: bool
 
 
+LSP_COMMANDS = ("tether.ask", "tether.cancel", "tether.newSession")
+"""The commands of ``workspace/executeCommand`` (served by :mod:`tether.lsp`)."""
+
+LSP_CODE_ACTION_KINDS = ("quickfix", "refactor.rewrite", "source")
+
+
+class SaveOptions(WireModel):
+    include_text: bool = False
+
+
+class TextDocumentSyncOptions(WireModel):
+    """LSP's: open/close and incremental changes (``TextDocumentSyncKind.Incremental``)."""
+
+    open_close: bool = True
+    change: int = Field(default=2, description="2: incremental")
+    save: SaveOptions = Field(default_factory=SaveOptions)
+
+
+class ExecuteCommandOptions(WireModel):
+    commands: list[str] = Field(default_factory=lambda: list(LSP_COMMANDS))
+
+
+class CodeActionOptions(WireModel):
+    code_action_kinds: list[str] = Field(default_factory=lambda: list(LSP_CODE_ACTION_KINDS))
+
+
+class WorkspaceFoldersCapabilities(WireModel):
+    supported: bool = True
+    change_notifications: bool = True
+
+
+class WorkspaceCapabilities(WireModel):
+    workspace_folders: WorkspaceFoldersCapabilities = Field(
+        default_factory=WorkspaceFoldersCapabilities
+    )
+
+
 class ServerCapabilities(WireModel):
+    """tether's own capabilities beside LSP's standard ``ServerCapabilities`` (text sync,
+    commands, code actions, workspace folders), so a generic LSP client knows what to send."""
+
     sessions: SessionCapabilities
     methods: list[str] = Field(description="the request methods this server answers")
     providers: list[str] = Field(default_factory=list)
     tools: list[str] = Field(default_factory=list)
     progress: bool = True
+    text_document_sync: TextDocumentSyncOptions = Field(default_factory=TextDocumentSyncOptions)
+    execute_command_provider: ExecuteCommandOptions = Field(default_factory=ExecuteCommandOptions)
+    code_action_provider: CodeActionOptions = Field(default_factory=CodeActionOptions)
+    workspace: WorkspaceCapabilities = Field(default_factory=WorkspaceCapabilities)
 
 
 class InitializeResult(WireModel):

@@ -9,6 +9,7 @@ sweep of expired sessions starts then.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
@@ -24,13 +25,18 @@ from tether.protocol import (
     SessionCapabilities,
 )
 from tether.protocol.limits import DEFAULT_LIMITS
+from tether.rpc import client_log
 from tether.rpc.handlers import Handler, session_methods
 from tether.sessions import SessionStore
 from tether.sessions.ids import utcnow
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tether.config import TetherConfig
     from tether.protocol.kernel import PermissionParams, PermissionResult
     from tether.rpc.progress import Notify
+    from tether.tools.base import ToolExecutor
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +44,12 @@ KERNEL_METHODS = ("kernel/cancel", "kernel/run", "session/compact")
 
 RequestClient = Callable[[str, Any], Awaitable[Any]]
 """Sends a request to the client and returns its result (cancelling the await withdraws it)."""
+
+ToolLayer = Callable[["ToolExecutor", str], "ToolExecutor"]
+"""Wraps the tools of a run in a session (the LSP face: open buffers as the files' text)."""
+
+FaceApprover = Callable[["PermissionParams"], Awaitable["PermissionResult | None"]]
+"""Asks the user about a call of a run the face started itself; None: not one of its runs."""
 
 
 class App(Backend):
@@ -57,6 +69,13 @@ class App(Backend):
         self.notify: Notify = _nowhere
         self.request_client: RequestClient = _no_client  # set by the wire
         self._kernel_loaded = False
+        self.trace: Callable[[], str] = _trace_off
+        """The client's ``$/setTrace`` value (``off`` until the LSP face is loaded)."""
+        self.before_kernel: Callable[[], None] = _nothing
+        """Called before the kernel is loaded (the background loader's imports must be done)."""
+        self.run_tokens: dict[str | int, str] = {}  # work-done token -> session of its run
+        self.tool_layer: ToolLayer | None = None
+        self.face_approver: FaceApprover | None = None
 
     def initialize(self, params: InitializeParams) -> InitializeResult:
         """Record what the client told us, load the configuration, say what this server offers."""
@@ -66,6 +85,7 @@ class App(Backend):
         config = self.load_config(_first_workspace(params), params.initialization_options)
         self.client = params
         self.limits = config.limits.limits()
+        self._log_to_client(params)
         store = self.sessions.store
         return InitializeResult(
             server_info=ServerInfo(name="tether", version=__version__),
@@ -81,20 +101,44 @@ class App(Backend):
             ),
         )
 
+    def _log_to_client(self, params: InitializeParams) -> None:
+        """tether's warnings and errors go to a client that shows window messages (LSP's
+        ``window.showMessage`` capability) as ``window/logMessage``; its info lines while the
+        client traces (``$/setTrace``)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # initialized outside an event loop (a test): the log stays local
+            return
+        if params.capabilities.window.show_message is not None:
+            client_log.attach(self.notify, lambda: self.trace(), loop)
+        else:
+            client_log.detach()
+
     def load_kernel(self) -> None:
         """Build the kernel and add its methods (after the handshake: this imports a lot).
         Once: later calls do nothing."""
         if self._kernel_loaded:
             return
+        self.before_kernel()
         from tether.rpc.kernel_methods import kernel_methods
 
         kernel = self.build_kernel(self._ask_permission)
-        self.methods.update(kernel_methods(kernel, self.sessions, self._notify))
+        self.methods.update(kernel_methods(kernel, self.sessions, self._notify, self.run_tokens))
         self._kernel_loaded = True
 
+    async def _tools(self, config: TetherConfig, session_id: str, workspace: Path) -> ToolExecutor:
+        executor = await super()._tools(config, session_id, workspace)
+        return executor if self.tool_layer is None else self.tool_layer(executor, session_id)
+
     async def _ask_permission(self, params: PermissionParams) -> PermissionResult:
-        """``tool/requestPermission`` to a client that declared it answers it."""
+        """``tool/requestPermission`` to a client that declared it answers it (the face asks
+        its own way about the runs it started)."""
         from pydantic import ValidationError
+
+        if self.face_approver is not None:
+            answer = await self.face_approver(params)
+            if answer is not None:
+                return answer
 
         from tether.kernel.approval import ApprovalError, CannotAsk
         from tether.protocol.kernel import PermissionResult
@@ -136,6 +180,14 @@ def _first_workspace(params: InitializeParams) -> str | None:
 
 def _nowhere(method: str, params: Any) -> None:
     return None
+
+
+def _nothing() -> None:
+    return None
+
+
+def _trace_off() -> str:
+    return "off"
 
 
 async def _no_client(method: str, params: Any) -> Any:

@@ -16,9 +16,25 @@ from tether.rpc.progress import Notify, progress_emitter
 from tether.sessions import SessionService
 
 
-def kernel_methods(kernel: Kernel, sessions: SessionService, notify: Notify) -> dict[str, Handler]:
+def kernel_methods(
+    kernel: Kernel,
+    sessions: SessionService,
+    notify: Notify,
+    run_tokens: dict[str | int, str] | None = None,
+) -> dict[str, Handler]:
+    """``run_tokens`` maps each running run's work-done token to its session, so that
+    ``window/workDoneProgress/cancel`` can stop it."""
+    tokens = {} if run_tokens is None else run_tokens
+
     async def run(params: RunParams) -> RunResult:
-        return await kernel.run(params, progress_emitter(notify, params.work_done_token))
+        token = params.work_done_token
+        if token is not None:
+            tokens[token] = params.session_id
+        try:
+            return await kernel.run(params, progress_emitter(notify, token))
+        finally:
+            if token is not None and tokens.get(token) == params.session_id:
+                del tokens[token]
 
     async def cancel(params: CancelParams) -> CancelResult:
         await sessions.store.get(params.session_id)  # an unknown session is -32010

@@ -66,6 +66,11 @@ class TetherProtocol(LanguageServerProtocol):
     # -- what the wire lets through ----------------------------------------------------------
 
     def request(self, msg_id: MsgId, method: str, params: Any, message: Message) -> None:
+        if not self._serves(method):  # routine for a generic LSP client: not worth a warning
+            logger.debug("method not found: %r", method)
+            error = error_object(ErrorCode.METHOD_NOT_FOUND, f"method not found: {method}")
+            self._out().send_error(msg_id, error)
+            return
         if method in _TYPED_LSP:
             try:
                 params = self.structure_message(message).params
@@ -78,6 +83,9 @@ class TetherProtocol(LanguageServerProtocol):
         if method == lsp.CANCEL_REQUEST:
             self._cancel(params)
             return
+        if not self._serves(method):
+            logger.debug("ignored notification of unknown method %r", method)
+            return
         if method in _TYPED_LSP:
             try:
                 params = self.structure_message(message).params
@@ -85,6 +93,9 @@ class TetherProtocol(LanguageServerProtocol):
                 logger.warning("dropped malformed %r notification", method)
                 return
         contextvars.copy_context().run(self._handle_notification, method, params)
+
+    def _serves(self, method: str) -> bool:
+        return method in self.fm.features or method in self.fm.builtin_features
 
     def _check_handler_result(self, future: Any) -> None:
         """A notification handler that failed: the client's mistake (a :class:`TetherError`,

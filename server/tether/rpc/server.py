@@ -14,6 +14,7 @@ from pygls.exceptions import FeatureRequestError
 from pygls.lsp.server import LanguageServer
 
 from tether import __version__
+from tether.lsp import register as register_lsp
 from tether.rpc.app import App
 from tether.rpc.converter import make_converter
 from tether.rpc.protocol import TetherProtocol
@@ -34,7 +35,8 @@ class TetherServer(LanguageServer):
             converter_factory=make_converter,
         )
         self.app = app
-        self.protocol.bind(wire)
+        register_lsp(self)  # the standard LSP methods: text sync, code actions, commands
+        self.protocol.bind(wire)  # last: the messages waiting for pygls are handled at once
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """For the log, not a popup. A request has been answered with its error already (and an

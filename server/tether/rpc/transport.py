@@ -64,7 +64,7 @@ def open_wire(app: App) -> Wire:
     loader = _Loader(app, wire)
     wire.on_initialized = loader.start
     wire.on_waiting = loader.want_pygls
-    wire.before_kernel = loader.wait_for_kernel_modules
+    app.before_kernel = loader.wait_for_kernel_modules
     return wire
 
 

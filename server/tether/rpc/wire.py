@@ -74,8 +74,6 @@ class Wire:
         self.on_initialized = on_initialized
         self.on_waiting: Callable[[Message], None] | None = None
         """Called with each message that waits for a dispatcher not attached yet."""
-        self.before_kernel: Callable[[], None] = _nothing
-        """Called before the kernel is loaded (the loader's imports must be done by then)."""
         self._decoder = FrameDecoder()
         self._write: Write | None = None
         self._write_parts: WriteParts | None = None
@@ -217,7 +215,6 @@ class Wire:
         """tether's handler of ``method``; the kernel is loaded on the first ``kernel/*``."""
         handler = self._methods.get(method)
         if handler is None and method in KERNEL_METHODS:
-            self.before_kernel()
             self._app.load_kernel()
             handler = self._methods.get(method)
         return handler
@@ -476,10 +473,6 @@ class Wire:
 
 
 _BIG = 64 * 1024
-
-
-def _nothing() -> None:
-    return None
 
 
 class _Answer:

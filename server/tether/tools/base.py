@@ -35,7 +35,9 @@ class SessionState(Protocol):
 class FileAccess(Protocol):
     """Where ``write_file`` and ``edit_file`` read a file's current text and make their final
     write, after their own checks (inside the workspace, symlinks, hard links, protected paths,
-    sizes), instead of the disk: an editor's buffers, say. Called from the tool's thread."""
+    sizes), instead of the disk: an editor's buffers, say. ``read_file`` and ``search_text``
+    read through it too when they are given one (the LSP face gives its open buffers; reads
+    there must be cheap: ``search_text`` asks once per file). Called from the tool's thread."""
 
     def read_text(self, path: Path) -> str | None:
         """The current text of ``path`` (absolute, checked), or None to read the disk."""

@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import Field
 
 from tether.protocol.tools import ToolKind
-from tether.tools.base import ToolContext, ToolError, ToolResult
+from tether.tools.base import FileAccess, ToolContext, ToolError, ToolResult
 from tether.tools.sandbox import DEFAULT_MAX_FILE_BYTES, Sandbox, format_size
 from tether.tools.text import clip, decode, is_binary, split_lines
 from tether.tools.typed import ToolArguments, TypedTool
@@ -42,12 +42,19 @@ class ReadFile(TypedTool[ReadFileArguments]):
         self.max_file_bytes = max_file_bytes
 
     async def call(self, args: ReadFileArguments, context: ToolContext) -> ToolResult:
-        return await asyncio.to_thread(self._read, args, context.workspace)
+        return await asyncio.to_thread(self._read, args, context.workspace, context.files)
 
-    def _read(self, args: ReadFileArguments, workspace: Path) -> ToolResult:
+    def _read(
+        self, args: ReadFileArguments, workspace: Path, files: FileAccess | None = None
+    ) -> ToolResult:
+        """The file's text; with ``files``, the text it gives (an editor's buffer) comes first."""
         sandbox = Sandbox(workspace, max_file_bytes=self.max_file_bytes)
-        if sandbox.resolve(args.path).is_dir():
+        real = sandbox.resolve(args.path)
+        if real.is_dir():
             raise ToolError(f"{args.path} is a directory: use list_files to see what it holds")
+        current = files.read_text(real) if files is not None else None
+        if current is not None:
+            return ToolResult(numbered(split_lines(current), args))
         data = sandbox.read_bytes(args.path)
         if is_binary(data):
             raise ToolError(f"{args.path} is a binary file ({format_size(len(data))}): not shown")

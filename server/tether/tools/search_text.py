@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from tether.protocol.tools import ToolKind
-from tether.tools.base import ToolContext, ToolError, ToolResult
+from tether.tools.base import FileAccess, ToolContext, ToolError, ToolResult
 from tether.tools.sandbox import LinkedFileError, Sandbox, format_size
 from tether.tools.text import clip, decode, is_binary, split_lines
 from tether.tools.typed import ToolArguments, TypedTool
@@ -70,7 +70,9 @@ class SearchText(TypedTool[SearchTextArguments]):
         )
 
     async def call(self, args: SearchTextArguments, context: ToolContext) -> ToolResult:
-        return await run_in_thread(lambda stop: _search(args, context.workspace, stop))
+        return await run_in_thread(
+            lambda stop: _search(args, context.workspace, stop, context.files)
+        )
 
 
 def _compile(pattern: str, ignore_case: bool) -> re.Pattern[str]:
@@ -83,8 +85,15 @@ def _compile(pattern: str, ignore_case: bool) -> re.Pattern[str]:
 
 
 class _Search:
-    def __init__(self, sandbox: Sandbox, regex: re.Pattern[str], limit: int) -> None:
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        regex: re.Pattern[str],
+        limit: int,
+        files: FileAccess | None = None,
+    ) -> None:
         self.sandbox = sandbox
+        self.files = files  # an editor's buffers: their text comes first
         self.regex = regex
         self.limit = limit
         self.matches: list[str] = []
@@ -95,6 +104,10 @@ class _Search:
         self.timed_out = False
 
     def file(self, file: WalkedFile) -> None:
+        current = self.files.read_text(Path(file.path)) if self.files is not None else None
+        if current is not None:
+            self.lines(file, split_lines(current))
+            return
         if file.size > MAX_SEARCH_FILE_BYTES:
             self.skipped["large"] += 1
             return
@@ -109,7 +122,10 @@ class _Search:
         if is_binary(data):
             self.skipped["binary"] += 1
             return
-        for number, line in enumerate(split_lines(decode(data)[0]), 1):
+        self.lines(file, split_lines(decode(data)[0]))
+
+    def lines(self, file: WalkedFile, lines: list[str]) -> None:
+        for number, line in enumerate(lines, 1):
             try:
                 found = self.regex.search(
                     line, timeout=max(0.0, self.deadline - time.monotonic()), concurrent=True
@@ -159,7 +175,12 @@ def _walked(sandbox: Sandbox, target: Path, shown: str) -> WalkedFile:
     return WalkedFile.of(sandbox.relative(target), str(target), info)
 
 
-def _search(args: SearchTextArguments, workspace: Path, stop: threading.Event) -> ToolResult:
+def _search(
+    args: SearchTextArguments,
+    workspace: Path,
+    stop: threading.Event,
+    access: FileAccess | None = None,
+) -> ToolResult:
     sandbox = Sandbox(workspace)
     sandbox.links.stop = stop
     regex = _compile(args.pattern, args.ignore_case)
@@ -186,7 +207,7 @@ def _search(args: SearchTextArguments, workspace: Path, stop: threading.Event) -
             if file.links > 1 and file.size <= MAX_SEARCH_FILE_BYTES
         }
     )
-    search = _Search(sandbox, regex, args.limit)
+    search = _Search(sandbox, regex, args.limit, access)
     for file in files:
         if stop.is_set() or search.full:
             break

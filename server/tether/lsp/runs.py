@@ -1,0 +1,305 @@
+"""Turns started from any LSP client: ``tether.ask`` (what the code actions send), ``tether.cancel``
+and ``tether.newSession``, in the workspace's current session.
+
+A turn reports through ``$/progress`` on a work-done token (the client's, or one made with
+``window/workDoneProgress/create``); its permission questions are ``window/showMessageRequest``
+(Allow / Always allow / Reject); its edits go through ``workspace/applyEdit``; its answer is
+appended to a Markdown transcript shown with ``window/showDocument`` (or, for a client without
+it, with ``window/showMessage``). ``window/workDoneProgress/cancel`` on its token, or
+``tether.cancel``, stops it as ``kernel/cancel`` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tether.kernel.approval import ApprovalError
+from tether.lsp.actions import AskArguments, prompt_of, title_of
+from tether.lsp.documents import BufferAccess, Buffers, BufferTools
+from tether.lsp.transcripts import Turn, append_turn, transcript_path
+from tether.protocol import CreateSessionParams, ListSessionsParams, TetherError
+from tether.protocol.errors import RequestCancelled, SessionBusy
+from tether.protocol.kernel import (
+    MessageDelta,
+    PermissionParams,
+    PermissionResult,
+    ProgressParams,
+    RunParams,
+    RunResult,
+    ToolCallStarted,
+    ToolCallUpdate,
+)
+from tether.rpc.errors import ClientError
+from tether.sessions.ids import utcnow
+from tether.sessions.workspaces import local_path
+
+if TYPE_CHECKING:
+    from tether.rpc.app import App
+    from tether.tools.base import ToolExecutor
+
+logger = logging.getLogger(__name__)
+
+ALLOW, ALWAYS, REJECT = "Allow", "Always allow", "Reject"
+_OUTCOMES = {ALLOW: "allow", ALWAYS: "allow_always", REJECT: "reject"}
+_INFO, _WARNING, _ERROR = 3, 2, 1  # MessageType
+MAX_SHOWN_CHARS = 4000  # of an answer shown with window/showMessage
+
+
+@dataclass
+class _Run:
+    token: str | int | None
+    turn: Turn
+    last_report: str = ""
+    cancelled: bool = False  # asked to stop, maybe before the kernel had started it
+    stopped: bool = False  # the kernel was told (once: a second cancel would cut its ending)
+
+
+class Runs:
+    """The turns of one LSP connection."""
+
+    def __init__(self, app: App, buffers: Buffers) -> None:
+        self.app = app
+        self.buffers = buffers
+        self.current: str | None = None  # the session turns run in
+        self.active: dict[str, _Run] = {}  # session id -> its turn started here
+        self._tokens = itertools.count(1)
+
+    # -- the commands ------------------------------------------------------------------------
+
+    async def ask(self, arguments: AskArguments, token: str | int | None) -> dict[str, Any]:
+        """Run a turn to its end; the answer says where its transcript is."""
+        session_id, root = await self._session()
+        if session_id in self.active:  # one turn at a time: the kernel would refuse it anyway
+            raise SessionBusy(session_id, holder="this-process")
+        run = self.active[session_id] = _Run(None, Turn(title_of(arguments), "", utcnow()))
+        try:
+            run.turn.prompt = await self._prompt(arguments, root)
+            run.token = token if token is not None else await self._create_token()
+            result, error = await self._run(session_id, run)
+        finally:
+            self.active.pop(session_id, None)
+        transcript = transcript_path(self._data_home(), session_id)
+        markdown = run.turn.markdown(result, None if error is None else error.message)
+        await asyncio.to_thread(append_turn, transcript, session_id, markdown)
+        if isinstance(error, RequestCancelled):
+            raise error
+        await self._show(transcript, result, error)
+        reason = str(result.stop_reason) if result is not None else "error"
+        return {"sessionId": session_id, "stopReason": reason, "transcript": transcript.as_uri()}
+
+    async def _prompt(self, arguments: AskArguments, root: Path) -> str:
+        """The turn's prompt, with the selection as the editor has it (else as saved)."""
+        path = _local(arguments.uri)
+        text = None
+        if path is not None:
+            text = self.buffers.text(path)
+            if text is None:
+                text = await asyncio.to_thread(_read, path)
+        return prompt_of(arguments, text, path, root)
+
+    async def _run(self, session_id: str, run: _Run) -> tuple[RunResult | None, TetherError | None]:
+        """The kernel's run of the turn, between the begin and the end of its progress."""
+        self.app.load_kernel()  # a command may come before any kernel/* request
+        kernel = self.app.kernel
+        assert kernel is not None, "load_kernel builds it"
+        if run.token is not None:
+            self.app.run_tokens[run.token] = session_id
+        begin = {"kind": "begin", "title": f"tether: {run.turn.title}", "cancellable": True}
+        self._progress(run, {**begin, "message": "thinking"})
+        result: RunResult | None = None
+        error: TetherError | None = None
+        try:
+            params = RunParams(session_id=session_id, prompt=run.turn.prompt)
+            result = await kernel.run(params, lambda event: self._event(run, event))
+        except TetherError as exc:
+            error = exc
+        finally:
+            if run.token is not None:
+                self.app.run_tokens.pop(run.token, None)
+            reason = str(result.stop_reason) if result is not None else "error"
+            self._progress(run, {"kind": "end", "message": reason})
+        return result, error
+
+    def cancel(self) -> dict[str, Any]:
+        """Stop the turns started here."""
+        return {"cancelled": any([self._stop(session_id) for session_id in list(self.active)])}
+
+    def cancel_token(self, token: str | int) -> bool:
+        """``window/workDoneProgress/cancel``: stop the run reporting on ``token``."""
+        session_id = self.app.run_tokens.get(token)
+        logger.debug("window/workDoneProgress/cancel %r: the run of session %s", token, session_id)
+        if session_id is None or self.app.kernel is None:
+            return False
+        if session_id in self.active:
+            return self._stop(session_id)
+        return self.app.kernel.cancel(session_id)
+
+    def _stop(self, session_id: str) -> bool:
+        """A turn is stopped as soon as the kernel runs it (its first event, when the kernel
+        was still taking the session's lease)."""
+        run = self.active[session_id]
+        run.cancelled = True
+        if not run.stopped and self.app.kernel is not None:
+            run.stopped = self.app.kernel.cancel(session_id)
+        return True
+
+    async def new_session(self) -> dict[str, Any]:
+        session = await self.app.sessions.create(CreateSessionParams())
+        self.current = session.session_id
+        self.app.notify(
+            "window/showMessage", {"type": _INFO, "message": "tether: a new session starts"}
+        )
+        return {"sessionId": session.session_id}
+
+    # -- what the kernel asks ----------------------------------------------------------------
+
+    async def approve(self, params: PermissionParams) -> PermissionResult | None:
+        """Ask about a call of a turn started here with ``window/showMessageRequest``."""
+        if params.session_id not in self.active:
+            return None
+        title = params.tool_call.title or params.tool_call.name
+        message = f"tether wants to: {title}"
+        if params.reason:
+            message += f" ({params.reason})"
+        request = {
+            "type": _WARNING,
+            "message": message,
+            "actions": [{"title": ALLOW}, {"title": ALWAYS}, {"title": REJECT}],
+        }
+        try:
+            answer = await self.request("window/showMessageRequest", request)
+        except ClientError as exc:
+            raise ApprovalError(f"window/showMessageRequest failed: {exc.message}") from None
+        chosen = answer.get("title") if isinstance(answer, dict) else None
+        outcome = _OUTCOMES.get(chosen, "reject") if isinstance(chosen, str) else "reject"
+        return PermissionResult.model_validate({"outcome": outcome})
+
+    def tools(self, executor: ToolExecutor, session_id: str) -> ToolExecutor:
+        """Open buffers for every run's file tools; writes through the editor for turns
+        started here, when the client applies edits."""
+        client = self.app.client
+        writes = (
+            session_id in self.active
+            and client is not None
+            and client.capabilities.workspace.apply_edit
+        )
+        apply_edit = self._apply_edit if writes else None
+        access = BufferAccess(self.buffers, asyncio.get_running_loop(), apply_edit)
+        return BufferTools(executor, access, writes=writes)
+
+    async def _apply_edit(self, params: dict[str, Any]) -> Any:
+        return await self.request("workspace/applyEdit", params)
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    async def request(self, method: str, params: dict[str, Any]) -> Any:
+        """A standard request to the client, its params and result as plain JSON data."""
+        return await self.app.request_client(method, params)
+
+    async def _session(self) -> tuple[str, Path]:
+        """The workspace's current session: the one used last here, else the newest of the
+        workspace, else a new one."""
+        sessions = self.app.sessions
+        if self.current is not None:
+            try:
+                from tether.protocol import GetSessionParams
+
+                session = await sessions.get(GetSessionParams(session_id=self.current))
+                return session.session_id, local_path(session.workspace)
+            except TetherError:
+                self.current = None
+        listed = await sessions.list_sessions(
+            ListSessionsParams(workspace=sessions.default_workspace, limit=1)
+        )
+        if listed.sessions:
+            session = listed.sessions[0]
+        else:
+            session = await sessions.create(CreateSessionParams())
+        self.current = session.session_id
+        return session.session_id, local_path(session.workspace)
+
+    async def _create_token(self) -> str | None:
+        client = self.app.client
+        if client is None or not client.capabilities.window.work_done_progress:
+            return None
+        token = f"tether-turn-{next(self._tokens)}"
+        try:
+            await self.request("window/workDoneProgress/create", {"token": token})
+        except ClientError as exc:
+            logger.info("no progress for the turn: %s", exc.message)
+            return None
+        return token
+
+    def _progress(self, run: _Run, value: dict[str, Any]) -> None:
+        if run.token is not None:
+            self.app.notify("$/progress", {"token": run.token, "value": value})
+
+    def _event(self, run: _Run, params: ProgressParams) -> None:
+        if run.cancelled and not run.stopped and self.app.kernel is not None:
+            run.stopped = self.app.kernel.cancel(params.session_id)
+        event = params.event
+        report: str | None = None
+        if isinstance(event, MessageDelta):
+            run.turn.text.append(event.text)
+            report = _tail("".join(run.turn.text))
+        elif isinstance(event, ToolCallStarted):
+            run.turn.calls.append(event.title or event.name)
+            report = event.title or event.name
+        elif isinstance(event, ToolCallUpdate) and event.status == "failed":
+            report = f"failed: {_tail(event.error or '')}"
+        if report and report != run.last_report:
+            run.last_report = report
+            self._progress(run, {"kind": "report", "message": report})
+
+    async def _show(
+        self, transcript: Path, result: RunResult | None, error: TetherError | None
+    ) -> None:
+        client = self.app.client
+        support = client.capabilities.window.show_document if client is not None else None
+        if support and support.get("support") is True:
+            try:
+                params = {"uri": transcript.as_uri(), "takeFocus": True}
+                answer = await self.request("window/showDocument", params)
+                if isinstance(answer, dict) and answer.get("success") is True:
+                    return
+            except ClientError as exc:
+                logger.info("window/showDocument failed: %s", exc.message)
+        if error is not None:
+            message, kind = f"tether: {error.message}", _ERROR
+        else:
+            assert result is not None
+            message, kind = result.response or f"tether: {result.stop_reason}", _INFO
+        if len(message) > MAX_SHOWN_CHARS:
+            message = message[:MAX_SHOWN_CHARS] + f"… (the rest: {transcript})"
+        self.app.notify("window/showMessage", {"type": kind, "message": message})
+
+    def _data_home(self) -> Path:
+        from tether.config import data_home
+
+        return data_home(self.app.environ)
+
+
+def _local(uri: str | None) -> Path | None:
+    if uri is None or not uri.startswith("file:"):
+        return None
+    try:
+        return local_path(uri).resolve()
+    except (OSError, ValueError, TetherError):
+        return None
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def _tail(text: str, limit: int = 80) -> str:
+    line = text.rstrip().rsplit("\n", 1)[-1].strip()
+    return line if len(line) <= limit else "…" + line[-(limit - 1) :]

@@ -1,0 +1,326 @@
+"""tether as a language server, driven by pytest-lsp's client over the real stdio server."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lsprotocol import types as lsp
+from pygls.exceptions import JsonRpcException
+
+from tether.protocol import ErrorCode
+
+from .conftest import Server
+
+
+async def request(server: Server, method: str, params: Any) -> Any:
+    return await server.client.protocol.send_request_async(method, params)
+
+
+def notify(server: Server, method: str, params: Any) -> None:
+    server.client.protocol.notify(method, params)
+
+
+def open_document(server: Server, path: Path, text: str) -> str:
+    uri = path.as_uri()
+    server.client.text_document_did_open(
+        lsp.DidOpenTextDocumentParams(
+            text_document=lsp.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)
+        )
+    )
+    return uri
+
+
+async def execute(server: Server, command: str, *arguments: Any) -> Any:
+    return await server.client.workspace_execute_command_async(
+        lsp.ExecuteCommandParams(command=command, arguments=list(arguments))
+    )
+
+
+async def ask(server: Server, argument: Any) -> Any:
+    return await execute(server, "tether.ask", argument)
+
+
+async def until(condition: Any) -> None:
+    """Wait (10 s at most) for what the client's handlers record."""
+    async with asyncio.timeout(10):
+        while not condition():  # noqa: ASYNC110  (pytest-lsp's handlers set no event)
+            await asyncio.sleep(0.02)
+
+
+async def test_initialize_answers_the_standard_capabilities_beside_tethers(
+    server: Server,
+) -> None:
+    capabilities = server.initialized.capabilities
+    sync = capabilities.text_document_sync
+    assert (sync.open_close, sync.change, sync.save.include_text) == (
+        True,
+        lsp.TextDocumentSyncKind.Incremental,
+        False,
+    )
+    assert list(capabilities.execute_command_provider.commands) == [
+        "tether.ask",
+        "tether.cancel",
+        "tether.newSession",
+    ]
+    assert "quickfix" in capabilities.code_action_provider.code_action_kinds
+    folders = capabilities.workspace.workspace_folders
+    assert folders.supported is True and folders.change_notifications is True
+    raw = await request(server, "session/list", {})  # tether's own methods are there too
+    assert raw == {"sessions": []}
+
+
+async def test_standard_notifications_are_taken_quietly(server: Server) -> None:
+    path = server.workspace / "app.py"
+    path.write_text("x = 1\n")
+    uri = open_document(server, path, "x = 1\n")
+    client = server.client
+    client.text_document_did_change(
+        lsp.DidChangeTextDocumentParams(
+            text_document=lsp.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            content_changes=[
+                lsp.TextDocumentContentChangePartial(
+                    range=lsp.Range(lsp.Position(0, 4), lsp.Position(0, 5)), text="2"
+                )
+            ],
+        )
+    )
+    client.text_document_did_save(
+        lsp.DidSaveTextDocumentParams(text_document=lsp.TextDocumentIdentifier(uri=uri))
+    )
+    client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings={}))
+    client.workspace_did_change_workspace_folders(
+        lsp.DidChangeWorkspaceFoldersParams(
+            event=lsp.WorkspaceFoldersChangeEvent(
+                added=[lsp.WorkspaceFolder(uri=(server.workspace / "sub").as_uri(), name="sub")],
+                removed=[],
+            )
+        )
+    )
+    client.set_trace(lsp.SetTraceParams(value=lsp.TraceValue.Off))
+    notify(server, "custom/unknownNotification", {"a": 1})
+    notify(server, "$/someExtension", {})
+    client.text_document_did_close(
+        lsp.DidCloseTextDocumentParams(text_document=lsp.TextDocumentIdentifier(uri=uri))
+    )
+    await request(server, "session/list", {})  # everything before it was handled
+    assert client.log_messages == []
+    assert server.log_lines("WARNING", "ERROR", "CRITICAL") == []
+
+
+async def test_an_unknown_request_is_method_not_found_and_not_logged(server: Server) -> None:
+    with pytest.raises(JsonRpcException) as caught:
+        await server.client.text_document_hover_async(
+            lsp.HoverParams(
+                text_document=lsp.TextDocumentIdentifier(uri=(server.workspace / "a.py").as_uri()),
+                position=lsp.Position(0, 0),
+            )
+        )
+    assert caught.value.code == ErrorCode.METHOD_NOT_FOUND
+    with pytest.raises(JsonRpcException) as caught:
+        await request(server, "custom/nothing", {})
+    assert caught.value.code == ErrorCode.METHOD_NOT_FOUND
+    assert server.log_lines("WARNING", "ERROR", "CRITICAL") == []
+
+
+async def test_an_unknown_command_is_invalid_params_naming_the_commands(server: Server) -> None:
+    with pytest.raises(JsonRpcException) as caught:
+        await execute(server, "nope")
+    assert caught.value.code == ErrorCode.INVALID_PARAMS
+    assert "tether.ask" in caught.value.message
+
+
+async def test_code_actions_offer_ask_explain_fix_and_a_fix_per_diagnostic(server: Server) -> None:
+    uri = (server.workspace / "app.py").as_uri()
+    diagnostic = lsp.Diagnostic(
+        range=lsp.Range(lsp.Position(1, 0), lsp.Position(1, 3)),
+        message="undefined name 'foo'",
+        source="pyflakes",
+    )
+    actions = await server.client.text_document_code_action_async(
+        lsp.CodeActionParams(
+            text_document=lsp.TextDocumentIdentifier(uri=uri),
+            range=lsp.Range(lsp.Position(0, 0), lsp.Position(2, 0)),
+            context=lsp.CodeActionContext(diagnostics=[diagnostic]),
+        )
+    )
+    titles = [a.title for a in actions]
+    assert titles == ["Fix: undefined name 'foo'", "Ask tether…", "Explain", "Fix"]
+    assert {a.command.command for a in actions} == {"tether.ask"}
+    fix = actions[0].command.arguments[0]
+    assert fix["action"] == "fix" and fix["diagnostics"][0]["message"] == "undefined name 'foo'"
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        [
+            {
+                "text": "Let me look.",
+                "toolCalls": [{"name": "read_file", "arguments": {"path": "app.py"}}],
+            },
+            {"text": "It says 2."},
+        ]
+    ],
+)
+async def test_the_file_tools_read_the_open_buffer_not_the_disk(server: Server) -> None:
+    path = server.workspace / "app.py"
+    path.write_text("on_disk = 1\n")
+    open_document(server, path, "in_the_buffer = 2\n")
+    answer = await ask(server, {"prompt": "What does app.py say?"})
+    messages = await request(server, "session/messages", {"sessionId": answer["sessionId"]})
+    results = [m for m in messages["messages"] if m["role"] == "tool"]
+    assert "in_the_buffer = 2" in str(results) and "on_disk" not in str(results)
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        [
+            {
+                "text": "Fixing.",
+                "toolCalls": [
+                    {
+                        "name": "edit_file",
+                        "arguments": {"path": "app.py", "oldString": "x = 1", "newString": "x = 2"},
+                    }
+                ],
+            },
+            {"text": "Done: x is 2 now."},
+        ]
+    ],
+)
+async def test_a_fix_asks_with_show_message_request_and_edits_through_apply_edit(
+    server: Server,
+) -> None:
+    path = server.workspace / "app.py"
+    path.write_text("import os\nx = 1\n")
+    uri = open_document(server, path, "import os\nx = 1\n")
+    selection = {"start": {"line": 1, "character": 0}, "end": {"line": 2, "character": 0}}
+    answer = await ask(server, {"action": "fix", "uri": uri, "range": selection})
+    assert answer["stopReason"] == "end_turn"
+    (question,) = server.editor.questions
+    assert question["message"] == "tether wants to: Edit app.py"
+    assert [a["title"] for a in question["actions"]] == ["Allow", "Always allow", "Reject"]
+    (edit,) = server.editor.edits
+    assert edit["edit"]["changes"] == {
+        uri: [
+            {
+                "range": {"start": {"line": 1, "character": 0}, "end": {"line": 2, "character": 0}},
+                "newText": "x = 2\n",
+            }
+        ]
+    }
+    assert path.read_text() == "import os\nx = 1\n"  # the editor's buffer changed, not the disk
+    (shown,) = server.client.shown_documents
+    transcript = Path(lsp.uris.to_fs_path(shown.uri) if hasattr(lsp, "uris") else shown.uri[7:])
+    assert shown.uri == answer["transcript"]
+    assert transcript.is_relative_to(server.data / "tether" / "sessions" / answer["sessionId"])
+    text = await asyncio.to_thread(transcript.read_text)
+    assert "Fix the code selected in app.py (line 2)" in text
+    assert "- Edit app.py" in text and "Done: x is 2 now." in text
+    reports = server.client.progress_reports
+    (token,) = reports
+    kinds = [getattr(v, "kind", None) for v in reports[token]]
+    assert kinds[0] == "begin" and kinds[-1] == "end"
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        [
+            {
+                "toolCalls": [
+                    {
+                        "name": "edit_file",
+                        "arguments": {"path": "app.py", "oldString": "x = 1", "newString": "x = 2"},
+                    }
+                ]
+            },
+            {"text": "Left it."},
+        ]
+    ],
+)
+async def test_reject_in_show_message_request_refuses_the_call(server: Server) -> None:
+    server.editor.answer = "Reject"
+    (server.workspace / "app.py").write_text("x = 1\n")
+    answer = await ask(server, "change x")
+    assert answer["stopReason"] == "end_turn"
+    assert server.editor.edits == []
+    messages = await request(server, "session/messages", {"sessionId": answer["sessionId"]})
+    assert "rejected by user" in str(messages)
+
+
+@pytest.mark.parametrize("script", [[{"text": "thinking for a long time", "delay": 30}]])
+async def test_work_done_progress_cancel_stops_the_turn(server: Server) -> None:
+    turn = asyncio.ensure_future(ask(server, "take your time"))
+    reports = server.client.progress_reports
+    await until(lambda: any(reports.values()))
+    (token,) = reports
+    server.client.window_work_done_progress_cancel(lsp.WorkDoneProgressCancelParams(token=token))
+    async with asyncio.timeout(10):
+        answer = await turn
+    assert answer["stopReason"] == "cancelled"
+    assert reports[token][-1].kind == "end"
+
+
+@pytest.mark.parametrize("script", [[{"text": "thinking for a long time", "delay": 30}]])
+async def test_work_done_progress_cancel_stops_a_kernel_run_on_the_clients_token(
+    server: Server,
+) -> None:
+    session = await request(server, "session/create", {})
+    server.client.progress_reports["mine"] = []
+    run = asyncio.ensure_future(
+        request(
+            server,
+            "kernel/run",
+            {"sessionId": session["sessionId"], "prompt": "hi", "workDoneToken": "mine"},
+        )
+    )
+    await until(lambda: server.client.progress_reports["mine"])
+    server.client.window_work_done_progress_cancel(lsp.WorkDoneProgressCancelParams(token="mine"))
+    async with asyncio.timeout(10):
+        result = await run
+    assert result["stopReason"] == "cancelled"
+
+
+@pytest.mark.parametrize("script", [[{"text": "thinking for a long time", "delay": 30}]])
+async def test_the_cancel_command_stops_the_turn(server: Server) -> None:
+    turn = asyncio.ensure_future(ask(server, "take your time"))
+    await until(lambda: any(server.client.progress_reports.values()))
+    assert await execute(server, "tether.cancel") == {"cancelled": True}
+    async with asyncio.timeout(10):
+        assert (await turn)["stopReason"] == "cancelled"
+
+
+async def test_new_session_makes_the_next_turns_run_in_a_new_session(server: Server) -> None:
+    first = await execute(server, "tether.newSession")
+    second = await execute(server, "tether.newSession")
+    assert first["sessionId"] != second["sessionId"]
+    listed = await request(server, "session/list", {})
+    assert {s["sessionId"] for s in listed["sessions"]} == {first["sessionId"], second["sessionId"]}
+
+
+async def test_tethers_warnings_reach_the_client_as_log_messages(server: Server) -> None:
+    from pygls.protocol import JsonRPCResponseMessage
+
+    stray = JsonRPCResponseMessage(id="nobody-asked", result=None, jsonrpc="2.0")
+    server.client.protocol._send_data(stray)  # an answer to no request of the server's
+    await until(lambda: server.client.log_messages)
+    (message,) = server.client.log_messages
+    assert message.type == lsp.MessageType.Warning
+    assert "dropped a response to no request of ours" in message.message
+
+
+@pytest.mark.parametrize("script", [[{"text": "thinking for a long time", "delay": 30}]])
+async def test_a_second_ask_while_a_turn_runs_is_session_busy(server: Server) -> None:
+    turn = asyncio.ensure_future(ask(server, "take your time"))
+    await until(lambda: any(server.client.progress_reports.values()))
+    with pytest.raises(JsonRpcException) as caught:
+        await ask(server, "and this too")
+    assert caught.value.code == ErrorCode.SESSION_BUSY
+    assert await execute(server, "tether.cancel") == {"cancelled": True}
+    async with asyncio.timeout(10):
+        assert (await turn)["stopReason"] == "cancelled"
