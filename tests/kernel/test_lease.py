@@ -181,3 +181,23 @@ async def test_a_claim_cancelled_twice_while_it_waits_still_gives_its_lease_back
     while harness.kernel._giving_back:  # bounded by the test's timeout
         await asyncio.gather(*harness.kernel._giving_back)
     assert (await store.get(sid)).running is False
+
+
+async def test_a_cancel_sent_while_the_run_claims_its_lease_stops_it_before_anything_is_recorded(
+    tmp_path: Path,
+) -> None:
+    harness = Harness(tmp_path, [{"text": "never"}])
+    store = harness.kernel._store = SlowClaims(clock=harness.clock)
+    sid = (await store.create(CreateSessionParams(), tmp_path.as_uri())).session_id
+    run = asyncio.ensure_future(
+        harness.kernel.run(RunParams(session_id=sid, prompt="go"), harness.events.append)
+    )
+    await asyncio.wait_for(store.claiming.wait(), RUN_TIMEOUT)
+    assert harness.kernel.cancel(sid) is True  # not "nothing to cancel"
+    store.go.set()
+    result = await asyncio.wait_for(run, RUN_TIMEOUT)
+    assert (result.stop_reason, result.iterations) == (StopReason.CANCELLED, 0)
+    assert await store.history(sid) == []
+    assert (await store.get(sid)).running is False
+    assert harness.kernel.cancel(sid) is False  # nothing left to stop
+    assert harness.kernel._claiming == {}

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,8 @@ class Kernel:
         self._counter = counter or EstimatingCounter()  # for the history window
         self._runs: dict[str, asyncio.Task[RunResult]] = {}
         self._giving_back: set[asyncio.Future[None]] = set()  # leases of cancelled claims
+        # sessions whose runs are still claiming their lease -> a kernel/cancel came meanwhile
+        self._claiming: dict[str, list[_Claim]] = {}
 
     def forget(self, session_id: str) -> None:
         """Drop what the kernel keeps about a session that was deleted or expired."""
@@ -102,11 +105,20 @@ class Kernel:
         session_id = params.session_id
         run_id = uuid7()
         lease = self._config().sessions.lease_delta()
+        claim = _Claim()
+        self._claiming.setdefault(session_id, []).append(claim)
         try:
             await self._claim(session_id, run_id, lease)
         except TetherError as exc:
             self._add_warnings(exc)
             raise
+        finally:
+            self._forget_claim(session_id, claim)
+        if claim.cancelled:  # kernel/cancel came while the lease was being claimed
+            await self._release(session_id, run_id)
+            return RunResult(
+                run_id=run_id, session_id=session_id, stop_reason=StopReason.CANCELLED, iterations=0
+            )
         state = LeaseState()
         task = asyncio.ensure_future(self._start_and_run(params, emit, run_id, state))
         self._runs[session_id] = task
@@ -128,12 +140,24 @@ class Kernel:
         return result
 
     def cancel(self, session_id: str) -> bool:
-        """Stop the session's run; it then answers ``stopReason: "cancelled"``."""
+        """Stop the session's run; it then answers ``stopReason: "cancelled"``. A run still
+        claiming its lease (a ``kernel/cancel`` sent right after the ``kernel/run``) is stopped
+        as soon as it has it, before anything is recorded."""
         task = self._runs.get(session_id)
-        if task is None or task.done():
-            return False
-        task.cancel()
-        return True
+        if task is not None and not task.done():
+            task.cancel()
+            return True
+        claims = self._claiming.get(session_id, [])
+        for claim in claims:
+            claim.cancelled = True
+        return bool(claims)
+
+    def _forget_claim(self, session_id: str, claim: _Claim) -> None:
+        claims = self._claiming.get(session_id, [])
+        if claim in claims:
+            claims.remove(claim)
+        if not claims:
+            self._claiming.pop(session_id, None)
 
     async def _claim(self, session_id: str, run_id: str, lease: timedelta) -> None:
         """Lease the session to the run before it records anything. Cancelled meanwhile: a lease
@@ -354,3 +378,10 @@ def _allowed(
 ) -> list[ToolSpec]:
     allowed = [spec for spec in specs if session_tools is None or spec.name in session_tools]
     return [spec for spec in allowed if run_tools is None or spec.name in run_tools]
+
+
+@dataclass(eq=False, slots=True)
+class _Claim:
+    """A run claiming its session's lease; ``cancelled`` once a ``kernel/cancel`` came."""
+
+    cancelled: bool = False
