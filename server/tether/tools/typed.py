@@ -8,11 +8,11 @@ call.
 
 from __future__ import annotations
 
-import copy
 import functools
 from abc import abstractmethod
 from typing import Any, Generic, TypeVar
 
+import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
@@ -55,8 +55,16 @@ class _ToolSchema(GenerateJsonSchema):
 
 
 def arguments_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """The JSON Schema of ``model`` as a tool's ``parameters`` (camelCase property names)."""
-    return copy.deepcopy(_cached_schema(model))
+    """The JSON Schema of ``model`` as a tool's ``parameters`` (camelCase property names): a
+    copy the caller owns, made through JSON (several times faster than ``copy.deepcopy``; the
+    built-in tools are made for every run)."""
+    copied: dict[str, Any] = orjson.loads(_cached_schema_json(model))
+    return copied
+
+
+@functools.cache
+def _cached_schema_json(model: type[BaseModel]) -> bytes:
+    return orjson.dumps(_cached_schema(model))
 
 
 @functools.cache
