@@ -9,7 +9,9 @@ Each start spawns ``python -m tether serve`` and times, from the spawn:
 
 In the same run, and alternating with tether's starts, the floor server (``floor_server.py``:
 raw asyncio + orjson) is spawned and timed to its ``initialize`` answer: the least a Python
-JSON-RPC server over stdio takes to start on this machine. Medians of ``--starts`` (20) starts
+JSON-RPC server over stdio takes to start on this machine; and the same floor validating the
+handshake's params with a pydantic model (``--pydantic``), the least a server whose protocol is
+declared with pydantic takes. Medians of ``--starts`` (20) starts
 each, after one discarded start of each. It prints a report and asserts nothing about timing.
 
     .venv/bin/python bench/first_prompt.py
@@ -38,6 +40,7 @@ from raw_client import RawClient, frame, result_of
 HERE = Path(__file__).resolve().parent
 TETHER = [sys.executable, "-m", "tether", "serve"]
 FLOOR = [sys.executable, str(HERE / "floor_server.py")]
+PYDANTIC_FLOOR = [*FLOOR, "--pydantic"]
 GOAL_RUN_VS_INITIALIZE = 1.3
 GOAL_INITIALIZE_VS_FLOOR = 2.0
 
@@ -82,9 +85,11 @@ def answer_of(client: RawClient, method: str, params: dict[str, Any]) -> Any:
             return result_of(body)
 
 
-def start_floor(workspace: Path, script: Path, log: Any) -> tuple[int, float]:
+def start_floor(
+    workspace: Path, script: Path, log: Any, command: Sequence[str] = FLOOR
+) -> tuple[int, float]:
     began = time.perf_counter_ns()
-    client = RawClient(FLOOR, stderr=log)
+    client = RawClient(list(command), stderr=log)
     try:
         answer = client.call("initialize", initialize_params(workspace, script))
         assert answer is not None
@@ -151,6 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started, load_before = time.perf_counter(), os.getloadavg()[0]
     tether: list[tuple[int, int, float, float]] = []
     floors: list[tuple[int, float]] = []
+    pydantic_floors: list[tuple[int, float]] = []
     with tempfile.TemporaryDirectory(prefix="tether-first-prompt-") as tmp:
         workspace, script = Path(tmp) / "workspace", Path(tmp) / "script.json"
         workspace.mkdir()
@@ -160,11 +166,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 start_tether(workspace, script, log)  # one discarded start each (disk cache)
                 start_floor(workspace, script, log)
+                start_floor(workspace, script, log, PYDANTIC_FLOOR)
                 for index in range(args.starts):
                     print(f"  start {index + 1}/{args.starts}", file=sys.stderr)
                     if index % 2:
                         floors.append(start_floor(workspace, script, log))
                     tether.append(start_tether(workspace, script, log))
+                    pydantic_floors.append(start_floor(workspace, script, log, PYDANTIC_FLOOR))
                     if not index % 2:
                         floors.append(start_floor(workspace, script, log))
             finally:
@@ -174,6 +182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         statistics.median(t[column] for t in tether) / 1e6 for column in range(4)
     )
     floor, floor_cpu = (statistics.median(f[column] for f in floors) / 1e6 for column in range(2))
+    pydantic_floor, pydantic_floor_cpu = (
+        statistics.median(f[column] for f in pydantic_floors) / 1e6 for column in range(2)
+    )
     print(
         f"tether first-prompt bench: python {platform.python_version()}, {os.cpu_count()} cpus, "
         f"{platform.machine()}; load average {load_before:.2f} before, "
@@ -184,6 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{'':48}{'wall (ms)':>10}{'server CPU (ms)':>17}")
     rows = [
         ("floor: spawn -> initialize answered", floor, floor_cpu),
+        ("floor + pydantic: spawn -> initialize answered", pydantic_floor, pydantic_floor_cpu),
         ("tether: spawn -> initialize answered", handshake, handshake_cpu),
         ("tether: spawn -> first kernel/run answered", first_run, first_run_cpu),
     ]
@@ -208,6 +220,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"  {label}: wall {ratios[0]:.2f}x, server CPU {ratios[1]:.2f}x (goal <= {goal}x)  "
             f"{verdict[ratios[0] <= goal]}"
         )
+    print(
+        f"  (floor + pydantic / floor: wall {pydantic_floor / floor:.2f}x, server CPU "
+        f"{pydantic_floor_cpu / floor_cpu:.2f}x: the least a server that validates its "
+        f"handshake with pydantic takes; tether / floor + pydantic: wall "
+        f"{handshake / pydantic_floor:.2f}x, server CPU {handshake_cpu / pydantic_floor_cpu:.2f}x)"
+    )
     if costs:
         print()
         print(f"top {len(costs)} imports by self time, a start that answers a run (-X importtime):")

@@ -1,4 +1,8 @@
-"""The floor: the least a JSON-RPC server over LSP-framed stdio can do (raw asyncio + orjson)."""
+"""The floor: the least a JSON-RPC server over LSP-framed stdio can do (raw asyncio + orjson).
+
+With ``--pydantic`` it also validates ``initialize``'s params with a pydantic model before it
+answers, as any server whose protocol is declared with pydantic must: the least such a server
+takes to start (``first_prompt.py`` reports it beside the floor)."""
 
 from __future__ import annotations
 
@@ -45,6 +49,8 @@ class FloorServer(asyncio.Protocol):
             self.sessions[session_id] = (session, [])
             return session
         if method == "initialize":
+            if VALIDATE is not None:
+                VALIDATE(params)
             return {"capabilities": {}, "serverInfo": {"name": "floor", "version": "0"}}
         if method == "exit" and not self.done.done():
             self.done.set_result(None)
@@ -53,6 +59,27 @@ class FloorServer(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.done.done():
             self.done.set_result(None)
+
+
+VALIDATE: Any = None
+"""``--pydantic``: validates initialize's params (a model of the fields the floor reads)."""
+
+
+def pydantic_validator() -> Any:
+    from pydantic import BaseModel, ConfigDict
+
+    class WorkspaceFolder(BaseModel):
+        uri: str
+        name: str | None = None
+
+    class InitializeParams(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        processId: int | None = None
+        capabilities: dict[str, Any] = {}
+        workspaceFolders: list[WorkspaceFolder] | None = None
+        initializationOptions: dict[str, Any] | None = None
+
+    return InitializeParams.model_validate
 
 
 async def main() -> None:
@@ -65,4 +92,6 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    if "--pydantic" in sys.argv[1:]:
+        VALIDATE = pydantic_validator()
     asyncio.run(main())

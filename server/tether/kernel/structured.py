@@ -14,14 +14,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from jsonschema import exceptions as schema_errors
-from jsonschema import validators
 
 from tether.protocol import InvalidParams
 from tether.providers.base import OutputSpec
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
 
 DEFAULT_RETRIES = 2
 MAX_ERRORS = 10  # validation errors told to the model (and kept in the result)
@@ -60,6 +61,10 @@ def output_check(schema: Mapping[str, Any] | None, retries: int | None) -> Outpu
     ``outputSchema`` when it is not a valid JSON Schema."""
     if schema is None:
         return None
+    # jsonschema (with attrs and referencing, ~80 ms) is imported by the first run that asks
+    from jsonschema import exceptions as schema_errors
+    from jsonschema import validators
+
     plain = dict(schema)
     cls = validators.validator_for(plain, default=validators.Draft202012Validator)
     try:
@@ -100,7 +105,7 @@ def retry_prompt(errors: list[str]) -> str:
     )
 
 
-def _describe(error: schema_errors.ValidationError) -> str:
+def _describe(error: ValidationError) -> str:
     path = "/".join(str(part) for part in error.absolute_path)
     return f"{'/' + path if path else 'the answer'}: {error.message}"
 

@@ -88,13 +88,15 @@ def handler(
 ) -> Handler:
     """A pygls handler: plain-dict params in (absent params count as ``{}``), a model out."""
 
-    validate = params_model.__pydantic_validator__.validate_python  # no model_validate frame
+    validate: Callable[..., P] | None = None  # the model's own, built on first use
     context: dict[str, Limits] = {"limits": DEFAULT_LIMITS}
 
     async def handle(params: dict[str, Any] | None) -> Any:
-        nonlocal context
+        nonlocal context, validate
         if context["limits"] is not (current := limits()):  # the configuration's, once loaded
             context = {"limits": current}
+        if validate is None:  # not before: building it is ~5 ms the handshake need not wait for
+            validate = params_model.__pydantic_validator__.validate_python
         try:
             valid: P = validate(params or {}, context=context)
         except ValidationError as exc:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import importlib
 import logging
@@ -49,6 +50,8 @@ KERNEL_MODULES = (
 PYGLS_MODULES = ("tether.rpc.server",)
 QUIET = 0.05
 """Seconds without input from the client before the collector's pass after the imports."""
+FREEZE_WAIT = 5.0
+"""Seconds the collector's pass waits for the requests in flight to be answered, at most."""
 
 _KERNEL_IMPORT_TIMEOUT = 30.0
 
@@ -110,7 +113,7 @@ class _Loader:
             _warm_tools()
         self._kernel_imported.set()
         self._wait_for_quiet()
-        self._call_soon(_freeze)
+        self._call_soon(functools.partial(self._freeze_when_idle, time.monotonic() + FREEZE_WAIT))
         self._pygls_wanted.wait()
         with _switching_often():
             _import(PYGLS_MODULES)
@@ -120,6 +123,15 @@ class _Loader:
         assert self._loop is not None
         with contextlib.suppress(RuntimeError):  # the loop closed: the server has stopped
             self._loop.call_soon_threadsafe(callback)
+
+    def _freeze_when_idle(self, deadline: float) -> None:
+        """:func:`_freeze` once no request is in flight (a full collection is ~20 ms the first
+        run should not wait for), or at ``deadline`` whatever runs."""
+        assert self._loop is not None
+        if self._wire.busy and time.monotonic() < deadline:
+            self._loop.call_later(QUIET, self._freeze_when_idle, deadline)
+        else:
+            _freeze()
 
     def _wait_for_quiet(self) -> None:
         while not self._pygls_wanted.is_set():

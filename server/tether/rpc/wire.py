@@ -114,6 +114,11 @@ class Wire:
     def attached(self) -> bool:
         return self._dispatcher is not None
 
+    @property
+    def busy(self) -> bool:
+        """Some request is still to be answered."""
+        return bool(self._unanswered)
+
     def data_received(self, data: bytes) -> None:
         """Bytes from the client: decode every complete frame and handle it."""
         self.last_received = time.monotonic()

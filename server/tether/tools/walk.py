@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from pathspec import GitIgnoreSpec, RegexPattern
-
 from tether.tools.base import ToolError
 
 T = TypeVar("T")
@@ -203,6 +201,8 @@ class _Rules:
     __slots__ = ("_patterns", "base")
 
     def __init__(self, base: str, lines: list[str]) -> None:
+        from pathspec import GitIgnoreSpec, RegexPattern  # ~13 ms: imported by the first walk
+
         self.base = base
         spec = GitIgnoreSpec.from_lines(lines)
         self._patterns = [
