@@ -1,0 +1,58 @@
+"""What a plain run does not import: the first prompt does not wait for packages only some
+runs need (jsonschema for ``outputSchema``, pathspec for a tree with ignore files, pygls for
+the standard LSP methods). A server where importing them fails still answers such a run, and
+one that needs them reports the failure."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from tether.client import TetherClient
+from tether.testing import scripted_options, tool_call
+
+REFUSED = "jsonschema,pathspec,pygls,lsprotocol"
+SERVER = [sys.executable, "-P", str(Path(__file__).with_name("imports_refused.py")), REFUSED]
+
+
+async def test_a_run_that_reads_and_lists_files_imports_none_of_them(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "app.py").write_text("print('hi')\n")
+    turns = [
+        {"toolCalls": [tool_call("list_files", "c1", path=".")]},
+        {"toolCalls": [tool_call("read_file", "c2", path="src/app.py")]},
+        {"text": "It prints hi."},
+    ]
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(turns))
+    async with asyncio.timeout(30):
+        async with TetherClient.spawn(
+            workspace=project, options=scripted_options(script), argv=SERVER
+        ) as client:
+            client.connection.notify("initialized", {})
+            session = await client.create_session()
+            result = await client.run(session.session_id, "what does it print?")
+    assert result.response == "It prints hi."
+    assert [call.is_error for call in result.tool_calls] == [False, False]
+    assert "src/app.py" in str(result.tool_calls[0].result)
+
+
+async def test_a_run_that_needs_one_of_them_reports_it(tmp_path: Path) -> None:
+    """The refusal is real: an ignore file makes the walk import pathspec, which fails."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / ".gitignore").write_text("*.log\n")
+    turns = [{"toolCalls": [tool_call("list_files", "c1", path=".")]}, {"text": "done"}]
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(turns))
+    async with asyncio.timeout(30):
+        async with TetherClient.spawn(
+            workspace=project, options=scripted_options(script), argv=SERVER
+        ) as client:
+            session = await client.create_session()
+            result = await client.run(session.session_id, "list")
+    assert result.tool_calls[0].is_error
+    assert "pathspec" in str(result.tool_calls[0].result)
