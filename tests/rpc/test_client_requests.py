@@ -204,3 +204,14 @@ async def test_requests_sent_by_pygls_and_by_tether_share_one_id_space_and_routi
     assert await asyncio.wait_for(answer, 5) == "no"
     chosen = await asyncio.wait_for(asyncio.wrap_future(pygls_side), 5)
     assert chosen == lsp.MessageActionItem(title="Go")
+
+
+async def test_a_pygls_side_request_that_cannot_be_encoded_fails_at_once(ready: Peer):
+    """Nothing waits for the answer to a request that was never sent."""
+    pygls_side = ready.server.protocol.send_request("window/showMessageRequest", object())
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        await asyncio.wait_for(asyncio.wrap_future(pygls_side), 5)
+    answer = ask(ready)  # the ids and the routing go on as before
+    asked = await sent(ready, "test/ask")
+    ready.send({"jsonrpc": "2.0", "id": asked["id"], "result": "yes"})
+    assert await asyncio.wait_for(answer, 5) == "yes"

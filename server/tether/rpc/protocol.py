@@ -57,6 +57,7 @@ class TetherProtocol(LanguageServerProtocol):
         self.wire: Wire | None = None
         self._coroutine_handlers: dict[Callable[..., Any], bool] = {}
         self._outgoing: dict[MsgId, Future[Any]] = {}  # our requests, waiting for the answer
+        self._unsendable: BaseException | None = None  # why the request being sent was not
         super().__init__(server, converter)  # type: ignore[arg-type]
 
     def bind(self, wire: Wire) -> None:
@@ -156,12 +157,17 @@ class TetherProtocol(LanguageServerProtocol):
         if msg_id is None:
             msg_id = wire.new_request_id()
         theirs = self._request_futures.pop(msg_id, None)  # a request of the client's, same id
+        self._unsendable = None
         try:
             future = super().send_request(method, params, callback, msg_id)
         finally:  # pygls puts it in the table of the client's requests: it is ours
             self._request_futures.pop(msg_id, None)
             if theirs is not None:
                 self._request_futures[msg_id] = theirs
+        if self._unsendable is not None:  # never sent, so never answered: fail it now
+            future.set_exception(self._unsendable)
+            self._unsendable = None
+            return future
         self._outgoing[msg_id] = future
         wire.expect_response(msg_id, lambda message: self._response(future, message))
         return future
@@ -246,8 +252,10 @@ class TetherProtocol(LanguageServerProtocol):
         if data:
             try:
                 self._out().send_message(data, self._to_json)
-            except Exception:
+            except Exception as exc:
                 logger.exception("could not send %s", type(data).__name__)
+                if getattr(data, "method", None) and getattr(data, "id", None) is not None:
+                    self._unsendable = exc  # a request of ours: send_request fails its future
 
     def notify(self, method: str, params: Any = None) -> None:
         """Send a notification; ``params`` may be a pydantic model, a dict or an lsprotocol type."""
