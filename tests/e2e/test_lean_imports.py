@@ -9,12 +9,27 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from tether.client import TetherClient
+from tether.protocol.kernel import RunResult
 from tether.testing import scripted_options, tool_call
 
 REFUSED = "jsonschema,pathspec,pygls,lsprotocol"
 SERVER = [sys.executable, "-P", str(Path(__file__).with_name("imports_refused.py")), REFUSED]
+
+
+async def run_in(project: Path, turns: list[Any], prompt: str) -> RunResult:
+    """One run of ``turns`` on a server that may not import them, as an editor starts it."""
+    script = project.parent / "script.json"
+    script.write_text(json.dumps(turns))
+    async with asyncio.timeout(30):
+        async with TetherClient.spawn(
+            workspace=project, options=scripted_options(script), argv=SERVER
+        ) as client:
+            client.connection.notify("initialized", {})
+            session = await client.create_session()
+            return await client.run(session.session_id, prompt)
 
 
 async def test_a_run_that_reads_and_lists_files_imports_none_of_them(tmp_path: Path) -> None:
@@ -26,15 +41,7 @@ async def test_a_run_that_reads_and_lists_files_imports_none_of_them(tmp_path: P
         {"toolCalls": [tool_call("read_file", "c2", path="src/app.py")]},
         {"text": "It prints hi."},
     ]
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps(turns))
-    async with asyncio.timeout(30):
-        async with TetherClient.spawn(
-            workspace=project, options=scripted_options(script), argv=SERVER
-        ) as client:
-            client.connection.notify("initialized", {})
-            session = await client.create_session()
-            result = await client.run(session.session_id, "what does it print?")
+    result = await run_in(project, turns, "what does it print?")
     assert result.response == "It prints hi."
     assert [call.is_error for call in result.tool_calls] == [False, False]
     assert "src/app.py" in str(result.tool_calls[0].result)
@@ -46,13 +53,6 @@ async def test_a_run_that_needs_one_of_them_reports_it(tmp_path: Path) -> None:
     project.mkdir()
     (project / ".gitignore").write_text("*.log\n")
     turns = [{"toolCalls": [tool_call("list_files", "c1", path=".")]}, {"text": "done"}]
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps(turns))
-    async with asyncio.timeout(30):
-        async with TetherClient.spawn(
-            workspace=project, options=scripted_options(script), argv=SERVER
-        ) as client:
-            session = await client.create_session()
-            result = await client.run(session.session_id, "list")
+    result = await run_in(project, turns, "list")
     assert result.tool_calls[0].is_error
     assert "pathspec" in str(result.tool_calls[0].result)
