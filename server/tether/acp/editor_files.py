@@ -19,14 +19,19 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
 from tether.acp.wire import ClientError, Connection
-from tether.protocol.tools import ToolSpec
-from tether.tools.base import SourceFailure, ToolContext, ToolError, ToolExecutor, ToolResult
+from tether.tools.base import (
+    ToolContext,
+    ToolError,
+    ToolExecutor,
+    ToolLayer,
+    ToolResult,
+)
 from tether.tools.read_file import ReadFileArguments, numbered
 from tether.tools.sandbox import Sandbox
 from tether.tools.text import decode, split_lines
@@ -45,7 +50,7 @@ class _ReadTextFileResponse(BaseModel):
     content: str
 
 
-class EditorFiles:
+class EditorFiles(ToolLayer):
     """A :class:`ToolExecutor` that sends ``read_file`` to the editor (``read``), and the writes
     of ``write_file`` and ``edit_file`` (``write``); the rest goes to ``inner``. ``written`` gets
     the text of each file the editor wrote (by absolute path), for the diff shown of the call."""
@@ -59,20 +64,11 @@ class EditorFiles:
         write: bool = False,
         written: Callable[[str], dict[str, str]] | None = None,
     ) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._connection = connection
         self._reads = read
         self._writes = write
         self._written = written
-
-    def list(self) -> list[ToolSpec]:
-        return self._inner.list()
-
-    def protected(self, name: str, arguments: str, workspace: Path) -> str | None:
-        return self._inner.protected(name, arguments, workspace)
-
-    def failures(self) -> Sequence[SourceFailure]:
-        return self._inner.failures()
 
     async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
         if name in WRITES and self._writes:

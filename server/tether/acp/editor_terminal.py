@@ -23,8 +23,13 @@ from pydantic import ValidationError
 
 from tether.acp.models import AcpModel, TerminalContent, ToolCallProgress
 from tether.acp.wire import ClientError, Connection
-from tether.protocol.tools import ToolSpec
-from tether.tools.base import SourceFailure, ToolContext, ToolError, ToolExecutor, ToolResult
+from tether.tools.base import (
+    ToolContext,
+    ToolError,
+    ToolExecutor,
+    ToolLayer,
+    ToolResult,
+)
 from tether.tools.run_command import DEFAULT_MAX_OUTPUT_BYTES, RunCommandArguments, command_argv
 from tether.tools.sandbox import Sandbox
 
@@ -50,7 +55,7 @@ class _Output(AcpModel):
     exit_status: _Exit | None = None
 
 
-class EditorTerminal:
+class EditorTerminal(ToolLayer):
     """A :class:`ToolExecutor` that runs ``run_command`` in the editor's terminal and the rest
     with ``inner``. ``terminals`` maps a session's tool call ids to their terminals, so the
     call's later updates keep showing it."""
@@ -63,20 +68,11 @@ class EditorTerminal:
         terminals: Callable[[str], dict[str, str]],
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     ) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._connection = connection
         self._show = show
         self._terminals = terminals
         self._max_output = max_output_bytes
-
-    def list(self) -> list[ToolSpec]:
-        return self._inner.list()
-
-    def protected(self, name: str, arguments: str, workspace: Path) -> str | None:
-        return self._inner.protected(name, arguments, workspace)
-
-    def failures(self) -> Sequence[SourceFailure]:
-        return self._inner.failures()
 
     async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
         if name != RUN_COMMAND or all(spec.name != RUN_COMMAND for spec in self._inner.list()):

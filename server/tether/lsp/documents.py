@@ -12,15 +12,20 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 from pygls.uris import to_fs_path
 from pygls.workspace import Workspace
 
-from tether.protocol.tools import ToolSpec
-from tether.tools.base import SourceFailure, ToolContext, ToolError, ToolExecutor, ToolResult
+from tether.tools.base import (
+    ToolContext,
+    ToolError,
+    ToolExecutor,
+    ToolLayer,
+    ToolResult,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -187,24 +192,15 @@ def _utf16(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
 
-class BufferTools:
+class BufferTools(ToolLayer):
     """A :class:`ToolExecutor` whose file tools see the client's buffers (``read_file``,
     ``search_text``, and the reads of ``edit_file``/``write_file``); with ``writes``, the final
     write of ``edit_file``/``write_file`` goes through ``workspace/applyEdit`` too."""
 
     def __init__(self, inner: ToolExecutor, access: BufferAccess, *, writes: bool) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._access = access
         self._writes = writes
-
-    def list(self) -> list[ToolSpec]:
-        return self._inner.list()
-
-    def protected(self, name: str, arguments: str, workspace: Path) -> str | None:
-        return self._inner.protected(name, arguments, workspace)
-
-    def failures(self) -> Sequence[SourceFailure]:
-        return self._inner.failures()
 
     async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
         if name in READS or (name in WRITES and self._writes):

@@ -45,7 +45,7 @@ KERNEL_METHODS = ("kernel/cancel", "kernel/run", "session/compact")
 RequestClient = Callable[[str, Any], Awaitable[Any]]
 """Sends a request to the client and returns its result (cancelling the await withdraws it)."""
 
-ToolLayer = Callable[["ToolExecutor", str], "ToolExecutor"]
+LayerTools = Callable[["ToolExecutor", str], "ToolExecutor"]
 """Wraps the tools of a run in a session (the LSP face: open buffers as the files' text)."""
 
 FaceApprover = Callable[["PermissionParams"], Awaitable["PermissionResult | None"]]
@@ -74,7 +74,7 @@ class App(Backend):
         self.before_kernel: Callable[[], None] = _nothing
         """Called before the kernel is loaded (the background loader's imports must be done)."""
         self.run_tokens: dict[str | int, str] = {}  # work-done token -> session of its run
-        self.tool_layer: ToolLayer | None = None
+        self.tool_layer: LayerTools | None = None
         self.face_approver: FaceApprover | None = None
 
     def initialize(self, params: InitializeParams) -> InitializeResult:

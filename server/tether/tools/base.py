@@ -123,3 +123,23 @@ class ToolExecutor(Protocol):
     def failures(self) -> Sequence[SourceFailure]:
         """The sources of tools that could not offer theirs for this run (none: empty)."""
         ...
+
+
+class ToolLayer:
+    """A :class:`ToolExecutor` over ``inner`` that changes how some calls run (``execute``)
+    and offers, protects and reports exactly what ``inner`` does."""
+
+    def __init__(self, inner: ToolExecutor) -> None:
+        self._inner = inner
+
+    def list(self) -> list[ToolSpec]:
+        return self._inner.list()
+
+    def protected(self, name: str, arguments: str, workspace: Path) -> str | None:
+        return self._inner.protected(name, arguments, workspace)
+
+    def failures(self) -> Sequence[SourceFailure]:
+        return self._inner.failures()
+
+    async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
+        return await self._inner.execute(name, arguments, context)
