@@ -43,6 +43,7 @@ from tether.providers import output
 from tether.providers.base import Completion, ModelRequest, OutputSpec
 from tether.providers.content import (
     THINKING_BUDGETS,
+    arguments_object,
     flatten_text,
     image_placeholder,
     is_error_result,
@@ -201,7 +202,12 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
         blocks = thinking_blocks(message)
         blocks += _content_blocks(message.content, images=False)
         blocks.extend(
-            {"type": "tool_use", "id": call.id, "name": call.name, "input": tool_input(call)}
+            {
+                "type": "tool_use",
+                "id": call.id,
+                "name": call.name,
+                "input": arguments_object(call.arguments),
+            }
             for call in message.tool_calls or ()
         )
         return blocks
@@ -244,21 +250,6 @@ def _content_blocks(content: MessageContent | None, *, images: bool) -> list[dic
         elif isinstance(block, ImageBlock):
             blocks.append({"type": "text", "text": image_placeholder(block)})
     return blocks
-
-
-def tool_input(call: ToolCall) -> dict[str, Any]:
-    """A call's arguments as the object ``tool_use`` needs.
-
-    Arguments that are not a JSON object (the model produced broken JSON) are kept as text under
-    ``invalid_json``, so the model sees what it sent next to the error result it got.
-    """
-    if not call.arguments.strip():
-        return {}
-    try:
-        value = orjson.loads(call.arguments)
-    except orjson.JSONDecodeError:
-        return {"invalid_json": call.arguments}
-    return value if isinstance(value, dict) else {"invalid_json": call.arguments}
 
 
 # --- Messages → canonical ---------------------------------------------------------------------

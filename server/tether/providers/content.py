@@ -18,6 +18,21 @@ from tether.protocol import (
 )
 
 
+def arguments_object(arguments: str) -> dict[str, Any]:
+    """A call's arguments (JSON text) as the object the Anthropic and Gemini formats need.
+
+    Arguments that are not a JSON object (the model produced broken JSON) are kept as text under
+    ``invalid_json``, so the model sees what it sent next to the error result it got.
+    """
+    if not arguments.strip():
+        return {}
+    try:
+        value = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return {"invalid_json": arguments}
+    return value if isinstance(value, dict) else {"invalid_json": arguments}
+
+
 def resource_text(block: ResourceLinkBlock) -> str:
     """A resource link as the model reads it: its name (when given) and its URI."""
     return f"[resource {block.name}: {block.uri}]" if block.name else f"[resource: {block.uri}]"

@@ -46,6 +46,7 @@ from tether.providers import output
 from tether.providers.base import Completion, ModelRequest, OutputSpec
 from tether.providers.content import (
     THINKING_BUDGETS,
+    arguments_object,
     flatten_text,
     is_error_result,
     optional_count,
@@ -283,7 +284,7 @@ def _model_parts(message: Message) -> list[dict[str, Any]]:
     if text:
         parts.append(_signed({"text": text}, signatures.get(TEXT_SIGNATURE)))
     for call in message.tool_calls or ():
-        function: dict[str, Any] = {"name": call.name, "args": call_args(call)}
+        function: dict[str, Any] = {"name": call.name, "args": arguments_object(call.arguments)}
         own_id = _own_id(message, call.id)
         if own_id:
             function["id"] = own_id
@@ -323,18 +324,6 @@ def _content_parts(content: MessageContent | None) -> list[dict[str, Any]]:
         elif isinstance(block, ImageBlock):
             parts.append({"inline_data": {"mime_type": block.mime_type, "data": block.data}})
     return parts
-
-
-def call_args(call: CanonicalCall) -> dict[str, Any]:
-    """A call's arguments as the object ``functionCall.args`` needs; broken JSON is kept as text
-    under ``invalid_json`` so the model sees what it sent."""
-    if not call.arguments.strip():
-        return {}
-    try:
-        value = orjson.loads(call.arguments)
-    except orjson.JSONDecodeError:
-        return {"invalid_json": call.arguments}
-    return value if isinstance(value, dict) else {"invalid_json": call.arguments}
 
 
 # --- Gemini → canonical -----------------------------------------------------------------------
