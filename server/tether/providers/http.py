@@ -36,7 +36,7 @@ from tether.providers.client import make_client
 from tether.providers.errors import AttemptFailed
 from tether.providers.prepare import prepare
 from tether.providers.retry import BODY_LIMIT, RetryPolicy, parse_retry_after, with_retries
-from tether.providers.sse import ServerSentEvent, iter_events
+from tether.providers.sse import EventDecoder, ServerSentEvent
 
 FINISH_SECONDS = 0.5  # the most a finished turn waits for the rest of its body
 
@@ -118,6 +118,45 @@ async def read_head(response: httpx.Response) -> str:
     return head[:BODY_LIMIT].decode("utf-8", "replace")
 
 
+def read_pieces(
+    reader: TurnReader, events: list[ServerSentEvent]
+) -> tuple[list[StreamEvent], AttemptFailed | None]:
+    """What ``events`` (those one read of the body completed) carry, as few deltas as can say
+    it: consecutive pieces of the same kind are joined, so the text and the reasoning read the
+    same when concatenated and keep their order. The reader stops taking events once its turn is
+    done. An event that fails the try ends the list; its failure is returned with what came before
+    it, which the caller still passes on first (it counts as streamed, as it would have had it
+    arrived in a read of its own).
+    """
+    kinds: list[type[TextDelta | ThoughtDelta]] = []
+    texts: list[list[str]] = []
+
+    def add(kind: type[TextDelta | ThoughtDelta], text: str) -> None:
+        if kinds and kinds[-1] is kind:
+            texts[-1].append(text)
+        else:
+            kinds.append(kind)
+            texts.append([text])
+
+    failure: AttemptFailed | None = None
+    try:
+        for event in events:
+            text = reader.feed(event)
+            for thought in reader.thoughts():
+                add(ThoughtDelta, thought)
+            if text:
+                add(TextDelta, text)
+            if reader.done:
+                break
+    except AttemptFailed as exc:
+        failure = exc
+    pieces: list[StreamEvent] = [
+        kind(text=parts[0] if len(parts) == 1 else "".join(parts))
+        for kind, parts in zip(kinds, texts, strict=True)
+    ]
+    return pieces, failure
+
+
 class HttpProvider(Provider):
     """A provider that POSTs each turn to ``url`` over a (usually shared) ``httpx.AsyncClient``."""
 
@@ -189,18 +228,19 @@ class HttpProvider(Provider):
         try:
             async with self._open(url, body) as response:
                 if "json" not in response.headers.get("content-type", ""):
-                    events = iter_events(response.aiter_lines())
-                    async with aclosing(events):
-                        async for event in events:
-                            text = reader.feed(event)
-                            for thought in reader.thoughts():
-                                yield ThoughtDelta(text=thought)
-                            if text:
-                                yield TextDelta(text=text)
+                    chunks = response.aiter_bytes()
+                    decoder = EventDecoder()
+                    async with aclosing(chunks):
+                        async for chunk in chunks:
+                            pieces, failure = read_pieces(reader, decoder.feed(chunk))
+                            for piece in pieces:
+                                yield piece
+                            if failure is not None:
+                                raise failure
                             if reader.done:
                                 break
                         completion = reader.completion()
-                        await finish_body(events)
+                        await finish_body(chunks)
                 else:
                     completion = reader.whole(decode_json(await response.aread()))
                     if completion.reasoning:
