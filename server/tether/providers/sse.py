@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import codecs
 from collections.abc import AsyncGenerator, AsyncIterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class ServerSentEvent:
+class ServerSentEvent(NamedTuple):  # a tuple: made several times faster than a frozen dataclass
     event: str  # "message" when the stream names none
     data: str  # the ``data:`` lines of the event, joined with newlines
 
@@ -71,13 +70,14 @@ class EventDecoder:
         events: list[ServerSentEvent] = []
         event, data = self._event, self._data
         for line in lines:
-            if not line:
+            if line.startswith("data: "):  # the usual line, first
+                data.append(line[6:])
+            elif not line:
                 if data:
-                    events.append(ServerSentEvent(event or "message", "\n".join(data)))
+                    text = data[0] if len(data) == 1 else "\n".join(data)
+                    events.append(ServerSentEvent(event or "message", text))
                     data = []
                 event = ""
-            elif line.startswith("data: "):  # the usual line, first
-                data.append(line[6:])
             elif line[0] != ":":  # a ":" starts a comment, often a keep-alive
                 name, _, value = line.partition(":")
                 if value.startswith(" "):
