@@ -60,17 +60,36 @@ class EventDecoder:
             self._pending.append(text)
             text = "".join(self._pending)
             self._pending = []
-        lines = text.split("\n")
-        rest = lines.pop()
-        if rest:
-            self._pending.append(rest)
-        return self._lines(lines)
+        end = text.rfind("\n") + 1
+        if end < len(text):
+            self._pending.append(text[end:])
+        return self._whole_lines(text[:end])
 
-    def _lines(self, lines: list[str]) -> list[ServerSentEvent]:
+    def _whole_lines(self, text: str) -> list[ServerSentEvent]:
+        """The events of ``text``, lines that each end with a newline. It is cut at the blank
+        lines: the usual event, one ``data:`` line, is taken whole."""
         events: list[ServerSentEvent] = []
+        blocks = text.split("\n\n")  # each but the last ends with a line and a blank line
+        last = blocks.pop()
+        for block in blocks:
+            if block.startswith("data: ") and "\n" not in block and not self._data:
+                if self._event:
+                    events.append(ServerSentEvent(self._event, block[6:]))
+                    self._event = ""
+                else:
+                    events.append(ServerSentEvent("message", block[6:]))
+            else:
+                lines = block.split("\n")
+                lines.append("")
+                self._lines(lines, events)
+        if last:  # lines, the last ending with the newline
+            self._lines(last[:-1].split("\n"), events)
+        return events
+
+    def _lines(self, lines: list[str], events: list[ServerSentEvent]) -> None:
         event, data = self._event, self._data
         for line in lines:
-            if line.startswith("data: "):  # the usual line, first
+            if line.startswith("data: "):
                 data.append(line[6:])
             elif not line:
                 if data:
@@ -88,7 +107,6 @@ class EventDecoder:
                     event = value
                 # ``id`` and ``retry`` only matter to reconnecting browsers; others are ignored.
         self._event, self._data = event, data
-        return events
 
 
 async def iter_events(lines: AsyncIterable[str]) -> AsyncGenerator[ServerSentEvent, None]:
