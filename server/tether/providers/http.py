@@ -19,7 +19,7 @@ import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing, asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import orjson
@@ -230,7 +230,8 @@ class HttpProvider(Provider):
         try:
             async with self._open(url, body) as response:
                 if "json" not in response.headers.get("content-type", ""):
-                    chunks = response.aiter_bytes()
+                    # typed as an iterator, made by an async generator: closed when left early
+                    chunks = cast(AsyncGenerator[bytes, None], response.aiter_bytes())
                     decoder = EventDecoder()
                     async with aclosing(chunks):
                         async for chunk in chunks:
