@@ -148,14 +148,17 @@ async def test_text_streams_as_deltas_then_one_completion(
     assert done.finish_reason == "stop"
 
 
-def openai_events(*pieces: str) -> str:
-    """An OpenAI stream whose answer is ``pieces``, one event each, as one body."""
-    deltas = [{"role": "assistant", "content": ""}, *({"content": p} for p in pieces), {}]
+def openai_events(*pieces: str, end: bool = True) -> str:
+    """An OpenAI stream whose answer is ``pieces``, one event each, as one body (without its
+    finish and ``[DONE]`` when not ``end``)."""
+    deltas = [{"role": "assistant", "content": ""}, *({"content": p} for p in pieces)]
     events = [
-        {"choices": [{"index": 0, "delta": delta, "finish_reason": None if delta else "stop"}]}
-        for delta in deltas
+        {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]} for delta in deltas
     ]
-    return "".join(f"data: {json.dumps(event)}\n\n" for event in events) + "data: [DONE]\n\n"
+    if end:
+        events.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    body = "".join(f"data: {json.dumps(event)}\n\n" for event in events)
+    return body + "data: [DONE]\n\n" if end else body
 
 
 async def test_pieces_that_arrive_in_one_read_come_as_one_delta_with_the_same_text(
@@ -166,6 +169,26 @@ async def test_pieces_that_arrive_in_one_read_come_as_one_delta_with_the_same_te
     events = await collect(make("openai", server, client, sleeps))
     assert texts(events) == ["The answer is forty-two."]
     assert completion(events).content == "The answer is forty-two."
+
+
+async def test_text_before_a_failing_event_of_the_same_read_is_passed_on_and_not_tried_again(
+    server: ModelServer, client: httpx.AsyncClient, sleeps: Sleeps
+) -> None:
+    """The pieces before the failure count as streamed, as they would in reads of their own:
+    the try is not repeated (the text would come twice)."""
+    error = 'data: {"error": {"message": "overloaded"}}\n\n'
+    server.push(Raw(openai_events("Half ", "an ", end=False) + error), Reply(text="again"))
+    got: list[str] = []
+    with pytest.raises(ProviderError, match="reported an error in the stream"):
+        async with (
+            asyncio.timeout(10),
+            aclosing(make("openai", server, client, sleeps).stream(ask())) as stream,
+        ):
+            async for event in stream:
+                assert isinstance(event, TextDelta)
+                got.append(event.text)
+    assert got == ["Half an "]
+    assert len(server.requests) == 1 and sleeps.delays == []
 
 
 async def test_pieces_that_arrive_one_read_at_a_time_are_each_passed_on_as_they_arrive(

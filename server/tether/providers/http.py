@@ -5,7 +5,8 @@ model in the URL, to its ``request_url``) and supplies a :class:`TurnReader` tha
 events of its wire format into text pieces, reasoning pieces and, at the end, a
 :class:`Completion`.
 A server that answers with plain JSON although streaming was asked for is read as a whole turn;
-any other content type is read as an event stream.
+any other content type is read as an event stream, one read of the body at a time: the pieces a
+read brings go on together (:func:`read_pieces`), and none waits for the next read.
 
 ``timeout`` bounds each wait on the network: connecting, sending, and the gap between two pieces
 of the answer (a slow but steady stream is not cut off). Once a turn is complete, what is left of
