@@ -79,3 +79,20 @@ def test_only_cr_lf_and_crlf_end_lines() -> None:
 def test_a_crlf_cut_between_its_two_characters_ends_one_line() -> None:
     assert decode(b"data: x\r", b"\n\r", b"\n") == [ServerSentEvent("message", "x")]
     assert decode(b"data: x\r", b"\ndata: y\r\n\r\n") == [ServerSentEvent("message", "x\ny")]
+
+
+def test_a_named_event_and_its_data_line_are_read_as_the_general_rules_say() -> None:
+    body = (
+        b"event: \ndata: unnamed\n\n"  # an empty name is the default
+        b"event:  spaced\ndata: a\n\n"  # only one space is dropped
+        b"event: a:b\ndata: c\n\n"
+        b"event: first\n\nevent: second\ndata: d\n\n"  # the blank line forgets the first name
+    )
+    assert decode(body) == [
+        ServerSentEvent("message", "unnamed"),
+        ServerSentEvent(" spaced", "a"),
+        ServerSentEvent("a:b", "c"),
+        ServerSentEvent("second", "d"),
+    ]
+    for cut in range(len(body) + 1):
+        assert decode(body[:cut], body[cut:]) == decode(body), cut

@@ -67,7 +67,8 @@ class EventDecoder:
 
     def _whole_lines(self, text: str) -> list[ServerSentEvent]:
         """The events of ``text``, lines that each end with a newline. It is cut at the blank
-        lines: the usual event, one ``data:`` line, is taken whole."""
+        lines: the usual events, one ``data:`` line with or without an ``event:`` line before it,
+        are taken whole."""
         events: list[ServerSentEvent] = []
         blocks = text.split("\n\n")  # each but the last ends with a line and a blank line
         last = blocks.pop()
@@ -78,6 +79,15 @@ class EventDecoder:
                     self._event = ""
                 else:
                     events.append(ServerSentEvent("message", block[6:]))
+            elif (  # a named one-line event (Anthropic's)
+                block.startswith("event: ")
+                and block.count("\n") == 1
+                and not self._data
+                and block.find("\ndata: ") > 7
+            ):
+                name, data = block.split("\ndata: ")
+                events.append(ServerSentEvent(name[7:], data))
+                self._event = ""
             else:
                 lines = block.split("\n")
                 lines.append("")
