@@ -171,6 +171,17 @@ async def test_pieces_that_arrive_in_one_read_come_as_one_delta_with_the_same_te
     assert completion(events).content == "The answer is forty-two."
 
 
+async def test_a_stream_whose_lines_end_with_cr_alone_is_read_to_its_last_event(
+    server: ModelServer, client: httpx.AsyncClient, sleeps: Sleeps
+) -> None:
+    last = {"choices": [{"index": 0, "delta": {"content": "end."}, "finish_reason": "stop"}]}
+    body = openai_events("The ", end=False) + f"data: {json.dumps(last)}\n\n"
+    server.push(Raw(body.replace("\n", "\r")))  # the body ends with the CR of a blank line
+    events = await collect(make("openai", server, client, sleeps))
+    assert "".join(texts(events)) == "The end."
+    assert completion(events).finish_reason == "stop"
+
+
 async def test_text_before_a_failing_event_of_the_same_read_is_passed_on_and_not_tried_again(
     server: ModelServer, client: httpx.AsyncClient, sleeps: Sleeps
 ) -> None:

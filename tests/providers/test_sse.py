@@ -56,7 +56,7 @@ EVENTS = [
 
 def decode(*chunks: bytes) -> list[ServerSentEvent]:
     decoder = EventDecoder()
-    return [event for chunk in chunks for event in decoder.feed(chunk)]
+    return [event for chunk in chunks for event in decoder.feed(chunk)] + decoder.end()
 
 
 def test_a_body_read_whole_gives_its_events_in_order() -> None:
@@ -96,3 +96,10 @@ def test_a_named_event_and_its_data_line_are_read_as_the_general_rules_say() -> 
     ]
     for cut in range(len(body) + 1):
         assert decode(body[:cut], body[cut:]) == decode(body), cut
+
+
+def test_a_body_that_ends_with_a_lone_cr_ends_its_last_line_there() -> None:
+    decoder = EventDecoder()
+    assert decoder.feed(b"data: a\r\rdata: b\r\r") == [ServerSentEvent("message", "a")]
+    assert decoder.end() == [ServerSentEvent("message", "b")]
+    assert decoder.end() == []

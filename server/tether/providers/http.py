@@ -120,6 +120,14 @@ async def read_head(response: httpx.Response) -> str:
     return head[:BODY_LIMIT].decode("utf-8", "replace")
 
 
+async def event_lists(chunks: AsyncIterator[bytes]) -> AsyncGenerator[list[ServerSentEvent], None]:
+    """The events each read of the body completes (often none), then those its end completes."""
+    decoder = EventDecoder()
+    async for chunk in chunks:
+        yield decoder.feed(chunk)
+    yield decoder.end()
+
+
 def read_pieces(
     reader: TurnReader, events: list[ServerSentEvent]
 ) -> tuple[list[StreamEvent], AttemptFailed | None]:
@@ -233,10 +241,9 @@ class HttpProvider(Provider):
                 if "json" not in response.headers.get("content-type", ""):
                     # typed as an iterator, made by an async generator: closed when left early
                     chunks = cast(AsyncGenerator[bytes, None], response.aiter_bytes())
-                    decoder = EventDecoder()
-                    async with aclosing(chunks):
-                        async for chunk in chunks:
-                            pieces, failure = read_pieces(reader, decoder.feed(chunk))
+                    async with aclosing(chunks), aclosing(event_lists(chunks)) as reads:
+                        async for events in reads:
+                            pieces, failure = read_pieces(reader, events)
                             for piece in pieces:
                                 yield piece
                             if failure is not None:

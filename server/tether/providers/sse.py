@@ -42,6 +42,14 @@ class EventDecoder:
         """The events that ``chunk`` (the next bytes of the body) completes, in order."""
         return self.feed_text(self._utf8.decode(chunk))
 
+    def end(self) -> list[ServerSentEvent]:
+        """The events the end of the body completes: a lone CR it ended with ends a line (its
+        last, blank one, when the stream uses CR alone)."""
+        if not self._cr:
+            return []
+        self._cr = False
+        return self.feed_text("\n")
+
     def feed_text(self, text: str) -> list[ServerSentEvent]:
         """The events that ``text`` (the next characters of the body) completes, in order."""
         if self._cr:
