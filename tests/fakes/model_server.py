@@ -90,6 +90,9 @@ class Reply:
     cached_tokens: int | None = None  # reported in the usage when set
     end_after: float = 0.0  # seconds between the last event and the end of the body ...
     linger: bool = False  # ... or the body never ends: the stream stays open after the turn
+    # Each event after the first is sent once an item is taken from this queue (the test's
+    # go-ahead; a server on the test's own loop only): the events arrive one read at a time.
+    pace: asyncio.Queue[None] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -748,7 +751,13 @@ class ModelServer:
             asked = wire.streams(request)
             if response.stream if response.stream is not None else asked:
                 end = not response.linger
-                await _stream(writer, wire.events(response), end=end, end_after=response.end_after)
+                await _stream(
+                    writer,
+                    wire.events(response),
+                    end=end,
+                    end_after=response.end_after,
+                    pace=response.pace,
+                )
                 if not end:
                     await self._stall(writer)
                     return False
@@ -862,9 +871,11 @@ async def _stream(
     *,
     end: bool = True,
     end_after: float = 0.0,
+    pace: asyncio.Queue[None] | None = None,
 ) -> None:
-    """An SSE answer, one chunk per event, flushed as it goes; the chunk that ends the body
-    ``end_after`` seconds after the last event (or none, when not ``end``)."""
+    """An SSE answer, one chunk per event, flushed as it goes (each after the first waiting for
+    an item of ``pace``, when given); the chunk that ends the body ``end_after`` seconds after
+    the last event (or none, when not ``end``)."""
     writer.write(
         _head(
             200,
@@ -875,7 +886,9 @@ async def _stream(
             },
         )
     )
-    for event in events:
+    for index, event in enumerate(events):
+        if index and pace is not None:
+            await pace.get()
         data = event.encode()
         writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         await writer.drain()

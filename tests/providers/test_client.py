@@ -8,6 +8,7 @@ what the client does on the wire rather than what its pool says of itself.
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import aiohttp
 import httpx
 import pytest
 
-from tests.fakes import Hang, ModelServer, Reply, Reset
+from tests.fakes import Hang, ModelServer, Reply, Reset, Status
 from tether.protocol import Message, ProviderError, Role
 from tether.providers import Completion, ModelRequest, RetryPolicy, TextDelta
 from tether.providers.client import lost_connection, make_client
@@ -104,6 +105,26 @@ async def test_a_turn_whose_stream_stays_open_after_its_end_is_complete_all_the_
         await server.wait_for_closed(1)  # given up, not put back in the pool
         assert await answer(provider) == "next"
     assert server.connections == 2
+
+
+async def test_a_cookie_the_endpoint_sets_goes_back_with_the_next_calls(
+    server: ModelServer,
+) -> None:
+    """httpx's cookie handling is kept (the client skips the jar only for responses that set
+    no cookie)."""
+    whole = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}]}
+    server.push(
+        Reply(text="no cookie yet"),
+        Status(200, body=json.dumps(whole), headers={"Set-Cookie": "affinity=node-7; Path=/"}),
+        Reply(text="one"),
+        Reply(text="two"),
+    )
+    async with make_client() as client:
+        provider = provider_over(client, server)
+        assert [await answer(provider) for _ in range(4)] == ["no cookie yet", "hi", "one", "two"]
+        assert dict(client.cookies) == {"affinity": "node-7"}
+    cookies = [request.headers.get("cookie") for request in server.requests]
+    assert cookies == [None, None, "affinity=node-7", "affinity=node-7"]
 
 
 async def test_max_connections_bounds_the_connections_open_at_once(server: ModelServer) -> None:

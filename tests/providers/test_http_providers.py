@@ -18,7 +18,7 @@ from typing import Literal
 import httpx
 import pytest
 
-from tests.fakes import Call, Hang, ModelServer, Reply, Reset, Status, Truncate
+from tests.fakes import Call, Hang, ModelServer, Raw, Reply, Reset, Status, Truncate
 from tether.protocol import ErrorCode, Message, ProviderError, Role
 from tether.providers import Completion, ModelRequest, RetryPolicy, TextDelta
 from tether.providers.anthropic import AnthropicProvider
@@ -134,16 +134,97 @@ async def failure(provider: HttpProvider, request: ModelRequest | None = None) -
 # --- the turn ---------------------------------------------------------------------------------
 
 
-async def test_text_streams_as_several_deltas_then_one_completion(
+async def test_text_streams_as_deltas_then_one_completion(
     provider: HttpProvider, server: ModelServer
 ) -> None:
     server.push(Reply(text="The answer is forty-two."))
     events = await collect(provider)
-    assert texts(events) == ["The ", "answer ", "is ", "forty-two."]
+    # pieces that arrive in one read come as one delta: their concatenation is what streamed
+    assert "".join(texts(events)) == "The answer is forty-two."
+    assert all(isinstance(event, TextDelta) for event in events[:-1])
     done = completion(events)
     assert done.content == "The answer is forty-two."
     assert done.tool_calls == []
     assert done.finish_reason == "stop"
+
+
+def openai_events(*pieces: str, end: bool = True) -> str:
+    """An OpenAI stream whose answer is ``pieces``, one event each, as one body (without its
+    finish and ``[DONE]`` when not ``end``)."""
+    deltas = [{"role": "assistant", "content": ""}, *({"content": p} for p in pieces)]
+    events = [
+        {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]} for delta in deltas
+    ]
+    if end:
+        events.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    body = "".join(f"data: {json.dumps(event)}\n\n" for event in events)
+    return body + "data: [DONE]\n\n" if end else body
+
+
+async def test_pieces_that_arrive_in_one_read_come_as_one_delta_with_the_same_text(
+    server: ModelServer, client: httpx.AsyncClient, sleeps: Sleeps
+) -> None:
+    words = ["The ", "answer ", "is ", "forty", "-two."]
+    server.push(Raw(openai_events(*words)))  # head and body in one write: one read
+    events = await collect(make("openai", server, client, sleeps))
+    assert texts(events) == ["The answer is forty-two."]
+    assert completion(events).content == "The answer is forty-two."
+
+
+async def test_a_stream_whose_lines_end_with_cr_alone_is_read_to_its_last_event(
+    server: ModelServer, client: httpx.AsyncClient, sleeps: Sleeps
+) -> None:
+    last = {"choices": [{"index": 0, "delta": {"content": "end."}, "finish_reason": "stop"}]}
+    body = openai_events("The ", end=False) + f"data: {json.dumps(last)}\n\n"
+    server.push(Raw(body.replace("\n", "\r")))  # the body ends with the CR of a blank line
+    events = await collect(make("openai", server, client, sleeps))
+    assert "".join(texts(events)) == "The end."
+    assert completion(events).finish_reason == "stop"
+
+
+async def test_text_before_a_failing_event_of_the_same_read_is_passed_on_and_not_tried_again(
+    server: ModelServer, client: httpx.AsyncClient, sleeps: Sleeps
+) -> None:
+    """The pieces before the failure count as streamed, as they would in reads of their own:
+    the try is not repeated (the text would come twice)."""
+    error = 'data: {"error": {"message": "overloaded"}}\n\n'
+    server.push(Raw(openai_events("Half ", "an ", end=False) + error), Reply(text="again"))
+    got: list[str] = []
+    with pytest.raises(ProviderError, match="reported an error in the stream"):
+        async with (
+            asyncio.timeout(10),
+            aclosing(make("openai", server, client, sleeps).stream(ask())) as stream,
+        ):
+            async for event in stream:
+                assert isinstance(event, TextDelta)
+                got.append(event.text)
+    assert got == ["Half an "]
+    assert len(server.requests) == 1 and sleeps.delays == []
+
+
+async def test_pieces_that_arrive_one_read_at_a_time_are_each_passed_on_as_they_arrive(
+    server: ModelServer, client: httpx.AsyncClient, sleeps: Sleeps
+) -> None:
+    """The server sends the next event only once the previous piece came out of the stream:
+    a piece held back for more of the body (or for a timer) would stop the test."""
+    words = ["The ", "answer ", "is ", "forty-two."]
+    pace: asyncio.Queue[None] = asyncio.Queue()
+    server.push(Reply(text="".join(words), pace=pace))  # role, 4 words, finish, usage, [DONE]
+    provider = make("openai", server, client, sleeps)
+    got: list[str] = []
+    async with asyncio.timeout(10), aclosing(provider.stream(ask())) as stream:
+        for word in words:
+            pace.put_nowait(None)  # the go-ahead for this word's event
+            event = await anext(stream)
+            assert isinstance(event, TextDelta)
+            got.append(event.text)
+            assert got[-1] == word
+        for _ in range(3):
+            pace.put_nowait(None)
+        rest = [event async for event in stream]
+    assert got == words
+    assert [type(event) for event in rest] == [Completion]
+    assert isinstance(rest[0], Completion) and rest[0].content == "The answer is forty-two."
 
 
 async def test_a_tool_call_whose_arguments_arrive_in_several_deltas_is_reassembled(

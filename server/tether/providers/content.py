@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from functools import cache
 from typing import Any, Literal, cast
 
 import orjson
@@ -74,6 +75,12 @@ def is_error_result(message: Message) -> bool:
     return bool(message.is_error)
 
 
+@cache
+def _camel(name: str) -> str:
+    """``to_camel(name)``, worked out once per name (three regular expressions each time)."""
+    return to_camel(name)
+
+
 def pick_settings(settings: Mapping[str, Any], names: Iterable[str]) -> dict[str, Any]:
     """The settings a wire format understands, under their snake_case names.
 
@@ -82,7 +89,7 @@ def pick_settings(settings: Mapping[str, Any], names: Iterable[str]) -> dict[str
     """
     picked: dict[str, Any] = {}
     for name in names:
-        for key in (name, to_camel(name)):
+        for key in (name, _camel(name)):
             if key in settings and settings[key] is not None:
                 picked[name] = settings[key]
                 break

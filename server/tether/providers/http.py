@@ -5,7 +5,8 @@ model in the URL, to its ``request_url``) and supplies a :class:`TurnReader` tha
 events of its wire format into text pieces, reasoning pieces and, at the end, a
 :class:`Completion`.
 A server that answers with plain JSON although streaming was asked for is read as a whole turn;
-any other content type is read as an event stream.
+any other content type is read as an event stream, one read of the body at a time: the pieces a
+read brings go on together (:func:`read_pieces`), and none waits for the next read.
 
 ``timeout`` bounds each wait on the network: connecting, sending, and the gap between two pieces
 of the answer (a slow but steady stream is not cut off). Once a turn is complete, what is left of
@@ -19,7 +20,7 @@ import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing, asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import orjson
@@ -36,9 +37,10 @@ from tether.providers.client import make_client
 from tether.providers.errors import AttemptFailed
 from tether.providers.prepare import prepare
 from tether.providers.retry import BODY_LIMIT, RetryPolicy, parse_retry_after, with_retries
-from tether.providers.sse import ServerSentEvent, iter_events
+from tether.providers.sse import EventDecoder, ServerSentEvent
 
 FINISH_SECONDS = 0.5  # the most a finished turn waits for the rest of its body
+URLS_KEPT = 64  # parsed request URLs a provider keeps
 
 
 class TurnReader(ABC):
@@ -118,6 +120,53 @@ async def read_head(response: httpx.Response) -> str:
     return head[:BODY_LIMIT].decode("utf-8", "replace")
 
 
+async def event_lists(chunks: AsyncIterator[bytes]) -> AsyncGenerator[list[ServerSentEvent], None]:
+    """The events each read of the body completes (often none), then those its end completes."""
+    decoder = EventDecoder()
+    async for chunk in chunks:
+        yield decoder.feed(chunk)
+    yield decoder.end()
+
+
+def read_pieces(
+    reader: TurnReader, events: list[ServerSentEvent]
+) -> tuple[list[StreamEvent], AttemptFailed | None]:
+    """What ``events`` (those one read of the body completed) carry, as few deltas as can say
+    it: consecutive pieces of the same kind are joined, so the text and the reasoning read the
+    same when concatenated and keep their order. The reader stops taking events once its turn is
+    done. An event that fails the try ends the list; its failure is returned with what came before
+    it, which the caller still passes on first (it counts as streamed, as it would have had it
+    arrived in a read of its own).
+    """
+    kinds: list[type[TextDelta | ThoughtDelta]] = []
+    texts: list[list[str]] = []
+
+    def add(kind: type[TextDelta | ThoughtDelta], text: str) -> None:
+        if kinds and kinds[-1] is kind:
+            texts[-1].append(text)
+        else:
+            kinds.append(kind)
+            texts.append([text])
+
+    failure: AttemptFailed | None = None
+    try:
+        for event in events:
+            text = reader.feed(event)
+            for thought in reader.thoughts():
+                add(ThoughtDelta, thought)
+            if text:
+                add(TextDelta, text)
+            if reader.done:
+                break
+    except AttemptFailed as exc:
+        failure = exc
+    pieces: list[StreamEvent] = [
+        kind(text=parts[0] if len(parts) == 1 else "".join(parts))
+        for kind, parts in zip(kinds, texts, strict=True)
+    ]
+    return pieces, failure
+
+
 class HttpProvider(Provider):
     """A provider that POSTs each turn to ``url`` over a (usually shared) ``httpx.AsyncClient``."""
 
@@ -145,6 +194,7 @@ class HttpProvider(Provider):
         self._own_client = client is None
         self._client = client if client is not None else make_client()
         self._timeout = httpx.Timeout(timeout)
+        self._urls: dict[str, httpx.URL] = {}  # parsed once: parsing costs ~40 µs per request
         self.retry = retry if retry is not None else RetryPolicy()
 
     @abstractmethod
@@ -189,18 +239,19 @@ class HttpProvider(Provider):
         try:
             async with self._open(url, body) as response:
                 if "json" not in response.headers.get("content-type", ""):
-                    events = iter_events(response.aiter_lines())
-                    async with aclosing(events):
-                        async for event in events:
-                            text = reader.feed(event)
-                            for thought in reader.thoughts():
-                                yield ThoughtDelta(text=thought)
-                            if text:
-                                yield TextDelta(text=text)
+                    # typed as an iterator, made by an async generator: closed when left early
+                    chunks = cast(AsyncGenerator[bytes, None], response.aiter_bytes())
+                    async with aclosing(chunks), aclosing(event_lists(chunks)) as reads:
+                        async for events in reads:
+                            pieces, failure = read_pieces(reader, events)
+                            for piece in pieces:
+                                yield piece
+                            if failure is not None:
+                                raise failure
                             if reader.done:
                                 break
                         completion = reader.completion()
-                        await finish_body(events)
+                        await finish_body(chunks)
                 else:
                     completion = reader.whole(decode_json(await response.aread()))
                     if completion.reasoning:
@@ -213,8 +264,13 @@ class HttpProvider(Provider):
 
     @asynccontextmanager
     async def _open(self, url: str, body: bytes) -> AsyncIterator[httpx.Response]:
+        parsed = self._urls.get(url)
+        if parsed is None:
+            if len(self._urls) >= URLS_KEPT:  # a format that names the model in the URL
+                self._urls.clear()
+            parsed = self._urls[url] = httpx.URL(url)
         request = self._client.build_request(
-            "POST", url, content=body, headers=self._headers, timeout=self._timeout
+            "POST", parsed, content=body, headers=self._headers, timeout=self._timeout
         )
         response = await self._client.send(request, stream=True)
         try:

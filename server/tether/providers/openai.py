@@ -200,28 +200,38 @@ class ChatCompletionReader(TurnReader):
         self._finish_reason: str | None = None
 
     def feed(self, event: ServerSentEvent) -> str | None:
-        if event.data.strip() == "[DONE]":
+        data = event.data
+        if data[:1] != "{" and data.strip() == "[DONE]":  # (a chunk is an object)
             self.done = True
             return None
-        chunk = decode_json(event.data)
-        if not isinstance(chunk, dict):
+        chunk = decode_json(data)
+        if type(chunk) is not dict:
             return None
         if chunk.get("error"):
             raise AttemptFailed(
-                "the endpoint reported an error in the stream", retryable=True, body=event.data
+                "the endpoint reported an error in the stream", retryable=True, body=data
             )
-        self._take_usage(chunk.get("usage"))
+        usage = chunk.get("usage")
+        if usage is not None:
+            self._take_usage(usage)
         text = None
         for choice in chunk.get("choices") or ():
-            if not isinstance(choice, dict) or index_of(choice.get("index"), 0) != 0:
+            if type(choice) is not dict:
+                continue
+            index = choice.get("index")  # none (or nonsense) counts as the first
+            if type(index) is int and index != 0:
                 continue  # only the first choice is asked for
-            delta = obj(choice.get("delta"))
-            piece = delta.get("content")
-            if isinstance(piece, str) and piece:
-                self._text.append(piece)
-                text = piece
-            self._take_reasoning(delta)
-            self._take_calls(delta.get("tool_calls"))
+            delta = choice.get("delta")
+            if type(delta) is dict:
+                piece = delta.get("content")
+                if piece and isinstance(piece, str):
+                    self._text.append(piece)
+                    text = piece
+                if "reasoning_content" in delta or "reasoning" in delta:
+                    self._take_reasoning(delta)
+                calls = delta.get("tool_calls")
+                if calls is not None:
+                    self._take_calls(calls)
             if choice.get("finish_reason"):
                 self._finish_reason = str(choice["finish_reason"])
         return text
