@@ -79,7 +79,7 @@ from tether.rpc.app import App
 from tether.rpc.progress import progress_emitter
 from tether.rpc.wire import Wire
 from tether.sessions import MemoryStore
-from tether.tools.base import ToolContext, ToolResult
+from tether.tools.base import SourceFailure, ToolContext, ToolResult
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -135,6 +135,9 @@ class Tools:
 
     def protected(self, name: str, arguments: str, workspace: Path) -> str | None:
         return None  # read_file writes nothing
+
+    def failures(self) -> Sequence[SourceFailure]:
+        return ()  # no source of tools that could fail
 
 
 WORDS = (
