@@ -107,6 +107,25 @@ def handler(
     return handle
 
 
+def get_handler(sessions: SessionService, limits: LimitsOf) -> Handler:
+    """``session/get``: the session comes encoded from the service (the memory store keeps the
+    encoding of each session until it changes), and goes out as it is."""
+    validate = GetSessionParams.__pydantic_validator__.validate_python
+    context: dict[str, Limits] = {"limits": DEFAULT_LIMITS}
+
+    async def handle_get(params: dict[str, Any] | None) -> Any:
+        nonlocal context
+        if context["limits"] is not (current := limits()):
+            context = {"limits": current}
+        try:
+            valid: GetSessionParams = validate(params or {}, context=context)
+        except ValidationError as exc:
+            raise invalid_params(exc) from None
+        return Encoded((await sessions.get_json(valid),))
+
+    return handle_get
+
+
 def append_handler(sessions: SessionService, limits: LimitsOf) -> Handler:
     """``session/append``. A big batch goes to the store a slice at a time, each slice validated
     and its decoded dicts let go just before the store packs it; the answer is encoded from the
@@ -238,7 +257,7 @@ def _list_fields(model: type[BaseModel]) -> tuple[str, ...]:
 def session_methods(sessions: SessionService, limits: LimitsOf) -> dict[str, Handler]:
     return {
         "session/create": handler(CreateSessionParams, sessions.create, limits),
-        "session/get": handler(GetSessionParams, sessions.get, limits),
+        "session/get": get_handler(sessions, limits),
         "session/list": handler(ListSessionsParams, sessions.list_sessions, limits),
         "session/messages": handler(MessagesParams, sessions.messages, limits),
         "session/append": append_handler(sessions, limits),
