@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import pstats
 import sys
 import tempfile
@@ -26,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
 from floor_server import FloorServer
 from rpc_bench import initialize_params, text_of
-
 from tether.protocol.framing import Frame, FrameDecoder, encode_frame
 from tether.rpc.app import App
 from tether.rpc.wire import Wire
@@ -114,7 +115,9 @@ def time_gets(server: Server, batch: int, batches: int) -> float:
             server.feed(data[offset : offset + 65536])
         server.flush()
         best = min(best, time.process_time() - start)
-        assert server.sink.count - before == batch and not server.sink.errors, server.sink.last[-300:]
+        assert server.sink.count - before == batch and not server.sink.errors, server.sink.last[
+            -300:
+        ]
     return best * 1e6 / batch
 
 
@@ -128,12 +131,16 @@ def time_appends(server: Server, batch: int, batches: int, size: int) -> float:
             server.feed(frame)
             server.flush()
         best = min(best, time.process_time() - start)
-        assert server.sink.count - before == batch and not server.sink.errors, server.sink.last[-300:]
+        assert server.sink.count - before == batch and not server.sink.errors, server.sink.last[
+            -300:
+        ]
     return best * 1e6 / batch
 
 
 async def measure(args: argparse.Namespace, workspace: Path) -> None:
     servers = [Server("floor", workspace), Server("tether", workspace)]
+    gc.collect()
+    gc.freeze()  # as `tether serve` does once started (rpc/transport.py)
     results: dict[str, dict[str, float]] = {s.name: {} for s in servers}
     for _ in range(args.rounds):  # interleaved, so both see the same load
         for server in servers:
@@ -157,6 +164,8 @@ async def measure(args: argparse.Namespace, workspace: Path) -> None:
 async def profile(args: argparse.Namespace, workspace: Path) -> None:
     server = Server("tether", workspace)
     time_gets(server, 2000, 2)  # warm up
+    gc.collect()
+    gc.freeze()
     profiler = cProfile.Profile()
     profiler.enable()
     if args.profile == "get":
@@ -165,7 +174,7 @@ async def profile(args: argparse.Namespace, workspace: Path) -> None:
         time_appends(server, args.batch // 10, args.rounds, args.append_bytes)
     profiler.disable()
     stats = pstats.Stats(profiler)
-    stats.sort_stats("tottime").print_stats(args.top)
+    stats.sort_stats(args.sort).print_stats(args.top)
 
 
 def main() -> int:
@@ -175,6 +184,7 @@ def main() -> int:
     parser.add_argument("--append-bytes", type=int, default=10 * 1024)
     parser.add_argument("--profile", choices=["get", "append"])
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--sort", default="tottime", help="cProfile order: tottime, cumulative")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tether-request-path-") as tmp:
         run = profile if args.profile else measure

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import orjson
+
 from tether.protocol import (
     ListSessionsResult,
     Message,
