@@ -212,7 +212,7 @@ class Wire:
             self._shutdown(msg_id)
         else:
             self._unanswered.add(msg_id)
-            handler = self._handler(method)
+            handler = self._methods.get(method) or self._handler(method)
             if handler is None:
                 self._forward(message)
             else:
@@ -227,12 +227,21 @@ class Wire:
         return handler
 
     def _dispatch(self, msg_id: MsgId, handler: Handler, params: Any) -> None:
-        started = eager.start(handler(params))
-        if isinstance(started, eager.Finished):
-            self._answer(msg_id, started.result, started.exception)
-        else:
-            self._running[msg_id] = started
-            started.add_done_callback(functools.partial(self._finished, msg_id))
+        """Run the handler up to its first wait (:mod:`tether.rpc.eager`, inlined: this is
+        every request's path); one that finishes is answered now, one that waits goes on as a
+        task."""
+        coroutine = handler(params)
+        try:
+            waiting_on = coroutine.send(None)
+        except StopIteration as finished:
+            self.send_result(msg_id, finished.value)
+            return
+        except Exception as exc:
+            self.send_error(msg_id, error_from_exception(exc))
+            return
+        task = asyncio.ensure_future(eager.Resume(coroutine, waiting_on))
+        self._running[msg_id] = task
+        task.add_done_callback(functools.partial(self._finished, msg_id))
 
     def _finished(self, msg_id: MsgId, task: asyncio.Future[Any]) -> None:
         self._running.pop(msg_id, None)

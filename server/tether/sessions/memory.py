@@ -385,7 +385,11 @@ class MemoryStore:
         changed: the session may be gone, or leased to a run since."""
         record = self._record(session_id)
         self._check_writer(record, run_id)
-        gone = next((call for call in staged.answers if not record.knows_call(call)), None)
+        gone = (
+            next((call for call in staged.answers if not record.knows_call(call)), None)
+            if staged.answers
+            else None
+        )
         if gone is not None:  # the session was cleared meanwhile
             raise InvalidParams.field(
                 "messages", f"no tool call {gone!r} in this session to answer (it was cleared)"
