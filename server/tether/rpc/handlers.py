@@ -158,7 +158,8 @@ def append_handler(sessions: SessionService, limits: LimitsOf) -> Handler:
             session_id, batch = valid.session_id, valid.messages
             del valid
             stored = await sessions.append_slices(session_id, _OneSlice(batch))
-            return Encoded((_OPEN, _encode_slice(stored, 0), _CLOSE))
+            answer = {"messages": _dump_slice(stored, 0)}
+            return Encoded((orjson.dumps(answer, option=orjson.OPT_UTC_Z),))
         head = validate_params(AppendParams, {**params, "messages": messages[:SLICE]}, current)
         session_id, slices = head.session_id, validated_slices(head.messages, messages, current)
         del head
@@ -237,14 +238,16 @@ _OPEN, _CLOSE = b'{"messages":[', b"]}"
 
 def _encode_slice(messages: Sequence[Message], start: int) -> bytes:
     """The messages from ``start`` (one slice) as JSON, without the brackets of their list."""
+    return orjson.dumps(_dump_slice(messages, start), option=orjson.OPT_UTC_Z)[1:-1]
+
+
+def _dump_slice(messages: Sequence[Message], start: int) -> list[dict[str, Any]]:
+    """The messages from ``start`` (one slice) as ``model_dump(by_alias=True,
+    exclude_none=True)`` gives them; from the stored values when the store can."""
     dump: Callable[[int, int], list[dict[str, Any]]] | None = getattr(messages, "dumped", None)
     if dump is not None:  # a DumpedMessages (isinstance of a runtime protocol costs ~8 µs)
-        dumped = dump(start, start + SLICE)
-    else:
-        dumped = [
-            m.model_dump(by_alias=True, exclude_none=True) for m in messages[start : start + SLICE]
-        ]
-    return orjson.dumps(dumped, option=orjson.OPT_UTC_Z)[1:-1]
+        return dump(start, start + SLICE)
+    return [m.model_dump(by_alias=True, exclude_none=True) for m in messages[start : start + SLICE]]
 
 
 async def encode_in_slices(result: BaseModel) -> BaseModel | Encoded:
