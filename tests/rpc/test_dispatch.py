@@ -321,3 +321,62 @@ async def test_a_clients_mistake_is_not_logged_as_an_error(
     ready.send(message)
     assert await ready.result("session/list", {}) == {"sessions": []}
     assert [r.getMessage() for r in caplog.records if r.levelno >= 40] == []
+
+
+async def test_pipelined_gets_and_writes_each_answer_the_session_as_it_was_then(ready: Peer):
+    """One read holding gets between appends, a configure, a fork and a clear: each get sees
+    every write sent before it (the encoding a session keeps is dropped on each write)."""
+    sid = (await ready.result("session/create", {}))["sessionId"]
+
+    def request(method: str, **params: Any) -> dict[str, Any]:
+        ready._ids += 1
+        body = {"jsonrpc": "2.0", "id": ready._ids, "method": method, "params": params}
+        return body
+
+    message = {"role": "user", "content": "x" * 300}
+    sent = [
+        request("session/get", sessionId=sid),
+        request("session/append", sessionId=sid, messages=[message]),
+        request("session/get", sessionId=sid),
+        request("session/configure", sessionId=sid, title="renamed"),
+        request("session/get", sessionId=sid),
+        request("session/append", sessionId=sid, messages=[message, message]),
+        request("session/get", sessionId=sid),
+        request("session/clear", sessionId=sid),
+        request("session/get", sessionId=sid),
+        request("session/get", sessionId="no-such-session"),
+        request("session/get", sessionId=7),
+    ]
+    ready.send_bytes(b"".join(encode_frame(orjson.dumps(body)) for body in sent))
+    replies = [await ready.response(body["id"]) for body in sent]
+    gets = [
+        r["result"]
+        for r, b in zip(replies, sent, strict=True)
+        if b["method"] == "session/get" and "result" in r
+    ]
+    assert [g["messageCount"] for g in gets] == [0, 1, 1, 3, 0]
+    assert [g.get("title") for g in gets] == [None, None, "renamed", "renamed", "renamed"]
+    assert error_code(replies[-2]) == ErrorCode.SESSION_NOT_FOUND
+    assert error_code(replies[-1]) == ErrorCode.INVALID_PARAMS
+    appended = replies[5]["result"]["messages"]
+    assert [m["content"] for m in appended] == [message["content"]] * 2
+    assert all(m["role"] == "user" and m["id"] and m["createdAt"] for m in appended)
+
+
+async def test_an_append_answers_its_messages_as_a_later_read_gives_them(ready: Peer):
+    sid = (await ready.result("session/create", {}))["sessionId"]
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "look"}], "metadata": {"k": [1]}},
+        {
+            "role": "assistant",
+            "content": None,
+            "toolCalls": [{"id": "c1", "name": "read", "arguments": {"path": "a"}}],
+            "author": "agent",
+        },
+        {"role": "tool", "toolCallId": "c1", "name": "read", "content": "ok", "output": [1, 2]},
+        {"role": "user", "content": {"any": "json"}},
+    ]
+    answer = await ready.result("session/append", {"sessionId": sid, "messages": messages})
+    read = await ready.result("session/messages", {"sessionId": sid})
+    assert answer["messages"] == read["messages"]
+    assert answer["messages"][1]["toolCalls"][0]["arguments"] == '{"path":"a"}'

@@ -85,3 +85,31 @@ async def test_parts_are_made_only_as_the_transport_takes_them_and_stay_in_order
         assert len(made) <= 5
     assert bytes(pipe.written) == b"head" + b"".join(bytes([n]) * 100 for n in range(5)) + b"after"
     assert made == [0, 1, 2, 3, 4]
+
+
+async def test_the_input_is_read_in_pieces_under_the_mmap_threshold():
+    """A read asks READ_SIZE bytes, not asyncio's 256 KB: a buffer that big is mmapped for every
+    read, however little it brings. The pipe here holds 1 MB, so a read could bring more."""
+    import fcntl
+    import os
+
+    from tether.rpc.app import App
+    from tether.rpc.transport import READ_SIZE, _connect_reader
+    from tether.rpc.wire import Wire
+
+    read_fd, write_fd = os.pipe()
+    fcntl.fcntl(write_fd, 1031, 1024 * 1024)  # F_SETPIPE_SZ
+    payload = b"Content-Length: 300000\r\n\r\n" + b" " * 300_000
+    os.write(write_fd, payload)  # all of it waits in the pipe before the first read
+    os.close(write_fd)
+    wire = Wire(App())
+    pieces: list[int] = []
+    wire.data_received = lambda data: pieces.append(len(data))  # type: ignore[method-assign]
+    stop = await _connect_reader(asyncio.get_running_loop(), wire, read_fd, None)
+    try:
+        async with asyncio.timeout(5):
+            await wire.stopped.wait()  # the end of the input (connection_lost)
+    finally:
+        stop()
+    assert sum(pieces) == len(payload)
+    assert max(pieces) == READ_SIZE < 128 * 1024

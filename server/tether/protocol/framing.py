@@ -94,6 +94,10 @@ class FrameDecoder:
         return self._read_body(out)
 
     def _read_header(self, out: list[Frame | FrameError]) -> bool:
+        taken = _take_canonical_frames(self._buffer, self.max_body, out)
+        if taken:  # the frames that follow a body split across reads, in one go
+            del self._buffer[:taken]  # cheap: bytearray drops a prefix without moving the rest
+            return True
         canonical = _CANONICAL_HEADER.match(self._buffer)
         if canonical is not None:
             length: int | None = int(canonical[1])
@@ -158,8 +162,11 @@ class FrameDecoder:
         self._length = None
 
 
-def _take_canonical_frames(data: bytes, max_body: int, out: list[Frame | FrameError]) -> int:
-    """The fast path: whole frames with the one header every client sends, straight from ``data``.
+def _take_canonical_frames(
+    data: bytes | bytearray, max_body: int, out: list[Frame | FrameError]
+) -> int:
+    """The fast path: whole frames with the one header every client sends, straight from ``data``
+    (what was read, or the buffer once a frame split across reads is complete).
 
     Returns how far it got; anything else (other headers, a partial frame, a body with a raw CR LF
     that needs checking) is left to the general decoder.

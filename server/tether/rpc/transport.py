@@ -55,6 +55,11 @@ FREEZE_WAIT = 5.0
 
 _KERNEL_IMPORT_TIMEOUT = 30.0
 
+READ_SIZE = 64 * 1024
+"""Bytes asked of each read. asyncio asks 256 KB, a buffer over glibc's mmap threshold
+(128 KB): every read, however small, then costs an mmap, an mremap and a munmap, ~15-25 µs per
+request in a process of tether's size. A pipe holds 64 KB, so no read returns more anyway."""
+
 _BACKGROUND_SWITCH_INTERVAL = 0.001
 """While the background imports run, the event loop's thread gets the interpreter back within
 1 ms of wanting it (Python's default is 5 ms)."""
@@ -288,6 +293,7 @@ class _Connection(_Stream):
             transport.close()
             return
         self._listener.taken = self._served = True
+        _read_in_heap_sized_pieces(transport)
         self._output = _Output(transport)
         self._output.backed_up = _pause_reading(transport)
         self._wire.connect(self._output.write, self._output.write_parts)
@@ -439,9 +445,17 @@ async def _connect_reader(
             task.cancel()
 
         return stop_reading
+    _read_in_heap_sized_pieces(transport)
     if output is not None:
         output.backed_up = _pause_reading(transport)
     return transport.close
+
+
+def _read_in_heap_sized_pieces(transport: asyncio.BaseTransport) -> None:
+    """Have the transport read :data:`READ_SIZE` bytes at a time (asyncio's own transports
+    take their read size from ``max_size``; another transport is left as it is)."""
+    if isinstance(getattr(transport, "max_size", None), int):
+        transport.max_size = READ_SIZE  # type: ignore[attr-defined]
 
 
 async def _read_file(loop: asyncio.AbstractEventLoop, pipe: Any, stream: _Stream) -> None:

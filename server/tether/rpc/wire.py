@@ -11,7 +11,8 @@ in the background (see :mod:`tether.rpc.transport`) and gets the standard LSP me
 for it that arrive before it is attached wait, in order.
 
 Responses and notifications are written once per turn of the event loop: what a batch of
-pipelined requests makes goes out in one write.
+pipelined requests makes goes out in one write, at the end of the read that brought them (no
+extra turn of the loop before a request answered at once goes out).
 
 Every request that carries an id gets exactly one response: malformed bodies (-32700, id null),
 invalid envelopes (-32600), requests before ``initialize`` (-32002) or after ``shutdown``
@@ -79,6 +80,7 @@ class Wire:
         self._write_parts: WriteParts | None = None
         self._out: list[bytes] = []  # frames written at the end of this turn of the loop
         self._flushing: asyncio.Handle | None = None
+        self._reading = False  # in data_received, which writes what it sent once it is done
         self._dispatcher: Dispatcher | None = None
         self._waiting: list[Message] = []  # let through before a dispatcher was attached
         self._unanswered: set[MsgId] = set()  # requests let through, not yet answered
@@ -127,10 +129,15 @@ class Wire:
             return
         items = self._decoder.feed(data)
         items.reverse()
-        while items:  # popped, so a big body is freed as soon as it is decoded
-            message = self._decode(items.pop())
-            if message is not None:
-                self._handle(message)
+        self._reading = True
+        try:
+            while items:  # popped, so a big body is freed as soon as it is decoded
+                message = self._decode(items.pop())
+                if message is not None:
+                    self._handle(message)
+        finally:
+            self._reading = False
+            self.flush()  # what these requests answered at once, in one write, in this turn
 
     def connection_lost(self) -> None:
         """The client went away: stop as ``exit`` would."""
@@ -210,7 +217,7 @@ class Wire:
             self._shutdown(msg_id)
         else:
             self._unanswered.add(msg_id)
-            handler = self._handler(method)
+            handler = self._methods.get(method) or self._handler(method)
             if handler is None:
                 self._forward(message)
             else:
@@ -225,12 +232,21 @@ class Wire:
         return handler
 
     def _dispatch(self, msg_id: MsgId, handler: Handler, params: Any) -> None:
-        started = eager.start(handler(params))
-        if isinstance(started, eager.Finished):
-            self._answer(msg_id, started.result, started.exception)
-        else:
-            self._running[msg_id] = started
-            started.add_done_callback(functools.partial(self._finished, msg_id))
+        """Run the handler up to its first wait (:mod:`tether.rpc.eager`, inlined: this is
+        every request's path); one that finishes is answered now, one that waits goes on as a
+        task."""
+        coroutine = handler(params)
+        try:
+            waiting_on = coroutine.send(None)
+        except StopIteration as finished:
+            self.send_result(msg_id, finished.value)
+            return
+        except Exception as exc:
+            self.send_error(msg_id, error_from_exception(exc))
+            return
+        task = asyncio.ensure_future(eager.Resume(coroutine, waiting_on))
+        self._running[msg_id] = task
+        task.add_done_callback(functools.partial(self._finished, msg_id))
 
     def _finished(self, msg_id: MsgId, task: asyncio.Future[Any]) -> None:
         self._running.pop(msg_id, None)
@@ -432,7 +448,7 @@ class Wire:
         if size < _BIG:
             self._out.append(b"Content-Length: %d\r\n\r\n" % size)
             self._out.extend(parts)
-            if self._flushing is None:
+            if self._flushing is None and not self._reading:
                 self._schedule_flush()
             return
         self.flush()

@@ -45,7 +45,7 @@ from tether.sessions.cursors import decode_cursor, encode_cursor
 from tether.sessions.forks import check_fork_point, cut_chain
 from tether.sessions.ids import utcnow, uuid7
 from tether.sessions.lease import Lease, process_holder
-from tether.sessions.store import Order
+from tether.sessions.store import Order, session_json
 
 _SLICE = 250  # messages of a big append prepared between two turns of the event loop
 
@@ -179,6 +179,9 @@ class _Record:
     chain: list[tuple[_Segment, int]] = field(default_factory=list)
     base_count: int = 0
     lease: Lease | None = None  # the run that holds the session (live or not)
+    encoded: bytes | None = None
+    """The session as JSON with ``running`` false, made by the first read after a write
+    (:meth:`MemoryStore.get_json`); every write to ``session`` sets it back to None."""
 
     def own(self) -> _Segment:
         return _Segment(self.messages, self.positions, self.tool_call_ids)
@@ -272,6 +275,16 @@ class MemoryStore:
 
     async def get(self, session_id: str) -> Session:
         return self._copy(self._record(session_id))
+
+    def get_json(self, session_id: str) -> bytes:
+        """What :func:`session_json` makes of ``get``: encoded once per version of the
+        session, so repeated reads of an unchanged session cost a lookup."""
+        record = self._record(session_id)
+        if self._live_lease(record) is not None:  # rare: running, encoded each time
+            return session_json(self._copy(record))
+        if record.encoded is None:
+            record.encoded = session_json(record.session)
+        return record.encoded
 
     async def list_sessions(
         self, *, workspace: str | None, cursor: str | None, limit: int
@@ -372,7 +385,11 @@ class MemoryStore:
         changed: the session may be gone, or leased to a run since."""
         record = self._record(session_id)
         self._check_writer(record, run_id)
-        gone = next((call for call in staged.answers if not record.knows_call(call)), None)
+        gone = (
+            next((call for call in staged.answers if not record.knows_call(call)), None)
+            if staged.answers
+            else None
+        )
         if gone is not None:  # the session was cleared meanwhile
             raise InvalidParams.field(
                 "messages", f"no tool call {gone!r} in this session to answer (it was cleared)"
@@ -388,13 +405,16 @@ class MemoryStore:
             record.tool_call_ids[call_id] = position
         record.session.message_count = record.total()
         record.session.updated_at = max(now, record.session.updated_at)
+        record.encoded = None
 
     async def history(self, session_id: str) -> list[Message]:
         record = self._record(session_id)
         return [unpack(m) for m in record.slice(0, record.total())]
 
     async def configure(self, session_id: str, changes: SessionFields) -> Session:
-        session = self._record(session_id).session
+        record = self._record(session_id)
+        record.encoded = None
+        session = record.session
         for name in changes.model_fields_set & SessionFields.model_fields.keys():
             value = getattr(changes, name)
             if name in ("settings", "metadata", "state") and value is None:
@@ -404,7 +424,9 @@ class MemoryStore:
         return self._copy(self._record(session_id))
 
     async def add_usage(self, session_id: str, usage: Usage) -> None:
-        total = self._record(session_id).session.usage
+        record = self._record(session_id)
+        record.encoded = None
+        total = record.session.usage
         total.input_tokens += usage.input_tokens
         total.output_tokens += usage.output_tokens
 
@@ -418,6 +440,7 @@ class MemoryStore:
         record.base_count = 0
         record.session.message_count = 0
         record.session.updated_at = _later(record.session)
+        record.encoded = None
         return self._copy(record)
 
     async def delete(self, session_id: str) -> None:

@@ -6,6 +6,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, runtime_checkable
 
+import orjson
+
 from tether.protocol import (
     ListSessionsResult,
     Message,
@@ -17,6 +19,22 @@ from tether.protocol.kernel import Usage
 from tether.protocol.sessions import CreateSessionParams, ForkSessionParams, SessionFields
 
 Order = Literal["asc", "desc"]
+
+
+def session_json(session: Session) -> bytes:
+    """A session as the wire encodes a result (``model_dump(by_alias=True, exclude_none=True)``
+    and orjson, times in UTC as ``Z``)."""
+    dumped = session.model_dump(by_alias=True, exclude_none=True)
+    return orjson.dumps(dumped, option=orjson.OPT_UTC_Z)
+
+
+class JsonReads(Protocol):
+    """A store that can answer ``session/get`` already encoded (the memory store, which
+    keeps the encoding of each session until it changes)."""
+
+    def get_json(self, session_id: str) -> bytes:
+        """``session_json(await get(session_id))``, without building the copy."""
+        ...
 
 
 @runtime_checkable
