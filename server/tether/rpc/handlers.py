@@ -119,13 +119,15 @@ def handler(
 def get_handler(sessions: SessionService, limits: LimitsOf) -> Handler:
     """``session/get``: the session comes encoded from the service (the memory store keeps the
     encoding of each session until it changes), and goes out as it is."""
-    validate = GetSessionParams.__pydantic_validator__.validate_python
+    validate: Callable[..., GetSessionParams] | None = None  # built on first use, as handler's
     context: dict[str, Limits] = {"limits": DEFAULT_LIMITS}
 
     async def handle_get(params: dict[str, Any] | None) -> Any:
-        nonlocal context
+        nonlocal context, validate
         if context["limits"] is not (current := limits()):
             context = {"limits": current}
+        if validate is None:
+            validate = GetSessionParams.__pydantic_validator__.validate_python
         try:
             valid: GetSessionParams = validate(params or {}, context=context)
         except ValidationError as exc:
