@@ -163,7 +163,10 @@ class Worker:
         waiting: list[tuple[str, list[str]]] = []
         try:
             listed = await store.list_sessions(workspace=None, cursor=None, limit=1000)
-            assert {s.session_id for s in listed.sessions} == set(self.sessions)
+            stored = {s.session_id: s for s in listed.sessions}
+            assert set(self.sessions) <= stored.keys()
+            for sid in stored.keys() - set(self.sessions):  # created, killed before the answer
+                assert stored[sid].message_count == 0, f"{sid}: no one could have run in it"
             for sid in self.sessions:
                 session = await store.get(sid)
                 history = await store.history(sid)
