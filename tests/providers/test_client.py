@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from tests.fakes import Hang, ModelServer, Reply, Reset, Status
+from tests.providers.streams import cancel_after_first_piece
 from tether.protocol import Message, ProviderError, Role
 from tether.providers import Completion, ModelRequest, RetryPolicy, TextDelta
 from tether.providers.client import lost_connection, make_client
@@ -142,19 +143,7 @@ async def test_cancelling_a_run_mid_stream_closes_its_connection_and_the_next_ca
     server.push(Hang(after_text="a long answer that stalls"))
     async with make_client() as client:
         provider = provider_over(client, server)
-        first = asyncio.Event()
-
-        async def consume() -> None:
-            async with aclosing(provider.stream(ask())) as stream:
-                async for _ in stream:
-                    first.set()
-
-        task = asyncio.create_task(consume())
-        async with asyncio.timeout(5):
-            await first.wait()
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await cancel_after_first_piece(provider, ask())
         await server.wait_for_closed(1)  # the endpoint saw the stream end, not the client exit
         assert await answer(provider) == "pong from the endpoint"
     assert server.connections == 2  # a cut stream's connection is not put back in the pool

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from tests.fakes import Call, Hang, ModelServer, Raw, Reply, Reset, Status, Truncate
+from tests.providers.streams import cancel_after_first_piece
 from tether.protocol import ErrorCode, Message, ProviderError, Role
 from tether.providers import Completion, ModelRequest, RetryPolicy, TextDelta
 from tether.providers.anthropic import AnthropicProvider
@@ -494,19 +495,7 @@ async def test_cancelling_a_stream_stops_the_request_at_once(
     provider: HttpProvider, server: ModelServer
 ) -> None:
     server.push(Hang(after_text="a long answer that stalls"))
-    first = asyncio.Event()
-
-    async def consume() -> None:
-        async with aclosing(provider.stream(ask())) as stream:
-            async for _ in stream:
-                first.set()
-
-    task = asyncio.create_task(consume())
-    async with asyncio.timeout(5):
-        await first.wait()
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+    await cancel_after_first_piece(provider, ask())
 
 
 async def test_a_provider_without_a_client_makes_and_closes_its_own(
