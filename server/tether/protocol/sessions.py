@@ -10,8 +10,8 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 from tether.protocol.base import Params, UtcDatetime, WireModel
 from tether.protocol.errors import InvalidParams
 from tether.protocol.kernel import Usage
-from tether.protocol.limits import content_size, limits_of, over_limit
-from tether.protocol.messages import Message, MessageInput
+from tether.protocol.limits import Limits, content_size, limits_of, over_limit, utf8_size
+from tether.protocol.messages import Message, MessageInput, Role
 from tether.protocol.tools import McpServerSpec, unique_server_names
 
 SessionId = str
@@ -189,6 +189,60 @@ class AppendParams(SessionRef):
                 "at most {value} messages per append ({limit})", "maxAppendMessages", most
             )
         return messages
+
+
+_PLAIN_ROLES = {"user": Role.USER, "assistant": Role.ASSISTANT, "system": Role.SYSTEM}
+_SET_ATTR = object.__setattr__
+
+
+def plain_append(params: Any, limits: Limits, most: int) -> tuple[str, list[MessageInput]] | None:
+    """The params of the usual ``session/append``, checked without pydantic: ``{"sessionId":
+    "...", "messages": [{"role": "user", "content": "text"}, ...]}`` with 1 to ``most`` messages
+    (and within ``limits``), each of exactly a ``user``, ``assistant`` or ``system`` role and a
+    text content. Returns what :class:`AppendParams` makes of them (its session id and
+    messages), or None for any other shape, even a valid one, which pydantic then validates
+    (and refuses with the errors it names). Half the cost of a small append was pydantic's
+    generic path through the message model's validators, which a plain text message never needs.
+    """
+    if type(params) is not dict or len(params) != 2:
+        return None
+    session_id = params.get("sessionId")
+    messages = params.get("messages")
+    if (
+        type(session_id) is not str
+        or not session_id
+        or type(messages) is not list
+        or not 0 < len(messages) <= min(most, limits.max_append_messages)
+    ):
+        return None
+    most_bytes = limits.max_message_bytes
+    plain: list[MessageInput] = []
+    for message in messages:
+        if type(message) is not dict or len(message) != 2:
+            return None
+        name, content = message.get("role"), message.get("content")
+        role = _PLAIN_ROLES.get(name) if type(name) is str else None
+        if role is None or type(content) is not str or utf8_size(content) > most_bytes:
+            return None
+        plain.append(_plain_message(role, content))
+    return session_id, plain
+
+
+_PLAIN_FIELDS = dict.fromkeys(MessageInput.model_fields)
+
+
+def _plain_message(role: Role, content: str) -> MessageInput:
+    """The :class:`MessageInput` pydantic validates from ``{"role": role, "content": content}``
+    (every other field None, these two set), without its generic path."""
+    message = MessageInput.__new__(MessageInput)
+    fields = _PLAIN_FIELDS.copy()
+    fields["role"] = role
+    fields["content"] = content
+    _SET_ATTR(message, "__dict__", fields)
+    _SET_ATTR(message, "__pydantic_fields_set__", {"role", "content"})
+    _SET_ATTR(message, "__pydantic_extra__", None)
+    _SET_ATTR(message, "__pydantic_private__", None)
+    return message
 
 
 class AppendResult(WireModel):

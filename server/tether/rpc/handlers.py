@@ -37,7 +37,7 @@ from tether.protocol import (
     MessagesParams,
 )
 from tether.protocol.limits import DEFAULT_LIMITS, Limits
-from tether.protocol.sessions import AppendedMessage
+from tether.protocol.sessions import AppendedMessage, plain_append
 from tether.rpc.errors import invalid_params
 from tether.sessions import SessionService
 
@@ -147,6 +147,9 @@ def append_handler(sessions: SessionService, limits: LimitsOf) -> Handler:
     async def handle_append(params: dict[str, Any] | None) -> Any:
         nonlocal context
         current = limits()
+        plain = plain_append(params, current, SLICE)  # the usual text messages: no pydantic
+        if plain is not None:
+            return await _append_small(sessions, *plain)
         messages = params.get("messages") if params else None
         if (
             params is None
@@ -161,15 +164,25 @@ def append_handler(sessions: SessionService, limits: LimitsOf) -> Handler:
                 raise invalid_params(exc) from None
             session_id, batch = valid.session_id, valid.messages
             del valid
-            stored = await sessions.append_slices(session_id, _OneSlice(batch))
-            answer = {"messages": _dump_slice(stored, 0)}
-            return Encoded((orjson.dumps(answer, option=orjson.OPT_UTC_Z),))
+            return await _append_small(sessions, session_id, batch)
         head = validate_params(AppendParams, {**params, "messages": messages[:SLICE]}, current)
         session_id, slices = head.session_id, validated_slices(head.messages, messages, current)
         del head
         return await encode_messages(await sessions.append_slices(session_id, slices))
 
     return handle_append
+
+
+async def _append_small(
+    sessions: SessionService, session_id: str, batch: list[MessageInput]
+) -> Encoded:
+    """An append of at most :data:`SLICE` validated messages, stored and its answer encoded by
+    the store at once when it can, else through its sliced path (one slice)."""
+    answer = sessions.append_json(session_id, batch)
+    if answer is None:
+        stored = await sessions.append_slices(session_id, _OneSlice(batch))
+        answer = orjson.dumps({"messages": _dump_slice(stored, 0)}, option=orjson.OPT_UTC_Z)
+    return Encoded((answer,))
 
 
 class _OneSlice:

@@ -380,6 +380,27 @@ class MemoryStore:
         self._commit(session_id, None, staged, now)
         return _Unpacked(staged.packed)
 
+    def append_json(self, session_id: str, messages: Sequence[MessageInput]) -> bytes:
+        """A client's small append (validated, at most a slice), added at once, and its answer
+        (``{"messages": [...]}``) encoded as the wire encodes it: what ``append_slices`` and the
+        handler's encoding make, without staging (nothing is awaited between the checks and the
+        write, so nothing needs checking twice) and without building a message to dump it."""
+        record = self._record(session_id)
+        self._check_writer(record, None)
+        _check_tool_results(record.knows_call, messages, set())
+        now = _later(record.session)
+        packed = [pack_input(m, uuid7(), now, None) for m in messages]
+        positions, tool_call_ids = record.positions, record.tool_call_ids
+        for position, message in enumerate(packed, len(record.messages)):
+            positions[message[0]] = position
+            for call in message[3] or ():
+                tool_call_ids[call[0]] = position
+        record.messages += packed
+        record.session.message_count = record.total()
+        record.session.updated_at = now
+        record.encoded = None
+        return orjson.dumps({"messages": [_dumped(m) for m in packed]}, option=orjson.OPT_UTC_Z)
+
     def _commit(self, session_id: str, run_id: str | None, staged: _Staged, now: datetime) -> None:
         """Add staged messages to a session in one step, checking again what an await may have
         changed: the session may be gone, or leased to a run since."""

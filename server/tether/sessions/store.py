@@ -37,6 +37,16 @@ class JsonReads(Protocol):
         ...
 
 
+class JsonAppends(Protocol):
+    """A store that can append a client's small batch at once and answer it encoded (the
+    memory store: nothing to wait for between its checks and its write)."""
+
+    def append_json(self, session_id: str, messages: Sequence[MessageInput]) -> bytes:
+        """What ``append_slices`` of one slice stores, and its answer ``{"messages": [...]}``
+        as the wire encodes a result."""
+        ...
+
+
 @runtime_checkable
 class DumpedMessages(Protocol):
     """What ``append_slices`` may answer besides being a sequence: its messages dumped without
