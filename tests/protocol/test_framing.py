@@ -9,6 +9,7 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
+from tether.protocol import framing
 from tether.protocol.framing import Frame, FrameDecoder, FrameError, encode_frame
 
 REQUEST = b'{"jsonrpc":"2.0","id":1,"method":"session/get","params":{"sessionId":"s"}}'
@@ -310,3 +311,22 @@ def test_garbage_fed_in_any_chunks_never_prevents_the_next_frame(
 def test_a_valid_body_that_reaches_its_length_is_handed_on_without_waiting() -> None:
     for body in [b"true", b"false", b"null", b"12", b'"c"', b"[]", b"{} \r"]:
         assert FrameDecoder().feed(encode_frame(body)) == [Frame(body)]
+
+
+def _may_start_by_search(buffer: bytes, end: int) -> bool:
+    """``_header_may_start_before`` without its shortcut on the last byte: the search alone."""
+    if len(buffer) - end >= framing._EMBEDDED_HEADER_MAX:
+        return False
+    match = framing._HEADER_PREFIX.search(buffer, max(0, end - framing._EMBEDDED_HEADER_MAX))
+    return match is not None and match.start() < end
+
+
+@pytest.mark.parametrize("header", [b"content-length: 123 \r", b"CONTENT-LENGTH\t:\t9\r"])
+def test_the_last_byte_shortcut_agrees_with_the_search_for_every_byte(header: bytes) -> None:
+    for cut in range(len(header) + 1):
+        for last in range(256):
+            buffer = b'{"a":1}' + header[:cut] + bytes([last])
+            for end in (7, len(buffer) - 1, len(buffer)):
+                assert framing._header_may_start_before(buffer, end) == _may_start_by_search(
+                    buffer, end
+                ), (buffer, end)

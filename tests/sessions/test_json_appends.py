@@ -120,6 +120,7 @@ async def test_append_json_stores_and_answers_what_the_sliced_path_does(ids: Sam
     assert fast_record.positions == slow_record.positions
     assert fast_record.tool_call_ids == slow_record.tool_call_ids
     assert fast_record.session == slow_record.session
+    assert fast_record.session.model_fields_set == slow_record.session.model_fields_set
     page = await fast.messages(SID, cursor=None, limit=3, order="desc")
     assert page == await slow.messages(SID, cursor=None, limit=3, order="desc")
 

@@ -45,6 +45,9 @@ _HEADER_PREFIX = re.compile(
     re.IGNORECASE,
 )
 
+_PREFIX_ENDS = frozenset(b"content-lengthCONTENT-LENGTH \t:0123456789\r")
+"""The bytes a match of ``_HEADER_PREFIX`` can end in (it is never empty)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Frame:
@@ -195,8 +198,8 @@ def _header_may_start_before(buffer: bytes | bytearray, end: int) -> bool:
     arrives. Valid JSON never ends that way (it ends in ``}``, ``]``, ``"``, a digit, a letter of
     ``true``, ``false`` or ``null``, or white space), so no valid frame ever waits for this.
     """
-    if len(buffer) - end >= _EMBEDDED_HEADER_MAX:
-        return False
+    if len(buffer) - end >= _EMBEDDED_HEADER_MAX or not buffer or buffer[-1] not in _PREFIX_ENDS:
+        return False  # (the last two: no such prefix ends in this byte; the search is ~1 µs)
     match = _HEADER_PREFIX.search(buffer, max(0, end - _EMBEDDED_HEADER_MAX))
     return match is not None and match.start() < end
 

@@ -102,6 +102,7 @@ def unpack(packed: Packed) -> Message:
 
 
 _SET_ATTR = object.__setattr__
+_APPEND_SETS = ("message_count", "updated_at")
 
 
 def _range(span: tuple[str, str, int]) -> CompactedRange:
@@ -386,18 +387,22 @@ class MemoryStore:
         handler's encoding make, without staging (nothing is awaited between the checks and the
         write, so nothing needs checking twice) and without building a message to dump it."""
         record = self._record(session_id)
-        self._check_writer(record, None)
+        if record.lease is not None:
+            self._check_writer(record, None)
         _check_tool_results(record.knows_call, messages, set())
-        now = _later(record.session)
+        session = record.session
+        now = max(utcnow(), session.updated_at)
         packed = [pack_input(m, uuid7(), now, None) for m in messages]
         positions, tool_call_ids = record.positions, record.tool_call_ids
         for position, message in enumerate(packed, len(record.messages)):
             positions[message[0]] = position
-            for call in message[3] or ():
-                tool_call_ids[call[0]] = position
+            if message[3] is not None:
+                for call in message[3]:
+                    tool_call_ids[call[0]] = position
         record.messages += packed
-        record.session.message_count = record.total()
-        record.session.updated_at = now
+        # what pydantic's __setattr__ does for a plain field, without its two calls
+        session.__dict__.update(message_count=record.total(), updated_at=now)
+        session.__pydantic_fields_set__.update(_APPEND_SETS)
         record.encoded = None
         return orjson.dumps({"messages": [_dumped(m) for m in packed]}, option=orjson.OPT_UTC_Z)
 
@@ -621,17 +626,18 @@ def pack_input(source: MessageInput, message_id: str, now: datetime, run_id: str
     calls = source.tool_calls
     metadata = source.metadata
     span = source.replaces
+    output = source.output
     return (
         message_id,
         source.role.value,
-        _copy_content(content),
+        content if type(content) is str else _copy_content(content),  # text: immutable
         None if calls is None else tuple((c.id, c.name, c.arguments) for c in calls),
         source.tool_call_id,
         source.is_error,
         source.name,
         source.author,
         None if metadata is None else _copy_json(metadata),
-        _copy_value(source.output),
+        None if output is None else _copy_value(output),
         run_id,
         source.kind,
         None if span is None else (span.first_id, span.last_id, span.count),
