@@ -149,13 +149,15 @@ def append_handler(sessions: SessionService, limits: LimitsOf) -> Handler:
         current = limits()
         plain = plain_append(params, current, SLICE)  # the usual text messages: no pydantic
         if plain is not None:
-            return await _append_small(sessions, *plain)
-        messages = params.get("messages") if params else None
-        if (
-            params is None
-            or not isinstance(messages, list)
-            or not SLICE < len(messages) <= current.max_append_messages
-        ):
+            session_id, batch = plain
+        else:
+            messages = params.get("messages") if params else None
+            if (
+                params is not None
+                and isinstance(messages, list)
+                and SLICE < len(messages) <= current.max_append_messages
+            ):
+                return await _append_big(sessions, params, messages, current)
             if context["limits"] is not current:
                 context = {"limits": current}
             try:
@@ -164,25 +166,24 @@ def append_handler(sessions: SessionService, limits: LimitsOf) -> Handler:
                 raise invalid_params(exc) from None
             session_id, batch = valid.session_id, valid.messages
             del valid
-            return await _append_small(sessions, session_id, batch)
-        head = validate_params(AppendParams, {**params, "messages": messages[:SLICE]}, current)
-        session_id, slices = head.session_id, validated_slices(head.messages, messages, current)
-        del head
-        return await encode_messages(await sessions.append_slices(session_id, slices))
+        answer = sessions.append_json(session_id, batch)  # the memory store: at once
+        if answer is None:
+            stored = await sessions.append_slices(session_id, _OneSlice(batch))
+            answer = orjson.dumps({"messages": _dump_slice(stored, 0)}, option=orjson.OPT_UTC_Z)
+        return Encoded((answer,))
 
     return handle_append
 
 
-async def _append_small(
-    sessions: SessionService, session_id: str, batch: list[MessageInput]
+async def _append_big(
+    sessions: SessionService, params: dict[str, Any], messages: list[Any], limits: Limits
 ) -> Encoded:
-    """An append of at most :data:`SLICE` validated messages, stored and its answer encoded by
-    the store at once when it can, else through its sliced path (one slice)."""
-    answer = sessions.append_json(session_id, batch)
-    if answer is None:
-        stored = await sessions.append_slices(session_id, _OneSlice(batch))
-        answer = orjson.dumps({"messages": _dump_slice(stored, 0)}, option=orjson.OPT_UTC_Z)
-    return Encoded((answer,))
+    """An append of more than :data:`SLICE` messages, validated, stored and encoded a slice at
+    a time."""
+    head = validate_params(AppendParams, {**params, "messages": messages[:SLICE]}, limits)
+    session_id, slices = head.session_id, validated_slices(head.messages, messages, limits)
+    del head, params
+    return await encode_messages(await sessions.append_slices(session_id, slices))
 
 
 class _OneSlice:

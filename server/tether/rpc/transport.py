@@ -209,6 +209,8 @@ class _Output:
     def write(self, data: bytes) -> None:
         if self._paused or self._held:
             self._held.append(memoryview(data))
+        elif len(data) <= self.SLICE and not self._transport.is_closing():
+            self._transport.write(data)  # the usual answer: one piece, as it is
         else:
             self._hand_on(memoryview(data))
 

@@ -154,8 +154,9 @@ class Wire:
             data = None if item.limit is None else {"limit": item.limit, "value": item.value}
             self.send_error(None, error_object(ErrorCode.PARSE_ERROR, item.reason, data))
             return None
+        body = item.body
         try:
-            message = splitparse.loads(item.body)
+            message = orjson.loads(body) if len(body) < _SPLIT_FROM else splitparse.loads(body)
         except orjson.JSONDecodeError as exc:
             self.send_error(None, error_object(ErrorCode.PARSE_ERROR, f"parse error: {exc}"))
             return None
@@ -494,6 +495,7 @@ class Wire:
 
 
 _BIG = 64 * 1024
+_SPLIT_FROM = splitparse.SPLIT_FROM
 
 
 class _Answer:
