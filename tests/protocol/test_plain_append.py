@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from tether.protocol import MessageInput
 from tether.protocol.limits import DEFAULT_LIMITS, Limits
-from tether.protocol.sessions import AppendParams, plain_append
+from tether.protocol.sessions import AppendParams, GetSessionParams, plain_append, plain_session_id
 
 MOST = 250
 
@@ -140,3 +140,35 @@ def test_whatever_the_fast_path_takes_pydantic_takes_the_same_way(given_params: 
     plain = plain_append(given_params, limits, MOST)
     if plain is not None:
         assert_same(plain, given_params, limits)
+
+
+@pytest.mark.parametrize(
+    ("given_params", "expected"),
+    [
+        ({"sessionId": "s-1"}, "s-1"),
+        ({"sessionId": "a b é"}, "a b é"),  # any non-empty string, as SessionRef takes it
+        ({"sessionId": ""}, None),
+        ({"sessionId": 1}, None),
+        ({"sessionId": None}, None),
+        ({"sessionId": "s-1", "x": 1}, None),
+        ({"session_id": "s-1"}, None),
+        ({}, None),
+        (None, None),
+        ([], None),
+    ],
+)
+def test_plain_session_id_takes_only_exactly_a_session_id(
+    given_params: Any, expected: str | None
+) -> None:
+    assert plain_session_id(given_params) == expected
+    if expected is not None:
+        GetSessionParams.model_rebuild()
+        assert GetSessionParams.model_validate(given_params).session_id == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(["sessionId", "session_id", "x"]), json_values) | json_values)
+def test_whatever_session_id_the_fast_path_takes_pydantic_takes(given_params: Any) -> None:
+    session_id = plain_session_id(given_params)
+    if session_id is not None:
+        assert GetSessionParams.model_validate(given_params).session_id == session_id

@@ -191,6 +191,16 @@ class AppendParams(SessionRef):
         return messages
 
 
+def plain_session_id(params: Any) -> str | None:
+    """The session id of params that are exactly ``{"sessionId": "<a string>"}`` (not empty),
+    what :class:`SessionRef` validates them to, checked without pydantic; None for any other
+    params, which pydantic then validates (and refuses with the errors it names)."""
+    if type(params) is not dict or len(params) != 1:
+        return None
+    session_id = params.get("sessionId")
+    return session_id if type(session_id) is str and session_id else None
+
+
 _PLAIN_ROLES = {"user": Role.USER, "assistant": Role.ASSISTANT, "system": Role.SYSTEM}
 _SET_ATTR = object.__setattr__
 

@@ -37,7 +37,7 @@ from tether.protocol import (
     MessagesParams,
 )
 from tether.protocol.limits import DEFAULT_LIMITS, Limits
-from tether.protocol.sessions import AppendedMessage, plain_append
+from tether.protocol.sessions import AppendedMessage, plain_append, plain_session_id
 from tether.rpc.errors import invalid_params
 from tether.sessions import SessionService
 
@@ -124,15 +124,17 @@ def get_handler(sessions: SessionService, limits: LimitsOf) -> Handler:
 
     async def handle_get(params: dict[str, Any] | None) -> Any:
         nonlocal context, validate
-        if context["limits"] is not (current := limits()):
-            context = {"limits": current}
-        if validate is None:
-            validate = GetSessionParams.__pydantic_validator__.validate_python
-        try:
-            valid: GetSessionParams = validate(params or {}, context=context)
-        except ValidationError as exc:
-            raise invalid_params(exc) from None
-        return Encoded((await sessions.get_json(valid),))
+        session_id = plain_session_id(params)  # the usual {"sessionId": "..."}: no pydantic
+        if session_id is None:
+            if context["limits"] is not (current := limits()):
+                context = {"limits": current}
+            if validate is None:
+                validate = GetSessionParams.__pydantic_validator__.validate_python
+            try:
+                session_id = validate(params or {}, context=context).session_id
+            except ValidationError as exc:
+                raise invalid_params(exc) from None
+        return Encoded((await sessions.session_json(session_id),))
 
     return handle_get
 

@@ -69,11 +69,15 @@ class SessionService:
 
     async def get_json(self, params: GetSessionParams) -> bytes:
         """``session/get``'s result encoded as the wire encodes it, by the store if it can."""
+        return await self.session_json(params.session_id)
+
+    async def session_json(self, session_id: str) -> bytes:
+        """:meth:`get_json` of a session id (validated)."""
         store = self.store
         get_json: Callable[[str], bytes] | None = getattr(store, "get_json", None)
         if get_json is not None:  # a JsonReads (isinstance of a runtime protocol costs ~7 µs)
-            return get_json(params.session_id)
-        return session_json(await store.get(params.session_id))
+            return get_json(session_id)
+        return session_json(await store.get(session_id))
 
     async def list_sessions(self, params: ListSessionsParams) -> ListSessionsResult:
         workspace = canonical_workspace(params.workspace) if params.workspace else None
