@@ -49,8 +49,11 @@ _PREFIX_ENDS = frozenset(b"content-lengthCONTENT-LENGTH \t:0123456789\r")
 """The bytes a match of ``_HEADER_PREFIX`` can end in (it is never empty)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Frame:
+    """One frame's body. Not a frozen dataclass: its ``__init__`` (through ``object.__setattr__``)
+    costs twice as much, which a batch of pipelined requests pays per frame."""
+
     body: bytes | bytearray
 
 

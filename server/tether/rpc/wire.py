@@ -52,6 +52,7 @@ OnResponse = Callable[[Message], None]
 """Takes the client's answer to one of our requests (whatever it is: result, error, malformed)."""
 
 _CANCEL = "$/cancelRequest"
+_ID_TYPES = (str, int)  # a tuple: ``str | int`` in an isinstance builds the union each time
 _MAX_WITHDRAWN = 1024
 
 
@@ -171,14 +172,14 @@ class Wire:
             self._route(message)
         except Exception as exc:  # a bug: answer the request it was, and go on to the next
             msg_id = message.get("id")
-            if "method" in message and isinstance(msg_id, str | int) and msg_id in self._unanswered:
+            if "method" in message and isinstance(msg_id, _ID_TYPES) and msg_id in self._unanswered:
                 self.send_error(msg_id, error_from_exception(exc))
             else:
                 logger.exception("could not handle a message")
 
     def _route(self, message: Message) -> None:
         msg_id = message.get("id")
-        valid_id = isinstance(msg_id, str | int) and not isinstance(msg_id, bool)
+        valid_id = isinstance(msg_id, _ID_TYPES) and not isinstance(msg_id, bool)
         method = message.get("method")
         if message.get("jsonrpc") != "2.0" or ("id" in message and not valid_id):
             if "method" in message or "id" in message:
@@ -281,7 +282,7 @@ class Wire:
         list, an object, no id at all) is the client's mistake, noted and ignored. A request
         answered already is no news: a cancel often crosses the answer on the wire."""
         msg_id = params.get("id") if isinstance(params, dict) else None
-        if not isinstance(msg_id, str | int) or isinstance(msg_id, bool):
+        if not isinstance(msg_id, _ID_TYPES) or isinstance(msg_id, bool):
             logger.debug("ignored $/cancelRequest without a usable id: %.80r", params)
         elif (task := self._running.get(msg_id)) is not None:
             task.cancel()
@@ -412,7 +413,9 @@ class Wire:
             return
         try:
             parts = (
-                list(result.parts) if isinstance(result, Encoded) else [_encode(result, default)]
+                tuple(result.parts)  # a tuple already is not copied
+                if isinstance(result, Encoded)
+                else (_encode(result, default),)
             )
         except Exception as exc:
             logger.error("result of request %r cannot be serialized", msg_id, exc_info=exc)
