@@ -52,7 +52,7 @@ def params(*messages: Any, session_id: Any = "s-1") -> dict[str, Any]:
 PLAIN = [
     params({"role": "user", "content": "hello"}),
     params({"role": "assistant", "content": ""}),
-    params({"role": "system", "content": "be brief\n\t\"quoted\" é 😀"}),
+    params({"role": "system", "content": 'be brief\n\t"quoted" é 😀'}),
     params(*({"role": "user", "content": str(n)} for n in range(MOST))),
     params({"content": "order does not matter", "role": "user"}),
 ]
@@ -167,7 +167,9 @@ def test_plain_session_id_takes_only_exactly_a_session_id(
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.dictionaries(st.sampled_from(["sessionId", "session_id", "x"]), json_values) | json_values)
+@given(
+    st.dictionaries(st.sampled_from(["sessionId", "session_id", "x"]), json_values) | json_values
+)
 def test_whatever_session_id_the_fast_path_takes_pydantic_takes(given_params: Any) -> None:
     session_id = plain_session_id(given_params)
     if session_id is not None:
