@@ -72,6 +72,7 @@ NOT_PLAIN = [
     params(),  # no messages: pydantic says at least one
     params({"role": "user", "content": "x"}, session_id=""),
     params({"role": "user", "content": "x"}, session_id=5),
+    params({"role": "user", "content": "x"}, session_id="\ud800"),
     {"session_id": "s-1", "messages": [{"role": "user", "content": "x"}]},  # snake case
     {**params({"role": "user", "content": "x"}), "extra": 1},
     {"sessionId": "s-1", "messages": {"role": "user", "content": "x"}},
@@ -112,8 +113,9 @@ def test_the_limits_are_kept_and_what_goes_over_them_is_left_to_pydantic() -> No
             validated(over, limits)
 
 
+any_text = st.text(st.characters(exclude_categories=[]), max_size=5)  # lone surrogates too
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5) | any_text,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
     max_leaves=5,
 )
@@ -126,7 +128,10 @@ messages = st.one_of(
 )
 any_params = st.one_of(
     st.fixed_dictionaries(
-        {"sessionId": st.text(max_size=4) | json_values, "messages": st.lists(messages, max_size=4)}
+        {
+            "sessionId": st.text(max_size=4) | any_text | json_values,
+            "messages": st.lists(messages, max_size=4),
+        }
     ),
     st.dictionaries(st.sampled_from(["sessionId", "messages", "session_id", "x"]), json_values),
     json_values,
@@ -146,7 +151,9 @@ def test_whatever_the_fast_path_takes_pydantic_takes_the_same_way(given_params: 
     ("given_params", "expected"),
     [
         ({"sessionId": "s-1"}, "s-1"),
-        ({"sessionId": "a b é"}, "a b é"),  # any non-empty string, as SessionRef takes it
+        ({"sessionId": "a b.c:d"}, "a b.c:d"),  # any non-empty string, as SessionRef takes it
+        ({"sessionId": "é"}, None),  # not ASCII: left to pydantic, which takes it
+        ({"sessionId": "\ud800"}, None),  # which pydantic refuses
         ({"sessionId": ""}, None),
         ({"sessionId": 1}, None),
         ({"sessionId": None}, None),
@@ -164,6 +171,13 @@ def test_plain_session_id_takes_only_exactly_a_session_id(
     if expected is not None:
         GetSessionParams.model_rebuild()
         assert GetSessionParams.model_validate(given_params).session_id == expected
+
+
+def test_a_session_id_pydantic_refuses_is_never_taken() -> None:
+    with pytest.raises(ValidationError):
+        GetSessionParams.model_validate({"sessionId": "\ud800"})
+    with pytest.raises(ValidationError):
+        validated(params({"role": "user", "content": "x"}, session_id="\ud800"))
 
 
 @settings(max_examples=200, deadline=None)

@@ -198,7 +198,13 @@ def plain_session_id(params: Any) -> str | None:
     if type(params) is not dict or len(params) != 1:
         return None
     session_id = params.get("sessionId")
-    return session_id if type(session_id) is str and session_id else None
+    return session_id if _plain_id(session_id) else None
+
+
+def _plain_id(session_id: Any) -> bool:
+    """A non-empty string of ASCII: any other id is left to pydantic, which refuses some (a lone
+    surrogate, which no JSON decoder lets through)."""
+    return type(session_id) is str and session_id.isascii() and bool(session_id)
 
 
 _PLAIN_ROLES = {"user": Role.USER, "assistant": Role.ASSISTANT, "system": Role.SYSTEM}
@@ -219,8 +225,7 @@ def plain_append(params: Any, limits: Limits, most: int) -> tuple[str, list[Mess
     session_id = params.get("sessionId")
     messages = params.get("messages")
     if (
-        type(session_id) is not str
-        or not session_id
+        not _plain_id(session_id)
         or type(messages) is not list
         or not 0 < len(messages) <= min(most, limits.max_append_messages)
     ):
