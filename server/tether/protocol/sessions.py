@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeGuard
 
 import orjson
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator
@@ -201,7 +201,7 @@ def plain_session_id(params: Any) -> str | None:
     return session_id if _plain_id(session_id) else None
 
 
-def _plain_id(session_id: Any) -> bool:
+def _plain_id(session_id: Any) -> TypeGuard[str]:
     """A non-empty string of ASCII: any other id is left to pydantic, which refuses some (a lone
     surrogate, which no JSON decoder lets through)."""
     return type(session_id) is str and session_id.isascii() and bool(session_id)
