@@ -313,6 +313,7 @@ async def test_a_run_offered_fewer_tools_leaves_the_next_run_all_of_them(
     bodies = await openai_runs(endpoint, project, runs, [])
 
     offered = [[tool["function"]["name"] for tool in body.get("tools", [])] for body in bodies]
-    assert offered[0] == offered[2] and {"read_file", "list_files", "run_command"} <= set(offered[0])
+    assert offered[0] == offered[2]
+    assert {"read_file", "list_files", "run_command"} <= set(offered[0])
     assert offered[1] == ["read_file"]
     assert offered[3] == ["read_file", "list_files"]  # in the order of the built-in tools
