@@ -153,18 +153,13 @@ class CountedRenewals(MemoryStore):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.renewals = 0
+        self.third = asyncio.Event()  # set at the third renewal
 
     async def renew_run(self, session_id: str, run_id: str, lease: timedelta) -> bool:
         self.renewals += 1
+        if self.renewals == 3:
+            self.third.set()
         return await super().renew_run(session_id, run_id, lease)
-
-
-async def wait_for_renewals(store: CountedRenewals, count: int) -> None:
-    async def enough() -> None:
-        while store.renewals < count:
-            await asyncio.sleep(0.05)
-
-    await asyncio.wait_for(enough(), RUN_TIMEOUT)
 
 
 async def test_a_long_run_renews_its_lease_every_third_of_it_until_it_ends(tmp_path: Path) -> None:
@@ -177,7 +172,7 @@ async def test_a_long_run_renews_its_lease_every_third_of_it_until_it_ends(tmp_p
     sid = await harness.session()
     run = asyncio.ensure_future(harness.run(sid))
     await harness.started()
-    await wait_for_renewals(store, 3)
+    await asyncio.wait_for(store.third.wait(), RUN_TIMEOUT)
     harness.tools.gate("first").set()
     result = await run
     assert result.stop_reason is StopReason.END_TURN and result.response == "done"
