@@ -332,6 +332,7 @@ async def bench(args: argparse.Namespace, workspace: Path) -> None:
             "concurrent runs per server per round\n"
         )
         print("\n".join(runs_report(runs, args.concurrent)))
+        print(f"server CPU per concurrent run over the rounds, min-max (ms): {ranges(runs)}")
         for label, samples in runs.items():
             ratios = sorted(w / med(samples.single) for w in samples.wall)
             print(f"{label}: at once / alone over the rounds: {ratios[0]:.2f}x-{ratios[-1]:.2f}x")

@@ -110,7 +110,7 @@ class Backend:
     def build_kernel(self, approver: Approver | None) -> Kernel:
         """The kernel over this backend's store, providers and tools (imports a lot)."""
         from tether.kernel.kernel import Kernel
-        from tether.memory import load_memory
+        from tether.memory import load_memory, surely_no_memory
 
         self.kernel = Kernel(
             self.sessions.store,
@@ -118,6 +118,7 @@ class Backend:
             providers=self._provider,
             tools=self._tools,
             memory=load_memory,
+            no_memory=surely_no_memory,
             approver=approver,
             warnings=self.run_warnings,
         )
@@ -245,13 +246,13 @@ class Backend:
 
     async def _tools(self, config: TetherConfig, session_id: str, workspace: Path) -> ToolExecutor:
         from tether.kernel.kernel import sandbox_policy
-        from tether.tools import builtin_registry, builtin_tools
+        from tether.tools import builtin_registry, shared_builtin_tools
 
         own = self._mcp is not None and self._mcp.has_session_servers(session_id)
         if not config.tools.mcp_servers and not own:
             return builtin_registry(config.tools.enabled)
         return await self.mcp.executor(
-            builtin_tools(),
+            shared_builtin_tools(),
             servers=config.tools.mcp_servers,
             enabled=config.tools.enabled,
             session_id=session_id,

@@ -255,3 +255,65 @@ async def test_a_model_configured_without_tools_or_system_gets_neither_and_resul
     assert body["messages"][0]["content"] == "Be brief.\n\nRead notes."
     assert body["messages"][1]["content"] == ('[called tool read_file with {"path": "notes.txt"}]')
     assert body["messages"][2]["content"] == "[tool read_file returned:]\n42\n\nWhat is it?"
+
+
+async def openai_runs(
+    endpoint: ModelServer, project: Path, runs: list[dict[str, Any]], between: list[Any]
+) -> list[dict[str, Any]]:
+    """The bodies the endpoint got for ``runs`` (extra ``kernel/run`` params each) in one
+    session, ``between[i]()`` called after run ``i``."""
+    provider = {"type": "openai", "baseUrl": endpoint.openai_url, "model": "m"}
+    connection = await connect(project, provider)
+    try:
+        endpoint.push(*(Reply(text=f"answer {i}") for i in range(len(runs))))
+        sid = (await connection.request("session/create", {}))["sessionId"]
+        for i, extra in enumerate(runs):
+            params = {"sessionId": sid, "prompt": f"run {i}", **extra}
+            await connection.request("kernel/run", params)
+            if i < len(between):
+                between[i]()
+    finally:
+        await connection.close()
+    return [request.body for request in endpoint.requests[-len(runs) :]]
+
+
+def system_prompt(body: dict[str, Any]) -> str:
+    [system] = [m["content"] for m in body["messages"] if m["role"] == "system"]
+    assert isinstance(system, str)
+    return system
+
+
+async def test_memory_added_edited_and_removed_between_runs_is_what_the_next_run_sends(
+    endpoint: ModelServer, project: Path
+):
+    memory = project / ".tether" / "memory" / "style.md"
+
+    def add() -> None:
+        memory.parent.mkdir(parents=True)
+        memory.write_text("Use tabs.\n")
+
+    def remove_all() -> None:
+        memory.unlink()
+        memory.parent.rmdir()
+        memory.parent.parent.rmdir()
+
+    steps = [add, lambda: memory.write_text("Use spaces.\n"), remove_all]
+    bodies = await openai_runs(endpoint, project, [{}] * 4, steps)
+
+    prompts = [system_prompt(body) for body in bodies]
+    assert prompts[0] == prompts[3] == "Be brief."
+    assert prompts[1] == "Be brief.\n\n# Memory\n\n## .tether/memory/style.md\n\nUse tabs."
+    assert prompts[2] == "Be brief.\n\n# Memory\n\n## .tether/memory/style.md\n\nUse spaces."
+
+
+async def test_a_run_offered_fewer_tools_leaves_the_next_run_all_of_them(
+    endpoint: ModelServer, project: Path
+):
+    runs = [{}, {"tools": ["read_file"]}, {}, {"tools": ["list_files", "read_file"]}]
+    bodies = await openai_runs(endpoint, project, runs, [])
+
+    offered = [[tool["function"]["name"] for tool in body.get("tools", [])] for body in bodies]
+    assert offered[0] == offered[2]
+    assert {"read_file", "list_files", "run_command"} <= set(offered[0])
+    assert offered[1] == ["read_file"]
+    assert offered[3] == ["read_file", "list_files"]  # in the order of the built-in tools

@@ -32,9 +32,15 @@ RUN_TIMEOUT = 30.0
 
 
 class Harness:
-    def __init__(self, tmp_path: Path, turns: list[dict[str, Any]], lease: str = "10s") -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        turns: list[dict[str, Any]],
+        lease: str = "10s",
+        store: type[MemoryStore] = MemoryStore,
+    ) -> None:
         self.clock = Clock()
-        self.store = MemoryStore(clock=self.clock)
+        self.store = store(clock=self.clock)
         self.tools = Tools("first")
         self.events: list[ProgressParams] = []
         self.workspace = tmp_path
@@ -139,6 +145,50 @@ async def test_a_renewal_that_finds_the_lease_lost_stops_the_run_at_once(tmp_pat
     assert harness.tools.cancelled == ["first"]
     history = await harness.store.history(sid)
     assert [m.role for m in history] == [Role.USER, Role.ASSISTANT]
+
+
+class CountedRenewals(MemoryStore):
+    """A store that counts the renewals of run leases."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.renewals = 0
+        self.third = asyncio.Event()  # set at the third renewal
+
+    async def renew_run(self, session_id: str, run_id: str, lease: timedelta) -> bool:
+        self.renewals += 1
+        if self.renewals == 3:
+            self.third.set()
+        return await super().renew_run(session_id, run_id, lease)
+
+
+async def test_a_long_run_renews_its_lease_every_third_of_it_until_it_ends(tmp_path: Path) -> None:
+    """A one-second lease is renewed again and again while the run waits on its tool (so the
+    run keeps it and goes on), and no more once the run has ended."""
+    turns: list[dict[str, Any]] = [{"toolCalls": [call("a", "first")]}, {"text": "done"}]
+    harness = Harness(tmp_path, turns, lease="1s", store=CountedRenewals)
+    store = harness.store
+    assert isinstance(store, CountedRenewals)
+    sid = await harness.session()
+    run = asyncio.ensure_future(harness.run(sid))
+    await harness.started()
+    await asyncio.wait_for(store.third.wait(), RUN_TIMEOUT)
+    harness.tools.gate("first").set()
+    result = await run
+    assert result.stop_reason is StopReason.END_TURN and result.response == "done"
+    renewed = store.renewals
+    await asyncio.sleep(0.7)  # two renewal periods
+    assert store.renewals == renewed
+
+
+async def test_a_run_that_ends_before_its_first_renewal_leaves_none_behind(tmp_path: Path) -> None:
+    harness = Harness(tmp_path, [{"text": "done"}], lease="1s", store=CountedRenewals)
+    store = harness.store
+    assert isinstance(store, CountedRenewals)
+    result = await harness.run(await harness.session())
+    assert result.stop_reason is StopReason.END_TURN
+    await asyncio.sleep(0.7)  # past the first renewal's time
+    assert store.renewals == 0
 
 
 class SlowClaims(MemoryStore):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from tether.memory import (
     load_memory,
     read_memory,
     render_memory,
+    surely_no_memory,
 )
 from tether.protocol import ConfigError, ErrorCode
 
@@ -201,3 +203,35 @@ def test_a_huge_file_is_refused_without_being_read_whole(workspace: Path) -> Non
 
 def test_rendering_no_entries_is_empty() -> None:
     assert render_memory([]) == ""
+
+
+def test_no_memory_is_sure_only_without_paths_or_with_an_absent_default(workspace: Path) -> None:
+    assert surely_no_memory(workspace, [])
+    assert surely_no_memory(workspace, [DEFAULT_MEMORY_PATH])
+    assert surely_no_memory(workspace, [".tether/memory/", DEFAULT_MEMORY_PATH])
+    assert not surely_no_memory(workspace, ["notes"])  # missing: load_memory reports it
+    assert not surely_no_memory(workspace, [DEFAULT_MEMORY_PATH, "~/memory.md"])
+    (workspace / ".tether").write_text("")  # a file where the directory would be
+    assert surely_no_memory(workspace, [DEFAULT_MEMORY_PATH])
+    (workspace / ".tether").unlink()
+    write(workspace, ".tether/memory/a.md", "Be brief.\n")
+    assert not surely_no_memory(workspace, [DEFAULT_MEMORY_PATH])
+
+
+@pytest.mark.parametrize(
+    ("make", "sure"),
+    [
+        (lambda ws: (ws / ".tether").mkdir(), True),
+        (lambda ws: (ws / ".tether").write_text(""), True),
+        (lambda ws: (ws / ".tether").symlink_to(ws / "nowhere"), True),
+        (lambda ws: ((ws / ".tether").mkdir(), (ws / ".tether/memory").symlink_to("gone")), False),
+        (lambda ws: write(ws, ".tether/memory/empty.md", "  \n"), False),
+    ],
+    ids=["no-memory-dir", "tether-is-a-file", "dangling-tether", "dangling-memory", "blank-entry"],
+)
+def test_an_absent_default_is_told_on_the_spot_and_read_as_no_memory_either_way(
+    workspace: Path, make: Any, sure: bool
+) -> None:
+    make(workspace)
+    assert surely_no_memory(workspace, [DEFAULT_MEMORY_PATH]) is sure
+    assert load_memory(workspace, [DEFAULT_MEMORY_PATH]) == ""  # what the thread would say

@@ -128,6 +128,36 @@ async def test_a_cookie_the_endpoint_sets_goes_back_with_the_next_calls(
     assert cookies == [None, None, "affinity=node-7", "affinity=node-7"]
 
 
+async def test_a_request_carries_the_headers_and_body_build_request_would_give_it(
+    server: ModelServer,
+) -> None:
+    """The provider merges the client's headers with its own once, not per request: what the
+    endpoint gets is still what ``client.build_request`` makes, for every call."""
+    server.push(Reply(text="one"), Reply(text="two"))
+    async with make_client() as client:
+        provider = provider_over(client, server)
+        assert [await answer(provider) for _ in range(2)] == ["one", "two"]
+        first, second = server.requests
+        expected = client.build_request(
+            "POST",
+            provider.url,
+            content=json.dumps(first.body).encode(),
+            headers={
+                "content-type": "application/json",
+                "accept": "text/event-stream",
+                "authorization": "Bearer sk-test",
+            },
+            timeout=10.0,
+        )
+    wanted = {name.lower(): value for name, value in expected.headers.items()}
+    del wanted["content-length"]  # the JSON above is spaced differently
+    for request in (first, second):
+        got = dict(request.headers)
+        assert got.pop("content-length").isdigit()
+        assert got == wanted
+    assert second.body == first.body
+
+
 async def test_max_connections_bounds_the_connections_open_at_once(server: ModelServer) -> None:
     server.latency = 0.02  # so that the streams overlap
     async with make_client(max_connections=4) as client:

@@ -8,6 +8,7 @@ from tether.memory.loader import (
     load_memory,
     read_memory,
     render_memory,
+    surely_no_memory,
 )
 
 __all__ = [
@@ -18,4 +19,5 @@ __all__ = [
     "load_memory",
     "read_memory",
     "render_memory",
+    "surely_no_memory",
 ]

@@ -43,6 +43,26 @@ def load_memory(
     return render_memory(read_memory(workspace, paths, max_bytes=max_bytes))
 
 
+def surely_no_memory(workspace: Path, paths: Sequence[str]) -> bool:
+    """Whether ``paths`` give no memory, as told without reading or resolving anything: none
+    are configured, or only the default, and it does not exist (one ``lstat``, cheap enough for
+    the event loop, where a run would otherwise hand :func:`load_memory` to a thread for
+    nothing). False means "ask :func:`load_memory`", which decides everything else, errors
+    included."""
+    default = PurePath(DEFAULT_MEMORY_PATH)
+    if any(PurePath(configured) != default for configured in paths):
+        return False
+    if not paths:
+        return True
+    try:
+        os.lstat(workspace / DEFAULT_MEMORY_PATH)
+    except (FileNotFoundError, NotADirectoryError):
+        return True  # what load_memory says of an absent default
+    except (OSError, ValueError):
+        return False  # load_memory reports it
+    return False
+
+
 def render_memory(entries: Sequence[MemoryEntry]) -> str:
     if not entries:
         return ""

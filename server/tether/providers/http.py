@@ -194,6 +194,8 @@ class HttpProvider(Provider):
         self._own_client = client is None
         self._client = client if client is not None else make_client()
         self._timeout = httpx.Timeout(timeout)
+        self._extensions = {"timeout": self._timeout.as_dict()}
+        self._merged: httpx.Headers | None = None  # the client's headers, then these
         self._urls: dict[str, httpx.URL] = {}  # parsed once: parsing costs ~40 µs per request
         self.retry = retry if retry is not None else RetryPolicy()
 
@@ -262,6 +264,23 @@ class HttpProvider(Provider):
             raise transport_failure(exc) from exc
         yield completion  # after the response is closed: a caller may stop at the completion
 
+    def _request(self, url: httpx.URL, body: bytes) -> httpx.Request:
+        """The POST of one try, as ``client.build_request`` makes it (the client's headers, then
+        the provider's; its cookies; the timeout), with the headers merged once per provider
+        instead of per request (~40 µs of a request's ~60 µs there). The client has no base URL
+        or query parameters to merge, and its headers do not change once it is made."""
+        merged = self._merged
+        if merged is None:
+            merged = self._merged = httpx.Headers(self._client.headers)
+            merged.update(self._headers)
+        request = httpx.Request(
+            "POST", url, content=body, headers=merged, extensions=dict(self._extensions)
+        )
+        cookies = self._client.cookies
+        if cookies:
+            cookies.set_cookie_header(request)
+        return request
+
     @asynccontextmanager
     async def _open(self, url: str, body: bytes) -> AsyncIterator[httpx.Response]:
         parsed = self._urls.get(url)
@@ -269,10 +288,7 @@ class HttpProvider(Provider):
             if len(self._urls) >= URLS_KEPT:  # a format that names the model in the URL
                 self._urls.clear()
             parsed = self._urls[url] = httpx.URL(url)
-        request = self._client.build_request(
-            "POST", parsed, content=body, headers=self._headers, timeout=self._timeout
-        )
-        response = await self._client.send(request, stream=True)
+        response = await self._client.send(self._request(parsed, body), stream=True)
         try:
             if not response.is_success:
                 status = response.status_code

@@ -154,12 +154,12 @@ class _Loader:
 
 
 def _warm_tools() -> None:
-    """Build the built-in tools once, as the first run would: their argument models and
-    JSON schemas are built on first use, and cached."""
+    """Build the built-in tools the runs share, as the first run would (their argument models
+    and JSON schemas are built then)."""
     try:
-        from tether.tools.builtin import builtin_tools
+        from tether.tools.builtin import shared_builtin_tools
 
-        builtin_tools()
+        shared_builtin_tools()
     except Exception:  # built again where they are needed, which reports the error there
         logger.exception("could not build the built-in tools in the background")
 

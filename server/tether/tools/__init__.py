@@ -29,6 +29,7 @@ _HOMES = {
     "ToolResult": "base",
     "builtin_registry": "builtin",
     "builtin_tools": "builtin",
+    "shared_builtin_tools": "builtin",
     "ToolRegistry": "registry",
     "Sandbox": "sandbox",
     "ToolArguments": "typed",
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
         ToolExecutor,
         ToolResult,
     )
-    from tether.tools.builtin import builtin_registry, builtin_tools
+    from tether.tools.builtin import builtin_registry, builtin_tools, shared_builtin_tools
     from tether.tools.registry import ToolRegistry
     from tether.tools.sandbox import Sandbox
     from tether.tools.typed import ToolArguments, TypedTool
@@ -71,4 +72,5 @@ __all__ = [
     "TypedTool",
     "builtin_registry",
     "builtin_tools",
+    "shared_builtin_tools",
 ]

@@ -48,6 +48,10 @@ class ToolRegistry:
                 allowed = frozenset(names) if allowed is None else allowed & frozenset(names)
         return ToolRegistry(self._tools.values(), allowed=allowed)
 
+    def tools(self) -> tuple[Tool, ...]:
+        """Every registered tool, in registration order, whether on offer or not."""
+        return tuple(self._tools.values())
+
     def names(self) -> builtins.list[str]:
         """The names of the tools on offer, in registration order."""
         return [name for name in self._tools if self._offers(name)]
