@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.providers.streams import cancel_after_first_piece
 from tether.protocol import ConfigError, ErrorCode, Message, ProviderError, Role
 from tether.providers import (
     Completion,
@@ -109,22 +110,8 @@ async def test_usage_from_the_script_is_reported() -> None:
 
 async def test_a_delay_holds_the_turn_after_its_first_piece_so_it_can_be_cancelled() -> None:
     provider = ScriptedProvider([{"text": "slow answer here", "delay": 30}])
-    first = asyncio.Event()
-    seen: list[str] = []
-
-    async def consume() -> None:
-        async for event in provider.stream(ask("q")):
-            if isinstance(event, TextDelta):
-                seen.append(event.text)
-                first.set()
-
-    task = asyncio.create_task(consume())
-    async with asyncio.timeout(5):
-        await first.wait()
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-    assert seen == ["slow "]
+    seen = await cancel_after_first_piece(provider, ask("q"))
+    assert [event.text for event in seen if isinstance(event, TextDelta)] == ["slow "]
 
 
 async def test_the_delay_uses_the_injected_sleep() -> None:
