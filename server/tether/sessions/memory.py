@@ -102,7 +102,6 @@ def unpack(packed: Packed) -> Message:
 
 
 _SET_ATTR = object.__setattr__
-_APPEND_SETS = ("message_count", "updated_at")
 
 
 def _range(span: tuple[str, str, int]) -> CompactedRange:
@@ -384,26 +383,17 @@ class MemoryStore:
     def append_json(self, session_id: str, messages: Sequence[MessageInput]) -> bytes:
         """A client's small append (validated, at most a slice), added at once, and its answer
         (``{"messages": [...]}``) encoded as the wire encodes it: what ``append_slices`` and the
-        handler's encoding make, without staging (nothing is awaited between the checks and the
+        handler's encoding make, in one step (nothing is awaited between the checks and the
         write, so nothing needs checking twice) and without building a message to dump it."""
         record = self._record(session_id)
         if record.lease is not None:
             self._check_writer(record, None)
         _check_tool_results(record.knows_call, messages, set())
-        session = record.session
-        now = max(utcnow(), session.updated_at)
-        packed = [pack_input(m, uuid7(), now, None) for m in messages]
-        positions, tool_call_ids = record.positions, record.tool_call_ids
-        for position, message in enumerate(packed, len(record.messages)):
-            positions[message[0]] = position
-            if message[3] is not None:
-                for call in message[3]:
-                    tool_call_ids[call[0]] = position
-        record.messages += packed
-        # what pydantic's __setattr__ does for a plain field, without its two calls
-        session.__dict__.update(message_count=record.total(), updated_at=now)
-        session.__pydantic_fields_set__.update(_APPEND_SETS)
-        record.encoded = None
+        now = max(utcnow(), record.session.updated_at)
+        staged = _Staged(len(record.messages))
+        staged.add([pack_input(m, uuid7(), now, None) for m in messages])
+        _add_staged(record, staged, now)
+        packed = staged.packed
         return orjson.dumps({"messages": [_dumped(m) for m in packed]}, option=orjson.OPT_UTC_Z)
 
     def _commit(self, session_id: str, run_id: str | None, staged: _Staged, now: datetime) -> None:
@@ -425,13 +415,7 @@ class MemoryStore:
             staged.packed[:] = [(*m[:-1], at) for m in staged.packed]
             now = at
         staged.index_from(len(record.messages))
-        record.messages.extend(staged.packed)
-        record.positions.update(staged.positions)
-        for call_id, position in staged.tool_call_ids.items():
-            record.tool_call_ids[call_id] = position
-        record.session.message_count = record.total()
-        record.session.updated_at = max(now, record.session.updated_at)
-        record.encoded = None
+        _add_staged(record, staged, now)
 
     async def history(self, session_id: str) -> list[Message]:
         record = self._record(session_id)
@@ -617,6 +601,17 @@ def new_message(
     fields = {name: getattr(source, name) for name in source.model_fields_set}
     fields.update(_copied_containers(source))
     return Message(id=message_id, created_at=now, run_id=run_id, **fields)
+
+
+def _add_staged(record: _Record, staged: _Staged, now: datetime) -> None:
+    """Add messages staged (and indexed) at the session's current length, written at ``now``."""
+    record.messages.extend(staged.packed)
+    record.positions.update(staged.positions)
+    for call_id, position in staged.tool_call_ids.items():  # never a pass over the session's
+        record.tool_call_ids[call_id] = position
+    record.session.message_count = record.total()
+    record.session.updated_at = max(now, record.session.updated_at)
+    record.encoded = None
 
 
 def pack_input(source: MessageInput, message_id: str, now: datetime, run_id: str | None) -> Packed:
