@@ -16,6 +16,8 @@ from tether.protocol.errors import (
     ServerNotInitialized,
     SessionBusy,
     SessionNotFound,
+    StoreError,
+    StoreFault,
     TetherError,
     WorkspaceError,
 )
@@ -99,6 +101,8 @@ __all__ = [
     "SessionBusy",
     "SessionCapabilities",
     "SessionNotFound",
+    "StoreError",
+    "StoreFault",
     "TetherError",
     "TextBlock",
     "ToolCall",

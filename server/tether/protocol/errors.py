@@ -12,7 +12,8 @@ Hierarchy::
     │   └── RunLeaseLost        -32011  a run lost its lease on the session and stopped
     ├── ProviderError           -32012  the model endpoint failed after retries
     ├── ConfigError             -32013  invalid configuration
-    └── WorkspaceError          -32014  workspace missing, or a path outside it
+    ├── WorkspaceError          -32014  workspace missing, or a path outside it
+    └── StoreError              -32015  the session store failed (``data.reason`` says how)
 
 Nothing here does I/O; the rpc layer turns any ``TetherError`` into a response in one place.
 """
@@ -36,6 +37,7 @@ class ErrorCode(IntEnum):
     PROVIDER_ERROR = -32012
     CONFIG_ERROR = -32013
     WORKSPACE_ERROR = -32014
+    STORE_ERROR = -32015
 
 
 class TetherError(Exception):
@@ -129,3 +131,26 @@ class ConfigError(TetherError):
 
 class WorkspaceError(TetherError):
     code = ErrorCode.WORKSPACE_ERROR
+
+
+StoreFault = Literal["disk-full", "read-only", "corrupt", "unreachable", "replaced", "locked", "io"]
+"""Why the session store failed, as ``StoreError`` tells the client (``data.reason``):
+
+- ``disk-full``: no space left where the store keeps its data;
+- ``read-only``: the store's files (or the database) may not be written;
+- ``corrupt``: the store's data is damaged;
+- ``unreachable``: the database cannot be reached or its file cannot be opened;
+- ``replaced``: the SQLite file was deleted or replaced under the server;
+- ``locked``: another process held the database's lock for longer than tether waits;
+- ``io``: the disk failed a read or a write (a failing disk, a file size limit).
+"""
+
+
+class StoreError(TetherError):
+    """The session store failed the request: ``data`` is ``{reason}`` (a :data:`StoreFault`)."""
+
+    code = ErrorCode.STORE_ERROR
+
+    def __init__(self, reason: StoreFault, message: str) -> None:
+        super().__init__(message, {"reason": reason})
+        self.reason: StoreFault = reason

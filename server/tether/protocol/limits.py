@@ -15,8 +15,6 @@ import orjson
 from pydantic import ValidationInfo
 from pydantic_core import PydanticCustomError
 
-from tether.protocol.messages import is_blocks
-
 MiB = 1024 * 1024
 
 
@@ -48,6 +46,43 @@ def over_limit(message: str, limit: str, value: int) -> PydanticCustomError:
     return PydanticCustomError(LIMIT_EXCEEDED, message, {"limit": limit, "value": value})
 
 
+MAX_JSON_DEPTH = 64
+"""How deep a free-form JSON value that a store keeps (a message's metadata, output or JSON
+content; a session's settings, metadata or state) may nest objects and arrays
+(``maxJsonDepth``). Not configurable: a value much deeper could be stored but never encoded again
+(orjson stops at 255 levels), and no session would hold it usefully."""
+
+
+def shallow_json(value: Any) -> Any:
+    """A validator (before the field's own) that refuses a value nested deeper than
+    :data:`MAX_JSON_DEPTH`, so that nothing is stored that could not be read back."""
+    if _deeper_than(value, MAX_JSON_DEPTH):
+        raise over_limit(
+            "JSON nested deeper than {value} levels ({limit})", "maxJsonDepth", MAX_JSON_DEPTH
+        )
+    return value
+
+
+def _deeper_than(value: Any, most: int) -> bool:
+    """Whether ``value`` nests more than ``most`` objects and arrays (without recursion: the
+    value may be as deep as the JSON decoder allows)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth == most:
+            return True
+        stack.extend(
+            (child, depth + 1) for child in children if isinstance(child, dict | list | tuple)
+        )
+    return False
+
+
 def utf8_size(text: str) -> int:
     """Bytes of ``text`` in UTF-8, without encoding it when it is ASCII (the usual case)."""
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
@@ -59,6 +94,8 @@ def content_size(content: Any) -> int:
         return 0
     if isinstance(content, str):
         return utf8_size(content)
+    from tether.protocol.messages import is_blocks  # messages imports this module
+
     if not is_blocks(content):
         return len(orjson.dumps(content))  # any other JSON value: its JSON text
     size = 0

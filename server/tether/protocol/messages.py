@@ -18,6 +18,7 @@ from pydantic import (
 )
 
 from tether.protocol.base import UtcDatetime, WireModel
+from tether.protocol.limits import shallow_json
 
 
 class Role(StrEnum):
@@ -91,11 +92,11 @@ def _claims_block(item: Any) -> bool:
 MessageContent = Annotated[
     Annotated[str, Tag("text")]
     | Annotated[list[ContentBlock], Tag("blocks")]
-    | Annotated[JsonValue, Tag("json")],
+    | Annotated[JsonValue, BeforeValidator(shallow_json), Tag("json")],
     Discriminator(_content_kind),
 ]
 """What a message holds: text, content blocks, or any other JSON value (an object, a number, a
-list...), which is kept as it is and sent to models as its JSON text."""
+list...; within ``maxJsonDepth``), which is kept as it is and sent to models as its JSON text."""
 
 
 def is_blocks(content: object) -> TypeGuard[list[TextBlock | ImageBlock | ResourceLinkBlock]]:
@@ -154,7 +155,7 @@ class _MessageFields(WireModel):
     is_error: bool | None = Field(default=None, description="a tool message: the call failed")
     name: str | None = Field(default=None, description="a tool message: the tool's name")
     author: str | None = Field(default=None, description="the agent that wrote it (agentId)")
-    metadata: dict[str, Any] | None = None
+    metadata: Annotated[dict[str, Any] | None, BeforeValidator(shallow_json)] = None
     kind: Literal["compaction"] | None = Field(
         default=None,
         description="compaction: a summary sent to the model in place of the messages it replaces",
@@ -162,7 +163,7 @@ class _MessageFields(WireModel):
     replaces: CompactedRange | None = Field(
         default=None, description="a compaction: the messages its summary stands for"
     )
-    output: JsonValue | None = Field(
+    output: Annotated[JsonValue | None, BeforeValidator(shallow_json)] = Field(
         default=None, description="a tool message: the structured result beside its text"
     )
 

@@ -5,12 +5,19 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, TypeGuard
 
 import orjson
-from pydantic import AfterValidator, Field, ValidationInfo, field_validator
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, field_validator
 
 from tether.protocol.base import Params, UtcDatetime, WireModel
 from tether.protocol.errors import InvalidParams
 from tether.protocol.kernel import Usage
-from tether.protocol.limits import Limits, content_size, limits_of, over_limit, utf8_size
+from tether.protocol.limits import (
+    Limits,
+    content_size,
+    limits_of,
+    over_limit,
+    shallow_json,
+    utf8_size,
+)
 from tether.protocol.messages import Message, MessageInput, Role
 from tether.protocol.tools import McpServerSpec, unique_server_names
 
@@ -45,19 +52,23 @@ class Session(WireModel):
     running: bool = False
 
 
+ShallowObject = Annotated[dict[str, Any] | None, BeforeValidator(shallow_json)]
+"""A JSON object a session keeps, within ``maxJsonDepth``."""
+
+
 class SessionFields(Params):
     """The fields a client sets on a session, at creation or later."""
 
     title: str | None = None
     model: str | None = None
     system_prompt: str | None = None
-    settings: dict[str, Any] | None = None
-    metadata: dict[str, Any] | None = None
+    settings: ShallowObject = None
+    metadata: ShallowObject = None
     tools: list[str] | None = Field(default=None, description="allow-list of tool names")
     allowed_models: list[str] | None = Field(
         default=None, description="allow-list of models a run may use"
     )
-    state: dict[str, Any] | None = Field(
+    state: ShallowObject = Field(
         default=None, description="JSON object kept across turns; replaced whole"
     )
 

@@ -3,10 +3,11 @@
 Opening a SQL store imports SQLAlchemy and may create or migrate a database; doing that before
 answering ``initialize`` would slow every start. :class:`OpeningStore` stands in for the store
 from the start: :meth:`start` opens it in the background, and every call waits for it. A store
-that cannot be opened makes every call raise a :class:`tether.protocol.ConfigError`; when that was
-not the store's own verdict (a newer schema, a missing driver) but a failure to reach or open the
-database, the next call tries again, so a database that was down when tether started costs only
-the calls made while it was.
+that cannot be opened makes every call raise a :class:`tether.protocol.StoreError` when a store
+fault was the cause (a database that is down, a damaged file: see
+:mod:`tether.sessions.faults`), else a :class:`tether.protocol.ConfigError`; when that was not the
+store's own verdict (a newer schema, a missing driver), the next call tries again, so a database
+that was down when tether started costs only the calls made while it was.
 """
 
 from __future__ import annotations
@@ -15,12 +16,16 @@ import asyncio
 import importlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from tether.protocol import ConfigError, ListSessionsResult, Message, MessageInput, MessagesResult
 from tether.protocol import Session as SessionModel
 from tether.protocol.kernel import Usage
 from tether.protocol.sessions import CreateSessionParams, ForkSessionParams, SessionFields
 from tether.sessions.store import Order, SessionStore
+
+if TYPE_CHECKING:
+    from tether.sessions.faults import FaultLog
 
 
 def url_kind(url: str) -> str:
@@ -39,6 +44,7 @@ class OpeningStore:
         self.kind = url_kind(url)
         self._task: asyncio.Task[SessionStore] | None = None
         self._may_retry = False  # the last attempt failed, and not for good
+        self._faults: FaultLog | None = None  # of opening: made with the first attempt
 
     def start(self) -> None:
         """Begin opening the store (at most once); needs a running event loop."""
@@ -55,15 +61,21 @@ class OpeningStore:
     async def _open(self) -> SessionStore:
         try:
             sql = await asyncio.to_thread(importlib.import_module, "tether.sessions.sql")
+            if self._faults is None:  # imported with the SQL store (SQLAlchemy's errors)
+                self._faults = importlib.import_module("tether.sessions.faults").FaultLog(self.kind)
             opened: SessionStore = await sql.SqlStore.open(self.url)
         except ConfigError:
             raise
         except Exception as exc:
             self._may_retry = True
+            fault = None if self._faults is None else self._faults.error_for(exc, write=True)
+            if fault is not None:
+                raise fault from None
             raise ConfigError(
                 f"cannot open the session store ({self.kind}): {type(exc).__name__}: {exc}",
                 {"key": "sessions.store", "source": "sessions"},
             ) from None
+        self._faults.succeeded(write=True)
         return opened
 
     async def aclose(self) -> None:

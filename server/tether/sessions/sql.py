@@ -34,6 +34,8 @@ REPEATABLE READ snapshot.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import sqlite3
 import time
@@ -72,6 +74,7 @@ from sqlalchemy import (
     exists,
     func,
     insert,
+    inspect,
     literal,
     or_,
     select,
@@ -106,13 +109,16 @@ from tether.protocol.sessions import (
     session_exists,
 )
 from tether.sessions.cursors import decode_cursor, encode_cursor
+from tether.sessions.faults import FaultLog
 from tether.sessions.forks import check_fork_point, cut_chain
 from tether.sessions.ids import utcnow, uuid7
 from tether.sessions.lease import Lease, process_holder
 from tether.sessions.memory import new_message, trusted_message
+from tether.sessions.sqlite_file import SqliteFile, check_sidecars
 from tether.sessions.store import Order
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 5
 
@@ -329,6 +335,18 @@ _RESERVE_FREE = _RESERVE.where(_FREE)
 _RESERVE_HELD = _RESERVE.where(_HELD)
 _LEASE = select(_S.lease_run_id, _S.lease_holder, _S.lease_until).where(_S.id == bindparam("sid"))
 _LEASE_LOCKED = _LEASE.with_for_update()
+# Frees a session of the lease of a holder that is gone, naming it: of two processes that find it
+# gone, the second frees nothing (the first has taken the lease by then).
+_FREE_GONE = (
+    update(sessions_table)
+    .where(
+        _S.id == bindparam("sid"),
+        _S.lease_run_id == bindparam("gone_run"),
+        _S.lease_holder == bindparam("gone_holder"),
+    )
+    .values(lease_run_id=None, lease_holder=None, lease_until=None)
+    .returning(_S.id)
+)
 _MESSAGE_COLUMNS = (
     _M.id, _M.role, _M.content, _M.tool_calls, _M.tool_call_id, _M.is_error, _M.name,
     _M.author, _M.metadata, _M.output, _M.run_id, _M.created_at, _M.kind, _M.replaces,
@@ -582,6 +600,13 @@ class SqlStore:
         self._queued = 0  # calls submitted to the worker and not yet seen to end
         self.kind = engine.dialect.name
         self.url = engine.url
+        self._faults = FaultLog(self.kind)
+        database = engine.url.database
+        self._file = (
+            SqliteFile(Path(database))
+            if self.kind == "sqlite" and database and database != ":memory:"
+            else None
+        )
 
     @classmethod
     async def open(
@@ -608,23 +633,38 @@ class SqlStore:
         return cls(executor.submit(_open_engine, url).result(), executor)
 
     async def aclose(self) -> None:
-        await self._run(self._close)
+        await self._run(self._close, write=False)
         self._executor.shutdown(wait=True)
 
     # -- running on the worker ---------------------------------------------------------------
 
-    async def _run(self, call: Callable[[], T]) -> T:
+    async def _run(self, call: Callable[[], T], *, write: bool) -> T:
         self._queued += 1
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+            with self._faults_as_errors(write):
+                result = await asyncio.get_running_loop().run_in_executor(self._executor, call)
         finally:
             self._queued -= 1
+        self._faults.succeeded(write=write)
+        return result
+
+    @contextlib.contextmanager
+    def _faults_as_errors(self, write: bool) -> Iterator[None]:
+        """A store fault raised in the block becomes a ``StoreError`` (see
+        :mod:`tether.sessions.faults`); any other exception goes on as it is."""
+        try:
+            yield
+        except Exception as exc:
+            error = self._faults.error_for(exc, write=write)
+            if error is None:
+                raise
+            raise error from None
 
     async def _read(self, call: Callable[[Connection], T]) -> T:
-        return await self._run(partial(self._in_transaction, call, write=False))
+        return await self._run(partial(self._in_transaction, call, write=False), write=False)
 
     async def _write(self, call: Callable[[Connection], T]) -> T:
-        return await self._run(partial(self._in_transaction, call, write=True))
+        return await self._run(partial(self._in_transaction, call, write=True), write=True)
 
     def _in_transaction(self, call: Callable[[Connection], T], *, write: bool) -> T:
         """``call`` in one transaction, run again when it failed before its commit because the
@@ -633,6 +673,8 @@ class SqlStore:
         never run again: whether it took effect is unknown."""
         attempt = 0
         while True:
+            if write and self._file is not None:
+                self._file.check_writable()
             connection = self._live()
             connection.execution_options(tether_write=write)
             if self._psycopg:
@@ -664,11 +706,13 @@ class SqlStore:
         """A transaction of the hot paths: on SQLite, begun and committed on sqlite3 itself."""
         if not self._fast:
             return await self._run(
-                partial(self._in_transaction, lambda c: call(_Exec(c)), write=write)
+                partial(self._in_transaction, lambda c: call(_Exec(c)), write=write), write=write
             )
-        return await self._run(partial(self._sqlite_transaction, call, write=write))
+        return await self._run(partial(self._sqlite_transaction, call, write=write), write=write)
 
     def _sqlite_transaction(self, call: Callable[[_Exec], T], *, write: bool) -> T:
+        if write and self._file is not None:
+            self._file.check_writable()
         db = _SqliteExec(self._live(), self._compiled)
         db.raw.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         return _commit_after(db, call)
@@ -681,11 +725,18 @@ class SqlStore:
         the order they came, and an append that found the lock free could otherwise commit
         before an append (or a clear) sent earlier that is waiting there for the lock.
         """
-        if not (self._fast and not self._queued and self._append_inline(call)):
-            await self._hot(call, write=True)
+        if self._fast and not self._queued:
+            with self._faults_as_errors(write=True):
+                done = self._append_inline(call)
+            if done:
+                self._faults.succeeded(write=True)
+                return
+        await self._hot(call, write=True)
 
     def _append_inline(self, call: Callable[[_Exec], None]) -> bool:
         """Run ``call`` in a write transaction now, or return False when the lock is taken."""
+        if self._file is not None:
+            self._file.check_writable()
         db = _SqliteExec(self._inline_connection(), self._compiled)
         try:
             db.raw.execute("BEGIN IMMEDIATE")
@@ -1009,7 +1060,10 @@ class SqlStore:
             # below undoes it
             now_param = _to_micros(now) if self._fast else now
             reserve, params = self._reserve(session_id, run_id)
-            found = db.rows(reserve, {**params, "n": len(stored), "now": now_param})
+            params.update(n=len(stored), now=now_param)
+            found = db.rows(reserve, params)
+            if not found and run_id is None and self._free_of_gone_holder(db, session_id):
+                found = db.rows(reserve, params)
             if not found:
                 raise self._refusal(db, session_id, run_id)
             reserved = _Counters(*found[0][:5])
@@ -1055,6 +1109,7 @@ class SqlStore:
         def claim(connection: Connection) -> None:
             # On PostgreSQL the lease may end between the refused update and the read of why:
             # the update is then tried again (each statement sees what is committed by then).
+            # A lease whose holder is gone is freed, then taken, in this one transaction.
             for _ in range(3):
                 at = self._clock()
                 claimed = connection.execute(
@@ -1065,6 +1120,8 @@ class SqlStore:
                 )
                 if claimed.rowcount:
                     return
+                if self._free_of_gone_holder(_Exec(connection), session_id):
+                    continue
                 refusal = self._refusal(_Exec(connection), session_id, None)
                 if not isinstance(refusal, SessionBusy) or refusal.run_id is not None:
                     raise refusal
@@ -1103,6 +1160,25 @@ class SqlStore:
             return _RESERVE_FREE, params
         return _RESERVE_HELD, {**params, "rid": run_id}
 
+    def _free_of_gone_holder(self, db: _Exec, session_id: str) -> bool:
+        """Free the session of a live lease whose holder is a process of this host that no
+        longer runs (see :mod:`tether.sessions.lease`), by an update that names that holder;
+        True when it did. The caller's write then goes on in the same transaction."""
+        found = db.rows(_LEASE, {"sid": session_id})
+        lease = _lease(found[0]) if found else None
+        if lease is None or not lease.live(self._clock()) or not lease.holder_gone():
+            return False
+        freed = db.rows(
+            _FREE_GONE, {"sid": session_id, "gone_run": lease.run_id, "gone_holder": lease.holder}
+        )
+        if freed:
+            logger.info(
+                "session %s: the process that ran %s is gone, its lease is taken over",
+                session_id,
+                lease.run_id,
+            )
+        return bool(freed)
+
     def _refusal(self, db: _Exec, session_id: str, run_id: str | None) -> Exception:
         """Why a write conditioned on the lease touched no row (read in its transaction)."""
         found = db.rows(_LEASE, {"sid": session_id})
@@ -1116,11 +1192,12 @@ class SqlStore:
         return lease.busy(session_id, self.holder)
 
     def _locked_lease(self, connection: Connection, session_id: str) -> Lease | None:
-        """The session's live lease, its row locked till the transaction ends (PostgreSQL; a
-        SQLite write transaction holds the whole file), so no run claims it meanwhile."""
+        """The session's lease while it protects the session (live, its holder not gone), its
+        row locked till the transaction ends (PostgreSQL; a SQLite write transaction holds the
+        whole file), so no run claims it meanwhile."""
         row = connection.execute(_LEASE_LOCKED, {"sid": session_id}).first()
         lease = None if row is None else _lease(row)
-        return lease if lease is not None and lease.live(self._clock()) else None
+        return lease if lease is not None and lease.blocks(self._clock()) else None
 
     def _lock_unleased(self, connection: Connection, session_id: str) -> None:
         """``SessionBusy`` while a run holds the session; else no run claims it till commit."""
@@ -1131,7 +1208,7 @@ class SqlStore:
     def _refuse_fork_in_run(self, parent: Row[Any], point: Message) -> None:
         """A fork at a message of the running turn would take an unfinished turn."""
         lease = _lease(parent)
-        if lease is not None and lease.live(self._clock()) and point.run_id == lease.run_id:
+        if lease is not None and point.run_id == lease.run_id and lease.blocks(self._clock()):
             raise lease.busy(parent.id, self.holder)
 
 
@@ -1187,17 +1264,28 @@ def _open_engine(url: str) -> Engine:
     database = engine.url.database
     if engine.dialect.name == "sqlite" and database and database != ":memory:":
         Path(database).parent.mkdir(parents=True, exist_ok=True)
+        check_sidecars(Path(database))
     try:
-        with engine.connect() as connection:
-            connection.execution_options(tether_write=True)
-            if engine.dialect.name == "postgresql":  # see _isolate: each statement a snapshot
-                connection.execution_options(isolation_level="READ COMMITTED")
-            with connection.begin():
-                migrate(connection)
+        if not _schema_is_current(engine):
+            with engine.connect() as connection:
+                connection.execution_options(tether_write=True)
+                if engine.dialect.name == "postgresql":  # see _isolate: each statement a snapshot
+                    connection.execution_options(isolation_level="READ COMMITTED")
+                with connection.begin():
+                    migrate(connection)
     except BaseException:
         engine.dispose()
         raise
     return engine
+
+
+def _schema_is_current(engine: Engine) -> bool:
+    """Whether the database has this tether's schema already, read without writing: a store
+    that may not be written (a read-only file) still opens, and answers what it holds."""
+    with engine.connect() as connection, connection.begin():
+        if not inspect(connection).has_table(schema_version.name):
+            return False
+        return connection.execute(select(schema_version.c.version)).scalar() == SCHEMA_VERSION
 
 
 _Lock = Literal["update", "key share"] | None
@@ -1284,7 +1372,7 @@ def _session(row: Row[Any], now: datetime) -> Session:
         usage=Usage(input_tokens=row.input_tokens, output_tokens=row.output_tokens),
         created_at=row.created_at,
         updated_at=row.updated_at,
-        running=lease is not None and lease.live(now),
+        running=lease is not None and lease.blocks(now),
     )
 
 
