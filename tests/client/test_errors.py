@@ -19,6 +19,7 @@ from tether.client import (
     ServerNotInitializedError,
     SessionBusyError,
     SessionNotFoundError,
+    StoreFailedError,
     TetherClient,
     TetherClientError,
     WorkspaceInvalidError,
@@ -48,6 +49,8 @@ def test_the_data_of_an_error_is_read_defensively():
     assert InvalidParamsError("bad", "junk").fields == []
     assert SessionNotFoundError("gone", {"sessionId": "s"}).session_id == "s"
     assert ConfigInvalidError("bad", None).key is None
+    assert StoreFailedError("full", {"reason": "disk-full"}).reason == "disk-full"
+    assert StoreFailedError("full", ["junk"]).reason is None
 
 
 async def test_session_errors_by_code(project: Path, tmp_path: Path):

@@ -7,7 +7,10 @@ database with a holder of its own (SQL stores only: a memory store lives in one 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import dataclasses
+import os
+import subprocess
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -27,6 +30,7 @@ from tether.protocol import (
 from tether.protocol.sessions import CreateSessionParams
 from tether.sessions import SessionStore
 from tether.sessions.ids import utcnow
+from tether.sessions.lease import Holder
 
 from .conftest import STORES, WORKSPACE, Clock, answering, calling, open_store, user
 
@@ -265,3 +269,169 @@ async def test_configure_goes_on_while_leased(stores: Stores) -> None:
         sid, ConfigureSessionParams(session_id=sid, title="renamed")
     )
     assert changed.title == "renamed" and changed.running is True
+
+
+# --- a holder of this host that is gone ----------------------------------------------------------
+
+
+@pytest.fixture
+def child() -> Iterator[subprocess.Popen[bytes]]:
+    """A real process of this host, killed (and waited for) at the end."""
+    process = subprocess.Popen(["sleep", "600"])
+    yield process
+    process.kill()
+    process.wait()
+
+
+def dead(process: subprocess.Popen[bytes], *, reaped: bool = True) -> None:
+    """Kill ``process``; not reaped: left a zombie (dead, not waited for)."""
+    process.kill()
+    if reaped:
+        process.wait()
+    else:  # waits until it has ended, without reaping it
+        os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
+
+
+async def held_by(
+    stores: Stores, request: pytest.FixtureRequest, tmp_path: Path, holder: Holder | str
+) -> SessionStore:
+    """A store of another process on the same database, whose holder is ``holder``."""
+    stores.another()  # memory stores: skipped
+    encoded = holder if isinstance(holder, str) else holder.encode()
+    return await open_store(stores.kind, tmp_path, request, clock=stores.clock, holder=encoded)
+
+
+@pytest.mark.parametrize("reaped", [True, False], ids=["reaped", "zombie"])
+async def test_a_live_lease_of_a_process_of_this_host_that_is_gone_is_taken_over_at_once(
+    stores: Stores,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    child: subprocess.Popen[bytes],
+    reaped: bool,
+) -> None:
+    holder = await held_by(stores, request, tmp_path, Holder.of(child.pid))
+    try:
+        sid = await new_session(stores.here)
+        await holder.claim_run(sid, "run-1", LEASE)
+        await holder.append(sid, [user("prompt"), calling("c1")], run_id="run-1")
+        with pytest.raises(SessionBusy):
+            await stores.here.claim_run(sid, "run-2", LEASE)  # it runs: the lease holds
+        dead(child, reaped=reaped)
+        assert (await stores.here.get(sid)).running is False
+        await stores.here.claim_run(sid, "run-2", LEASE)  # no time has passed
+        assert (await stores.here.get(sid)).running is True
+        assert await holder.renew_run(sid, "run-1", LEASE) is False
+        await stores.here.append(sid, [answering("c1")], run_id="run-2")
+        assert [m.run_id for m in await stores.here.history(sid)] == ["run-1"] * 2 + ["run-2"]
+    finally:
+        await holder.aclose()
+
+
+async def test_the_writes_a_gone_holders_lease_blocked_go_on(
+    stores: Stores, request: pytest.FixtureRequest, tmp_path: Path, child: subprocess.Popen[bytes]
+) -> None:
+    holder = await held_by(stores, request, tmp_path, Holder.of(child.pid))
+    try:
+        sids = [await new_session(stores.here) for _ in range(4)]
+        for sid in sids:
+            await holder.claim_run(sid, "run-1", LEASE)
+            await holder.append(sid, [user("prompt")], run_id="run-1")
+        dead(child)
+        append, clear, delete, fork = sids
+        await stores.here.append(append, [user("after the crash")])
+        assert (await stores.here.clear(clear)).message_count == 0
+        await stores.here.delete(delete)
+        forked = await stores.here.fork(ForkSessionParams(session_id=fork))
+        assert forked.message_count == 1
+        later = utcnow() + timedelta(days=1)
+        swept = await stores.here.expire(later, keep=lambda s: False)
+        assert set(swept) == {append, clear, fork, forked.session_id}
+    finally:
+        await holder.aclose()
+
+
+async def test_two_processes_that_find_the_same_holder_gone_take_its_lease_once(
+    stores: Stores, request: pytest.FixtureRequest, tmp_path: Path, child: subprocess.Popen[bytes]
+) -> None:
+    holder = await held_by(stores, request, tmp_path, Holder.of(child.pid))
+    try:
+        sid = await new_session(stores.here)
+        await holder.claim_run(sid, "run-1", LEASE)
+        dead(child)
+        claimers = [stores.here, stores.another()]
+        outcomes = await asyncio.gather(
+            *(claimers[i % 2].claim_run(sid, f"run-{i + 2}", LEASE) for i in range(10)),
+            return_exceptions=True,
+        )
+        assert sum(outcome is None for outcome in outcomes) == 1
+        refusals = [o for o in outcomes if o is not None]
+        assert all(isinstance(o, SessionBusy) for o in refusals)
+        winner = f"run-{outcomes.index(None) + 2}"
+        assert {busy_data_of(o)["runId"] for o in refusals} == {winner}
+    finally:
+        await holder.aclose()
+
+
+def busy_data_of(error: BaseException) -> dict[str, object]:
+    assert isinstance(error, SessionBusy) and isinstance(error.data, dict)
+    return error.data
+
+
+def other_host(holder: Holder) -> Holder:
+    return dataclasses.replace(holder, host=f"another-boot-id {holder.host}")
+
+
+def old_form(holder: Holder) -> str:
+    return f"host:{holder.pid}:aa"  # what tether wrote before holders named their host
+
+
+@pytest.mark.parametrize(
+    ("form", "dies"),
+    [(lambda h: h, False), (other_host, True), (old_form, True)],
+    ids=["live-here", "dead-on-another-host", "dead-in-the-old-form"],
+)
+async def test_a_lease_whose_holder_is_not_known_to_be_gone_holds_until_it_expires(
+    stores: Stores,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    child: subprocess.Popen[bytes],
+    form: Callable[[Holder], Holder | str],
+    dies: bool,
+) -> None:
+    """A holder that runs; or one of another host (its pid here means nothing), or in the old
+    form, even dead: its lease holds until it expires."""
+    holder = await held_by(stores, request, tmp_path, form(Holder.of(child.pid)))
+    try:
+        sid = await new_session(stores.here)
+        await holder.claim_run(sid, "run-1", LEASE)
+        if dies:
+            dead(child)
+        with pytest.raises(SessionBusy) as caught:
+            await stores.here.claim_run(sid, "run-2", LEASE)
+        assert busy_data(caught) == {
+            "sessionId": sid,
+            "runId": "run-1",
+            "holder": "another-process",
+        }
+        with pytest.raises(SessionBusy):
+            await stores.here.append(sid, [user("in between")])
+        assert (await stores.here.get(sid)).running is True
+        stores.clock.advance(11)
+        await stores.here.claim_run(sid, "run-2", LEASE)
+    finally:
+        await holder.aclose()
+
+
+async def test_a_process_that_took_the_pid_of_a_gone_holder_holds_nothing(
+    stores: Stores, request: pytest.FixtureRequest, tmp_path: Path, child: subprocess.Popen[bytes]
+) -> None:
+    """The pid runs, but started at another time: it is another process (a pid reused)."""
+    reused = Holder.of(child.pid)
+    reused = dataclasses.replace(reused, start=reused.start + 1)
+    holder = await held_by(stores, request, tmp_path, reused)
+    try:
+        sid = await new_session(stores.here)
+        await holder.claim_run(sid, "run-1", LEASE)
+        await stores.here.claim_run(sid, "run-2", LEASE)
+    finally:
+        await holder.aclose()

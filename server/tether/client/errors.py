@@ -14,7 +14,8 @@ Hierarchy (clients decide by class or by ``code``)::
     ├── SessionBusyError            -32011  ``session_id``, ``run_id``, ``holder``, ``lease_lost``
     ├── ProviderFailedError         -32012
     ├── ConfigInvalidError          -32013  ``key``
-    └── WorkspaceInvalidError       -32014
+    ├── WorkspaceInvalidError       -32014
+    └── StoreFailedError            -32015  ``reason``: disk-full, read-only, corrupt...
 
 A code not in the table raises :class:`TetherClientError` itself.
 """
@@ -162,6 +163,19 @@ class WorkspaceInvalidError(_CodedError):
     CODE = ErrorCode.WORKSPACE_ERROR
 
 
+class StoreFailedError(_CodedError):
+    """The server's session store failed the request (a full disk, a database that is down...)."""
+
+    CODE = ErrorCode.STORE_ERROR
+
+    @property
+    def reason(self) -> str | None:
+        """Why: ``disk-full``, ``read-only``, ``corrupt``, ``unreachable``, ``replaced``,
+        ``locked`` or ``io`` (see the protocol's errors)."""
+        value = self._data_field("reason")
+        return value if isinstance(value, str) else None
+
+
 ERRORS: dict[int, type[_CodedError]] = {
     cls.CODE: cls
     for cls in (
@@ -177,6 +191,7 @@ ERRORS: dict[int, type[_CodedError]] = {
         ProviderFailedError,
         ConfigInvalidError,
         WorkspaceInvalidError,
+        StoreFailedError,
     )
 }
 """The one table from an error code to its exception class."""

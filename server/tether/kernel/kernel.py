@@ -31,6 +31,7 @@ from tether.protocol import (
     RequestCancelled,
     RunLeaseLost,
     Session,
+    StoreError,
     TetherError,
     WorkspaceError,
 )
@@ -196,8 +197,13 @@ class Kernel:
         while True:
             try:
                 held = await self._store.renew_run(session_id, run_id, lease)
-            except Exception:
-                logger.warning("could not renew the lease of run %s", run_id, exc_info=True)
+            except Exception as exc:  # a store fault is logged by the store, without traceback
+                logger.warning(
+                    "could not renew the lease of run %s: %s",
+                    run_id,
+                    exc,
+                    exc_info=not isinstance(exc, StoreError),
+                )
                 held = True
             if not held:
                 logger.warning("run %s lost its lease on session %s", run_id, session_id)
@@ -272,8 +278,13 @@ class Kernel:
         release = asyncio.ensure_future(self._store.release_run(session_id, run_id))
         try:
             await asyncio.shield(release)
-        except Exception:
-            logger.warning("could not release the lease of run %s", run_id, exc_info=True)
+        except Exception as exc:
+            logger.warning(
+                "could not release the lease of run %s: %s",
+                run_id,
+                exc,
+                exc_info=not isinstance(exc, StoreError),
+            )
 
     async def _start_and_run(
         self, params: RunParams, emit: Emit, run_id: str, state: LeaseState

@@ -76,6 +76,7 @@ from sqlalchemy import (
     insert,
     inspect,
     literal,
+    null,
     or_,
     select,
     update,
@@ -344,7 +345,7 @@ _FREE_GONE = (
         _S.lease_run_id == bindparam("gone_run"),
         _S.lease_holder == bindparam("gone_holder"),
     )
-    .values(lease_run_id=None, lease_holder=None, lease_until=None)
+    .values(lease_run_id=null(), lease_holder=null(), lease_until=null())
     .returning(_S.id)
 )
 _MESSAGE_COLUMNS = (
@@ -673,8 +674,8 @@ class SqlStore:
         never run again: whether it took effect is unknown."""
         attempt = 0
         while True:
-            if write and self._file is not None:
-                self._file.check_writable()
+            if self._file is not None:
+                self._file.check(write=write)
             connection = self._live()
             connection.execution_options(tether_write=write)
             if self._psycopg:
@@ -711,8 +712,8 @@ class SqlStore:
         return await self._run(partial(self._sqlite_transaction, call, write=write), write=write)
 
     def _sqlite_transaction(self, call: Callable[[_Exec], T], *, write: bool) -> T:
-        if write and self._file is not None:
-            self._file.check_writable()
+        if self._file is not None:
+            self._file.check(write=write)
         db = _SqliteExec(self._live(), self._compiled)
         db.raw.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         return _commit_after(db, call)
@@ -736,7 +737,7 @@ class SqlStore:
     def _append_inline(self, call: Callable[[_Exec], None]) -> bool:
         """Run ``call`` in a write transaction now, or return False when the lock is taken."""
         if self._file is not None:
-            self._file.check_writable()
+            self._file.check(write=True)
         db = _SqliteExec(self._inline_connection(), self._compiled)
         try:
             db.raw.execute("BEGIN IMMEDIATE")
@@ -756,6 +757,11 @@ class SqlStore:
         return connection
 
     def _close(self) -> None:
+        if self._file is not None and not self._file.mappable():
+            # closing SQLite's last connection writes to the -shm mapping (SIGBUS): the
+            # connections end with the process instead
+            logger.warning("the session store's -shm file is read-only: its connections stay open")
+            return
         if self._inline is not None:
             self._inline.close()
             self._inline = None

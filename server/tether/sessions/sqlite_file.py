@@ -1,12 +1,13 @@
-"""The SQLite file under a store: still the one the store opened, and safe to write.
+"""The SQLite file under a store: still the one the store opened, and safe to use.
 
 SQLite goes on writing to the file it opened, whatever becomes of its path: a file deleted (or
 replaced) under a running server takes every write acknowledged after that with it. And it maps
-the WAL index (``-shm``) into memory: when that file may no longer be written (made immutable)
-while mapped, the next write to it kills the process with SIGBUS. So each write transaction first
-checks, in a few system calls, that the path still names the file the store opened, and that the
-``-wal`` and ``-shm`` files may be written; when not, the write is refused with a
-``StoreError`` (``replaced``, ``read-only``) before SQLite touches anything.
+the WAL index (``-shm``) into memory, and writes there in reads too (a reader marks what it
+reads): when that file may no longer be written (made immutable) while mapped, the next write to
+it kills the process with SIGBUS. So each transaction first checks that the ``-shm`` file may be
+written, and a write transaction also that the path still names the file the store opened and
+that the ``-wal`` file may be written: a few system calls. When not, the transaction is refused
+with a ``StoreError`` (``read-only``, ``replaced``) before SQLite touches anything.
 """
 
 from __future__ import annotations
@@ -42,12 +43,16 @@ class SqliteFile:
         self.path = path.absolute()
         found = os.stat(self.path)
         self._identity = (found.st_dev, found.st_ino)
-        self._sidecars = [f"{self.path}{suffix}" for suffix in _SIDECARS]
+        self._wal, self._shm = (f"{self.path}{suffix}" for suffix in _SIDECARS)
 
-    def check_writable(self) -> None:
-        """Before a write transaction: ``StoreError`` when the path names no file or another
-        one (``replaced``), or when a ``-wal`` or ``-shm`` file that is there may not be written
-        (``read-only``)."""
+    def check(self, *, write: bool) -> None:
+        """Before a transaction: ``StoreError`` when a ``-shm`` file that is there may not be
+        written (``read-only``); for a write, also when the path names no file or another one
+        (``replaced``), or when the ``-wal`` file may not be written (``read-only``)."""
+        if not self.mappable():
+            raise store_error("read-only", "sqlite")
+        if not write:
+            return
         try:
             found = os.stat(self.path)
         except FileNotFoundError:
@@ -56,6 +61,15 @@ class SqliteFile:
             raise store_error("unreachable", "sqlite") from None
         if (found.st_dev, found.st_ino) != self._identity:
             raise store_error("replaced", "sqlite")
-        for sidecar in self._sidecars:
-            if not os.access(sidecar, os.W_OK) and os.path.lexists(sidecar):
-                raise store_error("read-only", "sqlite")
+        if not _writable(self._wal):
+            raise store_error("read-only", "sqlite")
+
+    def mappable(self) -> bool:
+        """Whether SQLite may write to its mapping of the ``-shm`` file (also when it closes
+        its last connection: it then checkpoints)."""
+        return _writable(self._shm)
+
+
+def _writable(path: str) -> bool:
+    """Whether ``path`` may be written, or is not there (SQLite then makes it)."""
+    return os.access(path, os.W_OK) or not os.path.lexists(path)
