@@ -1,5 +1,6 @@
 """Two real servers on one store (a SQLite file, a PostgreSQL database): a run in one of them owns
-its session for both, a killed holder's lease expires, and a sweep never deletes a leased session.
+its session for both, a killed holder's lease is taken over at once on its host and expires
+elsewhere, and a sweep never deletes a leased session.
 
 Server A runs a turn whose ``run_command`` blocks reading a FIFO until the test writes to it, so
 the run is known to be going on while server B is asked to touch its session.
@@ -50,8 +51,10 @@ async def spawn(project: Path, store_env: dict[str, str]) -> AsyncIterator[Spawn
     """Start servers on the shared store; each plays its own script. All killed at the end."""
     started: list[Connection] = []
 
-    async def start(name: str, turns: list[dict[str, Any]], **sections: Any) -> Connection:
-        connection = await Connection.spawn(SERVER, env=store_env)
+    async def start(
+        name: str, turns: list[dict[str, Any]], argv: list[str] = SERVER, **sections: Any
+    ) -> Connection:
+        connection = await Connection.spawn(argv, env=store_env)
         started.append(connection)
         tools = {"approval": "auto", **sections.pop("tools", {})}
         options = script_options(project, turns, name=name, tools=tools, **sections)
@@ -174,31 +177,57 @@ async def test_a_run_in_one_server_owns_its_session_in_the_other(
     assert again["response"] == "b ran"
 
 
-async def test_a_killed_holders_lease_expires_and_the_next_run_answers_its_call_interrupted(
+async def test_a_killed_servers_session_runs_at_once_in_a_server_started_after_it(
     spawn: Spawn,
 ) -> None:
-    a = await spawn("a", BLOCKING_TURNS, sessions={"lease": "2s"})
+    """A is killed (SIGKILL) in the middle of a run, its lease good for an hour: a server
+    started after it on this host finds A's process gone and runs the session at once, answering
+    the call A left without a result "interrupted"."""
+    a = await spawn("a", BLOCKING_TURNS, sessions={"lease": "1h"})
+    sid = (await a.request("session/create", {}))["sessionId"]
+    await start_blocked_run(a, sid)
+    a.process.kill()
+    await a.process.wait()
+
+    b = await spawn("b", [{"text": "b ran"}])
+    result = await asyncio.wait_for(
+        b.request("kernel/run", {"sessionId": sid, "prompt": "after the crash"}), WAIT
+    )
+    assert result["response"] == "b ran"
+    history = (await b.request("session/messages", {"sessionId": sid}))["messages"]
+    assert [m["role"] for m in history] == ["user", "assistant", "tool", "user", "assistant"]
+    assert one_result_per_call(history) == {"c1": ["interrupted"]}
+    assert history[2]["runId"] == result["runId"]
+
+
+def elsewhere(hostname: str) -> list[str]:
+    """The server's command, run as if on another host: in a UTS namespace of its own named
+    ``hostname`` (for a user other than root, in a user namespace, which needs no privilege;
+    root keeps its own, in which it may reach a database server's socket of another user)."""
+    rename = 'hostname "$0" && exec "$@"'
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    return ["unshare", *user, "--uts", "sh", "-c", rename, hostname, *SERVER]
+
+
+async def test_a_killed_servers_lease_on_another_host_holds_until_it_expires(
+    spawn: Spawn,
+) -> None:
+    """A runs "on another host" (its hostname differs): its pid means nothing here, so once it
+    is killed its lease holds until it expires (2 s after its last renewal); then B runs."""
+    a = await spawn("a", BLOCKING_TURNS, sessions={"lease": "2s"}, argv=elsewhere("far-away"))
     b = await spawn("b", [{"text": "b ran"}])
     sid = (await a.request("session/create", {}))["sessionId"]
     _, run_id = await start_blocked_run(a, sid)
     a.process.kill()
     await a.process.wait()
 
-    while True:  # the lease ends at most 2 s after A's last renewal: ask until B may run
-        try:
-            result = await asyncio.wait_for(
-                b.request("kernel/run", {"sessionId": sid, "prompt": "after the crash"}), WAIT
-            )
-            break
-        except RpcError as busy:
-            assert busy.code == ErrorCode.SESSION_BUSY
-            assert busy.data == {"sessionId": sid, "runId": run_id, "holder": "another-process"}
-            await asyncio.sleep(0.2)
+    refusal = await refused(b.request("kernel/run", {"sessionId": sid, "prompt": "too soon"}))
+    assert refusal == {"sessionId": sid, "runId": run_id, "holder": "another-process"}
+    result = await asyncio.wait_for(run_when_free(b, sid, "after the crash"), WAIT)
     assert result["response"] == "b ran"
     history = (await b.request("session/messages", {"sessionId": sid}))["messages"]
     assert [m["role"] for m in history] == ["user", "assistant", "tool", "user", "assistant"]
     assert one_result_per_call(history) == {"c1": ["interrupted"]}
-    assert history[2]["runId"] == result["runId"]
 
 
 async def gone(connection: Connection, sid: str) -> None:
