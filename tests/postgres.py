@@ -112,6 +112,17 @@ class OwnServer:
         # pgserver stops the process it started: tell it the new one
         server._postmaster_info = PostmasterInfo.read_from_pgdata(server.pgdata)
 
+    def go_down(self) -> None:
+        """Stop the server (its clients then cannot reach it) until :meth:`come_back`."""
+        from pgserver._commands import pg_ctl
+
+        server = self._server
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user)
+
+    def come_back(self) -> None:
+        """Start the server stopped by :meth:`go_down` again, on the same socket."""
+        self._server.ensure_postgres_running()
+
     def stop(self) -> None:
         self._server.cleanup()
         shutil.rmtree(self._directory, ignore_errors=True)
