@@ -757,7 +757,7 @@ class SqlStore:
         return connection
 
     def _close(self) -> None:
-        if self._file is not None and not self._file.mappable():
+        if self._file is not None and self._file.shm_at_risk():
             # closing SQLite's last connection writes to the -shm mapping (SIGBUS): the
             # connections end with the process instead
             logger.warning("the session store's -shm file is read-only: its connections stay open")

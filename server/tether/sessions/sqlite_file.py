@@ -4,10 +4,12 @@ SQLite goes on writing to the file it opened, whatever becomes of its path: a fi
 replaced) under a running server takes every write acknowledged after that with it. And it maps
 the WAL index (``-shm``) into memory, and writes there in reads too (a reader marks what it
 reads): when that file may no longer be written (made immutable) while mapped, the next write to
-it kills the process with SIGBUS. So each transaction first checks that the ``-shm`` file may be
-written, and a write transaction also that the path still names the file the store opened and
-that the ``-wal`` file may be written: a few system calls. When not, the transaction is refused
-with a ``StoreError`` (``read-only``, ``replaced``) before SQLite touches anything.
+it kills the process with SIGBUS. So each transaction first checks that the ``-shm`` file may
+still be written (when SQLite mapped it so: a store opened while it could not be written maps it
+read-only, and only reads), and a write transaction also that the path still names the file the
+store opened and that its ``-wal`` and ``-shm`` files may be written: a few system calls. When
+not, the transaction is refused with a ``StoreError`` (``read-only``, ``replaced``) before
+SQLite touches anything.
 """
 
 from __future__ import annotations
@@ -37,19 +39,23 @@ def check_sidecars(database: Path) -> None:
 
 
 class SqliteFile:
-    """The database file a store opened (its device and inode, read when the store is made)."""
+    """The database file a store opened (its device and inode), and whether SQLite could map
+    its ``-shm`` file for writing; both read when the store is made, right after its first
+    connection opened the file (the store's connections stay open till it closes)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path.absolute()
         found = os.stat(self.path)
         self._identity = (found.st_dev, found.st_ino)
         self._wal, self._shm = (f"{self.path}{suffix}" for suffix in _SIDECARS)
+        self._shm_mapped_writable = _writable(self._shm)
 
     def check(self, *, write: bool) -> None:
-        """Before a transaction: ``StoreError`` when a ``-shm`` file that is there may not be
-        written (``read-only``); for a write, also when the path names no file or another one
-        (``replaced``), or when the ``-wal`` file may not be written (``read-only``)."""
-        if not self.mappable():
+        """Before a transaction: ``StoreError`` (``read-only``) when SQLite would write to a
+        mapping of a ``-shm`` file that may not be written any more; for a write, also when
+        the path names no file or another one (``replaced``), or when the ``-wal`` or ``-shm``
+        file may not be written (``read-only``)."""
+        if self.shm_at_risk():
             raise store_error("read-only", "sqlite")
         if not write:
             return
@@ -61,13 +67,14 @@ class SqliteFile:
             raise store_error("unreachable", "sqlite") from None
         if (found.st_dev, found.st_ino) != self._identity:
             raise store_error("replaced", "sqlite")
-        if not _writable(self._wal):
+        if not (_writable(self._wal) and _writable(self._shm)):
             raise store_error("read-only", "sqlite")
 
-    def mappable(self) -> bool:
-        """Whether SQLite may write to its mapping of the ``-shm`` file (also when it closes
-        its last connection: it then checkpoints)."""
-        return _writable(self._shm)
+    def shm_at_risk(self) -> bool:
+        """Whether SQLite mapped the ``-shm`` file for writing and it may not be written any
+        more: a write to the mapping (in any transaction, and when the last connection closes)
+        would be SIGBUS."""
+        return self._shm_mapped_writable and not _writable(self._shm)
 
 
 def _writable(path: str) -> bool:
