@@ -12,6 +12,7 @@ from acp import RequestError, text_block
 
 from tests.acp.conftest import Setup
 from tests.fakes.sse import sse_server
+from tether.protocol import ErrorCode
 from tether.testing import tool_call
 
 RESOURCE_NOT_FOUND = -32002
@@ -139,6 +140,25 @@ async def test_delete_removes_the_session_and_later_requests_name_it_unknown(
     for error in (prompt, load, mode):
         assert error.value.code == RESOURCE_NOT_FOUND
         assert error.value.data == {"sessionId": session.session_id}
+
+
+async def test_a_store_fault_is_answered_store_error_with_its_reason(
+    durable: Setup, project: Path, tmp_path: Path
+) -> None:
+    """The session database deleted under the agent: its writes are refused (-32015, reason
+    ``replaced``) and the agent goes on."""
+    durable.script([{"text": "never"}])
+    async with durable.agent() as agent:
+        session = await agent.conn.new_session(cwd=str(project), mcp_servers=[])
+        (tmp_path / "sessions.db").unlink()
+        with pytest.raises(RequestError) as prompt:
+            await agent.conn.prompt(session_id=session.session_id, prompt=[text_block("x")])
+        with pytest.raises(RequestError) as new:
+            await agent.conn.new_session(cwd=str(project), mcp_servers=[])
+        assert agent.process.returncode is None
+    for error in (prompt, new):
+        assert error.value.code == ErrorCode.STORE_ERROR
+        assert error.value.data == {"reason": "replaced"}
 
 
 async def test_invalid_params_are_answered_with_the_field(setup: Setup, project: Path) -> None:

@@ -155,6 +155,17 @@ async def test_a_sqlite_file_deleted_under_the_server_acknowledges_no_write_afte
     assert (await b.request("session/list", {}))["sessions"] == []  # a new, empty store
 
 
+async def test_a_language_servers_command_meeting_a_store_fault_answers_store_error(
+    servers: Servers, tmp_path: Path
+) -> None:
+    db = tmp_path / "s.db"
+    server = await servers.start(sqlite_env(db))
+    command = {"command": "tether.newSession", "arguments": []}
+    await server.request("workspace/executeCommand", command)
+    db.unlink()
+    assert await store_fault(server.request("workspace/executeCommand", command)) == "replaced"
+
+
 # --- files that may not be written --------------------------------------------------------------
 
 

@@ -39,6 +39,7 @@ from tether.protocol.kernel import (
     ToolCallUpdate,
     Usage,
 )
+from tether.protocol.limits import MAX_JSON_DEPTH
 from tether.protocol.sessions import MAX_STATE_BYTES, ConfigureSessionParams
 
 NOW = datetime(2025, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)
@@ -540,3 +541,47 @@ def test_a_session_state_over_its_cap_is_refused_naming_the_field() -> None:
     with pytest.raises(ValidationError) as raised:
         ConfigureSessionParams(session_id="s", state={"k": "x" * MAX_STATE_BYTES})
     assert [error["loc"] for error in raised.value.errors()] == [("state",)]
+
+
+def nested(levels: int, leaf: Any = 1) -> Any:
+    """A value ``levels`` objects and arrays deep (alternating)."""
+    value = leaf
+    for level in range(levels):
+        value = {"k": value} if level % 2 else [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("model", "field"),
+    [
+        (MessageInput, "metadata"),
+        (MessageInput, "output"),
+        (MessageInput, "content"),
+        (ConfigureSessionParams, "settings"),
+        (ConfigureSessionParams, "metadata"),
+        (ConfigureSessionParams, "state"),
+    ],
+)
+def test_a_kept_json_value_may_nest_max_json_depth_levels_and_no_more(
+    model: type[Any], field: str
+) -> None:
+    base: dict[str, Any] = (
+        {"role": "tool", "toolCallId": "c", "content": "x"}
+        if model is MessageInput
+        else {"sessionId": "s"}
+    )
+    levels = MAX_JSON_DEPTH if field in ("output", "content") else MAX_JSON_DEPTH - 1
+    top = (lambda v: v) if field in ("output", "content") else (lambda v: {"top": v})
+    model.model_validate({**base, field: top(nested(levels))})
+    with pytest.raises(ValidationError) as caught:
+        model.model_validate({**base, field: top(nested(levels + 1))})
+    [error] = caught.value.errors()
+    assert error["type"] == "limit_exceeded"
+    assert error["ctx"] == {"limit": "maxJsonDepth", "value": MAX_JSON_DEPTH}
+    assert error["loc"][0] == field
+
+
+def test_a_value_as_deep_as_the_json_decoder_allows_is_refused_without_recursion() -> None:
+    deepest = orjson.loads("[" * 1024 + "]" * 1024)
+    with pytest.raises(ValidationError):
+        MessageInput.model_validate({"role": "user", "content": "x", "metadata": {"d": deepest}})
