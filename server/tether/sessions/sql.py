@@ -34,7 +34,6 @@ REPEATABLE READ snapshot.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import sqlite3
@@ -642,23 +641,20 @@ class SqlStore:
     async def _run(self, call: Callable[[], T], *, write: bool) -> T:
         self._queued += 1
         try:
-            with self._faults_as_errors(write):
-                result = await asyncio.get_running_loop().run_in_executor(self._executor, call)
+            result = await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        except Exception as exc:
+            self._raise_if_fault(exc, write)
+            raise
         finally:
             self._queued -= 1
         self._faults.succeeded(write=write)
         return result
 
-    @contextlib.contextmanager
-    def _faults_as_errors(self, write: bool) -> Iterator[None]:
-        """A store fault raised in the block becomes a ``StoreError`` (see
-        :mod:`tether.sessions.faults`); any other exception goes on as it is."""
-        try:
-            yield
-        except Exception as exc:
-            error = self._faults.error_for(exc, write=write)
-            if error is None:
-                raise
+    def _raise_if_fault(self, exc: Exception, write: bool) -> None:
+        """A ``StoreError`` in place of ``exc`` when it is a store fault (see
+        :mod:`tether.sessions.faults`); else nothing, and the caller raises ``exc``."""
+        error = self._faults.error_for(exc, write=write)
+        if error is not None:
             raise error from None
 
     async def _read(self, call: Callable[[Connection], T]) -> T:
@@ -727,8 +723,11 @@ class SqlStore:
         before an append (or a clear) sent earlier that is waiting there for the lock.
         """
         if self._fast and not self._queued:
-            with self._faults_as_errors(write=True):
+            try:
                 done = self._append_inline(call)
+            except Exception as exc:
+                self._raise_if_fault(exc, write=True)
+                raise
             if done:
                 self._faults.succeeded(write=True)
                 return
