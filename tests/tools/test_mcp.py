@@ -15,6 +15,8 @@ import mcp_types as types
 import pytest
 
 from tests.fakes.sse import sse_server
+from tether.protocol import MessageInput, Role
+from tether.protocol.limits import MAX_JSON_DEPTH
 from tether.protocol.tools import McpServerSpec, ToolKind
 from tether.tools import ToolContext, ToolResult, builtin_tools
 from tether.tools.mcp import McpExecutor, McpManager
@@ -311,6 +313,15 @@ def test_content_other_than_text_is_described_in_the_result():
     structured = types.CallToolResult(content=[], structured_content={"n": 1})
     assert render_result(structured) == ToolResult('{"n": 1}', output={"n": 1})
     assert render_result(types.CallToolResult(content=[], is_error=True)).is_error
+
+
+def test_structured_content_nested_deeper_than_a_session_keeps_is_left_to_the_text():
+    deep: dict[str, Any] = {}
+    for _ in range(MAX_JSON_DEPTH):
+        deep = {"d": deep}
+    result = render_result(types.CallToolResult(content=[], structured_content=deep))
+    assert result.output is None and result.content == json.dumps(deep)
+    MessageInput(role=Role.TOOL, tool_call_id="c", content=result.content, output=result.output)
 
 
 # --- streamable HTTP ----------------------------------------------------------------------------

@@ -56,14 +56,14 @@ content; a session's settings, metadata or state) may nest objects and arrays
 def shallow_json(value: Any) -> Any:
     """A validator (before the field's own) that refuses a value nested deeper than
     :data:`MAX_JSON_DEPTH`, so that nothing is stored that could not be read back."""
-    if _deeper_than(value, MAX_JSON_DEPTH):
+    if nested_deeper_than(value, MAX_JSON_DEPTH):
         raise over_limit(
             "JSON nested deeper than {value} levels ({limit})", "maxJsonDepth", MAX_JSON_DEPTH
         )
     return value
 
 
-def _deeper_than(value: Any, most: int) -> bool:
+def nested_deeper_than(value: Any, most: int) -> bool:
     """Whether ``value`` nests more than ``most`` objects and arrays (without recursion: the
     value may be as deep as the JSON decoder allows)."""
     stack = [(value, 0)]

@@ -86,8 +86,9 @@ def _detail(exc: BaseException) -> str:
     its parameters (SQLAlchemy's own text carries both)."""
     orig: Any = exc.orig if isinstance(exc, DBAPIError) else exc
     code = getattr(orig, "sqlite_errorname", None) or getattr(orig, "sqlstate", None)
-    text = str(orig).strip().splitlines()[0][:200] if str(orig).strip() else ""
-    return f"{type(orig).__name__}{f' {code}' if code else ''}: {text}"
+    lines = str(orig).strip().splitlines()
+    named = f"{type(orig).__name__} {code}" if code else type(orig).__name__
+    return f"{named}: {lines[0][:200]}" if lines else named
 
 
 class FaultLog:

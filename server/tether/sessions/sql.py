@@ -15,7 +15,12 @@ Layout (see also :mod:`tether.sessions.forks`):
 A session's run lease (:mod:`tether.sessions.lease`) is three columns of its row
 (``lease_run_id``, ``lease_holder``, ``lease_until``): it is claimed, renewed and released by
 conditional updates of that row, and every write a lease blocks checks it in its own
-transaction (an append in the same statement that reserves its positions).
+transaction (an append in the same statement that reserves its positions). A write refused by a
+live lease whose holder is gone (a dead process of this host) frees the session by an update
+naming that holder, and goes on in the same transaction.
+
+A database error that is a store fault becomes a ``StoreError`` (:mod:`tether.sessions.faults`);
+on SQLite, every transaction first checks the file (:mod:`tether.sessions.sqlite_file`).
 
 SQLAlchemy is synchronous: calls run on one worker thread per store, so the event loop never
 waits for the database. Each write is one transaction. On SQLite, an append (the kernel's write

@@ -65,9 +65,11 @@ class SessionStore(Protocol):
     - what a read returns is the caller's own copy: mutating it never changes the store;
     - ``append`` is O(1) in the length of the history and all-or-nothing for its batch;
     - a page of ``messages`` costs O(limit), not O(history);
-    - a run leases its session (see :mod:`tether.sessions.lease`): while the lease is live, the
-      writes that would break the run are refused with ``SessionBusy``, in the same transaction
-      as the write, and ``Session.running`` is true.
+    - a run leases its session (see :mod:`tether.sessions.lease`): while the lease is live (and
+      its holder not known to be gone), the writes that would break the run are refused with
+      ``SessionBusy``, in the same transaction as the write, and ``Session.running`` is true;
+    - a store fault (a full disk, a database that is down...) raises ``StoreError`` with its
+      reason (see :mod:`tether.sessions.faults`), never a driver's exception.
     """
 
     kind: str
@@ -149,7 +151,8 @@ class SessionStore(Protocol):
         """Lease the session to the run ``run_id`` of this process for ``lease`` from now.
 
         Atomic: ``SessionBusy`` (naming the run that holds it) while a live lease is held,
-        whoever holds it; an expired lease is taken over. Nothing else is written.
+        whoever holds it; an expired lease is taken over, and so is a live one whose holder was a
+        process of this host that no longer runs. Nothing else is written.
         """
         ...
 

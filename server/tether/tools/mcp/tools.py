@@ -10,6 +10,7 @@ from typing import Any
 
 import mcp_types as types
 
+from tether.protocol.limits import MAX_JSON_DEPTH, nested_deeper_than
 from tether.protocol.tools import ToolKind, ToolSpec
 from tether.tools.base import ToolResult
 from tether.tools.run_command import CappedOutput
@@ -96,8 +97,9 @@ def render_result(result: types.CallToolResult) -> ToolResult:
 
 def _structured(content: dict[str, Any] | None) -> dict[str, Any] | None:
     """``structuredContent``, kept as the result's ``output`` when it is within
-    :data:`MAX_RESULT_BYTES` as JSON (the text carries it otherwise, cut)."""
-    if content is None:
+    :data:`MAX_RESULT_BYTES` as JSON, and nests no deeper than a session keeps (``maxJsonDepth``;
+    the text carries it otherwise, cut)."""
+    if content is None or nested_deeper_than(content, MAX_JSON_DEPTH):
         return None
     try:
         size = len(json.dumps(content, ensure_ascii=False).encode(errors="surrogatepass"))
