@@ -73,7 +73,16 @@ def mechanism(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     """Each way the wrapper runs a command: confined in namespaces, confined by Landlock alone
     (``TETHER_SANDBOX_NAMESPACES=0``, as where namespaces are refused), and unconfined
     (``tools.sandbox = "off"``: the process tree is still watched)."""
-    name: str = request.param
+    yield from _use(request.param, monkeypatch)
+
+
+@pytest.fixture(params=MECHANISMS[:2])
+def confining(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Each way the wrapper confines a command (see :func:`mechanism`)."""
+    yield from _use(request.param, monkeypatch)
+
+
+def _use(name: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     if name != "off" and landlock_abi() == 0:
         pytest.skip("the kernel has no Landlock")
     if name == "landlock":

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -105,17 +104,17 @@ async def test_processes_outside_the_command_are_left_alone(
     workspace: Path, mechanism: str
 ) -> None:
     seconds = unique_seconds()
-    bystander = subprocess.Popen(["sleep", seconds])
+    bystander = await asyncio.create_subprocess_exec("sleep", seconds)
     try:
         result = await confined(workspace, mechanism)(
             "run_command", {"command": "sleep 300 >/dev/null 2>&1 &"}
         )
         assert "1 process it left running was killed" in result.content
-        assert bystander.poll() is None
+        assert bystander.returncode is None
         assert with_argument(seconds) == {bystander.pid}
     finally:
         bystander.kill()
-        bystander.wait()
+        await bystander.wait()
 
 
 @pytest.mark.parametrize(
