@@ -5,9 +5,10 @@ through the wrapper of :mod:`tether.tools.wrapper`, run from memory by the real 
 runs tether (:func:`wrapper_command`). Confined, the command gets:
 
 - **Landlock** (an allow-list; anything not listed cannot be opened). Read and execute: the
-  system directories of :data:`SYSTEM_READABLE` that exist, ``/etc`` entry by entry but for
-  what is not world-readable (``/etc/shadow``, private keys: root owns them, and a command run
-  by root would read them without a capability), ``/proc`` and ``/sys``, a few devices, the
+  system directories of :data:`SYSTEM_READABLE` that exist, ``/etc`` (under root, entry by entry
+  but for what is not world-readable: ``/etc/shadow``, private keys; root owns them, and a
+  command run by root would read them without a capability; any other user's commands are
+  refused them by their modes), ``/proc`` and ``/sys``, a few devices, the
   directories on ``PATH`` (not ``/`` nor ``$HOME`` or a directory above it), the Python
   installation running tether, git's configuration files in ``$HOME`` (not its credential
   store), the workspace, and ``tools.sandbox_readable``. Write: the workspace
@@ -69,7 +70,7 @@ SYSTEM_READABLE = (
     "/dev/random",
     "/dev/urandom",
 )
-SYSTEM_FILTERED = ("/etc",)  # readable but for what is not world-readable
+SYSTEM_FILTERED = ("/etc",)  # under root: readable but for what is not world-readable
 LINKED_FROM_ETC = ("/etc/resolv.conf", "/etc/hosts", "/etc/localtime")
 DEVICES_WRITABLE = ("/dev/null", "/dev/zero", "/dev/full")
 HOME_READABLE = (".gitconfig", ".config/git/config", ".config/git/ignore", ".config/git/attributes")
@@ -280,7 +281,8 @@ def _confinement(
     read += _path_directories(environ)
     read += _home_files(environ)
     read += [_expand(path, environ, workspace) for path in policy.readable]
-    read += _system_files().read
+    system = _system_files() if os.geteuid() == 0 else SystemFiles(SYSTEM_FILTERED, ())
+    read += system.read
     writable = [os.path.realpath(_expand(path, environ, workspace)) for path in policy.writable]
     if policy.mode == "workspace-write":
         writable.append(root)
@@ -294,7 +296,7 @@ def _confinement(
         args.append("--network")
     elif found.seccomp:
         args.append("--seccomp")
-    args += _repeat("--list", _system_files().listable)
+    args += _repeat("--list", system.listable)
     args += _repeat("--read", read)
     args += _repeat("--write", write)
     args += _repeat("--protect", protect)

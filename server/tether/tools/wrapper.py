@@ -259,31 +259,38 @@ def _wait_children(seconds: float) -> None:
     """Reap the children killed (and those re-parented here as their parents die), waiting
     ``seconds`` at most (a process in an uninterruptible sleep dies when it wakes)."""
     deadline = time.monotonic() + seconds
-    while True:
-        try:
-            child, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
+    while _children_left():
         remaining = deadline - time.monotonic()
-        if child == 0 and remaining <= 0:
+        if remaining <= 0:
             return
-        if child == 0:
-            _signal.sigtimedwait({SIGCHLD}, min(remaining, POLL_SECONDS))
+        _signal.sigtimedwait({SIGCHLD}, min(remaining, POLL_SECONDS))
 
 
 def _settle() -> int:
     """Once the command has exited: give what it left running a short grace to exit, then
-    kill it; returns how many processes were killed."""
+    kill it; returns how many processes were killed. Every orphan of the tree is re-parented to
+    this process (a subreaper, or the pid 1 of the namespace), so the tree is empty exactly when
+    this process has no child left, which needs no walk of ``/proc``."""
     deadline = time.monotonic() + GRACE_SECONDS
-    while _leftovers():
+    while _children_left():
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            break
+            return _kill_leftovers()
         received = _signal.sigtimedwait(WATCHED, min(remaining, POLL_SECONDS))
-        _reap(0)
         if received is not None and received.si_signo == SIGTERM:
-            break
-    return _kill_leftovers()
+            return _kill_leftovers()
+    return 0
+
+
+def _children_left() -> bool:
+    """Reap the children that have exited; whether any is left."""
+    while True:
+        try:
+            child, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if child == 0:
+            return True
 
 
 def _leftovers() -> set[int]:
