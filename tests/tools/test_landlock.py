@@ -294,12 +294,14 @@ async def test_the_policy_is_reported_as_progress(workspace: Path) -> None:
 def test_the_wrapper_parses_its_arguments() -> None:
     options = parse(
         ["--read", "/a", "--write", "/b", "--protect", "/b/.git", "--network", "--parent", "7",
-         "--namespaces", "--", "ls", "--read"]
+         "--sandbox", "--namespaces", "--", "ls", "--read"]
     )  # fmt: skip
     assert (options.read, options.write, options.protect) == (["/a"], ["/b"], ["/b/.git"])
     assert (options.network, options.namespaces, options.parent) == (True, True, 7)
     assert options.command == ["ls", "--read"]
-    for bad in [["--read"], ["ls"], ["--bogus", "--", "ls"], ["--parent", "x", "--", "ls"]]:
+    bad_ones = [["--read"], ["ls"], ["--bogus", "--", "ls"], ["--parent", "x", "--", "ls"]]
+    bad_ones.append(["--namespaces", "--", "ls"])  # namespaces without the sandbox
+    for bad in bad_ones:
         with pytest.raises(ValueError):
             parse(bad)
 

@@ -2,16 +2,21 @@
 
 The command runs in its own session and process group, with stdin from ``/dev/null`` and
 stdout and stderr captured together (interleaved, as a terminal shows them) up to an output cap
-that keeps the head and the tail. It ends when its process exits; processes it left running that
-still hold the output open are killed after a short grace. On timeout, or when the call is
-cancelled, the whole process tree is killed (:func:`tether.tools.processes.kill_tree`; its
-environment is marked so that processes which left the group and lost their parent are found).
-The result says so when processes still hold the output open after that: they could not be found.
+that keeps the head and the tail. On Linux it is started through the command wrapper
+(:mod:`tether.tools.wrapper`), which keeps its whole process tree together (a pid namespace, or
+a subreaper): when the command exits, the wrapper kills what it left running after a short grace
+and reports how many processes that was (a pipe passed to it); on timeout or cancel, tether asks
+the wrapper to end (``SIGTERM``), which ends the tree; and the wrapper dies with tether. Only if
+the wrapper has not ended in time, or elsewhere than on Linux, does tether kill what it can find
+itself (:func:`tether.tools.processes.kill_tree`: the group, the descendants, and the processes
+whose environment carries the command's mark); the result says so when processes still hold the
+output open after that: they could not be found.
 
 The command runs in the OS sandbox of ``ToolContext.sandbox`` (``tools.sandbox``, see
-:mod:`tether.tools.confinement`): by default it may write only in the workspace and in a private
-``TMPDIR``, read the system but not the rest of ``$HOME``, reach no process outside it, and open
-no network connection. The policy is reported as the call's progress and in its result; a
+:mod:`tether.tools.confinement`): by default it may write only in the workspace (never in its
+``.git`` or ``.tether``, nor in tether's installation) and in a private ``TMPDIR``, read the
+system but not the rest of ``$HOME``, reach no process outside it, and open no network
+connection. The policy is reported as the call's progress and in its result; a
 failed command whose output reports a refused access gets a note saying what the sandbox allows
 and how to allow more. Where Landlock is missing, or with ``tools.sandbox = "off"``, the command
 can do whatever the user running tether can, which is why the tool's kind is ``execute`` (it

@@ -109,6 +109,8 @@ def parse(args: Sequence[str]) -> Options:
             options.command = list(args[index + 1 :])
             if not options.command and not options.probe:
                 raise ValueError("no command given")
+            if options.namespaces and not options.sandbox:
+                raise ValueError("--namespaces goes with --sandbox")  # no unconfined namespaces
             return options
         if arg in _FLAGS:
             setattr(options, _FLAGS[arg], True)
