@@ -1,6 +1,8 @@
-"""What the OS sandbox costs a command: ``true`` started unconfined, through the Landlock wrapper,
-and (for comparison only: tether does not use it) confined by a ``preexec_fn`` in the forked
-child; then whole ``run_command`` calls with ``tools.sandbox = "off"`` and the default.
+"""What the command wrapper costs a command: ``true`` started directly, through the wrapper
+unconfined (``tools.sandbox = "off"``: its process tree watched by a subreaper), confined in mount
+and pid namespaces, and confined by Landlock alone (``TETHER_SANDBOX_NAMESPACES=0``); for
+comparison only (tether does not use it), the same Landlock rules applied by a ``preexec_fn`` in
+the forked child; then whole ``run_command`` calls.
 
     .venv/bin/python bench/sandbox_bench.py [--runs 60]
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import resource
 import statistics
@@ -18,13 +21,22 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tether.tools import ToolContext, ToolRegistry
-from tether.tools.confinement import SandboxPolicy, landlock_abi, wrap
-from tether.tools.landlock import parse, restrict
+from tether.tools.confinement import (
+    NAMESPACES_VARIABLE,
+    SandboxPolicy,
+    isolation,
+    landlock_abi,
+    wrap,
+    wrapper_command,
+)
+from tether.tools.landlock import restrict
 from tether.tools.run_command import RunCommand
+from tether.tools.wrapper import parse
 
 Times = tuple[list[float], float]  # wall-clock ms of each run; CPU ms per run (children)
 
@@ -62,27 +74,54 @@ def report(name: str, measured: Times) -> None:
     print(f"| {name} | {median:.1f} | {mean:.1f} | {cpu:.1f} |")
 
 
+@contextmanager
+def namespaces(allowed: bool) -> Iterator[None]:
+    """Commands confined with namespaces (where the system allows them) or Landlock alone."""
+    if allowed:
+        os.environ.pop(NAMESPACES_VARIABLE, None)
+    else:
+        os.environ[NAMESPACES_VARIABLE] = "0"
+    isolation.cache_clear()
+    try:
+        yield
+    finally:
+        os.environ.pop(NAMESPACES_VARIABLE, None)
+        isolation.cache_clear()
+
+
 def spawns(runs: int, workspace: Path) -> None:
-    policy = SandboxPolicy()
-    wrapped = wrap(
-        policy, ["true"], workspace=workspace, tmpdir=workspace, environ=dict(os.environ)
-    )
-    read, write, network, _ = parse(wrapped[4:])  # after: python -I -S landlock.py
+    def through(policy: SandboxPolicy) -> list[str]:
+        return wrap(policy, ["true"], workspace=workspace, tmpdir=workspace, environ=os.environ)
+
+    report("`true`, directly", timed(runs, lambda: subprocess.run(["true"], check=True)))
+    unconfined = through(SandboxPolicy(mode="off"))
+    start = functools.partial(_run, unconfined)
+    report("`true` through the wrapper, unconfined", timed(runs, start))
+    for allowed, name in ((True, "namespaces"), (False, "Landlock alone")):
+        with namespaces(allowed):
+            confined = through(SandboxPolicy())
+            start = functools.partial(_run, confined)
+            report(f"`true` through the wrapper, {name}", timed(runs, start))
+    options = parse(confined[len(wrapper_command()) :])
 
     def confine() -> None:
-        restrict(read, write, network=network)
+        restrict(options.read, options.write, network=False, listable=options.listable)
 
-    report("`true`, unconfined", timed(runs, lambda: subprocess.run(["true"], check=True)))
-    report("`true` through the wrapper", timed(runs, lambda: subprocess.run(wrapped, check=True)))
     report(
         "`true` with a preexec_fn (not used)",
         timed(runs, lambda: subprocess.run(["true"], preexec_fn=confine, check=True)),
     )
 
 
+def _run(argv: list[str]) -> None:
+    subprocess.run(argv, check=True)
+
+
 async def calls(runs: int, workspace: Path) -> None:
     registry = ToolRegistry([RunCommand()])
-    for mode in ("off", "workspace-write"):
+    cases = [("off", True, "off"), ("workspace-write", True, "namespaces")]
+    cases.append(("workspace-write", False, "Landlock alone"))
+    for mode, allowed, name in cases:
         context = ToolContext(
             workspace=workspace, session_id="s", run_id="r", sandbox=SandboxPolicy(mode=mode)
         )
@@ -92,14 +131,16 @@ async def calls(runs: int, workspace: Path) -> None:
             assert not result.is_error, result.content
             return result
 
-        report(f"run_command `true`, sandbox {mode}", await timed_async(runs, call))
+        with namespaces(allowed):
+            report(f"run_command `true`, sandbox {mode} ({name})", await timed_async(runs, call))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=60)
     runs = parser.parse_args().runs
-    print(f"Landlock ABI {landlock_abi()}, Python {sys.version.split()[0]}, {runs} runs each\n")
+    print(f"Landlock ABI {landlock_abi()}, Python {sys.version.split()[0]}, {runs} runs each")
+    print(f"{isolation()}, load average {os.getloadavg()[0]:.1f}\n")
     print("| what | median ms | mean ms | child CPU ms |\n|---|---|---|---|")
     with tempfile.TemporaryDirectory() as directory:
         workspace = Path(directory)

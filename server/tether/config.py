@@ -166,7 +166,8 @@ class ToolsConfig(_Section):
         default="workspace-write", description="the OS sandbox of run_command (Landlock)"
     )
     sandbox_network: bool = Field(
-        default=False, description="whether sandboxed commands may open TCP connections"
+        default=False,
+        description="whether sandboxed commands may use the network (TCP, UDP, unix sockets)",
     )
     sandbox_readable: list[str] = Field(
         default_factory=list, description="more paths sandboxed commands may read"

@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.processes import TAG_VARIABLE, appear, gone, new_tag, tagged
 from tether.client import Connection
-from tether.tools.processes import is_alive
 
 from .conftest import start_scripted
 
@@ -28,33 +27,13 @@ async def tool_update(connection: Connection, status: str) -> dict[str, Any]:
                 return event
 
 
-def read_pids(path: Path) -> list[int]:
-    return [int(word) for word in path.read_text().split()] if path.exists() else []
-
-
-async def pids_written(path: Path, count: int) -> list[int]:
-    deadline = time.monotonic() + 20
-    while len(pids := read_pids(path)) < count:
-        assert time.monotonic() < deadline, f"{path} did not get {count} pids"
-        await asyncio.sleep(0.05)
-    return pids
-
-
-async def all_gone(pids: list[int]) -> bool:
-    deadline = time.monotonic() + 20
-    while any(is_alive(pid) for pid in pids):
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.05)
-    return True
-
-
 async def test_cancelling_a_run_mid_command_kills_the_command_and_records_cancelled(
     tmp_path: Path,
 ) -> None:
     project = tmp_path / "project"
     project.mkdir()
-    command = "sleep 300 & echo $! >> pids; echo $$ >> pids; wait"
+    tag = new_tag()
+    command = f"export {TAG_VARIABLE}={tag}; sleep 300 & sleep 300 & wait"
     turns = [
         {
             "toolCalls": [
@@ -73,8 +52,7 @@ async def test_cancelling_a_run_mid_command_kills_the_command_and_records_cancel
             connection.request("kernel/run", {"sessionId": sid, "prompt": "sleep a while"})
         )
         await tool_update(connection, "in_progress")
-        pids = await pids_written(project / "pids", 2)
-        assert all(is_alive(pid) for pid in pids)
+        pids = await appear(lambda: tagged(tag), 2)
         assert await connection.request("kernel/cancel", {"sessionId": sid}) == {"cancelled": True}
         result = await asyncio.wait_for(run, 20)
         cancelled = await tool_update(connection, "cancelled")
@@ -88,7 +66,7 @@ async def test_cancelling_a_run_mid_command_kills_the_command_and_records_cancel
     assert cancelled["toolCallId"] == "c1"
     assert [m["role"] for m in history] == ["user", "assistant", "tool"]
     assert history[2]["content"] == "cancelled"
-    assert await all_gone(pids)
+    assert await gone(pids)
 
 
 async def test_a_command_cannot_read_the_api_key_from_the_servers_environment(

@@ -1,12 +1,21 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tether.tools import ToolContext, ToolRegistry, ToolResult, builtin_registry
+from tether.tools.confinement import (
+    NAMESPACES_VARIABLE,
+    SandboxMode,
+    SandboxPolicy,
+    isolation,
+    landlock_abi,
+)
+from tether.tools.run_command import RunCommand
 
 SECRET = "TOP-SECRET-OUTSIDE"
 
@@ -54,3 +63,50 @@ class Call:
 @pytest.fixture
 def call(registry: ToolRegistry, context: ToolContext) -> Call:
     return Call(registry, context)
+
+
+MECHANISMS = ("namespaces", "landlock", "off")
+
+
+@pytest.fixture(params=MECHANISMS)
+def mechanism(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Each way the wrapper runs a command: confined in namespaces, confined by Landlock alone
+    (``TETHER_SANDBOX_NAMESPACES=0``, as where namespaces are refused), and unconfined
+    (``tools.sandbox = "off"``: the process tree is still watched)."""
+    yield from _use(request.param, monkeypatch)
+
+
+@pytest.fixture(params=MECHANISMS[:2])
+def confining(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Each way the wrapper confines a command (see :func:`mechanism`)."""
+    yield from _use(request.param, monkeypatch)
+
+
+def _use(name: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    if name != "off" and landlock_abi() == 0:
+        pytest.skip("the kernel has no Landlock")
+    if name == "landlock":
+        monkeypatch.setenv(NAMESPACES_VARIABLE, "0")
+    else:
+        monkeypatch.delenv(NAMESPACES_VARIABLE, raising=False)
+    isolation.cache_clear()
+    if name == "namespaces" and not isolation().namespaces:
+        pytest.skip("this system refuses mount and pid namespaces")
+    yield name
+    isolation.cache_clear()
+
+
+def commands(workspace: Path, mode: SandboxMode = "workspace-write", **policy: Any) -> Call:
+    """A caller of ``run_command`` alone, under a sandbox policy of ``mode``."""
+    context = ToolContext(
+        workspace=workspace,
+        session_id="s",
+        run_id="r",
+        sandbox=SandboxPolicy(mode=mode, **policy),
+    )
+    return Call(ToolRegistry([RunCommand()]), context)
+
+
+def confined(workspace: Path, mechanism: str, **policy: Any) -> Call:
+    """``commands`` as ``mechanism`` runs them (``off`` for the unconfined one)."""
+    return commands(workspace, "off" if mechanism == "off" else "workspace-write", **policy)

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import TAG_VARIABLE, new_tag, tagged
 from tether.protocol.tools import McpServerSpec
 from tether.tools import ToolContext, ToolRegistry, ToolResult
-from tether.tools.confinement import SandboxMode, SandboxPolicy, landlock_abi
-from tether.tools.landlock import parse
+from tether.tools.confinement import SandboxMode, SandboxPolicy, landlock_abi, wrapper_command
 from tether.tools.mcp import McpManager
 from tether.tools.run_command import RunCommand
+from tether.tools.wrapper import parse
 
 from .conftest import SECRET, Call
 
@@ -286,27 +287,29 @@ async def test_the_policy_is_reported_as_progress(workspace: Path) -> None:
     lines: list[str] = []
     context = ToolContext(workspace=workspace, session_id="s", run_id="r", progress=lines.append)
     await Call(ToolRegistry([RunCommand()]), context)("run_command", {"command": ["true"]})
-    assert lines == ["sandbox: workspace-write, no network"]
+    assert lines == [SandboxPolicy().describe()]
+    assert lines[0].startswith("sandbox: workspace-write, no network; .git, .tether and tether's")
 
 
 def test_the_wrapper_parses_its_arguments() -> None:
-    assert parse(["--read", "/a", "--write", "/b", "--network", "--", "ls", "--read"]) == (
-        ["/a"],
-        ["/b"],
-        True,
-        ["ls", "--read"],
-    )
-    for bad in [["--read"], ["ls"], ["--bogus", "--", "ls"]]:
+    options = parse(
+        ["--read", "/a", "--write", "/b", "--protect", "/b/.git", "--network", "--parent", "7",
+         "--sandbox", "--namespaces", "--", "ls", "--read"]
+    )  # fmt: skip
+    assert (options.read, options.write, options.protect) == (["/a"], ["/b"], ["/b/.git"])
+    assert (options.network, options.namespaces, options.parent) == (True, True, 7)
+    assert options.command == ["ls", "--read"]
+    bad_ones = [["--read"], ["ls"], ["--bogus", "--", "ls"], ["--parent", "x", "--", "ls"]]
+    bad_ones.append(["--namespaces", "--", "ls"])  # namespaces without the sandbox
+    for bad in bad_ones:
         with pytest.raises(ValueError):
             parse(bad)
 
 
 async def test_the_wrapper_never_runs_a_command_it_could_not_confine(tmp_path: Path) -> None:
-    from tether.tools.confinement import WRAPPER
-
     marker = tmp_path / "ran"
     process = await asyncio.create_subprocess_exec(
-        PYTHON, "-I", "-S", WRAPPER, "--read", "/usr", "--bogus", "--", "touch", str(marker),
+        *wrapper_command(), "--sandbox", "--read", "/usr", "--bogus", "--", "touch", str(marker),
         stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     _, stderr = await asyncio.wait_for(process.communicate(), 30)
@@ -320,13 +323,22 @@ async def test_the_wrapper_never_runs_a_command_it_could_not_confine(tmp_path: P
 FAKE_SERVER = Path(__file__).resolve().parents[1] / "fakes" / "mcp_server.py"
 
 
-def server_spec(pids: Path) -> McpServerSpec:
+def server_spec(pids: Path, tag: str) -> McpServerSpec:
     return McpServerSpec(
         name="fake",
         command=PYTHON,
         args=[str(FAKE_SERVER)],
-        env={"TETHER_MCP_PIDS": str(pids)},
+        env={"TETHER_MCP_PIDS": str(pids), TAG_VARIABLE: tag},
     )
+
+
+def serving(tag: str) -> list[int]:
+    """The fake server's process (the wrapper's carry the same environment)."""
+    return [
+        pid
+        for pid in tagged(tag)
+        if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:2] == [bytes(FAKE_SERVER)]
+    ]
 
 
 def status_of(pid: int) -> dict[str, str]:
@@ -339,26 +351,29 @@ async def test_an_mcp_server_runs_confined_when_configured(workspace: Path, outs
     policy = SandboxPolicy(mode="workspace-write", network=True, readable=readable)
     manager = McpManager()
     try:
+        tag = new_tag()
         inside = workspace / "pids.txt"
         tools = await manager.executor(
-            [], servers=[server_spec(inside)], enabled=None, session_id="s",
+            [], servers=[server_spec(inside, tag)], enabled=None, session_id="s",
             workspace=workspace, sandbox=policy,
         )  # fmt: skip
         assert "fake__echo" in [spec.name for spec in tools.list()]
-        (pid,) = [int(line) for line in inside.read_text().split()]
+        assert inside.read_text().strip()  # it could write in the workspace
+        (pid,) = serving(tag)  # seen from here: it runs in a pid namespace of its own
         status = status_of(pid)
         assert status["NoNewPrivs"].strip() == "1"
         assert int(status["CapBnd"], 16) == 0
 
         barred = outside / "pids.txt"  # the server cannot write there, so it fails to start
         tools = await manager.executor(
-            [], servers=[server_spec(barred)], enabled=None, session_id="s",
+            [], servers=[server_spec(barred, new_tag())], enabled=None, session_id="s",
             workspace=workspace, sandbox=policy,
         )  # fmt: skip
         assert tools.list() == []
         assert not barred.exists()
     finally:
         await manager.aclose()
+    assert tagged(tag) == set()  # its tree ended with it
 
 
 async def test_mcp_servers_are_not_confined_by_default(workspace: Path, outside: Path) -> None:
@@ -366,7 +381,7 @@ async def test_mcp_servers_are_not_confined_by_default(workspace: Path, outside:
     try:
         pids = outside / "pids.txt"
         await manager.executor(
-            [], servers=[server_spec(pids)], enabled=None, session_id="s",
+            [], servers=[server_spec(pids, new_tag())], enabled=None, session_id="s",
             workspace=workspace, sandbox=SandboxPolicy(mode="off"),
         )  # fmt: skip
         (pid,) = [int(line) for line in pids.read_text().split()]

@@ -1,53 +1,23 @@
-"""run_command: argv or shell, a cwd inside, and the whole tree killed on timeout or cancel."""
+"""run_command: argv or shell, a cwd inside, output, environment (process trees:
+``test_process_trees.py``)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import shutil
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.files import write
+from tests.processes import appear, gone, kill_all, unique_seconds, with_argument
 from tether.tools import ToolContext, ToolRegistry
-from tether.tools.processes import descendants, is_alive
+from tether.tools.processes import MARK_VARIABLE, descendants, kill_tree, new_mark
 from tether.tools.run_command import RunCommand, child_environment
 
 from .conftest import Call
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="commands run on POSIX systems")
-
-
-async def gone(pids: list[int], within: float = 10.0) -> bool:
-    """Whether every pid stops running within ``within`` seconds (a bounded poll)."""
-    deadline = time.monotonic() + within
-    while any(is_alive(pid) for pid in pids):
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.02)
-    return True
-
-
-def read_pids(path: Path) -> list[int]:
-    return [int(line) for line in path.read_text().split()] if path.exists() else []
-
-
-async def appears(path: Path, lines: int, within: float = 10.0) -> list[int]:
-    """The pids written to ``path``, once it has ``lines`` of them (a bounded poll)."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        pids = read_pids(path)
-        if len(pids) >= lines:
-            return pids
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{path} did not get {lines} pids")
-
-
-def pids_in(text: str) -> list[int]:
-    return [int(word) for word in text.split() if word.isdigit()]
 
 
 async def test_an_argv_list_runs_without_a_shell(call: Call) -> None:
@@ -166,71 +136,20 @@ async def test_the_environment_leaves_out_secret_looking_variables(
     assert child_environment({"PATH": "/bin", "Api_Key": "x"}) == {"PATH": "/bin"}
 
 
-async def test_a_timeout_kills_the_whole_process_tree(call: Call) -> None:
-    started = time.monotonic()
-    result = await call(
-        "run_command",
-        {"command": "sleep 300 & echo $!; sleep 300 & echo $!; echo $$; wait", "timeout": 1},
-    )
-    assert time.monotonic() - started < 30
-    assert result.is_error
-    assert result.content.startswith("timed out after 1 s")
-    pids = pids_in(result.content.split("\n", 2)[2])
-    assert len(pids) == 3
-    assert await gone(pids)
-
-
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
-@pytest.mark.skipif(shutil.which("setsid") is None, reason="needs setsid")
-async def test_a_timeout_also_kills_descendants_that_left_the_process_group(call: Call) -> None:
-    result = await call(
-        "run_command", {"command": "setsid sleep 300 & echo $!; echo $$; wait", "timeout": 1}
-    )
-    pids = pids_in(result.content.split("\n", 2)[2])
-    assert len(pids) == 2
-    assert await gone(pids)
-
-
-async def test_cancellation_kills_the_tree_and_propagates(call: Call, workspace: Path) -> None:
-    pidfile = workspace / "pids"
-    task = asyncio.ensure_future(
-        call(
-            "run_command",
-            {"command": "sleep 300 & echo $! >> pids; echo $$ >> pids; wait", "timeout": 600},
-        )
-    )
-    pids = await appears(pidfile, 2)
-    assert all(is_alive(pid) for pid in pids)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await asyncio.wait_for(task, 10)
-    assert await gone(pids)
-
-
-async def test_processes_left_holding_the_output_are_killed_once_the_command_exits(
-    call: Call,
-) -> None:
-    started = time.monotonic()
-    result = await call("run_command", {"command": "sleep 300 & echo $!", "timeout": 60})
-    assert time.monotonic() - started < 30
-    assert not result.is_error
-    assert "left running" in result.content
-    assert await gone(pids_in(result.content.split("\n", 2)[2]))
-
-
-async def test_a_background_process_that_closed_the_output_is_left_alone(
-    call: Call, workspace: Path
-) -> None:
-    result = await call(
-        "run_command", {"command": "sleep 300 >/dev/null 2>&1 & echo $!", "timeout": 60}
-    )
-    assert not result.is_error and "left running" not in result.content
-    (pid,) = pids_in(result.content.split("\n", 2)[2])
+async def test_the_last_resort_kills_the_group_and_the_marked_processes_that_left_it() -> None:
+    # What run_command does where there is no wrapper, or when it did not end in time.
+    mark, seconds = new_mark(), unique_seconds()
+    leader = await asyncio.create_subprocess_exec(
+        "sh", "-c", f"setsid sleep {seconds} & sleep {seconds} & wait",
+        env={**os.environ, MARK_VARIABLE: mark}, start_new_session=True,
+    )  # fmt: skip
     try:
-        assert is_alive(pid)
+        found = await appear(lambda: with_argument(seconds), 2)
+        kill_tree(leader.pid, mark)
+        assert await asyncio.wait_for(leader.wait(), 10) == -9
+        assert await gone(found)
     finally:
-        os.kill(pid, 9)
-    assert await gone([pid])
+        kill_all(with_argument(seconds))
 
 
 def test_descendants_are_found_through_the_parent_links() -> None:
@@ -266,70 +185,3 @@ async def test_the_context_hidden_variables_are_left_out(
     result = await Call(ToolRegistry([RunCommand()]), context)("run_command", {"command": ["env"]})
     assert "PLAIN_SETTING=visible" in result.content
     assert "LLM_SESAME" not in result.content and "open-up" not in result.content
-
-
-needs_proc_and_setsid = pytest.mark.skipif(
-    not Path("/proc/self/stat").exists() or shutil.which("setsid") is None,
-    reason="needs /proc and setsid",
-)
-
-
-@pytest.mark.parametrize(
-    "command",
-    [
-        "setsid sleep 300 & echo $!",  # left the session, then orphaned
-        "(setsid sleep 300 & echo $!) ; echo done",  # orphaned while the command still ran
-    ],
-)
-@needs_proc_and_setsid
-async def test_processes_that_detached_and_hold_the_output_are_killed_once_it_exits(
-    call: Call, command: str
-) -> None:
-    result = await call("run_command", {"command": command, "timeout": 60})
-    (pid,) = pids_in(result.content.split("\n", 2)[2])
-    try:
-        assert "left running with the output open were killed" in result.content
-        assert await gone([pid])
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, 9)
-
-
-@needs_proc_and_setsid
-async def test_a_timeout_kills_a_detached_orphan(call: Call) -> None:
-    result = await call(
-        "run_command", {"command": "(setsid sleep 300 & echo $!); sleep 300", "timeout": 1}
-    )
-    (pid,) = pids_in(result.content.split("\n", 2)[2])
-    try:
-        assert result.content.startswith("timed out after 1 s")
-        assert await gone([pid])
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, 9)
-
-
-@needs_proc_and_setsid
-async def test_a_detached_process_that_cannot_be_found_is_not_claimed_killed(call: Call) -> None:
-    # It leaves the session and drops the environment, so nothing ties it to the command.
-    result = await call("run_command", {"command": "setsid env -i sleep 300 & echo $!"})
-    (pid,) = pids_in(result.content.split("\n", 2)[2])
-    try:
-        assert "were killed" not in result.content
-        assert "could not be found" in result.content
-        assert is_alive(pid)
-    finally:
-        os.kill(pid, 9)
-    assert await gone([pid])
-
-
-async def test_processes_of_other_commands_are_left_alone(call: Call) -> None:
-    other = await call("run_command", {"command": "sleep 300 >/dev/null 2>&1 & echo $!"})
-    (pid,) = pids_in(other.content.split("\n", 2)[2])
-    try:
-        result = await call("run_command", {"command": "sleep 300 & echo $!"})
-        assert "were killed" in result.content
-        assert await gone(pids_in(result.content.split("\n", 2)[2]))
-        assert is_alive(pid)
-    finally:
-        os.kill(pid, 9)

@@ -1,33 +1,21 @@
-"""Linux Landlock through ``ctypes``, and the exec wrapper that confines one command with it.
+"""Linux Landlock through ``ctypes``: the rules that confine one command.
 
-Run as a script, this file restricts its own process and then ``exec``\\ s the command::
-
-    python -I -S landlock.py [--read PATH]... [--write PATH]... [--network] -- PROGRAM [ARG]...
-
-``--read`` paths may be read and executed, ``--write`` paths also written (files created,
-removed, renamed, truncated); nothing else of the filesystem can be opened. Without
-``--network``, binding and connecting TCP sockets is refused (Landlock ABI 4). Abstract unix
-sockets and signals are scoped to the command's own processes (ABI 6), and Landlock forbids
+The command wrapper (:mod:`tether.tools.wrapper`) calls :func:`restrict` in the process that
+becomes the command, after its namespaces are set up and just before it ``exec``\\ s: ``read``
+paths may be read and executed, ``write`` paths also written (files created, removed, renamed,
+truncated), ``listable`` directories only listed; nothing else of the filesystem can be opened.
+Without ``network``, binding and connecting TCP sockets is refused (Landlock ABI 4). Abstract
+unix sockets and signals are scoped to the command's own processes (ABI 6), and Landlock forbids
 ``ptrace`` of any process outside the domain, which also makes ``/proc/PID/environ``, ``mem``
 and ``fd`` of those processes unreadable. The restriction is inherited across ``fork`` and
 ``exec`` and cannot be lifted.
 
-Why a wrapper process and not ``preexec_fn``: ``landlock_restrict_self`` confines the calling
-thread, so it must run in the child between ``fork`` and ``exec``. ``preexec_fn`` runs Python
-there, in a copy of a multi-threaded server whose other threads' locks (the allocator's, the
-import lock, logging's) may be held forever: Python documents it as unsafe with threads. A
-fresh interpreter that confines itself and then ``exec``\\ s has no such hazard; it costs about
-20 ms of CPU per command here (``bench/sandbox_bench.py``: ``true`` takes 1 ms unconfined, 21 ms
-through the wrapper, 5 ms with a ``preexec_fn``). To keep that start short, this module imports
-the standard library only (``-I -S``: no site-packages, nothing of tether) and parses its
-arguments by hand.
+Where no mount namespace can make a path read-only, :func:`carve` expresses "writable, except
+these paths" with Landlock's allow-list alone (see its docstring for what that costs).
 
-The wrapper never runs a command unconfined: if the ruleset cannot be built or enforced, it
-exits with status 126 and says why on stderr. Availability is probed beforehand by tether
-(:func:`abi_version`, :func:`probe`), which falls back to unconfined commands and says so.
-
-Only the three Landlock system calls and ``prctl(PR_SET_NO_NEW_PRIVS)`` are used; their
-numbers (444 to 446) are the same on every architecture that has them.
+tether itself uses :func:`abi_version` and :func:`probe` to learn whether Landlock is there.
+Only the three Landlock system calls and ``prctl`` are used; their numbers (444 to 446) are the
+same on every architecture that has them. Part of the wrapper: standard library only.
 """
 
 from __future__ import annotations
@@ -90,12 +78,9 @@ FS_WRITE = (
     | FS_REFER
     | FS_TRUNCATE
 )
+FIRST_NETWORK_ABI = 4  # TCP bind and connect rules
 # The rights that apply to a file (a rule on a file may hold no others).
 FS_FILE = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV
-
-EXIT_NOT_CONFINED = 126
-EXIT_CANNOT_RUN = 126
-EXIT_NOT_FOUND = 127
 
 
 class RulesetAttr(ctypes.Structure):
@@ -175,7 +160,7 @@ def handled(abi: int, *, network: bool) -> RulesetAttr:
         fs &= ~FS_TRUNCATE
     if abi < 5:
         fs &= ~FS_IOCTL_DEV
-    net = 0 if network or abi < 4 else NET_BIND_TCP | NET_CONNECT_TCP
+    net = 0 if network or abi < FIRST_NETWORK_ABI else NET_BIND_TCP | NET_CONNECT_TCP
     scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0
     return RulesetAttr(handled_access_fs=fs, handled_access_net=net, scoped=scoped)
 
@@ -189,7 +174,13 @@ def probe(abi: int) -> None:
     os.close(fd)
 
 
-def restrict(read: Sequence[str], write: Sequence[str], *, network: bool) -> None:
+def restrict(
+    read: Sequence[str],
+    write: Sequence[str],
+    *,
+    network: bool,
+    listable: Sequence[str] = (),
+) -> None:
     """Confine this process (one thread: call it before any other starts) and whatever it
     runs next. Paths that cannot be opened (missing, or not this user's to reach) are skipped;
     a rule on a file gets its file rights."""
@@ -202,7 +193,7 @@ def restrict(read: Sequence[str], write: Sequence[str], *, network: bool) -> Non
         libc, SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.sizeof(attr), 0
     )
     try:
-        for paths, access in ((read, FS_READ), (write, FS_WRITE)):
+        for paths, access in ((listable, FS_READ_DIR), (read, FS_READ), (write, FS_WRITE)):
             for path in paths:
                 _allow(libc, ruleset, path, access & attr.handled_access_fs)
         drop_capabilities(libc)
@@ -210,6 +201,51 @@ def restrict(read: Sequence[str], write: Sequence[str], *, network: bool) -> Non
         _syscall(libc, SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0)
     finally:
         os.close(ruleset)
+
+
+def carve(write: Sequence[str], protect: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Rules that make ``write`` writable except the ``protect`` paths inside them, as
+    (read, write) path lists for :func:`restrict`. All paths are real (symlinks resolved).
+
+    Landlock only grants, and a right granted on a directory holds for everything beneath it, so
+    a writable directory that holds a protected path is granted reading only, and each of its
+    entries is granted writing on its own, except the protected path and a directory on the way
+    to one, which is carved the same way. The price: in such a directory (the workspace root,
+    when it holds ``.git``) nothing can be created, removed or renamed, though its files can
+    still be written in place. Symbolic links get no rule (what they lead to is checked on its
+    own); nor do sockets, FIFOs or devices. A writable path inside a protected one is read-only.
+    """
+    read: list[str] = []
+    granted: list[str] = []
+    for root in write:
+        if any(_within(root, path) for path in protect):
+            read.append(root)
+        else:
+            _carve(root, [path for path in protect if _within(path, root)], read, granted)
+    return read, granted
+
+
+def _carve(directory: str, inner: list[str], read: list[str], granted: list[str]) -> None:
+    if not inner:
+        granted.append(directory)
+        return
+    read.append(directory)
+    if directory in inner:
+        return
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:  # not a directory, or not ours to list: nothing in it is granted
+        return
+    for entry in entries:
+        below = [path for path in inner if _within(path, entry.path)]
+        if entry.is_dir(follow_symlinks=False):
+            _carve(entry.path, below, read, granted)
+        elif not below and entry.is_file(follow_symlinks=False):
+            granted.append(entry.path)
+
+
+def _within(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
 def drop_capabilities(libc: ctypes.CDLL) -> None:
@@ -260,63 +296,3 @@ def _allow(libc: ctypes.CDLL, ruleset: int, path: str, access: int) -> None:
             raise LandlockError(exc.errno, f"{path}: {exc.strerror}") from None
     finally:
         os.close(fd)
-
-
-def _restore_signals() -> None:
-    """Give ``SIGPIPE`` and ``SIGXFSZ`` back their default action, which Python ignores and an
-    ignored signal stays ignored across ``exec`` (``subprocess`` does the same for its children:
-    ``restore_signals``). ``_signal`` is the builtin under ``signal``, which would import
-    ``enum`` for nothing."""
-    import _signal  # type: ignore[import-not-found]  # no stub: a builtin module
-
-    for name in ("SIGPIPE", "SIGXFSZ"):
-        number = getattr(_signal, name, None)
-        if number is not None:
-            _signal.signal(number, _signal.SIG_DFL)
-
-
-def parse(args: Sequence[str]) -> tuple[list[str], list[str], bool, list[str]]:
-    """The wrapper's arguments: (read paths, write paths, network, command)."""
-    read: list[str] = []
-    write: list[str] = []
-    network = False
-    index = 0
-    while index < len(args):
-        arg = args[index]
-        if arg == "--":
-            return read, write, network, list(args[index + 1 :])
-        if arg == "--network":
-            network = True
-        elif arg in ("--read", "--write") and index + 1 < len(args):
-            (read if arg == "--read" else write).append(args[index + 1])
-            index += 1
-        else:
-            raise ValueError(f"unexpected argument {arg!r}")
-        index += 1
-    raise ValueError("no command given (expected -- PROGRAM [ARG]...)")
-
-
-def main(args: Sequence[str]) -> int:
-    """Confine this process, then become the command; returns only when that fails."""
-    try:
-        read, write, network, command = parse(args)
-        if not command:
-            raise ValueError("no command given")
-        restrict(read, write, network=network)
-    except (OSError, ValueError) as exc:
-        print(f"tether: the command was not run: cannot confine it: {exc}", file=sys.stderr)
-        return EXIT_NOT_CONFINED
-    _restore_signals()
-    try:
-        os.execvp(command[0], command)
-    except FileNotFoundError:
-        print(f"tether: command not found: {command[0]}", file=sys.stderr)
-        return EXIT_NOT_FOUND
-    except OSError as exc:
-        print(f"tether: cannot run {command[0]}: {exc.strerror}", file=sys.stderr)
-        return EXIT_CANNOT_RUN
-    return EXIT_CANNOT_RUN  # not reached: execvp returns only by raising
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,34 +1,43 @@
-"""Killing a whole process tree: the process group, and on Linux the descendants that left it.
+"""Finding and killing a whole process tree on Linux (``/proc``), and a process group elsewhere.
 
-A command started in its own session (``start_new_session=True``) leads a process group that its
-children join unless they start their own (``setsid``, a shell's job control). To leave nothing
-running, :func:`kill_tree` first stops (``SIGSTOP``) the group and every process of the tree it
-finds, walking again until no new one appears (a stopped process cannot fork), then kills them all
-with ``SIGKILL``. Where there is no ``/proc``, the group is all it reaches.
+Two users: the command wrapper (:mod:`tether.tools.wrapper`), which kills what a command leaves
+running from inside its own tree (as the pid 1 of the command's pid namespace, or as a
+subreaper), and ``run_command`` itself, as the last resort when the wrapper could not do it
+(another OS, or a wrapper that did not end when asked).
 
-On Linux it finds the tree two ways: the descendants of the leader, by the parent links in
-``/proc/*/stat``; and the processes whose environment carries the command's mark
-(:data:`MARK_VARIABLE`, set to a random :func:`new_mark` when it is started, and inherited). The
-mark finds what the parent links lose: a process whose parent exited is re-parented away from the
-tree (to init or the nearest subreaper), and one that called ``setsid`` is out of the group. A
-process that detaches *and* drops the variable (``env -i``) cannot be found.
+:func:`kill_found` freezes before it kills: it stops (``SIGSTOP``) every process it finds,
+looking again until no new one appears (a stopped process cannot fork), then kills them all with
+``SIGKILL``. :func:`kill_tree` finds the tree two ways: the descendants of the leader, by the
+parent links in ``/proc/PID/stat``; and the processes whose environment carries the command's
+mark (:data:`MARK_VARIABLE`, set to a random :func:`new_mark` when it is started, and
+inherited). The mark finds what the parent links lose when no wrapper keeps the tree together: a
+process whose parent exited is re-parented away from the tree, and one that called ``setsid``
+is out of the group.
+
+The module is part of the wrapper, which runs in a fresh interpreter before every command: it
+imports nothing but ``os`` and the builtin ``_signal`` (``signal`` would import ``enum``).
 """
 
 from __future__ import annotations
 
-import contextlib
+import _signal  # type: ignore[import-not-found]  # no stub: the builtin under ``signal``
 import os
-import secrets
-import signal
-from pathlib import Path
 
-_PROC = Path("/proc")
-_MAX_ROUNDS = 16
+TYPE_CHECKING = False  # not imported from typing: the wrapper imports nothing it need not
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+SIGKILL: int = getattr(_signal, "SIGKILL", 9)  # Windows has neither; nothing here runs there
+SIGSTOP: int = getattr(_signal, "SIGSTOP", SIGKILL)
 MARK_VARIABLE = "TETHER_COMMAND_ID"
+_PROC = "/proc"
+_MAX_ROUNDS = 16
 
 
 def new_mark() -> str:
     """A value for :data:`MARK_VARIABLE` that tells one command's processes from all others."""
+    import secrets
+
     return secrets.token_hex(16)
 
 
@@ -36,28 +45,38 @@ def kill_tree(leader: int, mark: str | None = None, *, leader_exited: bool = Fal
     """``SIGKILL`` the process group ``leader`` leads, every descendant of ``leader`` and every
     process marked with ``mark``. Once the leader has exited (and was reaped: its pid may be
     reused), its descendants are not looked for: it has none left."""
-    _signal_group(leader, signal.SIGSTOP)
+    _signal_group(leader, SIGSTOP)
+
+    def find() -> set[int]:
+        return (set() if leader_exited else descendants(leader)) | marked(mark)
+
+    kill_found(find)
+    _signal_group(leader, SIGKILL)
+
+
+def kill_found(find: Callable[[], set[int]]) -> set[int]:
+    """Stop every process ``find`` returns, asking again until it finds no new one, then kill
+    them all; returns those found alive."""
     found: set[int] = set()
     for _ in range(_MAX_ROUNDS):
-        new = (set() if leader_exited else descendants(leader)) | marked(mark)
-        new -= found
+        new = {pid for pid in find() - found if is_alive(pid)}
         if not new:
             break
         for pid in new:
-            _signal(pid, signal.SIGSTOP)
+            _send(pid, SIGSTOP)
         found |= new
-    _signal_group(leader, signal.SIGKILL)
     for pid in found:
-        _signal(pid, signal.SIGKILL)
+        _send(pid, SIGKILL)
+    return found
 
 
 def descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` in the parent tree (``/proc``; empty elsewhere)."""
+    """Every process below ``pid`` in the parent tree (``/proc``; empty elsewhere)."""
     children: dict[int, list[int]] = {}
-    for entry in _processes():
-        parent = _parent_of(entry)
+    for process in _processes():
+        parent = _parent_of(process)
         if parent is not None:
-            children.setdefault(parent, []).append(int(entry.name))
+            children.setdefault(parent, []).append(process)
     found: set[int] = set()
     pending = [pid]
     while pending:
@@ -77,18 +96,20 @@ def marked(mark: str | None) -> set[int]:
     found: set[int] = set()
     for process in _processes():
         try:
-            environ = (process / "environ").read_bytes()
+            with open(f"{_PROC}/{process}/environ", "rb") as file:
+                environ = file.read()
         except OSError:  # gone meanwhile, or not ours to read
             continue
         if entry in environ.split(b"\0"):
-            found.add(int(process.name))
+            found.add(process)
     return found
 
 
 def is_alive(pid: int) -> bool:
     """Whether ``pid`` names a process that is running (a zombie counts as gone)."""
     try:
-        text = (_PROC / str(pid) / "stat").read_text()
+        with open(f"{_PROC}/{pid}/stat") as file:
+            text = file.read()
     except FileNotFoundError:
         return False
     except OSError:
@@ -102,16 +123,17 @@ def is_alive(pid: int) -> bool:
     return text.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
-def _processes() -> list[Path]:
+def _processes() -> list[int]:
     try:
-        return [entry for entry in _PROC.iterdir() if entry.name.isdigit()]
+        return [int(name) for name in os.listdir(_PROC) if name.isdigit()]
     except OSError:
         return []
 
 
-def _parent_of(entry: Path) -> int | None:
+def _parent_of(pid: int) -> int | None:
     try:
-        text = (entry / "stat").read_text()
+        with open(f"{_PROC}/{pid}/stat") as file:
+            text = file.read()
     except OSError:  # gone meanwhile, or not ours to read
         return None
     # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last
@@ -122,11 +144,15 @@ def _parent_of(entry: Path) -> int | None:
         return None
 
 
-def _signal_group(leader: int, signum: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
+def _signal_group(leader: int, signum: int) -> None:
+    try:
         os.killpg(leader, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
-def _signal(pid: int, signum: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
+def _send(pid: int, signum: int) -> None:
+    try:
         os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -2,16 +2,21 @@
 
 The command runs in its own session and process group, with stdin from ``/dev/null`` and
 stdout and stderr captured together (interleaved, as a terminal shows them) up to an output cap
-that keeps the head and the tail. It ends when its process exits; processes it left running that
-still hold the output open are killed after a short grace. On timeout, or when the call is
-cancelled, the whole process tree is killed (:func:`tether.tools.processes.kill_tree`; its
-environment is marked so that processes which left the group and lost their parent are found).
-The result says so when processes still hold the output open after that: they could not be found.
+that keeps the head and the tail. On Linux it is started through the command wrapper
+(:mod:`tether.tools.wrapper`), which keeps its whole process tree together (a pid namespace, or
+a subreaper): when the command exits, the wrapper kills what it left running after a short grace
+and reports how many processes that was (a pipe passed to it); on timeout or cancel, tether asks
+the wrapper to end (``SIGTERM``), which ends the tree; and the wrapper dies with tether. Only if
+the wrapper has not ended in time, or elsewhere than on Linux, does tether kill what it can find
+itself (:func:`tether.tools.processes.kill_tree`: the group, the descendants, and the processes
+whose environment carries the command's mark); the result says so when processes still hold the
+output open after that: they could not be found.
 
 The command runs in the OS sandbox of ``ToolContext.sandbox`` (``tools.sandbox``, see
-:mod:`tether.tools.confinement`): by default it may write only in the workspace and in a private
-``TMPDIR``, read the system but not the rest of ``$HOME``, reach no process outside it, and open
-no network connection. The policy is reported as the call's progress and in its result; a
+:mod:`tether.tools.confinement`): by default it may write only in the workspace (never in its
+``.git`` or ``.tether``, nor in tether's installation) and in a private ``TMPDIR``, read the
+system but not the rest of ``$HOME``, reach no process outside it, and open no network
+connection. The policy is reported as the call's progress and in its result; a
 failed command whose output reports a refused access gets a note saying what the sandbox allows
 and how to allow more. Where Landlock is missing, or with ``tools.sandbox = "off"``, the command
 can do whatever the user running tether can, which is why the tool's kind is ``execute`` (it
@@ -29,6 +34,7 @@ import os
 import re
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Collection, Mapping
@@ -39,7 +45,7 @@ from pydantic import Field
 
 from tether.protocol.tools import ToolKind
 from tether.tools.base import ToolContext, ToolError, ToolResult
-from tether.tools.confinement import SandboxPolicy, denial_note, wrap
+from tether.tools.confinement import SandboxPolicy, denial_note, isolation, wrap
 from tether.tools.processes import MARK_VARIABLE, kill_tree, new_mark
 from tether.tools.sandbox import Sandbox, format_size
 from tether.tools.typed import ToolArguments, TypedTool
@@ -50,6 +56,7 @@ DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024
 EXIT_GRACE_SECONDS = 1.0  # for the output to end once the command has exited
 KILL_WAIT_SECONDS = 5.0
 SHELL = "/bin/sh"
+WRAPPED = sys.platform.startswith("linux")  # the wrapper's system calls are Linux's
 
 # Anywhere in the name; AUTH and AUTHORIZATION only as a word of it (not GIT_AUTHOR_NAME).
 _SECRET_NAME = re.compile(
@@ -89,21 +96,60 @@ class RunCommand(TypedTool[RunCommandArguments]):
         argv = command_argv(args.command)
         cwd = await asyncio.to_thread(Sandbox(context.workspace).directory, args.cwd)
         output = CappedOutput(self.max_output_bytes)
-        started = time.monotonic()
         mark = new_mark()
         environment = child_environment(os.environ, context.hidden_env)
         environment[MARK_VARIABLE] = mark
         policy = context.sandbox
+        if policy.confines:
+            await asyncio.to_thread(isolation)  # the probes, once per process
         context.progress(policy.describe())
+        started = time.monotonic()
         async with _launch(policy, argv, context.workspace, cwd, environment) as launch:
             transport, capture = await _spawn(launch, argv[0], cwd, output, environment, mark)
             try:
-                outcome = await _supervise(transport.get_pid(), mark, capture, args.timeout)
+                outcome = await _supervise(transport.get_pid(), mark, capture, args.timeout, launch)
                 code = transport.get_returncode()
             finally:
                 transport.close()
+            leftovers = launch.leftovers()
         elapsed = time.monotonic() - started
-        return _result(outcome, code, output, args.timeout, elapsed, policy)
+        return _result(outcome, code, output, args.timeout, elapsed, policy, leftovers)
+
+
+@dataclass
+class _Launch:
+    """How a command is started: its argv, and when it goes through the wrapper (on Linux),
+    the pipe the wrapper reports on."""
+
+    argv: list[str]
+    status: tuple[int, int] | None = None  # (read, write) ends
+
+    @property
+    def wrapped(self) -> bool:
+        return self.status is not None
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        return (self.status[1],) if self.status is not None else ()
+
+    def leftovers(self) -> int | None:
+        """How many processes the command left running the wrapper killed once it had
+        exited, as the wrapper reported (None: no report, the wrapper was killed)."""
+        if self.status is None:
+            return None
+        os.set_blocking(self.status[0], False)
+        try:
+            words = os.read(self.status[0], 64).split()
+        except BlockingIOError:
+            return None
+        if len(words) == 2 and words[0] == b"leftovers" and words[1].isdigit():
+            return int(words[1])
+        return None
+
+    def close(self) -> None:
+        if self.status is not None:
+            for fd in self.status:
+                os.close(fd)
 
 
 @contextlib.asynccontextmanager
@@ -113,27 +159,44 @@ async def _launch(
     workspace: Path,
     cwd: Path,
     environment: dict[str, str],
-) -> AsyncIterator[list[str]]:
-    """The argv that runs the command under ``policy``. A confined command gets a temporary
-    directory of its own (``TMPDIR``, ``TMP``, ``TEMP``), removed when it ends; its program
-    is looked up first, so that a missing one is reported as such rather than by the wrapper."""
-    if not policy.confines:
-        yield argv
+) -> AsyncIterator[_Launch]:
+    """How to start the command under ``policy``: on Linux through the wrapper, which confines it
+    when the policy does and watches its process tree in any case. A confined command gets a
+    temporary directory of its own (``TMPDIR``, ``TMP``, ``TEMP``), removed when it ends. The
+    program is looked up first, so that a missing one is reported as such."""
+    if not WRAPPED:
+        yield _Launch(argv)
         return
-    tmpdir = await asyncio.to_thread(_prepare, argv[0], cwd, environment)
+    tmpdir = await asyncio.to_thread(_prepare, policy, argv[0], cwd, environment)
+    launch = _Launch(argv, status=os.pipe())
     try:
-        yield wrap(policy, argv, workspace=workspace, tmpdir=tmpdir, environ=environment)
+        launch.argv = await asyncio.to_thread(
+            wrap,
+            policy,
+            argv,
+            workspace=workspace,
+            tmpdir=tmpdir,
+            environ=environment,
+            status=launch.pass_fds[0],
+        )
+        yield launch
     finally:
-        await asyncio.to_thread(shutil.rmtree, tmpdir, ignore_errors=True)
+        launch.close()
+        if tmpdir is not None:
+            await asyncio.to_thread(shutil.rmtree, tmpdir, ignore_errors=True)
 
 
-def _prepare(program: str, cwd: Path, environment: dict[str, str]) -> Path:
+def _prepare(
+    policy: SandboxPolicy, program: str, cwd: Path, environment: dict[str, str]
+) -> Path | None:
     if "/" in program:
         found = (cwd / program).exists()
     else:
         found = shutil.which(program, path=environment.get("PATH", os.defpath)) is not None
     if not found:
         raise ToolError(f"command not found: {program}")
+    if not policy.confines:
+        return None
     tmpdir = Path(tempfile.mkdtemp(prefix="tether-command-"))
     for name in ("TMPDIR", "TMP", "TEMP"):
         environment[name] = str(tmpdir)
@@ -141,7 +204,7 @@ def _prepare(program: str, cwd: Path, environment: dict[str, str]) -> Path:
 
 
 async def _spawn(
-    argv: list[str],
+    launch: _Launch,
     program: str,
     cwd: Path,
     output: CappedOutput,
@@ -150,18 +213,19 @@ async def _spawn(
 ) -> tuple[asyncio.SubprocessTransport, _Capture]:
     """Start the command (``program`` names it in errors). The start is shielded: the process
     may run before its pipes are connected, so a cancellation that arrives meanwhile waits for
-    the start, then kills the whole tree (asyncio alone would kill only the first process)."""
+    the start, then stops the whole tree (asyncio alone would kill only the first process)."""
     loop = asyncio.get_running_loop()
     starting = asyncio.ensure_future(
         loop.subprocess_exec(
             lambda: _Capture(output, loop),
-            *argv,
+            *launch.argv,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             cwd=cwd,
             env=environment,
             start_new_session=True,
+            pass_fds=launch.pass_fds,
         )
     )
     try:
@@ -169,9 +233,8 @@ async def _spawn(
     except asyncio.CancelledError:
         with contextlib.suppress(Exception):
             transport, capture = await starting
-            kill_tree(transport.get_pid(), mark)
             with contextlib.suppress(BaseException):
-                await _within(capture.exited, KILL_WAIT_SECONDS)
+                await _stop(transport.get_pid(), mark, capture, launch)
             transport.close()
         raise
     except FileNotFoundError:
@@ -226,33 +289,48 @@ def child_environment(
 
 @dataclass(frozen=True)
 class _Outcome:
-    """How the command ended: ``how`` is ``"exited"``, ``"exited-leftovers"`` (processes it
-    left holding the output open were killed) or ``"timeout"``; ``held_open``, whether
-    processes still hold the output open even so (they could not be found to be killed)."""
+    """How the command ended: ``how`` is ``"exited"``, ``"exited-leftovers"`` (without the
+    wrapper: processes it left holding the output open were killed) or ``"timeout"``;
+    ``held_open``, whether processes still hold the output open even so (they could not be
+    found to be killed)."""
 
     how: str
     held_open: bool = False
 
 
-async def _supervise(pid: int, mark: str, capture: _Capture, limit: float) -> _Outcome:
-    """Wait for the command, and for its output to end. Cancellation kills the tree and
+async def _supervise(
+    pid: int, mark: str, capture: _Capture, limit: float, launch: _Launch
+) -> _Outcome:
+    """Wait for the command, and for its output to end. Cancellation stops the tree and
     propagates."""
     how = "exited"
     try:
         if not await _within(capture.exited, limit):
             how = "timeout"
-            kill_tree(pid, mark)
+            await _stop(pid, mark, capture, launch)
         if not await _within(capture.closed, EXIT_GRACE_SECONDS):
             how = "exited-leftovers" if how == "exited" else how
             kill_tree(pid, mark, leader_exited=capture.exited.done())
             await _within(capture.closed, KILL_WAIT_SECONDS)
         await _within(capture.exited, KILL_WAIT_SECONDS)
     except BaseException:  # cancelled (or failing): leave nothing running
-        kill_tree(pid, mark, leader_exited=capture.exited.done())
         with contextlib.suppress(BaseException):
-            await _within(capture.exited, KILL_WAIT_SECONDS)
+            await _stop(pid, mark, capture, launch)
         raise
     return _Outcome(how, held_open=not capture.closed.done())
+
+
+async def _stop(pid: int, mark: str, capture: _Capture, launch: _Launch) -> None:
+    """End the command's whole tree: ask the wrapper (``SIGTERM``: it kills the tree, or dies
+    and takes its pid namespace with it), and kill what can be found if it has not ended in
+    time; without the wrapper, kill what can be found at once."""
+    if launch.wrapped and not capture.exited.done():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        if await _within(capture.exited, KILL_WAIT_SECONDS):
+            return
+    kill_tree(pid, mark, leader_exited=capture.exited.done())
+    await _within(capture.exited, KILL_WAIT_SECONDS)
 
 
 async def _within(future: asyncio.Future[None], seconds: float) -> bool:
@@ -304,7 +382,24 @@ def _result(
     timeout: float,
     elapsed: float,
     policy: SandboxPolicy,
+    leftovers: int | None,
 ) -> ToolResult:
+    is_error = outcome.how == "timeout" or code != 0
+    lines = [f"{_status(outcome, code, timeout, leftovers)} ({elapsed:.1f} s; {policy.describe()})"]
+    text = output.text()
+    if output.total:
+        cut = f", {format_size(output.cut)} cut" if output.cut else ""
+        lines.append(f"output ({format_size(output.total)}{cut}):")
+        lines.append(text)
+    else:
+        lines.append("(no output)")
+    note = denial_note(policy, text) if is_error else None
+    if note is not None:
+        lines.append(note if text.endswith("\n") or not output.total else f"\n{note}")
+    return ToolResult("\n".join(lines), is_error=is_error)
+
+
+def _status(outcome: _Outcome, code: int | None, timeout: float, leftovers: int | None) -> str:
     if outcome.how == "timeout" and outcome.held_open:
         status = f"timed out after {timeout:g} s: the command and the processes found were killed"
     elif outcome.how == "timeout":
@@ -321,19 +416,14 @@ def _result(
         )
     elif outcome.how == "exited-leftovers":
         status += " (processes it left running with the output open were killed)"
-    is_error = outcome.how == "timeout" or code != 0
-    lines = [f"{status} ({elapsed:.1f} s; {policy.describe()})"]
-    text = output.text()
-    if output.total:
-        cut = f", {format_size(output.cut)} cut" if output.cut else ""
-        lines.append(f"output ({format_size(output.total)}{cut}):")
-        lines.append(text)
-    else:
-        lines.append("(no output)")
-    note = denial_note(policy, text) if is_error else None
-    if note is not None:
-        lines.append(note if text.endswith("\n") or not output.total else f"\n{note}")
-    return ToolResult("\n".join(lines), is_error=is_error)
+    elif leftovers and outcome.how != "timeout":
+        killed = (
+            "1 process it left running was"
+            if leftovers == 1
+            else (f"{leftovers} processes it left running were")
+        )
+        status += f" ({killed} killed)"
+    return status
 
 
 def _signal_name(number: int) -> str:

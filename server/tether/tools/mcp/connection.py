@@ -231,12 +231,14 @@ class McpConnection:
 async def _confined(
     argv: list[str], env: dict[str, str], sandbox: McpSandbox, stack: contextlib.AsyncExitStack
 ) -> tuple[list[str], dict[str, str]]:
-    """The command line and environment that start the server through the Landlock wrapper,
-    with a temporary directory of its own (``TMPDIR``), removed once the server has stopped."""
+    """The command line and environment that start the server confined through the command
+    wrapper (:mod:`tether.tools.wrapper`: the server's whole process tree ends with it), with a
+    temporary directory of its own (``TMPDIR``), removed once the server has stopped."""
     tmpdir = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="tether-mcp-"))
     stack.push_async_callback(asyncio.to_thread, shutil.rmtree, tmpdir, True)
     env = {**env, "TMPDIR": str(tmpdir), "TMP": str(tmpdir), "TEMP": str(tmpdir)}
-    confined = wrap(
+    confined = await asyncio.to_thread(
+        wrap,
         sandbox.policy,
         argv,
         workspace=sandbox.workspace,
