@@ -258,6 +258,7 @@ class Backend:
             session_id=session_id,
             workspace=workspace,
             sandbox=sandbox_policy(config, mcp=True),
+            start_timeout=config.mcp.start_timeout,
         )
 
     def _remember_mcp_servers(self, session: Session, params: CreateSessionParams) -> None:

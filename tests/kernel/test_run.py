@@ -454,3 +454,39 @@ async def test_a_run_refused_before_it_starts_carries_the_warnings_in_its_error(
         await harness.run("no-such-session")
     assert raised.value.data["warnings"] == [warning.to_wire()]
     assert raised.value.data["sessionId"] == "no-such-session"
+
+
+class InterruptedSetup(KernelHarness):
+    """Its tools end in a ``CancelledError`` no one asked for (a library's own wait, ended so)."""
+
+    async def _tools(self, config: TetherConfig, session_id: str, workspace: Path) -> Any:
+        raise asyncio.CancelledError
+
+
+async def test_a_cancellation_nobody_asked_for_while_starting_is_an_error_not_a_cancelled_run(
+    tmp_path: Path,
+):
+    harness = InterruptedSetup(tmp_path, [{"text": "never asked"}])
+    sid = await harness.session()
+    with pytest.raises(RuntimeError, match="no one cancelled it"):
+        await harness.run(sid)
+    assert await harness.store.history(sid) == []
+    assert not harness.kernel.is_running(sid)
+
+
+class InterruptedProvider(ScriptedProvider):
+    """Its stream ends in a ``CancelledError`` no one asked for."""
+
+    async def stream(self, request: Any) -> Any:
+        raise asyncio.CancelledError
+        yield  # a generator, as a provider's stream is
+
+
+async def test_a_cancellation_nobody_asked_for_during_the_run_fails_it(tmp_path: Path):
+    harness = KernelHarness(tmp_path, [])
+    harness.provider = InterruptedProvider([])
+    sid = await harness.session()
+    with pytest.raises(RuntimeError, match="no one cancelled it"):
+        await harness.run(sid)
+    finished = harness.events[-1].event
+    assert finished.kind == "run_finished" and finished.stop_reason is StopReason.ERROR

@@ -22,7 +22,7 @@ from tether.kernel import compaction, structured
 from tether.kernel.access import check_access
 from tether.kernel.approval import Approvals, Approver
 from tether.kernel.history import in_model_order
-from tether.kernel.run import Emit, LeaseState, Run, RunSetup
+from tether.kernel.run import Emit, LeaseState, Run, RunSetup, cancelling, not_cancelled
 from tether.kernel.state import StoreState
 from tether.kernel.window import EstimatingCounter, TokenCounter, window
 from tether.protocol import (
@@ -282,6 +282,8 @@ class Kernel:
             session = await self._store.get(params.session_id)
             run = Run(await self._setup(session, params, run_id, emit, state))
         except asyncio.CancelledError:  # cancelled before it began: nothing was recorded
+            if not cancelling():
+                raise not_cancelled("setting up the run") from None
             return RunResult(
                 run_id=run_id,
                 session_id=params.session_id,

@@ -72,6 +72,21 @@ def add_usage(total: Usage, turn: Usage) -> Usage:
     )
 
 
+def cancelling() -> bool:
+    """Whether the current task was asked to stop (``kernel/cancel``, a lost lease, the
+    request's own cancellation). A ``CancelledError`` raised while it was not came from inside
+    (a library that ended a wait of its own so): it is no cancellation of the run."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def not_cancelled(what: str) -> RuntimeError:
+    """The error a ``CancelledError`` that nobody asked for becomes: a run never ends
+    ``cancelled`` unless it was cancelled."""
+    logger.error("%s ended with a cancellation nobody asked for", what, exc_info=True)
+    return RuntimeError(f"{what} was interrupted from inside (no one cancelled it)")
+
+
 CANCELLED_RESULT = "cancelled"
 INTERRUPTED_RESULT = "interrupted"
 RESTARTED = "it is started again at the next run"
@@ -165,6 +180,8 @@ class Run:
         try:
             stop = await self._loop()
         except asyncio.CancelledError:
+            if not cancelling():
+                await self._fail(not_cancelled("the run"))
             stop = await self._stop_cancelled()
         except BaseException as exc:
             await self._fail(exc)

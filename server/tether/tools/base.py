@@ -47,6 +47,12 @@ class FileAccess(Protocol):
         """Make ``text`` the content of ``path``; a :class:`ToolError` when that failed."""
         ...
 
+    def interrupt(self) -> None:
+        """The call was cancelled while its thread may be waiting in :meth:`read_text` or
+        :meth:`write_text` (for an editor's answer): that wait, and any later one, ends at once
+        with a :class:`ToolError`. Called on the event loop."""
+        ...
+
 
 @dataclass(frozen=True, kw_only=True)
 class ToolContext:
