@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from tether.protocol import CreateSessionParams, Session
     from tether.protocol.kernel import RunWarning
     from tether.providers.base import Provider
+    from tether.secrets import Secrets
     from tether.tools.base import ToolExecutor
     from tether.tools.mcp import McpManager
 
@@ -78,6 +79,7 @@ class Backend:
         self._http: httpx.AsyncClient | None = None
         self._providers: dict[str, Provider] = {}
         self._mcp: McpManager | None = None  # made when a session or a run first needs it
+        self._secrets: tuple[TetherConfig, Secrets] | None = None  # of the last configuration
         self.sessions.on_create.append(self._remember_mcp_servers)
         self.sessions.on_delete.append(self._close_mcp_servers)
         self.sessions.on_delete.append(self._forget_in_kernel)
@@ -121,8 +123,25 @@ class Backend:
             no_memory=surely_no_memory,
             approver=approver,
             warnings=self.run_warnings,
+            secrets=self.secrets,
         )
         return self.kernel
+
+    def secrets(self, config: TetherConfig, session_id: str) -> Secrets:
+        """The secrets of a run in ``session_id`` (:mod:`tether.secrets`): the configuration's,
+        with the API keys of the environment, and those of the session's own MCP servers.
+        Every log record has them redacted from then on."""
+        from tether.secrets import Secrets, configured_secrets, register, server_secrets
+
+        if self._secrets is None or self._secrets[0] is not config:
+            self._secrets = (config, configured_secrets(config, self._environ))
+            register(self._secrets[1])
+        secrets = self._secrets[1]
+        own = self._mcp.session_specs(session_id) if self._mcp is not None else ()
+        if own:
+            secrets = secrets | Secrets.of(server_secrets(own))
+            register(secrets)
+        return secrets
 
     def config(self) -> TetherConfig:
         """The configuration. While the workspace file is left out for an error, each call reads

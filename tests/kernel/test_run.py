@@ -490,3 +490,46 @@ async def test_a_cancellation_nobody_asked_for_during_the_run_fails_it(tmp_path:
         await harness.run(sid)
     finished = harness.events[-1].event
     assert finished.kind == "run_finished" and finished.stop_reason is StopReason.ERROR
+
+
+KEY = "sk-live-0123456789"
+
+
+class Leaky(Tools):
+    """A tool (an MCP server's, say) whose result, diff, output and progress show a secret."""
+
+    def __init__(self) -> None:
+        super().__init__("leak")
+        self.contexts: list[ToolContext] = []
+
+    async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
+        self.contexts.append(context)
+        context.progress(f"using {KEY}")
+        return ToolResult(f"key={KEY}", diff=f"+{KEY}\n", output={"key": KEY, "n": [KEY, 1]})
+
+
+async def test_the_secrets_of_the_configuration_are_redacted_from_every_tool_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("LLM_SESAME", KEY)
+    tools = Leaky()
+    harness = KernelHarness(
+        tmp_path,
+        [{"toolCalls": [call("a", "leak")]}, {"text": "done"}],
+        config={"provider": {"apiKeyEnv": "LLM_SESAME"}},
+        tools=tools,
+    )
+    sid = await harness.session()
+    result = await harness.run(sid)
+    [record] = result.tool_calls
+    assert (record.result, record.output) == (
+        "key=[redacted]",
+        {"key": "[redacted]", "n": ["[redacted]", 1]},
+    )
+    [message] = [m for m in await harness.store.history(sid) if m.role is Role.TOOL]
+    assert message.content == "key=[redacted]"
+    updates = [e.event for e in harness.events if isinstance(e.event, ToolCallUpdate)]
+    assert [u.progress for u in updates if u.progress] == ["using [redacted]"]
+    assert [u.diff for u in updates if u.diff] == ["+[redacted]\n"]
+    assert KEY not in str(harness.events)
+    assert tools.contexts[0].secrets.hides(f"x{KEY}x")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -47,6 +48,7 @@ from tether.protocol.kernel import (
 )
 from tether.protocol.tools import ToolSpec
 from tether.providers.base import Provider
+from tether.secrets import Secrets, configured_secrets
 from tether.sessions.ids import uuid7
 from tether.sessions.store import SessionStore
 from tether.sessions.workspaces import local_path
@@ -61,6 +63,8 @@ MemoryLoader = Callable[[Path, list[str]], str]
 NoMemory = Callable[[Path, list[str]], bool]
 # The tools of a run in a session (configuration, session id, workspace root); may start servers.
 ToolsFactory = Callable[[TetherConfig, str, Path], Awaitable[ToolExecutor]]
+# The secrets of a run in a session (configuration, session id): see tether.secrets.
+SecretsOf = Callable[[TetherConfig, str], Secrets]
 
 
 class Kernel:
@@ -76,11 +80,14 @@ class Kernel:
         approver: Approver | None = None,
         counter: TokenCounter | None = None,
         warnings: Callable[[], Sequence[RunWarning]] = tuple,
+        secrets: SecretsOf | None = None,
     ) -> None:
         """``approver`` asks the user about calls of tools that edit or execute (policy
         ``tools.approval = "ask"``); without one, such calls are refused under ``ask``.
         ``warnings`` are problems each run reports (read after ``config``, at the start of each
-        run). ``memory`` runs on a thread, unless ``no_memory`` says there is none to load."""
+        run). ``memory`` runs on a thread, unless ``no_memory`` says there is none to load.
+        ``secrets`` are what no command sees and every tool result has redacted (default: those
+        of the configuration, with the API keys of ``os.environ``)."""
         self._store = store
         self._config = config
         self._providers = providers
@@ -88,6 +95,7 @@ class Kernel:
         self._memory = memory
         self._no_memory = no_memory
         self._warnings = warnings
+        self._secrets = secrets or _configured_secrets
         self._approvals = Approvals(approver)
         self._counter = counter or EstimatingCounter()  # for the history window
         self._runs: dict[str, asyncio.Task[RunResult]] = {}
@@ -330,6 +338,7 @@ class Kernel:
                 run_id=run_id,
                 state=StoreState(self._store, session.session_id),
                 hidden_env=_hidden_env(config),
+                secrets=self._secrets(config, session.session_id),
                 sandbox=sandbox_policy(config),
             ),
             model=provider_config.model or "",
@@ -363,6 +372,10 @@ def _workspace_root(session: Session) -> Path:
             {"workspace": session.workspace},
         )
     return local_path(session.workspace)
+
+
+def _configured_secrets(config: TetherConfig, session_id: str) -> Secrets:
+    return configured_secrets(config, os.environ)
 
 
 def _hidden_env(config: TetherConfig) -> frozenset[str]:

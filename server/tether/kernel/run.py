@@ -170,11 +170,12 @@ class Run:
         self._emit(RunStarted(max_iterations=self._setup.max_iterations, user_message_id=user.id))
         for warning in self._setup.warnings:
             self._emit(warning)
+        redact = self._setup.context.secrets.redact
         for failure in self._setup.tools.failures():
             self._emit(
                 Notice(
-                    message=f"{failure.describe()}; {RESTARTED}",
-                    data={"source": failure.source, "reason": failure.reason},
+                    message=redact(f"{failure.describe()}; {RESTARTED}"),
+                    data={"source": failure.source, "reason": redact(failure.reason)},
                 )
             )
         try:
@@ -389,7 +390,7 @@ class Run:
         end cancelled without a word.
         """
         try:
-            result = await self._outcome(call)
+            result = self._redacted(await self._outcome(call))
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -447,12 +448,29 @@ class Run:
         self._emit(ToolCallUpdate(tool_call_id=call.id, status=ToolCallStatus.CANCELLED))
         return result
 
+    def _redacted(self, result: ToolResult) -> ToolResult:
+        """``result`` without the configured secrets (the one place every tool's result, MCP
+        servers' included, passes before it is shown or recorded)."""
+        secrets = self._setup.context.secrets
+        if not secrets:
+            return result
+        return dataclasses.replace(
+            result,
+            content=secrets.redact(result.content),
+            diff=None if result.diff is None else secrets.redact(result.diff),
+            output=secrets.redact_json(result.output),
+        )
+
     def _progress_of(self, call: ToolCall) -> Callable[[str], None]:
+        redact = self._setup.context.secrets.redact
+
         def progress(text: str) -> None:
             if call.id not in self._results:  # nothing after the call's last update
                 self._emit(
                     ToolCallUpdate(
-                        tool_call_id=call.id, status=ToolCallStatus.IN_PROGRESS, progress=text
+                        tool_call_id=call.id,
+                        status=ToolCallStatus.IN_PROGRESS,
+                        progress=redact(text),
                     )
                 )
 

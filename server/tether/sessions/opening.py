@@ -20,6 +20,7 @@ from tether.protocol import ConfigError, ListSessionsResult, Message, MessageInp
 from tether.protocol import Session as SessionModel
 from tether.protocol.kernel import Usage
 from tether.protocol.sessions import CreateSessionParams, ForkSessionParams, SessionFields
+from tether.secrets import Secrets, url_secrets
 from tether.sessions.store import Order, SessionStore
 
 
@@ -60,8 +61,9 @@ class OpeningStore:
             raise
         except Exception as exc:
             self._may_retry = True
+            reason = Secrets.of(url_secrets(self.url)).redact(f"{type(exc).__name__}: {exc}")
             raise ConfigError(
-                f"cannot open the session store ({self.kind}): {type(exc).__name__}: {exc}",
+                f"cannot open the session store ({self.kind}): {reason}",
                 {"key": "sessions.store", "source": "sessions"},
             ) from None
         return opened

@@ -270,6 +270,10 @@ class McpManager:
     def has_session_servers(self, session_id: str) -> bool:
         return bool(self._session_specs.get(session_id))
 
+    def session_specs(self, session_id: str) -> Sequence[McpServerSpec]:
+        """The servers ``session_id`` was given (``session/create {mcpServers}``)."""
+        return self._session_specs.get(session_id, ())
+
     async def close_session(self, session_id: str) -> None:
         """Forget the session's own servers and stop those that run."""
         self._session_specs.pop(session_id, None)
