@@ -392,8 +392,7 @@ class Run:
         try:
             result = self._redacted(await self._outcome(call))
         except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
+            if cancelling():
                 raise
             self._cancelled(call)
             return
