@@ -918,6 +918,27 @@ def test_a_workspace_file_may_not_loosen_the_users_approval_or_tool_list(
     assert "run_command" in str(raised.value)
 
 
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [("lsp", "apply_edit_timeout"), ("acp", "request_timeout"), ("mcp", "start_timeout")],
+)
+def test_a_workspace_file_may_shorten_a_wait_on_a_client_or_server_but_not_lengthen_it(
+    home: Path, workspace: Path, environ: dict[str, str], section: str, key: str
+) -> None:
+    user_file(home, f"[{section}]\n{key} = 20\n")
+    workspace_file(workspace, f"[{section}]\n{key} = 5\n")
+    config = load_config(workspace=workspace, environ=environ)
+    assert getattr(getattr(config, section), key) == 5
+
+    workspace_file(workspace, f"[{section}]\n{key} = 21\n")
+    with pytest.raises(ConfigError) as raised:
+        load_config(workspace=workspace, environ=environ)
+    assert config_error(raised) == (f"{section}.{key}", str(workspace_config_path(workspace)))
+    options = {section: {to_camel(key): 600}}  # the editor's settings may lengthen it
+    config = load_config(workspace=None, environ=environ, init_options=options)
+    assert getattr(getattr(config, section), key) == 600
+
+
 def test_mcp_servers_come_from_the_user_file_and_the_editor_settings(
     home: Path, workspace: Path, environ: dict[str, str]
 ) -> None:

@@ -100,3 +100,32 @@ def test_an_edit_outside_the_workspace_or_of_an_unknown_file_has_no_preview(tmp_
     assert proposed_diff(tmp_path, "run_command", '{"path": "a.txt"}') is None
     made = proposed_diff(tmp_path, "write_file", '{"path": "a.txt", "content": "two\\n"}')
     assert made is not None and "-one\n+two\n" in made
+
+
+def test_control_sequences_split_across_pieces_are_shown_inert_and_text_stays_whole():
+    screen, _ = show(
+        MessageDelta(message_id="m", text="漢字 👨‍👩‍👧 naïve\tok\x1b"),
+        MessageDelta(message_id="m", text="]52;c;SGk=\x07 line\r"),
+        MessageDelta(message_id="m", text="\nnext\r"),
+        MessageDelta(message_id="m", text="over \x9b2J\x7f"),
+        ToolCallStarted(tool_call_id="c1", name="x", arguments="{}", title="Run\u202e ls\nrm"),
+        ToolCallUpdate(tool_call_id="c1", status="completed"),
+    )
+    written = screen.getvalue()
+    assert "漢字 👨‍👩‍👧 naïve\tok\\x1b]52;c;SGk=\\x07 line\r\nnext\\rover \\x9b2J\\x7f\n" in written
+    assert "\x1b]" not in written and "\x9b" not in written and "\x7f" not in written
+    assert screen.lines()[-2:] == ["→ Run\\u202e ls\\nrm", "✓ Run\\u202e ls\\nrm"]
+
+
+def test_a_carriage_return_that_ends_the_answer_or_the_reasoning_is_shown_not_obeyed():
+    out, err = Screen(), Screen()
+    view = TerminalView(out, err, Path.cwd())
+    events = [
+        ThoughtDelta(message_id="m", text="think\r"),
+        MessageDelta(message_id="m", text="answer\r"),
+    ]
+    for seq, event in enumerate(events, 1):
+        view.event(ProgressParams(session_id="s", run_id="r", seq=seq, event=event))
+    view.note("end")
+    assert out.getvalue() == "answer\\r\n"
+    assert "think\\r" in err.lines()[0] and err.lines()[-1] == "end"

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from tether.protocol import CreateSessionParams, Session
     from tether.protocol.kernel import RunWarning
     from tether.providers.base import Provider
+    from tether.secrets import Secrets
     from tether.tools.base import ToolExecutor
     from tether.tools.mcp import McpManager
 
@@ -78,6 +79,7 @@ class Backend:
         self._http: httpx.AsyncClient | None = None
         self._providers: dict[str, Provider] = {}
         self._mcp: McpManager | None = None  # made when a session or a run first needs it
+        self._secrets: tuple[TetherConfig, Secrets] | None = None  # of the last configuration
         self.sessions.on_create.append(self._remember_mcp_servers)
         self.sessions.on_delete.append(self._close_mcp_servers)
         self.sessions.on_delete.append(self._forget_in_kernel)
@@ -98,6 +100,7 @@ class Backend:
         self._workspace = _local(self.sessions.default_workspace)
         self._init_options = init_options
         self._config = self._load_config()
+        self._config_secrets(self._config)  # redacted from the log from the start
         url = self._config.sessions.url(self._environ)
         if url is not None and not self._store_given:
             self.sessions.store = OpeningStore(url)
@@ -121,8 +124,28 @@ class Backend:
             no_memory=surely_no_memory,
             approver=approver,
             warnings=self.run_warnings,
+            secrets=self.secrets,
         )
         return self.kernel
+
+    def secrets(self, config: TetherConfig, session_id: str) -> Secrets:
+        """The secrets of a run in ``session_id`` (:mod:`tether.secrets`): the configuration's,
+        with the API keys of the environment, and those of the session's own MCP servers."""
+        from tether.secrets import Secrets, server_secrets
+
+        secrets = self._config_secrets(config)
+        own = self._mcp.session_specs(session_id) if self._mcp is not None else ()
+        return secrets | Secrets.of(server_secrets(own)) if own else secrets
+
+    def _config_secrets(self, config: TetherConfig) -> Secrets:
+        """The secrets of ``config`` (computed once for each configuration loaded), which every
+        log record has redacted from then on."""
+        from tether.secrets import configured_secrets, register
+
+        if self._secrets is None or self._secrets[0] is not config:
+            self._secrets = (config, configured_secrets(config, self._environ))
+            register(self._secrets[1])
+        return self._secrets[1]
 
     def config(self) -> TetherConfig:
         """The configuration. While the workspace file is left out for an error, each call reads
@@ -258,11 +281,15 @@ class Backend:
             session_id=session_id,
             workspace=workspace,
             sandbox=sandbox_policy(config, mcp=True),
+            start_timeout=config.mcp.start_timeout,
         )
 
     def _remember_mcp_servers(self, session: Session, params: CreateSessionParams) -> None:
         if params.mcp_servers:
+            from tether.secrets import Secrets, register, server_secrets
+
             self.mcp.set_session_servers(session.session_id, params.mcp_servers)
+            register(Secrets.of(server_secrets(params.mcp_servers)))
 
     async def _forget_in_kernel(self, session_id: str) -> None:
         if self.kernel is not None:

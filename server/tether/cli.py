@@ -21,6 +21,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from tether.secrets import redact_logs
+
+    redact_logs()  # the secrets a run knows never reach the log
     command: str = args.command or "serve"
     if command == "serve":
         return _serve(args.tcp)

@@ -267,6 +267,33 @@ class AcpConfig(_Section):
         description="tether acp: run_command runs in the editor's terminal (not confined by "
         "tether's sandbox) when the client offers one",
     )
+    request_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="seconds the editor has to answer a fs/* or terminal/* request (a command's "
+        "own run is bounded by its timeout)",
+    )
+
+
+class LspConfig(_Section):
+    apply_edit_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="seconds the client has to answer workspace/applyEdit (and the other "
+        "requests of a turn that no person answers); then the write fails",
+    )
+
+
+class McpConfig(_Section):
+    start_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="seconds an MCP server has to start, initialize and list its tools; then "
+        "the run goes on without it",
+    )
 
 
 class TetherConfig(_Section):
@@ -278,6 +305,8 @@ class TetherConfig(_Section):
     context: ContextConfig = Field(default_factory=ContextConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     acp: AcpConfig = Field(default_factory=AcpConfig)
+    lsp: LspConfig = Field(default_factory=LspConfig)
+    mcp: McpConfig = Field(default_factory=McpConfig)
 
     def overlay(self, layer: Mapping[str, Any] | None, *, source: str = "overlay") -> TetherConfig:
         """This config with ``layer`` merged on top (nested like the TOML), validated again.
@@ -396,8 +425,9 @@ WORKSPACE_REFUSED: Final[Mapping[str, str]] = MappingProxyType(
 what a repository could do with it. Whoever wrote a repository wrote its ``.tether/config.toml``:
 these keys touch the user's store, secrets, endpoints, commands or other workspaces. Keys not
 defined yet are listed ahead of time: a later one is refused as soon as it exists. Besides these, a
-workspace file may only tighten ``tools.approval``, narrow ``tools.enabled`` and keep
-``memory.paths`` inside the workspace (:func:`_refuse_loosening`, :func:`_refuse_outside_memory`).
+workspace file may only tighten ``tools.approval``, narrow ``tools.enabled``, shorten the bounds
+of :data:`WAITS` and keep ``memory.paths`` inside the workspace (:func:`_refuse_loosening`,
+:func:`_refuse_outside_memory`).
 """
 
 
@@ -443,9 +473,10 @@ _STRICTNESS = {"auto": 0, "ask": 1, "deny": 2}
 
 
 def _refuse_loosening(trusted: TetherConfig, config: TetherConfig, source: str) -> None:
-    """A workspace file may make ``tools.approval`` stricter and ``tools.enabled`` narrower than
-    the user's own settings, never the other way: a repository could otherwise run commands
-    without asking, or bring back a tool the user turned off."""
+    """A workspace file may make ``tools.approval`` stricter, ``tools.enabled`` narrower and the
+    bounds of :data:`WAITS` shorter than the user's own settings, never the other way: a
+    repository could otherwise run commands without asking, bring back a tool the user turned
+    off, or keep runs waiting."""
     before, after = trusted.tools, config.tools
     if _STRICTNESS[after.approval] < _STRICTNESS[before.approval]:
         raise _error(
@@ -462,6 +493,27 @@ def _refuse_loosening(trusted: TetherConfig, config: TetherConfig, source: str) 
             "tools.enabled",
             f"may only narrow your tools.enabled in a workspace file, not add {', '.join(added)}",
         )
+    _refuse_longer_waits(trusted, config, source)
+
+
+WAITS: Final = ("lsp.apply_edit_timeout", "acp.request_timeout", "mcp.start_timeout")
+"""Bounds on waits for a client or a server, which a workspace file may only shorten."""
+
+
+def _refuse_longer_waits(trusted: TetherConfig, config: TetherConfig, source: str) -> None:
+    """A repository could otherwise keep runs waiting on an editor or a server that does not
+    answer for as long as it likes."""
+    for dotted in WAITS:
+        section, key = dotted.split(".")
+        before = getattr(getattr(trusted, section), key)
+        after = getattr(getattr(config, section), key)
+        if after > before:
+            raise _error(
+                source,
+                dotted,
+                f"may only be shorter than your {before:g} s in a workspace file (a repository "
+                "could keep runs waiting on what does not answer)",
+            )
 
 
 def _environment_layers(environ: Mapping[str, str]) -> Iterator[tuple[str, dict[str, Any]]]:

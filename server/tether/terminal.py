@@ -5,12 +5,21 @@ line per tool call with the kernel's title, the diff of each edit, and a status 
 while the run works. The status line is drawn only at the start of a line and erased before
 anything else is written, so the answer is never erased and nothing is glued to it, whether the
 two streams share a screen or not.
+
+Everything the model or a tool wrote is shown inert: its control characters are shown as their
+escapes (``ESC`` as ``\x1b``), so no control sequence in it acts on the terminal (clipboard
+writes with OSC 52, links with OSC 8, clearing or redrawing the screen, a carriage return that
+writes over a line). The answer and the reasoning keep their line breaks and tabs
+(:class:`InertStream`, which holds a carriage return that ends a streamed piece until the next
+piece says whether it starts a line break); titles, errors, notes and diffs are one line each
+(:func:`printable`). Other characters, wide and combined ones included, are shown as they are.
 """
 
 from __future__ import annotations
 
 import contextlib
 import difflib
+import re
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -55,12 +64,13 @@ class TerminalView:
         self._thinking = False  # a line of reasoning is open on stderr
         self._status_shown = False
         self._titles: dict[str, str] = {}  # tool call id -> its title
+        self._answer = InertStream()
+        self._reasoning = InertStream()
 
     def event(self, progress: ProgressParams) -> None:
         event = progress.event
         if isinstance(event, MessageDelta):
-            self._write(event.text)
-            self._mid_line = not event.text.endswith("\n")
+            self._answer_text(self._answer.feed(event.text))
         elif isinstance(event, ThoughtDelta):
             self._thought(event.text)
         elif isinstance(event, ToolCallStarted):
@@ -118,6 +128,11 @@ class TerminalView:
         if event.diff:
             self._out.print(diff_text(event.diff))
 
+    def _answer_text(self, text: str) -> None:
+        if text:
+            self._write(text)
+            self._mid_line = not text.endswith("\n")
+
     def _thought(self, text: str) -> None:
         """Reasoning, dimmed, on stderr and only when it is a terminal: never in the answer."""
         if not self._live:
@@ -125,16 +140,26 @@ class TerminalView:
         if not self._thinking:
             self._end_line()
             self._thinking = True
-        with contextlib.suppress(OSError):
-            self._err.print(Text(printable_lines(text), style="dim italic"), end="")
+        self._print_thought(self._reasoning.feed(text))
+
+    def _print_thought(self, text: str) -> None:
+        if text:
+            with contextlib.suppress(OSError):
+                self._err.print(Text(text, style="dim italic"), end="")
+
+    def _end_thought(self) -> None:
+        """Finish a partial line of the reasoning."""
+        if self._thinking:
+            self._thinking = False
+            self._print_thought(self._reasoning.flush())
+            with contextlib.suppress(OSError):
+                self._err.print()
 
     def _end_line(self) -> None:
         """Erase the status and finish a partial line of the answer or of the reasoning."""
         self._clear_status()
-        if self._thinking:
-            self._thinking = False
-            with contextlib.suppress(OSError):
-                self._err.print()
+        self._end_thought()
+        self._answer_text(self._answer.flush())
         if self._mid_line:
             self._write("\n")
             self._mid_line = False
@@ -144,9 +169,8 @@ class TerminalView:
         self._out.print(text)
 
     def _write(self, text: str) -> None:
-        if self._thinking:
-            self._end_line()
         self._clear_status()
+        self._end_thought()
         self._out.file.write(text)
         self._out.file.flush()
 
@@ -235,14 +259,44 @@ def _applied(name: str, args: dict[str, Any], current: str) -> str | None:
     return current.replace(old, new, -1 if args.get("replace_all") is True else 1)
 
 
-def printable_lines(text: str) -> str:
-    """:func:`printable`, keeping line breaks."""
-    return "\n".join(printable(line) for line in text.split("\n"))
+# C0 controls but tab and line feed, a carriage return that does not start a CRLF, DEL and C1.
+_STREAM_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")
+# Every C0 control, DEL, C1, the Unicode line breaks and the marks that reorder text (bidi), which
+# could make a title read as something else than the call it names.
+_LINE_CONTROLS = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
+
+
+def _escape(match: re.Match[str]) -> str:
+    return match.group().encode("unicode_escape").decode()
 
 
 def printable(text: str) -> str:
-    """``text`` with every control character escaped, so what the model wrote cannot redraw the
-    screen (a carriage return is valid JSON whitespace)."""
-    return "".join(
-        char if char.isprintable() else char.encode("unicode_escape").decode() for char in text
-    )
+    """``text`` on one line, with every control character (line breaks and tabs too) shown as
+    its escape, so what the model wrote cannot redraw the screen or pass for something else."""
+    return _LINE_CONTROLS.sub(_escape, text)
+
+
+class InertStream:
+    """Streamed text shown inert, piece by piece: its control characters are shown as their
+    escapes, but for tabs and line breaks (LF, CRLF). A carriage return at the end of a piece
+    is held until the next piece (or :meth:`flush`) says whether a line feed follows it, so a
+    sequence split across two pieces never slips through."""
+
+    def __init__(self) -> None:
+        self._held_cr = False
+
+    def feed(self, text: str) -> str:
+        if self._held_cr:
+            text, self._held_cr = "\r" + text, False
+        if text.endswith("\r"):
+            text, self._held_cr = text[:-1], True
+        return _STREAM_CONTROLS.sub(_escape, text)
+
+    def flush(self) -> str:
+        """What is held (a carriage return that nothing followed), shown as its escape."""
+        if not self._held_cr:
+            return ""
+        self._held_cr = False
+        return "\\r"

@@ -191,6 +191,8 @@ class Client:
         self.reads: list[str] = []
         self.writes: list[tuple[str, str]] = []  # (path, content) the agent asked to write
         self.write_error: str | None = None  # answer fs/write_text_file with this error
+        self.write_waits = False  # answer fs/write_text_file only once ``release`` is set
+        self.write_asked = asyncio.Event()
         self.terminals: dict[str, Terminal] = {}
         self.terminal_calls: list[tuple[str, str]] = []  # (method, terminal id)
         self.terminal_created = asyncio.Event()
@@ -277,6 +279,9 @@ class Client:
         self, session_id: str, path: str, content: str, **kwargs: Any
     ) -> WriteTextFileResponse:
         self.writes.append((path, content))
+        self.write_asked.set()
+        if self.write_waits:
+            await self.release.wait()
         if self.write_error is not None:
             raise RequestError(-32603, self.write_error)
         self.buffers[path] = content

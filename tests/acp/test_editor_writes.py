@@ -3,12 +3,13 @@ declares it, after tether's own checks, through the real ``tether acp``."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 from acp import text_block
 
-from tests.acp.conftest import Agent, Setup
+from tests.acp.conftest import Agent, Setup, until
 from tether.testing import tool_call
 
 APP = "def main():\n    return 42\n"
@@ -166,3 +167,47 @@ async def test_without_the_capability_tether_writes_the_disk(setup: Setup, proje
     assert writes == []
     assert (project / "notes.txt").read_text() == "hi\n"
     assert _ended(updates)["status"] == "completed"
+
+
+WRITE_APP = {"toolCalls": [tool_call("write_file", "w1", path="src/app.py", content="x = 1\n")]}
+
+
+async def test_a_write_the_editor_never_answers_fails_after_the_request_timeout(
+    setup: Setup, project: Path
+) -> None:
+    setup.script(
+        [WRITE_APP, {"text": "done"}], approval="auto", more="[acp]\nrequest_timeout = 1\n"
+    )
+    async with setup.agent(writes=True) as agent:
+        agent.client.write_waits = True
+        async with asyncio.timeout(30):  # a bound on the test: the write gives up after 1 s
+            updates = await _turn(agent, project)
+        agent.client.release.set()
+    assert (project / "src" / "app.py").read_text() == APP
+    ended = _ended(updates)
+    assert ended["status"] == "failed"
+    assert (
+        "did not answer fs/write_text_file within 1 s (acp.request_timeout)" in (ended["rawOutput"])
+    )
+
+
+async def test_cancel_ends_a_turn_waiting_for_the_editors_write_at_once(
+    setup: Setup, project: Path
+) -> None:
+    setup.script([WRITE_APP, {"text": "done"}], approval="auto")  # the 30 s of the default
+    async with setup.agent(writes=True) as agent:
+        agent.client.write_waits = True
+        session = await agent.conn.new_session(cwd=str(project), mcp_servers=[])
+        turn = asyncio.ensure_future(
+            agent.conn.prompt(session_id=session.session_id, prompt=[text_block("Change it")])
+        )
+        await until(agent.client.write_asked)
+        await agent.conn.cancel(session_id=session.session_id)
+        async with asyncio.timeout(10):
+            answer = await turn
+        agent.client.release.set()
+        updates = agent.wire.updates(session.session_id)
+    assert answer.stop_reason == "cancelled"
+    ended = _ended(updates)
+    assert ended["status"] == "failed"
+    assert "cancelled while it waited for the editor's answer" in ended["rawOutput"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ import pytest
 
 from ..tools.test_mcp_hostile import HOSTILE
 from .conftest import start_scripted
-from .test_kernel import call
+from .test_kernel import call, drain
 
 MiB = 1024 * 1024
 
@@ -71,3 +72,46 @@ async def test_a_flooding_then_wedged_server_neither_stalls_the_run_nor_grows_te
     assert records["c5"]["isError"]
     assert "is not running" in records["c5"]["result"]
     assert grown < 48 * MiB, f"tether's peak resident size grew by {grown / MiB:.0f} MiB"
+
+
+async def test_a_server_that_never_initializes_is_reported_and_the_run_goes_on_without_it(
+    tmp_path: Path,
+):
+    project = tmp_path / "project"
+    project.mkdir()
+    turns: list[dict[str, Any]] = [
+        {"toolCalls": [call("c1", "h__echo", text="here"), call("c2", "mute__echo", text="?")]},
+        {"text": "Done."},
+        {"text": "Again."},
+    ]
+    working = {"name": "h", "command": sys.executable, "args": [str(HOSTILE)]}
+    mute = {"name": "mute", "command": sys.executable, "args": [str(HOSTILE), "--never-initialize"]}
+    connection = await start_scripted(
+        project,
+        turns,
+        tools={"approval": "auto", "mcpServers": [working, mute]},
+        mcp={"startTimeout": 1},
+    )
+    try:
+        sid = (await connection.request("session/create", {}))["sessionId"]
+        async with asyncio.timeout(60):  # a bound on the test, not a measure
+            result = await connection.request("kernel/run", {"sessionId": sid, "prompt": "go"})
+            events = [event["event"] for event in drain(connection)]
+            again = await connection.request("kernel/run", {"sessionId": sid, "prompt": "more"})
+        messages = await connection.request("session/messages", {"sessionId": sid})
+    finally:
+        await connection.close()
+
+    assert result["stopReason"] == "end_turn"
+    kinds = [event["kind"] for event in events]
+    assert kinds[0] == "run_started" and kinds[-1] == "run_finished"
+    [notice] = [event for event in events if event["kind"] == "notice"]
+    assert notice["level"] == "warning"
+    assert notice["data"]["source"] == "MCP server 'mute'"
+    assert "did not initialize within 1 s (mcp.start_timeout)" in notice["data"]["reason"]
+    records = {record["id"]: record for record in result["toolCalls"]}
+    assert records["c1"] == {**records["c1"], "result": "here", "isError": False}
+    assert records["c2"]["isError"]
+    assert "MCP server 'mute' is not running" in records["c2"]["result"]
+    assert again["stopReason"] == "end_turn"  # the next run tries it again, and goes on as well
+    assert messages["total"] == 7  # prompt, call, two results, answer; prompt, answer

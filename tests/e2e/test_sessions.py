@@ -103,6 +103,28 @@ async def test_configure_changes_only_the_given_fields(lsp_client: LanguageClien
     assert changed["updatedAt"] >= created["updatedAt"]
 
 
+async def test_a_fork_may_narrow_the_allow_lists_never_widen_them(lsp_client: LanguageClient):
+    parent = await call(
+        lsp_client, "session/create", {"tools": ["read_file"], "allowedModels": ["m1"]}
+    )
+    sid = parent["sessionId"]
+    narrower = await call(lsp_client, "session/fork", {"sessionId": sid, "allowedModels": []})
+    assert (narrower["tools"], narrower["allowedModels"]) == (["read_file"], [])
+    with pytest.raises(JsonRpcException) as raised:
+        await call(
+            lsp_client,
+            "session/fork",
+            {"sessionId": sid, "tools": ["read_file", "run_command"], "allowedModels": None},
+        )
+    assert raised.value.code == ErrorCode.INVALID_PARAMS
+    data = raised.value.data
+    assert data["widened"] == {"tools": ["run_command"], "allowedModels": None}
+    assert [field["type"] for field in data["fields"]] == ["widens", "widens"]
+    # the client's own configure is the user's act: it may widen
+    widened = await call(lsp_client, "session/configure", {"sessionId": sid, "tools": None})
+    assert "tools" not in widened  # no limit
+
+
 async def test_clear_empties_the_history_and_delete_forgets_the_session(
     lsp_client: LanguageClient,
 ):

@@ -22,6 +22,19 @@ QUESTION_END = b"[N] Reject: "
 def run_on_terminal(argv: list[str], answers: tuple[bytes, ...] = ()) -> tuple[int, list[str]]:
     """Run ``argv`` with stdin, stdout and stderr on one terminal; its exit code and the screen.
     Each permission question is answered with the next of ``answers``, typed once it is asked."""
+    code, output = terminal_bytes(argv, answers)
+    return code, render(output)
+
+
+def render(output: bytes) -> list[str]:
+    """The screen a terminal shows after ``output``."""
+    screen = pyte.Screen(COLUMNS, LINES)
+    pyte.ByteStream(screen).feed(output.replace(b"\n", b"\r\n"))
+    return [line.rstrip() for line in screen.display]
+
+
+def terminal_bytes(argv: list[str], answers: tuple[bytes, ...] = ()) -> tuple[int, bytes]:
+    """:func:`run_on_terminal`'s run: the exit code and every byte written to the terminal."""
     controller, terminal = pty.openpty()
     process = subprocess.Popen(argv, stdin=terminal, stdout=terminal, stderr=terminal)
     os.close(terminal)
@@ -42,9 +55,7 @@ def run_on_terminal(argv: list[str], answers: tuple[bytes, ...] = ()) -> tuple[i
     finally:
         process.kill()
         os.close(controller)
-    screen = pyte.Screen(COLUMNS, LINES)
-    pyte.ByteStream(screen).feed(bytes(output).replace(b"\n", b"\r\n"))
-    return code, [line.rstrip() for line in screen.display]
+    return code, bytes(output)
 
 
 def test_tether_run_on_a_terminal_keeps_the_whole_answer_and_leaves_no_status(project: Path):
@@ -101,4 +112,35 @@ def test_an_edit_is_asked_with_its_diff_and_shown_with_it_once_made(project: Pat
         "? Allow Run true?  [y] Allow  [a] Always allow  [N] Reject: n",
         "✗ Run true: rejected by user",
         "Done: main returns 43.",
+    ]
+
+
+HOSTILE_ANSWER = (
+    "Copied!\x1b]52;c; SGVsbG8=\x07 Go to \x1b]8;;https://e.example/\x1b\\docs\x1b]8;;\x1b\\ now.\n"
+    "\x1b[2J\x1b[H all safe\rEVIL \x9b31m red\x07\n"
+)
+
+
+def test_tether_run_shows_control_sequences_from_the_model_inert(project: Path):
+    script = project.parent / "hostile-script.json"
+    turn = {"text": HOSTILE_ANSWER, "toolCalls": [call("c1", "read_file", path="\x1b[2Jx")]}
+    script.write_text(json.dumps([turn, {"text": "Done."}]))
+    argv = [sys.executable, "-m", "tether", "run", "Say it."]
+    argv += ["--workspace", str(project), "--script", str(script)]
+    code, output = terminal_bytes(argv)
+    assert code == 0, output
+    # but the terminal's own line ends and the status line erased (CR, erase in line)
+    written = output.replace(b"\r\n", b"\n").replace(b"\r\x1b[2K", b"")
+    for sequence in (b"\x1b]52", b"\x1b]8;", b"\x1b[2J", b"\x1b[H", b"\r", b"\x07", b"\xc2\x9b"):
+        assert sequence not in written
+    shown = [line for line in render(output) if line]
+    assert shown[:2] == [
+        "Copied!\\x1b]52;c; SGVsbG8=\\x07 Go to \\x1b]8;;https://e.example/\\x1b\\docs"
+        "\\x1b]8;;\\x1b\\ now.",
+        "\\x1b[2J\\x1b[H all safe\\rEVIL \\x9b31m red\\x07",
+    ]
+    assert shown[2:] == [
+        "→ Read \\x1b[2Jx",
+        "✗ Read \\x1b[2Jx: no such file or directory: \\x1b[2Jx",
+        "Done.",
     ]

@@ -7,7 +7,8 @@ message at a time. Run it as ``python tests/fakes/hostile_mcp_server.py [options
 - ``--names a,b``: offer more tools with these names (``read_file``, a colliding name…);
 - ``--description-bytes N``: each tool's description is N bytes long;
 - ``--endless-pages``: ``tools/list`` answers page after page, each with a cursor to a next one;
-- ``--flood-at-start N``: send N notifications before answering ``initialize``.
+- ``--flood-at-start N``: send N notifications before answering ``initialize``;
+- ``--never-initialize``: read every message and never answer ``initialize``.
 
 Tools (``tools/call`` by name; the others of the options above answer ``ok``):
 
@@ -83,6 +84,8 @@ class Server:
         params = message.get("params") or {}
         if request_id is None or method is None:
             return  # a notification, or an answer to one of our requests
+        if method == "initialize" and self.options.never_initialize:
+            return
         if method == "initialize":
             for index in range(self.options.flood_at_start):
                 send(log_notification(index))
@@ -160,6 +163,7 @@ def main() -> None:
     parser.add_argument("--description-bytes", type=int, default=0)
     parser.add_argument("--endless-pages", action="store_true")
     parser.add_argument("--flood-at-start", type=int, default=0)
+    parser.add_argument("--never-initialize", action="store_true")
     options = parser.parse_args()
     pids = os.environ.get("TETHER_MCP_PIDS")
     if pids:

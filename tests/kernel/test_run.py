@@ -454,3 +454,82 @@ async def test_a_run_refused_before_it_starts_carries_the_warnings_in_its_error(
         await harness.run("no-such-session")
     assert raised.value.data["warnings"] == [warning.to_wire()]
     assert raised.value.data["sessionId"] == "no-such-session"
+
+
+class InterruptedSetup(KernelHarness):
+    """Its tools end in a ``CancelledError`` no one asked for (a library's own wait, ended so)."""
+
+    async def _tools(self, config: TetherConfig, session_id: str, workspace: Path) -> Any:
+        raise asyncio.CancelledError
+
+
+async def test_a_cancellation_nobody_asked_for_while_starting_is_an_error_not_a_cancelled_run(
+    tmp_path: Path,
+):
+    harness = InterruptedSetup(tmp_path, [{"text": "never asked"}])
+    sid = await harness.session()
+    with pytest.raises(RuntimeError, match="no one cancelled it"):
+        await harness.run(sid)
+    assert await harness.store.history(sid) == []
+    assert not harness.kernel.is_running(sid)
+
+
+class InterruptedProvider(ScriptedProvider):
+    """Its stream ends in a ``CancelledError`` no one asked for."""
+
+    async def stream(self, request: Any) -> Any:
+        raise asyncio.CancelledError
+        yield  # a generator, as a provider's stream is
+
+
+async def test_a_cancellation_nobody_asked_for_during_the_run_fails_it(tmp_path: Path):
+    harness = KernelHarness(tmp_path, [])
+    harness.provider = InterruptedProvider([])
+    sid = await harness.session()
+    with pytest.raises(RuntimeError, match="no one cancelled it"):
+        await harness.run(sid)
+    finished = harness.events[-1].event
+    assert finished.kind == "run_finished" and finished.stop_reason is StopReason.ERROR
+
+
+KEY = "sk-live-0123456789"
+
+
+class Leaky(Tools):
+    """A tool (an MCP server's, say) whose result, diff, output and progress show a secret."""
+
+    def __init__(self) -> None:
+        super().__init__("leak")
+        self.contexts: list[ToolContext] = []
+
+    async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
+        self.contexts.append(context)
+        context.progress(f"using {KEY}")
+        return ToolResult(f"key={KEY}", diff=f"+{KEY}\n", output={"key": KEY, "n": [KEY, 1]})
+
+
+async def test_the_secrets_of_the_configuration_are_redacted_from_every_tool_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("LLM_SESAME", KEY)
+    tools = Leaky()
+    harness = KernelHarness(
+        tmp_path,
+        [{"toolCalls": [call("a", "leak")]}, {"text": "done"}],
+        config={"provider": {"apiKeyEnv": "LLM_SESAME"}},
+        tools=tools,
+    )
+    sid = await harness.session()
+    result = await harness.run(sid)
+    [record] = result.tool_calls
+    assert (record.result, record.output) == (
+        "key=[redacted]",
+        {"key": "[redacted]", "n": ["[redacted]", 1]},
+    )
+    [message] = [m for m in await harness.store.history(sid) if m.role is Role.TOOL]
+    assert message.content == "key=[redacted]"
+    updates = [e.event for e in harness.events if isinstance(e.event, ToolCallUpdate)]
+    assert [u.progress for u in updates if u.progress] == ["using [redacted]"]
+    assert [u.diff for u in updates if u.diff] == ["+[redacted]\n"]
+    assert KEY not in str(harness.events)
+    assert tools.contexts[0].secrets.hides(f"x{KEY}x")

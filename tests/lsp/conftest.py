@@ -4,6 +4,7 @@ stderr goes to a file, so a test can tell it stayed quiet."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -46,6 +47,8 @@ class Editor:
     answer: str | None = "Allow"  # the action chosen in window/showMessageRequest
     questions: list[dict[str, Any]] = field(default_factory=list)
     edits: list[dict[str, Any]] = field(default_factory=list)
+    answers_edits: bool = True  # False: workspace/applyEdit is never answered
+    withdrawn: list[dict[str, Any]] = field(default_factory=list)  # edits the server withdrew
 
 
 @dataclass
@@ -84,8 +87,14 @@ def make_client(editor: Editor) -> Callable[[], LanguageClient]:
             return None if editor.answer is None else lsp.MessageActionItem(title=editor.answer)
 
         @client.feature(lsp.WORKSPACE_APPLY_EDIT)
-        def apply_edit(params: lsp.ApplyWorkspaceEditParams) -> lsp.ApplyWorkspaceEditResult:
-            editor.edits.append(client.protocol._converter.unstructure(params))
+        async def apply_edit(params: lsp.ApplyWorkspaceEditParams) -> lsp.ApplyWorkspaceEditResult:
+            edit = client.protocol._converter.unstructure(params)
+            editor.edits.append(edit)
+            if not editor.answers_edits:
+                try:
+                    await asyncio.Event().wait()  # until the server withdraws the request
+                finally:
+                    editor.withdrawn.append(edit)
             return lsp.ApplyWorkspaceEditResult(applied=True)
 
         return client
@@ -106,8 +115,14 @@ def script() -> list[dict[str, Any]]:
 
 
 @pytest.fixture
+def options() -> dict[str, Any]:
+    """More ``initializationOptions`` (a test parametrizes it)."""
+    return {}
+
+
+@pytest.fixture
 async def server(
-    tmp_path: Path, workspace: Path, script: list[dict[str, Any]]
+    tmp_path: Path, workspace: Path, script: list[dict[str, Any]], options: dict[str, Any]
 ) -> AsyncIterator[Server]:
     editor = Editor()
     data, stderr = tmp_path / "data", tmp_path / "stderr.log"
@@ -126,6 +141,7 @@ async def server(
             initialization_options={
                 **scripted_options(script_file),
                 "sessions": {"store": "memory"},
+                **options,
             },
         )
     )

@@ -73,6 +73,9 @@ class Buffer:
     def write_text(self, path: Path, text: str) -> None:
         raise AssertionError("no writes here")
 
+    def interrupt(self) -> None:
+        return None
+
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:

@@ -324,3 +324,53 @@ async def test_a_second_ask_while_a_turn_runs_is_session_busy(server: Server) ->
     assert await execute(server, "tether.cancel") == {"cancelled": True}
     async with asyncio.timeout(10):
         assert (await turn)["stopReason"] == "cancelled"
+
+
+EDIT_X = {
+    "toolCalls": [
+        {
+            "name": "edit_file",
+            "arguments": {"path": "app.py", "oldString": "x = 1", "newString": "x = 2"},
+        }
+    ]
+}
+
+
+@pytest.mark.parametrize("options", [{"lsp": {"applyEditTimeout": 1}}])
+@pytest.mark.parametrize("script", [[EDIT_X, {"text": "The editor did not take it."}]])
+async def test_an_edit_the_client_never_answers_fails_the_call_after_the_timeout(
+    server: Server,
+) -> None:
+    server.editor.answers_edits = False
+    (server.workspace / "app.py").write_text("x = 1\n")
+    async with asyncio.timeout(30):  # a bound on the test: the call gives up after 1 s
+        answer = await ask(server, "change x")
+    assert answer["stopReason"] == "end_turn"
+    messages = await request(server, "session/messages", {"sessionId": answer["sessionId"]})
+    [result] = [m for m in messages["messages"] if m["role"] == "tool"]
+    assert result["isError"]
+    assert (
+        "did not answer workspace/applyEdit within 1 s (lsp.apply_edit_timeout)"
+        in (result["content"])
+    )
+    await until(lambda: server.editor.withdrawn)  # told with $/cancelRequest
+    assert server.editor.withdrawn == server.editor.edits
+
+
+@pytest.mark.parametrize("script", [[EDIT_X, {"text": "Still here."}]])
+async def test_the_cancel_command_ends_a_turn_waiting_for_an_edit_at_once(server: Server) -> None:
+    server.editor.answers_edits = False  # and lsp.apply_edit_timeout is its 30 s
+    (server.workspace / "app.py").write_text("x = 1\n")
+    turn = asyncio.ensure_future(ask(server, "change x"))
+    await until(lambda: server.editor.edits)
+    assert await execute(server, "tether.cancel") == {"cancelled": True}
+    async with asyncio.timeout(10):
+        answer = await turn
+    assert answer["stopReason"] == "cancelled"
+    await until(lambda: server.editor.withdrawn)
+    messages = await request(server, "session/messages", {"sessionId": answer["sessionId"]})
+    [result] = [m for m in messages["messages"] if m["role"] == "tool"]
+    assert result["isError"] and "the call was cancelled while it waited" in result["content"]
+    async with asyncio.timeout(10):
+        again = await ask(server, "are you there?")
+    assert (again["sessionId"], again["stopReason"]) == (answer["sessionId"], "end_turn")

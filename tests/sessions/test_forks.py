@@ -69,6 +69,42 @@ async def test_a_fork_without_a_message_id_takes_the_whole_history_and_params_re
     assert await texts(store, child.session_id) == ["a", "b"]
 
 
+async def test_a_fork_may_narrow_the_allow_lists_but_never_widen_them(
+    store: SessionStore, session: Session
+) -> None:
+    sid = session.session_id
+    await store.configure(
+        sid, ConfigureSessionParams(session_id=sid, tools=["read", "search"], allowed_models=["a"])
+    )
+    narrower = await fork(store, sid, tools=["search"], allowed_models=[])
+    assert (narrower.tools, narrower.allowed_models) == (["search"], [])
+
+    with pytest.raises(InvalidParams) as raised:
+        await fork(store, sid, tools=["read", "run_command", "write_file"], allowed_models=["a"])
+    error = raised.value
+    assert error.code == ErrorCode.INVALID_PARAMS
+    assert [(f["field"], f["type"]) for f in error.data["fields"]] == [("tools", "widens")]
+    assert error.data["widened"] == {"tools": ["run_command", "write_file"]}
+    assert error.data["allowed"] == {"tools": ["read", "search"]}
+
+    with pytest.raises(InvalidParams) as raised:  # null: no limit at all
+        await fork(store, sid, tools=None, allowed_models=["a", "b"])
+    assert raised.value.data["widened"] == {"tools": None, "allowedModels": ["b"]}
+    listed = await store.list_sessions(workspace=None, cursor=None, limit=10)
+    assert {s.session_id for s in listed.sessions} == {sid, narrower.session_id}
+
+
+async def test_a_parent_without_an_allow_list_lets_a_fork_set_any(
+    store: SessionStore, session: Session
+) -> None:
+    child = await fork(store, session.session_id, allowed_models=["x", "y"])
+    assert child.allowed_models == ["x", "y"]
+    grandchild = await fork(store, child.session_id, allowed_models=["y"])
+    assert grandchild.allowed_models == ["y"]
+    with pytest.raises(InvalidParams):
+        await fork(store, grandchild.session_id, allowed_models=["x"])
+
+
 async def test_a_fork_of_an_empty_session_is_empty(store: SessionStore, session: Session) -> None:
     child = await fork(store, session.session_id)
     assert child.forked_from_message_id is None and child.message_count == 0

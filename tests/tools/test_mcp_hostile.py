@@ -4,6 +4,7 @@ memory without bound, or shadow a built-in tool."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 from collections.abc import AsyncIterator
@@ -19,7 +20,7 @@ from tether.tools.mcp import McpExecutor, McpManager
 from tether.tools.mcp.connection import MAX_LIST_PAGES, MAX_TOOLS
 from tether.tools.mcp.tools import MAX_RESULT_BYTES, trim_tool
 
-from .test_mcp import alive, call, executor
+from .test_mcp import alive, call, eventually, executor
 
 HOSTILE = Path(__file__).resolve().parents[1] / "fakes" / "hostile_mcp_server.py"
 MiB = 1024 * 1024
@@ -239,6 +240,39 @@ async def test_a_flood_while_starting_does_not_keep_the_server_from_starting(
     tools = await offered(manager, workspace, hostile(tmp_path, "--flood-at-start", "20000"))
 
     assert await echo_works(tools, context)
+
+
+async def test_a_server_that_never_initializes_is_given_up_at_the_start_timeout_and_stopped(
+    manager: McpManager, workspace: Path, tmp_path: Path, context: ToolContext
+):
+    mute = hostile(tmp_path, "--never-initialize", name="mute")
+    tools = await manager.executor(
+        [], servers=[mute], enabled=None, session_id="s1", workspace=workspace, start_timeout=0.5
+    )
+
+    [failure] = tools.failures()
+    assert failure.reason == "it did not initialize within 0.5 s (mcp.start_timeout)"
+    result = await call(tools, context, "mute__echo", text="?")
+    assert result.is_error and "MCP server 'mute' is not running" in result.content
+    [pid] = pids(tmp_path, "mute")
+    await eventually(lambda: not alive(pid), "the server that never initialized is stopped")
+
+
+async def test_cancelling_a_run_while_a_server_starts_stops_it_and_propagates(
+    manager: McpManager, workspace: Path, tmp_path: Path
+):
+    mute = hostile(tmp_path, "--never-initialize", name="mute")
+    starting = asyncio.ensure_future(
+        manager.executor(
+            [], servers=[mute], enabled=None, session_id="s1", workspace=workspace, start_timeout=60
+        )
+    )
+    await eventually(lambda: bool(pids(tmp_path, "mute")), "the server runs")
+    starting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(starting, 10)
+    [pid] = pids(tmp_path, "mute")
+    await eventually(lambda: not alive(pid), "the server is stopped")
 
 
 # Tool lists: how many, how named.

@@ -392,6 +392,7 @@ class AcpAgent(Backend):
                 self.connection,
                 self._send,
                 lambda session: self._state(session).terminals,
+                timeout=config.acp.request_timeout,
             )
         fs = capabilities.fs
         if fs.read_text_file or fs.write_text_file:
@@ -403,6 +404,7 @@ class AcpAgent(Backend):
                 read=fs.read_text_file,
                 write=fs.write_text_file,
                 written=lambda session: self._state(session).written,
+                timeout=config.acp.request_timeout,
             )
         return executor
 

@@ -12,6 +12,10 @@ When the client declares ``fs.writeTextFile``, ``write_file`` and ``edit_file`` 
 (so the editor applies it to its buffer, with its own undo) and reads the current text through
 ``fs/read_text_file`` when that is declared too. An error from the editor is the tool's error:
 the disk is not written instead.
+
+Each request has ``acp.request_timeout`` seconds to be answered: a read that is not answered in
+time reads the disk, a write is the tool's error (saying the file may or may not have been
+written). A call cancelled while it waits for the editor ends at once.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from tether.tools.base import (
     ToolLayer,
     ToolResult,
 )
+from tether.tools.editor_requests import EditorRequests, RequestWithdrawn
 from tether.tools.read_file import ReadFileArguments, numbered
 from tether.tools.sandbox import Sandbox
 from tether.tools.text import decode, split_lines
@@ -39,6 +44,7 @@ from tether.tools.text import decode, split_lines
 logger = logging.getLogger(__name__)
 
 READ_FILE = "read_file"
+DEFAULT_REQUEST_TIMEOUT = 30.0  # seconds the editor has to answer (acp.request_timeout)
 WRITES = frozenset({"write_file", "edit_file"})
 UNSAVED = (
     "[the editor has unsaved changes to this file, shown above; edit_file and write_file change "
@@ -63,19 +69,22 @@ class EditorFiles(ToolLayer):
         read: bool = True,
         write: bool = False,
         written: Callable[[str], dict[str, str]] | None = None,
+        timeout: float = DEFAULT_REQUEST_TIMEOUT,
     ) -> None:
         super().__init__(inner)
         self._connection = connection
         self._reads = read
         self._writes = write
         self._written = written
+        self._timeout = timeout
 
     async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
         if name in WRITES and self._writes:
             written = self._written(context.session_id) if self._written is not None else {}
-            access = _EditorAccess(
-                asyncio.get_running_loop(), self, context.session_id, self._reads, written
+            requests = EditorRequests(
+                asyncio.get_running_loop(), self._timeout, "acp.request_timeout"
             )
+            access = _EditorAccess(requests, self, context.session_id, self._reads, written)
             return await self._inner.execute(
                 name, arguments, dataclasses.replace(context, files=access)
             )
@@ -107,50 +116,62 @@ class EditorFiles(ToolLayer):
         return ToolResult(output)
 
     async def _read(self, session_id: str, path: Path) -> str | None:
-        """The editor's text of ``path``, or None when it gave none."""
+        """The editor's text of ``path``, or None when it gave none (within the timeout)."""
         params = {"sessionId": session_id, "path": str(path)}
         try:
-            answer = await self._connection.request("fs/read_text_file", params)
+            async with asyncio.timeout(self._timeout):
+                answer = await self._connection.request("fs/read_text_file", params)
             return _ReadTextFileResponse.model_validate(answer).content
-        except (ClientError, ConnectionError, ValidationError) as exc:
-            logger.info("fs/read_text_file of %s failed (%s): reading the disk", path, exc)
+        except (ClientError, ConnectionError, ValidationError, TimeoutError) as exc:
+            reason = "no answer in time" if isinstance(exc, TimeoutError) else exc
+            logger.info("fs/read_text_file of %s failed (%s): reading the disk", path, reason)
             return None
+
+    async def _write(self, session_id: str, path: Path, text: str) -> None:
+        params = {"sessionId": session_id, "path": str(path), "content": text}
+        await self._connection.request("fs/write_text_file", params)
 
 
 class _EditorAccess:
     """A :class:`~tether.tools.base.FileAccess` through the editor, called from the tool's
-    thread: each request runs on ``loop`` and the thread waits for its answer."""
+    thread: each request runs on the loop and the thread waits for its answer (a bounded,
+    interruptible wait: :class:`~tether.tools.editor_requests.EditorRequests`)."""
 
     def __init__(
         self,
-        loop: asyncio.AbstractEventLoop,
+        requests: EditorRequests,
         files: EditorFiles,
         session_id: str,
         reads: bool,
         written: dict[str, str],
     ) -> None:
-        self._loop, self._files, self._session_id = loop, files, session_id
+        self._requests, self._files, self._session_id = requests, files, session_id
         self._reads, self._written = reads, written
 
     def read_text(self, path: Path) -> str | None:
         if not self._reads:
             return None
-        future = asyncio.run_coroutine_threadsafe(
-            self._files._read(self._session_id, path), self._loop
+        return self._requests.call(
+            lambda: self._files._read(self._session_id, path), "fs/read_text_file"
         )
-        return future.result()
 
     def write_text(self, path: Path, text: str) -> None:
-        params = {"sessionId": self._session_id, "path": str(path), "content": text}
-        request = self._files._connection.request("fs/write_text_file", params)
-        future = asyncio.run_coroutine_threadsafe(request, self._loop)
         try:
-            future.result()
+            self._requests.call(
+                lambda: self._files._write(self._session_id, path, text), "fs/write_text_file"
+            )
+        except RequestWithdrawn as exc:
+            raise ToolError(
+                f"{exc}: {path} may or may not have been written (read it to know)"
+            ) from None
         except (ClientError, ConnectionError) as exc:
             raise ToolError(
                 f"the editor did not write {path}: {exc}; the file was not changed"
             ) from None
         self._written[str(path)] = text
+
+    def interrupt(self) -> None:
+        self._requests.interrupt()
 
 
 def _on_disk(workspace: Path, relative: str) -> str | None:

@@ -7,7 +7,8 @@ confined by tether's sandbox**: the editor runs it, with its own rights and envi
 why it takes a user-level setting. tether still resolves ``cwd`` inside the workspace, caps the
 output it asks the editor to keep, kills the command at its timeout (``terminal/kill``) and
 releases the terminal once the result is read (``terminal/release``), or at once when the call
-is cancelled (a release kills what still runs).
+is cancelled (a release kills what still runs). Every request but ``terminal/wait_for_exit``
+(bounded by the command's timeout) has ``acp.request_timeout`` seconds to be answered.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from tether.acp.editor_files import DEFAULT_REQUEST_TIMEOUT
 from tether.acp.models import AcpModel, TerminalContent, ToolCallProgress
 from tether.acp.wire import ClientError, Connection
 from tether.tools.base import (
@@ -67,12 +69,15 @@ class EditorTerminal(ToolLayer):
         show: Show,
         terminals: Callable[[str], dict[str, str]],
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        timeout: float = DEFAULT_REQUEST_TIMEOUT,
     ) -> None:
         super().__init__(inner)
         self._connection = connection
         self._show = show
         self._terminals = terminals
         self._max_output = max_output_bytes
+        self._timeout = timeout
+        self._releasing: set[asyncio.Future[None]] = set()  # releases sent, not answered yet
 
     async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
         if name != RUN_COMMAND or all(spec.name != RUN_COMMAND for spec in self._inner.list()):
@@ -100,11 +105,9 @@ class EditorTerminal(ToolLayer):
             "outputByteLimit": self._max_output,
         }
         try:
-            created = _Created.model_validate(
-                await self._connection.request("terminal/create", params)
-            )
-        except (ClientError, ConnectionError, ValidationError) as exc:
-            return ToolResult(f"the editor could not start the command: {_reason(exc)}", True)
+            created = _Created.model_validate(await self._request("terminal/create", params))
+        except (ClientError, ConnectionError, ValidationError, TimeoutError) as exc:
+            return ToolResult(f"the editor could not start the command: {self._reason(exc)}", True)
         terminal = {"sessionId": session_id, "terminalId": created.terminal_id}
         if context.tool_call_id is not None:
             self._terminals(session_id)[context.tool_call_id] = created.terminal_id
@@ -124,8 +127,14 @@ class EditorTerminal(ToolLayer):
             return result
         finally:
             if not released:  # cancelled, or the editor went away: leave nothing running
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(self._release(terminal))
+                self._release_later(terminal)
+
+    def _release_later(self, terminal: dict[str, str]) -> None:
+        """Send ``terminal/release`` now, without waiting for its answer (a cancelled call
+        ends at once)."""
+        task = asyncio.ensure_future(self._release(terminal))
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
 
     async def _finish(self, terminal: dict[str, str], limit: float) -> ToolResult:
         """Wait for the command (killing it after ``limit`` seconds), then read its output."""
@@ -138,25 +147,34 @@ class EditorTerminal(ToolLayer):
         except TimeoutError:
             timed_out = True
             status = _Exit()
-            with contextlib.suppress(ClientError, ConnectionError):
-                await self._connection.request("terminal/kill", terminal)
+            with contextlib.suppress(ClientError, ConnectionError, TimeoutError):
+                await self._request("terminal/kill", terminal)
         except (ClientError, ConnectionError, ValidationError) as exc:
-            return ToolResult(f"the editor could not run the command: {_reason(exc)}", True)
+            return ToolResult(f"the editor could not run the command: {self._reason(exc)}", True)
         try:
-            output = _Output.model_validate(
-                await self._connection.request("terminal/output", terminal)
-            )
-        except (ClientError, ConnectionError, ValidationError) as exc:
-            return ToolResult(f"the editor did not give the output: {_reason(exc)}", True)
+            output = _Output.model_validate(await self._request("terminal/output", terminal))
+        except (ClientError, ConnectionError, ValidationError, TimeoutError) as exc:
+            return ToolResult(f"the editor did not give the output: {self._reason(exc)}", True)
         if output.exit_status is not None and not timed_out:
             status = output.exit_status
         return _result(status, output, timed_out, limit)
 
     async def _release(self, terminal: dict[str, str]) -> None:
         try:
-            await self._connection.request("terminal/release", terminal)
-        except (ClientError, ConnectionError) as exc:
-            logger.info("terminal/release failed: %s", exc)
+            await self._request("terminal/release", terminal)
+        except (ClientError, ConnectionError, TimeoutError) as exc:
+            logger.info("terminal/release failed: %s", self._reason(exc))
+
+    async def _request(self, method: str, params: Any) -> Any:
+        """A request the editor answers without a person: ``TimeoutError`` when it does not
+        within ``acp.request_timeout`` (it is then forgotten; a late answer is ignored)."""
+        async with asyncio.timeout(self._timeout):
+            return await self._connection.request(method, params)
+
+    def _reason(self, exc: Exception) -> str:
+        if isinstance(exc, TimeoutError):
+            return f"it did not answer within {self._timeout:g} s (acp.request_timeout)"
+        return _reason(exc)
 
 
 def _result(status: _Exit, output: _Output, timed_out: bool, timeout: float) -> ToolResult:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -22,7 +23,7 @@ from tether.kernel import compaction, structured
 from tether.kernel.access import check_access
 from tether.kernel.approval import Approvals, Approver
 from tether.kernel.history import in_model_order
-from tether.kernel.run import Emit, LeaseState, Run, RunSetup
+from tether.kernel.run import Emit, LeaseState, Run, RunSetup, cancelling, not_cancelled
 from tether.kernel.state import StoreState
 from tether.kernel.window import EstimatingCounter, TokenCounter, window
 from tether.protocol import (
@@ -48,6 +49,7 @@ from tether.protocol.kernel import (
 )
 from tether.protocol.tools import ToolSpec
 from tether.providers.base import Provider
+from tether.secrets import Secrets, configured_secrets
 from tether.sessions.ids import uuid7
 from tether.sessions.store import SessionStore
 from tether.sessions.workspaces import local_path
@@ -62,6 +64,8 @@ MemoryLoader = Callable[[Path, list[str]], str]
 NoMemory = Callable[[Path, list[str]], bool]
 # The tools of a run in a session (configuration, session id, workspace root); may start servers.
 ToolsFactory = Callable[[TetherConfig, str, Path], Awaitable[ToolExecutor]]
+# The secrets of a run in a session (configuration, session id): see tether.secrets.
+SecretsOf = Callable[[TetherConfig, str], Secrets]
 
 
 class Kernel:
@@ -77,11 +81,14 @@ class Kernel:
         approver: Approver | None = None,
         counter: TokenCounter | None = None,
         warnings: Callable[[], Sequence[RunWarning]] = tuple,
+        secrets: SecretsOf | None = None,
     ) -> None:
         """``approver`` asks the user about calls of tools that edit or execute (policy
         ``tools.approval = "ask"``); without one, such calls are refused under ``ask``.
         ``warnings`` are problems each run reports (read after ``config``, at the start of each
-        run). ``memory`` runs on a thread, unless ``no_memory`` says there is none to load."""
+        run). ``memory`` runs on a thread, unless ``no_memory`` says there is none to load.
+        ``secrets`` are what no command sees and every tool result has redacted (default: those
+        of the configuration, with the API keys of ``os.environ``)."""
         self._store = store
         self._config = config
         self._providers = providers
@@ -89,6 +96,7 @@ class Kernel:
         self._memory = memory
         self._no_memory = no_memory
         self._warnings = warnings
+        self._secrets = secrets or _configured_secrets
         self._approvals = Approvals(approver)
         self._counter = counter or EstimatingCounter()  # for the history window
         self._runs: dict[str, asyncio.Task[RunResult]] = {}
@@ -293,6 +301,8 @@ class Kernel:
             session = await self._store.get(params.session_id)
             run = Run(await self._setup(session, params, run_id, emit, state))
         except asyncio.CancelledError:  # cancelled before it began: nothing was recorded
+            if not cancelling():
+                raise not_cancelled("setting up the run") from None
             return RunResult(
                 run_id=run_id,
                 session_id=params.session_id,
@@ -339,6 +349,7 @@ class Kernel:
                 run_id=run_id,
                 state=StoreState(self._store, session.session_id),
                 hidden_env=_hidden_env(config),
+                secrets=self._secrets(config, session.session_id),
                 sandbox=sandbox_policy(config),
             ),
             model=provider_config.model or "",
@@ -372,6 +383,10 @@ def _workspace_root(session: Session) -> Path:
             {"workspace": session.workspace},
         )
     return local_path(session.workspace)
+
+
+def _configured_secrets(config: TetherConfig, session_id: str) -> Secrets:
+    return configured_secrets(config, os.environ)
 
 
 def _hidden_env(config: TetherConfig) -> frozenset[str]:

@@ -72,6 +72,21 @@ def add_usage(total: Usage, turn: Usage) -> Usage:
     )
 
 
+def cancelling() -> bool:
+    """Whether the current task was asked to stop (``kernel/cancel``, a lost lease, the
+    request's own cancellation). A ``CancelledError`` raised while it was not came from inside
+    (a library that ended a wait of its own so): it is no cancellation of the run."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def not_cancelled(what: str) -> RuntimeError:
+    """The error a ``CancelledError`` that nobody asked for becomes: a run never ends
+    ``cancelled`` unless it was cancelled."""
+    logger.error("%s ended with a cancellation nobody asked for", what, exc_info=True)
+    return RuntimeError(f"{what} was interrupted from inside (no one cancelled it)")
+
+
 CANCELLED_RESULT = "cancelled"
 INTERRUPTED_RESULT = "interrupted"
 RESTARTED = "it is started again at the next run"
@@ -155,16 +170,19 @@ class Run:
         self._emit(RunStarted(max_iterations=self._setup.max_iterations, user_message_id=user.id))
         for warning in self._setup.warnings:
             self._emit(warning)
+        redact = self._setup.context.secrets.redact
         for failure in self._setup.tools.failures():
             self._emit(
                 Notice(
-                    message=f"{failure.describe()}; {RESTARTED}",
-                    data={"source": failure.source, "reason": failure.reason},
+                    message=redact(f"{failure.describe()}; {RESTARTED}"),
+                    data={"source": failure.source, "reason": redact(failure.reason)},
                 )
             )
         try:
             stop = await self._loop()
         except asyncio.CancelledError:
+            if not cancelling():
+                await self._fail(not_cancelled("the run"))
             stop = await self._stop_cancelled()
         except BaseException as exc:
             await self._fail(exc)
@@ -372,10 +390,9 @@ class Run:
         end cancelled without a word.
         """
         try:
-            result = await self._outcome(call)
+            result = self._redacted(await self._outcome(call))
         except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
+            if cancelling():
                 raise
             self._cancelled(call)
             return
@@ -430,12 +447,29 @@ class Run:
         self._emit(ToolCallUpdate(tool_call_id=call.id, status=ToolCallStatus.CANCELLED))
         return result
 
+    def _redacted(self, result: ToolResult) -> ToolResult:
+        """``result`` without the configured secrets (the one place every tool's result, MCP
+        servers' included, passes before it is shown or recorded)."""
+        secrets = self._setup.context.secrets
+        if not secrets:
+            return result
+        return dataclasses.replace(
+            result,
+            content=secrets.redact(result.content),
+            diff=None if result.diff is None else secrets.redact(result.diff),
+            output=secrets.redact_json(result.output),
+        )
+
     def _progress_of(self, call: ToolCall) -> Callable[[str], None]:
+        redact = self._setup.context.secrets.redact
+
         def progress(text: str) -> None:
             if call.id not in self._results:  # nothing after the call's last update
                 self._emit(
                     ToolCallUpdate(
-                        tool_call_id=call.id, status=ToolCallStatus.IN_PROGRESS, progress=text
+                        tool_call_id=call.id,
+                        status=ToolCallStatus.IN_PROGRESS,
+                        progress=redact(text),
                     )
                 )
 

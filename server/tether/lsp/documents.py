@@ -26,6 +26,7 @@ from tether.tools.base import (
     ToolLayer,
     ToolResult,
 )
+from tether.tools.editor_requests import EditorRequests, RequestWithdrawn
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +35,7 @@ WRITES = frozenset({"write_file", "edit_file"})
 
 ApplyEdit = Callable[[dict[str, Any]], Coroutine[Any, Any, Any]]
 """Sends ``workspace/applyEdit`` with these params and returns the client's answer."""
+DEFAULT_APPLY_EDIT_TIMEOUT = 30.0  # seconds: lsp.apply_edit_timeout
 
 
 class Buffers:
@@ -88,34 +90,45 @@ def _path_of(uri: str) -> Path | None:
 
 
 class BufferAccess:
-    """A :class:`~tether.tools.base.FileAccess` over the client's buffers. Reads give the open
-    buffer's text (None for a file that is not open: the disk is read). Writes, when
-    ``apply_edit`` is given, become ``workspace/applyEdit`` requests made on ``loop`` while the
-    tool's thread waits."""
+    """A :class:`~tether.tools.base.FileAccess` over the client's buffers, for one call. Reads
+    give the open buffer's text (None for a file that is not open: the disk is read). Writes,
+    when ``apply_edit`` is given, become ``workspace/applyEdit`` requests made on ``loop`` while
+    the tool's thread waits, ``timeout`` seconds at most (``lsp.apply_edit_timeout``)."""
 
     def __init__(
         self,
         buffers: Buffers,
         loop: asyncio.AbstractEventLoop,
         apply_edit: ApplyEdit | None = None,
+        timeout: float = DEFAULT_APPLY_EDIT_TIMEOUT,
     ) -> None:
         self._buffers = buffers
-        self._loop = loop
         self._apply_edit = apply_edit
+        self._requests = EditorRequests(loop, timeout, "lsp.apply_edit_timeout")
 
     def read_text(self, path: Path) -> str | None:
         return self._buffers.text(path)
 
+    def interrupt(self) -> None:
+        self._requests.interrupt()
+
     def write_text(self, path: Path, text: str) -> None:
-        if self._apply_edit is None:
+        apply_edit = self._apply_edit
+        if apply_edit is None:
             raise ToolError("the editor cannot apply edits; the file was not changed")
         current = self._buffers.text(path)
         if current is None:
             current = _disk_text(path)
         params = workspace_edit(self._buffers.uri(path), current, text, path.name)
-        future = asyncio.run_coroutine_threadsafe(self._apply_edit(params), self._loop)
         try:
-            answer = future.result()
+            answer = self._requests.call(lambda: apply_edit(params), "workspace/applyEdit")
+        except RequestWithdrawn as exc:
+            raise ToolError(
+                f"{exc}: the edit of {path} may or may not have been applied (read the file "
+                "to know)"
+            ) from None
+        except ToolError:
+            raise
         except Exception as exc:
             raise ToolError(f"the editor did not apply the edit to {path}: {exc}") from None
         if not isinstance(answer, dict) or answer.get("applied") is not True:
@@ -194,15 +207,25 @@ def _utf16(text: str) -> int:
 
 class BufferTools(ToolLayer):
     """A :class:`ToolExecutor` whose file tools see the client's buffers (``read_file``,
-    ``search_text``, and the reads of ``edit_file``/``write_file``); with ``writes``, the final
-    write of ``edit_file``/``write_file`` goes through ``workspace/applyEdit`` too."""
+    ``search_text``, and the reads of ``edit_file``/``write_file``); with ``apply_edit``, the
+    final write of ``edit_file``/``write_file`` goes through ``workspace/applyEdit`` too, each
+    waiting ``timeout`` seconds at most for the client's answer."""
 
-    def __init__(self, inner: ToolExecutor, access: BufferAccess, *, writes: bool) -> None:
+    def __init__(
+        self,
+        inner: ToolExecutor,
+        buffers: Buffers,
+        apply_edit: ApplyEdit | None = None,
+        timeout: float = DEFAULT_APPLY_EDIT_TIMEOUT,
+    ) -> None:
         super().__init__(inner)
-        self._access = access
-        self._writes = writes
+        self._buffers = buffers
+        self._apply_edit = apply_edit
+        self._timeout = timeout
 
     async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
-        if name in READS or (name in WRITES and self._writes):
-            context = dataclasses.replace(context, files=self._access)
+        if name in READS or (name in WRITES and self._apply_edit is not None):
+            loop = asyncio.get_running_loop()
+            access = BufferAccess(self._buffers, loop, self._apply_edit, self._timeout)
+            context = dataclasses.replace(context, files=access)
         return await self._inner.execute(name, arguments, context)

@@ -6,7 +6,12 @@ A turn reports through ``$/progress`` on a work-done token (the client's, or one
 (Allow / Always allow / Reject); its edits go through ``workspace/applyEdit``; its answer is
 appended to a Markdown transcript shown with ``window/showDocument`` (or, for a client without
 it, with ``window/showMessage``). ``window/workDoneProgress/cancel`` on its token, or
-``tether.cancel``, stops it as ``kernel/cancel`` does.
+``tether.cancel``, stops it as ``kernel/cancel`` does, whatever it waits for.
+
+No wait on the client holds a turn for good: the requests no person answers
+(``workspace/applyEdit``, ``window/workDoneProgress/create``, ``window/showDocument``) are
+withdrawn after ``lsp.apply_edit_timeout``; a permission question waits for the person, until
+the turn is stopped.
 """
 
 from __future__ import annotations
@@ -14,13 +19,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether.kernel.approval import ApprovalError
 from tether.lsp.actions import AskArguments, prompt_of, title_of
-from tether.lsp.documents import BufferAccess, Buffers, BufferTools
+from tether.lsp.documents import Buffers, BufferTools
 from tether.lsp.transcripts import Turn, append_turn, transcript_path
 from tether.protocol import CreateSessionParams, ListSessionsParams, TetherError
 from tether.protocol.errors import RequestCancelled, SessionBusy
@@ -31,11 +37,12 @@ from tether.protocol.kernel import (
     ProgressParams,
     RunParams,
     RunResult,
+    StopReason,
     ToolCallStarted,
     ToolCallUpdate,
 )
 from tether.rpc.errors import ClientError
-from tether.sessions.ids import utcnow
+from tether.sessions.ids import utcnow, uuid7
 from tether.sessions.workspaces import local_path
 
 if TYPE_CHECKING:
@@ -43,6 +50,7 @@ if TYPE_CHECKING:
     from tether.tools.base import ToolExecutor
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 ALLOW, ALWAYS, REJECT = "Allow", "Always allow", "Reject"
 _OUTCOMES = {ALLOW: "allow", ALWAYS: "allow_always", REJECT: "reject"}
@@ -57,6 +65,7 @@ class _Run:
     last_report: str = ""
     cancelled: bool = False  # asked to stop, maybe before the kernel had started it
     stopped: bool = False  # the kernel was told (once: a second cancel would cut its ending)
+    waiting: asyncio.Future[Any] | None = None  # what the turn waits for before its run
 
 
 class Runs:
@@ -79,7 +88,9 @@ class Runs:
         run = self.active[session_id] = _Run(None, Turn(title_of(arguments), "", utcnow()))
         try:
             run.turn.prompt = await self._prompt(arguments, root)
-            run.token = token if token is not None else await self._create_token()
+            if token is None:
+                token = await self._unless_stopped(run, self._create_token())
+            run.token = token
             result, error = await self._run(session_id, run)
         finally:
             self.active.pop(session_id, None)
@@ -102,8 +113,25 @@ class Runs:
                 text = await asyncio.to_thread(_read, path)
         return prompt_of(arguments, text, path, root)
 
+    async def _unless_stopped(self, run: _Run, work: Coroutine[Any, Any, T]) -> T | None:
+        """``work``, unless the turn is stopped first (``tether.cancel``): None then, at once."""
+        waiting: asyncio.Future[T] = asyncio.ensure_future(work)
+        run.waiting = waiting
+        try:
+            return await waiting
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            return None
+        finally:
+            run.waiting = None
+
     async def _run(self, session_id: str, run: _Run) -> tuple[RunResult | None, TetherError | None]:
-        """The kernel's run of the turn, between the begin and the end of its progress."""
+        """The kernel's run of the turn, between the begin and the end of its progress; a turn
+        stopped before its run began records nothing."""
+        if run.cancelled:
+            return _stopped_before(session_id), None
         self.app.load_kernel()  # a command may come before any kernel/* request
         kernel = self.app.kernel
         assert kernel is not None, "load_kernel builds it"
@@ -144,6 +172,8 @@ class Runs:
         was still taking the session's lease)."""
         run = self.active[session_id]
         run.cancelled = True
+        if run.waiting is not None:
+            run.waiting.cancel()
         if not run.stopped and self.app.kernel is not None:
             run.stopped = self.app.kernel.cancel(session_id)
         return True
@@ -181,7 +211,7 @@ class Runs:
 
     def tools(self, executor: ToolExecutor, session_id: str) -> ToolExecutor:
         """Open buffers for every run's file tools; writes through the editor for turns
-        started here, when the client applies edits."""
+        started here, when the client applies edits (each within ``lsp.apply_edit_timeout``)."""
         client = self.app.client
         writes = (
             session_id in self.active
@@ -189,8 +219,7 @@ class Runs:
             and client.capabilities.workspace.apply_edit
         )
         apply_edit = self._apply_edit if writes else None
-        access = BufferAccess(self.buffers, asyncio.get_running_loop(), apply_edit)
-        return BufferTools(executor, access, writes=writes)
+        return BufferTools(executor, self.buffers, apply_edit, self._timeout())
 
     async def _apply_edit(self, params: dict[str, Any]) -> Any:
         return await self.request("workspace/applyEdit", params)
@@ -200,6 +229,15 @@ class Runs:
     async def request(self, method: str, params: dict[str, Any]) -> Any:
         """A standard request to the client, its params and result as plain JSON data."""
         return await self.app.request_client(method, params)
+
+    async def _bounded_request(self, method: str, params: dict[str, Any]) -> Any:
+        """A request no person answers (``lsp.apply_edit_timeout`` at most: then it is
+        withdrawn and :class:`TimeoutError` raised)."""
+        async with asyncio.timeout(self._timeout()):
+            return await self.request(method, params)
+
+    def _timeout(self) -> float:
+        return self.app.config().lsp.apply_edit_timeout
 
     async def _session(self) -> tuple[str, Path]:
         """The workspace's current session: the one used last here, else the newest of the
@@ -229,9 +267,12 @@ class Runs:
             return None
         token = f"tether-turn-{next(self._tokens)}"
         try:
-            await self.request("window/workDoneProgress/create", {"token": token})
+            await self._bounded_request("window/workDoneProgress/create", {"token": token})
         except ClientError as exc:
             logger.info("no progress for the turn: %s", exc.message)
+            return None
+        except TimeoutError:
+            logger.info("no progress for the turn: window/workDoneProgress/create unanswered")
             return None
         return token
 
@@ -264,11 +305,13 @@ class Runs:
         if support and support.get("support") is True:
             try:
                 params = {"uri": transcript.as_uri(), "takeFocus": True}
-                answer = await self.request("window/showDocument", params)
+                answer = await self._bounded_request("window/showDocument", params)
                 if isinstance(answer, dict) and answer.get("success") is True:
                     return
             except ClientError as exc:
                 logger.info("window/showDocument failed: %s", exc.message)
+            except TimeoutError:
+                logger.info("window/showDocument was not answered: the answer is shown instead")
         if error is not None:
             message, kind = f"tether: {error.message}", _ERROR
         else:
@@ -282,6 +325,14 @@ class Runs:
         from tether.config import data_home
 
         return data_home(self.app.environ)
+
+
+def _stopped_before(session_id: str) -> RunResult:
+    """The result of a turn stopped before its run began (as ``kernel/cancel`` answers a run
+    still claiming its session)."""
+    return RunResult(
+        run_id=uuid7(), session_id=session_id, stop_reason=StopReason.CANCELLED, iterations=0
+    )
 
 
 def _local(uri: str | None) -> Path | None:

@@ -37,6 +37,7 @@ from tether.providers.base import (
 from tether.providers.errors import ScriptExhausted, ScriptNotUsedUp
 from tether.providers.retry import RetryPolicy, Sleep
 from tether.providers.scripted import ScriptedProvider, ScriptTurn
+from tether.secrets import PROVIDER_KEY_VARIABLES
 
 if TYPE_CHECKING:
     import httpx
@@ -111,7 +112,7 @@ def _make(
 
         return openai.OpenAIProvider(
             base_url=_base_url(config, env, "OPENAI_BASE_URL", openai.DEFAULT_BASE_URL),
-            api_key=_api_key(config, env, "OPENAI_API_KEY"),
+            api_key=_api_key(config, env, *PROVIDER_KEY_VARIABLES["openai"]),
             client=client,
             model=config.model,
             timeout=config.timeout,
@@ -122,7 +123,7 @@ def _make(
 
         return anthropic.AnthropicProvider(
             base_url=_base_url(config, env, "ANTHROPIC_BASE_URL", anthropic.DEFAULT_BASE_URL),
-            api_key=_api_key(config, env, "ANTHROPIC_API_KEY"),
+            api_key=_api_key(config, env, *PROVIDER_KEY_VARIABLES["anthropic"]),
             client=client,
             model=config.model,
             timeout=config.timeout,
@@ -133,7 +134,7 @@ def _make(
 
         return gemini.GeminiProvider(
             base_url=_base_url(config, env, "GOOGLE_GEMINI_BASE_URL", gemini.DEFAULT_BASE_URL),
-            api_key=_api_key(config, env, "GEMINI_API_KEY", "GOOGLE_API_KEY"),
+            api_key=_api_key(config, env, *PROVIDER_KEY_VARIABLES["gemini"]),
             client=client,
             model=config.model,
             timeout=config.timeout,

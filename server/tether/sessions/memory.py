@@ -42,7 +42,7 @@ from tether.protocol.sessions import (
     session_exists,
 )
 from tether.sessions.cursors import decode_cursor, encode_cursor
-from tether.sessions.forks import check_fork_point, cut_chain
+from tether.sessions.forks import ALLOW_LISTS, check_fork_point, cut_chain, forked_fields
 from tether.sessions.ids import utcnow, uuid7
 from tether.sessions.lease import Lease, process_holder
 from tether.sessions.store import Order, session_json
@@ -468,6 +468,7 @@ class MemoryStore:
         if keep:
             self._check_fork_point_not_in_run(parent, parent.slice(keep - 1, keep)[0])
         check_fork_point(parent.newest_first(keep))
+        given = forked_fields({name: getattr(parent.session, name) for name in ALLOW_LISTS}, params)
         now = utcnow()
         session = _copy_session(parent.session).model_copy(
             update={
@@ -480,10 +481,8 @@ class MemoryStore:
                 "updated_at": max(now, parent.session.updated_at),
             }
         )
-        for name in ("title", "tools", "allowed_models"):
-            if name in params.model_fields_set:
-                value = getattr(params, name)
-                setattr(session, name, list(value) if isinstance(value, list) else value)
+        for name, value in given.items():
+            setattr(session, name, value)
         chain = cut_chain(parent.chain, parent.own(), len(parent.messages), keep)
         self._records[session.session_id] = _Record(session, chain=chain, base_count=keep)
         return _copy_session(session)

@@ -22,6 +22,7 @@ from tether.protocol import ConfigError, ListSessionsResult, Message, MessageInp
 from tether.protocol import Session as SessionModel
 from tether.protocol.kernel import Usage
 from tether.protocol.sessions import CreateSessionParams, ForkSessionParams, SessionFields
+from tether.secrets import Secrets, url_secrets
 from tether.sessions.store import Order, SessionStore
 
 if TYPE_CHECKING:
@@ -71,8 +72,9 @@ class OpeningStore:
             fault = None if self._faults is None else self._faults.error_for(exc, write=True)
             if fault is not None:
                 raise fault from None
+            reason = Secrets.of(url_secrets(self.url)).redact(f"{type(exc).__name__}: {exc}")
             raise ConfigError(
-                f"cannot open the session store ({self.kind}): {type(exc).__name__}: {exc}",
+                f"cannot open the session store ({self.kind}): {reason}",
                 {"key": "sessions.store", "source": "sessions"},
             ) from None
         self._faults.succeeded(write=True)

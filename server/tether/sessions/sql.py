@@ -115,7 +115,7 @@ from tether.protocol.sessions import (
 )
 from tether.sessions.cursors import decode_cursor, encode_cursor
 from tether.sessions.faults import FaultLog
-from tether.sessions.forks import check_fork_point, cut_chain
+from tether.sessions.forks import ALLOW_LISTS, check_fork_point, cut_chain, forked_fields
 from tether.sessions.ids import utcnow, uuid7
 from tether.sessions.lease import Lease, process_holder
 from tether.sessions.memory import new_message, trusted_message
@@ -962,6 +962,7 @@ class SqlStore:
                 self._refuse_fork_in_run(parent, point)
                 fork_point = point.id
             check_fork_point(_newest_first(_Exec(connection), segments, keep))
+            given = forked_fields({name: getattr(parent, name) for name in ALLOW_LISTS}, params)
             inherited = cut_chain(chain, parent.owner, parent.own_count, keep)
             now = utcnow()
             session_id = uuid7()
@@ -980,9 +981,7 @@ class SqlStore:
                     "state",
                 )
             }
-            for name in ("title", "tools", "allowed_models"):
-                if name in params.model_fields_set:
-                    values[name] = getattr(params, name)
+            values.update(given)
             values.update(
                 id=session_id,
                 parent_session_id=parent.id,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tether.protocol.tools import ToolSpec
+from tether.secrets import Secrets
 from tether.tools.confinement import SandboxPolicy
 
 
@@ -47,6 +48,12 @@ class FileAccess(Protocol):
         """Make ``text`` the content of ``path``; a :class:`ToolError` when that failed."""
         ...
 
+    def interrupt(self) -> None:
+        """The call was cancelled while its thread may be waiting in :meth:`read_text` or
+        :meth:`write_text` (for an editor's answer): that wait, and any later one, ends at once
+        with a :class:`ToolError`. Called on the event loop."""
+        ...
+
 
 @dataclass(frozen=True, kw_only=True)
 class ToolContext:
@@ -61,6 +68,8 @@ class ToolContext:
     state: SessionState | None = None  # the session's state, for state_get / state_set
     # names of environment variables commands must not see (the provider's API key variable)
     hidden_env: frozenset[str] = frozenset()
+    # the configured secrets: no command sees a variable whose value contains one
+    secrets: Secrets = field(default_factory=Secrets)
     # the user approved this call knowing it writes to a protected path (Tool.protected)
     protected_approved: bool = False
     # the OS sandbox commands run in (``tools.sandbox``)

@@ -53,8 +53,14 @@ class EditFile(TypedTool[EditFileArguments]):
 
     async def call(self, args: EditFileArguments, context: ToolContext) -> ToolResult:
         sandbox = Sandbox(context.workspace, max_file_bytes=self.max_file_bytes)
+        files = context.files
         return await finish_once_started(
-            edit_file, sandbox, args, context.protected_approved, context.files
+            edit_file,
+            sandbox,
+            args,
+            context.protected_approved,
+            files,
+            interrupt=files.interrupt if files is not None else None,
         )
 
     def protected(self, arguments: dict[str, Any], workspace: Path) -> str | None:

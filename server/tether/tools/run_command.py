@@ -20,10 +20,11 @@ connection. The policy is reported as the call's progress and in its result; a
 failed command whose output reports a refused access gets a note saying what the sandbox allows
 and how to allow more. Where Landlock is missing, or with ``tools.sandbox = "off"``, the command
 can do whatever the user running tether can, which is why the tool's kind is ``execute`` (it
-needs the user's approval) either way. Environment variables whose names look secret, or that
-the context hides (``ToolContext.hidden_env``: the provider's API key variable), are not passed
-on; that alone would not keep them secret, since an unconfined command can read tether's own
-environment in ``/proc``.
+needs the user's approval) either way. Environment variables whose names look secret, that
+the context hides (``ToolContext.hidden_env``: the provider's API key variable), or whose values
+contain a configured secret (``ToolContext.secrets``: an API key, the store URL's password, see
+:mod:`tether.secrets`) are not passed on; that alone would not keep them secret, since an
+unconfined command can read tether's own environment in ``/proc``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import shutil
 import signal
 import sys
@@ -44,6 +44,7 @@ from pathlib import Path
 from pydantic import Field
 
 from tether.protocol.tools import ToolKind
+from tether.secrets import Secrets, looks_secret
 from tether.tools.base import ToolContext, ToolError, ToolResult
 from tether.tools.confinement import SandboxPolicy, denial_note, isolation, wrap
 from tether.tools.processes import MARK_VARIABLE, kill_tree, new_mark
@@ -57,12 +58,7 @@ EXIT_GRACE_SECONDS = 1.0  # for the output to end once the command has exited
 KILL_WAIT_SECONDS = 5.0
 SHELL = "/bin/sh"
 WRAPPED = sys.platform.startswith("linux")  # the wrapper's system calls are Linux's
-
-# Anywhere in the name; AUTH and AUTHORIZATION only as a word of it (not GIT_AUTHOR_NAME).
-_SECRET_NAME = re.compile(
-    r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(?<![A-Z])AUTH(?:ORIZATION)?(?![A-Z])",
-    re.IGNORECASE,
-)
+NO_SECRETS = Secrets()
 
 
 class RunCommandArguments(ToolArguments):
@@ -97,7 +93,7 @@ class RunCommand(TypedTool[RunCommandArguments]):
         cwd = await asyncio.to_thread(Sandbox(context.workspace).directory, args.cwd)
         output = CappedOutput(self.max_output_bytes)
         mark = new_mark()
-        environment = child_environment(os.environ, context.hidden_env)
+        environment = child_environment(os.environ, context.hidden_env, context.secrets)
         environment[MARK_VARIABLE] = mark
         policy = context.sandbox
         if policy.confines:
@@ -276,14 +272,16 @@ def command_argv(command: list[str] | str) -> list[str]:
 
 
 def child_environment(
-    environ: Mapping[str, str], hidden: Collection[str] = frozenset()
+    environ: Mapping[str, str],
+    hidden: Collection[str] = frozenset(),
+    secrets: Secrets = NO_SECRETS,
 ) -> dict[str, str]:
-    """``environ`` without the variables whose names look secret (API keys, tokens, passwords)
-    and those named in ``hidden``."""
+    """``environ`` without the variables whose names look secret (API keys, tokens, passwords),
+    those named in ``hidden``, and those whose values contain one of ``secrets``."""
     return {
         name: value
         for name, value in environ.items()
-        if name not in hidden and not _SECRET_NAME.search(name)
+        if name not in hidden and not looks_secret(name) and not secrets.hides(value)
     }
 
 

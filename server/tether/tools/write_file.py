@@ -44,8 +44,15 @@ class WriteFile(TypedTool[WriteFileArguments]):
 
     async def call(self, args: WriteFileArguments, context: ToolContext) -> ToolResult:
         sandbox = Sandbox(context.workspace, max_file_bytes=self.max_file_bytes)
+        files = context.files
         return await finish_once_started(
-            write_file, sandbox, args.path, args.content, context.protected_approved, context.files
+            write_file,
+            sandbox,
+            args.path,
+            args.content,
+            context.protected_approved,
+            files,
+            interrupt=files.interrupt if files is not None else None,
         )
 
     def protected(self, arguments: dict[str, Any], workspace: Path) -> str | None:

@@ -9,7 +9,8 @@ write lands in that directory (inside the workspace) and nowhere else; before re
 is checked to be what was read, so a concurrent change is reported instead of overwritten.
 
 The work runs in a thread (:func:`finish_once_started`): once it has begun, cancelling the call
-does not stop it, so the call waits for it and returns what it did rather than claim it did not.
+does not stop it, so the call waits for it and returns what it did rather than claim it did not
+(a wait for an editor's answer inside it is interrupted: see :mod:`tether.tools.editor_requests`).
 """
 
 from __future__ import annotations
@@ -39,11 +40,14 @@ MAX_DIFF_INPUT_BYTES = 1024 * 1024  # either side larger: no diff (difflib is qu
 TEMP_PREFIX = ".tether-"
 
 
-async def finish_once_started(func: Callable[..., T], *args: object) -> T:
+async def finish_once_started(
+    func: Callable[..., T], *args: object, interrupt: Callable[[], None] | None = None
+) -> T:
     """``func(*args)`` in a thread. Cancelled before the thread begins it, it never runs and the
-    cancellation propagates; cancelled once it has begun (it cannot be stopped), the call waits
-    for it to end and returns its result (or raises its error), so the caller reports what was
-    done."""
+    cancellation propagates; cancelled once it has begun (it cannot be stopped), ``interrupt``
+    is called (once: it ends the waits of the thread that can end, such as an editor's answer)
+    and the call waits for the thread to end and returns its result (or raises its error), so
+    the caller reports what was done."""
     lock = threading.Lock()
     begun = abandoned = False
 
@@ -66,6 +70,9 @@ async def finish_once_started(func: Callable[..., T], *args: object) -> T:
                     abandoned = True
                     future.cancel()
                     raise
+            if interrupt is not None:
+                interrupt()
+                interrupt = None
             # begun: wait for it (again, if cancelled again meanwhile)
 
 

@@ -44,7 +44,6 @@ from tether.tools.mcp.tools import trim_tool
 
 logger = logging.getLogger(__name__)
 
-START_TIMEOUT = 30.0  # seconds to start a server, initialize it and list its tools
 PING_TIMEOUT = 5.0  # seconds a server has to answer a ping after one of its calls timed out
 MAX_TOOLS = 128  # tools taken from one server
 MAX_LIST_PAGES = 16  # pages of tools/list read from one server
@@ -82,30 +81,30 @@ class McpConnection:
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
-    @classmethod
-    async def open(
-        cls, spec: McpServerSpec, cwd: Path, sandbox: McpSandbox | None = None
-    ) -> McpConnection:
-        """Start the server and initialize it; raises (after cleaning up) when that fails.
-        A stdio server runs in ``sandbox`` when one is given (and Landlock is there)."""
-        connection = cls(spec, cwd, sandbox)
+    async def start(self, seconds: float) -> None:
+        """Start the server and initialize it, within ``seconds``; raises
+        :class:`TimeoutError` when it takes longer, or why it failed. A stdio server runs in
+        ``sandbox`` when one is given (and Landlock is there). The caller closes the connection
+        (:meth:`aclose`) when this raises, cancellation included."""
         ready: asyncio.Future[ClientSession] = asyncio.get_running_loop().create_future()
-        connection._task = asyncio.create_task(connection._hold(ready), name=f"mcp {spec.name}")
-        try:
-            async with asyncio.timeout(START_TIMEOUT):
-                connection._session = await ready
-        except BaseException:
-            await connection.aclose()
-            raise
-        return connection
+        self._task = asyncio.create_task(self._hold(ready), name=f"mcp {self.spec.name}")
+        # ``ready`` is not awaited itself: a cancelled wait would cancel it, and its end
+        # (cancelled by a connection that ended first) is no cancellation of the caller's.
+        done, _ = await asyncio.wait({ready}, timeout=seconds)
+        if not done:
+            raise TimeoutError(f"no answer to initialize within {seconds:g} s")
+        if ready.cancelled():
+            raise ConnectionError("the connection ended while the server was starting")
+        self._session = ready.result()
 
-    async def list_tools(self) -> list[types.Tool]:
+    async def list_tools(self, seconds: float) -> list[types.Tool]:
         """The tools the server offers (trimmed: see :func:`trim_tool`): the pages of its list,
-        up to :data:`MAX_LIST_PAGES` pages (the rest is not asked for, and logged)."""
+        up to :data:`MAX_LIST_PAGES` pages (the rest is not asked for, and logged), all within
+        ``seconds`` seconds."""
         session = self._require()
         tools: list[types.Tool] = []
         cursor: str | None = None
-        async with asyncio.timeout(START_TIMEOUT):
+        async with asyncio.timeout(seconds):
             for _ in range(MAX_LIST_PAGES):
                 params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
                 page = await self._watch(session.list_tools(params=params))
@@ -147,7 +146,9 @@ class McpConnection:
         return True
 
     async def aclose(self) -> None:
-        """Stop the server (its process, for stdio) and release the transport."""
+        """Stop the server (its process, for stdio) and release the transport. The end of the
+        task that holds the connection (cancelled, say) is not raised: only the cancellation of
+        the caller is."""
         self.stopped = True
         self._stop.set()
         task = self._task
@@ -155,12 +156,10 @@ class McpConnection:
             return
         if self._session is None:  # still starting: nothing waits on the stop event yet
             task.cancel()
-        try:
-            await asyncio.wait_for(asyncio.shield(task), CLOSE_TIMEOUT)
-        except TimeoutError:
+        done, _ = await asyncio.wait({task}, timeout=CLOSE_TIMEOUT)
+        if not done:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait({task})
 
     async def _watch(self, request: Awaitable[T]) -> T:
         try:

@@ -6,9 +6,10 @@ latter are kept here, in memory, for the life of the process: they never enter t
 the store, since their ``env`` and ``headers`` may hold credentials.
 
 A server starts when a run first needs the tool list, and is asked for its tools at the start of
-every run. A server that fails to start, or that stopped (it crashed), is logged and restarted
-at the next run; meanwhile its tools (as last listed) answer with an error result saying so,
-and the run goes on with the other tools. Nothing here raises but cancellation.
+every run. A server that fails to start (or does not initialize within ``mcp.start_timeout``),
+or that stopped (it crashed), is logged and restarted at the next run; meanwhile its tools (as
+last listed) answer with an error result saying so, and the run goes on with the other tools.
+Nothing here raises but cancellation.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SEPARATOR = "__"
+DEFAULT_START_TIMEOUT = 10.0  # seconds: mcp.start_timeout
 
 
 class McpServer:
@@ -56,10 +58,12 @@ class McpServer:
     def running(self) -> bool:
         return self._connection is not None and not self._connection.stopped
 
-    async def refresh(self) -> list[types.Tool]:
+    async def refresh(self, start_timeout: float = DEFAULT_START_TIMEOUT) -> list[types.Tool]:
         """Start the server if it is not running (again, if it stopped) and list its tools; the
-        last listing when that fails."""
-        from tether.tools.mcp.connection import McpConnection, describe
+        last listing when that fails. Starting it, initializing it and listing its tools have
+        ``start_timeout`` seconds each (``mcp.start_timeout``); a server that fails is stopped
+        in the background, so the run goes on at once without it."""
+        from tether.tools.mcp.connection import describe
 
         async with self._lock:
             if self._closed:
@@ -67,32 +71,49 @@ class McpServer:
             connection = self._connection
             if connection is not None and not connection.stopped:
                 try:
-                    self._tools = await connection.list_tools()
+                    self._tools = await connection.list_tools(start_timeout)
                     return self._tools
                 except Exception as exc:
                     logger.warning("MCP server %s stopped answering (%s)", self.name, describe(exc))
             if connection is not None:
                 logger.info("restarting MCP server %s", self.name)
-                self._connection = None
-                await connection.aclose()
-            try:
-                connection = await McpConnection.open(self.spec, self.cwd, self.sandbox)
-            except Exception as exc:
-                self.error = f"it failed to start: {describe(exc)}"
-                logger.error("MCP server %s failed to start: %s", self.name, describe(exc))
-                return self._tools
-            try:
-                self._tools = await connection.list_tools()
-            except BaseException as exc:
-                await connection.aclose()
-                if not isinstance(exc, Exception):
-                    raise
-                self.error = f"it did not list its tools: {describe(exc)}"
-                logger.error("MCP server %s did not list its tools: %s", self.name, describe(exc))
-                return self._tools
-            self._connection, self.error = connection, None
-            logger.info("MCP server %s started with %d tools", self.name, len(self._tools))
-            return self._tools
+                self._stop(connection)
+            return await self._start(start_timeout)
+
+    async def _start(self, seconds: float) -> list[types.Tool]:
+        from tether.tools.mcp.connection import McpConnection
+
+        connection = McpConnection(self.spec, self.cwd, self.sandbox)
+        try:
+            await connection.start(seconds)
+        except BaseException as exc:
+            self._stop(connection)
+            if not isinstance(exc, Exception):
+                raise
+            return self._failed(exc, "did not initialize", "failed to start", seconds)
+        try:
+            self._tools = await connection.list_tools(seconds)
+        except BaseException as exc:
+            self._stop(connection)
+            if not isinstance(exc, Exception):
+                raise
+            return self._failed(exc, "did not list its tools", "did not list its tools", seconds)
+        self._connection, self.error = connection, None
+        logger.info("MCP server %s started with %d tools", self.name, len(self._tools))
+        return self._tools
+
+    def _failed(
+        self, exc: Exception, timed_out: str, failed: str, timeout: float
+    ) -> list[types.Tool]:
+        """Note why the server is not running; its last listing."""
+        from tether.tools.mcp.connection import describe
+
+        if isinstance(exc, TimeoutError):
+            self.error = f"it {timed_out} within {timeout:g} s (mcp.start_timeout)"
+        else:
+            self.error = f"it {failed}: {describe(exc)}"
+        logger.error("MCP server %s %s", self.name, self.error.removeprefix("it "))
+        return self._tools
 
     async def call(self, tool: str, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
         """Forward a call; every failure is an error result. The whole call (sending it
@@ -249,6 +270,10 @@ class McpManager:
     def has_session_servers(self, session_id: str) -> bool:
         return bool(self._session_specs.get(session_id))
 
+    def session_specs(self, session_id: str) -> Sequence[McpServerSpec]:
+        """The servers ``session_id`` was given (``session/create {mcpServers}``)."""
+        return self._session_specs.get(session_id, ())
+
     async def close_session(self, session_id: str) -> None:
         """Forget the session's own servers and stop those that run."""
         self._session_specs.pop(session_id, None)
@@ -274,10 +299,11 @@ class McpManager:
         session_id: str,
         workspace: Path,
         sandbox: SandboxPolicy | None = None,
+        start_timeout: float = DEFAULT_START_TIMEOUT,
     ) -> McpExecutor:
-        """The built-in tools and those of the session's servers (started as needed), limited
-        to ``enabled`` (``tools.enabled``; ``None``: all). A server none of whose tools could be
-        enabled is not started."""
+        """The built-in tools and those of the session's servers (started as needed, each
+        within ``start_timeout`` seconds), limited to ``enabled`` (``tools.enabled``; ``None``:
+        all). A server none of whose tools could be enabled is not started."""
         chosen = [
             server
             for server in self._servers(servers, session_id, workspace, sandbox)
@@ -285,7 +311,7 @@ class McpManager:
         ]
         tools: list[Tool] = list(builtin)
         taken = {tool.spec.name for tool in tools}
-        listings = await asyncio.gather(*(server.refresh() for server in chosen))
+        listings = await asyncio.gather(*(server.refresh(start_timeout) for server in chosen))
         failures: dict[str, str] = {}
         for server, listing in zip(chosen, listings, strict=True):
             if server.error is not None:
