@@ -399,7 +399,7 @@ def _parse_toml(text: str, source: str) -> dict[str, Any]:
         raise _error(source, None, f"invalid TOML: {exc}", reason="invalid_toml") from None
     except RecursionError:  # what the scan above did not see: still a refusal, never a crash
         raise too_deep from None
-    if _value_depth(table) > MAX_CONFIG_DEPTH:
+    if _value_depth(table) > MAX_CONFIG_DEPTH + 1:  # the document's own table is a level
         raise too_deep
     return table
 
