@@ -22,11 +22,11 @@ from tether.config import (
     KernelConfig,
     ProviderConfig,
     TetherConfig,
+    _parse_toml,
     load_config,
     user_config_path,
     workspace_config_path,
 )
-from tether.config import _parse_toml
 from tether.protocol import ConfigError, ErrorCode
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
