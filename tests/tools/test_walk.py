@@ -4,6 +4,7 @@ entry cap or their time budget, whatever the ignore files and globs."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 import re
@@ -129,9 +130,9 @@ def test_backtracking_ignore_rules_and_globs_do_not_stall_a_walk(workspace: Path
 def test_a_walk_whose_ignore_rules_cost_more_than_its_budget_ends_at_it_and_says_so(
     workspace: Path,
 ) -> None:
-    """Rules that cannot be filed under a name cost a match per path each: 4,000 of them over
+    """Rules that cannot be filed under a literal cost a match per path each: 4,000 of them over
     2,000 files take seconds."""
-    write(workspace, ".gitignore", "".join(f"d{n}*x\n" for n in range(4000)))
+    write(workspace, ".gitignore", "".join(f"*d{n}*\n" for n in range(4000)))
     for n in range(2000):
         write(workspace, f"src/f{n}.py", "")
     walk = walk_files(
@@ -193,11 +194,15 @@ def test_an_ignore_file_that_is_no_small_regular_file_is_left_out_and_named(
 
 def decide_by_every_pattern(lines: list[str], path: str) -> bool | None:
     """What the rules decide when every pattern is tried, last first (how walks decided before
-    patterns were filed)."""
+    patterns were filed), lines pathspec refuses left out."""
     from pathspec import GitIgnoreSpec
 
+    patterns = []
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            patterns += GitIgnoreSpec.from_lines([line]).patterns
     through_directory: bool | None = None
-    for pattern in reversed(GitIgnoreSpec.from_lines(lines).patterns):
+    for pattern in reversed(patterns):
         if pattern.include is None or pattern.regex is None:
             continue
         match = pattern.regex.search(path)
@@ -210,7 +215,7 @@ def decide_by_every_pattern(lines: list[str], path: str) -> bool | None:
     return through_directory
 
 
-NAMES = ["a", "b", "build", "x.log", "y.tmp", "c.d.log", "log", ".env"]
+NAMES = ["a", "b", "build", "x.log", "y.tmp", "c.d.log", "log", ".env", "a]", "Log", "buld"]
 LINES = st.sampled_from(
     [
         *NAMES,
@@ -225,12 +230,21 @@ LINES = st.sampled_from(
         "a/**/b",
         "*",
         "b*",
+        "bu*ld",
+        "x.*",
+        "*log",
+        "c.*.log",
+        "*[gx]",
+        "[Ll]og",
         "?.log",
         "[ab]",
+        "[!a]",
+        "a]",
         "\\!a",
         "a ",
         "# comment",
         "",
+        "!",
     ]
 )
 
@@ -245,3 +259,11 @@ def test_rules_filed_by_name_and_extension_decide_as_trying_every_pattern(
 ) -> None:
     path = "/".join(segments) + ("/" if is_dir else "")
     assert Rules(lines).decide(path) == decide_by_every_pattern(lines, path)
+
+
+def test_a_line_pathspec_refuses_is_left_out_and_the_others_apply(workspace: Path) -> None:
+    write(workspace, ".gitignore", "!\n*.log\n")
+    write(workspace, "a.log", "x")
+    write(workspace, "a.py", "x")
+    walk = walk_files(workspace, workspace, glob=None, max_entries=100, stop=threading.Event())
+    assert [file.rel for file in walk.files] == [".gitignore", "a.py"]

@@ -7,13 +7,13 @@ tether's own protocol pipe) of at most :data:`MAX_IGNORE_FILE_BYTES`; one that i
 out, and the walk says so (:attr:`IgnoreFiles.refused`). See :mod:`tether.repofiles`.
 
 Deciding costs little per path even with many patterns. The patterns are parsed and compiled by
-pathspec; then, as ripgrep's globset does, each pattern with a component that is a plain name
-(``build/``, ``/dist``, ``node_modules``) or a plain extension (``*.log``) is filed under it:
-such a pattern can only match a path with a segment of that name, or ending in that extension.
-A path is checked against the patterns filed under its segments, and those that could not be
-filed (``src/*-gen.*``); so a file of 10,000 names costs a few lookups per path, not 10,000
-matches. Patterns of the last kind still cost one match each, which the walk's time budget
-bounds; and a pattern that could backtrack without end runs with the walk's deadline
+pathspec; then, as ripgrep's globset does, each pattern is filed under what one of its
+components needs a path segment to be: a plain name (``build/``, ``/dist``, ``node_modules``),
+else the longest literal start or end (``*.log``: segments ending in ``.log``; ``npm-debug*``).
+A path is checked against the patterns filed under its segments and those that could not be
+filed (``*.py[cod]``, ``*``); so a file of 10,000 names or extensions costs a few lookups per
+path, not 10,000 matches. Patterns of the last kind still cost one match each, which the walk's
+time budget bounds; and a pattern that could backtrack without end runs with the walk's deadline
 (:mod:`tether.tools.timed_regex`).
 """
 
@@ -22,19 +22,23 @@ from __future__ import annotations
 import heapq
 import math
 import os
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tether.repofiles import RepoFileError, read_repo_file
 from tether.tools.timed_regex import TimedRegex
+
+if TYPE_CHECKING:
+    from pathspec import Pattern
 
 IGNORE_FILES = (".gitignore", ".ignore")
 """Ignore files a walk reads in every directory, in order of precedence (the last wins)."""
 MAX_IGNORE_FILE_BYTES = 256 * 1024  # of one ignore file: a larger one is left out
 
 _DIR_MARK = "ps_d"  # the group pathspec's patterns name when they match through a directory
-_GLOB_CHARS = frozenset("*?[\\")
+_GLOB_CHARS = frozenset("*?[]")  # a literal start or end stops at any of them
 
 
 class Rules:
@@ -43,16 +47,17 @@ class Rules:
     last line that matches the path itself wins, else the last that matches a directory above
     it), without its per-call overhead, and only against the patterns that could match."""
 
-    __slots__ = ("_extensions", "_names", "_others", "_patterns")
+    __slots__ = ("_names", "_others", "_patterns", "_prefixes", "_suffixes")
 
     def __init__(self, lines: Iterable[str]) -> None:
-        from pathspec import GitIgnoreSpec, RegexPattern  # ~13 ms: imported by the first walk
+        from pathspec import RegexPattern
 
         self._patterns: list[tuple[TimedRegex, bool]] = []  # in the file's order
         self._names: dict[str, list[int]] = {}
-        self._extensions: dict[str, list[int]] = {}
+        self._prefixes = _Literals(lambda segment, length: segment[:length])
+        self._suffixes = _Literals(lambda segment, length: segment[len(segment) - length :])
         others: list[int] = []
-        for pattern in GitIgnoreSpec.from_lines(lines).patterns:
+        for pattern in _parsed(lines):
             if not isinstance(pattern, RegexPattern) or pattern.include is None:
                 continue
             if pattern.regex is None or not isinstance(pattern.pattern, str):
@@ -62,10 +67,10 @@ class Rules:
             filed = _filed_under(pattern.pattern)
             if filed is None:
                 others.append(index)
+            elif filed[0] == "name":
+                self._names.setdefault(filed[1], []).append(index)
             else:
-                kind, key = filed
-                table = self._names if kind == "name" else self._extensions
-                table.setdefault(key, []).append(index)
+                (self._prefixes if filed[0] == "prefix" else self._suffixes).add(filed[1], index)
         self._others = others[::-1]  # last first
 
     def decide(self, path: str, deadline: float = math.inf) -> bool | None:
@@ -88,36 +93,75 @@ class Rules:
         filed: set[int] = set()
         for segment in path.split("/"):
             filed.update(self._names.get(segment, ()))
-            dot = segment.rfind(".")
-            if dot >= 0:
-                filed.update(self._extensions.get(segment[dot + 1 :], ()))
+            self._prefixes.find(segment, filed)
+            self._suffixes.find(segment, filed)
         if not filed:
             return iter(self._others)
         return heapq.merge(sorted(filed, reverse=True), self._others, reverse=True)
 
 
+class _Literals:
+    """Patterns filed under a literal start (or end) of one of their components: looked up by
+    the starts (ends) of a path's segments of the lengths that are filed."""
+
+    __slots__ = ("_cut", "_lengths", "_table")
+
+    def __init__(self, cut: Callable[[str, int], str]) -> None:
+        self._cut = cut
+        self._table: dict[str, list[int]] = {}
+        self._lengths: list[int] = []
+
+    def add(self, literal: str, index: int) -> None:
+        self._table.setdefault(literal, []).append(index)
+        if len(literal) not in self._lengths:
+            self._lengths.append(len(literal))
+
+    def find(self, segment: str, found: set[int]) -> None:
+        for length in self._lengths:
+            if length <= len(segment):
+                found.update(self._table.get(self._cut(segment, length), ()))
+
+
+def _parsed(lines: Iterable[str]) -> list[Pattern]:
+    """The patterns of ``lines``; a line pathspec refuses (``!`` alone, say) is left out, as git
+    leaves it out, rather than failing the walk."""
+    from pathspec import GitIgnoreSpec  # ~13 ms: imported by the first walk
+
+    lines = list(lines)
+    try:
+        return list(GitIgnoreSpec.from_lines(lines).patterns)
+    except ValueError:
+        pass
+    patterns: list[Pattern] = []
+    for line in lines:
+        try:
+            patterns += GitIgnoreSpec.from_lines([line]).patterns
+        except ValueError:
+            continue
+    return patterns
+
+
 def _filed_under(line: str) -> tuple[str, str] | None:
-    """A plain name one of the pattern's components is (``("name", "build")``), else a plain
-    extension one of them has (``("ext", "log")`` for ``*.log``), else None. Lines with spaces or
-    escapes are not filed: pathspec trims and unescapes them, and filing must match its reading."""
+    """What a match of the pattern needs a path segment to be: a plain name one of its
+    components is (``("name", "build")``), else the longest literal start or end one of them has
+    (``("suffix", ".log")`` for ``*.log``, ``("prefix", "npm-debug.log")``); else None. Lines
+    with spaces or escapes are not filed: pathspec trims and unescapes them, and filing must
+    read them as it does."""
     text = line.removeprefix("!")
     if not text or any(char.isspace() for char in text) or "\\" in text:
         return None
     components = [part for part in text.split("/") if part]
     if any(part in (".", "..") for part in components):
         return None
-    for part in reversed(components):
-        if not _GLOB_CHARS.intersection(part):
+    best: tuple[str, str] | None = None
+    for part in components:
+        glob = [index for index, char in enumerate(part) if char in _GLOB_CHARS]
+        if not glob:
             return ("name", part)
-    for part in reversed(components):
-        extension = part[2:]
-        if (
-            part.startswith("*.")
-            and extension
-            and not _GLOB_CHARS.union(".").intersection(extension)
-        ):
-            return ("ext", extension)
-    return None
+        for kind, literal in (("prefix", part[: glob[0]]), ("suffix", part[glob[-1] + 1 :])):
+            if literal and (best is None or len(literal) > len(best[1])):
+                best = (kind, literal)
+    return best
 
 
 @dataclass
