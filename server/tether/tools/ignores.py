@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 import math
 import os
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -54,8 +54,8 @@ class Rules:
 
         self._patterns: list[tuple[TimedRegex, bool]] = []  # in the file's order
         self._names: dict[str, list[int]] = {}
-        self._prefixes = _Literals(lambda segment, length: segment[:length])
-        self._suffixes = _Literals(lambda segment, length: segment[len(segment) - length :])
+        self._prefixes = _Literals(ends=False)
+        self._suffixes = _Literals(ends=True)
         others: list[int] = []
         for pattern in _parsed(lines):
             if not isinstance(pattern, RegexPattern) or pattern.include is None:
@@ -91,8 +91,11 @@ class Rules:
     def _candidates(self, path: str) -> Iterator[int]:
         """The indexes of the patterns that could match ``path``, last first."""
         filed: set[int] = set()
+        names = self._names
         for segment in path.split("/"):
-            filed.update(self._names.get(segment, ()))
+            hit = names.get(segment)
+            if hit is not None:
+                filed.update(hit)
             self._prefixes.find(segment, filed)
             self._suffixes.find(segment, filed)
         if not filed:
@@ -101,25 +104,29 @@ class Rules:
 
 
 class _Literals:
-    """Patterns filed under a literal start (or end) of one of their components: looked up by
+    """Patterns filed under a literal start (or end) of one of their components, looked up by
     the starts (ends) of a path's segments of the lengths that are filed."""
 
-    __slots__ = ("_cut", "_lengths", "_table")
+    __slots__ = ("_lengths", "_table", "ends")
 
-    def __init__(self, cut: Callable[[str, int], str]) -> None:
-        self._cut = cut
+    def __init__(self, *, ends: bool) -> None:
+        self.ends = ends
         self._table: dict[str, list[int]] = {}
-        self._lengths: list[int] = []
+        self._lengths: list[int] = []  # ascending
 
     def add(self, literal: str, index: int) -> None:
         self._table.setdefault(literal, []).append(index)
         if len(literal) not in self._lengths:
-            self._lengths.append(len(literal))
+            self._lengths = sorted([*self._lengths, len(literal)])
 
     def find(self, segment: str, found: set[int]) -> None:
+        table, size = self._table, len(segment)
         for length in self._lengths:
-            if length <= len(segment):
-                found.update(self._table.get(self._cut(segment, length), ()))
+            if length > size:
+                break
+            hit = table.get(segment[size - length :] if self.ends else segment[:length])
+            if hit is not None:
+                found.update(hit)
 
 
 def _parsed(lines: Iterable[str]) -> list[Pattern]:
