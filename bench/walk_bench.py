@@ -13,7 +13,8 @@ own ignore files kept, symlinks copied as links) with a root ``.gitignore`` of e
 - ``own``: the tree's ignore files alone;
 - ``realistic``: about 150 lines of the kinds GitHub's Python and Node templates have;
 - ``names``: ``--patterns`` plain names and extensions (``name123``, ``*.ext123``);
-- ``globs``: ``--patterns`` globs no name or extension can file (``d123*x``).
+- ``globs``: ``--patterns`` globs filed under their literal start (``d123*x``);
+- ``unfiled``: ``--patterns`` globs nothing can be filed under (``*d123*``).
 
 ``--budget`` is the walk's time budget (default: no bound, to time the whole walk); a walk cut
 short says so. Run it with ``PYTHONPATH`` set to another checkout's ``server`` to time that one
@@ -183,6 +184,7 @@ def rule_sets(patterns: int) -> dict[str, str]:
         "realistic": REALISTIC.lstrip(),
         "names": "".join(f"name{n}\n*.ext{n}\n" for n in range(patterns // 2)),
         "globs": "".join(f"d{n}*x\n" for n in range(patterns)),
+        "unfiled": "".join(f"*d{n}*\n" for n in range(patterns)),
     }
 
 

@@ -104,7 +104,14 @@ def read_repo_file(
 def _locate(path: Path, inside: Path | None, follow_links: bool) -> tuple[Path, tuple[str, ...]]:
     """The directory to open from, and the components below it, of the file ``path`` names."""
     if follow_links:
-        real = Path(os.path.realpath(path, strict=True))
+        try:
+            real = Path(os.path.realpath(path, strict=True))
+        except FileNotFoundError:  # a link to nothing (a pipe's /proc/self/fd/0 too) or no file
+            if inside is None or not os.path.lexists(path):
+                raise
+            real = Path(os.path.realpath(path))  # refused below if it leads outside
+            if real.is_relative_to(os.path.realpath(inside)):
+                raise
     else:
         real = Path(os.path.realpath(path.parent, strict=True)) / path.name
     if inside is None:

@@ -194,19 +194,19 @@ class _Reader:
             )
         result: list[tuple[Path, str]] = []
         for target, path, rel in files:
-            if in_workspace and not target.is_relative_to(self.root):
-                self.problems.append(
-                    MemoryLoadError(
-                        f"memory file {path} links outside the workspace ({target}); left out",
-                        path,
-                        Refusal.OUTSIDE,
-                    )
-                )
-                continue
             if Path(path).is_relative_to(self.root):
                 name = Path(path).relative_to(self.root).as_posix()
             else:
                 name = f"{configured.rstrip('/')}/{rel}" if rel else configured
+            if in_workspace and not target.is_relative_to(self.root):
+                self.problems.append(
+                    MemoryLoadError(
+                        f"memory file {name} links outside the workspace ({target}); left out",
+                        name,
+                        Refusal.OUTSIDE,
+                    )
+                )
+                continue
             result.append((target, name))
         return in_workspace, result
 

@@ -27,34 +27,37 @@ SAFE_REPEATS = 2  # unbounded repeats a pattern may have and still run on re
 class TimedRegex:
     """A compiled pattern whose matching stops at a deadline (``time.monotonic()`` seconds)."""
 
-    __slots__ = ("_fast", "_timed")
+    __slots__ = ("_compiled", "_safe", "_timed")
 
     def __init__(self, compiled: re.Pattern[str]) -> None:
         """``compiled`` by ``re`` (which also says whether the pattern is valid: ``re.error``);
-        compiled again by ``regex`` when it may backtrack too much for ``re``."""
-        self._fast: re.Pattern[str] | None = None
+        compiled again by ``regex`` when it may backtrack too much for ``re``, on its first use
+        (``regex`` compiles slowly, and most of an ignore file's patterns are never tried)."""
+        self._compiled = compiled
+        self._safe = unbounded_repeats(compiled.pattern) <= SAFE_REPEATS
         self._timed: regex.Pattern[str] | None = None
-        if unbounded_repeats(compiled.pattern) <= SAFE_REPEATS:
-            self._fast = compiled
-        else:
-            import regex  # ~10 ms, imported by the first pattern that needs it
-
-            self._timed = regex.compile(compiled.pattern, compiled.flags & ~re.UNICODE)
 
     def search(self, text: str, deadline: float) -> dict[str, Any] | None:
         """The named groups of the first match in ``text`` (None: no match)."""
-        if self._fast is not None:
-            found: Any = self._fast.search(text)
+        if self._safe:
+            found: Any = self._compiled.search(text)
         else:
-            assert self._timed is not None
-            found = self._timed.search(text, timeout=_left(deadline), concurrent=True)
+            left = _left(deadline)
+            found = self._engine().search(text, timeout=left, concurrent=True)
         return None if found is None else found.groupdict()
 
     def fullmatch(self, text: str, deadline: float) -> bool:
-        if self._fast is not None:
-            return self._fast.fullmatch(text) is not None
-        assert self._timed is not None
-        return self._timed.fullmatch(text, timeout=_left(deadline), concurrent=True) is not None
+        if self._safe:
+            return self._compiled.fullmatch(text) is not None
+        left = _left(deadline)
+        return self._engine().fullmatch(text, timeout=left, concurrent=True) is not None
+
+    def _engine(self) -> regex.Pattern[str]:
+        if self._timed is None:
+            import regex  # ~10 ms, imported by the first pattern that needs it
+
+            self._timed = regex.compile(self._compiled.pattern, self._compiled.flags & ~re.UNICODE)
+        return self._timed
 
 
 def _left(deadline: float) -> float | None:

@@ -224,7 +224,7 @@ class Walk:
             shown = "; ".join(refused[:3]) + (
                 f"; and {len(refused) - 3} more" if len(refused) > 3 else ""
             )
-            notes.append(f"[ignore files left out, so what they exclude is not left out: {shown}]")
+            notes.append(f"[ignore files left out (their rules do not apply): {shown}]")
         return notes
 
 
