@@ -35,6 +35,7 @@ from tether.protocol.kernel import (
     ToolCallStarted,
     ToolCallUpdate,
 )
+from tether.repofiles import RepoFileError, read_repo_file
 from tether.rpc.errors import ClientError
 from tether.sessions.ids import utcnow
 from tether.sessions.workspaces import local_path
@@ -49,6 +50,7 @@ ALLOW, ALWAYS, REJECT = "Allow", "Always allow", "Reject"
 _OUTCOMES = {ALLOW: "allow", ALWAYS: "allow_always", REJECT: "reject"}
 _INFO, _WARNING, _ERROR = 3, 2, 1  # MessageType
 MAX_SHOWN_CHARS = 4000  # of an answer shown with window/showMessage
+MAX_DOCUMENT_BYTES = 8 * 1024 * 1024  # of a document read from the disk for a turn's prompt
 
 
 @dataclass
@@ -314,10 +316,13 @@ def _local(uri: str | None) -> Path | None:
 
 
 def _read(path: Path) -> str | None:
+    """The saved text of the document a turn is about, read as a repository's file: never a
+    FIFO or a device (``/dev/zero`` behind a link would never end), at most 8 MiB."""
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        data = read_repo_file(path, max_bytes=MAX_DOCUMENT_BYTES)
+    except RepoFileError:
         return None
+    return None if data is None else data.decode("utf-8", errors="replace")
 
 
 def _tail(text: str, limit: int = 80) -> str:
