@@ -13,8 +13,10 @@ layers it is the usual spelling).
 Every layer is validated as it is applied, so an invalid one is reported as
 :class:`tether.protocol.ConfigError` naming that layer (``source``) and the dotted key (``key``).
 The workspace file is a repository's, not the user's: it may not set the keys of
-:data:`WORKSPACE_REFUSED` nor loosen the user's own settings, and a server leaves out a workspace
-file that fails (``on_workspace_error``) rather than refuse to start.
+:data:`WORKSPACE_REFUSED` nor loosen the user's own settings, it is read only as a small regular
+file inside the workspace with bounded nesting (:func:`_read_toml`), and a server leaves out a
+workspace file that fails (``on_workspace_error``) rather than refuse to start. Each workspace
+folder has its own (the caller loads the configuration of each).
 Values are echoed in messages only when they are scalars under keys whose names cannot hold a
 credential. API keys are never part of the configuration: ``provider.api_key_env`` names the
 environment variable the provider reads.
