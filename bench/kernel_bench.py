@@ -313,7 +313,7 @@ def scripted_kernel(store: MemoryStore, tools: Tools, iterations: int) -> Kernel
     turns = script(iterations)
     return Kernel(
         store,
-        config=lambda: config({"type": "scripted", "model": "bench"}),
+        config=lambda workspace: config({"type": "scripted", "model": "bench"}),
         providers=lambda _: ScriptedProvider(turns),
         tools=fixed_tools(tools),
         memory=load_memory,
@@ -519,7 +519,7 @@ class HttpKernel(Runner):
 
         self.kernel = Kernel(
             self.store,
-            config=lambda: provider_config,
+            config=lambda workspace: provider_config,
             providers=provider,
             tools=fixed_tools(self.tools),
             memory=load_memory,

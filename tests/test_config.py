@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from collections.abc import Iterator, Mapping
@@ -15,10 +16,13 @@ from pydantic.alias_generators import to_camel
 
 from tether.config import (
     ENV_VARS,
+    MAX_CONFIG_BYTES,
+    MAX_CONFIG_DEPTH,
     WORKSPACE_REFUSED,
     KernelConfig,
     ProviderConfig,
     TetherConfig,
+    _parse_toml,
     load_config,
     user_config_path,
     workspace_config_path,
@@ -62,10 +66,12 @@ def workspace_file(workspace: Path, text: str) -> Path:
 
 
 def config_error(excinfo: pytest.ExceptionInfo[ConfigError]) -> tuple[str | None, str]:
-    """(data.key, data.source) of a raised ConfigError, after checking its code and data shape."""
+    """(data.key, data.source) of a raised ConfigError, after checking its code and data shape
+    (``data.reason`` only when a whole file is at fault)."""
     error = excinfo.value
     assert error.code == ErrorCode.CONFIG_ERROR
-    assert set(error.data) == {"key", "source"}
+    reason = {"reason"} if "reason" in error.data and error.data["key"] is None else set()
+    assert set(error.data) == {"key", "source"} | reason
     return error.data["key"], error.data["source"]
 
 
@@ -365,6 +371,7 @@ def test_an_invalid_toml_file_is_a_config_error_naming_the_file(
     with pytest.raises(ConfigError) as excinfo:
         load_config(workspace=workspace, environ=environ)
     assert config_error(excinfo) == (None, str(path))
+    assert excinfo.value.data["reason"] == "invalid_toml"
     assert str(path) in excinfo.value.message
 
 
@@ -377,6 +384,7 @@ def test_a_config_file_that_is_not_utf8_is_a_config_error(
     with pytest.raises(ConfigError) as excinfo:
         load_config(workspace=None, environ=environ)
     assert config_error(excinfo) == (None, str(path))
+    assert excinfo.value.data["reason"] == "not_utf8"
 
 
 def test_a_config_path_that_is_a_directory_is_a_config_error(
@@ -427,7 +435,8 @@ def test_a_broken_workspace_file_can_be_reported_and_left_out_whole(
     assert config.sessions.ttl is None
     [error] = reported
     assert error.code == ErrorCode.CONFIG_ERROR
-    assert error.data == {"key": key, "source": str(path)}
+    reason = {"reason": "invalid_toml"} if key is None else {}
+    assert error.data == {"key": key, "source": str(path), **reason}
 
 
 def test_a_broken_user_file_is_still_an_error_when_the_workspace_file_is_reported(
@@ -1048,3 +1057,126 @@ def test_the_sqlite_store_defaults_to_the_xdg_data_directory(tmp_path: Path) -> 
     url = "postgresql+psycopg://me@db/tether"
     assert TetherConfig().overlay({"sessions": {"store": url}}).sessions.url(home) == url
     assert TetherConfig().sessions.url(home) is None
+
+
+# --- a workspace file that is not a small plain TOML file ---------------------------------------
+
+DEEP = 50_000
+
+
+def _link(target: str) -> Any:
+    return lambda path: path.symlink_to(target)
+
+
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (_link("/dev/zero"), "outside"),
+        (_link("/dev/stdin"), "outside"),
+        (_link("/proc/self/fd/0"), "outside"),
+        (lambda path: os.mkfifo(path), "not_regular"),
+        (lambda path: path.mkdir(), "not_regular"),
+        (lambda path: path.write_text("# " + "x" * MAX_CONFIG_BYTES), "too_large"),
+        (lambda path: path.write_text("a = " + "[" * DEEP + "]" * DEEP + "\n"), "too_deep"),
+        (lambda path: path.write_text("a = " + "{b=" * DEEP + "1" + "}" * DEEP), "too_deep"),
+        (lambda path: path.write_text("a." * DEEP + "b = 1\n"), "too_deep"),
+        (lambda path: path.write_text("[" + "a." * 40 + "b]\n"), "too_deep"),
+    ],
+    ids=[
+        "/dev/zero",
+        "/dev/stdin",
+        "/proc/self/fd/0",
+        "fifo",
+        "directory",
+        "huge",
+        "deep arrays",
+        "deep inline tables",
+        "long dotted key",
+        "deep table header",
+    ],
+)
+def test_a_workspace_file_that_is_no_small_plain_toml_file_is_left_out_with_its_reason(
+    workspace: Path, environ: dict[str, str], make: Any, reason: str
+) -> None:
+    path = workspace / ".tether" / "config.toml"
+    path.parent.mkdir()
+    make(path)
+    reported: list[ConfigError] = []
+    config = load_config(workspace=workspace, environ=environ, on_workspace_error=reported.append)
+    assert config == TetherConfig()
+    [error] = reported
+    assert error.code == ErrorCode.CONFIG_ERROR
+    assert error.data == {"key": None, "source": str(path), "reason": reason}
+
+
+def test_a_workspace_file_linking_to_a_file_outside_the_workspace_is_left_out(
+    workspace: Path, environ: dict[str, str], tmp_path: Path
+) -> None:
+    elsewhere = write(tmp_path / "elsewhere.toml", '[kernel]\nsystem_prompt = "not yours"\n')
+    (workspace / ".tether").mkdir()
+    (workspace / ".tether" / "config.toml").symlink_to(elsewhere)
+    reported: list[ConfigError] = []
+    config = load_config(workspace=workspace, environ=environ, on_workspace_error=reported.append)
+    assert config.kernel.system_prompt is None
+    assert [error.data["reason"] for error in reported] == ["outside"]
+
+
+def test_a_workspace_file_linking_to_a_file_of_the_workspace_is_read(
+    workspace: Path, environ: dict[str, str]
+) -> None:
+    write(workspace / "config" / "tether.toml", "[kernel]\nmax_iterations = 4\n")
+    (workspace / ".tether").mkdir()
+    (workspace / ".tether" / "config.toml").symlink_to("../config/tether.toml")
+    assert load_config(workspace=workspace, environ=environ).kernel.max_iterations == 4
+
+
+def test_brackets_in_strings_and_comments_do_not_count_as_nesting(
+    workspace: Path, environ: dict[str, str]
+) -> None:
+    brackets = "[" * 100 + "{" * 100
+    text = "\n".join(
+        [
+            f"# {brackets}",
+            "[kernel]",
+            f'system_prompt = """{brackets} \\""" still inside """',
+            "[provider]",
+            f"model = '''{brackets}'''''",
+            "[context]",
+            f'compaction = "drop" # {brackets}',
+            f"[tools] # {brackets}",
+            f"enabled = ['{brackets}', \"a.b.c\"]",
+        ]
+    )
+    workspace_file(workspace, text + "\n")
+    config = load_config(workspace=workspace, environ=environ)
+    assert config.kernel.system_prompt == f'{brackets} """ still inside '
+    assert config.provider.model == f"{brackets}''"
+    assert config.tools.enabled == [brackets, "a.b.c"]
+
+
+NEAR = MAX_CONFIG_DEPTH - 2
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a = " + "[" * NEAR + "]" * NEAR,
+        "a = " + "{b=" * NEAR + "1" + "}" * NEAR,
+        "[" + ".".join("a" * NEAR) + "]\nb = 1\n",
+        ".".join("a" * NEAR) + " = 1\n",
+        "[[tools.mcp_servers]]\nenv = {A = {B = [[1.5, 2.5]]}}\n",
+    ],
+    ids=["arrays", "inline tables", "table header", "dotted key", "a usual depth"],
+)
+def test_nesting_near_the_limit_is_parsed(text: str) -> None:
+    assert _parse_toml(text, "test")
+
+
+def test_the_user_file_is_read_the_same_way(home: Path, environ: dict[str, str]) -> None:
+    path = home / ".config" / "tether" / "config.toml"
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path)
+    with pytest.raises(ConfigError) as excinfo:
+        load_config(workspace=None, environ=environ)
+    assert config_error(excinfo) == (None, str(path))
+    assert excinfo.value.data["reason"] == "not_regular"

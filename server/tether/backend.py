@@ -16,6 +16,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -72,14 +73,12 @@ class Backend:
         self._sweeper: asyncio.Task[None] | None = None
         self.kernel: Kernel | None = None
         self._environ = os.environ if environ is None else environ
-        self._config: TetherConfig | None = None
-        self._workspace: Path | None = None  # whose .tether/config.toml is read
+        self._workspace: Path | None = None  # the default workspace (a local folder)
+        self._folders: dict[Path | None, _Folder] = {}  # each workspace's configuration
         self._init_options: Mapping[str, Any] | None = None
-        self.workspace_error: ConfigError | None = None  # the workspace file, left out
         self._http: httpx.AsyncClient | None = None
         self._providers: dict[str, Provider] = {}
         self._mcp: McpManager | None = None  # made when a session or a run first needs it
-        self._secrets: tuple[TetherConfig, Secrets] | None = None  # of the last configuration
         self.sessions.on_create.append(self._remember_mcp_servers)
         self.sessions.on_delete.append(self._close_mcp_servers)
         self.sessions.on_delete.append(self._forget_in_kernel)
@@ -94,21 +93,21 @@ class Backend:
         self, workspace: str | None, init_options: Mapping[str, Any] | None = None
     ) -> TetherConfig:
         """Load the configuration (``workspace`` is the default workspace of new sessions, and
-        the one whose ``.tether/config.toml`` is read), pick the configured store, and schedule
-        :meth:`start` on the running loop."""
+        the one whose ``.tether/config.toml`` the server's own settings come from), pick the
+        configured store, and schedule :meth:`start` on the running loop."""
         self.sessions.set_default_workspace(workspace)
         self._workspace = _local(self.sessions.default_workspace)
         self._init_options = init_options
-        self._config = self._load_config()
-        self._config_secrets(self._config)  # redacted from the log from the start
-        url = self._config.sessions.url(self._environ)
+        self._folders.clear()
+        config = self.config()
+        url = config.sessions.url(self._environ)
         if url is not None and not self._store_given:
             self.sessions.store = OpeningStore(url)
         try:
             asyncio.get_running_loop().call_soon(self.start)
         except RuntimeError:  # no event loop: the store opens on first use, nothing is swept
             pass
-        return self._config
+        return config
 
     def build_kernel(self, approver: Approver | None) -> Kernel:
         """The kernel over this backend's store, providers and tools (imports a lot)."""
@@ -129,63 +128,76 @@ class Backend:
         return self.kernel
 
     def secrets(self, config: TetherConfig, session_id: str) -> Secrets:
-        """The secrets of a run in ``session_id`` (:mod:`tether.secrets`): the configuration's,
-        with the API keys of the environment, and those of the session's own MCP servers."""
-        from tether.secrets import Secrets, server_secrets
+        """The secrets of a run in ``session_id`` (:mod:`tether.secrets`): its configuration's
+        (``config``, with the API keys of the environment), and those of the session's own MCP
+        servers."""
+        from tether.secrets import Secrets, configured_secrets, server_secrets
 
-        secrets = self._config_secrets(config)
+        folder = next((f for f in self._folders.values() if f.config is config), None)
+        if folder is not None:
+            secrets = folder.secrets
+        else:
+            secrets = configured_secrets(config, self._environ)
         own = self._mcp.session_specs(session_id) if self._mcp is not None else ()
         return secrets | Secrets.of(server_secrets(own)) if own else secrets
 
-    def _config_secrets(self, config: TetherConfig) -> Secrets:
-        """The secrets of ``config`` (computed once for each configuration loaded), which every
-        log record has redacted from then on."""
-        from tether.secrets import configured_secrets, register
-
-        if self._secrets is None or self._secrets[0] is not config:
-            self._secrets = (config, configured_secrets(config, self._environ))
-            register(self._secrets[1])
-        return self._secrets[1]
-
-    def config(self) -> TetherConfig:
-        """The configuration. While the workspace file is left out for an error, each call reads
-        it again, so a fixed file applies from the next run on."""
-        if self._config is None:
-            self._config = self._load_config()
-        elif self.workspace_error is not None:
+    def config(self, workspace: Path | None = None) -> TetherConfig:
+        """The configuration of the sessions of ``workspace`` (a local folder; None: the default
+        workspace): every layer, with that folder's own ``.tether/config.toml``. Each folder's
+        is loaded when first asked for; while its file is left out for an error, each call reads
+        it again, so a fixed file applies from the next run on. The first time a folder other
+        than the default one is found with an error, the user is told (:meth:`warn`)."""
+        key = workspace or self._workspace
+        folder = self._folders.get(key)
+        if folder is None:
+            folder = self._folders[key] = self._load_folder(key)
+            if folder.error is not None and key != self._workspace:
+                self._tell(folder.error)
+        elif folder.error is not None:
             try:
-                self._config = self._load_config()
+                self._folders[key] = self._load_folder(key)
             except ConfigError as exc:  # the user's own layers broke since: keep what works
                 logger.warning("the configuration was not reloaded: %s", exc.message)
-        return self._config
+        return self._folders[key].config
 
-    def _load_config(self) -> TetherConfig:
-        """Every layer but a workspace file that cannot be used, which is kept in
-        :attr:`workspace_error` (None once it loads)."""
+    @property
+    def workspace_error(self) -> ConfigError | None:
+        """The error of the default workspace's file, left out (None when it loads)."""
+        folder = self._folders.get(self._workspace)
+        return None if folder is None else folder.error
+
+    def _load_folder(self, workspace: Path | None) -> _Folder:
+        """Every layer but a workspace file that cannot be used, which is kept as the error."""
         from tether.config import load_config
 
         errors: list[ConfigError] = []
         config = load_config(
-            workspace=self._workspace,
+            workspace=workspace,
             environ=self._environ,
             init_options=self._init_options,
             on_workspace_error=errors.append,
         )
-        self.workspace_error = errors[0] if errors else None
-        return config
+        return _Folder(config, errors[0] if errors else None, _secrets_of(config, self._environ))
 
-    def run_warnings(self) -> list[RunWarning]:
-        """What each run reports: the error of a workspace file that was left out."""
+    def run_warnings(self, workspace: Path | None = None) -> list[RunWarning]:
+        """What each run in ``workspace`` (None: the default) reports: the error of its folder's
+        workspace file, left out. Read after :meth:`config` of the same folder."""
         from tether.protocol.kernel import RunWarning
 
-        error = self.workspace_error
-        if error is None:
+        folder = self._folders.get(workspace or self._workspace)
+        if folder is None or folder.error is None:
             return []
+        error = folder.error
         return [RunWarning(code=error.code, message=left_out(error), data=error.data)]
 
     def warn(self, message: str) -> None:
         """Tell the user about a problem that does not stop the server (a face shows it its own
         way; the log has it anyway)."""
+
+    def _tell(self, error: ConfigError) -> None:
+        message = left_out(error)
+        logger.warning("%s", message)
+        self.warn(message)
 
     def start(self) -> None:
         """After the handshake: open the configured store, start sweeping expired sessions."""
@@ -193,9 +205,7 @@ class Backend:
         if isinstance(store, OpeningStore):
             store.start()
         if self.workspace_error is not None:
-            message = left_out(self.workspace_error)
-            logger.warning("%s", message)
-            self.warn(message)
+            self._tell(self.workspace_error)
         if self.config().sessions.ttl is not None and self._sweeper is None:
             self._sweeper = asyncio.ensure_future(self._sweep_forever())
         if self.config().provider.type not in (None, "scripted"):  # a provider over HTTP
@@ -253,8 +263,8 @@ class Backend:
             from tether.providers.client import DEFAULT_MAX_CONNECTIONS, make_client
 
             limit = DEFAULT_MAX_CONNECTIONS
-            if self._config is not None:
-                limit = self._config.provider.max_connections
+            if (folder := self._folders.get(self._workspace)) is not None:
+                limit = folder.config.provider.max_connections  # not a workspace file's key
             self._http = make_client(limit)
         return self._http
 
@@ -302,6 +312,23 @@ class Backend:
     async def _close_mcp_servers(self, session_id: str) -> None:
         if self._mcp is not None:
             await self._mcp.close_session(session_id)
+
+
+@dataclass(frozen=True)
+class _Folder:
+    """The configuration of one workspace folder, and the error of its file when left out."""
+
+    config: TetherConfig
+    error: ConfigError | None
+    secrets: Secrets  # of the configuration, redacted from every log record once it is loaded
+
+
+def _secrets_of(config: TetherConfig, environ: Mapping[str, str]) -> Secrets:
+    from tether.secrets import configured_secrets, register
+
+    secrets = configured_secrets(config, environ)
+    register(secrets)
+    return secrets
 
 
 def left_out(error: ConfigError) -> str:

@@ -13,8 +13,10 @@ layers it is the usual spelling).
 Every layer is validated as it is applied, so an invalid one is reported as
 :class:`tether.protocol.ConfigError` naming that layer (``source``) and the dotted key (``key``).
 The workspace file is a repository's, not the user's: it may not set the keys of
-:data:`WORKSPACE_REFUSED` nor loosen the user's own settings, and a server leaves out a workspace
-file that fails (``on_workspace_error``) rather than refuse to start.
+:data:`WORKSPACE_REFUSED` nor loosen the user's own settings, it is read only as a small regular
+file inside the workspace with bounded nesting (:func:`_read_toml`), and a server leaves out a
+workspace file that fails (``on_workspace_error``) rather than refuse to start. Each workspace
+folder has its own (the caller loads the configuration of each).
 Values are echoed in messages only when they are scalars under keys whose names cannot hold a
 credential. API keys are never part of the configuration: ``provider.api_key_env`` names the
 environment variable the provider reads.
@@ -39,6 +41,7 @@ from pydantic_core import ErrorDetails
 from tether.protocol import ConfigError
 from tether.protocol.limits import DEFAULT_LIMITS, Limits
 from tether.protocol.tools import McpServerSpec, unique_server_names
+from tether.repofiles import RepoFileError, read_repo_file
 
 ENV_VARS: Final[Mapping[str, str]] = MappingProxyType(
     {
@@ -343,7 +346,7 @@ def load_config(
         config = config.overlay(layer, source=str(user_file))
     if workspace is not None:
         try:
-            config = _with_workspace_file(config, workspace_config_path(workspace))
+            config = _with_workspace_file(config, workspace)
         except ConfigError as exc:
             if on_workspace_error is None:
                 raise
@@ -353,9 +356,11 @@ def load_config(
     return config.overlay(init_options, source=INIT_OPTIONS_SOURCE)
 
 
-def _with_workspace_file(trusted: TetherConfig, path: Path) -> TetherConfig:
-    """``trusted`` (the user's layers) with the workspace file at ``path`` on top, if any."""
-    layer = _read_toml(path)
+def _with_workspace_file(trusted: TetherConfig, workspace: Path) -> TetherConfig:
+    """``trusted`` (the user's layers) with the file of ``workspace`` on top, if any: read only
+    when it resolves inside the workspace (a symlink to a file of the workspace is followed)."""
+    path = workspace_config_path(workspace)
+    layer = _read_toml(path, inside=workspace)
     if layer is None:
         return trusted
     _refuse_untrusted(layer, str(path))
@@ -384,20 +389,114 @@ def workspace_config_path(workspace: Path) -> Path:
     return workspace / ".tether" / "config.toml"
 
 
-def _read_toml(path: Path) -> dict[str, Any] | None:
-    """The file's table, or None when there is no such file."""
+MAX_CONFIG_BYTES: Final = 256 * 1024
+"""The most a configuration file may weigh (a larger one is refused without being read whole)."""
+MAX_CONFIG_DEPTH: Final = 32
+"""The deepest nesting of arrays, inline tables and tables a configuration file may have."""
+
+
+def _read_toml(path: Path, *, inside: Path | None = None) -> dict[str, Any] | None:
+    """The file's table, or None when there is no such file.
+
+    The file is read as :func:`tether.repofiles.read_repo_file` reads a repository's files: a
+    regular file (never a device, FIFO or socket), at most :data:`MAX_CONFIG_BYTES`, and with
+    ``inside`` (the workspace) only when it resolves inside that directory. Anything else, and a
+    file that is not UTF-8, not TOML, or nested deeper than :data:`MAX_CONFIG_DEPTH`, is a
+    :class:`ConfigError` naming the file, with ``data.reason``.
+    """
     try:
-        raw = path.read_bytes()
-    except (FileNotFoundError, NotADirectoryError):
+        raw = read_repo_file(path, max_bytes=MAX_CONFIG_BYTES, inside=inside)
+    except RepoFileError as exc:
+        raise _error(str(path), None, exc.detail, reason=exc.reason) from None
+    if raw is None:
         return None
-    except OSError as exc:
-        raise _error(str(path), None, f"cannot read the file ({exc.strerror})") from None
     try:
-        return tomllib.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise _error(str(path), None, "not valid UTF-8") from None
+        raise _error(str(path), None, "not valid UTF-8", reason="not_utf8") from None
+    return _parse_toml(text, str(path))
+
+
+def _parse_toml(text: str, source: str) -> dict[str, Any]:
+    """``text`` parsed, its nesting bounded before (the parser recurses once per level, and has
+    no limit of its own) and after (dotted keys nest tables without brackets)."""
+    too_deep = _error(
+        source, None, f"nested deeper than {MAX_CONFIG_DEPTH} levels", reason="too_deep"
+    )
+    if _nesting_depth(text) > MAX_CONFIG_DEPTH:
+        raise too_deep
+    try:
+        table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise _error(str(path), None, f"invalid TOML: {exc}") from None
+        raise _error(source, None, f"invalid TOML: {exc}", reason="invalid_toml") from None
+    except RecursionError:  # what the scan above did not see: still a refusal, never a crash
+        raise too_deep from None
+    if _value_depth(table) > MAX_CONFIG_DEPTH + 1:  # the document's own table is a level
+        raise too_deep
+    return table
+
+
+# A token of TOML for _nesting_depth: a string's or a comment's opening, a bracket, a separator,
+# or a word (a bare key, or a value's text). What follows an opening is matched by _SKIP.
+_TOKEN = re.compile(r"""\"\"\"|'''|["'#\[\]{}.=,\n]|[^\s"'#\[\]{}.=,]+""")
+_SKIP = {
+    '"""': re.compile(r'(?:[^"\\]|\\.|"(?!""))*"{3,5}', re.DOTALL),  # up to 2 quotes at its end
+    "'''": re.compile(r"(?:[^']|'(?!''))*'{3,5}"),
+    '"': re.compile(r'(?:[^"\\\n]|\\.)*"'),
+    "'": re.compile(r"[^'\n]*'"),
+    "#": re.compile(r"[^\n]*"),
+}
+
+
+def _nesting_depth(text: str) -> int:
+    """The deepest nesting of ``[`` and ``{`` outside strings and comments, each part of a dotted
+    key counting as a level too; stops once past :data:`MAX_CONFIG_DEPTH`. Linear: each token is
+    looked at once, and a string that does not end stops the scan (the parser stops there too,
+    before anything after it could nest)."""
+    depth = deepest = parts = 0
+    dot = False
+    position = 0
+    while deepest <= MAX_CONFIG_DEPTH and (token := _TOKEN.search(text, position)):
+        kind, position = token.group(), token.end()
+        skip = _SKIP.get(kind)
+        if skip is not None:
+            rest = skip.match(text, position)
+            if rest is None:
+                break
+            position = rest.end()
+            if kind == "#":
+                kind = "\n"
+        if kind == ".":
+            dot = True
+            continue
+        if kind in ("[", "{"):
+            depth, parts = depth + 1, 0
+        elif kind in ("]", "}"):
+            depth, parts = max(depth - 1, 0), 0
+        elif kind in ("=", ",", "\n"):
+            parts = 0
+        else:  # a key (of a dotted key, when a dot came before) or a value
+            parts = parts + 1 if dot else 1
+        dot = False
+        deepest = max(deepest, depth + parts)
+    return deepest
+
+
+def _value_depth(value: object) -> int:
+    """How deep tables and arrays nest in a parsed value (without recursion)."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack and deepest <= MAX_CONFIG_DEPTH:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: list[object] = list(item.values())
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 WORKSPACE_REFUSED: Final[Mapping[str, str]] = MappingProxyType(
@@ -595,11 +694,15 @@ def _section_of(model: type[BaseModel], name: str) -> type[BaseModel] | None:
 # --- errors -------------------------------------------------------------------------------------
 
 
-def _error(source: str, key: str | None, problem: str) -> ConfigError:
+def _error(source: str, key: str | None, problem: str, *, reason: str | None = None) -> ConfigError:
+    """A ConfigError about ``key`` of the layer ``source``; ``reason`` (``data.reason``) says why
+    a whole file was refused: a :class:`tether.repofiles.Refusal`, ``not_utf8``,
+    ``invalid_toml`` or ``too_deep``."""
     where = f"{source}: {key}" if key else source
-    return ConfigError(
-        f"invalid configuration in {where}: {problem}", {"key": key, "source": source}
-    )
+    data: dict[str, Any] = {"key": key, "source": source}
+    if reason is not None:
+        data["reason"] = str(reason)
+    return ConfigError(f"invalid configuration in {where}: {problem}", data)
 
 
 def _validation_error(exc: ValidationError, source: str) -> ConfigError:

@@ -42,6 +42,7 @@ from tether.protocol.kernel import (
     ToolCallStarted,
     ToolCallUpdate,
 )
+from tether.repofiles import RepoFileError, read_repo_file
 
 _MARKS = {"completed": ("✓", "green"), "failed": ("✗", "red"), "cancelled": ("⊘", "yellow")}
 _LEVEL_STYLES = {"info": "", "warning": "yellow", "error": "red"}
@@ -226,7 +227,7 @@ def proposed_diff(workspace: Path, name: str, arguments: str) -> str | None:
     target = (workspace / path).resolve()
     if not target.is_relative_to(workspace.resolve()):
         return None
-    current = _read_text(target)
+    current = _read_text(target, workspace)
     if current is None:
         return None
     new = _applied(name, args, current)
@@ -238,14 +239,13 @@ def proposed_diff(workspace: Path, name: str, arguments: str) -> str | None:
     return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
 
 
-def _read_text(path: Path) -> str | None:
+def _read_text(path: Path, workspace: Path) -> str | None:
+    """The text of a workspace file ("" when there is none), read as a repository's file (never
+    a FIFO or a device); None when it cannot be."""
     try:
-        if not path.exists():
-            return ""
-        if not path.is_file() or path.stat().st_size > _MAX_PREVIEW_BYTES:
-            return None
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        data = read_repo_file(path, max_bytes=_MAX_PREVIEW_BYTES, inside=workspace)
+        return "" if data is None else data.decode("utf-8")
+    except (RepoFileError, UnicodeDecodeError):
         return None
 
 

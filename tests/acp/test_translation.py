@@ -3,6 +3,7 @@ and new text, prompt content, MCP server entries, kernel events as updates."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,17 @@ def test_a_new_file_has_no_old_text_and_a_changed_file_shows_the_hunks(tmp_path:
     changed = unified_diff("n.txt", b"one\ntwo\n", b"one\n2\n")
     assert changed is not None
     (tmp_path / "n.txt").write_text("something else entirely\n")  # changed again since
+    content = diff_content(changed, tmp_path)
+    assert content is not None
+    assert (content.old_text, content.new_text) == ("one\ntwo\n", "one\n2\n")
+
+
+def test_a_diff_of_a_file_that_became_a_fifo_shows_the_hunks_without_opening_it(
+    tmp_path: Path,
+) -> None:
+    changed = unified_diff("n.txt", b"one\ntwo\n", b"one\n2\n")
+    assert changed is not None
+    os.mkfifo(tmp_path / "n.txt")  # reading it would wait for a writer forever
     content = diff_content(changed, tmp_path)
     assert content is not None
     assert (content.old_text, content.new_text) == ("one\ntwo\n", "one\n2\n")

@@ -381,3 +381,25 @@ async def test_no_usage_update_is_sent_without_a_context_size(setup: Setup, proj
         await agent.conn.prompt(session_id=session.session_id, prompt=[text_block("Hi")])
         updates = agent.wire.updates(session.session_id)
     assert all(u["sessionUpdate"] != "usage_update" for u in updates)
+
+
+async def test_a_session_follows_the_config_of_its_own_cwd_not_the_agents(
+    setup: Setup, project: Path, tmp_path: Path
+) -> None:
+    other = tmp_path / "other"
+    (other / "src").mkdir(parents=True)
+    (other / "src" / "app.py").write_text("def main():\n    return 7\n")
+    (other / ".tether").mkdir()
+    (other / ".tether" / "config.toml").write_text('[tools]\nenabled = ["list_files"]\n')
+    read = {"toolCalls": [tool_call("read_file", "c1", path="src/app.py")]}
+    setup.script([read, {"text": "one"}, read, {"text": "two"}])
+    outputs = []
+    async with setup.agent() as agent:  # started in project, whose config enables everything
+        for cwd in (other, project):
+            session = await agent.conn.new_session(cwd=str(cwd), mcp_servers=[])
+            await agent.conn.prompt(session_id=session.session_id, prompt=[text_block("read")])
+            updates = agent.wire.updates(session.session_id)
+            [last] = [u for u in updates if u["sessionUpdate"] == "tool_call_update"][-1:]
+            outputs.append((last["status"], last["rawOutput"]))
+    assert outputs[0][0] == "failed" and "not available" in outputs[0][1]
+    assert outputs[1][0] == "completed" and "return 42" in outputs[1][1]

@@ -317,3 +317,32 @@ async def test_a_run_offered_fewer_tools_leaves_the_next_run_all_of_them(
     assert {"read_file", "list_files", "run_command"} <= set(offered[0])
     assert offered[1] == ["read_file"]
     assert offered[3] == ["read_file", "list_files"]  # in the order of the built-in tools
+
+
+async def test_a_session_in_each_workspace_folder_is_offered_only_its_folders_tools(
+    endpoint: ModelServer, tmp_path: Path
+):
+    folders = {"first": ["read_file", "list_files"], "second": ["search_text"]}
+    for name, enabled in folders.items():
+        config = tmp_path / name / ".tether" / "config.toml"
+        config.parent.mkdir(parents=True)
+        config.write_text(f"[tools]\nenabled = {json.dumps(enabled)}\n")
+    first, second = tmp_path / "first", tmp_path / "second"
+    provider = {"type": "openai", "baseUrl": endpoint.openai_url, "model": "m"}
+    connection = await connect(
+        first,
+        provider,
+        workspaceFolders=[{"uri": first.as_uri()}, {"uri": second.as_uri()}],
+    )
+    try:
+        endpoint.push(Reply(text="in the first"), Reply(text="in the second"))
+        in_first = (await connection.request("session/create", {}))["sessionId"]
+        created = await connection.request("session/create", {"workspace": second.as_uri()})
+        for sid in (in_first, created["sessionId"]):
+            result = await connection.request("kernel/run", {"sessionId": sid, "prompt": "hi"})
+            assert "warnings" not in result
+    finally:
+        await connection.close()
+    bodies = [request.body for request in endpoint.requests[-2:]]
+    offered = [[tool["function"]["name"] for tool in body.get("tools", [])] for body in bodies]
+    assert offered == [folders["first"], folders["second"]]

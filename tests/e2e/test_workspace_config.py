@@ -4,10 +4,13 @@ every run reports it until it is fixed."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tether.client import TetherClient
 from tether.client.tether_client import PermissionOutcome
@@ -15,6 +18,7 @@ from tether.protocol import ErrorCode
 from tether.protocol.kernel import PermissionParams
 from tether.testing import tool_call
 from tether.tools.protected import REASONS
+from tether.tools.walk import WALK_BUDGET_SECONDS
 
 from .conftest import script_options, start_scripted
 
@@ -122,3 +126,96 @@ async def test_a_write_to_the_workspace_config_is_refused_when_nobody_can_be_ask
     [record] = result.tool_calls
     assert record.is_error and REASONS[".tether"] in record.result
     assert not (project / ".tether" / "config.toml").exists()
+
+
+# --- files a repository may point anywhere ------------------------------------------------------
+
+DEEP = 50_000
+
+
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (lambda path: path.symlink_to("/dev/zero"), "outside"),
+        (lambda path: path.symlink_to("/dev/stdin"), "outside"),
+        (lambda path: path.symlink_to("/proc/self/fd/0"), "outside"),
+        (lambda path: os.mkfifo(path), "not_regular"),
+        (lambda path: path.write_text("a = " + "[" * DEEP + "]" * DEEP + "\n"), "too_deep"),
+        (lambda path: path.write_bytes(b"# " + b"x" * (1 << 24)), "too_large"),
+    ],
+    ids=["/dev/zero", "/dev/stdin", "/proc/self/fd/0", "fifo", "50,000 deep", "16 MiB"],
+)
+async def test_a_hostile_workspace_file_is_left_out_initialize_answers_and_each_run_warns(
+    project: Path, make: Any, reason: str
+) -> None:
+    config = project / ".tether" / "config.toml"
+    config.parent.mkdir()
+    make(config)
+    connection = await start_scripted(project, [{"text": "one"}, {"text": "two"}])
+    try:
+        sid = (await connection.request("session/create", {}))["sessionId"]
+        results = [
+            await connection.request("kernel/run", {"sessionId": sid, "prompt": prompt})
+            for prompt in ("a", "b")
+        ]
+        shown = [params for method, params in events(connection) if method == "window/showMessage"]
+    finally:
+        await connection.close()
+    for result in results:
+        assert result["stopReason"] == "end_turn"
+        [warning] = result["warnings"]
+        assert warning["code"] == ErrorCode.CONFIG_ERROR
+        assert warning["data"] == {"key": None, "source": str(config), "reason": reason}
+    assert len(shown) == 1
+
+
+async def test_a_refused_memory_file_is_a_warning_and_the_run_goes_on(
+    project: Path, tmp_path: Path
+) -> None:
+    memory = project / ".tether" / "memory"
+    memory.mkdir(parents=True)
+    (memory / "style.md").write_text("Use tabs.\n")
+    (memory / "key.md").symlink_to("/dev/zero")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("a secret\n")
+    os.link(secret, memory / "notes.md")  # its other name is outside the workspace
+    connection = await start_scripted(project, [{"text": "done"}])
+    try:
+        sid = (await connection.request("session/create", {}))["sessionId"]
+        result = await connection.request("kernel/run", {"sessionId": sid, "prompt": "go"})
+    finally:
+        await connection.close()
+    assert result["stopReason"] == "end_turn" and result["response"] == "done"
+    reasons = {w["data"]["path"]: w["data"]["reason"] for w in result["warnings"]}
+    assert reasons == {
+        ".tether/memory/key.md": "outside",
+        ".tether/memory/notes.md": "hard_links",
+    }
+    assert all(w["code"] == ErrorCode.CONFIG_ERROR for w in result["warnings"])
+
+
+async def test_a_walk_over_hostile_ignore_files_ends_within_its_budget_and_says_so(
+    project: Path,
+) -> None:
+    """20,000 rules nothing can be filed under, over 4,000 files: minutes of matching, cut at
+    the walk's budget; and an ignore file that is a FIFO, named and left out."""
+    (project / ".gitignore").write_text("".join(f"*d{n}*\n" for n in range(20_000)))
+    for n in range(4000):
+        (project / "src" / f"m{n // 100}").mkdir(parents=True, exist_ok=True)
+        (project / "src" / f"m{n // 100}" / f"f{n}.py").write_text("")
+    os.mkfifo(project / ".ignore")
+    turns = [{"toolCalls": [tool_call("list_files", "c1", path=".")]}, {"text": "listed"}]
+    connection = await start_scripted(project, turns)
+    try:
+        sid = (await connection.request("session/create", {}))["sessionId"]
+        result = await connection.request("kernel/run", {"sessionId": sid, "prompt": "list"})
+    finally:
+        await connection.close()
+    [call] = result["toolCalls"]
+    assert not call.get("isError")
+    notes = [line for line in call["result"].splitlines() if line.startswith("[")]
+    assert notes[0].startswith(f"[stopped after {WALK_BUDGET_SECONDS:g} s of walking")
+    assert notes[1] == (
+        "[ignore files left out (their rules do not apply): "
+        ".ignore: it is a FIFO, not a regular file; refused]"
+    )

@@ -9,6 +9,7 @@ from typing import Any
 from tether.config import TetherConfig
 from tether.kernel.approval import Approver
 from tether.kernel.kernel import Kernel
+from tether.memory import Memory
 from tether.protocol import CreateSessionParams
 from tether.protocol.kernel import ProgressParams, RunParams, RunResult, RunWarning
 from tether.providers.scripted import ScriptedProvider
@@ -42,11 +43,11 @@ class KernelHarness:
         self.config = base.overlay(config)
         self.kernel = Kernel(
             self.store,
-            config=lambda: self.config,
+            config=lambda workspace: self.config,
             providers=lambda config: self.provider,
             tools=self._tools,
-            memory=lambda root, paths: "",
-            warnings=lambda: warnings or [],
+            memory=lambda root, paths: Memory(),
+            warnings=lambda workspace: warnings or [],
             approver=approver,
         )
         self._given_tools = tools

@@ -11,6 +11,7 @@ import pytest
 from tether.config import TetherConfig
 from tether.kernel.approval import REJECTED_RESULT, ApprovalError, Approver
 from tether.kernel.kernel import Kernel
+from tether.memory import Memory
 from tether.protocol import CreateSessionParams, Role
 from tether.protocol.kernel import (
     PermissionParams,
@@ -98,10 +99,10 @@ class Harness:
         )
         self.kernel = Kernel(
             self.store,
-            config=lambda: config,
+            config=lambda workspace: config,
             providers=lambda config: self.provider,
             tools=self._tools,
-            memory=lambda root, paths: "",
+            memory=lambda root, paths: Memory(),
             approver=approver,
         )
 

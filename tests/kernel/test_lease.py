@@ -12,6 +12,7 @@ import pytest
 
 from tether.config import TetherConfig
 from tether.kernel.kernel import Kernel
+from tether.memory import Memory
 from tether.protocol import (
     CreateSessionParams,
     ErrorCode,
@@ -50,10 +51,10 @@ class Harness:
         )
         self.kernel = Kernel(
             self.store,
-            config=lambda: config,
+            config=lambda workspace: config,
             providers=lambda _: provider,
             tools=self._tools,
-            memory=lambda root, paths: "",
+            memory=lambda root, paths: Memory(),
         )
 
     async def _tools(self, config: TetherConfig, session_id: str, workspace: Path) -> Tools:

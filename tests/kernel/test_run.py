@@ -14,8 +14,8 @@ import pytest
 import tether.tools.write_file as write_file_module
 from tether.config import TetherConfig
 from tether.kernel.kernel import Kernel
+from tether.memory import Memory, MemoryLoadError
 from tether.protocol import (
-    ConfigError,
     CreateSessionParams,
     ErrorCode,
     Message,
@@ -121,11 +121,13 @@ class Harness:
         self.provider = ScriptedProvider(turns)
         self.tools = tools
         self.events: list[ProgressParams] = []
-        self.memory: Callable[[Path, list[str]], str] = lambda root, paths: "remember: tabs"
+        self.memory: Callable[[Path, list[str]], Memory] = lambda root, paths: Memory(
+            "remember: tabs"
+        )
         self.workspace = tmp_path
         self.kernel = Kernel(
             self.store,
-            config=lambda: TetherConfig.model_validate(
+            config=lambda workspace: TetherConfig.model_validate(
                 {
                     "provider": {"type": "scripted", "model": "m"},
                     "kernel": {"systemPrompt": "Be brief."},
@@ -308,20 +310,22 @@ async def test_tools_outside_the_session_allow_list_are_neither_offered_nor_run(
     assert "second" not in tools.started
 
 
-async def test_memory_that_fails_to_load_fails_the_run_before_anything_is_recorded(
+async def test_memory_left_out_is_a_warning_of_the_run_which_goes_on_with_the_rest(
     tmp_path: Path, tools: Tools
 ):
-    harness = Harness(tmp_path, [{"text": "never"}], tools)
-
-    def broken(root: Path, paths: list[str]) -> str:
-        raise ConfigError("memory.paths: cannot read notes.md", {"key": "memory.paths"})
-
-    harness.memory = broken
+    harness = Harness(tmp_path, [{"text": "done"}], tools)
+    problem = MemoryLoadError("memory file notes.md was left out: ...", "notes.md", "not_regular")
+    harness.memory = lambda root, paths: Memory("remember: tabs", (problem,))
     sid = await harness.session()
-    with pytest.raises(ConfigError):
-        await harness.run(sid)
-    assert await harness.store.history(sid) == []
-    assert harness.provider.requests == []
+
+    result = await harness.run(sid)
+
+    assert result.stop_reason is StopReason.END_TURN
+    [warning] = result.warnings or []
+    assert warning.code == ErrorCode.CONFIG_ERROR
+    assert warning.data == {"key": "memory.paths", "path": "notes.md", "reason": "not_regular"}
+    assert "remember: tabs" in (harness.provider.requests[0].system or "")
+    assert harness.kinds()[:2] == ["run_started", "warning"]
 
 
 async def test_events_are_numbered_from_one_and_bracketed_by_start_and_finish(

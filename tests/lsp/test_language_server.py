@@ -374,3 +374,37 @@ async def test_the_cancel_command_ends_a_turn_waiting_for_an_edit_at_once(server
     async with asyncio.timeout(10):
         again = await ask(server, "are you there?")
     assert (again["sessionId"], again["stopReason"]) == (answer["sessionId"], "end_turn")
+
+
+READ_APP = {"toolCalls": [{"name": "read_file", "arguments": {"path": "app.py"}}]}
+
+
+@pytest.mark.parametrize("script", [[READ_APP, {"text": "one"}, READ_APP, {"text": "two"}]])
+async def test_a_turn_on_a_document_of_another_folder_runs_in_that_folder_with_its_config(
+    server: Server, tmp_path: Path
+) -> None:
+    second = tmp_path / "second"
+    (second / ".tether").mkdir(parents=True)
+    (second / ".tether" / "config.toml").write_text('[tools]\nenabled = ["list_files"]\n')
+    for folder in (second, server.workspace):
+        (folder / "app.py").write_text("x = 1\n")
+    server.client.workspace_did_change_workspace_folders(
+        lsp.DidChangeWorkspaceFoldersParams(
+            event=lsp.WorkspaceFoldersChangeEvent(
+                added=[lsp.WorkspaceFolder(uri=second.as_uri(), name="second")], removed=[]
+            )
+        )
+    )
+    results = {}
+    for folder in (second, server.workspace):
+        answer = await ask(server, {"prompt": "read it", "uri": (folder / "app.py").as_uri()})
+        session = await request(server, "session/get", {"sessionId": answer["sessionId"]})
+        assert session["workspace"] == folder.as_uri()
+        messages = await request(server, "session/messages", {"sessionId": answer["sessionId"]})
+        [result] = [m for m in messages["messages"] if m["role"] == "tool"]
+        results[folder.name] = result
+    assert results["second"]["isError"] and "not available" in str(results["second"]["content"])
+    assert not results["project"].get("isError") and "x = 1" in str(results["project"]["content"])
+    fresh = await execute(server, "tether.newSession", {"uri": (second / "app.py").as_uri()})
+    session = await request(server, "session/get", {"sessionId": fresh["sessionId"]})
+    assert session["workspace"] == second.as_uri()

@@ -1,4 +1,5 @@
-"""Memory entries: which files feed the system prompt, in what order, and when loading fails."""
+"""Memory entries: which files feed the system prompt, in what order, and which are left out (each
+a problem the run reports as a warning, never a failed run)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from tests.files import needs_enforced_modes, write
 from tether.config import MemoryConfig
 from tether.memory import (
     DEFAULT_MEMORY_PATH,
+    Memory,
     MemoryLoadError,
     load_memory,
     read_memory,
@@ -29,7 +31,21 @@ def workspace(tmp_path: Path) -> Path:
 
 
 def names(workspace: Path, paths: list[str]) -> list[str]:
-    return [entry.name for entry in read_memory(workspace, paths)]
+    entries, problems = read_memory(workspace, paths)
+    assert problems == []
+    return [entry.name for entry in entries]
+
+
+def left_out(workspace: Path, paths: list[str], **options: Any) -> ConfigError:
+    """The one problem of loading ``paths`` (the memory loads all the same)."""
+    [problem] = load_memory(workspace, paths, **options).problems
+    assert problem.code == ErrorCode.CONFIG_ERROR
+    return problem
+
+
+def reason(problem: ConfigError) -> str:
+    assert isinstance(problem.data, dict)
+    return str(problem.data["reason"])
 
 
 def test_the_default_path_matches_the_configuration_default() -> None:
@@ -37,12 +53,12 @@ def test_the_default_path_matches_the_configuration_default() -> None:
 
 
 def test_a_missing_default_path_is_simply_no_memory(workspace: Path) -> None:
-    assert load_memory(workspace, [DEFAULT_MEMORY_PATH]) == ""
-    assert load_memory(workspace, [".tether/memory/"]) == ""
+    assert load_memory(workspace, [DEFAULT_MEMORY_PATH]) == Memory()
+    assert load_memory(workspace, [".tether/memory/"]) == Memory()
 
 
 def test_no_configured_paths_is_no_memory(workspace: Path) -> None:
-    assert load_memory(workspace, []) == ""
+    assert load_memory(workspace, []) == Memory()
 
 
 def test_entries_of_a_directory_come_sorted_by_path_each_headed_by_its_name(
@@ -51,7 +67,7 @@ def test_entries_of_a_directory_come_sorted_by_path_each_headed_by_its_name(
     write(workspace, ".tether/memory/b.md", "Use tabs.\n")
     write(workspace, ".tether/memory/a.md", "Be brief.\n")
     write(workspace, ".tether/memory/team/c.md", "Ask Ann.\n")
-    text = load_memory(workspace, [DEFAULT_MEMORY_PATH])
+    text = load_memory(workspace, [DEFAULT_MEMORY_PATH]).text
     assert text == (
         "# Memory\n\n"
         "## .tether/memory/a.md\n\nBe brief.\n\n"
@@ -66,11 +82,21 @@ def test_only_visible_markdown_files_are_entries(workspace: Path) -> None:
     write(workspace, ".tether/memory/notes.txt", "no")
     write(workspace, ".tether/memory/.draft.md", "no")
     write(workspace, ".tether/memory/.hidden/x.md", "no")
-    os.mkfifo(workspace / ".tether/memory/pipe.md")
     assert names(workspace, [DEFAULT_MEMORY_PATH]) == [
         ".tether/memory/UPPER.MD",
         ".tether/memory/notes.md",
     ]
+
+
+def test_a_markdown_entry_that_is_not_a_regular_file_is_left_out_without_being_opened(
+    workspace: Path,
+) -> None:
+    write(workspace, ".tether/memory/notes.md", "yes")
+    os.mkfifo(workspace / ".tether/memory/pipe.md")
+    entries, [problem] = read_memory(workspace, [DEFAULT_MEMORY_PATH])
+    assert [entry.name for entry in entries] == [".tether/memory/notes.md"]
+    assert isinstance(problem, MemoryLoadError)
+    assert (problem.path, reason(problem)) == (".tether/memory/pipe.md", "not_regular")
 
 
 def test_empty_entries_are_left_out(workspace: Path) -> None:
@@ -102,33 +128,42 @@ def test_an_absolute_path_outside_the_workspace_is_headed_as_configured(
 
 def test_a_byte_order_mark_is_dropped(workspace: Path) -> None:
     write(workspace, "m.md", "\ufeffhello".encode())
-    [entry] = read_memory(workspace, ["m.md"])
+    [entry], _ = read_memory(workspace, ["m.md"])
     assert entry.text == "hello"
 
 
-def test_an_explicitly_configured_missing_path_is_a_config_error(workspace: Path) -> None:
-    with pytest.raises(ConfigError) as caught:
-        load_memory(workspace, ["docs/memory"])
-    assert not isinstance(caught.value, MemoryLoadError)
-    assert caught.value.code == ErrorCode.CONFIG_ERROR
-    assert caught.value.data == {"key": "memory.paths", "path": "docs/memory"}
+def test_an_explicitly_configured_missing_path_is_left_out_with_a_problem(workspace: Path) -> None:
+    write(workspace, "AGENTS.md", "rules")
+    memory = load_memory(workspace, ["docs/memory", "AGENTS.md"])
+    assert "rules" in memory.text
+    [problem] = memory.problems
+    assert not isinstance(problem, MemoryLoadError)
+    assert problem.code == ErrorCode.CONFIG_ERROR
+    assert problem.data == {"key": "memory.paths", "path": "docs/memory", "reason": "missing"}
 
 
-def test_a_missing_absolute_path_is_a_config_error(workspace: Path, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError):
-        load_memory(workspace, [str(tmp_path / "nowhere")])
+def test_a_missing_absolute_path_is_left_out(workspace: Path, tmp_path: Path) -> None:
+    assert reason(left_out(workspace, [str(tmp_path / "nowhere")])) == "missing"
 
 
 @pytest.mark.parametrize("configured", ["", "bad\x00path"])
-def test_an_unusable_path_is_a_config_error(workspace: Path, configured: str) -> None:
-    with pytest.raises(ConfigError):
-        load_memory(workspace, [configured])
+def test_an_unusable_path_is_left_out(workspace: Path, configured: str) -> None:
+    assert reason(left_out(workspace, [configured])) == "unreadable"
 
 
-def test_a_configured_fifo_is_a_config_error(workspace: Path) -> None:
+def test_a_configured_fifo_is_left_out_without_being_opened(workspace: Path) -> None:
     os.mkfifo(workspace / "pipe.md")
-    with pytest.raises(ConfigError):
-        load_memory(workspace, ["pipe.md"])
+    assert reason(left_out(workspace, ["pipe.md"])) == "not_regular"
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "/dev/stdin"])
+def test_a_memory_file_linking_to_a_device_is_left_out(workspace: Path, target: str) -> None:
+    (workspace / ".tether" / "memory").mkdir(parents=True)
+    (workspace / ".tether" / "memory" / "notes.md").symlink_to(target)
+    write(workspace, ".tether/memory/style.md", "Use tabs.")
+    memory = load_memory(workspace, [DEFAULT_MEMORY_PATH])
+    assert "Use tabs." in memory.text
+    assert [reason(problem) for problem in memory.problems] == ["outside"]
 
 
 def test_a_workspace_path_that_resolves_outside_it_is_refused(
@@ -137,18 +172,20 @@ def test_a_workspace_path_that_resolves_outside_it_is_refused(
     write(tmp_path / "elsewhere", "secret.md", "key")
     (workspace / ".tether").mkdir()
     (workspace / ".tether" / "memory").symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(ConfigError):
-        load_memory(workspace, [DEFAULT_MEMORY_PATH])
-    with pytest.raises(ConfigError):
-        load_memory(workspace, ["../elsewhere"])
+    assert reason(left_out(workspace, [DEFAULT_MEMORY_PATH])) == "outside"
+    assert reason(left_out(workspace, ["../elsewhere"])) == "outside"
 
 
 def test_an_entry_linking_outside_the_workspace_is_refused(workspace: Path, tmp_path: Path) -> None:
     secret = write(tmp_path, "id_rsa", "PRIVATE KEY")
     (workspace / ".tether" / "memory").mkdir(parents=True)
     (workspace / ".tether" / "memory" / "key.md").symlink_to(secret)
-    with pytest.raises(MemoryLoadError):
-        load_memory(workspace, [DEFAULT_MEMORY_PATH])
+    write(workspace, ".tether/memory/style.md", "Use tabs.")
+    memory = load_memory(workspace, [DEFAULT_MEMORY_PATH])
+    assert "Use tabs." in memory.text and "PRIVATE KEY" not in memory.text
+    [problem] = memory.problems
+    assert isinstance(problem, MemoryLoadError) and reason(problem) == "outside"
+    assert "PRIVATE KEY" not in problem.message
 
 
 def test_an_entry_linking_inside_the_workspace_is_read(workspace: Path) -> None:
@@ -158,47 +195,51 @@ def test_an_entry_linking_inside_the_workspace_is_read(workspace: Path) -> None:
     assert names(workspace, [DEFAULT_MEMORY_PATH]) == [".tether/memory/style.md"]
 
 
-def test_a_file_that_is_not_utf8_is_a_memory_load_error(workspace: Path) -> None:
+def test_a_file_that_is_not_utf8_is_left_out(workspace: Path) -> None:
     write(workspace, ".tether/memory/latin.md", "caf\xe9".encode("latin-1"))
-    with pytest.raises(MemoryLoadError) as caught:
-        load_memory(workspace, [DEFAULT_MEMORY_PATH])
-    assert caught.value.code == ErrorCode.CONFIG_ERROR
-    assert caught.value.path == ".tether/memory/latin.md"
+    problem = left_out(workspace, [DEFAULT_MEMORY_PATH])
+    assert isinstance(problem, MemoryLoadError)
+    assert problem.path == ".tether/memory/latin.md"
+    assert reason(problem) == "not_utf8"
 
 
 @needs_enforced_modes
-def test_an_unreadable_file_is_a_memory_load_error(workspace: Path) -> None:
+def test_an_unreadable_file_is_left_out(workspace: Path) -> None:
     path = write(workspace, ".tether/memory/locked.md", "x")
     path.chmod(0)
-    with pytest.raises(MemoryLoadError):
-        load_memory(workspace, [DEFAULT_MEMORY_PATH])
+    assert reason(left_out(workspace, [DEFAULT_MEMORY_PATH])) == "unreadable"
 
 
 @needs_enforced_modes
-def test_an_unreadable_directory_is_a_memory_load_error(workspace: Path) -> None:
+def test_an_unreadable_directory_is_left_out(workspace: Path) -> None:
     directory = workspace / ".tether" / "memory"
     write(directory, "a.md", "x")
     directory.chmod(0)
     try:
-        with pytest.raises(MemoryLoadError):
-            load_memory(workspace, [DEFAULT_MEMORY_PATH])
+        assert reason(left_out(workspace, [DEFAULT_MEMORY_PATH])) == "unreadable"
     finally:
         directory.chmod(0o755)
 
 
-def test_memory_over_the_size_cap_is_a_memory_load_error(workspace: Path) -> None:
+def test_memory_over_the_size_cap_keeps_the_files_before_the_one_that_passes_it(
+    workspace: Path,
+) -> None:
     write(workspace, ".tether/memory/a.md", "a" * 60)
     write(workspace, ".tether/memory/b.md", "b" * 40)
-    assert len(read_memory(workspace, [DEFAULT_MEMORY_PATH], max_bytes=100)) == 2
-    with pytest.raises(MemoryLoadError):
-        read_memory(workspace, [DEFAULT_MEMORY_PATH], max_bytes=99)
+    write(workspace, ".tether/memory/c.md", "c")
+    entries, problems = read_memory(workspace, [DEFAULT_MEMORY_PATH], max_bytes=101)
+    assert len(entries) == 3 and problems == []
+    entries, problems = read_memory(workspace, [DEFAULT_MEMORY_PATH], max_bytes=99)
+    assert [entry.name for entry in entries] == [".tether/memory/a.md"]
+    [problem] = problems
+    assert isinstance(problem, MemoryLoadError)
+    assert (problem.path, reason(problem)) == (".tether/memory/b.md", "too_large")
 
 
 def test_a_huge_file_is_refused_without_being_read_whole(workspace: Path) -> None:
     with (workspace / "huge.md").open("wb") as file:
         file.truncate(1 << 30)
-    with pytest.raises(MemoryLoadError):
-        load_memory(workspace, ["huge.md"])
+    assert reason(left_out(workspace, ["huge.md"])) == "too_large"
 
 
 def test_rendering_no_entries_is_empty() -> None:
@@ -234,4 +275,4 @@ def test_an_absent_default_is_told_on_the_spot_and_read_as_no_memory_either_way(
 ) -> None:
     make(workspace)
     assert surely_no_memory(workspace, [DEFAULT_MEMORY_PATH]) is sure
-    assert load_memory(workspace, [DEFAULT_MEMORY_PATH]) == ""  # what the thread would say
+    assert load_memory(workspace, [DEFAULT_MEMORY_PATH]) == Memory()  # what the thread would say

@@ -94,3 +94,35 @@ async def test_a_workspace_file_that_breaks_the_users_own_layers_keeps_what_was_
         assert app.workspace_error is not None
     finally:
         await app.aclose()
+
+
+async def test_each_workspace_folder_follows_its_own_file_read_and_trusted_alike(
+    tmp_path: Path,
+) -> None:
+    first = repository(tmp_path / "a", '[tools]\nenabled = ["read_file", "list_files"]\n')
+    second = repository(tmp_path / "b", '[tools]\nenabled = ["list_files"]\n')
+    broken = repository(tmp_path / "c", '[tools]\napproval = "auto"\n')  # looser: refused
+    notes: list[tuple[str, Any]] = []
+    app = App(environ={"HOME": str(tmp_path)})
+    app.notify = lambda method, params: notes.append((method, params))
+    app.initialize(init(first))
+    await asyncio.sleep(0)  # lets the post-handshake start run
+    try:
+        assert app.config().tools.enabled == ["read_file", "list_files"]
+        assert app.config(second).tools.enabled == ["list_files"]
+        assert app.config(first).tools.enabled == ["read_file", "list_files"]
+        assert app.run_warnings(second) == []
+        assert notes == []
+
+        assert app.config(broken).tools.approval == "ask"
+        [warning] = app.run_warnings(broken)
+        assert warning.data == {
+            "key": "tools.approval",
+            "source": str(broken / ".tether" / "config.toml"),
+        }
+        assert app.config(broken) is not None  # asked again: read again, told once
+        [(method, params)] = notes
+        assert (method, params["type"]) == ("window/showMessage", 2)
+        assert app.run_warnings() == [] and app.workspace_error is None
+    finally:
+        await app.aclose()

@@ -151,17 +151,18 @@ def test_memory_refuses_a_workspace_file_linked_from_outside(
     (workspace / ".tether" / "memory").mkdir(parents=True)
     os.link(outside / "secret.txt", workspace / ".tether" / "memory" / "notes.md")
 
-    with pytest.raises(MemoryLoadError) as refused:
-        read_memory(workspace, [".tether/memory"])
-    assert refused.value.path == ".tether/memory/notes.md"
-    assert SECRET not in str(refused.value)
+    entries, [refused] = read_memory(workspace, [".tether/memory"])
+    assert entries == []
+    assert isinstance(refused, MemoryLoadError)
+    assert (refused.path, refused.reason) == (".tether/memory/notes.md", "hard_links")
+    assert SECRET not in str(refused)
 
 
 def test_memory_reads_a_file_whose_links_are_all_inside(workspace: Path) -> None:
     notes = write(workspace, ".tether/memory/notes.md", "remember this\n")
     os.link(notes, workspace / "notes-copy.md")
 
-    entries = read_memory(workspace, [".tether/memory"])
+    entries, _ = read_memory(workspace, [".tether/memory"])
 
     assert [entry.text for entry in entries] == ["remember this\n"]
 
@@ -172,7 +173,7 @@ def test_memory_from_an_absolute_path_may_have_links_anywhere(
     notes = write(tmp_path / "user-notes", "mine.md", "user notes\n")
     os.link(notes, outside / "mine-copy.md")
 
-    entries = read_memory(workspace, [str(notes)])
+    entries, _ = read_memory(workspace, [str(notes)])
 
     assert [entry.text for entry in entries] == ["user notes\n"]
 

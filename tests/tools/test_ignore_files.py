@@ -165,7 +165,7 @@ PATHS = [
 def test_the_walks_checks_decide_as_pathspec_does(path: str) -> None:
     from pathspec import GitIgnoreSpec
 
-    from tether.tools.walk import _Rules
+    from tether.tools.ignores import Rules
 
     expected = GitIgnoreSpec.from_lines(RULES).check_file(path).include
-    assert _Rules("", RULES).decide(path) == expected
+    assert Rules(RULES).decide(path) == expected

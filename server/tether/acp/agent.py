@@ -270,7 +270,9 @@ class AcpAgent(Backend):
 
         request = SetConfigOptionRequest.model_validate(params)
         session = await self.sessions.get(GetSessionParams(session_id=request.session_id))
-        change = configure(session, self._configured_model(), request.config_id, request.value)
+        change = configure(
+            session, self._configured_model(session), request.config_id, request.value
+        )
         session = await self.sessions.configure(change)
         return SetConfigOptionResponse(config_options=self._options(session))
 
@@ -308,24 +310,24 @@ class AcpAgent(Backend):
             written=state.written,
         )
         result = await kernel.run(run, updates)
-        self._usage(session_id, result.usage)
+        self._usage(session, result.usage)
         if result.stop_reason is StopReason.CANCELLED:
             return PromptResponse(stop_reason="cancelled")
         if session.title is None:
             await self._title(session_id, request)
         return PromptResponse(stop_reason=_STOP_REASONS[result.stop_reason])
 
-    def _usage(self, session_id: str, usage: Usage | None) -> None:
+    def _usage(self, session: Session, usage: Usage | None) -> None:
         """A ``usage_update`` with the tokens the turn's model calls used, when the context
         window's size is known (``context.max_tokens``: ACP requires a size)."""
         from tether.acp.models import UsageUpdate
 
-        size = self.config().context.max_tokens
+        size = self.config(_workspace(session)).context.max_tokens
         if usage is None or size is None:
             return
         used = usage.input_tokens + usage.output_tokens
         if used:
-            self._send(session_id, UsageUpdate(used=used, size=size))
+            self._send(session.session_id, UsageUpdate(used=used, size=size))
 
     async def _prompted(self, session_id: str, state: SessionState) -> Session:
         """The session a prompt is for; while it is looked up, a ``session/cancel`` marks the
@@ -426,14 +428,15 @@ class AcpAgent(Backend):
         options = self._options(session)
         return LoadSessionResponse(modes=self._modes(session), config_options=options)
 
-    def _configured_model(self) -> str | None:
-        return self.config().provider.model
+    def _configured_model(self, session: Session) -> str | None:
+        """The model of the session's workspace folder's configuration."""
+        return self.config(_workspace(session)).provider.model
 
     def _options(self, session: Session) -> list[ConfigOption]:
         """The session's config options, remembered as the ones the client has."""
         from tether.acp.config_options import config_options
 
-        options = config_options(session, self._configured_model())
+        options = config_options(session, self._configured_model(session))
         self._state(session.session_id).options = options
         return options
 

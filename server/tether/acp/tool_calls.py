@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from tether.acp.models import AcpToolKind, DiffContent, Location
+from tether.repofiles import RepoFileError, read_repo_file
 from tether.tools.titles import title
 
 _KINDS: dict[str, AcpToolKind] = {
@@ -105,7 +106,7 @@ def diff_content(
         return None
     current = (written or {}).get(path)
     if current is None and workspace is not None:
-        current = _read(workspace / relative)
+        current = _read(workspace / relative, workspace)
     if current is not None:
         old = _take_back(current, hunks)
         if old is not None:
@@ -157,10 +158,11 @@ def _with_ends(text: str) -> list[str]:
     return [*lines, parts[-1]] if parts[-1] else lines
 
 
-def _read(path: Path) -> str | None:
+def _read(path: Path, workspace: Path) -> str | None:
+    """The text of a workspace file, read as a repository's file (never a FIFO or a device);
+    None when it cannot be."""
     try:
-        if path.stat().st_size > _MAX_FILE_BYTES:
-            return None
-        return path.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError):
+        data = read_repo_file(path, max_bytes=_MAX_FILE_BYTES, inside=workspace)
+        return None if data is None else data.decode("utf-8")
+    except (RepoFileError, UnicodeDecodeError):
         return None

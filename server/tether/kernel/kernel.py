@@ -26,6 +26,7 @@ from tether.kernel.history import in_model_order
 from tether.kernel.run import Emit, LeaseState, Run, RunSetup, cancelling, not_cancelled
 from tether.kernel.state import StoreState
 from tether.kernel.window import EstimatingCounter, TokenCounter, window
+from tether.memory import Memory
 from tether.protocol import (
     Message,
     MessageInput,
@@ -59,7 +60,11 @@ from tether.tools.confinement import SandboxPolicy
 logger = logging.getLogger(__name__)
 
 ProviderFactory = Callable[[ProviderConfig], Provider]
-MemoryLoader = Callable[[Path, list[str]], str]
+# The configuration of the sessions of a workspace folder (None: the default workspace's).
+ConfigSource = Callable[[Path | None], TetherConfig]
+# The warnings each run in a workspace folder reports (None: the default workspace's).
+WarningSource = Callable[[Path | None], Sequence[RunWarning]]
+MemoryLoader = Callable[[Path, list[str]], Memory]
 # Whether a workspace surely has no memory under the configured paths (asked on the event loop).
 NoMemory = Callable[[Path, list[str]], bool]
 # The tools of a run in a session (configuration, session id, workspace root); may start servers.
@@ -73,22 +78,24 @@ class Kernel:
         self,
         store: SessionStore,
         *,
-        config: Callable[[], TetherConfig],
+        config: ConfigSource,
         providers: ProviderFactory,
         tools: ToolsFactory,
         memory: MemoryLoader,
         no_memory: NoMemory | None = None,
         approver: Approver | None = None,
         counter: TokenCounter | None = None,
-        warnings: Callable[[], Sequence[RunWarning]] = tuple,
+        warnings: WarningSource = lambda workspace: (),
         secrets: SecretsOf | None = None,
     ) -> None:
-        """``approver`` asks the user about calls of tools that edit or execute (policy
+        """``config`` gives the configuration of a run from its session's workspace folder.
+        ``approver`` asks the user about calls of tools that edit or execute (policy
         ``tools.approval = "ask"``); without one, such calls are refused under ``ask``.
         ``warnings`` are problems each run reports (read after ``config``, at the start of each
-        run). ``memory`` runs on a thread, unless ``no_memory`` says there is none to load.
-        ``secrets`` are what no command sees and every tool result has redacted (default: those
-        of the configuration, with the API keys of ``os.environ``)."""
+        run), beside the memory files left out. ``memory`` runs on a thread, unless
+        ``no_memory`` says there is none to load. ``secrets`` are what no command sees and every
+        tool result has redacted (default: those of the configuration, with the API keys of
+        ``os.environ``)."""
         self._store = store
         self._config = config
         self._providers = providers
@@ -117,7 +124,7 @@ class Kernel:
         process) holds the session; ``RunLeaseLost`` when this one lost it on the way."""
         session_id = params.session_id
         run_id = uuid7()
-        lease = self._config().sessions.lease_delta()
+        lease = self._config(None).sessions.lease_delta()  # never a workspace file's
         claim = _Claim()
         self._claiming.setdefault(session_id, []).append(claim)
         try:
@@ -225,7 +232,7 @@ class Kernel:
         run's (``SessionBusy`` while a run holds the session)."""
         session_id = params.session_id
         run_id = uuid7()
-        lease = self._config().sessions.lease_delta()
+        lease = self._config(None).sessions.lease_delta()
         await self._claim(session_id, run_id, lease)
         state = LeaseState()
         task = asyncio.ensure_future(self._compact(params, emit, run_id))
@@ -242,7 +249,7 @@ class Kernel:
 
     async def _compact(self, params: CompactParams, emit: Emit, run_id: str) -> CompactResult:
         session = await self._store.get(params.session_id)
-        config = self._config()
+        config = self._config(_local_workspace(session))
         model = session.model or config.provider.model
         provider = self._providers(config.provider.model_copy(update={"model": model}))
         view = compaction.compacted_view(
@@ -297,6 +304,7 @@ class Kernel:
     async def _start_and_run(
         self, params: RunParams, emit: Emit, run_id: str, state: LeaseState
     ) -> RunResult:
+        session: Session | None = None
         try:
             session = await self._store.get(params.session_id)
             run = Run(await self._setup(session, params, run_id, emit, state))
@@ -310,22 +318,24 @@ class Kernel:
                 iterations=0,
             )
         except TetherError as exc:
-            self._add_warnings(exc)
+            self._add_warnings(exc, None if session is None else _local_workspace(session))
             raise
         return await run.execute(params.prompt)
 
-    def _add_warnings(self, error: TetherError) -> None:
+    def _add_warnings(self, error: TetherError, workspace: Path | None = None) -> None:
         """A run refused before it starts reports the warnings in its error's ``data.warnings``:
-        a workspace file that was left out may be why (the provider it named, say)."""
-        warnings = self._warnings()
+        a workspace file that was left out may be why (the provider it named, say). Before its
+        session is known, the default workspace's."""
+        warnings = self._warnings(workspace)
         if warnings and (error.data is None or isinstance(error.data, dict)):
             error.data = {**(error.data or {}), "warnings": [w.to_wire() for w in warnings]}
 
     async def _setup(
         self, session: Session, params: RunParams, run_id: str, emit: Emit, state: LeaseState
     ) -> RunSetup:
-        config = self._config()
-        warnings = tuple(self._warnings())
+        folder = _local_workspace(session)
+        config = self._config(folder)
+        warnings = tuple(self._warnings(folder))
         output = structured.output_check(params.output_schema, params.output_retries)
         provider_config = config.provider.model_copy(
             update={"model": params.model or session.model or config.provider.model}
@@ -335,7 +345,8 @@ class Kernel:
         workspace = _workspace_root(session)
         executor = await self._tools(config, session.session_id, workspace)
         memory = await self._load_memory(workspace, config.memory.paths)
-        system = _system_prompt(session.system_prompt or config.kernel.system_prompt, memory)
+        warnings += tuple(_memory_warning(problem) for problem in memory.problems)
+        system = _system_prompt(session.system_prompt or config.kernel.system_prompt, memory.text)
         specs = _allowed(executor.list(), session.tools, params.tools)
         return RunSetup(
             session_id=session.session_id,
@@ -367,22 +378,35 @@ class Kernel:
             author=params.author or session.agent_id,
         )
 
-    async def _load_memory(self, workspace: Path, paths: list[str]) -> str:
-        """The memory text: read on a thread, unless there is surely none (the usual case: no
+    async def _load_memory(self, workspace: Path, paths: list[str]) -> Memory:
+        """The memory: read on a thread, unless there is surely none (the usual case: no
         ``.tether/memory``), which spares every run a hop to a thread and back (~70 µs of CPU).
         Asked again for each run, so memory added or edited since the last run is seen."""
         if self._no_memory is not None and self._no_memory(workspace, paths):
-            return ""
+            return Memory()
         return await asyncio.to_thread(self._memory, workspace, paths)
 
 
-def _workspace_root(session: Session) -> Path:
+def _memory_warning(problem: TetherError) -> RunWarning:
+    """A memory path or file that was left out, as the run reports it."""
+    return RunWarning(code=problem.code, message=problem.message, data=problem.data)
+
+
+def _local_workspace(session: Session) -> Path | None:
+    """The session's workspace folder, when it is local (None: the default's configuration)."""
     if not session.workspace.startswith("file://"):
+        return None
+    return local_path(session.workspace)
+
+
+def _workspace_root(session: Session) -> Path:
+    local = _local_workspace(session)
+    if local is None:
         raise WorkspaceError(
             f"runs need a local workspace; this session's is {session.workspace}",
             {"workspace": session.workspace},
         )
-    return local_path(session.workspace)
+    return local
 
 
 def _configured_secrets(config: TetherConfig, session_id: str) -> Secrets:

@@ -124,7 +124,7 @@ def _commands(runs: Runs) -> Callable[[lsp.ExecuteCommandParams], Awaitable[Any]
         if params.command == "tether.cancel":
             return runs.cancel()
         if params.command == "tether.newSession":
-            return await runs.new_session()
+            return await runs.new_session(_ask_arguments(params.arguments).uri)
         raise InvalidParams(
             f"unknown command {params.command!r}: tether serves {', '.join(LSP_COMMANDS)}"
         )

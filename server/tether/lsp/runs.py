@@ -1,5 +1,6 @@
 """Turns started from any LSP client: ``tether.ask`` (what the code actions send), ``tether.cancel``
-and ``tether.newSession``, in the workspace's current session.
+and ``tether.newSession``, in the current session of the workspace folder that holds the
+document they are about (else of the default workspace).
 
 A turn reports through ``$/progress`` on a work-done token (the client's, or one made with
 ``window/workDoneProgress/create``); its permission questions are ``window/showMessageRequest``
@@ -41,6 +42,7 @@ from tether.protocol.kernel import (
     ToolCallStarted,
     ToolCallUpdate,
 )
+from tether.repofiles import RepoFileError, read_repo_file
 from tether.rpc.errors import ClientError
 from tether.sessions.ids import utcnow, uuid7
 from tether.sessions.workspaces import local_path
@@ -56,6 +58,7 @@ ALLOW, ALWAYS, REJECT = "Allow", "Always allow", "Reject"
 _OUTCOMES = {ALLOW: "allow", ALWAYS: "allow_always", REJECT: "reject"}
 _INFO, _WARNING, _ERROR = 3, 2, 1  # MessageType
 MAX_SHOWN_CHARS = 4000  # of an answer shown with window/showMessage
+MAX_DOCUMENT_BYTES = 8 * 1024 * 1024  # of a document read from the disk for a turn's prompt
 
 
 @dataclass
@@ -74,7 +77,7 @@ class Runs:
     def __init__(self, app: App, buffers: Buffers) -> None:
         self.app = app
         self.buffers = buffers
-        self.current: str | None = None  # the session turns run in
+        self.current: dict[str | None, str] = {}  # workspace folder (None: default) -> session
         self.active: dict[str, _Run] = {}  # session id -> its turn started here
         self._tokens = itertools.count(1)
 
@@ -82,7 +85,7 @@ class Runs:
 
     async def ask(self, arguments: AskArguments, token: str | int | None) -> dict[str, Any]:
         """Run a turn to its end; the answer says where its transcript is."""
-        session_id, root = await self._session()
+        session_id, root = await self._session(self._folder_of(arguments.uri))
         if session_id in self.active:  # one turn at a time: the kernel would refuse it anyway
             raise SessionBusy(session_id, holder="this-process")
         run = self.active[session_id] = _Run(None, Turn(title_of(arguments), "", utcnow()))
@@ -178,9 +181,12 @@ class Runs:
             run.stopped = self.app.kernel.cancel(session_id)
         return True
 
-    async def new_session(self) -> dict[str, Any]:
-        session = await self.app.sessions.create(CreateSessionParams())
-        self.current = session.session_id
+    async def new_session(self, uri: str | None = None) -> dict[str, Any]:
+        """A new session for the next turns in the workspace folder of the document ``uri``
+        (else the default workspace)."""
+        folder = self._folder_of(uri)
+        session = await self.app.sessions.create(CreateSessionParams(workspace=folder))
+        self.current[folder] = session.session_id
         self.app.notify(
             "window/showMessage", {"type": _INFO, "message": "tether: a new session starts"}
         )
@@ -239,27 +245,43 @@ class Runs:
     def _timeout(self) -> float:
         return self.app.config().lsp.apply_edit_timeout
 
-    async def _session(self) -> tuple[str, Path]:
-        """The workspace's current session: the one used last here, else the newest of the
-        workspace, else a new one."""
+    async def _session(self, folder: str | None) -> tuple[str, Path]:
+        """The current session of a workspace folder (None: the default workspace): the one
+        used last here, else the newest of the folder, else a new one. Each folder is its own
+        workspace, with its own ``.tether/config.toml``."""
         sessions = self.app.sessions
-        if self.current is not None:
+        current = self.current.get(folder)
+        if current is not None:
             try:
                 from tether.protocol import GetSessionParams
 
-                session = await sessions.get(GetSessionParams(session_id=self.current))
+                session = await sessions.get(GetSessionParams(session_id=current))
                 return session.session_id, local_path(session.workspace)
             except TetherError:
-                self.current = None
+                del self.current[folder]
         listed = await sessions.list_sessions(
-            ListSessionsParams(workspace=sessions.default_workspace, limit=1)
+            ListSessionsParams(workspace=folder or sessions.default_workspace, limit=1)
         )
         if listed.sessions:
             session = listed.sessions[0]
         else:
-            session = await sessions.create(CreateSessionParams())
-        self.current = session.session_id
+            session = await sessions.create(CreateSessionParams(workspace=folder))
+        self.current[folder] = session.session_id
         return session.session_id, local_path(session.workspace)
+
+    def _folder_of(self, uri: str | None) -> str | None:
+        """The workspace folder (its URI) that holds the document ``uri``, the innermost when
+        folders nest; None when it is in none of them, or is no local file."""
+        path = _local(uri)
+        if path is None:
+            return None
+        best: tuple[int, str] | None = None
+        for folder in self.buffers.workspace.folders.values():
+            root = _local(folder.uri)
+            if root is not None and path.is_relative_to(root):
+                if best is None or len(root.parts) > best[0]:
+                    best = (len(root.parts), folder.uri)
+        return None if best is None else best[1]
 
     async def _create_token(self) -> str | None:
         client = self.app.client
@@ -345,10 +367,13 @@ def _local(uri: str | None) -> Path | None:
 
 
 def _read(path: Path) -> str | None:
+    """The saved text of the document a turn is about, read as a repository's file: never a
+    FIFO or a device (``/dev/zero`` behind a link would never end), at most 8 MiB."""
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        data = read_repo_file(path, max_bytes=MAX_DOCUMENT_BYTES)
+    except RepoFileError:
         return None
+    return None if data is None else data.decode("utf-8", errors="replace")
 
 
 def _tail(text: str, limit: int = 80) -> str:

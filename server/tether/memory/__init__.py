@@ -4,6 +4,7 @@ from tether.memory.errors import MemoryLoadError
 from tether.memory.loader import (
     DEFAULT_MAX_MEMORY_BYTES,
     DEFAULT_MEMORY_PATH,
+    Memory,
     MemoryEntry,
     load_memory,
     read_memory,
@@ -14,6 +15,7 @@ from tether.memory.loader import (
 __all__ = [
     "DEFAULT_MAX_MEMORY_BYTES",
     "DEFAULT_MEMORY_PATH",
+    "Memory",
     "MemoryEntry",
     "MemoryLoadError",
     "load_memory",

@@ -1,15 +1,17 @@
-"""Errors of loading memory entries.
+"""Problems of loading memory entries.
 
 Hierarchy::
 
     tether.protocol.ConfigError   -32013  a configured memory path that is missing, not a file
     │                                     or directory, or (workspace-relative) resolves outside
-    └── MemoryLoadError                   a memory file that cannot be used: unreadable, not
-                                          UTF-8, linking outside (a symlink, or
+    └── MemoryLoadError                   a memory file that cannot be used: unreadable, not a
+                                          regular file, not UTF-8, linking outside (a symlink, or
                                           hard links not all inside), or memory over the size cap
 
-Both carry ``data = {"key": "memory.paths", "path": <the configured path or file>}``; catching
-``ConfigError`` catches both.
+Both carry ``data = {"key": "memory.paths", "path": <the configured path or file>, "reason"}``
+(``reason``: :class:`tether.repofiles.Refusal`'s values, ``missing`` or ``not_utf8``). They are
+not raised out of :func:`tether.memory.load_memory`: each is a problem it reports, and a run
+reports each as a warning and goes on with the memory that could be read.
 """
 
 from __future__ import annotations
@@ -17,14 +19,15 @@ from __future__ import annotations
 from tether.protocol import ConfigError
 
 
-def bad_path(message: str, path: str) -> ConfigError:
+def bad_path(message: str, path: str, reason: str) -> ConfigError:
     """A ConfigError about one configured memory path."""
-    return ConfigError(message, {"key": "memory.paths", "path": path})
+    return ConfigError(message, {"key": "memory.paths", "path": path, "reason": reason})
 
 
 class MemoryLoadError(ConfigError):
-    """A memory file that cannot be read or used; the run must not go on without it."""
+    """A memory file that cannot be read or used: it is left out of the prompt."""
 
-    def __init__(self, message: str, path: str) -> None:
-        super().__init__(message, {"key": "memory.paths", "path": path})
+    def __init__(self, message: str, path: str, reason: str) -> None:
+        super().__init__(message, {"key": "memory.paths", "path": path, "reason": reason})
         self.path = path
+        self.reason = reason

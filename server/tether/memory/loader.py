@@ -8,21 +8,26 @@ recursively without entering hidden directories or symlinked ones. Entries come 
 A workspace-relative path, and every entry found through it, must stay inside the workspace even
 through symlinks, and a file found through it that has several hard links is read only when all
 of them are inside the workspace (:mod:`tether.tools.links`): a repository cannot pull files from
-elsewhere into the prompt.
+elsewhere into the prompt. Every file is read as a repository's file
+(:func:`tether.repofiles.read_repo_file`): a regular file only, within the size budget.
 
-The default path (``.tether/memory``) may be missing; any other configured path that is missing is
-a :class:`ConfigError`, and a file that cannot be read is a :class:`MemoryLoadError`.
+Nothing here fails a run: a configured path that is missing (but for the default,
+``.tether/memory``, which may be), a file that cannot be read or is refused, is a problem
+(:mod:`tether.memory.errors`) that :func:`load_memory` reports beside the memory it could read;
+the run reports it as a warning. Memory over the size budget keeps the files before the one that
+passes it, and the problem names that file.
 """
 
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 
 from tether.memory.errors import MemoryLoadError, bad_path
+from tether.protocol import ConfigError
+from tether.repofiles import Refusal, RepoFileError, read_repo_file
 from tether.tools.links import LinkCensus
 
 DEFAULT_MEMORY_PATH = ".tether/memory"  # the default of ``MemoryConfig.paths``
@@ -36,18 +41,27 @@ class MemoryEntry:
     text: str
 
 
+@dataclass(frozen=True)
+class Memory:
+    """What a run appends to its system prompt, and what was left out of it and why."""
+
+    text: str = ""
+    problems: tuple[ConfigError, ...] = ()
+
+
 def load_memory(
     workspace: Path, paths: Sequence[str], *, max_bytes: int = DEFAULT_MAX_MEMORY_BYTES
-) -> str:
-    """The text to append to the system prompt ('' when there is no memory)."""
-    return render_memory(read_memory(workspace, paths, max_bytes=max_bytes))
+) -> Memory:
+    """The text to append to the system prompt ('' when there is no memory), and the problems."""
+    entries, problems = read_memory(workspace, paths, max_bytes=max_bytes)
+    return Memory(render_memory(entries), tuple(problems))
 
 
 def surely_no_memory(workspace: Path, paths: Sequence[str]) -> bool:
     """Whether ``paths`` give no memory, as told without reading or resolving anything: none
     are configured, or only the default, and it does not exist (one ``lstat``, cheap enough for
     the event loop, where a run would otherwise hand :func:`load_memory` to a thread for
-    nothing). False means "ask :func:`load_memory`", which decides everything else, errors
+    nothing). False means "ask :func:`load_memory`", which decides everything else, problems
     included."""
     default = PurePath(DEFAULT_MEMORY_PATH)
     if any(PurePath(configured) != default for configured in paths):
@@ -72,51 +86,151 @@ def render_memory(entries: Sequence[MemoryEntry]) -> str:
 
 def read_memory(
     workspace: Path, paths: Sequence[str], *, max_bytes: int = DEFAULT_MAX_MEMORY_BYTES
-) -> list[MemoryEntry]:
-    """The non-empty memory entries under ``paths``, in prompt order."""
-    root = Path(os.path.realpath(workspace))
-    census = LinkCensus(root)
-    entries: list[MemoryEntry] = []
-    seen: set[Path] = set()
-    remaining = max_bytes
+) -> tuple[list[MemoryEntry], list[ConfigError]]:
+    """The non-empty memory entries under ``paths``, in prompt order, and the problems of the
+    paths and files that were left out."""
+    reader = _Reader(Path(os.path.realpath(workspace)), max_bytes)
     for configured in paths:
-        in_workspace, files = _entry_files(root, configured)
+        try:
+            in_workspace, files = reader.entry_files(configured)
+        except ConfigError as exc:
+            reader.problems.append(exc)
+            continue
+        if not reader.read_all(files, in_workspace):
+            break  # over the budget: what comes after is left out
+    return reader.entries, reader.problems
+
+
+@dataclass
+class _Reader:
+    root: Path
+    max_bytes: int
+    entries: list[MemoryEntry] = field(default_factory=list)
+    problems: list[ConfigError] = field(default_factory=list)
+    seen: set[Path] = field(default_factory=set)
+    used: int = 0
+
+    def __post_init__(self) -> None:
+        self.census = LinkCensus(self.root)
+
+    def read_all(self, files: list[tuple[Path, str]], in_workspace: bool) -> bool:
+        """Read ``files`` (real path, name) into the entries; False once over the budget."""
         for real, name in files:
-            if real in seen:
+            if real in self.seen:
                 continue
-            seen.add(real)
-            text, size = _read(real, name, remaining, max_bytes, census if in_workspace else None)
-            remaining -= size
+            self.seen.add(real)
+            try:
+                text = self.read(real, name, in_workspace)
+            except MemoryLoadError as exc:
+                self.problems.append(exc)
+                if exc.reason == Refusal.TOO_LARGE:
+                    return False
+                continue
             if text.strip():
-                entries.append(MemoryEntry(name=name, path=real, text=text))
-    return entries
+                self.entries.append(MemoryEntry(name=name, path=real, text=text))
+        return True
 
-
-def _entry_files(root: Path, configured: str) -> tuple[bool, list[tuple[Path, str]]]:
-    """Whether ``configured`` is workspace-relative, and the (real path, name) of each file it
-    contributes, in order."""
-    in_workspace, real = _resolve(root, configured)
-    if real is None:
-        return in_workspace, []
-    if real.is_dir():
-        found = sorted(_markdown_files(real, configured), key=lambda item: item[0])
-        files = [(Path(os.path.realpath(path)), path, rel) for rel, path in found]
-    elif real.is_file():
-        files = [(real, str(real), "")]
-    else:
-        raise bad_path(f"memory path {configured!r} is not a file or a directory", configured)
-    result: list[tuple[Path, str]] = []
-    for target, path, rel in files:
-        if in_workspace and not target.is_relative_to(root):
-            raise MemoryLoadError(
-                f"memory file {path} links outside the workspace ({target}); refused", path
+    def read(self, real: Path, name: str, in_workspace: bool) -> str:
+        """The text of a memory file, within what is left of the budget; a file found through
+        a workspace-relative path must stay inside the workspace, hard links included."""
+        remaining = self.max_bytes - self.used
+        try:
+            data = read_repo_file(
+                real,
+                max_bytes=remaining,
+                inside=self.root if in_workspace else None,
+                check=self._all_links_inside if in_workspace else None,
             )
-        if Path(path).is_relative_to(root):
-            name = Path(path).relative_to(root).as_posix()
+        except RepoFileError as exc:
+            if exc.reason == Refusal.TOO_LARGE:
+                raise MemoryLoadError(
+                    f"memory is too large: the files under memory.paths pass the limit of "
+                    f"{self.max_bytes} bytes at {name}; it and the memory after it were left "
+                    "out (shorten or remove some of them)",
+                    name,
+                    exc.reason,
+                ) from None
+            raise MemoryLoadError(
+                f"memory file {name} was left out: {exc.detail}", name, exc.reason
+            ) from None
+        if data is None:  # removed meanwhile
+            return ""
+        self.used += len(data)
+        try:
+            return data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise MemoryLoadError(
+                f"memory file {name} was left out: it is not UTF-8 text (byte {exc.start} is "
+                "invalid)",
+                name,
+                "not_utf8",
+            ) from None
+
+    def _all_links_inside(self, info: os.stat_result) -> None:
+        if not self.census.all_inside(info):
+            raise RepoFileError(
+                "",
+                Refusal.HARD_LINKS,
+                f"it has {info.st_nlink} hard links and only {self.census.inside(info)} of them "
+                "are inside the workspace; refused",
+            )
+
+    def entry_files(self, configured: str) -> tuple[bool, list[tuple[Path, str]]]:
+        """Whether ``configured`` is workspace-relative, and the (real path, name) of each file
+        it contributes, in order (a file that links outside the workspace is a problem)."""
+        in_workspace, real = _resolve(self.root, configured)
+        if real is None:
+            return in_workspace, []
+        if real.is_dir():
+            found = sorted(self._markdown_files(real, configured), key=lambda item: item[0])
+            files = [(Path(os.path.realpath(path)), path, rel) for rel, path in found]
+        elif real.is_file():
+            files = [(real, str(real), "")]
         else:
-            name = f"{configured.rstrip('/')}/{rel}" if rel else configured
-        result.append((target, name))
-    return in_workspace, result
+            raise bad_path(
+                f"memory path {configured!r} is not a file or a directory; left out",
+                configured,
+                Refusal.NOT_REGULAR,
+            )
+        result: list[tuple[Path, str]] = []
+        for target, path, rel in files:
+            if Path(path).is_relative_to(self.root):
+                name = Path(path).relative_to(self.root).as_posix()
+            else:
+                name = f"{configured.rstrip('/')}/{rel}" if rel else configured
+            if in_workspace and not target.is_relative_to(self.root):
+                self.problems.append(
+                    MemoryLoadError(
+                        f"memory file {name} links outside the workspace ({target}); left out",
+                        name,
+                        Refusal.OUTSIDE,
+                    )
+                )
+                continue
+            result.append((target, name))
+        return in_workspace, result
+
+    def _markdown_files(self, directory: Path, configured: str) -> Iterator[tuple[str, str]]:
+        """(path relative to ``directory``, path) of each ``*.md`` entry below it that is not a
+        directory; a directory that cannot be read is a problem, and the walk goes on without
+        it."""
+
+        def unreadable(exc: OSError) -> None:
+            where = exc.filename or str(directory)
+            self.problems.append(
+                MemoryLoadError(
+                    f"cannot read memory directory {where} ({exc.strerror}); left out",
+                    configured,
+                    Refusal.UNREADABLE,
+                )
+            )
+
+        for current, dirs, files in os.walk(directory, onerror=unreadable):
+            dirs[:] = [name for name in dirs if not name.startswith(".")]
+            for name in files:
+                if name.lower().endswith(".md") and not name.startswith("."):
+                    path = os.path.join(current, name)  # not a regular file: a problem, later
+                    yield PurePath(os.path.relpath(path, directory)).as_posix(), path
 
 
 def _resolve(root: Path, configured: str) -> tuple[bool, Path | None]:
@@ -131,63 +245,20 @@ def _resolve(root: Path, configured: str) -> tuple[bool, Path | None]:
     except (FileNotFoundError, NotADirectoryError):
         if optional:
             return True, None
-        raise bad_path(f"memory path {configured!r} does not exist", configured) from None
+        raise bad_path(
+            f"memory path {configured!r} does not exist; left out", configured, "missing"
+        ) from None
     except (OSError, RuntimeError, ValueError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else str(exc)
-        raise bad_path(f"memory path {configured!r} is not usable: {reason}", configured) from None
+        raise bad_path(
+            f"memory path {configured!r} is not usable ({reason}); left out",
+            configured,
+            Refusal.UNREADABLE,
+        ) from None
     if in_workspace and not real.is_relative_to(root):
         raise bad_path(
-            f"memory path {configured!r} resolves outside the workspace ({real}); refused",
+            f"memory path {configured!r} resolves outside the workspace ({real}); left out",
             configured,
+            Refusal.OUTSIDE,
         )
     return in_workspace, real
-
-
-def _markdown_files(directory: Path, configured: str) -> Iterator[tuple[str, str]]:
-    """(path relative to ``directory``, path) of each ``*.md`` file below it."""
-
-    def fail(exc: OSError) -> None:
-        where = exc.filename or str(directory)
-        raise MemoryLoadError(f"cannot read memory directory {where}: {exc.strerror}", configured)
-
-    for current, dirs, files in os.walk(directory, onerror=fail):
-        dirs[:] = [name for name in dirs if not name.startswith(".")]
-        for name in files:
-            if name.lower().endswith(".md") and not name.startswith("."):
-                path = os.path.join(current, name)
-                if os.path.isfile(path):
-                    yield PurePath(os.path.relpath(path, directory)).as_posix(), path
-
-
-def _read(
-    real: Path, name: str, remaining: int, max_bytes: int, census: LinkCensus | None
-) -> tuple[str, int]:
-    """The text of a memory file and its size in bytes, within the ``remaining`` budget;
-    with ``census``, a file whose hard links are not all inside the workspace is refused."""
-    try:
-        fd = os.open(real, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
-        with os.fdopen(fd, "rb") as file:
-            info = os.fstat(file.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise MemoryLoadError(f"memory file {name} is not a regular file", name)
-            if census is not None and not census.all_inside(info):
-                raise MemoryLoadError(
-                    f"memory file {name} has {info.st_nlink} hard links and only "
-                    f"{census.inside(info)} of them are inside the workspace; refused",
-                    name,
-                )
-            data = file.read(remaining + 1)
-    except OSError as exc:
-        raise MemoryLoadError(f"cannot read memory file {name}: {exc.strerror}", name) from None
-    if len(data) > remaining:
-        raise MemoryLoadError(
-            f"memory is too large: the files under memory.paths pass the limit of {max_bytes} "
-            f"bytes at {name}; shorten or remove some of them",
-            name,
-        )
-    try:
-        return data.decode("utf-8-sig"), len(data)
-    except UnicodeDecodeError as exc:
-        raise MemoryLoadError(
-            f"memory file {name} is not UTF-8 text (byte {exc.start} is invalid)", name
-        ) from None

@@ -11,7 +11,7 @@ from tether.protocol.tools import ToolKind
 from tether.tools.base import ToolContext, ToolResult
 from tether.tools.sandbox import Sandbox
 from tether.tools.typed import ToolArguments, TypedTool
-from tether.tools.walk import Glob, run_in_thread, walk_files
+from tether.tools.walk import WALK_BUDGET_SECONDS, Glob, run_in_thread, walk_files
 
 DEFAULT_LIMIT = 500
 MAX_LIMIT = 5000
@@ -75,9 +75,7 @@ def _list(args: ListFilesArguments, workspace: Path, stop: threading.Event) -> T
             f"[showing {args.limit} of {len(walk.files)} files: narrow with path or glob, "
             f"or raise limit (at most {MAX_LIMIT})]"
         )
-    if not walk.complete:
-        lines.append(
-            f"[stopped after scanning {MAX_SCANNED} entries, so the list is incomplete: "
-            "narrow with path]"
-        )
+    lines += walk.notes(
+        max_entries=MAX_SCANNED, budget=WALK_BUDGET_SECONDS, what="the list is incomplete"
+    )
     return ToolResult("\n".join(lines))

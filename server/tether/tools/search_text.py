@@ -20,7 +20,14 @@ from tether.tools.base import FileAccess, ToolContext, ToolError, ToolResult
 from tether.tools.sandbox import LinkedFileError, Sandbox, format_size
 from tether.tools.text import clip, decode, is_binary, split_lines
 from tether.tools.typed import ToolArguments, TypedTool
-from tether.tools.walk import Glob, WalkedFile, run_in_thread, walk_files
+from tether.tools.walk import (
+    WALK_BUDGET_SECONDS,
+    Glob,
+    Walk,
+    WalkedFile,
+    run_in_thread,
+    walk_files,
+)
 
 if TYPE_CHECKING:  # imported by the first search: a start that never searches skips it
     import regex as re
@@ -186,7 +193,7 @@ def _search(
     regex = _compile(args.pattern, args.ignore_case)
     glob = Glob.compile(args.glob) if args.glob is not None else None
     target = sandbox.resolve(args.path)
-    complete = True
+    walk: Walk | None = None
     if target.is_dir():
         walk = walk_files(
             sandbox.root,
@@ -196,7 +203,7 @@ def _search(
             stop=stop,
             include_ignored=args.include_ignored,
         )
-        files, complete = walk.files, walk.complete
+        files = walk.files
     else:
         files = [_walked(sandbox, target, args.path)]
     # one walk of the workspace for the hard links of every file that has several
@@ -214,9 +221,10 @@ def _search(
         search.file(file)
     lines = search.matches or [f"no matches in {len(files)} files"]
     lines += search.notes()
-    if not complete:
-        lines.append(
-            f"[stopped after scanning {MAX_SCANNED} entries, so some files were not searched: "
-            "narrow with path]"
+    if walk is not None:
+        lines += walk.notes(
+            max_entries=MAX_SCANNED,
+            budget=WALK_BUDGET_SECONDS,
+            what="some files were not searched",
         )
     return ToolResult("\n".join(lines))

@@ -1,30 +1,36 @@
 """Walking the workspace for the search tools: globs, skipped directories, ignore files,
-stopping on cancel.
+bounds, stopping on cancel.
 
 A walk never follows symlinks (a symlinked file is not listed, a symlinked directory not entered),
-skips :data:`IGNORED_DIRS` below its start, and scans at most ``max_entries`` directory entries.
-Unless asked to include them, it leaves out what ignore files exclude, as ripgrep does: the
+skips :data:`IGNORED_DIRS` below its start, and scans at most ``max_entries`` directory entries
+in at most ``budget`` seconds (:data:`WALK_BUDGET_SECONDS`, the reading and matching of ignore
+files included); a walk cut short says so (:meth:`Walk.notes`). Unless asked to include them, it
+leaves out what ignore files exclude, as ripgrep does (:mod:`tether.tools.ignores`): the
 ``.gitignore`` and ``.ignore`` of each directory (the latter winning) apply below it, a deeper
 file's rules win over a shallower one's, the last matching line of a file wins (``!`` lines
 re-include), and nothing below an ignored directory is seen. The rules of the directories from
 the workspace root down to the start apply too, as do ``.git/info/exclude``'s at the root. The
-blocking work runs in a thread that checks a stop flag, set when the awaiting task is cancelled,
-so a cancelled search does not keep a thread busy.
+blocking work runs in a thread that checks a stop flag between two entries, set when the
+awaiting task is cancelled, so a cancelled search does not keep a thread busy.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import os
 import re
 import threading
-from collections.abc import Callable, Collection
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from tether.tools.base import ToolError
+from tether.tools.ignores import IgnoreFiles, Ignores, ignores_above
+from tether.tools.timed_regex import TimedRegex
 
 T = TypeVar("T")
 
@@ -77,7 +83,7 @@ class Glob:
     """
 
     pattern: str
-    regex: re.Pattern[str]
+    regex: TimedRegex
     name_only: bool
 
     @classmethod
@@ -91,14 +97,15 @@ class Glob:
                 f"invalid glob {pattern!r}: it must be relative, without '..' or empty segments"
             )
         try:
-            regex = re.compile(_translate(segments, pattern))
+            regex = TimedRegex(re.compile(_translate(segments, pattern)))
         except re.error as exc:
             raise ToolError(f"invalid glob {pattern!r}: {exc}") from None
         return cls(pattern=pattern, regex=regex, name_only=len(segments) == 1)
 
-    def matches(self, rel: str) -> bool:
+    def matches(self, rel: str, deadline: float = math.inf) -> bool:
+        """Whether ``rel`` matches; :class:`TimeoutError` when ``deadline`` passes first."""
         target = rel.rpartition("/")[2] if self.name_only else rel
-        return self.regex.fullmatch(target) is not None
+        return self.regex.fullmatch(target, deadline)
 
 
 def _translate(segments: list[str], pattern: str) -> str:
@@ -183,112 +190,42 @@ class WalkedFile:
         return cls(rel, path, info.st_size, info.st_nlink, (info.st_dev, info.st_ino))
 
 
-IGNORE_FILES = (".gitignore", ".ignore")
-"""Ignore files a walk reads in every directory, in order of precedence (the last wins)."""
-MAX_IGNORE_FILE_BYTES = 256 * 1024  # of one ignore file: what is over it is not read
-
-
-_DIR_MARK = "ps_d"  # the group pathspec's patterns name when they match through a directory
-
-
-class _Rules:
-    """The rules of one directory's ignore files, applying below ``base`` (relative to the
-    root: "" or "a/b/"). Parsed and compiled by pathspec; checked here with
-    :meth:`GitIgnoreSpec.check_file`'s precedence (the last line that matches the path itself
-    wins, else the last that matches a directory above it), without its per-call overhead,
-    which was most of a walk's time."""
-
-    __slots__ = ("_patterns", "base")
-
-    def __init__(self, base: str, lines: list[str]) -> None:
-        from pathspec import GitIgnoreSpec, RegexPattern  # ~13 ms: imported by the first walk
-
-        self.base = base
-        spec = GitIgnoreSpec.from_lines(lines)
-        self._patterns = [
-            (pattern.regex, pattern.include)
-            for pattern in reversed(spec.patterns)
-            if isinstance(pattern, RegexPattern)
-            and pattern.include is not None
-            and pattern.regex is not None
-        ]
-
-    def decide(self, path: str) -> bool | None:
-        """True: ignored; False: re-included (``!``); None: these rules say nothing."""
-        through_directory: bool | None = None
-        for regex, include in self._patterns:
-            match = regex.search(path)
-            if match is None:
-                continue
-            if match.groupdict().get(_DIR_MARK) is None:
-                return include
-            if through_directory is None:
-                through_directory = include
-        return through_directory
-
-
-@dataclass(frozen=True)
-class Ignores:
-    """The ignore rules in force in one directory, from the root's down to its own."""
-
-    chain: tuple[_Rules, ...] = ()
-
-    def below(self, directory: str, base: str, names: Collection[str]) -> Ignores:
-        """The rules in force in ``directory`` (``base`` relative to the root), whose entries
-        include ``names``: these, and those of its ignore files."""
-        lines: list[str] = []
-        if base == "":
-            lines += _read_lines(os.path.join(directory, ".git", "info", "exclude"))
-        for name in IGNORE_FILES:
-            if name in names:
-                lines += _read_lines(os.path.join(directory, name))
-        if not lines:
-            return self
-        return Ignores((*self.chain, _Rules(base, lines)))
-
-    def ignored(self, rel: str, *, is_dir: bool) -> bool:
-        """Whether ``rel`` (relative to the root) is excluded: the deepest rules that say
-        anything about it decide."""
-        for rules in reversed(self.chain):
-            if not rel.startswith(rules.base):
-                continue
-            decision = rules.decide(rel[len(rules.base) :] + ("/" if is_dir else ""))
-            if decision is not None:
-                return decision
-        return False
-
-
-def _read_lines(path: str) -> list[str]:
-    """The lines of an ignore file (none when it cannot be read)."""
-    try:
-        with open(path, "rb") as file:
-            data = file.read(MAX_IGNORE_FILE_BYTES)
-    except OSError:
-        return []
-    return data.decode("utf-8", errors="replace").splitlines()
-
-
-def ignores_above(root: Path, start: Path) -> Ignores:
-    """The rules of the directories from ``root`` down to the parent of ``start``."""
-    ignores = Ignores()
-    if start == root:
-        return ignores
-    directory, base = root, ""
-    for part in start.relative_to(root).parts:
-        ignores = ignores.below(str(directory), base, _names(directory))
-        directory, base = directory / part, f"{base}{part}/"
-    return ignores
-
-
-def _names(directory: Path) -> set[str]:
-    return {name for name in (*IGNORE_FILES, ".git") if (directory / name).exists()}
+WALK_BUDGET_SECONDS = 10.0
+"""How long one walk may take (reading and matching ignore files included)."""
 
 
 @dataclass
 class Walk:
     files: list[WalkedFile] = field(default_factory=list)
-    complete: bool = True  # False: stopped after scanning max_entries entries
+    stopped: Literal["entries", "time"] | None = None  # why the walk was cut short, if it was
     scanned: int = 0
+    ignore_files: IgnoreFiles = field(default_factory=IgnoreFiles)
+
+    @property
+    def complete(self) -> bool:
+        return self.stopped is None
+
+    def notes(self, *, max_entries: int, budget: float, what: str) -> list[str]:
+        """What the model should know of the walk: whether it was cut short (``what`` says what
+        is incomplete) and how to narrow it, and the ignore files that were left out."""
+        notes: list[str] = []
+        if self.stopped == "entries":
+            notes.append(
+                f"[stopped after scanning {max_entries} entries, so {what}: narrow with path]"
+            )
+        elif self.stopped == "time":
+            notes.append(
+                f"[stopped after {budget:g} s of walking ({self.scanned} entries scanned), so "
+                f"{what}: narrow with path or glob, or set include_ignored to skip the ignore "
+                "files' rules]"
+            )
+        refused = self.ignore_files.refused
+        if refused:
+            shown = "; ".join(refused[:3]) + (
+                f"; and {len(refused) - 3} more" if len(refused) > 3 else ""
+            )
+            notes.append(f"[ignore files left out (their rules do not apply): {shown}]")
+        return notes
 
 
 _Pending = tuple[str, str, Ignores | None]  # a directory, its path relative to the start, rules
@@ -302,13 +239,17 @@ def walk_files(
     max_entries: int,
     stop: threading.Event,
     include_ignored: bool = False,
+    budget: float = WALK_BUDGET_SECONDS,
 ) -> Walk:
     """The regular files under ``start`` (inside ``root``) that ``glob`` matches, sorted by path;
-    without ``include_ignored``, those the ignore files leave in only."""
+    without ``include_ignored``, those the ignore files leave in only. The walk stops early when
+    ``stop`` is set, after ``max_entries`` entries, or after ``budget`` seconds."""
+    deadline = time.monotonic() + budget
     prefix = "" if start == root else start.relative_to(root).as_posix() + "/"
     walk = Walk()
+    files = walk.ignore_files
     stack: list[_Pending] = [
-        (str(start), "", None if include_ignored else ignores_above(root, start))
+        (str(start), "", None if include_ignored else ignores_above(root, start, files))
     ]
     while stack and not stop.is_set():
         directory, rel_dir, ignores = stack.pop()
@@ -319,14 +260,25 @@ def walk_files(
             continue
         if ignores is not None:
             names = {entry.name for entry in entries}
-            ignores = ignores.below(directory, prefix + rel_dir, names)
+            ignores = ignores.below(directory, prefix + rel_dir, names, files)
         for entry in entries:
-            walk.scanned += 1
-            if walk.scanned > max_entries:
-                walk.complete = False
+            if stop.is_set():
+                break
+            if walk.scanned >= max_entries:
+                walk.stopped = "entries"
+            elif time.monotonic() > deadline:
+                walk.stopped = "time"
+            else:
+                walk.scanned += 1
+                try:
+                    _visit(
+                        entry, rel_dir + entry.name, prefix, glob, walk, stack, ignores, deadline
+                    )
+                except TimeoutError:  # a pattern that backtracks, stopped at the deadline
+                    walk.stopped = "time"
+            if walk.stopped is not None:
                 stack.clear()
                 break
-            _visit(entry, rel_dir + entry.name, prefix, glob, walk, stack, ignores)
     walk.files.sort(key=lambda file: file.rel)
     return walk
 
@@ -339,19 +291,24 @@ def _visit(
     walk: Walk,
     stack: list[_Pending],
     ignores: Ignores | None,
+    deadline: float,
 ) -> None:
     try:
         if entry.is_symlink():
             return
         if entry.is_dir(follow_symlinks=False):
             if entry.name not in IGNORED_DIRS and not (
-                ignores is not None and ignores.ignored(prefix + rel, is_dir=True)
+                ignores is not None
+                and ignores.ignored(prefix + rel, is_dir=True, deadline=deadline)
             ):
                 stack.append((entry.path, rel + "/", ignores))
         elif (
             entry.is_file(follow_symlinks=False)
-            and (glob is None or glob.matches(rel))
-            and not (ignores is not None and ignores.ignored(prefix + rel, is_dir=False))
+            and (glob is None or glob.matches(rel, deadline))
+            and not (
+                ignores is not None
+                and ignores.ignored(prefix + rel, is_dir=False, deadline=deadline)
+            )
         ):
             info = entry.stat(follow_symlinks=False)
             walk.files.append(WalkedFile.of(prefix + rel, entry.path, info))
