@@ -91,7 +91,7 @@ def read_repo_file(
     try:
         if check is not None:
             check(os.fstat(fd))
-        data = _read_at_most(fd, max_bytes + 1)
+        data = read_at_most(fd, max_bytes + 1)
     except OSError as exc:
         raise _unreadable(path, exc) from None
     finally:
@@ -197,7 +197,8 @@ def _kind(mode: int) -> str:
     return "not a file"
 
 
-def _read_at_most(fd: int, limit: int) -> bytes:
+def read_at_most(fd: int, limit: int) -> bytes:
+    """At most ``limit`` bytes of ``fd``, read in pieces of a MiB at most."""
     chunks: list[bytes] = []
     remaining = limit
     while remaining > 0:

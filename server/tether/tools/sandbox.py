@@ -31,6 +31,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from tether.repofiles import read_at_most
 from tether.tools.base import ToolError
 from tether.tools.links import LinkCensus
 
@@ -149,7 +150,7 @@ class Sandbox:
             if info.st_size > limit:
                 raise _too_large(shown, info.st_size, limit)
             self.check_links(info, shown)
-            data = _read_at_most(fd, limit + 1)  # the file may have grown since fstat
+            data = read_at_most(fd, limit + 1)  # the file may have grown since fstat
         finally:
             os.close(fd)
         if len(data) > limit:
@@ -286,17 +287,6 @@ class Parent:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def _read_at_most(fd: int, count: int) -> bytes:
-    chunks: list[bytes] = []
-    while count > 0:
-        chunk = os.read(fd, min(count, 1 << 20))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        count -= len(chunk)
-    return b"".join(chunks)
 
 
 def _too_large(shown: str, size: int, limit: int) -> ToolError:
