@@ -208,10 +208,10 @@ async def test_always_answers_are_remembered_for_the_session(setup: Setup, proje
     assert final == {"w1": "completed", "w2": "completed", "r1": "failed", "r2": "failed"}
 
 
-async def test_cancel_stops_a_streaming_turn_which_answers_cancelled(
+async def test_cancel_stops_a_streaming_turn_which_answers_cancelled_and_the_next_prompt_runs(
     setup: Setup, project: Path
 ) -> None:
-    setup.script([{"text": "Thinking about it for a long while", "delay": 60}])
+    setup.script([{"text": "Thinking about it for a long while", "delay": 60}, {"text": "Next."}])
     async with setup.agent() as agent:
         session = await agent.conn.new_session(cwd=str(project), mcp_servers=[])
         turn = asyncio.ensure_future(
@@ -220,7 +220,8 @@ async def test_cancel_stops_a_streaming_turn_which_answers_cancelled(
         await until(agent.client.chunk)
         await agent.conn.cancel(session_id=session.session_id)
         answer = await asyncio.wait_for(turn, 20)
-    assert answer.stop_reason == "cancelled"
+        again = await agent.conn.prompt(session_id=session.session_id, prompt=[text_block("go")])
+    assert (answer.stop_reason, again.stop_reason) == ("cancelled", "end_turn")
 
 
 async def test_cancel_while_permission_is_pending_answers_cancelled_and_runs_nothing(

@@ -160,6 +160,24 @@ async def test_kernel_cancel_stops_a_streaming_run_and_the_session_stays_consist
     assert [m["role"] for m in history] == ["user"]  # the cut-short answer is not kept
 
 
+async def test_the_session_takes_the_next_run_as_soon_as_kernel_cancel_answers(project: Path):
+    connection = await start(
+        project, [{"text": "a very long answer", "delay": 30}, {"text": "the next one"}]
+    )
+    try:
+        sid = (await connection.request("session/create", {}))["sessionId"]
+        run = asyncio.ensure_future(
+            connection.request("kernel/run", {"sessionId": sid, "prompt": "go"})
+        )
+        await next_event(connection, "iteration_started")
+        assert await connection.request("kernel/cancel", {"sessionId": sid}) == {"cancelled": True}
+        nxt = await connection.request("kernel/run", {"sessionId": sid, "prompt": "again"})
+        first = await asyncio.wait_for(run, 20)
+    finally:
+        await connection.close()
+    assert (first["stopReason"], nxt["stopReason"]) == ("cancelled", "end_turn")
+
+
 async def test_cancel_request_on_a_run_answers_32800_with_the_partial_result(project: Path):
     connection = await start(
         project,

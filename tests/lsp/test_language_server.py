@@ -295,6 +295,20 @@ async def test_the_cancel_command_stops_the_turn(server: Server) -> None:
         assert (await turn)["stopReason"] == "cancelled"
 
 
+@pytest.mark.parametrize("script", [[{"text": "thinking", "delay": 30}, {"text": "next"}]])
+async def test_the_session_takes_the_next_ask_as_soon_as_the_cancel_command_answers(
+    server: Server,
+) -> None:
+    turn = asyncio.ensure_future(ask(server, "take your time"))
+    await until(lambda: any(server.client.progress_reports.values()))
+    assert await execute(server, "tether.cancel") == {"cancelled": True}
+    async with asyncio.timeout(10):
+        again = await ask(server, "and now this")
+        first = await turn
+    assert (first["stopReason"], again["stopReason"]) == ("cancelled", "end_turn")
+    assert again["sessionId"] == first["sessionId"]
+
+
 async def test_new_session_makes_the_next_turns_run_in_a_new_session(server: Server) -> None:
     first = await execute(server, "tether.newSession")
     second = await execute(server, "tether.newSession")

@@ -72,6 +72,11 @@ ToolsFactory = Callable[[TetherConfig, str, Path], Awaitable[ToolExecutor]]
 # The secrets of a run in a session (configuration, session id): see tether.secrets.
 SecretsOf = Callable[[TetherConfig, str], Secrets]
 
+STOP_WAIT = 10.0
+"""Seconds :meth:`Kernel.stop` waits for a stopped run to end and give its session back. A
+cancelled run ends at once (its model request and tools stop at their next chance); only a
+store that does not answer holds it longer, and the lease then expires on its own."""
+
 
 class Kernel:
     def __init__(
@@ -110,6 +115,8 @@ class Kernel:
         self._giving_back: set[asyncio.Future[None]] = set()  # leases of cancelled claims
         # sessions whose runs are still claiming their lease -> a kernel/cancel came meanwhile
         self._claiming: dict[str, list[_Claim]] = {}
+        # session -> the ends of its runs in this process (each done once the lease is given back)
+        self._ends: dict[str, list[asyncio.Future[None]]] = {}
 
     def forget(self, session_id: str) -> None:
         """Drop what the kernel keeps about a session that was deleted or expired."""
@@ -122,6 +129,19 @@ class Kernel:
         """Run to the end. If this call is cancelled (``$/cancelRequest``), the run stops and
         :class:`RequestCancelled` carries its partial result. ``SessionBusy`` when a run (of any
         process) holds the session; ``RunLeaseLost`` when this one lost it on the way."""
+        ended = asyncio.get_running_loop().create_future()
+        ends = self._ends.setdefault(params.session_id, [])
+        ends.append(ended)
+        try:
+            return await self._run(params, emit)
+        finally:
+            ends.remove(ended)
+            if not ends and self._ends.get(params.session_id) is ends:
+                del self._ends[params.session_id]
+            ended.set_result(None)
+
+    async def _run(self, params: RunParams, emit: Emit) -> RunResult:
+        """:meth:`run`, which keeps track of its end."""
         session_id = params.session_id
         run_id = uuid7()
         lease = self._config(None).sessions.lease_delta()  # never a workspace file's
@@ -171,6 +191,24 @@ class Kernel:
         for claim in claims:
             claim.cancelled = True
         return bool(claims)
+
+    async def stop(self, session_id: str) -> bool:
+        """:meth:`cancel`, answered once the session's stopped runs have ended and given the
+        session back (:data:`STOP_WAIT` at most), so that it takes the next run at once."""
+        cancelled = self.cancel(session_id)
+        await self.ended(session_id)
+        return cancelled
+
+    async def ended(self, session_id: str) -> None:
+        """Wait until the runs of the session in this process have ended and given it back
+        (:data:`STOP_WAIT` at most: then a run that still ends keeps the session a while)."""
+        ends = list(self._ends.get(session_id, ()))
+        if ends:
+            _, pending = await asyncio.wait(ends, timeout=STOP_WAIT)
+            if pending:
+                logger.warning(
+                    "a stopped run of session %s has not ended after %g s", session_id, STOP_WAIT
+                )
 
     def _forget_claim(self, session_id: str, claim: _Claim) -> None:
         claims = self._claiming.get(session_id, [])

@@ -122,7 +122,7 @@ def _commands(runs: Runs) -> Callable[[lsp.ExecuteCommandParams], Awaitable[Any]
         if params.command == "tether.ask":
             return await runs.ask(_ask_arguments(params.arguments), params.work_done_token)
         if params.command == "tether.cancel":
-            return runs.cancel()
+            return await runs.cancel()
         if params.command == "tether.newSession":
             return await runs.new_session(_ask_arguments(params.arguments).uri)
         raise InvalidParams(

@@ -21,7 +21,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -69,6 +69,10 @@ class _Run:
     cancelled: bool = False  # asked to stop, maybe before the kernel had started it
     stopped: bool = False  # the kernel was told (once: a second cancel would cut its ending)
     waiting: asyncio.Future[Any] | None = None  # what the turn waits for before its run
+    # done once the turn has left its session (its run ended and gave the session back)
+    ended: asyncio.Future[None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
 
 
 class Runs:
@@ -97,6 +101,7 @@ class Runs:
             result, error = await self._run(session_id, run)
         finally:
             self.active.pop(session_id, None)
+            run.ended.set_result(None)
         transcript = transcript_path(self._data_home(), session_id)
         markdown = run.turn.markdown(result, None if error is None else error.message)
         await asyncio.to_thread(append_turn, transcript, session_id, markdown)
@@ -156,9 +161,18 @@ class Runs:
             self._progress(run, {"kind": "end", "message": reason})
         return result, error
 
-    def cancel(self) -> dict[str, Any]:
-        """Stop the turns started here."""
-        return {"cancelled": any([self._stop(session_id) for session_id in list(self.active)])}
+    async def cancel(self) -> dict[str, Any]:
+        """Stop the turns started here; answered once they have left their sessions (the
+        kernel's :data:`~tether.kernel.kernel.STOP_WAIT` at most), which then take the next
+        ``tether.ask`` at once."""
+        from tether.kernel.kernel import STOP_WAIT
+
+        stopped = [
+            self.active[session_id] for session_id in list(self.active) if self._stop(session_id)
+        ]
+        if stopped:
+            await asyncio.wait([run.ended for run in stopped], timeout=STOP_WAIT)
+        return {"cancelled": bool(stopped)}
 
     def cancel_token(self, token: str | int) -> bool:
         """``window/workDoneProgress/cancel``: stop the run reporting on ``token``."""

@@ -38,7 +38,7 @@ def kernel_methods(
 
     async def cancel(params: CancelParams) -> CancelResult:
         await sessions.store.get(params.session_id)  # an unknown session is -32010
-        return CancelResult(cancelled=kernel.cancel(params.session_id))
+        return CancelResult(cancelled=await kernel.stop(params.session_id))
 
     async def compact(params: CompactParams) -> CompactResult:
         token = params.work_done_token
