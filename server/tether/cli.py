@@ -12,15 +12,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tether import __version__
+from tether.escapes import inert
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(InertFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
     from tether.secrets import redact_logs
 
     redact_logs()  # the secrets a run knows never reach the log
@@ -32,6 +31,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "acp":
         return _acp()
     return _run(args)
+
+
+class InertFormatter(logging.Formatter):
+    """Log lines with their control characters shown as escapes (but for line breaks and
+    tabs): a log line quotes what tether did not write (a repository's file names and config
+    keys, a server's messages), and the terminal or log viewer that shows tether's stderr must
+    not act on a control sequence in it."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return inert(super().format(record))
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -20,8 +20,9 @@ from typing import Any, TextIO
 
 from tether.client import Run, TetherClient, TetherClientError
 from tether.client.tether_client import PermissionOutcome
+from tether.escapes import printable
 from tether.protocol.kernel import PermissionParams, ProgressParams, RunResult, StopReason
-from tether.terminal import TerminalView, printable
+from tether.terminal import TerminalView
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,14 +12,14 @@ writes with OSC 52, links with OSC 8, clearing or redrawing the screen, a carria
 writes over a line). The answer and the reasoning keep their line breaks and tabs
 (:class:`InertStream`, which holds a carriage return that ends a streamed piece until the next
 piece says whether it starts a line break); titles, errors, notes and diffs are one line each
-(:func:`printable`). Other characters, wide and combined ones included, are shown as they are.
+(:func:`~tether.escapes.printable`). Other characters, wide and combined ones included, are shown
+as they are.
 """
 
 from __future__ import annotations
 
 import contextlib
 import difflib
-import re
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -29,6 +29,7 @@ from rich.control import Control
 from rich.segment import ControlType
 from rich.text import Text
 
+from tether.escapes import inert, printable
 from tether.protocol.kernel import (
     IterationStarted,
     MessageDelta,
@@ -259,25 +260,6 @@ def _applied(name: str, args: dict[str, Any], current: str) -> str | None:
     return current.replace(old, new, -1 if args.get("replace_all") is True else 1)
 
 
-# C0 controls but tab and line feed, a carriage return that does not start a CRLF, DEL and C1.
-_STREAM_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")
-# Every C0 control, DEL, C1, the Unicode line breaks and the marks that reorder text (bidi), which
-# could make a title read as something else than the call it names.
-_LINE_CONTROLS = re.compile(
-    r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
-)
-
-
-def _escape(match: re.Match[str]) -> str:
-    return match.group().encode("unicode_escape").decode()
-
-
-def printable(text: str) -> str:
-    """``text`` on one line, with every control character (line breaks and tabs too) shown as
-    its escape, so what the model wrote cannot redraw the screen or pass for something else."""
-    return _LINE_CONTROLS.sub(_escape, text)
-
-
 class InertStream:
     """Streamed text shown inert, piece by piece: its control characters are shown as their
     escapes, but for tabs and line breaks (LF, CRLF). A carriage return at the end of a piece
@@ -292,7 +274,7 @@ class InertStream:
             text, self._held_cr = "\r" + text, False
         if text.endswith("\r"):
             text, self._held_cr = text[:-1], True
-        return _STREAM_CONTROLS.sub(_escape, text)
+        return inert(text)
 
     def flush(self) -> str:
         """What is held (a carriage return that nothing followed), shown as its escape."""

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from tether.client import Connection, RpcError
+from tether.escapes import printable as _printable
 from tether.protocol import ErrorCode
-from tether.terminal import printable as _printable
 
 from .conftest import SERVER, start_scripted
 
@@ -353,6 +353,28 @@ def test_the_question_of_tether_run_shows_control_characters_escaped() -> None:
         _printable('{"command": "ls\\r\\x1b[2Krm -rf /"}') == '{"command": "ls\\r\\x1b[2Krm -rf /"}'
     )
     assert _printable('{"a":\r"b"}\x1b[2K') == '{"a":\\r"b"}\\x1b[2K'
+
+
+def test_a_log_line_quoting_a_repository_file_shows_its_control_characters_escaped(
+    project: Path,
+):
+    (project / ".tether").mkdir()
+    hostile_key = r'"\u001b]52;c;UFdORUQ=\u0007\u001b[2J\rok\u009b1m" = 1'
+    (project / ".tether" / "config.toml").write_text(hostile_key + "\n")
+    script = project.parent / "cli-script.json"
+    script.write_text(json.dumps([{"text": "Hello."}]))
+    argv = ["run", "hi", "--workspace", str(project), "--script", str(script)]
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", *argv],
+        capture_output=True,  # bytes: text mode would turn a carriage return into a line feed
+        timeout=60,
+        check=False,
+    )
+    stderr = done.stderr.decode()
+    assert done.returncode == 0, stderr
+    [logged] = [line for line in stderr.split("\n") if " WARNING tether." in line]
+    assert "\\x1b]52;c;UFdORUQ=\\x07\\x1b[2J\\rok\\x9b1m" in logged
+    assert not {"\x1b", "\x07", "\r", "\x9b"} & set(stderr)
 
 
 def test_tether_run_json_prints_events_and_the_result_as_json_lines(project: Path):
