@@ -130,4 +130,35 @@ async def test_a_pattern_that_backtracks_without_end_is_stopped_and_the_loop_kee
     assert not search.done()  # the event loop ran while the pattern was being matched
     result = await asyncio.wait_for(search, 10)
     assert not result.is_error
-    assert "backtracks" in result.content.splitlines()[-1]
+    [note] = [line for line in result.content.splitlines() if line.startswith("[")]
+    assert note.startswith("[stopped after 1 s of matching (0 of 1 files searched): the pattern")
+    assert "backtracks" in note
+
+
+async def test_a_search_out_of_time_over_many_files_says_so_and_claims_no_full_search(
+    call: Call, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The budget is spent before the first file (a deadline already passed), as many large
+    files spend it: the pattern is not to blame, and not every file was searched."""
+    monkeypatch.setattr(search_text, "TIME_BUDGET_SECONDS", 0.0)
+    for n in range(3):
+        write(workspace, f"f{n}.txt", "nothing here\n")
+    result = await call("search_text", {"pattern": "needle"})
+    assert not result.is_error
+    assert result.content.splitlines() == [
+        "no matches in the 0 files searched (the search stopped early)",
+        "[stopped after 0 s of matching (0 of 3 files searched), so some files were not "
+        "searched: narrow with path and glob]",
+    ]
+
+
+async def test_a_search_whose_walk_stopped_early_claims_no_full_search(
+    call: Call, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(search_text, "MAX_SCANNED", 2)
+    for n in range(5):
+        write(workspace, f"f{n}.txt", "nothing here\n")
+    result = await call("search_text", {"pattern": "needle"})
+    first, note = result.content.splitlines()
+    assert first == "no matches in the 2 files searched (the search stopped early)"
+    assert note.startswith("[stopped after scanning 2 entries, so some files were not searched")

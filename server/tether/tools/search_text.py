@@ -11,7 +11,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
@@ -107,8 +107,24 @@ class _Search:
         self.size = 0
         self.full = False  # limit or output cap reached
         self.skipped = {"binary": 0, "large": 0, "unreadable": 0, "linked": 0}
-        self.deadline = time.monotonic() + TIME_BUDGET_SECONDS
-        self.timed_out = False
+        self.budget = TIME_BUDGET_SECONDS
+        self.deadline = time.monotonic() + self.budget
+        # what ended the matching at its deadline: one line the pattern took long on, or the
+        # many files (and lines) before it
+        self.timed_out: Literal["pattern", "files"] | None = None
+        self.searched = 0  # files whose every line was matched
+
+    def search(self, files: list[WalkedFile], stop: threading.Event) -> None:
+        """Search ``files`` in order, until the limit, the deadline or ``stop``."""
+        for file in files:
+            if stop.is_set() or self.full:
+                return
+            if time.monotonic() > self.deadline:
+                self.timed_out, self.full = "files", True
+                return
+            self.file(file)
+            if self.timed_out is None:
+                self.searched += 1
 
     def file(self, file: WalkedFile) -> None:
         current = self.files.read_text(Path(file.path)) if self.files is not None else None
@@ -133,12 +149,13 @@ class _Search:
 
     def lines(self, file: WalkedFile, lines: list[str]) -> None:
         for number, line in enumerate(lines, 1):
+            left = max(0.0, self.deadline - time.monotonic())
             try:
-                found = self.regex.search(
-                    line, timeout=max(0.0, self.deadline - time.monotonic()), concurrent=True
-                )
+                found = self.regex.search(line, timeout=left, concurrent=True)
             except TimeoutError:
-                self.timed_out = self.full = True
+                # a tenth of the budget on one line: the pattern backtracks
+                self.timed_out = "pattern" if left > self.budget / 10 else "files"
+                self.full = True
                 return
             if found is None:
                 continue
@@ -149,12 +166,20 @@ class _Search:
                 return
             self.matches.append(match)
 
-    def notes(self) -> list[str]:
+    def notes(self, found: int) -> list[str]:
+        """What the model should know of the search: why it stopped early, what it skipped.
+        ``found``: the files there were to search."""
         notes: list[str] = []
-        if self.timed_out:
+        searched = f"{self.searched} of {found} files searched"
+        if self.timed_out == "pattern":
             notes.append(
-                f"[stopped after {TIME_BUDGET_SECONDS:g} s of matching: the pattern backtracks "
-                "too much; simplify it or narrow with path and glob]"
+                f"[stopped after {self.budget:g} s of matching ({searched}): the pattern "
+                "backtracks too much on a line; simplify it or narrow with path and glob]"
+            )
+        elif self.timed_out == "files":
+            notes.append(
+                f"[stopped after {self.budget:g} s of matching ({searched}), so some files were "
+                "not searched: narrow with path and glob]"
             )
         elif self.full:
             notes.append(
@@ -172,6 +197,14 @@ class _Search:
         if kept:
             notes.append(f"[skipped files: {', '.join(kept)}]")
         return notes
+
+
+def _no_matches(search: _Search, found: int, walk: Walk | None) -> str:
+    """The answer without a match: in how many files, which is all of them only when neither
+    the walk nor the matching stopped early (the notes say why they did)."""
+    if search.timed_out is None and (walk is None or walk.complete):
+        return f"no matches in {found} files"
+    return f"no matches in the {search.searched} files searched (the search stopped early)"
 
 
 def _walked(sandbox: Sandbox, target: Path, shown: str) -> WalkedFile:
@@ -215,12 +248,9 @@ def _search(
         }
     )
     search = _Search(sandbox, regex, args.limit, access)
-    for file in files:
-        if stop.is_set() or search.full:
-            break
-        search.file(file)
-    lines = search.matches or [f"no matches in {len(files)} files"]
-    lines += search.notes()
+    search.search(files, stop)
+    lines = search.matches or [_no_matches(search, len(files), walk)]
+    lines += search.notes(len(files))
     if walk is not None:
         lines += walk.notes(
             max_entries=MAX_SCANNED,
