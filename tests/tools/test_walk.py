@@ -127,22 +127,43 @@ def test_backtracking_ignore_rules_and_globs_do_not_stall_a_walk(workspace: Path
     assert [file.rel for file in walk.files] == [rel]
 
 
-def test_a_walk_whose_ignore_rules_cost_more_than_its_budget_ends_at_it_and_says_so(
+class GlobUntilTheDeadline(Glob):
+    """A glob whose first match takes the rest of the walk's budget (as thousands of ignore
+    rules or a backtracking pattern take it), whatever the machine's speed."""
+
+    def matches(self, rel: str, deadline: float = math.inf) -> bool:
+        while (left := deadline - time.monotonic()) >= 0:
+            threading.Event().wait(left + 0.001)
+        return super().matches(rel, deadline)
+
+
+def test_a_walk_whose_matching_costs_more_than_its_budget_ends_at_it_and_says_so(
     workspace: Path,
 ) -> None:
-    """Rules that cannot be filed under a literal cost a match per path each: 4,000 of them over
-    2,000 files take seconds."""
-    write(workspace, ".gitignore", "".join(f"*d{n}*\n" for n in range(4000)))
-    for n in range(2000):
+    for n in range(20):
         write(workspace, f"src/f{n}.py", "")
+    glob = GlobUntilTheDeadline.compile("*.py")  # matched on re: it cannot raise TimeoutError
     walk = walk_files(
-        workspace, workspace, glob=None, max_entries=10_000, stop=threading.Event(), budget=0.5
+        workspace, workspace, glob=glob, max_entries=10_000, stop=threading.Event(), budget=0.2
     )
     assert walk.stopped == "time"
-    assert walk.scanned < 2002
-    [note] = walk.notes(max_entries=10_000, budget=0.5, what="the list is incomplete")
-    assert note.startswith("[stopped after 0.5 s of walking")
+    assert walk.scanned < 21
+    [note] = walk.notes(max_entries=10_000, budget=0.2, what="the list is incomplete")
+    assert note.startswith("[stopped after 0.2 s of walking")
     assert "narrow with path or glob" in note and "include_ignored" in note
+
+
+def test_a_file_whose_pattern_is_stopped_at_the_deadline_stops_the_walk_incomplete(
+    workspace: Path,
+) -> None:
+    """A timed pattern raises TimeoutError (an OSError) at the deadline: the file was not
+    matched, so the walk is cut short, not complete without it."""
+    write(workspace, "only.txt", "x")
+    glob = GlobUntilTheDeadline.compile("**/o*n*l*y.txt")  # more than two repeats: timed
+    walk = walk_files(
+        workspace, workspace, glob=glob, max_entries=100, stop=threading.Event(), budget=0.2
+    )
+    assert (walk.stopped, walk.files) == ("time", [])
 
 
 def test_a_pattern_with_many_repeats_runs_with_the_deadline() -> None:

@@ -312,5 +312,7 @@ def _visit(
         ):
             info = entry.stat(follow_symlinks=False)
             walk.files.append(WalkedFile.of(prefix + rel, entry.path, info))
+    except TimeoutError:  # an OSError, but a pattern stopped at the deadline: the walk stops
+        raise
     except OSError:  # vanished meanwhile
         return
