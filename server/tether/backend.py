@@ -16,7 +16,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -117,6 +117,7 @@ class Backend:
         self.kernel = Kernel(
             self.sessions.store,
             config=self.config,
+            load_config=self.load_folder,
             providers=self._provider,
             tools=self._tools,
             memory=load_memory,
@@ -144,21 +145,22 @@ class Backend:
     def config(self, workspace: Path | None = None) -> TetherConfig:
         """The configuration of the sessions of ``workspace`` (a local folder; None: the default
         workspace): every layer, with that folder's own ``.tether/config.toml``. Each folder's
-        is loaded when first asked for; while its file is left out for an error, each call reads
-        it again, so a fixed file applies from the next run on. The first time a folder other
-        than the default one is found with an error, the user is told (:meth:`warn`)."""
+        is loaded when first asked for; while its file is left out for an error, it is read
+        again once it changes (:func:`_identity`), so a fixed file applies from the next run on.
+        The first time a folder other than the default one is found with an error, the user is
+        told (:meth:`warn`)."""
         key = workspace or self._workspace
-        folder = self._folders.get(key)
-        if folder is None:
-            folder = self._folders[key] = self._load_folder(key)
-            if folder.error is not None and key != self._workspace:
-                self._tell(folder.error)
-        elif folder.error is not None:
-            try:
-                self._folders[key] = self._load_folder(key)
-            except ConfigError as exc:  # the user's own layers broke since: keep what works
-                logger.warning("the configuration was not reloaded: %s", exc.message)
+        if self._stale(key):
+            self._keep(key, self._read_folder(key))
         return self._folders[key].config
+
+    async def load_folder(self, workspace: Path | None) -> None:
+        """Read the configuration of ``workspace`` on a thread when :meth:`config` would read
+        files (the first time, or once its file in error has changed), so that a run does not
+        read and parse them on the event loop."""
+        key = workspace or self._workspace
+        if self._stale(key):
+            self._keep(key, await asyncio.to_thread(self._read_folder, key))
 
     @property
     def workspace_error(self) -> ConfigError | None:
@@ -166,18 +168,53 @@ class Backend:
         folder = self._folders.get(self._workspace)
         return None if folder is None else folder.error
 
-    def _load_folder(self, workspace: Path | None) -> _Folder:
-        """Every layer but a workspace file that cannot be used, which is kept as the error."""
+    def _stale(self, key: Path | None) -> bool:
+        folder = self._folders.get(key)
+        if folder is None:
+            return True
+        return folder.error is not None and _identity(self._files(key)) != folder.identity
+
+    def _files(self, workspace: Path | None) -> list[Path]:
+        """The files a folder's configuration is read from."""
+        from tether.config import user_config_path, workspace_config_path
+
+        user = user_config_path(self._environ)
+        files = [] if user is None else [user]
+        return files if workspace is None else [*files, workspace_config_path(workspace)]
+
+    def _read_folder(self, workspace: Path | None) -> _Read:
+        """Every layer but a workspace file that cannot be used, which is kept as the error
+        (reads files: on a thread, or the first time outside a run)."""
         from tether.config import load_config
 
+        identity = _identity(self._files(workspace))  # first: a change while reading is seen
         errors: list[ConfigError] = []
-        config = load_config(
-            workspace=workspace,
-            environ=self._environ,
-            init_options=self._init_options,
-            on_workspace_error=errors.append,
-        )
-        return _Folder(config, errors[0] if errors else None, _secrets_of(config, self._environ))
+        try:
+            config = load_config(
+                workspace=workspace,
+                environ=self._environ,
+                init_options=self._init_options,
+                on_workspace_error=errors.append,
+            )
+        except ConfigError as exc:  # the user's own layers
+            return _Read(identity, None, exc)
+        return _Read(identity, config, errors[0] if errors else None)
+
+    def _keep(self, key: Path | None, read: _Read) -> None:
+        """Keep what :meth:`_read_folder` read; the user's own layers broken since the folder
+        was loaded keep what works (and the first load fails)."""
+        known = self._folders.get(key)
+        if read.config is None:
+            assert read.error is not None
+            if known is None:
+                raise read.error
+            logger.warning("the configuration was not reloaded: %s", read.error.message)
+            self._folders[key] = replace(known, identity=read.identity)
+            return
+        secrets = _secrets_of(read.config, self._environ)
+        self._folders[key] = _Folder(read.config, read.error, secrets, read.identity)
+        if known is None and read.error is not None and key != self._workspace:
+            self._tell(read.error)
 
     def run_warnings(self, workspace: Path | None = None) -> list[RunWarning]:
         """What each run in ``workspace`` (None: the default) reports: the error of its folder's
@@ -314,6 +351,34 @@ class Backend:
             await self._mcp.close_session(session_id)
 
 
+_Identity = tuple[tuple[int, ...] | None, ...]
+
+
+def _identity(files: list[Path]) -> _Identity:
+    """What changes when one of ``files`` does: for each, the device, inode, size and
+    modification time of the path and of what it links to (None: there is none)."""
+    found: list[tuple[int, ...] | None] = []
+    for path in files:
+        for follow in (False, True):
+            try:
+                info = os.stat(path, follow_symlinks=follow)
+            except (OSError, ValueError):
+                found.append(None)
+            else:
+                found.append((info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns))
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class _Read:
+    """A folder's configuration as read (None when the user's own layers failed: ``error``),
+    the error of its workspace file, and the identity of the files read."""
+
+    identity: _Identity
+    config: TetherConfig | None
+    error: ConfigError | None
+
+
 @dataclass(frozen=True)
 class _Folder:
     """The configuration of one workspace folder, and the error of its file when left out."""
@@ -321,6 +386,7 @@ class _Folder:
     config: TetherConfig
     error: ConfigError | None
     secrets: Secrets  # of the configuration, redacted from every log record once it is loaded
+    identity: _Identity  # of the files it was read from (read again on a change while in error)
 
 
 def _secrets_of(config: TetherConfig, environ: Mapping[str, str]) -> Secrets:

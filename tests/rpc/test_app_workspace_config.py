@@ -4,6 +4,7 @@ and reported, and a fixed one applies from the next use on."""
 from __future__ import annotations
 
 import asyncio
+import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -71,10 +72,51 @@ async def test_a_broken_workspace_file_is_reported_until_it_is_fixed(tmp_path: P
         assert "kernel.max_iterations" in params["message"]
         assert app.run_warnings() == [warning]  # still there at the next run
 
-        (repo / ".tether" / "config.toml").write_text("[kernel]\nmax_iterations = 7\n")
-        assert app.config().kernel.max_iterations == 7
+        (repo / ".tether" / "config.toml").write_text("[kernel]\nmax_iterations = 17\n")
+        assert app.config().kernel.max_iterations == 17
         assert app.run_warnings() == []
         assert app.workspace_error is None
+    finally:
+        await app.aclose()
+
+
+async def test_a_broken_workspace_file_is_read_again_only_once_it_changes(tmp_path: Path) -> None:
+    """Its device, inode, size and modification time say so: the same bytes count written over
+    it with its old modification time put back is not seen (a file that is no change is not
+    read and parsed again at each run)."""
+    repo = repository(tmp_path, "[kernel]\nmax_iterations = 0\n")
+    path = repo / ".tether" / "config.toml"
+    app = App(environ={"HOME": str(tmp_path)})
+    app.initialize(init(repo))
+    try:
+        assert app.config().kernel.max_iterations == 10 and app.workspace_error is not None
+        before = path.stat()
+        with path.open("r+") as file:  # same inode, same size
+            file.write("[kernel]\nmax_iterations = 7\n")
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert app.config().kernel.max_iterations == 10 and app.workspace_error is not None
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000))
+        assert app.config().kernel.max_iterations == 7 and app.workspace_error is None
+    finally:
+        await app.aclose()
+
+
+async def test_a_folder_broken_then_fixed_through_a_replaced_symlink_is_read_again(
+    tmp_path: Path,
+) -> None:
+    repo = repository(tmp_path, "[kernel]\nmax_iterations = 0\n")
+    path = repo / ".tether" / "config.toml"
+    (repo / ".tether" / "good.toml").write_text("[kernel]\nmax_iterations = 3\n")
+    (repo / ".tether" / "bad.toml").write_text("[kernel]\nmax_iterations = 0\n")
+    path.unlink()
+    path.symlink_to("bad.toml")
+    app = App(environ={"HOME": str(tmp_path)})
+    app.initialize(init(repo))
+    try:
+        assert app.workspace_error is not None
+        path.unlink()
+        path.symlink_to("good.toml")
+        assert app.config().kernel.max_iterations == 3 and app.workspace_error is None
     finally:
         await app.aclose()
 

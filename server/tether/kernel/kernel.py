@@ -62,6 +62,8 @@ logger = logging.getLogger(__name__)
 ProviderFactory = Callable[[ProviderConfig], Provider]
 # The configuration of the sessions of a workspace folder (None: the default workspace's).
 ConfigSource = Callable[[Path | None], TetherConfig]
+# Reads a folder's configuration off the event loop, so that ConfigSource then reads no file.
+ConfigLoader = Callable[[Path | None], Awaitable[None]]
 # The warnings each run in a workspace folder reports (None: the default workspace's).
 WarningSource = Callable[[Path | None], Sequence[RunWarning]]
 MemoryLoader = Callable[[Path, list[str]], Memory]
@@ -84,6 +86,7 @@ class Kernel:
         store: SessionStore,
         *,
         config: ConfigSource,
+        load_config: ConfigLoader | None = None,
         providers: ProviderFactory,
         tools: ToolsFactory,
         memory: MemoryLoader,
@@ -93,7 +96,8 @@ class Kernel:
         warnings: WarningSource = lambda workspace: (),
         secrets: SecretsOf | None = None,
     ) -> None:
-        """``config`` gives the configuration of a run from its session's workspace folder.
+        """``config`` gives the configuration of a run from its session's workspace folder,
+        after ``load_config`` (when given) has read it off the event loop.
         ``approver`` asks the user about calls of tools that edit or execute (policy
         ``tools.approval = "ask"``); without one, such calls are refused under ``ask``.
         ``warnings`` are problems each run reports (read after ``config``, at the start of each
@@ -103,6 +107,7 @@ class Kernel:
         ``os.environ``)."""
         self._store = store
         self._config = config
+        self._load_config = load_config
         self._providers = providers
         self._tools = tools
         self._memory = memory
@@ -287,7 +292,7 @@ class Kernel:
 
     async def _compact(self, params: CompactParams, emit: Emit, run_id: str) -> CompactResult:
         session = await self._store.get(params.session_id)
-        config = self._config(_local_workspace(session))
+        config = await self._folder_config(_local_workspace(session))
         model = session.model or config.provider.model
         provider = self._providers(config.provider.model_copy(update={"model": model}))
         view = compaction.compacted_view(
@@ -372,7 +377,7 @@ class Kernel:
         self, session: Session, params: RunParams, run_id: str, emit: Emit, state: LeaseState
     ) -> RunSetup:
         folder = _local_workspace(session)
-        config = self._config(folder)
+        config = await self._folder_config(folder)
         warnings = tuple(self._warnings(folder))
         output = structured.output_check(params.output_schema, params.output_retries)
         provider_config = config.provider.model_copy(
@@ -415,6 +420,11 @@ class Kernel:
             lease=state,
             author=params.author or session.agent_id,
         )
+
+    async def _folder_config(self, folder: Path | None) -> TetherConfig:
+        if self._load_config is not None:
+            await self._load_config(folder)
+        return self._config(folder)
 
     async def _load_memory(self, workspace: Path, paths: list[str]) -> Memory:
         """The memory: read on a thread, unless there is surely none (the usual case: no
