@@ -189,6 +189,7 @@ class Client:
         self.chunk = asyncio.Event()  # set by the first agent_message_chunk
         self.buffers: dict[str, str] = {}  # the editor's unsaved text of a path
         self.reads: list[str] = []
+        self.read_waits = False  # answer fs/read_text_file only once ``release`` is set
         self.writes: list[tuple[str, str]] = []  # (path, content) the agent asked to write
         self.write_error: str | None = None  # answer fs/write_text_file with this error
         self.write_waits = False  # answer fs/write_text_file only once ``release`` is set
@@ -271,6 +272,8 @@ class Client:
         **kwargs: Any,
     ) -> ReadTextFileResponse:
         self.reads.append(path)
+        if self.read_waits:
+            await self.release.wait()
         if path not in self.buffers:
             raise RequestError(-32002, f"no buffer for {path}")
         return ReadTextFileResponse(content=self.buffers[path])

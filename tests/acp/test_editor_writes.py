@@ -191,6 +191,49 @@ async def test_a_write_the_editor_never_answers_fails_after_the_request_timeout(
     )
 
 
+EDIT_APP = {
+    "toolCalls": [tool_call("edit_file", "e1", path="src/app.py", oldString="42", newString="43")]
+}
+
+
+async def test_an_edit_whose_read_the_editor_never_answers_fails_and_writes_nothing(
+    setup: Setup, project: Path
+) -> None:
+    """The disk may lack the editor's unsaved text: an edit made from it and written to the
+    editor's buffer would undo them, so the edit fails instead of reading the disk."""
+    setup.script([EDIT_APP, {"text": "done"}], approval="auto", more="[acp]\nrequest_timeout = 1\n")
+    app = str(project / "src" / "app.py")
+    async with setup.agent(
+        buffers={app: "def main():\n    # unsaved\n    return 42\n"}, writes=True
+    ) as agent:
+        agent.client.read_waits = True
+        async with asyncio.timeout(30):  # a bound on the test: the read gives up after 1 s
+            updates = await _turn(agent, project)
+        agent.client.release.set()
+        writes = agent.client.writes
+    assert writes == []
+    assert (project / "src" / "app.py").read_text() == APP
+    ended = _ended(updates)
+    assert ended["status"] == "failed"
+    assert "did not answer fs/read_text_file within 1 s (acp.request_timeout)" in ended["rawOutput"]
+    assert f"{app} was not changed" in ended["rawOutput"]
+
+
+async def test_a_read_file_the_editor_never_answers_reads_the_disk(
+    setup: Setup, project: Path
+) -> None:
+    read = {"toolCalls": [tool_call("read_file", "r1", path="src/app.py")]}
+    setup.script([read, {"text": "done"}], more="[acp]\nrequest_timeout = 1\n")
+    async with setup.agent(buffers={}) as agent:
+        agent.client.read_waits = True
+        async with asyncio.timeout(30):
+            updates = await _turn(agent, project)
+        agent.client.release.set()
+    ended = _ended(updates)
+    assert ended["status"] == "completed"
+    assert "return 42" in ended["rawOutput"]
+
+
 async def test_cancel_ends_a_turn_waiting_for_the_editors_write_at_once(
     setup: Setup, project: Path
 ) -> None:

@@ -371,6 +371,30 @@ async def test_an_edit_the_client_never_answers_fails_the_call_after_the_timeout
     assert server.editor.withdrawn == server.editor.edits
 
 
+@pytest.mark.parametrize("script", [[EDIT_X, {"text": "The editor did not take it."}]])
+async def test_the_edit_bound_of_a_turn_is_its_session_folders_which_may_shorten_it(
+    server: Server, tmp_path: Path
+) -> None:
+    server.editor.answers_edits = False  # the default folder keeps the 30 s of the default
+    second = tmp_path / "second"
+    (second / ".tether").mkdir(parents=True)
+    (second / ".tether" / "config.toml").write_text("[lsp]\napply_edit_timeout = 1\n")
+    (second / "app.py").write_text("x = 1\n")
+    server.client.workspace_did_change_workspace_folders(
+        lsp.DidChangeWorkspaceFoldersParams(
+            event=lsp.WorkspaceFoldersChangeEvent(
+                added=[lsp.WorkspaceFolder(uri=second.as_uri(), name="second")], removed=[]
+            )
+        )
+    )
+    async with asyncio.timeout(20):  # a bound on the test: the call gives up after 1 s
+        answer = await ask(server, {"prompt": "change x", "uri": (second / "app.py").as_uri()})
+    messages = await request(server, "session/messages", {"sessionId": answer["sessionId"]})
+    [result] = [m for m in messages["messages"] if m["role"] == "tool"]
+    assert result["isError"]
+    assert "within 1 s (lsp.apply_edit_timeout)" in result["content"]
+
+
 @pytest.mark.parametrize("script", [[EDIT_X, {"text": "Still here."}]])
 async def test_the_cancel_command_ends_a_turn_waiting_for_an_edit_at_once(server: Server) -> None:
     server.editor.answers_edits = False  # and lsp.apply_edit_timeout is its 30 s

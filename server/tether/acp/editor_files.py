@@ -13,9 +13,11 @@ When the client declares ``fs.writeTextFile``, ``write_file`` and ``edit_file`` 
 ``fs/read_text_file`` when that is declared too. An error from the editor is the tool's error:
 the disk is not written instead.
 
-Each request has ``acp.request_timeout`` seconds to be answered: a read that is not answered in
-time reads the disk, a write is the tool's error (saying the file may or may not have been
-written). A call cancelled while it waits for the editor ends at once.
+Each request has ``acp.request_timeout`` seconds to be answered. A ``read_file`` not answered in
+time reads the disk; the read of an edit (the text it changes) not answered in time fails the
+call, which writes nothing: the disk may lack the editor's unsaved changes, which a write made
+from it would undo. A write not answered in time is the tool's error (saying the file may or may
+not have been written). A call cancelled while it waits for the editor ends at once.
 """
 
 from __future__ import annotations
@@ -36,7 +38,13 @@ from tether.tools.base import (
     ToolLayer,
     ToolResult,
 )
-from tether.tools.editor_requests import EditorRequests, RequestWithdrawn
+from tether.tools.editor_requests import (
+    Bound,
+    EditorRequests,
+    RequestWithdrawn,
+    Unanswered,
+    bounded_request,
+)
 from tether.tools.read_file import ReadFileArguments, numbered
 from tether.tools.sandbox import Sandbox
 from tether.tools.text import decode, split_lines
@@ -45,6 +53,8 @@ logger = logging.getLogger(__name__)
 
 READ_FILE = "read_file"
 DEFAULT_REQUEST_TIMEOUT = 30.0  # seconds the editor has to answer (acp.request_timeout)
+SETTING = "acp.request_timeout"
+READ_TEXT_FILE = "fs/read_text_file"
 WRITES = frozenset({"write_file", "edit_file"})
 UNSAVED = (
     "[the editor has unsaved changes to this file, shown above; edit_file and write_file change "
@@ -72,18 +82,16 @@ class EditorFiles(ToolLayer):
         timeout: float = DEFAULT_REQUEST_TIMEOUT,
     ) -> None:
         super().__init__(inner)
-        self._connection = connection
+        self.send = connection.request
         self._reads = read
         self._writes = write
         self._written = written
-        self._timeout = timeout
+        self._bound = Bound(timeout, SETTING)
 
     async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
         if name in WRITES and self._writes:
             written = self._written(context.session_id) if self._written is not None else {}
-            requests = EditorRequests(
-                asyncio.get_running_loop(), self._timeout, "acp.request_timeout"
-            )
+            requests = EditorRequests(asyncio.get_running_loop(), self._bound.seconds, SETTING)
             access = _EditorAccess(requests, self, context.session_id, self._reads, written)
             return await self._inner.execute(
                 name, arguments, dataclasses.replace(context, files=access)
@@ -116,20 +124,15 @@ class EditorFiles(ToolLayer):
         return ToolResult(output)
 
     async def _read(self, session_id: str, path: Path) -> str | None:
-        """The editor's text of ``path``, or None when it gave none (within the timeout)."""
+        """``read_file``'s text of ``path`` from the editor, or None (the disk is read) when
+        it answers an error, a malformed answer, or nothing in time."""
         params = {"sessionId": session_id, "path": str(path)}
         try:
-            async with asyncio.timeout(self._timeout):
-                answer = await self._connection.request("fs/read_text_file", params)
-            return _ReadTextFileResponse.model_validate(answer).content
-        except (ClientError, ConnectionError, ValidationError, TimeoutError) as exc:
-            reason = "no answer in time" if isinstance(exc, TimeoutError) else exc
-            logger.info("fs/read_text_file of %s failed (%s): reading the disk", path, reason)
+            answer = await bounded_request(self.send, READ_TEXT_FILE, params, self._bound)
+        except (ClientError, ConnectionError, Unanswered) as exc:
+            logger.info("%s of %s failed (%s): reading the disk", READ_TEXT_FILE, path, exc)
             return None
-
-    async def _write(self, session_id: str, path: Path, text: str) -> None:
-        params = {"sessionId": session_id, "path": str(path), "content": text}
-        await self._connection.request("fs/write_text_file", params)
+        return _text_of(answer, path)
 
 
 class _EditorAccess:
@@ -149,17 +152,24 @@ class _EditorAccess:
         self._reads, self._written = reads, written
 
     def read_text(self, path: Path) -> str | None:
+        """The editor's text of the file an edit changes; None (the disk is read) when it
+        answers an error. Not answered in time, the edit fails (:class:`RequestWithdrawn`)."""
         if not self._reads:
             return None
-        return self._requests.call(
-            lambda: self._files._read(self._session_id, path), "fs/read_text_file"
-        )
+        params = {"sessionId": self._session_id, "path": str(path)}
+        try:
+            answer = self._requests.call(self._files.send, READ_TEXT_FILE, params)
+        except (ClientError, ConnectionError) as exc:
+            logger.info("%s of %s failed (%s): reading the disk", READ_TEXT_FILE, path, exc)
+            return None
+        except RequestWithdrawn as exc:
+            raise ToolError(f"{exc}: {path} was not changed") from None
+        return _text_of(answer, path)
 
     def write_text(self, path: Path, text: str) -> None:
+        params = {"sessionId": self._session_id, "path": str(path), "content": text}
         try:
-            self._requests.call(
-                lambda: self._files._write(self._session_id, path, text), "fs/write_text_file"
-            )
+            self._requests.call(self._files.send, "fs/write_text_file", params)
         except RequestWithdrawn as exc:
             raise ToolError(
                 f"{exc}: {path} may or may not have been written (read it to know)"
@@ -172,6 +182,17 @@ class _EditorAccess:
 
     def interrupt(self) -> None:
         self._requests.interrupt()
+
+
+def _text_of(answer: object, path: Path) -> str | None:
+    """The text of an ``fs/read_text_file`` answer (None, logged, when it is malformed)."""
+    try:
+        return _ReadTextFileResponse.model_validate(answer).content
+    except ValidationError as exc:
+        logger.info(
+            "%s of %s gave a malformed answer (%s): reading the disk", READ_TEXT_FILE, path, exc
+        )
+        return None
 
 
 def _on_disk(workspace: Path, relative: str) -> str | None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tether.acp.editor_files import DEFAULT_REQUEST_TIMEOUT
+from tether.acp.editor_files import DEFAULT_REQUEST_TIMEOUT, SETTING
 from tether.acp.models import AcpModel, TerminalContent, ToolCallProgress
 from tether.acp.wire import ClientError, Connection
 from tether.tools.base import (
@@ -32,6 +32,7 @@ from tether.tools.base import (
     ToolLayer,
     ToolResult,
 )
+from tether.tools.editor_requests import Bound, bounded_request
 from tether.tools.run_command import DEFAULT_MAX_OUTPUT_BYTES, RunCommandArguments, command_argv
 from tether.tools.sandbox import Sandbox
 
@@ -168,12 +169,12 @@ class EditorTerminal(ToolLayer):
     async def _request(self, method: str, params: Any) -> Any:
         """A request the editor answers without a person: ``TimeoutError`` when it does not
         within ``acp.request_timeout`` (it is then forgotten; a late answer is ignored)."""
-        async with asyncio.timeout(self._timeout):
-            return await self._connection.request(method, params)
+        bound = Bound(self._timeout, SETTING)
+        return await bounded_request(self._connection.request, method, params, bound)
 
     def _reason(self, exc: Exception) -> str:
         if isinstance(exc, TimeoutError):
-            return f"it did not answer within {self._timeout:g} s (acp.request_timeout)"
+            return str(exc)
         return _reason(exc)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +25,13 @@ from tether.tools.base import (
     ToolLayer,
     ToolResult,
 )
-from tether.tools.editor_requests import EditorRequests, RequestWithdrawn
+from tether.tools.editor_requests import EditorRequests, RequestWithdrawn, Send
 
 logger = logging.getLogger(__name__)
 
 READS = frozenset({"read_file", "search_text"})
 WRITES = frozenset({"write_file", "edit_file"})
 
-ApplyEdit = Callable[[dict[str, Any]], Coroutine[Any, Any, Any]]
-"""Sends ``workspace/applyEdit`` with these params and returns the client's answer."""
 DEFAULT_APPLY_EDIT_TIMEOUT = 30.0  # seconds: lsp.apply_edit_timeout
 
 
@@ -92,14 +89,15 @@ def _path_of(uri: str) -> Path | None:
 class BufferAccess:
     """A :class:`~tether.tools.base.FileAccess` over the client's buffers, for one call. Reads
     give the open buffer's text (None for a file that is not open: the disk is read). Writes,
-    when ``apply_edit`` is given, become ``workspace/applyEdit`` requests made on ``loop`` while
-    the tool's thread waits, ``timeout`` seconds at most (``lsp.apply_edit_timeout``)."""
+    when ``apply_edit`` (which sends a request to the client) is given, become
+    ``workspace/applyEdit`` requests made on ``loop`` while the tool's thread waits, ``timeout``
+    seconds at most (``lsp.apply_edit_timeout``)."""
 
     def __init__(
         self,
         buffers: Buffers,
         loop: asyncio.AbstractEventLoop,
-        apply_edit: ApplyEdit | None = None,
+        apply_edit: Send | None = None,
         timeout: float = DEFAULT_APPLY_EDIT_TIMEOUT,
     ) -> None:
         self._buffers = buffers
@@ -121,7 +119,7 @@ class BufferAccess:
             current = _disk_text(path)
         params = workspace_edit(self._buffers.uri(path), current, text, path.name)
         try:
-            answer = self._requests.call(lambda: apply_edit(params), "workspace/applyEdit")
+            answer = self._requests.call(apply_edit, "workspace/applyEdit", params)
         except RequestWithdrawn as exc:
             raise ToolError(
                 f"{exc}: the edit of {path} may or may not have been applied (read the file "
@@ -207,15 +205,15 @@ def _utf16(text: str) -> int:
 
 class BufferTools(ToolLayer):
     """A :class:`ToolExecutor` whose file tools see the client's buffers (``read_file``,
-    ``search_text``, and the reads of ``edit_file``/``write_file``); with ``apply_edit``, the
-    final write of ``edit_file``/``write_file`` goes through ``workspace/applyEdit`` too, each
-    waiting ``timeout`` seconds at most for the client's answer."""
+    ``search_text``, and the reads of ``edit_file``/``write_file``); with ``apply_edit`` (which
+    sends a request to the client), the final write of ``edit_file``/``write_file`` goes through
+    ``workspace/applyEdit`` too, each waiting ``timeout`` seconds at most for the answer."""
 
     def __init__(
         self,
         inner: ToolExecutor,
         buffers: Buffers,
-        apply_edit: ApplyEdit | None = None,
+        apply_edit: Send | None = None,
         timeout: float = DEFAULT_APPLY_EDIT_TIMEOUT,
     ) -> None:
         super().__init__(inner)

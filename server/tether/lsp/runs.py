@@ -46,8 +46,10 @@ from tether.repofiles import RepoFileError, read_repo_file
 from tether.rpc.errors import ClientError
 from tether.sessions.ids import utcnow, uuid7
 from tether.sessions.workspaces import local_path
+from tether.tools.editor_requests import Bound, bounded_request
 
 if TYPE_CHECKING:
+    from tether.config import TetherConfig
     from tether.rpc.app import App
     from tether.tools.base import ToolExecutor
 
@@ -96,7 +98,7 @@ class Runs:
         try:
             run.turn.prompt = await self._prompt(arguments, root)
             if token is None:
-                token = await self._unless_stopped(run, self._create_token())
+                token = await self._unless_stopped(run, self._create_token(root))
             run.token = token
             result, error = await self._run(session_id, run)
         finally:
@@ -107,7 +109,7 @@ class Runs:
         await asyncio.to_thread(append_turn, transcript, session_id, markdown)
         if isinstance(error, RequestCancelled):
             raise error
-        await self._show(transcript, result, error)
+        await self._show(transcript, result, error, root)
         reason = str(result.stop_reason) if result is not None else "error"
         return {"sessionId": session_id, "stopReason": reason, "transcript": transcript.as_uri()}
 
@@ -229,20 +231,18 @@ class Runs:
         outcome = _OUTCOMES.get(chosen, "reject") if isinstance(chosen, str) else "reject"
         return PermissionResult.model_validate({"outcome": outcome})
 
-    def tools(self, executor: ToolExecutor, session_id: str) -> ToolExecutor:
+    def tools(self, executor: ToolExecutor, session_id: str, config: TetherConfig) -> ToolExecutor:
         """Open buffers for every run's file tools; writes through the editor for turns
-        started here, when the client applies edits (each within ``lsp.apply_edit_timeout``)."""
+        started here, when the client applies edits (each within the run's
+        ``lsp.apply_edit_timeout``: ``config`` is its session folder's)."""
         client = self.app.client
         writes = (
             session_id in self.active
             and client is not None
             and client.capabilities.workspace.apply_edit
         )
-        apply_edit = self._apply_edit if writes else None
-        return BufferTools(executor, self.buffers, apply_edit, self._timeout())
-
-    async def _apply_edit(self, params: dict[str, Any]) -> Any:
-        return await self.request("workspace/applyEdit", params)
+        apply_edit = self.request if writes else None
+        return BufferTools(executor, self.buffers, apply_edit, config.lsp.apply_edit_timeout)
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -250,14 +250,15 @@ class Runs:
         """A standard request to the client, its params and result as plain JSON data."""
         return await self.app.request_client(method, params)
 
-    async def _bounded_request(self, method: str, params: dict[str, Any]) -> Any:
-        """A request no person answers (``lsp.apply_edit_timeout`` at most: then it is
-        withdrawn and :class:`TimeoutError` raised)."""
-        async with asyncio.timeout(self._timeout()):
-            return await self.request(method, params)
-
-    def _timeout(self) -> float:
-        return self.app.config().lsp.apply_edit_timeout
+    async def _bounded_request(self, method: str, params: dict[str, Any], root: Path) -> Any:
+        """A request no person answers, within the ``lsp.apply_edit_timeout`` of the session's
+        workspace folder ``root`` (a workspace file may shorten it): then it is withdrawn and
+        :class:`~tether.tools.editor_requests.Unanswered` (a :class:`TimeoutError`) raised."""
+        await self.app.load_folder(root)  # read off the event loop the first time
+        timeout = self.app.config(root).lsp.apply_edit_timeout
+        return await bounded_request(
+            self.request, method, params, Bound(timeout, "lsp.apply_edit_timeout")
+        )
 
     async def _session(self, folder: str | None) -> tuple[str, Path]:
         """The current session of a workspace folder (None: the default workspace): the one
@@ -297,13 +298,13 @@ class Runs:
                     best = (len(root.parts), folder.uri)
         return None if best is None else best[1]
 
-    async def _create_token(self) -> str | None:
+    async def _create_token(self, root: Path) -> str | None:
         client = self.app.client
         if client is None or not client.capabilities.window.work_done_progress:
             return None
         token = f"tether-turn-{next(self._tokens)}"
         try:
-            await self._bounded_request("window/workDoneProgress/create", {"token": token})
+            await self._bounded_request("window/workDoneProgress/create", {"token": token}, root)
         except ClientError as exc:
             logger.info("no progress for the turn: %s", exc.message)
             return None
@@ -334,14 +335,14 @@ class Runs:
             self._progress(run, {"kind": "report", "message": report})
 
     async def _show(
-        self, transcript: Path, result: RunResult | None, error: TetherError | None
+        self, transcript: Path, result: RunResult | None, error: TetherError | None, root: Path
     ) -> None:
         client = self.app.client
         support = client.capabilities.window.show_document if client is not None else None
         if support and support.get("support") is True:
             try:
                 params = {"uri": transcript.as_uri(), "takeFocus": True}
-                answer = await self._bounded_request("window/showDocument", params)
+                answer = await self._bounded_request("window/showDocument", params, root)
                 if isinstance(answer, dict) and answer.get("success") is True:
                     return
             except ClientError as exc:

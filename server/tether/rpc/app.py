@@ -45,8 +45,9 @@ KERNEL_METHODS = ("kernel/cancel", "kernel/run", "session/compact")
 RequestClient = Callable[[str, Any], Awaitable[Any]]
 """Sends a request to the client and returns its result (cancelling the await withdraws it)."""
 
-LayerTools = Callable[["ToolExecutor", str], "ToolExecutor"]
-"""Wraps the tools of a run in a session (the LSP face: open buffers as the files' text)."""
+LayerTools = Callable[["ToolExecutor", str, "TetherConfig"], "ToolExecutor"]
+"""Wraps the tools of a run in a session, with the run's configuration (the LSP face: open
+buffers as the files' text)."""
 
 FaceApprover = Callable[["PermissionParams"], Awaitable["PermissionResult | None"]]
 """Asks the user about a call of a run the face started itself; None: not one of its runs."""
@@ -128,7 +129,9 @@ class App(Backend):
 
     async def _tools(self, config: TetherConfig, session_id: str, workspace: Path) -> ToolExecutor:
         executor = await super()._tools(config, session_id, workspace)
-        return executor if self.tool_layer is None else self.tool_layer(executor, session_id)
+        if self.tool_layer is None:
+            return executor
+        return self.tool_layer(executor, session_id, config)
 
     async def _ask_permission(self, params: PermissionParams) -> PermissionResult:
         """``tool/requestPermission`` to a client that declared it answers it (the face asks
