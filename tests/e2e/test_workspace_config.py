@@ -14,6 +14,7 @@ import pytest
 
 from tether.client import TetherClient
 from tether.client.tether_client import PermissionOutcome
+from tether.memory.loader import MAX_MEMORY_ENTRIES
 from tether.protocol import ErrorCode
 from tether.protocol.kernel import PermissionParams
 from tether.testing import tool_call
@@ -192,6 +193,30 @@ async def test_a_refused_memory_file_is_a_warning_and_the_run_goes_on(
         ".tether/memory/notes.md": "hard_links",
     }
     assert all(w["code"] == ErrorCode.CONFIG_ERROR for w in result["warnings"])
+
+
+async def test_a_memory_directory_too_large_to_walk_is_a_warning_and_the_run_goes_on(
+    project: Path,
+) -> None:
+    memory = project / ".tether" / "memory"
+    (memory / "many").mkdir(parents=True)
+    (memory / "a.md").write_text("Use tabs.\n")
+    for n in range(MAX_MEMORY_ENTRIES):
+        os.close(os.open(memory / "many" / f"{n}.txt", os.O_CREAT | os.O_WRONLY))
+    connection = await start_scripted(project, [{"text": "done"}])
+    try:
+        sid = (await connection.request("session/create", {}))["sessionId"]
+        result = await connection.request("kernel/run", {"sessionId": sid, "prompt": "go"})
+    finally:
+        await connection.close()
+    assert result["stopReason"] == "end_turn" and result["response"] == "done"
+    [warning] = result["warnings"]
+    assert warning["code"] == ErrorCode.CONFIG_ERROR
+    assert warning["data"] == {
+        "key": "memory.paths",
+        "path": ".tether/memory",
+        "reason": "truncated",
+    }
 
 
 async def test_a_walk_over_hostile_ignore_files_ends_within_its_budget_and_says_so(

@@ -16,6 +16,7 @@ from tether.memory import (
     Memory,
     MemoryLoadError,
     load_memory,
+    loader,
     read_memory,
     render_memory,
     surely_no_memory,
@@ -240,6 +241,33 @@ def test_a_huge_file_is_refused_without_being_read_whole(workspace: Path) -> Non
     with (workspace / "huge.md").open("wb") as file:
         file.truncate(1 << 30)
     assert reason(left_out(workspace, ["huge.md"])) == "too_large"
+
+
+def test_a_memory_directory_past_the_entry_cap_keeps_what_was_found_and_says_so(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loader, "MAX_MEMORY_ENTRIES", 3)
+    for name in ("a.md", "b.md", "c.md", "d.md", "e.md"):
+        write(workspace, f".tether/memory/{name}", name)
+    entries, problems = read_memory(workspace, [DEFAULT_MEMORY_PATH])
+    kept = [entry.name for entry in entries]  # those the directory listed first
+    assert len(kept) == 3 and set(kept) < {f".tether/memory/{n}.md" for n in "abcde"}
+    [problem] = problems
+    assert (problem.data, problem.code) == (
+        {"key": "memory.paths", "path": DEFAULT_MEMORY_PATH, "reason": "truncated"},
+        ErrorCode.CONFIG_ERROR,
+    )
+    assert "stopped after 3 entries" in problem.message
+
+
+def test_a_memory_walk_past_its_time_budget_stops_and_says_so(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loader, "MEMORY_WALK_SECONDS", 0.0)  # a deadline already passed
+    write(workspace, ".tether/memory/a.md", "a")
+    entries, problems = read_memory(workspace, [DEFAULT_MEMORY_PATH])
+    assert entries == []
+    assert [reason(problem) for problem in problems] == ["truncated"]
 
 
 def test_rendering_no_entries_is_empty() -> None:

@@ -9,7 +9,8 @@ Hierarchy::
                                           hard links not all inside), or memory over the size cap
 
 Both carry ``data = {"key": "memory.paths", "path": <the configured path or file>, "reason"}``
-(``reason``: :class:`tether.repofiles.Refusal`'s values, ``missing`` or ``not_utf8``). They are
+(``reason``: :class:`tether.repofiles.Refusal`'s values, ``missing``, ``not_utf8``, or
+``truncated`` for a directory too large to walk whole). They are
 not raised out of :func:`tether.memory.load_memory`: each is a problem it reports, and a run
 reports each as a warning and goes on with the memory that could be read.
 """

@@ -2,7 +2,8 @@
 
 ``memory.paths`` lists files and directories; a relative path is relative to the workspace, an
 absolute one (``~`` expanded) may be anywhere. A directory contributes its ``*.md`` files, searched
-recursively without entering hidden directories or symlinked ones. Entries come in the order of
+recursively without entering hidden directories or symlinked ones, in a bounded walk
+(:data:`MAX_MEMORY_ENTRIES` entries, :data:`MEMORY_WALK_SECONDS`). Entries come in the order of
 ``memory.paths``, and within a directory sorted by path; a file reached twice is used once.
 
 A workspace-relative path, and every entry found through it, must stay inside the workspace even
@@ -20,7 +21,9 @@ passes it, and the problem names that file.
 
 from __future__ import annotations
 
+import itertools
 import os
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
@@ -32,6 +35,11 @@ from tether.tools.links import LinkCensus
 
 DEFAULT_MEMORY_PATH = ".tether/memory"  # the default of ``MemoryConfig.paths``
 DEFAULT_MAX_MEMORY_BYTES = 64 * 1024
+MAX_MEMORY_ENTRIES = 10_000
+"""Directory entries the walk of one memory directory scans at most (a repository could put
+millions there; 64 KiB of memory need a few files)."""
+MEMORY_WALK_SECONDS = 2.0
+"""How long the walk of one memory directory may take (it runs before every run)."""
 
 
 @dataclass(frozen=True)
@@ -212,25 +220,59 @@ class _Reader:
 
     def _markdown_files(self, directory: Path, configured: str) -> Iterator[tuple[str, str]]:
         """(path relative to ``directory``, path) of each ``*.md`` entry below it that is not a
-        directory; a directory that cannot be read is a problem, and the walk goes on without
-        it."""
+        directory, in a walk of :data:`MAX_MEMORY_ENTRIES` entries and
+        :data:`MEMORY_WALK_SECONDS` at most (a repository's tree: cut short, it is a problem,
+        and the files found before are kept); a directory that cannot be read is a problem, and
+        the walk goes on without it."""
+        deadline = time.monotonic() + MEMORY_WALK_SECONDS
+        scanned = 0
+        stack = [str(directory)]
+        while stack:
+            current = stack.pop()
+            try:
+                with os.scandir(current) as listing:  # no more than may still be scanned
+                    entries = list(itertools.islice(listing, MAX_MEMORY_ENTRIES - scanned + 1))
+            except OSError as exc:
+                self.problems.append(_unreadable(exc, current, configured))
+                continue
+            entries.sort(key=lambda entry: entry.name, reverse=True)  # popped in name order
+            for entry in entries:
+                if scanned >= MAX_MEMORY_ENTRIES or time.monotonic() > deadline:
+                    self.problems.append(_walk_stopped(configured, scanned))
+                    return
+                scanned += 1
+                if _is_directory(entry):
+                    if not entry.name.startswith(".") and not entry.is_symlink():
+                        stack.append(entry.path)
+                elif entry.name.lower().endswith(".md") and not entry.name.startswith("."):
+                    # not a regular file: a problem, later
+                    yield PurePath(os.path.relpath(entry.path, directory)).as_posix(), entry.path
 
-        def unreadable(exc: OSError) -> None:
-            where = exc.filename or str(directory)
-            self.problems.append(
-                MemoryLoadError(
-                    f"cannot read memory directory {where} ({exc.strerror}); left out",
-                    configured,
-                    Refusal.UNREADABLE,
-                )
-            )
 
-        for current, dirs, files in os.walk(directory, onerror=unreadable):
-            dirs[:] = [name for name in dirs if not name.startswith(".")]
-            for name in files:
-                if name.lower().endswith(".md") and not name.startswith("."):
-                    path = os.path.join(current, name)  # not a regular file: a problem, later
-                    yield PurePath(os.path.relpath(path, directory)).as_posix(), path
+def _is_directory(entry: os.DirEntry[str]) -> bool:
+    """Whether ``entry`` is a directory or links to one (which is not entered, nor read)."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def _unreadable(exc: OSError, directory: str, configured: str) -> MemoryLoadError:
+    return MemoryLoadError(
+        f"cannot read memory directory {exc.filename or directory} ({exc.strerror}); left out",
+        configured,
+        Refusal.UNREADABLE,
+    )
+
+
+def _walk_stopped(configured: str, scanned: int) -> MemoryLoadError:
+    return MemoryLoadError(
+        f"memory directory {configured} is too large to walk: stopped after {scanned} entries "
+        f"(at most {MAX_MEMORY_ENTRIES}, in {MEMORY_WALK_SECONDS:g} s); the memory files found "
+        "before were read, the others left out (keep memory in a small directory)",
+        configured,
+        "truncated",
+    )
 
 
 def _resolve(root: Path, configured: str) -> tuple[bool, Path | None]:
