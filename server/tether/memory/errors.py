@@ -6,7 +6,8 @@ Hierarchy::
     │                                     or directory, or (workspace-relative) resolves outside
     └── MemoryLoadError                   a memory file that cannot be used: unreadable, not a
                                           regular file, not UTF-8, linking outside (a symlink, or
-                                          hard links not all inside), or memory over the size cap
+                                          hard links not all inside), memory over the size cap,
+                                          or a memory directory too large to walk whole
 
 Both carry ``data = {"key": "memory.paths", "path": <the configured path or file>, "reason"}``
 (``reason``: :class:`tether.repofiles.Refusal`'s values, ``missing``, ``not_utf8``, or
