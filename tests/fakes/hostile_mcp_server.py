@@ -8,7 +8,8 @@ message at a time. Run it as ``python tests/fakes/hostile_mcp_server.py [options
 - ``--description-bytes N``: each tool's description is N bytes long;
 - ``--endless-pages``: ``tools/list`` answers page after page, each with a cursor to a next one;
 - ``--flood-at-start N``: send N notifications before answering ``initialize``;
-- ``--never-initialize``: read every message and never answer ``initialize``.
+- ``--never-initialize``: read every message and never answer ``initialize``;
+- ``--slow-start S``: answer ``initialize``, and then the first ``tools/list``, S seconds late each.
 
 Tools (``tools/call`` by name; the others of the options above answer ``ok``):
 
@@ -86,6 +87,10 @@ class Server:
             return  # a notification, or an answer to one of our requests
         if method == "initialize" and self.options.never_initialize:
             return
+        if method in ("initialize", "tools/list") and self.options.slow_start:
+            time.sleep(self.options.slow_start)
+            if method == "tools/list":
+                self.options.slow_start = 0.0
         if method == "initialize":
             for index in range(self.options.flood_at_start):
                 send(log_notification(index))
@@ -164,6 +169,7 @@ def main() -> None:
     parser.add_argument("--endless-pages", action="store_true")
     parser.add_argument("--flood-at-start", type=int, default=0)
     parser.add_argument("--never-initialize", action="store_true")
+    parser.add_argument("--slow-start", type=float, default=0.0)
     options = parser.parse_args()
     pids = os.environ.get("TETHER_MCP_PIDS")
     if pids:

@@ -258,6 +258,19 @@ async def test_a_server_that_never_initializes_is_given_up_at_the_start_timeout_
     await eventually(lambda: not alive(pid), "the server that never initialized is stopped")
 
 
+async def test_the_start_timeout_bounds_starting_and_listing_together(
+    manager: McpManager, workspace: Path, tmp_path: Path
+):
+    """Each step within the bound, both together over it: the server is given up."""
+    slow = hostile(tmp_path, "--slow-start", "0.7", name="slow")
+    tools = await manager.executor(
+        [], servers=[slow], enabled=None, session_id="s1", workspace=workspace, start_timeout=1
+    )
+
+    [failure] = tools.failures()
+    assert failure.reason == "it did not list its tools within 1 s (mcp.start_timeout)"
+
+
 async def test_cancelling_a_run_while_a_server_starts_stops_it_and_propagates(
     manager: McpManager, workspace: Path, tmp_path: Path
 ):

@@ -61,8 +61,9 @@ class McpServer:
     async def refresh(self, start_timeout: float = DEFAULT_START_TIMEOUT) -> list[types.Tool]:
         """Start the server if it is not running (again, if it stopped) and list its tools; the
         last listing when that fails. Starting it, initializing it and listing its tools have
-        ``start_timeout`` seconds each (``mcp.start_timeout``); a server that fails is stopped
-        in the background, so the run goes on at once without it."""
+        ``start_timeout`` seconds in all (``mcp.start_timeout``; listing the tools of a server
+        that runs has as much); a server that fails is stopped in the background, so the run
+        goes on at once without it."""
         from tether.tools.mcp.connection import describe
 
         async with self._lock:
@@ -84,6 +85,8 @@ class McpServer:
         from tether.tools.mcp.connection import McpConnection
 
         connection = McpConnection(self.spec, self.cwd, self.sandbox)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds  # for the start and the listing together
         try:
             await connection.start(seconds)
         except BaseException as exc:
@@ -92,7 +95,7 @@ class McpServer:
                 raise
             return self._failed(exc, "did not initialize", "failed to start", seconds)
         try:
-            self._tools = await connection.list_tools(seconds)
+            self._tools = await connection.list_tools(max(0.0, deadline - loop.time()))
         except BaseException as exc:
             self._stop(connection)
             if not isinstance(exc, Exception):
