@@ -18,7 +18,9 @@ writes), a file of gigabytes. So every such file goes through :func:`read_repo_f
 - with ``follow_links=False``, refuses a path that is itself a symlink (as git does for
   ``.gitignore`` since 2.32; the directories on the way are the caller's business).
 
-A missing file is ``None``; every other refusal is a :class:`RepoFileError` whose ``reason``
+A missing file (a path, or a symlink, that leads to nothing) is ``None``; one that leads to what
+no path names (``/dev/stdin`` or ``/proc/self/fd/1`` on a pipe) is refused as what it is, like a
+device. Every refusal is a :class:`RepoFileError` whose ``reason``
 (:class:`Refusal`) says why. This module has its own exception, uses nothing of tether, and is
 used below the kernel (memory, tools) and by the configuration alike.
 """
@@ -107,7 +109,10 @@ def _locate(path: Path, inside: Path | None, follow_links: bool) -> tuple[Path, 
         try:
             real = Path(os.path.realpath(path, strict=True))
         except FileNotFoundError:  # a link to nothing (a pipe's /proc/self/fd/0 too) or no file
-            if inside is None or not os.path.lexists(path):
+            if inside is None:
+                _refuse_unnamed(path)
+                raise
+            if not os.path.lexists(path):
                 raise
             real = Path(os.path.realpath(path))  # refused below if it leads outside
             if real.is_relative_to(os.path.realpath(inside)):
@@ -124,6 +129,21 @@ def _locate(path: Path, inside: Path | None, follow_links: bool) -> tuple[Path, 
             path, Refusal.OUTSIDE, f"it resolves to {real}, outside {root}; refused"
         )
     return root, real.relative_to(root).parts
+
+
+def _refuse_unnamed(path: Path) -> None:
+    """A path that leads to something no path names (``/dev/stdin`` or ``/proc/self/fd/1`` on a
+    pipe or a socket) is refused as what it is, never taken for a missing file; one that leads
+    to nothing is missing. Looked at with ``stat``, never opened."""
+    try:
+        info = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if stat.S_ISREG(info.st_mode):  # a deleted file still open, say
+        raise RepoFileError(path, Refusal.NOT_REGULAR, "it leads to a file no path names; refused")
+    raise RepoFileError(
+        path, Refusal.NOT_REGULAR, f"it is {_kind(info.st_mode)}, not a regular file; refused"
+    )
 
 
 def _open_regular(path: Path, base: Path, parts: tuple[str, ...], max_bytes: int) -> int:

@@ -3,6 +3,7 @@ every run reports it until it is fixed."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tether.client import TetherClient
+from tether.client import Connection, RpcError, TetherClient
 from tether.client.tether_client import PermissionOutcome
 from tether.memory.loader import MAX_MEMORY_ENTRIES
 from tether.protocol import ErrorCode
@@ -193,6 +194,31 @@ async def test_a_refused_memory_file_is_a_warning_and_the_run_goes_on(
         ".tether/memory/notes.md": "hard_links",
     }
     assert all(w["code"] == ErrorCode.CONFIG_ERROR for w in result["warnings"])
+
+
+@pytest.mark.parametrize(
+    "target", ["/dev/stdin", "/proc/self/fd/0", "/proc/self/fd/1", "/dev/zero", "/dev/null"]
+)
+async def test_a_user_file_linking_to_the_servers_own_pipes_or_a_device_is_an_error(
+    project: Path, tmp_path: Path, target: str
+) -> None:
+    """Its stdin and stdout are pipes no path names: refused as what they are, as a device is,
+    never taken for a missing file (nor read, which would eat the protocol's bytes)."""
+    user_file = tmp_path / "config" / "tether" / "config.toml"
+    user_file.parent.mkdir(parents=True)
+    user_file.symlink_to(target)
+    connection = await Connection.spawn(env={"XDG_CONFIG_HOME": str(tmp_path / "config")})
+    try:
+        async with asyncio.timeout(20):
+            with pytest.raises(RpcError) as refused:
+                await connection.request(
+                    "initialize", {"workspaceFolders": [{"uri": project.as_uri()}]}
+                )
+    finally:
+        await connection.close()
+    assert refused.value.code == ErrorCode.CONFIG_ERROR
+    assert refused.value.data["reason"] == "not_regular"
+    assert refused.value.data["source"] == str(user_file)
 
 
 async def test_a_memory_directory_too_large_to_walk_is_a_warning_and_the_run_goes_on(
