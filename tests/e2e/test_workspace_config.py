@@ -196,6 +196,41 @@ async def test_a_refused_memory_file_is_a_warning_and_the_run_goes_on(
     assert all(w["code"] == ErrorCode.CONFIG_ERROR for w in result["warnings"])
 
 
+async def test_a_session_follows_the_file_of_its_own_directory_never_one_above_it(
+    project: Path,
+) -> None:
+    """The folder's file narrows the tools to list_files; a session made in a subdirectory
+    follows that subdirectory's file, or none, never the folder's."""
+    (project / ".tether").mkdir()
+    (project / ".tether" / "config.toml").write_text('[tools]\nenabled = ["list_files"]\n')
+    web, docs = project / "web", project / "docs"
+    (web / ".tether").mkdir(parents=True)
+    (web / ".tether" / "config.toml").write_text('[tools]\nenabled = ["read_file"]\n')
+    docs.mkdir()
+    for directory in (project, web, docs):
+        (directory / "a.txt").write_text(f"in {directory.name}\n")
+    read = {"toolCalls": [tool_call("read_file", "r1", path="a.txt")]}
+    connection = await start_scripted(project, [read, {"text": "1"}] * 3)
+    try:
+        results = {}
+        for directory in (project, web, docs):
+            created = await connection.request("session/create", {"workspace": str(directory)})
+            run = await connection.request(
+                "kernel/run", {"sessionId": created["sessionId"], "prompt": "read"}
+            )
+            [call] = run["toolCalls"]
+            results[directory.name] = (bool(call.get("isError")), call["result"])
+    finally:
+        await connection.close()
+    assert {name: error for name, (error, _) in results.items()} == {
+        "project": True,
+        "web": False,
+        "docs": False,
+    }
+    assert "not available" in results["project"][1]
+    assert "in web" in results["web"][1] and "in docs" in results["docs"][1]
+
+
 @pytest.mark.parametrize(
     "target", ["/dev/stdin", "/proc/self/fd/0", "/proc/self/fd/1", "/dev/zero", "/dev/null"]
 )
