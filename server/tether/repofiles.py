@@ -108,7 +108,7 @@ def _locate(path: Path, inside: Path | None, follow_links: bool) -> tuple[Path, 
     if follow_links:
         try:
             real = Path(os.path.realpath(path, strict=True))
-        except FileNotFoundError:  # a link to nothing (a pipe's /proc/self/fd/0 too) or no file
+        except FileNotFoundError:  # no file, a link to nothing, or to what no path names (a pipe)
             if inside is None:
                 _refuse_unnamed(path)
                 raise

@@ -198,15 +198,10 @@ class Kernel:
         return bool(claims)
 
     async def stop(self, session_id: str) -> bool:
-        """:meth:`cancel`, answered once the session's stopped runs have ended and given the
-        session back (:data:`STOP_WAIT` at most), so that it takes the next run at once."""
+        """:meth:`cancel`, answered once the session's runs in this process have ended and
+        given the session back (:data:`STOP_WAIT` at most: a run still ending then keeps it a
+        while), so that it takes the next run at once."""
         cancelled = self.cancel(session_id)
-        await self.ended(session_id)
-        return cancelled
-
-    async def ended(self, session_id: str) -> None:
-        """Wait until the runs of the session in this process have ended and given it back
-        (:data:`STOP_WAIT` at most: then a run that still ends keeps the session a while)."""
         ends = list(self._ends.get(session_id, ()))
         if ends:
             _, pending = await asyncio.wait(ends, timeout=STOP_WAIT)
@@ -214,6 +209,7 @@ class Kernel:
                 logger.warning(
                     "a stopped run of session %s has not ended after %g s", session_id, STOP_WAIT
                 )
+        return cancelled
 
     def _forget_claim(self, session_id: str, claim: _Claim) -> None:
         claims = self._claiming.get(session_id, [])

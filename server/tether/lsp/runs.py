@@ -11,8 +11,8 @@ it, with ``window/showMessage``). ``window/workDoneProgress/cancel`` on its toke
 
 No wait on the client holds a turn for good: the requests no person answers
 (``workspace/applyEdit``, ``window/workDoneProgress/create``, ``window/showDocument``) are
-withdrawn after ``lsp.apply_edit_timeout``; a permission question waits for the person, until
-the turn is stopped.
+withdrawn after the ``lsp.apply_edit_timeout`` of the session's workspace folder; a permission
+question waits for the person, until the turn is stopped.
 """
 
 from __future__ import annotations
