@@ -83,6 +83,29 @@ def nested_deeper_than(value: Any, most: int) -> bool:
     return False
 
 
+ENCODED_DEPTH = 200
+"""How many levels of a value from outside (a model's tool-call arguments) are kept when it nests
+deeper than orjson encodes (255 levels): the rest is cut (:func:`clipped_json`). That is still far
+deeper than :data:`MAX_JSON_DEPTH`, so the value is refused wherever it is checked, also when a
+part of it is taken out."""
+
+
+def clipped_json(value: Any, levels: int = ENCODED_DEPTH) -> Any:
+    """``value`` with its objects and arrays below ``levels`` levels replaced by ``null``."""
+    if not isinstance(value, dict | list | tuple):
+        return value
+    if levels <= 0:
+        return None
+    if isinstance(value, dict):
+        return {key: clipped_json(item, levels - 1) for key, item in value.items()}
+    return [clipped_json(item, levels - 1) for item in value]
+
+
+NESTED_TOO_DEEP = f"nested deeper than {MAX_JSON_DEPTH} levels of objects and arrays (maxJsonDepth)"
+"""How a value over :data:`MAX_JSON_DEPTH` is described where it is no request's (a tool call's
+arguments, a structured answer): ``f"the answer is {NESTED_TOO_DEEP}"``."""
+
+
 def utf8_size(text: str) -> int:
     """Bytes of ``text`` in UTF-8, without encoding it when it is ASCII (the usual case)."""
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
