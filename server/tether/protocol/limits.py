@@ -46,6 +46,12 @@ def over_limit(message: str, limit: str, value: int) -> PydanticCustomError:
     return PydanticCustomError(LIMIT_EXCEEDED, message, {"limit": limit, "value": value})
 
 
+MAX_REQUEST_DEPTH = 1024
+"""How deep a message may nest objects and arrays, its own object counted (``maxRequestDepth``):
+what orjson, the decoder of both faces, takes. Not configurable. A request nested deeper is
+answered ``InvalidRequest`` with its id (:mod:`tether.protocol.deep_requests`)."""
+
+
 MAX_JSON_DEPTH = 64
 """How deep a free-form JSON value that a store keeps (a message's metadata, output or JSON
 content; a session's settings, metadata or state) may nest objects and arrays
