@@ -44,6 +44,7 @@ def test_the_id_of_a_request_too_deep_is_found(value: bytes, head_first: bool) -
     with pytest.raises(orjson.JSONDecodeError):
         orjson.loads(request)
     assert deep_request_id(request) == 7
+    assert deep_request_id(bytearray(request)) == 7  # a big frame's body, as the decoder gives it
 
 
 def test_the_limit_is_the_decoders() -> None:

@@ -49,7 +49,7 @@ class _GaveUp(Exception):
 def deep_request_id(body: bytes | bytearray) -> str | int | None:
     """The id of the request ``body`` is, when it is a JSON-RPC 2.0 request object nested deeper
     than :data:`MAX_REQUEST_DEPTH` (its object counted); else None. For a body orjson refused."""
-    scan = _Scan(bytes(body))
+    scan = _Scan(body)
     try:
         members, deepest = scan.top_level()
     except _GaveUp:
@@ -67,7 +67,7 @@ def deep_request_id(body: bytes | bytearray) -> str | int | None:
 
 
 class _Scan:
-    def __init__(self, body: bytes) -> None:
+    def __init__(self, body: bytes | bytearray) -> None:
         self.body = body
         self.steps = _MAX_STEPS
 
@@ -149,7 +149,7 @@ class _Scan:
         return match.end()
 
 
-def _opening_brackets(run: bytes) -> int:
+def _opening_brackets(run: bytes | bytearray) -> int:
     """Opening brackets in ``run``, outside its strings."""
     count = run.count(b"[") + run.count(b"{")
     if count and b'"' in run:
@@ -158,7 +158,7 @@ def _opening_brackets(run: bytes) -> int:
     return count
 
 
-def _closing_end(run: bytes, count: int) -> int:
+def _closing_end(run: bytes | bytearray, count: int) -> int:
     """Where the ``count``-th closing bracket of ``run`` (closing brackets and white space)
     ends: counted a chunk at a time, then a byte at a time in the chunk where it is."""
     if len(run) == count or not run.strip(b"]}"):  # no white space (the usual case)
