@@ -672,7 +672,8 @@ class SqlStore:
         """``call`` in one transaction, run again when it failed before its commit because the
         connection was lost (a database restarted: once, on a new connection) or the database
         chose it as the victim of a deadlock or a serialization failure. A failed commit is
-        never run again: whether it took effect is unknown."""
+        never run again: whether it took effect is unknown. Whatever failed, the connection is
+        left with no transaction open (:meth:`_leave_clean`)."""
         attempt = 0
         while True:
             if self._file is not None:
@@ -682,22 +683,18 @@ class SqlStore:
             if self._psycopg:
                 _isolate(connection, write)
             transaction = connection.begin()
+            committing = False
             try:
                 result = call(connection)
-            except DBAPIError as exc:
+                committing = True
+                transaction.commit()
+            except BaseException as exc:
                 self._leave_clean(connection, partial(_roll_back, connection, transaction))
                 attempt += 1
-                if not _worth_retrying(exc, attempt):
+                retry = isinstance(exc, DBAPIError) and _worth_retrying(exc, attempt)
+                if committing or not retry:
                     raise
                 continue
-            except BaseException:
-                self._leave_clean(connection, partial(_roll_back, connection, transaction))
-                raise
-            try:
-                transaction.commit()
-            except BaseException:
-                self._leave_clean(connection, partial(_roll_back, connection, transaction))
-                raise
             return result
 
     def _leave_clean(self, connection: Connection, roll_back: Callable[[], None]) -> None:
