@@ -2,10 +2,12 @@
 
 :class:`FrameFuzzer` makes byte chunks of every kind of fault a client or a broken pipe can send
 (bit flips, truncated bodies, wrong, huge, negative or missing ``Content-Length``, lower-case
-headers, garbage between frames, invalid JSON, valid JSON of the wrong shape) and valid
-*sentinel* requests, whose ids start with ``sentinel-`` and which must each be answered exactly
-once whatever came before them. Nothing it makes stores anything or ends the server: no
-``session/create``, ``append`` that could succeed, ``delete``, ``shutdown`` or ``exit``.
+headers, garbage between frames, invalid JSON, valid JSON of the wrong shape, requests nested
+deeper than the decoder takes) and valid *sentinel* requests, whose ids start with ``sentinel-``
+and which must each be answered exactly once whatever came before them. The requests nested too
+deep (ids ``deep-``) must each be answered exactly once too, with InvalidRequest. Nothing it
+makes stores anything or ends the server: no ``session/create``, ``append`` that could succeed,
+``delete``, ``shutdown`` or ``exit``.
 
 :func:`fuzz` drives a server with them while runs of the scripted model are in flight, and
 reports what a client would care about: sentinels unanswered or answered twice, anything on the
@@ -29,10 +31,13 @@ from typing import Any
 
 import orjson
 
+from tether.protocol import ErrorCode
 from tether.protocol.framing import Frame, FrameDecoder, encode_frame
+from tether.protocol.limits import MAX_REQUEST_DEPTH
 from tether.testing import scripted_options
 
 SENTINEL = "sentinel-"
+DEEP = "deep-"
 
 # Declared lengths far over any frame limit: the server must answer -32700 and resync.
 HUGE_LENGTHS = [
@@ -51,6 +56,7 @@ class FrameFuzzer:
         self.random = random.Random(seed)
         self.session_id = session_id
         self.sent: Counter[str] = Counter()  # chunks sent, by mutation
+        self.deep_ids: list[str] = []  # of the requests nested too deep
         self._next_id = 0
         self._mutations: list[Callable[[], bytes]] = [
             self.bit_flips,
@@ -63,6 +69,7 @@ class FrameFuzzer:
             self.garbage,
             self.invalid_json,
             self.wrong_shape,
+            self.too_deep,
             self.valid,
         ]
 
@@ -154,6 +161,25 @@ class FrameFuzzer:
 
     def wrong_shape(self) -> bytes:
         return self._frame(self.random.choice(self._wrong_shapes()))
+
+    def too_deep(self) -> bytes:
+        """A request nested deeper than the decoder takes (arrays, objects, both, with white
+        space or not, a string of brackets inside), its id before or after the deep member."""
+        self._next_id += 1
+        msg_id = f"{DEEP}{self._next_id}"
+        self.deep_ids.append(msg_id)
+        levels = self.random.choice([MAX_REQUEST_DEPTH, 2000, 100_000])
+        space = self.random.choice([b"", b" ", b"\n"])
+        opening, closing = self.random.choice([(b"[", b"]"), (b'{"a":', b"}"), (b'{"[{":[', b"]}")])
+        inner = (opening + space) * levels + b'"]}\\\\"' + (space + closing) * levels
+        members = [
+            b'"jsonrpc":"2.0"',
+            b'"id":' + orjson.dumps(msg_id),
+            b'"method":"session/get"',
+            b'"params":{"sessionId":' + orjson.dumps(self.session_id) + b',"x":' + inner + b"}",
+        ]
+        self.random.shuffle(members)
+        return encode_frame(b"{" + b",".join(members) + b"}")
 
     def valid(self) -> bytes:
         return self._frame(self._message())
@@ -255,6 +281,7 @@ class WireClient:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
         self.answers: Counter[Any] = Counter()  # responses per id
+        self.deep_codes: dict[str, int] = {}  # the error codes of requests nested too deep
         self.bad_output: list[str] = []
         self._waiting: dict[Any, asyncio.Future[dict[str, Any]]] = {}
         self._ids = 0
@@ -286,6 +313,8 @@ class WireClient:
         if not isinstance(msg_id, str | int):
             return  # id null: a parse error or an invalid request
         self.answers[msg_id] += 1
+        if str(msg_id).startswith(DEEP):
+            self.deep_codes[str(msg_id)] = message.get("error", {}).get("code", 0)
         waiter = self._waiting.pop(msg_id, None)
         if waiter is not None and not waiter.done():
             waiter.set_result(message)
@@ -392,6 +421,12 @@ async def fuzz(
             in_flight.keep_going()
     for sentinel in outstanding:
         await _settle(sentinel, report)
+    for msg_id in fuzzer.deep_ids:  # answered before the sentinels that followed them
+        code = client.deep_codes.get(msg_id)
+        if code is None:
+            report.unanswered.append(msg_id)
+        elif code != ErrorCode.INVALID_REQUEST:
+            report.bad_output.append(f"{msg_id} answered {code}")
     report.seconds = time.perf_counter() - started
     report.kinds = fuzzer.sent
     await in_flight.stop()
@@ -403,7 +438,7 @@ async def fuzz(
     return report
 
 
-_OURS = (SENTINEL, "client-")
+_OURS = (SENTINEL, DEEP, "client-")
 
 
 async def _settle(sentinel: tuple[str, asyncio.Future[Any]], report: FuzzReport) -> None:

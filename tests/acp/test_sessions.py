@@ -225,3 +225,32 @@ async def test_an_sse_mcp_server_is_given_to_the_sessions_runs(
     last = [u for u in updates if u["sessionUpdate"] == "tool_call_update"][-1]
     assert last["status"] == "completed" and last["rawOutput"] == "over SSE"
     assert "Bearer acp" in headers.read_text().split("\n")
+
+
+async def test_a_tool_call_whose_arguments_nest_too_deep_fails_and_loads_again_as_text(
+    durable: Setup, project: Path
+) -> None:
+    """The arguments are shown as the text the model wrote (as JSON they could not always be
+    encoded), the call fails, the turn goes on, and the session loads again with it."""
+    arguments = '{"path": ' + "[" * 300 + "]" * 300 + "}"
+    durable.script(
+        [
+            {"toolCalls": [{"id": "d1", "name": "read_file", "arguments": arguments}]},
+            {"text": "Too deep."},
+        ],
+        approval="auto",
+    )
+    async with durable.agent() as first:
+        session = await first.conn.new_session(cwd=str(project), mcp_servers=[])
+        answer = await first.conn.prompt(session_id=session.session_id, prompt=[text_block("r")])
+        updates = first.wire.updates(session.session_id)
+    assert answer.stop_reason == "end_turn"
+    [start] = [u for u in updates if u["sessionUpdate"] == "tool_call"]
+    assert start["rawInput"] == arguments
+    progress = [u for u in updates if u["sessionUpdate"] == "tool_call_update"]
+    assert progress[-1]["status"] == "failed"
+    async with durable.agent() as second:
+        await second.conn.load_session(cwd=str(project), session_id=session.session_id)
+        replayed = second.wire.updates(session.session_id)
+    [shown] = [u for u in replayed if u["sessionUpdate"] == "tool_call"]
+    assert shown["rawInput"] == arguments

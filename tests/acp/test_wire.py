@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.acp.conftest import AGENT, schema_problems
+from tether.protocol.limits import MAX_REQUEST_DEPTH
 
 RESULT_OF = {1: "initialize", 3: "initialize"}
 
@@ -71,6 +72,29 @@ async def test_bad_input_is_answered_and_every_request_gets_one_response(
     assert all(len(v) == 1 for k, v in by_id.items() if k is not None)
     sent = {3: "initialize", 6: "session/new"}
     assert [p for a in answers for p in schema_problems(a, sent) if a.get("id") in sent] == []
+
+
+async def test_a_request_nested_deeper_than_the_decoder_takes_is_answered_with_its_id(
+    project: Path, tmp_path: Path
+) -> None:
+    deep = b"[" * MAX_REQUEST_DEPTH + b"]" * MAX_REQUEST_DEPTH
+    answers, code = await exchange(
+        [
+            request(1, "initialize", {"protocolVersion": 1}),
+            b'{"jsonrpc":"2.0","params":{"cwd":' + deep + b'},"id":2,"method":"session/new"}\n',
+            b'{"jsonrpc":"2.0","method":"session/cancel","params":' + deep + b"}\n",
+            request(3, "session/new", {"cwd": str(project), "mcpServers": []}),
+        ],
+        project,
+        tmp_path,
+    )
+    assert code == 0
+    by_id = {answer.get("id"): answer for answer in answers}
+    assert by_id[2]["error"]["code"] == -32600
+    assert by_id[2]["error"]["data"] == {"limit": "maxRequestDepth", "value": MAX_REQUEST_DEPTH}
+    assert by_id[None]["error"]["code"] == -32700  # a notification: no id to answer
+    assert "sessionId" in by_id[3]["result"]
+    assert len(answers) == 4
 
 
 NOISY_AGENT = """

@@ -3,15 +3,17 @@ reason, logged once without a traceback, and the server goes on; nothing is ackn
 store did not keep.
 
 The faults are real: a SQLite file deleted or replaced under the server, a ``-shm`` file made
-immutable (SQLite maps it: a write to it would be SIGBUS), a full disk (a 1 MiB tmpfs in the
-server's own mount namespace), damaged pages, a PostgreSQL server that stops. Making files
-immutable needs root (CI runs as root), and a file system that has immutable files.
+immutable (SQLite maps it: a write to it would be SIGBUS), an immutable ``-wal`` file, a full disk
+(a tmpfs in the server's own mount namespace), damaged pages, a PostgreSQL server that stops; and
+once a fault is gone, every method works again. Making files immutable needs root (CI runs as
+root), and a file system that has immutable files.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import sqlite3
@@ -267,6 +269,94 @@ async def test_a_full_disk_refuses_the_write_and_keeps_every_acknowledged_one(
     assert await contents(server, sid) == acknowledged
     assert len(fault_lines(log)) == 1
     assert (await server.request("session/get", {"sessionId": sid}))["running"] is False
+
+
+class Filler:
+    """A file that takes every free byte of the small disk of ``server`` (seen through
+    ``/proc/<pid>/root``: the disk is mounted in the server's own mount namespace), until it is
+    removed."""
+
+    def __init__(self, server: Connection, disk: Path) -> None:
+        self.path = Path(f"/proc/{server.process.pid}/root") / disk.relative_to("/") / "filler"
+
+    def fill(self) -> None:
+        chunk = b"\0" * 4096
+        with self.path.open("wb", buffering=0) as file:
+            try:
+                while True:
+                    file.write(chunk)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+
+    def remove(self) -> None:
+        self.path.unlink()
+
+
+async def test_after_a_full_disk_is_freed_every_method_works_again_without_a_restart(
+    servers: Servers, tmp_path: Path
+) -> None:
+    """Writes that fail for want of space (a session's row through SQLAlchemy, an append on
+    sqlite3 itself) leave no transaction open behind them: reads go on answering meanwhile, and
+    once space is back every method works again."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    log = tmp_path / "server.log"
+    argv = logged(log, on_a_small_disk(disk, "8m"))
+    server = await servers.start(sqlite_env(disk / "s.db"), argv=argv, turns=RUN * 2)
+    sid = (await server.request("session/create", {}))["sessionId"]
+    await server.request("session/append", append(sid, "kept"))
+    filler = Filler(server, disk)
+    filler.fill()
+    big = "x" * 256 * 1024
+    for _ in range(2):
+        assert await store_fault(server.request("session/append", append(sid, big))) == "disk-full"
+        refused = server.request("session/create", {"metadata": {"note": big}})
+        assert await store_fault(refused) == "disk-full"
+    assert await contents(server, sid) == ["kept"]
+    listed = await server.request("session/list", {})
+    assert [s["sessionId"] for s in listed["sessions"]] == [sid]
+    assert (await server.request("session/get", {"sessionId": sid}))["messageCount"] == 1
+
+    filler.remove()
+    other = (await server.request("session/create", {"metadata": {"note": big}}))["sessionId"]
+    await server.request("session/append", append(sid, big))
+    await server.request("session/configure", {"sessionId": sid, "title": "after"})
+    ran = await server.request("kernel/run", {"sessionId": other, "prompt": "go"})
+    assert ran["stopReason"] == "end_turn"
+    listed = await server.request("session/list", {})
+    assert {s["sessionId"] for s in listed["sessions"]} == {sid, other}
+    assert (await server.request("session/get", {"sessionId": sid}))["title"] == "after"
+    assert await contents(server, sid) == ["kept", big]
+    assert len(fault_lines(log)) == 1
+
+
+async def test_an_immutable_wal_file_is_read_only_and_every_method_works_once_it_is_not(
+    servers: Servers, tmp_path: Path
+) -> None:
+    """SQLite fails the commit that would write to an immutable ``-wal`` file with an I/O
+    error: the store tells it ``read-only`` (its files may not be written), reads go on, and
+    once the file may be written again every method works."""
+    db = tmp_path / "s.db"
+    log = tmp_path / "server.log"
+    server = await servers.start(sqlite_env(db), argv=logged(log))
+    sid = (await server.request("session/create", {}))["sessionId"]
+    await server.request("session/append", append(sid, "kept"))
+    with immutable(Path(f"{db}-wal")):
+        for _ in range(2):
+            assert await store_fault(server.request("session/append", append(sid, "no"))) == (
+                "read-only"
+            )
+            assert await store_fault(server.request("session/create", {})) == "read-only"
+        assert [s["sessionId"] for s in (await server.request("session/list", {}))["sessions"]] == [
+            sid
+        ]
+        assert (await server.request("session/get", {"sessionId": sid}))["messageCount"] == 1
+    other = (await server.request("session/create", {}))["sessionId"]
+    await server.request("session/append", append(sid, "after"))
+    listed = await server.request("session/list", {})
+    assert {s["sessionId"] for s in listed["sessions"]} == {sid, other}
+    assert await contents(server, sid) == ["kept", "after"]
+    assert len(fault_lines(log)) == 1
 
 
 # --- damaged pages ----------------------------------------------------------------------------

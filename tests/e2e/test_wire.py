@@ -15,6 +15,7 @@ import tether
 from tether.client import Connection, RpcError
 from tether.protocol import ErrorCode
 from tether.protocol.framing import Frame, FrameDecoder, encode_frame
+from tether.protocol.limits import MAX_REQUEST_DEPTH
 
 from .conftest import SERVER
 
@@ -89,6 +90,35 @@ async def test_a_length_over_the_limit_is_a_parse_error_naming_it_and_the_stream
     assert errors[0]["code"] == ErrorCode.PARSE_ERROR
     assert errors[0]["data"] == {"limit": "maxFrameBytes", "value": 64 * 1024 * 1024}
     assert [m["result"] for m in server.stray if m.get("id") == "cut"] == [{"sessions": []}]
+
+
+def nested_request(msg_id: str, method: str, levels: int, *, id_first: bool) -> bytes:
+    """A request whose body nests ``levels`` levels (its own object and ``params`` counted)."""
+    deep = b"[" * (levels - 2) + b"]" * (levels - 2)
+    head = b'"jsonrpc":"2.0","id":%s,"method":"%s"' % (orjson.dumps(msg_id), method.encode())
+    params = b'"params":{"x":%s}' % deep
+    return b"{%s,%s}" % ((head, params) if id_first else (params, head))
+
+
+@pytest.mark.parametrize("id_first", [True, False], ids=["id-first", "id-last"])
+@pytest.mark.parametrize("levels", [MAX_REQUEST_DEPTH + 1, 100_000])
+async def test_a_request_nested_deeper_than_the_decoder_takes_is_answered_with_its_id(
+    server: Connection, levels: int, id_first: bool
+):
+    server.send_raw(encode_frame(nested_request("deep", "session/list", levels, id_first=id_first)))
+    assert await server.request("session/list", {}) == {"sessions": []}  # answered in order
+    [answer] = [m for m in server.stray if m.get("id") == "deep"]
+    assert answer["error"]["code"] == ErrorCode.INVALID_REQUEST
+    assert answer["error"]["data"] == {"limit": "maxRequestDepth", "value": MAX_REQUEST_DEPTH}
+
+
+async def test_a_request_nested_as_deep_as_the_decoder_takes_is_decoded(server: Connection):
+    body = nested_request("deep", "session/list", MAX_REQUEST_DEPTH, id_first=False)
+    server.send_raw(encode_frame(body))
+    assert await server.request("session/list", {}) == {"sessions": []}
+    assert [m for m in server.stray if m.get("id") == "deep"] == [
+        {"jsonrpc": "2.0", "id": "deep", "result": {"sessions": []}}
+    ]
 
 
 async def test_header_names_are_case_insensitive_and_content_type_is_ignored(server: Connection):

@@ -16,8 +16,11 @@ from sqlalchemy import create_engine, text
 
 from tests.postgres import sqlalchemy_url
 from tether.protocol import StoreError
+from tether.protocol.sessions import CreateSessionParams
 from tether.sessions.faults import FaultLog, fault_of, store_error
 from tether.sessions.sql import SqlStore, sqlite_url
+
+from .conftest import WORKSPACE
 
 
 def raised(call: Callable[[], object]) -> BaseException:
@@ -138,3 +141,37 @@ async def test_a_store_whose_wal_or_shm_is_not_a_regular_file_is_not_opened(
     with pytest.raises(StoreError) as caught:
         await SqlStore.open(sqlite_url(tmp_path / "s.db"))
     assert caught.value.reason == "corrupt"
+
+
+_REFUSE_COMMITS = [
+    "create function refuse() returns trigger language plpgsql as "
+    "$$ begin raise exception 'no space' using errcode = 'disk_full'; end $$",
+    "create constraint trigger refuse after insert on sessions "
+    "deferrable initially deferred for each row execute function refuse()",
+]
+
+
+async def test_a_commit_that_fails_leaves_no_transaction_behind_it(postgres_url: str) -> None:
+    """A commit the database refuses (a deferred trigger raising ``disk_full`` at commit, as a
+    full disk does) is a StoreError, and the store's connection is left with no transaction
+    open: reads go on, and once commits are taken again, writes too."""
+    store = await SqlStore.open(postgres_url)
+    engine = create_engine(sqlalchemy_url(postgres_url))
+    try:
+        kept = await store.create(CreateSessionParams(), WORKSPACE)
+        with engine.begin() as connection:
+            for statement in _REFUSE_COMMITS:
+                connection.execute(text(statement))
+        for _ in range(2):
+            with pytest.raises(StoreError) as caught:
+                await store.create(CreateSessionParams(), WORKSPACE)
+            assert caught.value.reason == "disk-full"
+            assert (await store.get(kept.session_id)).session_id == kept.session_id
+        with engine.begin() as connection:
+            connection.execute(text("drop trigger refuse on sessions"))
+        added = await store.create(CreateSessionParams(), WORKSPACE)
+        listed = await store.list_sessions(workspace=None, cursor=None, limit=10)
+        assert {s.session_id for s in listed.sessions} == {kept.session_id, added.session_id}
+    finally:
+        engine.dispose()
+        await store.aclose()

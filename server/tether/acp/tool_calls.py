@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from tether.acp.models import AcpToolKind, DiffContent, Location
+from tether.protocol.limits import MAX_JSON_DEPTH, nested_deeper_than
 from tether.repofiles import RepoFileError, read_repo_file
 from tether.tools.titles import title
 
@@ -45,11 +46,14 @@ def acp_kind(tool_kind: str) -> AcpToolKind:
 
 
 def raw_input(arguments: str) -> Any:
-    """The arguments as the JSON object the model wrote (the text itself when it is not JSON)."""
+    """The arguments as the JSON object the model wrote (the text itself when it is not JSON, or
+    nests deeper than a session keeps: such a call is refused, and its JSON could not always be
+    encoded)."""
     try:
-        return orjson.loads(arguments)
+        value = orjson.loads(arguments)
     except orjson.JSONDecodeError:
         return arguments
+    return arguments if nested_deeper_than(value, MAX_JSON_DEPTH) else value
 
 
 def starting_call(

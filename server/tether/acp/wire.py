@@ -22,6 +22,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from tether.protocol import ErrorCode, SessionNotFound, TetherError
+from tether.protocol.deep_requests import DEEP_REQUEST, DEEP_REQUEST_DATA, deep_request_id
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +113,12 @@ class Connection:
         try:
             message = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
-            self._send_error(None, AcpError(ErrorCode.PARSE_ERROR, f"parse error: {exc}"))
+            request_id = deep_request_id(line)
+            if request_id is None:
+                self._send_error(None, AcpError(ErrorCode.PARSE_ERROR, f"parse error: {exc}"))
+            else:
+                error = AcpError(ErrorCode.INVALID_REQUEST, DEEP_REQUEST, DEEP_REQUEST_DATA)
+                self._send_error(request_id, error)
             return
         if not isinstance(message, dict):
             reason = "batches are not supported" if isinstance(message, list) else "not an object"

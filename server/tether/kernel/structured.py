@@ -5,6 +5,7 @@ The schema is checked as a schema before the run records anything (InvalidParams
 in the request (:class:`OutputSpec`: OpenAI ``response_format``, Anthropic a final tool); any
 other is told in the system prompt to answer with JSON only. Either way the final answer's text
 is parsed (a Markdown code fence around it is tolerated) and validated with ``jsonschema``; an
+answer nested deeper than a session keeps (``maxJsonDepth``) is invalid whatever the schema. An
 invalid answer is answered with a user message listing what is wrong, up to ``outputRetries``
 times (default 2), after which the run ends with ``stopReason: "output_invalid"``.
 """
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from tether.protocol import InvalidParams
+from tether.protocol.limits import MAX_JSON_DEPTH, NESTED_TOO_DEEP, nested_deeper_than
 from tether.providers.base import OutputSpec
 
 if TYPE_CHECKING:
@@ -52,6 +54,8 @@ class OutputCheck:
             value = orjson.loads(stripped)
         except orjson.JSONDecodeError as exc:
             return None, [f"the answer is not JSON: {exc}"]
+        if nested_deeper_than(value, MAX_JSON_DEPTH):  # it could be neither kept nor sent
+            return None, [f"the answer is {NESTED_TOO_DEEP}"]
         errors = sorted(self.validator.iter_errors(value), key=lambda e: list(e.absolute_path))
         return value, [_describe(error) for error in errors[:MAX_ERRORS]]
 

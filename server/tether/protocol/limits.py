@@ -46,6 +46,12 @@ def over_limit(message: str, limit: str, value: int) -> PydanticCustomError:
     return PydanticCustomError(LIMIT_EXCEEDED, message, {"limit": limit, "value": value})
 
 
+MAX_REQUEST_DEPTH = 1024
+"""How deep a message may nest objects and arrays, its own object counted (``maxRequestDepth``):
+what orjson, the decoder of both faces, takes. Not configurable. A request nested deeper is
+answered ``InvalidRequest`` with its id (:mod:`tether.protocol.deep_requests`)."""
+
+
 MAX_JSON_DEPTH = 64
 """How deep a free-form JSON value that a store keeps (a message's metadata, output or JSON
 content; a session's settings, metadata or state) may nest objects and arrays
@@ -81,6 +87,29 @@ def nested_deeper_than(value: Any, most: int) -> bool:
             (child, depth + 1) for child in children if isinstance(child, dict | list | tuple)
         )
     return False
+
+
+ENCODED_DEPTH = 200
+"""How many levels of a value from outside (a model's tool-call arguments) are kept when it nests
+deeper than orjson encodes (255 levels): the rest is cut (:func:`clipped_json`). That is still far
+deeper than :data:`MAX_JSON_DEPTH`, so the value is refused wherever it is checked, also when a
+part of it is taken out."""
+
+
+def clipped_json(value: Any, levels: int = ENCODED_DEPTH) -> Any:
+    """``value`` with its objects and arrays below ``levels`` levels replaced by ``null``."""
+    if not isinstance(value, dict | list | tuple):
+        return value
+    if levels <= 0:
+        return None
+    if isinstance(value, dict):
+        return {key: clipped_json(item, levels - 1) for key, item in value.items()}
+    return [clipped_json(item, levels - 1) for item in value]
+
+
+NESTED_TOO_DEEP = f"nested deeper than {MAX_JSON_DEPTH} levels of objects and arrays (maxJsonDepth)"
+"""How a value over :data:`MAX_JSON_DEPTH` is described where it is no request's (a tool call's
+arguments, a structured answer): ``f"the answer is {NESTED_TOO_DEEP}"``."""
 
 
 def utf8_size(text: str) -> int:

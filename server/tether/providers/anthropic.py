@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-import orjson
 from pydantic import ValidationError
 
 from tether.protocol import (
@@ -43,6 +42,7 @@ from tether.providers import output
 from tether.providers.base import Completion, ModelRequest, OutputSpec
 from tether.providers.content import (
     THINKING_BUDGETS,
+    arguments_json,
     arguments_object,
     flatten_text,
     image_placeholder,
@@ -265,7 +265,7 @@ class _ToolUse:
     def arguments(self) -> str:
         if self.pieces:
             return "".join(self.pieces)
-        return orjson.dumps(self.start_input or {}).decode()
+        return arguments_json(self.start_input or {})
 
 
 class MessagesReader(TurnReader):

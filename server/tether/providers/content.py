@@ -17,13 +17,15 @@ from tether.protocol import (
     TextBlock,
     is_blocks,
 )
+from tether.protocol.limits import MAX_JSON_DEPTH, clipped_json, nested_deeper_than
 
 
 def arguments_object(arguments: str) -> dict[str, Any]:
     """A call's arguments (JSON text) as the object the Anthropic and Gemini formats need.
 
-    Arguments that are not a JSON object (the model produced broken JSON) are kept as text under
-    ``invalid_json``, so the model sees what it sent next to the error result it got.
+    Arguments that are not a JSON object (the model produced broken JSON), or nest deeper than a
+    session keeps (the call was refused; the request could not always be encoded), are kept as
+    text under ``invalid_json``, so the model sees what it sent next to the error result it got.
     """
     if not arguments.strip():
         return {}
@@ -31,7 +33,19 @@ def arguments_object(arguments: str) -> dict[str, Any]:
         value = orjson.loads(arguments)
     except orjson.JSONDecodeError:
         return {"invalid_json": arguments}
-    return value if isinstance(value, dict) else {"invalid_json": arguments}
+    if not isinstance(value, dict) or nested_deeper_than(value, MAX_JSON_DEPTH):
+        return {"invalid_json": arguments}
+    return value
+
+
+def arguments_json(value: Any) -> str:
+    """Arguments an endpoint sent as a JSON value (not as text) as the JSON text a tool call
+    holds. A value nested deeper than orjson encodes (255 levels; far deeper than a session
+    keeps: the call is refused) is cut at :data:`ENCODED_DEPTH` levels."""
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:
+        return orjson.dumps(clipped_json(value)).decode()
 
 
 def resource_text(block: ResourceLinkBlock) -> str:

@@ -46,6 +46,7 @@ from tether.providers import output
 from tether.providers.base import Completion, ModelRequest, OutputSpec
 from tether.providers.content import (
     THINKING_BUDGETS,
+    arguments_json,
     arguments_object,
     flatten_text,
     is_error_result,
@@ -459,7 +460,7 @@ class GenerateContentReader(TurnReader):
             for call in turn.calls:
                 call_id = call.own_id or f"{CALL_ID_PREFIX}{uuid.uuid4().hex[:24]}"
                 own_ids = own_ids or call.own_id is not None
-                arguments = orjson.dumps(call.args if isinstance(call.args, dict) else {}).decode()
+                arguments = arguments_json(call.args if isinstance(call.args, dict) else {})
                 calls.append(CanonicalCall(id=call_id, name=call.name, arguments=arguments))
                 if call.signature:
                     signatures[call_id] = call.signature

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-import orjson
 from pydantic import ValidationError
 
 from tether.protocol import (
@@ -38,6 +37,7 @@ from tether.protocol.kernel import Usage
 from tether.protocol.tools import ToolSpec
 from tether.providers.base import Completion, ModelRequest
 from tether.providers.content import (
+    arguments_json,
     flatten_text,
     optional_count,
     pick_settings,
@@ -301,7 +301,7 @@ class ChatCompletionReader(TurnReader):
             if isinstance(arguments, str):
                 call.arguments.append(arguments)
             elif arguments is not None:  # an object instead of its JSON text
-                call.arguments.append(orjson.dumps(arguments).decode())
+                call.arguments.append(arguments_json(arguments))
 
     def _index_of(self, delta: dict[str, Any]) -> int:
         index = index_of(delta.get("index"), -1)

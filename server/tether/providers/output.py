@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from tether.providers.base import Completion, OutputSpec
+from tether.providers.content import arguments_json
 
 OUTPUT_TOOL = "final_answer"
 _WRAPPED = "value"
@@ -58,7 +59,7 @@ def answer_from_tool(completion: Completion, spec: OutputSpec) -> Completion:
         except orjson.JSONDecodeError:
             value = None
         if isinstance(value, dict) and _WRAPPED in value:
-            arguments = orjson.dumps(value[_WRAPPED]).decode()
+            arguments = arguments_json(value[_WRAPPED])
     others = [call for call in completion.tool_calls if call.name != OUTPUT_TOOL]
     return completion.model_copy(
         update={

@@ -37,6 +37,7 @@ from pydantic.alias_generators import to_camel
 from tether.protocol import ConfigError, ProviderError, ToolCall
 from tether.protocol.kernel import Usage
 from tether.providers.base import Completion, ModelRequest, Provider, TextDelta
+from tether.providers.content import arguments_json
 from tether.providers.errors import ScriptExhausted, ScriptNotUsedUp
 from tether.providers.prepare import prepare
 from tether.providers.retry import Sleep
@@ -166,7 +167,7 @@ def _completion(turn: ScriptTurn, number: int) -> Completion:
             name=call.name,
             arguments=call.arguments
             if isinstance(call.arguments, str)
-            else orjson.dumps(call.arguments).decode(),
+            else arguments_json(call.arguments),
         )
         for index, call in enumerate(turn.tool_calls)
     ]

@@ -34,6 +34,7 @@ import orjson
 from pydantic import BaseModel
 
 from tether.protocol import ErrorCode, InitializeParams
+from tether.protocol.deep_requests import DEEP_REQUEST, DEEP_REQUEST_DATA, deep_request_id
 from tether.protocol.framing import Frame, FrameDecoder, FrameError
 from tether.rpc import eager, splitparse
 from tether.rpc.app import KERNEL_METHODS, App
@@ -159,7 +160,12 @@ class Wire:
         try:
             message = orjson.loads(body) if len(body) < _SPLIT_FROM else splitparse.loads(body)
         except orjson.JSONDecodeError as exc:
-            self.send_error(None, error_object(ErrorCode.PARSE_ERROR, f"parse error: {exc}"))
+            request_id = deep_request_id(body)
+            if request_id is None:
+                error = error_object(ErrorCode.PARSE_ERROR, f"parse error: {exc}")
+            else:
+                error = error_object(ErrorCode.INVALID_REQUEST, DEEP_REQUEST, DEEP_REQUEST_DATA)
+            self.send_error(request_id, error)
             return None
         if not isinstance(message, dict):
             reason = "batches are not supported" if isinstance(message, list) else "not an object"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -97,10 +98,15 @@ class FaultLog:
     An episode of a fault met by a write ends with the next write that succeeds (reads may go on
     succeeding meanwhile: a full disk refuses only writes); one met by a read ends with any call
     that succeeds.
+
+    ``writable`` (for a store in files) tells whether its files may all be written: an I/O error
+    met while one may not (SQLite reports a ``-wal`` file made immutable so) is ``read-only``.
+    It is asked only when an I/O error happens.
     """
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, writable: Callable[[], bool] | None = None) -> None:
         self.kind = kind
+        self._writable = writable
         self._reason: StoreFault | None = None
         self._by_write = False
 
@@ -113,6 +119,8 @@ class FaultLog:
             reason = fault_of(exc)
             if reason is None:
                 return None
+            if reason == "io" and self._writable is not None and not self._writable():
+                reason = "read-only"
             error = store_error(reason, self.kind)
         if error.reason != self._reason:
             detail = "" if exc is error else f" ({_detail(exc)})"

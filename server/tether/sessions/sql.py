@@ -605,13 +605,13 @@ class SqlStore:
         self._queued = 0  # calls submitted to the worker and not yet seen to end
         self.kind = engine.dialect.name
         self.url = engine.url
-        self._faults = FaultLog(self.kind)
         database = engine.url.database
         self._file = (
             SqliteFile(Path(database))
             if self.kind == "sqlite" and database and database != ":memory:"
             else None
         )
+        self._faults = FaultLog(self.kind, self._file.writable if self._file else None)
 
     @classmethod
     async def open(
@@ -672,7 +672,8 @@ class SqlStore:
         """``call`` in one transaction, run again when it failed before its commit because the
         connection was lost (a database restarted: once, on a new connection) or the database
         chose it as the victim of a deadlock or a serialization failure. A failed commit is
-        never run again: whether it took effect is unknown."""
+        never run again: whether it took effect is unknown. Whatever failed, the connection is
+        left with no transaction open (:meth:`_leave_clean`)."""
         attempt = 0
         while True:
             if self._file is not None:
@@ -682,19 +683,36 @@ class SqlStore:
             if self._psycopg:
                 _isolate(connection, write)
             transaction = connection.begin()
+            committing = False
             try:
                 result = call(connection)
-            except DBAPIError as exc:
-                _end(transaction)
+                committing = True
+                transaction.commit()
+            except BaseException as exc:
+                self._leave_clean(connection, partial(_roll_back, connection, transaction))
                 attempt += 1
-                if not _worth_retrying(exc, attempt):
+                retry = isinstance(exc, DBAPIError) and _worth_retrying(exc, attempt)
+                if committing or not retry:
                     raise
                 continue
-            except BaseException:
-                _end(transaction)
-                raise
-            transaction.commit()
             return result
+
+    def _leave_clean(self, connection: Connection, roll_back: Callable[[], None]) -> None:
+        """After an error in a transaction on ``connection`` (in a statement or in its commit):
+        ``roll_back``, so that the connection holds no transaction; when even that fails, the
+        connection is invalidated (the next transaction opens a new one). Never raises: the
+        caller raises the error that led here.
+
+        A connection whose ``-shm`` mapping may not be written is kept as it is: closing it
+        could be its last write to the mapping (SIGBUS); every transaction is refused meanwhile
+        (:meth:`SqliteFile.check`)."""
+        try:
+            roll_back()
+        except Exception:
+            if connection.invalidated or (self._file is not None and self._file.shm_at_risk()):
+                return
+            logger.debug("a failed transaction could not be rolled back", exc_info=True)
+            connection.invalidate()
 
     def _live(self) -> Connection:
         connection = self._connection
@@ -717,7 +735,19 @@ class SqlStore:
             self._file.check(write=write)
         db = _SqliteExec(self._live(), self._compiled)
         db.raw.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-        return _commit_after(db, call)
+        return self._commit_after(db, call)
+
+    def _commit_after(self, db: _SqliteExec, call: Callable[[_Exec], T]) -> T:
+        """``call`` in the transaction ``db`` has begun on sqlite3: committed, or rolled back
+        when it or the commit fails (SQLite may leave a transaction whose commit failed open,
+        on a full disk for one)."""
+        try:
+            result = call(db)
+            db.raw.commit()
+        except BaseException:
+            self._leave_clean(db.connection, db.raw.rollback)
+            raise
+        return result
 
     async def _append(self, call: Callable[[_Exec], None]) -> None:
         """An append: on the loop's thread when SQLite can take the write lock at once, else on
@@ -749,7 +779,7 @@ class SqlStore:
             if "locked" in str(exc) or "busy" in str(exc):
                 return False
             raise
-        _commit_after(db, call)
+        self._commit_after(db, call)
         return True
 
     def _inline_connection(self) -> Connection:
@@ -1248,24 +1278,14 @@ def _isolate(connection: Connection, write: bool) -> None:
     raw.isolation_level = _READ_COMMITTED if write else _REPEATABLE_READ
 
 
-def _end(transaction: RootTransaction) -> None:
-    """Roll back ``transaction`` after an error; a lost connection has nothing left to undo."""
-    if transaction.is_active:
-        try:
-            transaction.rollback()
-        except DBAPIError:
-            pass
-
-
-def _commit_after(db: _SqliteExec, call: Callable[[_Exec], T]) -> T:
-    """``call`` in the transaction ``db`` has begun: committed, or rolled back if it raises."""
-    try:
-        result = call(db)
-    except BaseException:
-        db.raw.rollback()
-        raise
-    db.raw.commit()
-    return result
+def _roll_back(connection: Connection, transaction: RootTransaction) -> None:
+    """Roll back ``transaction`` after an error, also one whose commit failed: SQLAlchemy then
+    only forgets it (it is no longer active), and the database may still hold it open. (The
+    driver's rollback does nothing when no transaction is open.)"""
+    transaction.rollback()
+    if not connection.invalidated:  # a lost connection has nothing left to undo
+        raw: Any = connection.connection.dbapi_connection
+        raw.rollback()
 
 
 def _open_engine(url: str) -> Engine:

@@ -9,7 +9,8 @@ still be written (when SQLite mapped it so: a store opened while it could not be
 read-only, and only reads), and a write transaction also that the path still names the file the
 store opened: one or two system calls (1 and 3 µs here). When not, the transaction is refused
 with a ``StoreError`` (``read-only``, ``replaced``) before SQLite touches anything. (A ``-wal``
-file that may no longer be written fails the commit, which SQLite reports: ``io``.)
+file that may no longer be written fails the commit with an I/O error: the store then asks
+:meth:`SqliteFile.writable`, and tells it ``read-only``.)
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ class SqliteFile:
             raise store_error("unreachable", "sqlite") from None
         if (found.st_dev, found.st_ino) != self._identity:
             raise store_error("replaced", "sqlite")
+
+    def writable(self) -> bool:
+        """Whether the database file and its ``-wal`` and ``-shm`` files may all be written
+        (three system calls: asked when an I/O error happens, not before each transaction)."""
+        return all(_writable(f"{self.path}{suffix}") for suffix in ("", *_SIDECARS))
 
     def shm_at_risk(self) -> bool:
         """Whether SQLite mapped the ``-shm`` file for writing and it may not be written any

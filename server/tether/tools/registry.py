@@ -1,8 +1,9 @@
 """The tool registry: the :class:`ToolExecutor` the kernel calls.
 
 ``execute`` never raises for a bad call: an unknown or disallowed tool, arguments that are not a
-JSON object or fail the tool's schema, a :class:`ToolError` and any other exception all become an
-error result the model reads. Only cancellation (``asyncio.CancelledError``) propagates.
+JSON object, nest deeper than a session keeps (``maxJsonDepth``) or fail the tool's schema, a
+:class:`ToolError` and any other exception all become an error result the model reads. Only
+cancellation (``asyncio.CancelledError``) propagates.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tether.protocol.limits import MAX_JSON_DEPTH, NESTED_TOO_DEEP, nested_deeper_than
 from tether.protocol.tools import ToolSpec
 from tether.tools.base import SourceFailure, Tool, ToolContext, ToolError, ToolResult
 
@@ -104,13 +106,20 @@ class ToolRegistry:
 
 
 def _arguments_object(tool: str, arguments: str) -> dict[str, Any]:
-    """The arguments object of a call; empty text counts as ``{}`` (some servers send it)."""
+    """The arguments object of a call; empty text counts as ``{}`` (some servers send it).
+
+    Arguments nested deeper than a session keeps are refused: a tool would store them (in the
+    session's state, in a file it writes...) or fail on them."""
     if not arguments.strip():
         return {}
     try:
         parsed = json.loads(arguments)
     except json.JSONDecodeError as exc:
         raise ToolError(f"arguments for {tool} are not valid JSON: {exc}") from None
+    except RecursionError:  # deeper than Python's stack: deeper than any limit
+        raise ToolError(f"arguments for {tool} are {NESTED_TOO_DEEP}") from None
+    if nested_deeper_than(parsed, MAX_JSON_DEPTH):
+        raise ToolError(f"arguments for {tool} are {NESTED_TOO_DEEP}")
     if not isinstance(parsed, dict):
         kind = "null" if parsed is None else type(parsed).__name__
         kind = {
