@@ -21,7 +21,7 @@ from tether.tools.confinement import (
     SandboxPolicy,
     isolation,
     landlock_abi,
-    protected_paths,
+    protection,
     wrapper_command,
 )
 
@@ -110,12 +110,12 @@ def worktree(workspace: Path) -> Path:
 
 def test_a_worktrees_git_directory_and_common_directory_are_protected(worktree: Path) -> None:
     root = worktree.resolve()
-    assert set(protected_paths(root, [str(root)])) >= {
+    assert set(protection(root, [str(root)]).read_only) >= {
         str(root / ".git"),
         str(root / "main" / ".git" / "worktrees" / "wt"),
         str(root / "main" / ".git"),
     }
-    assert protected_paths(root, ["/elsewhere"]) == []  # nothing writable holds them
+    assert protection(root, ["/elsewhere"]).read_only == []  # nothing writable holds them
 
 
 async def test_the_git_directory_of_a_worktree_is_read_only(worktree: Path, confining: str) -> None:
