@@ -23,7 +23,7 @@ from tether.tools.wrapper import parse
 
 from .conftest import SECRET, Call
 
-pytestmark = pytest.mark.skipif(landlock_abi() == 0, reason="the kernel has no Landlock")
+pytestmark = pytest.mark.usefixtures("landlock_required")
 
 KEY = "-----BEGIN OPENSSH PRIVATE KEY----- not-a-real-key"
 PYTHON = sys.executable
@@ -394,7 +394,9 @@ async def test_mcp_servers_are_not_confined_by_default(workspace: Path, outside:
 
 
 @pytest.fixture
-def without_landlock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def without_landlock(landlock_required: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The kernel's answer faked to "no Landlock" (after checking the real one: see
+    ``pytestmark``)."""
     from tether.tools import landlock
 
     monkeypatch.setattr(landlock, "abi_version", lambda: 0)
