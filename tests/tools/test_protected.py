@@ -169,3 +169,15 @@ def test_the_write_tools_refuse_the_git_directory_a_git_file_names(separated: Pa
     with pytest.raises(ToolError, match=r"\.git/"):
         write_file(Sandbox(separated), "sub/gd/config", "[core]\n\tfsmonitor = evil\n")
     assert (separated / "sub" / "gd" / "config").read_text() == "[core]\n"
+
+
+def test_where_a_link_among_hooks_and_settings_leads_is_protected(workspace: Path) -> None:
+    (workspace / "githooks").mkdir()
+    (workspace / ".git" / "hooks").rmdir()
+    (workspace / ".git" / "hooks").symlink_to("../githooks")
+    (workspace / "settings.toml").write_text("[kernel]\n")
+    (workspace / ".tether" / "config.toml").unlink()
+    (workspace / ".tether" / "config.toml").symlink_to("../settings.toml")
+    assert protected_write(workspace, "githooks/pre-commit") == GIT
+    assert protected_write(workspace, "settings.toml") == TETHER
+    assert protected_write(workspace, "docs/settings.toml") is None

@@ -214,10 +214,12 @@ def isolation() -> Isolation:
 
 
 def _probe(*, namespaces: bool, seccomp: bool, user: bool = False) -> str | None:
-    """Start the wrapper on a probe instead of a command; None when it worked, else why not."""
+    """Start the wrapper on a probe instead of a command; None when it worked, else why not.
+    The protected directory lies one level down, so that the probe also checks that the
+    directory on the way cannot be renamed."""
     with tempfile.TemporaryDirectory(prefix="tether-probe-") as directory:
-        protected = os.path.join(directory, "protected")
-        os.mkdir(protected)
+        protected = os.path.join(directory, "pinned", "protected")
+        os.makedirs(protected)
         args = [*wrapper_command(), "--parent", str(os.getpid()), "--sandbox", "--probe"]
         args += ["--write", directory, "--protect", protected]
         args += ["--namespaces"] * namespaces + ["--user"] * user + ["--seccomp"] * seccomp

@@ -9,10 +9,12 @@
 The command sandbox keeps them read-only (:mod:`tether.tools.confinement`) and the writing tools
 ask before writing in them (:mod:`tether.tools.protected`), both from :func:`guarded`.
 
-Neither can see a hard link: a second name of ``.git/config`` elsewhere in the workspace (a
-``cp -al`` backup) is an ordinary writable file. :func:`hard_linked` finds the files that run
-code or steer tether and have more than one name, so that commands are not run while one does.
-This module uses nothing of tether.
+A symbolic link among the files that steer git or tether (``.git/hooks`` linked to a directory
+of the working tree) is guarded too, and so is what it leads to. Neither guard can see a hard
+link: a second name of ``.git/config`` elsewhere in the workspace (a ``cp -al`` backup) is an
+ordinary writable file. :func:`hard_linked` finds the files that run code or steer tether and
+have more than one name, so that commands are not run while one does. This module uses nothing
+of tether.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ MAX_NAMED_BYTES = 4096
 
 
 def guarded(workspace: Path) -> dict[str, str]:
-    """The paths of the workspace's ``.tether`` and ``.git`` that exist, and of the git
-    directory and common directory they lead to, each as named (joined, not resolved: a
-    symbolic link on the way is seen by whoever resolves it) with what it is, ``.tether`` or
-    ``.git``."""
+    """The paths of the workspace's ``.tether`` and ``.git`` that exist, of the git directory
+    and common directory they lead to, and of every symbolic link among the files that steer
+    git or tether (:func:`steering_files`: ``.git/hooks`` linked to a directory of the
+    working tree, a ``.tether/config.toml`` linked to a file beside it), each as named (joined,
+    not resolved: whoever uses it resolves it, and protects where it leads too), with what it
+    is, ``.tether`` or ``.git``."""
     found = {
         path: name
         for name in (TETHER, GIT)
@@ -41,6 +45,9 @@ def guarded(workspace: Path) -> dict[str, str]:
     }
     for directory in git_directories(workspace):
         found.setdefault(directory, GIT)
+    for path, name in steering_files(workspace):
+        if os.path.islink(path):
+            found.setdefault(path, name)
     return found
 
 
@@ -76,43 +83,52 @@ def _named(path: str, *, prefix: str) -> str | None:
 
 
 def hard_linked(workspace: Path) -> list[str]:
-    """The real paths of the files that run code or steer tether (:func:`steering_files`)
-    with more than one hard link."""
+    """The real paths of the regular files that run code or steer tether (:func:`steering_files`,
+    and the files a symbolic link among them leads to) with more than one hard link."""
     linked = []
-    for path in steering_files(workspace):
-        try:
-            info = os.lstat(path)
-        except OSError:
-            continue
-        if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
-            linked.append(path)
-    return linked
+    for path, _ in steering_files(workspace):
+        for file in _entries_under(os.path.realpath(path)) if os.path.islink(path) else (path,):
+            try:
+                info = os.lstat(file)
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+                linked.append(os.path.realpath(file))
+    return list(dict.fromkeys(linked))
 
 
-def steering_files(workspace: Path) -> Iterator[str]:
-    """The real paths of the files that run code or steer tether: every file under
-    ``.tether``; a ``.git`` file; in the git directory and the common directory, ``config``,
-    ``config.worktree``, ``commondir`` and every file under ``hooks`` and ``info``."""
+def steering_files(workspace: Path) -> Iterator[tuple[str, str]]:
+    """The files that run code or steer tether, each with what it belongs to (``.tether`` or
+    ``.git``): every entry under ``.tether`` but directories; a ``.git`` file; in the git
+    directory and the common directory, ``config``, ``config.worktree``, ``commondir`` and every
+    entry under ``hooks`` and ``info``. Their directories are real paths; a symbolic link is
+    yielded itself, never followed."""
     tether = os.path.join(workspace, TETHER)
     if os.path.isdir(tether):
-        yield from _files_under(os.path.realpath(tether))
+        yield from ((path, TETHER) for path in _entries_under(os.path.realpath(tether)))
     dot_git = os.path.join(workspace, GIT)
     if os.path.isfile(dot_git):
-        yield os.path.realpath(dot_git)
+        yield os.path.realpath(dot_git), GIT
     for directory in dict.fromkeys(map(os.path.realpath, git_directories(workspace))):
-        yield from (os.path.join(directory, name) for name in GIT_FILES)
+        yield from ((os.path.join(directory, name), GIT) for name in GIT_FILES)
         for name in GIT_DIRECTORIES:
-            yield from _files_under(os.path.join(directory, name))
+            path = os.path.join(directory, name)
+            entries = [path] if os.path.islink(path) else _entries_under(path)
+            yield from ((entry, GIT) for entry in entries)
 
 
-def _files_under(directory: str) -> Iterator[str]:
-    """Every entry below ``directory`` but directories, without following a symbolic link."""
+def _entries_under(directory: str) -> Iterator[str]:
+    """Every entry below ``directory`` (which may be a symbolic link to a directory, or a file:
+    then that file) but directories, without following a symbolic link below it."""
+    if not os.path.isdir(directory):
+        yield directory
+        return
     try:
         entries = list(os.scandir(directory))
     except OSError:
         return
     for entry in entries:
         if entry.is_dir(follow_symlinks=False):
-            yield from _files_under(entry.path)
+            yield from _entries_under(entry.path)
         else:
             yield entry.path

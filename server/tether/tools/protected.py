@@ -11,17 +11,17 @@ A path is protected when, once resolved (``..`` and symlinks followed, as the to
 - one of its components is ``.tether`` or ``.git`` at any depth, compared case-insensitively and
   ignoring the zero-width characters HFS+ ignores (case-insensitive file systems open ``.GIT``
   as ``.git``); or
-- it lies inside a directory of :func:`tether.tools.guarded.guarded`: the one the workspace's
-  own ``.tether`` or ``.git`` really is (either may be a symlink to another directory of the
-  workspace), the git directory a ``.git`` file names (``gitdir: sub/gd``, as in a worktree or a
-  submodule) and that directory's common directory; the command sandbox protects the same ones.
+- it is, or lies inside, what a path of :func:`tether.tools.guarded.guarded` leads to: the
+  directory the workspace's own ``.tether`` or ``.git`` really is (either may be a symlink to
+  another directory of the workspace), the git directory a ``.git`` file names (``gitdir:
+  sub/gd``, as in a worktree or a submodule) and that directory's common directory, and where a
+  symbolic link among their hooks and settings leads; the command sandbox protects the same.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import stat
 from pathlib import Path
 from typing import Final
 
@@ -50,8 +50,9 @@ def protected_reason(root: Path, real: Path) -> str | None:
 
 
 def _inside_protected_directory(root: Path, real: Path) -> str | None:
-    """The reason when ``real`` is inside a directory of :func:`guarded`; compared by device and
-    inode, so a symlinked or differently cased name matches too."""
+    """The reason when ``real`` is (or is inside) what a path of :func:`guarded` leads to;
+    compared by device and inode, so a symlinked or differently cased name matches too, and so
+    does a second hard link of a guarded file."""
     directories: dict[tuple[int, int], str] = {}
     for path, name in guarded(root).items():
         identity = _identity(Path(path))
@@ -69,12 +70,12 @@ def _inside_protected_directory(root: Path, real: Path) -> str | None:
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
-    """(device, inode) of the directory ``path`` leads to; None when it is no directory."""
+    """(device, inode) of what ``path`` leads to; None when nothing is there."""
     try:
         info = os.stat(path)
     except (OSError, ValueError):
         return None
-    return (info.st_dev, info.st_ino) if stat.S_ISDIR(info.st_mode) else None
+    return (info.st_dev, info.st_ino)
 
 
 def check_protected(root: Path, real: Path, *, approved: bool) -> None:
