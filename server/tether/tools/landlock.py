@@ -4,7 +4,9 @@ The command wrapper (:mod:`tether.tools.wrapper`) calls :func:`restrict` in the 
 becomes the command, after its namespaces are set up and just before it ``exec``\\ s: ``read``
 paths may be read and executed, ``write`` paths also written (files created, removed, renamed,
 truncated), ``listable`` directories only listed; nothing else of the filesystem can be opened.
-Without ``network``, binding and connecting TCP sockets is refused (Landlock ABI 4). Abstract
+Without ``network``, ``bind`` and ``connect`` of TCP sockets are refused (Landlock ABI 4); that
+alone is no "no network" (a TCP Fast Open ``sendto`` connects, a ``listen`` binds a port, other
+sockets are not seen): the seccomp filter of :mod:`tether.tools.seccomp` refuses them. Abstract
 unix sockets and signals are scoped to the command's own processes (ABI 6), and Landlock forbids
 ``ptrace`` of any process outside the domain, which also makes ``/proc/PID/environ``, ``mem``
 and ``fd`` of those processes unreadable. The restriction is inherited across ``fork`` and
