@@ -355,24 +355,26 @@ def protection(
     they hold one). A path is resolved link by link: each symbolic link on the way that lies in
     a writable path is carved (the command could replace it: ``rm .git && mkdir .git``), and so
     is the path itself when it is missing (the command could make it: a ``sys.path`` entry, a
-    git directory that a ``.git`` file names). With ``make``, an empty ``.tether`` is made first
-    where there is none, and a missing ``state`` directory in a writable path is made too."""
+    git directory that a ``.git`` file names). A missing ``state`` directory that a writable
+    path holds is made first (private to the user), and with ``make`` an empty ``.tether`` where
+    there is none, so that they can be kept read-only."""
     if make:
         _make_directory(workspace / ".tether")
     for directory in state:
         if any(within(directory, root) for root in writable):
             _make_directory(Path(directory), parents=True)
     outer = [*guarded(workspace), *_installation(), *state]
+    candidates = [(path, True) for path in outer] + [(path, False) for path in _import_path()]
     read_only: dict[str, None] = {}
     carved: dict[str, None] = {}
-    for path, inner_only in [*((path, False) for path in outer), *_import_path()]:
+    for path, even_holding in candidates:
         real, links = resolve(path)
         carved.update(dict.fromkeys(link for link in links if _inside(link, writable)))
         if not os.path.lexists(real):
             if _inside(real, writable):
                 carved[real] = None
         elif _inside(real, writable) or (
-            not inner_only and any(within(root, real) for root in writable)
+            even_holding and any(within(root, real) for root in writable)
         ):
             read_only[real] = None
     # What lies in a read-only path cannot be replaced anyway, and carving it would cost the
@@ -440,13 +442,13 @@ def _installation() -> tuple[str, ...]:
     return tuple(dict.fromkeys(os.path.abspath(path) for path in paths))
 
 
-def _import_path() -> list[tuple[str, bool]]:
+def _import_path() -> list[str]:
     """The entries of tether's ``sys.path`` (the directories, zip files and the like it may
-    still import modules from), each kept only where it lies in a writable path: a module
+    still import modules from), to be kept only where they lie in a writable path: a module
     planted there (``src/pathspec.py`` with ``PYTHONPATH=src``) would run in tether, unconfined,
     on its next import of that name. One that holds a writable path is no threat to it (the
-    workspace's own name is never imported) and is left out."""
-    return [(os.path.abspath(entry or os.curdir), True) for entry in sys.path]
+    workspace's own name is never imported), so it is not protected for that."""
+    return [os.path.abspath(entry or os.curdir) for entry in sys.path]
 
 
 def hard_links_refusal(policy: SandboxPolicy, workspace: Path) -> str | None:

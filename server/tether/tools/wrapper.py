@@ -9,8 +9,8 @@ cannot change what confines the next one (and the installation is read-only to c
 Options: ``--parent PID`` (tether's pid), ``--status FD`` (a pipe to tether), ``--namespaces``
 (and ``--user``: inside a user namespace), ``--sandbox`` (Landlock, seccomp, no capabilities;
 without it the command only has its process tree watched), ``--read``/``--write``/``--list``
-PATH, ``--protect PATH`` (read-only even inside a writable path, and so are the directories on
-the way to it: renamed by nobody), ``--carve PATH`` (a symbolic link, or a path that does not
+PATH, ``--protect PATH`` (read-only even inside a writable path, and none of the directories
+between the two can be renamed), ``--carve PATH`` (a symbolic link, or a path that does not
 exist, kept as it is: nothing can be created, removed or renamed in its directory, whatever the
 mechanism), ``--network`` (no Landlock network rules), ``--seccomp`` (the network filter),
 ``--probe`` (no command: check the protection and exit).
