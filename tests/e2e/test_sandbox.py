@@ -2,9 +2,11 @@
 
 A command cannot write ``.git`` (hooks, config), ``.tether`` (memory) nor tether's installation
 in the workspace, whether it was approved once (``ask``), allowed always, or runs under
-``auto``; a workspace ``.venv`` that holds the tether running stays confined; and nothing a
-command starts outlives it: not when it exits, times out or is cancelled, and not when tether
-itself is killed. Each test runs with mount and pid namespaces and with Landlock alone
+``auto``; a workspace ``.venv`` that holds the tether running stays confined, and one a level
+down cannot be moved away and swapped for a copy; tether's own configuration and session
+database stay out of reach of a writable home; and nothing a command or an MCP server starts
+outlives it: not when it exits, times out or is cancelled, and not when tether itself is
+killed. Each test runs with mount and pid namespaces and with Landlock alone
 (``TETHER_SANDBOX_NAMESPACES=0``, as where namespaces are refused); the process tests also with
 the sandbox off. ``.ci/run`` runs this module as an unprivileged user too."""
 

@@ -1,9 +1,12 @@
 """What a confined command can never write or reach, whatever the workspace lets it write:
-``.git`` (and a worktree's git directory), ``.tether``, tether's own installation, root-only
-system files, and under "no network" any socket but netlink's (TCP too: a TCP Fast Open
-``sendto`` or a ``listen`` that Landlock does not see).
-Real commands under the real kernel; the protection tests run with namespaces and with Landlock
-alone (``conftest.confining``)."""
+``.git`` (a worktree's git directory, the one a ``.git`` file names, and where a link among
+hooks and settings leads), ``.tether`` (also as a symbolic link, which cannot be replaced), the
+directories above them (which cannot be moved), tether's own installation, the directories it
+imports from and its own configuration and data; a file of those through a second hard link (no
+command runs then); root-only system files; and under "no network" any socket but netlink's
+(TCP too: a TCP Fast Open ``sendto`` or a ``listen`` that Landlock does not see). Real commands
+under the real kernel; the protection tests run with namespaces and with Landlock alone
+(``conftest.confining``)."""
 
 from __future__ import annotations
 

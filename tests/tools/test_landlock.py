@@ -294,9 +294,10 @@ async def test_the_policy_is_reported_as_progress(workspace: Path) -> None:
 def test_the_wrapper_parses_its_arguments() -> None:
     options = parse(
         ["--read", "/a", "--write", "/b", "--protect", "/b/.git", "--network", "--parent", "7",
-         "--sandbox", "--namespaces", "--", "ls", "--read"]
+         "--carve", "/b/.tether", "--sandbox", "--namespaces", "--", "ls", "--read"]
     )  # fmt: skip
     assert (options.read, options.write, options.protect) == (["/a"], ["/b"], ["/b/.git"])
+    assert options.carve == ["/b/.tether"]
     assert (options.network, options.namespaces, options.parent) == (True, True, 7)
     assert options.command == ["ls", "--read"]
     bad_ones = [["--read"], ["ls"], ["--bogus", "--", "ls"], ["--parent", "x", "--", "ls"]]
