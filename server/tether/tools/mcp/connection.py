@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -230,7 +232,7 @@ class McpConnection:
         argv, env = [spec.command, *spec.args], dict(spec.env)
         if WRAPPED:
             sandbox = self.sandbox or McpSandbox(SandboxPolicy(mode="off"), self.cwd)
-            argv, env = await _wrapped(argv, env, sandbox, stack)
+            argv, env = await _wrapped(argv, env, sandbox, self.cwd, stack)
         async with stdio_transport(
             argv[0], argv[1:], env=env, cwd=self.cwd, errlog=_stderr(), guard=self.guard
         ) as streams:
@@ -238,12 +240,18 @@ class McpConnection:
 
 
 async def _wrapped(
-    argv: list[str], env: dict[str, str], sandbox: McpSandbox, stack: contextlib.AsyncExitStack
+    argv: list[str],
+    env: dict[str, str],
+    sandbox: McpSandbox,
+    cwd: Path,
+    stack: contextlib.AsyncExitStack,
 ) -> tuple[list[str], dict[str, str]]:
     """The command line and environment that start the server through the command wrapper
     (:mod:`tether.tools.wrapper`: the server's whole process tree ends with it), confined when
     its policy confines, with a temporary directory of its own then (``TMPDIR``), removed once
     the server has stopped."""
+    path = (get_default_environment() | env).get("PATH", os.defpath)
+    await asyncio.to_thread(_runnable, argv[0], path, cwd)
     if sandbox.policy.confines:
         refusal = await asyncio.to_thread(hard_links_refusal, sandbox.policy, sandbox.workspace)
         if refusal is not None:
@@ -262,6 +270,20 @@ async def _wrapped(
         environ=get_default_environment() | env,
     )
     return wrapped, env
+
+
+def _runnable(program: str, path: str, cwd: Path) -> None:
+    """Raise as starting ``program`` directly would where it cannot be run: through the wrapper
+    it would start, then fail, and say why only on the server's stderr."""
+    if "/" not in program:
+        if shutil.which(program, path=path) is None:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+        return
+    found = cwd / program
+    if not found.exists():
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    if not (found.is_file() and os.access(found, os.X_OK)):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
 
 
 def describe(exc: BaseException) -> str:
