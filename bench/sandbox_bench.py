@@ -2,7 +2,11 @@
 unconfined (``tools.sandbox = "off"``: its process tree watched by a subreaper), confined in mount
 and pid namespaces, and confined by Landlock alone (``TETHER_SANDBOX_NAMESPACES=0``); for
 comparison only (tether does not use it), the same Landlock rules applied by a ``preexec_fn`` in
-the forked child; then whole ``run_command`` calls.
+the forked child; then whole ``run_command`` calls; then the two checks tether makes before each
+confined command, on a bare directory, a ``git init`` repository with 20 memory files, and this
+checkout: what to protect (:func:`protection`: ``.git``, ``.tether``, the installation,
+``sys.path``, each resolved link by link) and whether a file it protects has a second hard link
+(:func:`hard_links_refusal`).
 
     .venv/bin/python bench/sandbox_bench.py [--runs 60]
 
@@ -29,8 +33,10 @@ from tether.tools import ToolContext, ToolRegistry
 from tether.tools.confinement import (
     NAMESPACES_VARIABLE,
     SandboxPolicy,
+    hard_links_refusal,
     isolation,
     landlock_abi,
+    protection,
     wrap,
     wrapper_command,
 )
@@ -135,6 +141,32 @@ async def calls(runs: int, workspace: Path) -> None:
             report(f"run_command `true`, sandbox {mode} ({name})", await timed_async(runs, call))
 
 
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+def checks(runs: int, workspace: Path) -> None:
+    repository = workspace / "repository"
+    repository.mkdir()
+    subprocess.run(["git", "init", "-q", str(repository)], check=True)
+    for number in range(20):
+        memory = repository / ".tether" / "memory" / f"note-{number}.md"
+        memory.parent.mkdir(parents=True, exist_ok=True)
+        memory.write_text("be brief\n")
+    print("\n| check before a command | where | median µs |\n|---|---|---|")
+    for name, root in (("bare", workspace), ("git init", repository), ("checkout", CHECKOUT)):
+        real = str(root.resolve())
+        for what, check in (
+            ("protection", lambda real=real: protection(Path(real), [real])),
+            ("hard links", lambda root=root: hard_links_refusal(SandboxPolicy(), root)),
+        ):
+            times = []
+            for _ in range(runs):
+                began = time.perf_counter()
+                check()
+                times.append((time.perf_counter() - began) * 1e6)
+            print(f"| {what} | {name} | {statistics.median(times):.0f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=60)
@@ -146,6 +178,7 @@ def main() -> None:
         workspace = Path(directory)
         spawns(runs, workspace)
         asyncio.run(calls(runs, workspace))
+        checks(runs, workspace)
 
 
 if __name__ == "__main__":

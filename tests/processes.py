@@ -43,6 +43,22 @@ def with_argument(argument: str) -> set[int]:
     return {pid for pid in _pids() if word in _read(pid, "cmdline").split(b"\0") and is_alive(pid)}
 
 
+def detaching(tag: str, seconds: str, hidden: str) -> str:
+    """A shell script that starts six processes which try every way to outlive it: one holding
+    the output, one that closed it, one in a session of its own, one under ``nohup``, the
+    orphan of a double fork, and one in a new session with an empty environment (found by its
+    argument ``hidden``, not by the tag)."""
+    return (
+        f"export {TAG_VARIABLE}={tag}\n"
+        f"sleep {seconds} &\n"
+        f"sleep {seconds} >/dev/null 2>&1 &\n"
+        f"setsid sleep {seconds} >/dev/null 2>&1 &\n"
+        f"nohup sleep {seconds} >/dev/null 2>&1 &\n"
+        f"(sleep {seconds} >/dev/null 2>&1 &)\n"
+        f"setsid env -i sleep {hidden} >/dev/null 2>&1 &\n"
+    )
+
+
 async def appear(find: Callable[[], set[int]], count: int, within: float = 20.0) -> set[int]:
     """The processes ``find()`` returns, once there are ``count`` of them (bounded poll)."""
     deadline = time.monotonic() + within

@@ -2,9 +2,11 @@
 
 A command cannot write ``.git`` (hooks, config), ``.tether`` (memory) nor tether's installation
 in the workspace, whether it was approved once (``ask``), allowed always, or runs under
-``auto``; a workspace ``.venv`` that holds the tether running stays confined; and nothing a
-command starts outlives it: not when it exits, times out or is cancelled, and not when tether
-itself is killed. Each test runs with mount and pid namespaces and with Landlock alone
+``auto``; a workspace ``.venv`` that holds the tether running stays confined, and one a level
+down cannot be moved away and swapped for a copy; tether's own configuration and session
+database stay out of reach of a writable home; and nothing a command or an MCP server starts
+outlives it: not when it exits, times out or is cancelled, and not when tether itself is
+killed. Each test runs with mount and pid namespaces and with Landlock alone
 (``TETHER_SANDBOX_NAMESPACES=0``, as where namespaces are refused); the process tests also with
 the sandbox off. ``.ci/run`` runs this module as an unprivileged user too."""
 
@@ -25,8 +27,8 @@ import pytest
 
 from tests.files import write
 from tests.processes import (
-    TAG_VARIABLE,
     appear,
+    detaching,
     gone,
     kill_all,
     new_tag,
@@ -34,44 +36,39 @@ from tests.processes import (
     unique_seconds,
     with_argument,
 )
+from tests.requires import need_landlock, need_namespaces
 from tether.client import TetherClient
 from tether.client.tether_client import PermissionOutcome
 from tether.protocol.kernel import PermissionParams
 from tether.testing import scripted_options, tool_call
-from tether.tools.confinement import NAMESPACES_VARIABLE, isolation, landlock_abi
+from tether.tools.confinement import NAMESPACES_VARIABLE
 
 from .conftest import start_scripted
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux")
 
 KEY = "-----BEGIN OPENSSH PRIVATE KEY----- e2e-not-a-real-key"
+FAKE_MCP_SERVER = Path(__file__).resolve().parents[1] / "fakes" / "mcp_server.py"
 
 
 @pytest.fixture(params=["namespaces", "landlock", "off"])
 def mechanism(request: pytest.FixtureRequest) -> str:
     """How the server runs commands: the name, for :func:`environment` and :func:`tools`."""
     name: str = request.param
-    if name != "off" and landlock_abi() == 0:
-        pytest.skip("the kernel has no Landlock")
-    if name == "namespaces" and not _namespaces_here():
-        pytest.skip("this system refuses mount and pid namespaces")
+    if name != "off":
+        need_landlock()
+    if name == "namespaces":
+        need_namespaces()
     return name
 
 
 @pytest.fixture(params=["namespaces", "landlock"])
 def confining(request: pytest.FixtureRequest) -> str:
     name: str = request.param
-    if landlock_abi() == 0:
-        pytest.skip("the kernel has no Landlock")
-    if name == "namespaces" and not _namespaces_here():
-        pytest.skip("this system refuses mount and pid namespaces")
+    need_landlock()
+    if name == "namespaces":
+        need_namespaces()
     return name
-
-
-def _namespaces_here() -> bool:
-    if os.environ.get(NAMESPACES_VARIABLE) == "0":
-        return False
-    return isolation().namespaces
 
 
 def environment(mechanism: str, **more: str) -> dict[str, str]:
@@ -162,11 +159,9 @@ async def test_approved_commands_cannot_write_git_or_tether(
         assert approver.asked == (1 if approval == "allow_always" else len(calls))
 
 
-@pytest.fixture
-def workspace_venv(repository: Path, tmp_path: Path) -> tuple[Path, Path]:
-    """``repository/.venv``: a virtual environment holding a copy of tether (the one the server
-    runs), its dependencies taken from this environment; and a home with an SSH key."""
-    venv = repository / ".venv"
+def venv_with_tether(venv: Path) -> Path:
+    """A virtual environment at ``venv`` holding a copy of tether (the one the server runs),
+    its dependencies taken from this environment; its ``python``."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     site = subprocess.run(
@@ -183,6 +178,13 @@ def workspace_venv(repository: Path, tmp_path: Path) -> tuple[Path, Path]:
         ignore=shutil.ignore_patterns("__pycache__"),
     )
     (Path(site) / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return python
+
+
+@pytest.fixture
+def workspace_venv(repository: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """``repository/.venv`` (:func:`venv_with_tether`), and a home with an SSH key."""
+    python = venv_with_tether(repository / ".venv")
     home = tmp_path / "home"
     write(home, ".ssh/id_rsa", KEY + "\n")
     return python, home
@@ -218,18 +220,95 @@ async def test_a_workspace_venv_holding_tether_stays_confined(
     assert snapshot(repository, ".venv") == before
 
 
-def detaching(tag: str, seconds: str, hidden: str) -> str:
-    """Six processes that try every way to outlive the command (as in
-    ``tests/tools/test_process_trees.py``)."""
-    return (
-        f"export {TAG_VARIABLE}={tag}; "
-        f"sleep {seconds} & "
-        f"sleep {seconds} >/dev/null 2>&1 & "
-        f"setsid sleep {seconds} >/dev/null 2>&1 & "
-        f"nohup sleep {seconds} >/dev/null 2>&1 & "
-        f"(sleep {seconds} >/dev/null 2>&1 &); "
-        f"setsid env -i sleep {hidden} >/dev/null 2>&1 & "
+async def test_a_venv_below_the_workspace_cannot_be_swapped_for_a_copy(
+    tmp_path: Path, confining: str
+) -> None:
+    outer = tmp_path / "outer"  # the workspace; tether runs from outer/proj/.venv
+    python = venv_with_tether(outer / "proj" / ".venv")
+    site = "$(echo proj/.venv/lib/python3*/site-packages)"
+    before = snapshot(outer, "proj")
+    turns = commands(
+        f"mv proj proj2 && cp -a proj2 proj && echo 'import os' >> {site}/tether/__init__.py",
+        "cd proj && mv ../proj ../proj3",
+        "rm -rf proj",
+        "mkdir beside && echo fine > beside/file",
     )
+    options = scripted_options(script(tmp_path, turns))
+    options["tools"] = tools(confining)
+    async with TetherClient.spawn(
+        workspace=outer,
+        options=options,
+        argv=[str(python), "-P", "-m", "tether", "serve"],
+        env=environment(confining),
+    ) as client:
+        sid = (await client.create_session()).session_id
+        result = await asyncio.wait_for(client.run(sid, "go"), 120)
+    calls = result.tool_calls
+    # Landlock alone carves the workspace root on the way to the venv: nothing new there.
+    assert [call.is_error for call in calls] == [True, True, True, confining == "landlock"]
+    assert snapshot(outer, "proj") == before
+    made = [] if confining == "landlock" else ["beside"]
+    assert sorted(os.listdir(outer)) == sorted([".tether", "proj", *made])
+    assert not (outer / "proj2").exists() and not (outer / "proj3").exists()
+
+
+async def test_tethers_own_configuration_and_sessions_stay_out_of_a_writable_homes_reach(
+    tmp_path: Path, confining: str
+) -> None:
+    project, home = tmp_path / "project", tmp_path / "home"
+    project.mkdir()
+    write(home, "cache/old.txt", "")
+    settings = "~/.config/tether/config.toml"
+    turns = commands(
+        f"mkdir -p ~/.config/tether && printf '[tools]\\nsandbox = \"off\"\\n' > {settings}",
+        "mv ~/.config ~/.config-moved",
+        "echo INJ$((40 + 2)) >> ~/.local/share/tether/sessions.db",  # the session keeps the text
+        "echo fine > ~/cache/new.txt",
+    )
+    options = scripted_options(script(tmp_path, turns))
+    options["tools"] = {**tools(confining), "sandboxWritable": ["~"]}
+    options["sessions"] = {"store": "sqlite"}  # in ~/.local/share/tether
+    env = environment(confining, HOME=str(home), XDG_CONFIG_HOME="", XDG_DATA_HOME="")
+    async with TetherClient.spawn(workspace=project, options=options, env=env) as client:
+        sid = (await client.create_session()).session_id
+        result = await asyncio.wait_for(client.run(sid, "go"), 120)
+    calls = result.tool_calls
+    assert [call.is_error for call in calls] == [True, True, True, False], calls
+    assert list((home / ".config" / "tether").iterdir()) == []
+    assert (home / "cache" / "new.txt").read_text() == "fine\n"
+    assert b"INJ42" not in (home / ".local" / "share" / "tether" / "sessions.db").read_bytes()
+
+
+@pytest.mark.parametrize("how", ["exit", "kill tether"])
+async def test_what_an_mcp_server_leaves_running_ends_with_tether(tmp_path: Path, how: str) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    seconds = unique_seconds()
+    server = {  # under tools.mcp_sandbox = "off", the default
+        "name": "fake",
+        "command": sys.executable,
+        "args": [str(FAKE_MCP_SERVER)],
+        "env": {"TETHER_MCP_DETACH": seconds},  # a setsid child that ignores SIGTERM
+    }
+    turns = [{"toolCalls": [tool_call("fake__echo", "c1", text="hi")]}, {"text": "done"}]
+    connection = await start_scripted(
+        project, turns, tools={"approval": "auto", "mcpServers": [server]}
+    )
+    detached: set[int] = set()
+    try:
+        sid = (await connection.request("session/create", {}))["sessionId"]
+        result = await connection.request("kernel/run", {"sessionId": sid, "prompt": "go"})
+        assert result["toolCalls"][0]["result"] == "hi"
+        detached = await appear(lambda: with_argument(seconds), 1)
+        if how == "kill tether":
+            os.kill(connection.process.pid, signal.SIGKILL)
+            await asyncio.wait_for(connection.process.wait(), 30)
+        else:
+            await connection.close()
+        assert await gone(detached)
+    finally:
+        await connection.close()
+        kill_all(detached | with_argument(seconds))
 
 
 async def test_nothing_a_command_starts_survives_its_exit_or_its_timeout(

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.processes import TAG_VARIABLE, appear, gone, new_tag, tagged
+from tests.requires import need_landlock
 from tether.client import Connection
 
 from .conftest import start_scripted
@@ -72,10 +73,7 @@ async def test_cancelling_a_run_mid_command_kills_the_command_and_records_cancel
 async def test_a_command_cannot_read_the_api_key_from_the_servers_environment(
     tmp_path: Path,
 ) -> None:
-    from tether.tools.confinement import landlock_abi
-
-    if landlock_abi() == 0:
-        pytest.skip("the kernel has no Landlock")
+    need_landlock()
     key = "sk-e2e-" + os.urandom(12).hex()
     project = tmp_path / "project"
     project.mkdir()

@@ -9,12 +9,15 @@ Run it as ``python tests/fakes/mcp_server.py [--http PORT]`` (stdio by default).
   cancelled, then writes ``cancelled`` there;
 - ``crash`` (destructive): ends the process at once (``os._exit``).
 
-On start it appends its pid to the file named by ``TETHER_MCP_PIDS``, when that is set.
+On start it appends its pid to the file named by ``TETHER_MCP_PIDS``, when that is set, and with
+``TETHER_MCP_DETACH=SECONDS`` starts a process that tries to outlive it: in a session of its own,
+ignoring ``SIGTERM``, sleeping ``SECONDS`` (tests find it by that argument).
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 
 import anyio
@@ -67,11 +70,26 @@ def crash() -> str:
     os._exit(3)
 
 
+DETACHED = (
+    "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "time.sleep(float(sys.argv[1]))"
+)
+
+
 def main() -> None:
     pids = os.environ.get("TETHER_MCP_PIDS")
     if pids:
         with open(pids, "a") as file:
             file.write(f"{os.getpid()}\n")
+    seconds = os.environ.get("TETHER_MCP_DETACH")
+    if seconds:
+        subprocess.Popen(
+            [sys.executable, "-c", DETACHED, seconds],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     if len(sys.argv) == 3 and sys.argv[1] == "--http":
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
     else:

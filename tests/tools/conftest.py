@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
+from tests.requires import need_landlock, need_namespaces
 from tether.tools import ToolContext, ToolRegistry, ToolResult, builtin_registry
 from tether.tools.confinement import (
     NAMESPACES_VARIABLE,
     SandboxMode,
     SandboxPolicy,
     isolation,
-    landlock_abi,
 )
 from tether.tools.run_command import RunCommand
 
@@ -65,6 +65,12 @@ def call(registry: ToolRegistry, context: ToolContext) -> Call:
     return Call(registry, context)
 
 
+@pytest.fixture
+def landlock_required() -> None:
+    """For the modules whose every test needs Landlock: ``pytestmark``."""
+    need_landlock()
+
+
 MECHANISMS = ("namespaces", "landlock", "off")
 
 
@@ -83,15 +89,15 @@ def confining(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
 
 
 def _use(name: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    if name != "off" and landlock_abi() == 0:
-        pytest.skip("the kernel has no Landlock")
+    if name != "off":
+        need_landlock()
     if name == "landlock":
         monkeypatch.setenv(NAMESPACES_VARIABLE, "0")
     else:
         monkeypatch.delenv(NAMESPACES_VARIABLE, raising=False)
     isolation.cache_clear()
-    if name == "namespaces" and not isolation().namespaces:
-        pytest.skip("this system refuses mount and pid namespaces")
+    if name == "namespaces":
+        need_namespaces()
     yield name
     isolation.cache_clear()
 

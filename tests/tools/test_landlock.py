@@ -23,7 +23,7 @@ from tether.tools.wrapper import parse
 
 from .conftest import SECRET, Call
 
-pytestmark = pytest.mark.skipif(landlock_abi() == 0, reason="the kernel has no Landlock")
+pytestmark = pytest.mark.usefixtures("landlock_required")
 
 KEY = "-----BEGIN OPENSSH PRIVATE KEY----- not-a-real-key"
 PYTHON = sys.executable
@@ -294,9 +294,10 @@ async def test_the_policy_is_reported_as_progress(workspace: Path) -> None:
 def test_the_wrapper_parses_its_arguments() -> None:
     options = parse(
         ["--read", "/a", "--write", "/b", "--protect", "/b/.git", "--network", "--parent", "7",
-         "--sandbox", "--namespaces", "--", "ls", "--read"]
+         "--carve", "/b/.tether", "--sandbox", "--namespaces", "--", "ls", "--read"]
     )  # fmt: skip
     assert (options.read, options.write, options.protect) == (["/a"], ["/b"], ["/b/.git"])
+    assert options.carve == ["/b/.tether"]
     assert (options.network, options.namespaces, options.parent) == (True, True, 7)
     assert options.command == ["ls", "--read"]
     bad_ones = [["--read"], ["ls"], ["--bogus", "--", "ls"], ["--parent", "x", "--", "ls"]]
@@ -394,7 +395,9 @@ async def test_mcp_servers_are_not_confined_by_default(workspace: Path, outside:
 
 
 @pytest.fixture
-def without_landlock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def without_landlock(landlock_required: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The kernel's answer faked to "no Landlock" (after checking the real one: see
+    ``pytestmark``)."""
     from tether.tools import landlock
 
     monkeypatch.setattr(landlock, "abi_version", lambda: 0)

@@ -1,7 +1,8 @@
 """Nothing a command starts outlives it: on timeout, on cancel, and when it exits, whatever the
 processes did to detach (``setsid``, ``nohup``, a double fork, closed output, a cleared
 environment). Each test runs under every mechanism (:data:`conftest.MECHANISMS`): namespaces,
-Landlock alone, and the sandbox off; tether's own death is in ``tests/e2e/test_sandbox.py``."""
+Landlock alone, and the sandbox off; tether's own death is in ``tests/e2e/test_sandbox.py``. The
+same holds for an MCP server started unconfined (``tools.mcp_sandbox = "off"``)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.processes import (
-    TAG_VARIABLE,
     appear,
+    detaching,
     gone,
     kill_all,
     new_tag,
@@ -22,26 +23,13 @@ from tests.processes import (
     unique_seconds,
     with_argument,
 )
+from tether.protocol.tools import McpServerSpec
+from tether.tools.confinement import SandboxPolicy
+from tether.tools.mcp import McpManager
 
 from .conftest import confined
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux")
-
-
-def detaching(tag: str, seconds: str, hidden: str) -> str:
-    """A shell script that starts six processes which try every way to outlive it: one holding
-    the output, one that closed it, one in a session of its own, one under ``nohup``, the
-    orphan of a double fork, and one in a new session with an empty environment (found by its
-    argument ``hidden``, not by the tag)."""
-    return (
-        f"export {TAG_VARIABLE}={tag}\n"
-        f"sleep {seconds} &\n"
-        f"sleep {seconds} >/dev/null 2>&1 &\n"
-        f"setsid sleep {seconds} >/dev/null 2>&1 &\n"
-        f"nohup sleep {seconds} >/dev/null 2>&1 &\n"
-        f"(sleep {seconds} >/dev/null 2>&1 &)\n"
-        f"setsid env -i sleep {hidden} >/dev/null 2>&1 &\n"
-    )
 
 
 async def test_processes_left_running_are_killed_when_the_command_exits_and_counted(
@@ -139,3 +127,31 @@ async def test_a_missing_program_is_reported_as_not_found(workspace: Path, mecha
     )
     assert result.is_error
     assert "command not found: no-such-program-anywhere" in result.content
+
+
+FAKE_SERVER = Path(__file__).resolve().parents[1] / "fakes" / "mcp_server.py"
+
+
+async def test_what_an_unconfined_mcp_server_leaves_running_ends_with_it(workspace: Path) -> None:
+    seconds = unique_seconds()
+    spec = McpServerSpec(
+        name="fake",
+        command=sys.executable,
+        args=[str(FAKE_SERVER)],
+        env={"TETHER_MCP_DETACH": seconds},  # a setsid child that ignores SIGTERM
+    )
+    manager = McpManager()
+    detached: set[int] = set()
+    try:
+        tools = await manager.executor(
+            [], servers=[spec], enabled=None, session_id="s", workspace=workspace,
+            sandbox=SandboxPolicy(mode="off"),
+        )  # fmt: skip
+        assert "fake__echo" in [tool.name for tool in tools.list()]
+        detached = await appear(lambda: with_argument(seconds), 1)
+    finally:
+        await manager.aclose()
+    try:
+        assert await gone(detached)
+    finally:
+        kill_all(detached | with_argument(seconds))

@@ -120,3 +120,64 @@ def test_a_path_that_becomes_protected_after_it_was_judged_is_refused_as_it_is_w
     with pytest.raises(ToolError, match=r"\.tether/"):
         write_file(Sandbox(workspace), "later/config.toml", '[tools]\napproval = "auto"\n')
     assert "approval" not in (workspace / ".tether" / "config.toml").read_text()
+
+
+@pytest.fixture
+def separated(tmp_path: Path) -> Path:
+    """A workspace whose ``.git`` file names its git directory (``sub/gd``, as ``git init
+    --separate-git-dir`` makes), and a worktree's git directory whose common directory is
+    ``main/.git``."""
+    root = tmp_path / "separated"
+    (root / "sub" / "gd" / "hooks").mkdir(parents=True)
+    (root / "sub" / "gd" / "config").write_text("[core]\n")
+    (root / ".git").write_text("gitdir: sub/gd\n")
+    (root / "sub" / "notes.txt").write_text("notes\n")
+    (root / "g").symlink_to("sub/gd")
+    return root
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "sub/gd/config",
+        "sub/gd/hooks/pre-commit",
+        "sub/../sub/gd/hooks/post-checkout",
+        "g/config",
+        "sub/gd/info/attributes",
+    ],
+)
+def test_the_git_directory_a_git_file_names_is_protected(separated: Path, path: str) -> None:
+    assert protected_write(separated, path) == GIT
+
+
+def test_beside_the_git_directory_a_git_file_names_nothing_is_protected(separated: Path) -> None:
+    assert protected_write(separated, "sub/notes.txt") is None
+    assert protected_write(separated, "sub/gd-notes.md") is None
+
+
+def test_a_worktrees_common_directory_is_protected(tmp_path: Path) -> None:
+    root = tmp_path / "worktree"
+    (root / "repo" / "worktrees" / "wt").mkdir(parents=True)
+    (root / "repo" / "worktrees" / "wt" / "commondir").write_text("../..\n")
+    (root / ".git").write_text("gitdir: repo/worktrees/wt\n")
+    assert protected_write(root, "repo/hooks/pre-commit") == GIT
+    assert protected_write(root, "repo/worktrees/wt/HEAD") == GIT
+    assert protected_write(root, "repository.md") is None
+
+
+def test_the_write_tools_refuse_the_git_directory_a_git_file_names(separated: Path) -> None:
+    with pytest.raises(ToolError, match=r"\.git/"):
+        write_file(Sandbox(separated), "sub/gd/config", "[core]\n\tfsmonitor = evil\n")
+    assert (separated / "sub" / "gd" / "config").read_text() == "[core]\n"
+
+
+def test_where_a_link_among_hooks_and_settings_leads_is_protected(workspace: Path) -> None:
+    (workspace / "githooks").mkdir()
+    (workspace / ".git" / "hooks").rmdir()
+    (workspace / ".git" / "hooks").symlink_to("../githooks")
+    (workspace / "settings.toml").write_text("[kernel]\n")
+    (workspace / ".tether" / "config.toml").unlink()
+    (workspace / ".tether" / "config.toml").symlink_to("../settings.toml")
+    assert protected_write(workspace, "githooks/pre-commit") == GIT
+    assert protected_write(workspace, "settings.toml") == TETHER
+    assert protected_write(workspace, "docs/settings.toml") is None

@@ -18,7 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from tether.config import ProviderConfig, TetherConfig
+from tether.config import ProviderConfig, TetherConfig, data_home, user_config_path
 from tether.kernel import compaction, structured
 from tether.kernel.access import check_access
 from tether.kernel.approval import Approvals, Approver
@@ -465,13 +465,20 @@ def _hidden_env(config: TetherConfig) -> frozenset[str]:
 
 def sandbox_policy(config: TetherConfig, *, mcp: bool = False) -> SandboxPolicy:
     """The OS sandbox of commands (``tools.sandbox``), or with ``mcp`` of the MCP servers
-    tether starts (``tools.mcp_sandbox``, network allowed)."""
+    tether starts (``tools.mcp_sandbox``, network allowed). tether's user configuration
+    directory and data directory stay read-only to them, should ``tools.sandbox_writable``
+    hold one."""
     tools = config.tools
+    user_config = user_config_path(os.environ)
+    state = ([str(user_config.parent)] if user_config is not None else []) + [
+        str(data_home(os.environ))
+    ]
     return SandboxPolicy(
         mode=tools.mcp_sandbox if mcp else tools.sandbox,
         network=mcp or tools.sandbox_network,
         readable=tuple(tools.sandbox_readable),
         writable=tuple(tools.sandbox_writable),
+        state=tuple(state),
     )
 
 

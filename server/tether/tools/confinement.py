@@ -1,8 +1,8 @@
 """The OS sandbox of commands: the policy, what it lets a command reach, and how it is applied.
 
-Every command (and every stdio MCP server started under ``tools.mcp_sandbox``) is started on Linux
-through the wrapper of :mod:`tether.tools.wrapper`, run from memory by the real interpreter that
-runs tether (:func:`wrapper_command`). Confined, the command gets:
+Every command and every stdio MCP server is started on Linux through the wrapper of
+:mod:`tether.tools.wrapper`, run from memory by the real interpreter that runs tether
+(:func:`wrapper_command`). Confined (``tools.sandbox``, ``tools.mcp_sandbox``), it gets:
 
 - **Landlock** (an allow-list; anything not listed cannot be opened). Read and execute: the
   system directories of :data:`SYSTEM_READABLE` that exist, ``/etc`` (under root, entry by entry
@@ -16,16 +16,24 @@ runs tether (:func:`wrapper_command`). Confined, the command gets:
   ends), ``/dev/null`` and its kin, and ``tools.sandbox_writable``. So the rest of ``$HOME``
   (``~/.ssh``, ``~/.config/tether``, the session database) and ``/tmp`` are out of reach.
   Signals, ``ptrace`` and abstract unix sockets reach only the command's own processes.
-- **Protected paths**, read-only even inside a writable path (:func:`protected_paths`): the
+- **Protected paths**, read-only even inside a writable path (:func:`protection`): the
   workspace's ``.git`` (with the git directory a ``.git`` file names, and its common directory),
-  its ``.tether`` (made, empty, when missing), and tether's own installation. A command that
-  could write them would reach outside the sandbox later: a git hook or ``core.fsmonitor`` runs
-  at the user's next ``git commit``, a memory file enters every later prompt, and a rewritten
-  tether module confines the next command. Where the kernel allows namespaces, they are
-  read-only bind mounts in a mount namespace of the command's own; elsewhere Landlock rules
-  carve them out (:func:`tether.tools.landlock.carve`), at a price the result states.
-- **No network** unless allowed: TCP by Landlock (ABI 4), the rest (UDP, raw, unix sockets
-  reached by a path, io_uring) by a seccomp filter (:mod:`tether.tools.seccomp`).
+  its ``.tether`` (made, empty, when missing), tether's own installation, the directories
+  tether imports from (``sys.path``) and its own configuration and data directories. A command
+  that could write them would reach outside the sandbox later: a git hook or
+  ``core.fsmonitor`` runs at the user's next ``git status``, a memory file enters every later
+  prompt, and a rewritten or planted module runs in tether, unconfined. Where the kernel allows
+  namespaces, they are read-only bind mounts in a mount namespace of the command's own, and the
+  directories on the way to them are pinned (bind-mounted on themselves) so that no rename
+  moves them away; elsewhere Landlock rules carve them out
+  (:func:`tether.tools.landlock.carve`), at a price the result states. A symbolic link on the
+  way to one, or one that is missing, is kept by carving the directory that holds it, in both
+  mechanisms. A file among them with a second hard link could be written through it:
+  :func:`hard_links_refusal` says why such a command is not run.
+- **No network** unless allowed: a seccomp filter (:mod:`tether.tools.seccomp`) refuses every
+  socket but netlink's (TCP and UDP, unix sockets reached by a path, raw sockets) and io_uring;
+  Landlock (ABI 4) refuses TCP ``connect`` and ``bind`` too, and alone where seccomp is
+  missing.
 - **No capabilities** (bounding set included) and ``no_new_privs``.
 
 And confined or not, its whole process tree ends with it (a pid namespace, or a subreaper where
@@ -51,6 +59,9 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
+from tether.tools.guarded import guarded, hard_linked
+from tether.tools.linux import within
+
 logger = logging.getLogger(__name__)
 
 SandboxMode = Literal["workspace-write", "read-only", "off"]
@@ -74,9 +85,9 @@ SYSTEM_FILTERED = ("/etc",)  # under root: readable but for what is not world-re
 LINKED_FROM_ETC = ("/etc/resolv.conf", "/etc/hosts", "/etc/localtime")
 DEVICES_WRITABLE = ("/dev/null", "/dev/zero", "/dev/full")
 HOME_READABLE = (".gitconfig", ".config/git/config", ".config/git/ignore", ".config/git/attributes")
-FIRST_NETWORK_ABI = 4  # TCP bind and connect rules
+WRAPPED = sys.platform.startswith("linux")  # commands go through the wrapper (Linux system calls)
 NAMESPACES_VARIABLE = "TETHER_SANDBOX_NAMESPACES"  # "0": Landlock alone (a diagnostic switch)
-WRAPPER_MODULES = ("processes", "landlock", "seccomp", "namespaces", "wrapper")
+WRAPPER_MODULES = ("processes", "linux", "landlock", "seccomp", "namespaces", "wrapper")
 PROBE_TIMEOUT = 30.0
 PROTECTED = ".git, .tether and tether's installation read-only"
 
@@ -89,6 +100,9 @@ class SandboxPolicy:
     network: bool = False  # network connections and listening sockets allowed
     readable: tuple[str, ...] = ()  # more paths commands may read (``~`` expanded)
     writable: tuple[str, ...] = ()  # more paths commands may write
+    # tether's own directories (user configuration, data): read-only where a writable path
+    # holds them, and made first when missing
+    state: tuple[str, ...] = ()
 
     @property
     def confines(self) -> bool:
@@ -107,12 +121,17 @@ class SandboxPolicy:
         return f"sandbox: {self.mode}, {self._network(abi, found)}; {found.describe()}"
 
     def _network(self, abi: int, found: Isolation) -> str:
+        from tether.tools.landlock import FIRST_NETWORK_ABI
+
         if self.network:
             return "network allowed"
         if found.seccomp:
             return "no network"
         if abi >= FIRST_NETWORK_ABI:
-            return "no TCP (UDP and unix sockets are not blocked here)"
+            return (
+                "only TCP connect and bind refused (no seccomp filter here: other sockets, "
+                "listening and TCP Fast Open are not)"
+            )
         return f"network not restricted (Landlock ABI {abi})"
 
 
@@ -126,7 +145,10 @@ class Isolation:
 
     def describe(self) -> str:
         if self.namespaces:
-            return f"{PROTECTED} (mount namespace)"
+            return (
+                f"{PROTECTED} (mount namespace; where one is a symbolic link, nothing can be "
+                "created, removed or renamed beside it)"
+            )
         return (
             f"{PROTECTED} by Landlock alone (no namespaces here: nothing can be created, "
             "removed or renamed in the directories that hold them)"
@@ -192,10 +214,12 @@ def isolation() -> Isolation:
 
 
 def _probe(*, namespaces: bool, seccomp: bool, user: bool = False) -> str | None:
-    """Start the wrapper on a probe instead of a command; None when it worked, else why not."""
+    """Start the wrapper on a probe instead of a command; None when it worked, else why not.
+    The protected directory lies one level down, so that the probe also checks that the
+    directory on the way cannot be renamed."""
     with tempfile.TemporaryDirectory(prefix="tether-probe-") as directory:
-        protected = os.path.join(directory, "protected")
-        os.mkdir(protected)
+        protected = os.path.join(directory, "pinned", "protected")
+        os.makedirs(protected)
         args = [*wrapper_command(), "--parent", str(os.getpid()), "--sandbox", "--probe"]
         args += ["--write", directory, "--protect", protected]
         args += ["--namespaces"] * namespaces + ["--user"] * user + ["--seccomp"] * seccomp
@@ -289,7 +313,9 @@ def _confinement(
     else:
         read.append(root)
     write = [*DEVICES_WRITABLE, *([str(tmpdir)] if tmpdir else []), *writable]
-    protect = protected_paths(Path(root), writable, make=policy.mode == "workspace-write")
+    kept = protection(
+        Path(root), writable, state=policy.state, make=policy.mode == "workspace-write"
+    )
     args = ["--sandbox"]
     args += ["--namespaces"] * found.namespaces + ["--user"] * found.user
     if policy.network:
@@ -299,7 +325,8 @@ def _confinement(
     args += _repeat("--list", system.listable)
     args += _repeat("--read", read)
     args += _repeat("--write", write)
-    args += _repeat("--protect", protect)
+    args += _repeat("--protect", kept.read_only)
+    args += _repeat("--carve", kept.carved)
     return args
 
 
@@ -307,70 +334,145 @@ def _repeat(option: str, paths: Sequence[str]) -> list[str]:
     return [item for path in dict.fromkeys(paths) for item in (option, path)]
 
 
-def protected_paths(workspace: Path, writable: Sequence[str], *, make: bool = False) -> list[str]:
-    """The real paths to keep read-only for a command that may write ``writable`` (real paths):
-    ``.git`` and ``.tether`` of the (real) ``workspace``, the git directory and common directory
-    a ``.git`` file leads to, and tether's installation, where they lie in (or hold) a writable
-    path. With ``make``, an empty ``.tether`` is made first where there is none."""
+@dataclass(frozen=True)
+class Protection:
+    """What a command that may write some paths must leave as it is (real paths, or paths whose
+    directory is real): ``read_only``, files and directories it may not change (``--protect``);
+    ``carved``, symbolic links and missing paths it may not replace, remove or make, by
+    carving the directory that holds each of them (``--carve``)."""
+
+    read_only: list[str]
+    carved: list[str]
+
+
+def protection(
+    workspace: Path, writable: Sequence[str], *, state: Sequence[str] = (), make: bool = False
+) -> Protection:
+    """What to protect from a command that may write ``writable`` (real paths): what steers git
+    and tether in the (real) ``workspace`` (:func:`tether.tools.guarded.guarded`), tether's
+    installation, the directories tether imports from (``sys.path``) and tether's own
+    ``state`` directories, where they lie in a writable path (and, but for ``sys.path``, where
+    they hold one). A path is resolved link by link: each symbolic link on the way that lies in
+    a writable path is carved (the command could replace it: ``rm .git && mkdir .git``), and so
+    is the path itself when it is missing (the command could make it: a ``sys.path`` entry, a
+    git directory that a ``.git`` file names). A missing ``state`` directory that a writable
+    path holds is made first (private to the user), and with ``make`` an empty ``.tether`` where
+    there is none, so that they can be kept read-only."""
     if make:
-        _make_tether_directory(workspace)
-    candidates = [*_guarded_in(workspace), *_installation()]
-    return [
-        path
-        for path in dict.fromkeys(candidates)
-        if any(_is_within(path, root) or _is_within(root, path) for root in writable)
-    ]
+        _make_directory(workspace / ".tether")
+    for directory in state:
+        if any(within(directory, root) for root in writable):
+            _make_directory(Path(directory), parents=True)
+    outer = [*guarded(workspace), *_installation(), *state]
+    candidates = [(path, True) for path in outer] + [(path, False) for path in _import_path()]
+    read_only: dict[str, None] = {}
+    carved: dict[str, None] = {}
+    for path, even_holding in candidates:
+        real, links = resolve(path)
+        carved.update(dict.fromkeys(link for link in links if _inside(link, writable)))
+        if not os.path.lexists(real):
+            if _inside(real, writable):
+                carved[real] = None
+        elif _inside(real, writable) or (
+            even_holding and any(within(root, real) for root in writable)
+        ):
+            read_only[real] = None
+    # What lies in a read-only path cannot be replaced anyway, and carving it would cost the
+    # directories on the way (the workspace's root, say) their new entries.
+    kept = [path for path in carved if not _inside(path, list(read_only))]
+    return Protection(list(read_only), kept)
 
 
-def _make_tether_directory(workspace: Path) -> None:
-    """An empty ``.tether``, so that it can be kept read-only (git does not show an empty
-    directory); tether reads the workspace's configuration and memory files there."""
+def _inside(path: str, writable: Sequence[str]) -> bool:
+    return any(within(path, root) for root in writable)
+
+
+def _make_directory(path: Path, *, parents: bool = False) -> None:
+    """An empty directory at ``path``, so that it can be kept read-only: ``.tether`` (git does
+    not show an empty directory; tether reads the workspace's configuration and memory files
+    there), or one of tether's own."""
     try:
-        (workspace / ".tether").mkdir()
+        path.mkdir(mode=0o700 if parents else 0o777, parents=parents)
     except FileExistsError:
         pass
     except OSError as exc:
-        logger.debug("cannot make %s/.tether: %s", workspace, exc)
+        logger.debug("cannot make %s: %s", path, exc)
 
 
-def _guarded_in(workspace: Path) -> Iterator[str]:
-    for name in (".tether", ".git"):
-        path = workspace / name
-        if os.path.lexists(path):
-            yield os.path.realpath(path)
-    gitdir = _gitdir(workspace / ".git")
-    if gitdir is not None:
-        yield gitdir
-        common = _gitdir(Path(gitdir) / "commondir", prefix="")
-        if common is not None:
-            yield common
+MAX_LINKS = 40  # symbolic links followed in one path, as the kernel does
 
 
-def _gitdir(path: Path, *, prefix: str = "gitdir:") -> str | None:
-    """The real path a git file names: ``.git`` (``gitdir: PATH``, in a worktree or submodule)
-    or a git directory's ``commondir`` (``PATH``), relative to the file's directory."""
-    try:
-        if not path.is_file():
-            return None
-        with path.open("rb") as file:
-            text = file.read(4096).decode(errors="replace").strip()
-    except OSError:
-        return None
-    if not text.startswith(prefix) or "\n" in text:
-        return None
-    named = text[len(prefix) :].strip()
-    return os.path.realpath(os.path.join(path.parent, named)) if named else None
+def resolve(path: str) -> tuple[str, list[str]]:
+    """The real path of the absolute ``path`` (as :func:`os.path.realpath` finds it, missing
+    components taken as they are) and the symbolic links met on the way, each named by its
+    directory's real path and its own name."""
+    links: list[str] = []
+    parts = path.split("/")[::-1]  # a stack: the next component last
+    current = "/"
+    while parts:
+        part = parts.pop()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            current = os.path.dirname(current)
+            continue
+        candidate = os.path.join(current, part)
+        try:
+            target = os.readlink(candidate)
+        except OSError:  # not a link, or missing: taken as it is
+            current = candidate
+            continue
+        links.append(candidate)
+        if len(links) > MAX_LINKS:  # a loop
+            return os.path.realpath(path), links
+        if target.startswith("/"):
+            current = "/"
+        parts.extend(target.split("/")[::-1])
+    return current, links
 
 
 @cache
 def _installation() -> tuple[str, ...]:
-    """The real paths of tether's installation: the Python prefixes, tether's package and the
+    """The paths of tether's installation: the Python prefixes, tether's package and the
     interpreter."""
     import tether
 
     paths = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix, sys.executable]
     paths.append(os.path.dirname(tether.__file__))
-    return tuple(dict.fromkeys(os.path.realpath(path) for path in paths))
+    return tuple(dict.fromkeys(os.path.abspath(path) for path in paths))
+
+
+def _import_path() -> list[str]:
+    """The entries of tether's ``sys.path`` (the directories, zip files and the like it may
+    still import modules from), to be kept only where they lie in a writable path: a module
+    planted there (``src/pathspec.py`` with ``PYTHONPATH=src``) would run in tether, unconfined,
+    on its next import of that name. One that holds a writable path is no threat to it (the
+    workspace's own name is never imported), so it is not protected for that."""
+    return [os.path.abspath(entry or os.curdir) for entry in sys.path]
+
+
+def hard_links_refusal(policy: SandboxPolicy, workspace: Path) -> str | None:
+    """Why a command must not run under ``policy`` in ``workspace``, or None: a file that runs
+    code or steers tether (:func:`tether.tools.guarded.steering_files`: ``.git/config``, a
+    hook, a file under ``.tether``) has a second name (a hard link, ``cp -al``), which neither
+    a read-only mount nor Landlock can see: a command could rewrite the file through it. Only
+    a command that may write somewhere besides its own ``TMPDIR`` is refused."""
+    if not policy.confines or (policy.mode != "workspace-write" and not policy.writable):
+        return None
+    linked = hard_linked(workspace)
+    if not linked:
+        return None
+    root = os.path.realpath(workspace)
+    names = [os.path.relpath(path, root) if within(path, root) else path for path in linked]
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    first = names[0]
+    return (
+        f"refused: {shown} {'has' if len(names) == 1 else 'have'} another hard link (a second "
+        "name elsewhere, as a `cp -al` copy makes), through which a command could rewrite what "
+        "git or tether runs or reads, out of the sandbox's sight; no command runs until the "
+        "user breaks the link outside the sandbox, by copying the file over itself: "
+        f"`cp -p {first} {first}.new && mv {first}.new {first}`"
+    )
 
 
 @dataclass(frozen=True)
@@ -467,7 +569,7 @@ def _path_directories(environ: Mapping[str, str]) -> Iterator[str]:
         if not entry or not os.path.isabs(entry):
             continue
         directory = os.path.normpath(entry)
-        if directory == "/" or (home and _is_within(home, directory)):
+        if directory == "/" or (home and within(home, directory)):
             continue
         yield directory
 
@@ -475,11 +577,6 @@ def _path_directories(environ: Mapping[str, str]) -> Iterator[str]:
 def _home_files(environ: Mapping[str, str]) -> list[str]:
     home = environ.get("HOME")
     return [os.path.join(home, name) for name in HOME_READABLE] if home else []
-
-
-def _is_within(path: str, directory: str) -> bool:
-    path, directory = os.path.normpath(path), os.path.normpath(directory)
-    return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
 def _expand(path: str, environ: Mapping[str, str], workspace: Path) -> str:

@@ -4,7 +4,9 @@ The command wrapper (:mod:`tether.tools.wrapper`) calls :func:`restrict` in the 
 becomes the command, after its namespaces are set up and just before it ``exec``\\ s: ``read``
 paths may be read and executed, ``write`` paths also written (files created, removed, renamed,
 truncated), ``listable`` directories only listed; nothing else of the filesystem can be opened.
-Without ``network``, binding and connecting TCP sockets is refused (Landlock ABI 4). Abstract
+Without ``network``, ``bind`` and ``connect`` of TCP sockets are refused (Landlock ABI 4); that
+alone is no "no network" (a TCP Fast Open ``sendto`` connects, a ``listen`` binds a port, other
+sockets are not seen): the seccomp filter of :mod:`tether.tools.seccomp` refuses them. Abstract
 unix sockets and signals are scoped to the command's own processes (ABI 6), and Landlock forbids
 ``ptrace`` of any process outside the domain, which also makes ``/proc/PID/environ``, ``mem``
 and ``fd`` of those processes unreadable. The restriction is inherited across ``fork`` and
@@ -14,8 +16,9 @@ Where no mount namespace can make a path read-only, :func:`carve` expresses "wri
 these paths" with Landlock's allow-list alone (see its docstring for what that costs).
 
 tether itself uses :func:`abi_version` and :func:`probe` to learn whether Landlock is there.
-Only the three Landlock system calls and ``prctl`` are used; their numbers (444 to 446) are the
-same on every architecture that has them. Part of the wrapper: standard library only.
+Only the three Landlock system calls (numbers 444 to 446, the same on every architecture that has
+them), ``prctl`` and ``capset`` are used, through :mod:`tether.tools.linux`. Part of the wrapper:
+standard library only.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import ctypes
 import os
 import stat
 import sys
+
+from tether.tools.linux import check, libc, prctl, syscall, within
 
 TYPE_CHECKING = False  # not imported from typing: the wrapper imports nothing it need not
 if TYPE_CHECKING:
@@ -121,22 +126,8 @@ class LandlockError(OSError):
     """A Landlock call failed (``errno`` says how)."""
 
 
-def _libc() -> ctypes.CDLL:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    libc.prctl.restype = ctypes.c_int
-    libc.prctl.argtypes = (ctypes.c_int, *[ctypes.c_ulong] * 4)
-    return libc
-
-
-def _syscall(libc: ctypes.CDLL, number: int, *args: object) -> int:
-    # Every argument is passed as a full machine word (a C ``long`` or a pointer).
-    words = [ctypes.c_long(arg) if isinstance(arg, int) else arg for arg in args]
-    result = int(libc.syscall(ctypes.c_long(number), *words))
-    if result < 0:
-        error = ctypes.get_errno()
-        raise LandlockError(error, os.strerror(error))
-    return result
+def _syscall(number: int, *args: object, what: str = "landlock") -> int:
+    return check(syscall(number, *args), what, LandlockError)
 
 
 def abi_version() -> int:
@@ -145,7 +136,7 @@ def abi_version() -> int:
     if not sys.platform.startswith("linux"):
         return 0
     try:
-        return _syscall(_libc(), SYS_LANDLOCK_CREATE_RULESET, None, 0, CREATE_RULESET_VERSION)
+        return _syscall(SYS_LANDLOCK_CREATE_RULESET, None, 0, CREATE_RULESET_VERSION)
     except (OSError, AttributeError):
         return 0
 
@@ -168,9 +159,8 @@ def handled(abi: int, *, network: bool) -> RulesetAttr:
 def probe(abi: int) -> None:
     """Create (and close) the ruleset a command would get: raises :class:`LandlockError` when
     the kernel refuses it."""
-    libc = _libc()
     attr = handled(abi, network=False)
-    fd = _syscall(libc, SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.sizeof(attr), 0)
+    fd = _syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.sizeof(attr), 0)
     os.close(fd)
 
 
@@ -187,25 +177,25 @@ def restrict(
     abi = abi_version()
     if abi < 1:
         raise LandlockError(0, "Landlock is not available on this system")
-    libc = _libc()
     attr = handled(abi, network=network)
-    ruleset = _syscall(
-        libc, SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.sizeof(attr), 0
-    )
+    ruleset = _syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.sizeof(attr), 0)
     try:
         for paths, access in ((listable, FS_READ_DIR), (read, FS_READ), (write, FS_WRITE)):
             for path in paths:
-                _allow(libc, ruleset, path, access & attr.handled_access_fs)
-        drop_capabilities(libc)
-        _prctl(libc, PR_SET_NO_NEW_PRIVS, 1, "PR_SET_NO_NEW_PRIVS")
-        _syscall(libc, SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0)
+                _allow(ruleset, path, access & attr.handled_access_fs)
+        drop_capabilities()
+        prctl(PR_SET_NO_NEW_PRIVS, 1, "PR_SET_NO_NEW_PRIVS", LandlockError)
+        _syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0, what="landlock_restrict_self")
     finally:
         os.close(ruleset)
 
 
 def carve(write: Sequence[str], protect: Sequence[str]) -> tuple[list[str], list[str]]:
     """Rules that make ``write`` writable except the ``protect`` paths inside them, as
-    (read, write) path lists for :func:`restrict`. All paths are real (symlinks resolved).
+    (read, write) path lists for :func:`restrict`. The paths of ``write`` are real, and so are
+    the directories holding those of ``protect``: a protected path is a file or directory kept
+    read-only, or a symbolic link or a missing path kept as it is (its directory is carved, so
+    nothing can be made in its place, and it is granted nothing).
 
     Landlock only grants, and a right granted on a directory holds for everything beneath it, so
     a writable directory that holds a protected path is granted reading only, and each of its
@@ -218,10 +208,10 @@ def carve(write: Sequence[str], protect: Sequence[str]) -> tuple[list[str], list
     read: list[str] = []
     granted: list[str] = []
     for root in write:
-        if any(_within(root, path) for path in protect):
+        if any(within(root, path) for path in protect):
             read.append(root)
         else:
-            _carve(root, [path for path in protect if _within(path, root)], read, granted)
+            _carve(root, [path for path in protect if within(path, root)], read, granted)
     return read, granted
 
 
@@ -237,18 +227,14 @@ def _carve(directory: str, inner: list[str], read: list[str], granted: list[str]
     except OSError:  # not a directory, or not ours to list: nothing in it is granted
         return
     for entry in entries:
-        below = [path for path in inner if _within(path, entry.path)]
+        below = [path for path in inner if within(path, entry.path)]
         if entry.is_dir(follow_symlinks=False):
             _carve(entry.path, below, read, granted)
         elif not below and entry.is_file(follow_symlinks=False):
             granted.append(entry.path)
 
 
-def _within(path: str, directory: str) -> bool:
-    return path == directory or path.startswith(directory.rstrip("/") + "/")
-
-
-def drop_capabilities(libc: ctypes.CDLL) -> None:
+def drop_capabilities() -> None:
     """Empty the capability bounding, ambient, inheritable, permitted and effective sets, so
     that what runs next holds no capability even as root. Landlock alone does not do for a
     privileged process: holding ``CAP_SYS_ADMIN`` (or some other capability), a confined root
@@ -256,7 +242,7 @@ def drop_capabilities(libc: ctypes.CDLL) -> None:
     on Linux 6.18), while one without capabilities cannot. Without ``CAP_SETPCAP`` the bounding
     set cannot be emptied: that is refused for root, and harmless for anyone else
     (``no_new_privs`` keeps ``exec`` from granting capabilities)."""
-    _prctl(libc, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, "PR_CAP_AMBIENT")
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, "PR_CAP_AMBIENT", LandlockError)
     try:
         with open("/proc/sys/kernel/cap_last_cap") as file:
             last = int(file.read())
@@ -264,24 +250,17 @@ def drop_capabilities(libc: ctypes.CDLL) -> None:
         last = 63
     for capability in range(last + 1):
         try:
-            _prctl(libc, PR_CAPBSET_DROP, capability, "PR_CAPBSET_DROP")
+            prctl(PR_CAPBSET_DROP, capability, "PR_CAPBSET_DROP", LandlockError)
         except LandlockError:
             if os.geteuid() == 0:
                 raise
             break
     header = CapHeader(version=LINUX_CAPABILITY_VERSION_3, pid=0)
-    if libc.capset(ctypes.byref(header), ctypes.byref((CapData * 2)())) != 0:
-        error = ctypes.get_errno()
-        raise LandlockError(error, f"capset: {os.strerror(error)}")
+    data = (CapData * 2)()
+    check(libc().capset(ctypes.byref(header), ctypes.byref(data)), "capset", LandlockError)
 
 
-def _prctl(libc: ctypes.CDLL, option: int, argument: int, name: str) -> None:
-    if libc.prctl(option, argument, 0, 0, 0) != 0:
-        error = ctypes.get_errno()
-        raise LandlockError(error, f"prctl({name}): {os.strerror(error)}")
-
-
-def _allow(libc: ctypes.CDLL, ruleset: int, path: str, access: int) -> None:
+def _allow(ruleset: int, path: str, access: int) -> None:
     try:
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except OSError:  # missing, or out of this user's reach anyway
@@ -290,9 +269,8 @@ def _allow(libc: ctypes.CDLL, ruleset: int, path: str, access: int) -> None:
         if not stat.S_ISDIR(os.fstat(fd).st_mode):
             access &= FS_FILE
         rule = PathBeneathAttr(allowed_access=access, parent_fd=fd)
-        try:
-            _syscall(libc, SYS_LANDLOCK_ADD_RULE, ruleset, RULE_PATH_BENEATH, ctypes.byref(rule), 0)
-        except LandlockError as exc:
-            raise LandlockError(exc.errno, f"{path}: {exc.strerror}") from None
+        _syscall(
+            SYS_LANDLOCK_ADD_RULE, ruleset, RULE_PATH_BENEATH, ctypes.byref(rule), 0, what=path
+        )
     finally:
         os.close(fd)

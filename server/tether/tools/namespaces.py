@@ -11,6 +11,8 @@ then forks the pid 1 of the new pid namespace; that process calls :func:`isolate
   ``OPEN_TREE_CLONE``, ``mount_setattr`` with ``MOUNT_ATTR_RDONLY`` and ``AT_RECURSIVE``,
   ``move_mount``: Linux 5.12, older than any kernel with the Landlock rules the wrapper needs).
   A mount point cannot be renamed nor removed, so the path stays where it is too;
+- each directory between a writable path and a protected path inside it is bind-mounted on
+  itself too, writable (:func:`pinned`), so that it cannot be renamed or removed either;
 - ``/proc`` is mounted anew for the pid namespace, so the command sees its own processes only,
   with the pids it knows them by;
 - the working directory is entered again, so that it is seen through the new mounts.
@@ -25,6 +27,8 @@ from __future__ import annotations
 import ctypes
 import os
 import stat
+
+from tether.tools.linux import check, libc, syscall, within
 
 TYPE_CHECKING = False  # not imported from typing: the wrapper imports nothing it need not
 if TYPE_CHECKING:
@@ -65,33 +69,12 @@ class NamespaceError(OSError):
     """A namespace could not be made or set up (``errno`` says why)."""
 
 
-def _libc() -> ctypes.CDLL:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
-                           ctypes.c_void_p)  # fmt: skip
-    return libc
-
-
-def _syscall(libc: ctypes.CDLL, number: int, *args: object) -> int:
-    # Every argument is passed as a full machine word (a C ``long`` or a pointer).
-    words = [ctypes.c_long(arg) if isinstance(arg, int) else arg for arg in args]
-    return int(libc.syscall(ctypes.c_long(number), *words))
-
-
-def _check(result: int, what: str) -> int:
-    if result < 0:
-        error = ctypes.get_errno()
-        raise NamespaceError(error, f"{what}: {os.strerror(error)}")
-    return result
-
-
 def enter(*, user: bool) -> None:
     """Move this process into new mount and pid namespaces (its children are born in the pid
     namespace, the first one its pid 1), inside a new user namespace with ``user``."""
     uid, gid = os.getuid(), os.getgid()
     flags = CLONE_NEWNS | CLONE_NEWPID | (CLONE_NEWUSER if user else 0)
-    _check(_libc().unshare(flags), "unshare")
+    check(libc().unshare(flags), "unshare", NamespaceError)
     if user:
         _write("/proc/self/setgroups", "deny")
         _write("/proc/self/uid_map", f"{uid} {uid} 1")
@@ -106,21 +89,43 @@ def _write(path: str, text: str) -> None:
         os.close(fd)
 
 
-def isolate_filesystem(protect: Sequence[str]) -> None:
-    """In the new namespaces (as their pid 1): make ``protect`` read-only, mount ``/proc``
-    for the pid namespace, and enter the working directory again."""
-    libc = _libc()
-    _check(libc.mount(None, b"/", None, MS_REC | MS_SLAVE, None), "making mounts private")
-    for path in protect:
-        read_only(libc, path)
+def isolate_filesystem(protect: Sequence[str], write: Sequence[str]) -> None:
+    """In the new namespaces (as their pid 1): make ``protect`` read-only and pin the directories
+    between them and the ``write`` paths that hold them (:func:`pinned`), mount ``/proc`` for
+    the pid namespace, and enter the working directory again. All paths are real."""
+    mount = libc().mount
+    check(mount(None, b"/", None, MS_REC | MS_SLAVE, None), "making mounts private", NamespaceError)
+    binds = [(path, True) for path in protect] + [(path, False) for path in pinned(protect, write)]
+    for path, read_only in sorted(binds, key=lambda bind: bind[0].count("/")):  # outer first
+        bind(path, read_only=read_only)
     flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
-    _check(libc.mount(b"proc", b"/proc", b"proc", flags, None), "mounting /proc")
+    check(mount(b"proc", b"/proc", b"proc", flags, None), "mounting /proc", NamespaceError)
     os.chdir(os.getcwd())
 
 
-def read_only(libc: ctypes.CDLL, path: str) -> None:
-    """Bind-mount ``path`` (a directory or a file) on itself, read-only with its submounts. A
-    missing path is skipped; one that became a symbolic link is refused."""
+def pinned(protect: Sequence[str], write: Sequence[str]) -> list[str]:
+    """The directories strictly between each ``write`` path and a ``protect`` path inside it,
+    but for those inside a protected path. A read-only mount keeps a path from being written,
+    renamed or removed, not the directories above it: renaming one of those moves the protected
+    path away, and a copy the command controls can take its place (``mv sub sub2 && cp -r sub2
+    sub``, where ``.git`` names ``sub/gitdir``). So each of them is bind-mounted on itself,
+    writable as before: a mount point cannot be renamed or removed (``EBUSY``), whatever path
+    names it, and a command holds no capability to unmount it."""
+    found: dict[str, None] = {}
+    for path in protect:
+        for root in write:
+            if path == root or not within(path, root):
+                continue
+            directory = os.path.dirname(path)
+            while directory != root and within(directory, root):
+                found[directory] = None
+                directory = os.path.dirname(directory)
+    return [path for path in found if not any(within(path, other) for other in protect)]
+
+
+def bind(path: str, *, read_only: bool) -> None:
+    """Bind-mount ``path`` (a directory or a file) on itself with its submounts, read-only with
+    ``read_only``. A missing path is skipped; one that became a symbolic link is refused."""
     try:
         fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -129,19 +134,21 @@ def read_only(libc: ctypes.CDLL, path: str) -> None:
         if stat.S_ISLNK(os.fstat(fd).st_mode):
             raise NamespaceError(0, f"{path} became a symbolic link")
         flags = OPEN_TREE_CLONE | os.O_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE
-        tree = _check(_syscall(libc, SYS_OPEN_TREE, fd, b"", flags), f"open_tree {path}")
+        tree = _call(f"open_tree {path}", SYS_OPEN_TREE, fd, b"", flags)
         try:
-            attr = MountAttr(attr_set=MOUNT_ATTR_RDONLY)
-            _check(
-                _syscall(
-                    libc, SYS_MOUNT_SETATTR, tree, b"", AT_EMPTY_PATH | AT_RECURSIVE,
-                    ctypes.byref(attr), ctypes.sizeof(attr),
-                ),
-                f"mount_setattr {path}",
-            )  # fmt: skip
+            if read_only:
+                attr = MountAttr(attr_set=MOUNT_ATTR_RDONLY)
+                _call(
+                    f"mount_setattr {path}", SYS_MOUNT_SETATTR, tree, b"",
+                    AT_EMPTY_PATH | AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr),
+                )  # fmt: skip
             moved = MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH
-            _check(_syscall(libc, SYS_MOVE_MOUNT, tree, b"", fd, b"", moved), f"move_mount {path}")
+            _call(f"move_mount {path}", SYS_MOVE_MOUNT, tree, b"", fd, b"", moved)
         finally:
             os.close(tree)
     finally:
         os.close(fd)
+
+
+def _call(what: str, number: int, *args: object) -> int:
+    return check(syscall(number, *args), what, NamespaceError)

@@ -11,19 +11,22 @@ A path is protected when, once resolved (``..`` and symlinks followed, as the to
 - one of its components is ``.tether`` or ``.git`` at any depth, compared case-insensitively and
   ignoring the zero-width characters HFS+ ignores (case-insensitive file systems open ``.GIT``
   as ``.git``); or
-- it lies inside the directory that the workspace's own ``.tether`` or ``.git`` really is (either
-  may be a symlink to another directory of the workspace).
+- it is, or lies inside, what a path of :func:`tether.tools.guarded.guarded` leads to: the
+  directory the workspace's own ``.tether`` or ``.git`` really is (either may be a symlink to
+  another directory of the workspace), the git directory a ``.git`` file names (``gitdir:
+  sub/gd``, as in a worktree or a submodule) and that directory's common directory, and where a
+  symbolic link among their hooks and settings leads; the command sandbox protects the same.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import stat
 from pathlib import Path
 from typing import Final
 
 from tether.tools.base import ToolError
+from tether.tools.guarded import guarded
 from tether.tools.sandbox import Sandbox
 
 REASONS: Final = {
@@ -47,31 +50,32 @@ def protected_reason(root: Path, real: Path) -> str | None:
 
 
 def _inside_protected_directory(root: Path, real: Path) -> str | None:
-    """The reason when ``real`` is inside the directory ``root/.tether`` or ``root/.git`` leads
-    to; compared by device and inode, so a symlinked or differently cased name matches too."""
-    guarded: dict[tuple[int, int], str] = {}
-    for name, why in REASONS.items():
-        identity = _identity(root / name)
+    """The reason when ``real`` is (or is inside) what a path of :func:`guarded` leads to;
+    compared by device and inode, so a symlinked or differently cased name matches too, and so
+    does a second hard link of a guarded file."""
+    directories: dict[tuple[int, int], str] = {}
+    for path, name in guarded(root).items():
+        identity = _identity(Path(path))
         if identity is not None:
-            guarded[identity] = why
-    if not guarded:
+            directories.setdefault(identity, REASONS[name])
+    if not directories:
         return None
     for ancestor in (real, *real.parents):
         if ancestor == root or not ancestor.is_relative_to(root):
             break
-        found = guarded.get(_identity(ancestor) or (-1, -1))
+        found = directories.get(_identity(ancestor) or (-1, -1))
         if found is not None:
             return found
     return None
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
-    """(device, inode) of the directory ``path`` leads to; None when it is no directory."""
+    """(device, inode) of what ``path`` leads to; None when nothing is there."""
     try:
         info = os.stat(path)
     except (OSError, ValueError):
         return None
-    return (info.st_dev, info.st_ino) if stat.S_ISDIR(info.st_mode) else None
+    return (info.st_dev, info.st_ino)
 
 
 def check_protected(root: Path, real: Path, *, approved: bool) -> None:

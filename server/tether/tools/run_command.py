@@ -34,7 +34,6 @@ import contextlib
 import os
 import shutil
 import signal
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Collection, Mapping
@@ -46,7 +45,14 @@ from pydantic import Field
 from tether.protocol.tools import ToolKind
 from tether.secrets import Secrets, looks_secret
 from tether.tools.base import ToolContext, ToolError, ToolResult
-from tether.tools.confinement import SandboxPolicy, denial_note, isolation, wrap
+from tether.tools.confinement import (
+    WRAPPED,
+    SandboxPolicy,
+    denial_note,
+    hard_links_refusal,
+    isolation,
+    wrap,
+)
 from tether.tools.processes import MARK_VARIABLE, kill_tree, new_mark
 from tether.tools.sandbox import Sandbox, format_size
 from tether.tools.typed import ToolArguments, TypedTool
@@ -57,7 +63,6 @@ DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024
 EXIT_GRACE_SECONDS = 1.0  # for the output to end once the command has exited
 KILL_WAIT_SECONDS = 5.0
 SHELL = "/bin/sh"
-WRAPPED = sys.platform.startswith("linux")  # the wrapper's system calls are Linux's
 NO_SECRETS = Secrets()
 
 
@@ -159,11 +164,12 @@ async def _launch(
     """How to start the command under ``policy``: on Linux through the wrapper, which confines it
     when the policy does and watches its process tree in any case. A confined command gets a
     temporary directory of its own (``TMPDIR``, ``TMP``, ``TEMP``), removed when it ends. The
-    program is looked up first, so that a missing one is reported as such."""
+    program is looked up first, so that a missing one is reported as such, and a command the
+    sandbox could not keep from a hard-linked file it protects is refused."""
     if not WRAPPED:
         yield _Launch(argv)
         return
-    tmpdir = await asyncio.to_thread(_prepare, policy, argv[0], cwd, environment)
+    tmpdir = await asyncio.to_thread(_prepare, policy, argv[0], workspace, cwd, environment)
     launch = _Launch(argv, status=os.pipe())
     try:
         launch.argv = await asyncio.to_thread(
@@ -183,7 +189,7 @@ async def _launch(
 
 
 def _prepare(
-    policy: SandboxPolicy, program: str, cwd: Path, environment: dict[str, str]
+    policy: SandboxPolicy, program: str, workspace: Path, cwd: Path, environment: dict[str, str]
 ) -> Path | None:
     if "/" in program:
         found = (cwd / program).exists()
@@ -191,6 +197,9 @@ def _prepare(
         found = shutil.which(program, path=environment.get("PATH", os.defpath)) is not None
     if not found:
         raise ToolError(f"command not found: {program}")
+    refusal = hard_links_refusal(policy, workspace)
+    if refusal is not None:
+        raise ToolError(refusal)
     if not policy.confines:
         return None
     tmpdir = Path(tempfile.mkdtemp(prefix="tether-command-"))

@@ -1,23 +1,19 @@
-"""The seccomp filter that keeps a command off the network where Landlock cannot.
+"""The seccomp filter that keeps a command off the network.
 
-Landlock (ABI 4 and later) refuses TCP ``connect`` and ``bind``, but not UDP, raw sockets, unix
-sockets reached by a path (an SSH agent's, a container engine's, a desktop bus) nor other
-families. Under "no network" the command wrapper (:mod:`tether.tools.wrapper`) therefore
-installs this filter just before the command is ``exec``\\ ed. It answers ``EACCES`` to
-
-- ``socket()`` of the ``AF_UNIX`` family (``socketpair()`` stays allowed: it makes a connected
-  pair, the pipes between a program's own processes);
-- ``socket()`` of ``AF_INET`` or ``AF_INET6`` other than a TCP stream socket (UDP, raw, ICMP,
-  SCTP, MPTCP), and the TCP stream socket too where Landlock cannot refuse its connections
-  (``block_tcp``: an ABI older than 4);
-- ``socket()`` of every other family but ``AF_NETLINK`` (which talks to the kernel only:
-  ``getifaddrs``, ``ip``);
-
-and ``ENOSYS`` to ``io_uring_setup`` (io_uring can open and connect sockets without a system
-call the filter sees), so programs fall back to plain system calls. The 32-bit system calls a
-64-bit process may still make (``int 0x80`` on x86_64, AArch32 on arm64) are filtered the same
-way, ``socketcall`` refused whole; x32 system calls are those of x86_64 with bit 30 set. On
-other architectures no filter is installed (:func:`supported` is False) and the sandbox says so.
+Landlock (ABI 4 and later) refuses TCP ``connect`` and ``bind``, but not a connection opened by
+``sendto`` with ``MSG_FASTOPEN``, nor ``listen`` on an unbound socket (which binds a free port
+of every address), nor UDP, raw sockets, unix sockets reached by a path (an SSH agent's, a
+container engine's, a desktop bus) or other families. Under "no network" the command wrapper
+(:mod:`tether.tools.wrapper`) therefore installs this filter just before the command is
+``exec``\\ ed. It answers ``EACCES`` to ``socket()`` of every family but ``AF_NETLINK`` (which
+talks to the kernel only: ``getifaddrs``, ``ip``): no ``AF_INET`` or ``AF_INET6`` socket of any
+type, no ``AF_UNIX`` socket (``socketpair()`` stays allowed: it makes a connected pair, the pipes
+between a program's own processes). It answers ``ENOSYS`` to ``io_uring_setup`` (io_uring can
+open and connect sockets without a system call the filter sees), so programs fall back to plain
+system calls. The 32-bit system calls a 64-bit process may still make (``int 0x80`` on x86_64,
+AArch32 on arm64) are filtered the same way, ``socketcall`` refused whole; x32 system calls are
+those of x86_64 with bit 30 set. On other architectures no filter is installed
+(:func:`supported` is False) and the sandbox says so.
 
 The filter is inherited across ``fork`` and ``exec`` and cannot be removed. Part of the wrapper:
 standard library only.
@@ -27,6 +23,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+
+from tether.tools.linux import check, libc
 
 TYPE_CHECKING = False  # not imported from typing: the wrapper imports nothing it need not
 if TYPE_CHECKING:
@@ -45,13 +43,7 @@ AUDIT_ARCH_AARCH64 = 0xC00000B7
 AUDIT_ARCH_ARM = 0x40000028
 X32_BIT = 0x40000000
 
-AF_UNIX = 1
-AF_INET = 2
-AF_INET6 = 10
 AF_NETLINK = 16
-SOCK_STREAM = 1
-SOCK_TYPE_MASK = 0xF  # without SOCK_NONBLOCK and SOCK_CLOEXEC
-IPPROTO_TCP = 6
 
 # struct seccomp_data: nr (int), arch (u32), instruction_pointer (u64), args (u64[6]). The
 # architectures filtered are little-endian: the low half of an argument comes first.
@@ -61,7 +53,6 @@ OFFSET_ARGS = 16
 
 # Classic BPF opcodes (linux/filter.h).
 LD_W_ABS = 0x20
-AND_K = 0x54
 JEQ_K = 0x15
 RET_K = 0x06
 
@@ -102,7 +93,7 @@ def supported() -> bool:
     return os.uname().machine in NATIVE
 
 
-def network_filter(*, block_tcp: bool) -> list[tuple[int, int, int, int]]:
+def network_filter() -> list[tuple[int, int, int, int]]:
     """The filter's instructions (code, jt, jf, k) for this machine's architecture."""
     native = NATIVE[os.uname().machine]
     program = _Program()
@@ -112,7 +103,7 @@ def network_filter(*, block_tcp: bool) -> list[tuple[int, int, int, int]]:
     program.ret(RET_ERRNO | ENOSYS)  # an architecture this kernel does not run: nothing
     for arch in (native, COMPAT[native]):
         _filter_arch(program, arch, x32=arch == AUDIT_ARCH_X86_64)
-    _check_socket(program, block_tcp=block_tcp)
+    _check_socket(program)
     return program.assemble()
 
 
@@ -129,23 +120,10 @@ def _filter_arch(program: _Program, arch: int, *, x32: bool) -> None:
     program.ret(RET_ALLOW)
 
 
-def _check_socket(program: _Program, *, block_tcp: bool) -> None:
+def _check_socket(program: _Program) -> None:
     program.label("socket")
     program.load(OFFSET_ARGS)  # the family
-    program.jump_if(AF_NETLINK, "allow")
-    program.jump_if(AF_INET, "inet")
-    program.jump_if(AF_INET6, "inet")
-    program.jump("eacces")
-    program.label("inet")
-    program.load(OFFSET_ARGS + 8)  # the type
-    program.mask(SOCK_TYPE_MASK)
-    program.jump_unless(SOCK_STREAM, "eacces")
-    if block_tcp:
-        program.jump("eacces")
-    program.load(OFFSET_ARGS + 16)  # the protocol: 0 (the default, TCP) or TCP
-    program.jump_if(0, "allow")
-    program.jump_unless(IPPROTO_TCP, "eacces")
-    program.label("allow")
+    program.jump_unless(AF_NETLINK, "eacces")
     program.ret(RET_ALLOW)
     program.label("eacces")
     program.ret(RET_ERRNO | EACCES)
@@ -167,17 +145,11 @@ class _Program:
     def load(self, offset: int) -> None:
         self.code.append((LD_W_ABS, None, None, offset))
 
-    def mask(self, bits: int) -> None:
-        self.code.append((AND_K, None, None, bits))
-
     def jump_if(self, value: int, target: str) -> None:
         self.code.append((JEQ_K, target, None, value))
 
     def jump_unless(self, value: int, target: str) -> None:
         self.code.append((JEQ_K, None, target, value))
-
-    def jump(self, target: str) -> None:
-        self.code.append((JEQ_K, target, target, 0))
 
     def ret(self, value: int) -> None:
         self.code.append((RET_K, None, None, value))
@@ -201,9 +173,5 @@ def install(instructions: Sequence[tuple[int, int, int, int]]) -> None:
     """Install the filter on this thread (``no_new_privs`` must be set already)."""
     array = (SockFilter * len(instructions))(*(SockFilter(*row) for row in instructions))
     program = SockFprog(len(instructions), array)
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong,
-                           ctypes.c_ulong)  # fmt: skip
-    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(program), 0, 0) != 0:
-        error = ctypes.get_errno()
-        raise SeccompError(error, f"seccomp: {os.strerror(error)}")
+    pointer = ctypes.addressof(program)  # prctl's third argument, passed as a word
+    check(libc().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, pointer, 0, 0), "seccomp", SeccompError)

@@ -9,9 +9,11 @@ cannot change what confines the next one (and the installation is read-only to c
 Options: ``--parent PID`` (tether's pid), ``--status FD`` (a pipe to tether), ``--namespaces``
 (and ``--user``: inside a user namespace), ``--sandbox`` (Landlock, seccomp, no capabilities;
 without it the command only has its process tree watched), ``--read``/``--write``/``--list``
-PATH, ``--protect PATH`` (read-only even inside a writable path), ``--network`` (no Landlock
-network rules), ``--seccomp`` (the network filter), ``--probe`` (no command: check the
-protection and exit).
+PATH, ``--protect PATH`` (read-only even inside a writable path, and none of the directories
+between the two can be renamed), ``--carve PATH`` (a symbolic link, or a path that does not
+exist, kept as it is: nothing can be created, removed or renamed in its directory, whatever the
+mechanism), ``--network`` (no Landlock network rules), ``--seccomp`` (the network filter),
+``--probe`` (no command: check the protection and exit).
 
 With namespaces there are three processes (:func:`isolated`)::
 
@@ -22,22 +24,26 @@ With namespaces there are three processes (:func:`isolated`)::
   it), and C dies with W. When the pid 1 of a pid namespace dies the kernel kills every process
   in it, so the command's whole tree ends with W, however it detached (``setsid``, ``nohup``,
   a double fork), and tether only ever needs to kill W.
-- C sets up the mounts (:mod:`tether.tools.namespaces`), forks G and reaps every orphan of the
-  namespace. When G exits, C waits :data:`GRACE_SECONDS` for the rest to exit, then kills what
-  is left and reports how many there were.
-- G confines itself (:func:`confine`: Landlock, no capabilities, ``no_new_privs``, the seccomp
-  network filter) and ``exec``\\ s the command.
+- C sets up the mounts (:mod:`tether.tools.namespaces`: the protected paths read-only, the
+  directories on the way to them pinned), forks G and reaps every orphan of the namespace.
+  When G exits, C waits :data:`GRACE_SECONDS` for the rest to exit, then kills what is left
+  and reports how many there were.
+- G confines itself (:func:`confine`: Landlock, with the directories of the ``--carve`` paths
+  carved out, no capabilities, ``no_new_privs``, the seccomp network filter) and ``exec``\\ s
+  the command.
 
 Without namespaces (:func:`supervised`), W is a subreaper (``PR_SET_CHILD_SUBREAPER``): every
 orphan of the command's tree is re-parented to it, so walking its descendants finds the whole
 tree. It kills them when G has exited and the grace is over, on ``SIGTERM`` (tether's timeout or
 cancel), and when tether dies (its parent-death signal is then ``SIGTERM``). Protected paths are
-carved out of the writable ones with Landlock rules (:func:`tether.tools.landlock.carve`).
+carved out of the writable ones with Landlock rules (:func:`tether.tools.landlock.carve`), which
+also keeps the directories on the way to them from being renamed.
 
 W exits as G did: with its exit code, or killed by the same signal, so tether reads the
 command's own status. Before that it writes ``leftovers N`` to ``--status``: the number of
 processes the command left running that were killed. The wrapper never runs a command it could
-not confine as asked: it exits with status 126 and says why on stderr.
+not confine as asked: it exits with status 126 (:data:`EXIT_CANNOT_RUN`, as when ``exec``
+fails) and says why on stderr.
 """
 
 from __future__ import annotations
@@ -48,14 +54,14 @@ import sys
 import time
 
 from tether.tools import landlock, namespaces, seccomp
+from tether.tools.linux import prctl
 from tether.tools.processes import descendants, is_alive, kill_found
 
 TYPE_CHECKING = False  # not imported from typing: the wrapper imports nothing it need not
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-EXIT_NOT_CONFINED = 126
-EXIT_CANNOT_RUN = 126
+EXIT_CANNOT_RUN = 126  # not confined as asked, or not executable: the command did not run
 EXIT_NOT_FOUND = 127
 GRACE_SECONDS = 0.5  # for what a command left running to exit on its own once it has exited
 POLL_SECONDS = 0.05
@@ -76,6 +82,7 @@ class Options:
         self.write: list[str] = []
         self.listable: list[str] = []
         self.protect: list[str] = []
+        self.carve: list[str] = []
         self.parent = 0
         self.status = -1
         self.namespaces = False
@@ -87,7 +94,13 @@ class Options:
         self.command: list[str] = []
 
 
-_LISTS = {"--read": "read", "--write": "write", "--list": "listable", "--protect": "protect"}
+_LISTS = {
+    "--read": "read",
+    "--write": "write",
+    "--list": "listable",
+    "--protect": "protect",
+    "--carve": "carve",
+}
 _NUMBERS = {"--parent": "parent", "--status": "status"}
 _FLAGS = {
     "--namespaces": "namespaces",
@@ -134,7 +147,7 @@ def main(args: Sequence[str]) -> int:
         if options.status >= 0:
             os.set_inheritable(options.status, False)
         if not _tied_to(options.parent, SIGKILL if options.namespaces else SIGTERM):
-            return EXIT_NOT_CONFINED  # tether is gone already: nothing to run for
+            return EXIT_CANNOT_RUN  # tether is gone already: nothing to run for
     except (OSError, ValueError) as exc:
         return _refuse(exc)
     return isolated(options) if options.namespaces else supervised(options)
@@ -142,24 +155,14 @@ def main(args: Sequence[str]) -> int:
 
 def _refuse(exc: BaseException) -> int:
     print(f"tether: the command was not run: cannot confine it: {exc}", file=sys.stderr)
-    return EXIT_NOT_CONFINED
+    return EXIT_CANNOT_RUN
 
 
 def _tied_to(parent: int, signum: int) -> bool:
     """Have ``signum`` sent to this process when its parent dies; False when the parent is
     already not ``parent`` (it died before the signal was asked for)."""
-    _prctl(PR_SET_PDEATHSIG, signum)
+    prctl(PR_SET_PDEATHSIG, signum, "PR_SET_PDEATHSIG")
     return parent == 0 or os.getppid() == parent
-
-
-def _prctl(option: int, value: int) -> None:
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl.argtypes = (ctypes.c_int, *[ctypes.c_ulong] * 4)
-    if libc.prctl(option, value, 0, 0, 0) != 0:
-        error = ctypes.get_errno()
-        raise OSError(error, f"prctl({option}): {os.strerror(error)}")
 
 
 # With namespaces: W, then C.
@@ -191,16 +194,16 @@ def isolated(options: Options) -> int:
 def init(options: Options, report: int, alive: int) -> int:
     """C, the pid 1 of the namespace: set up the mounts, run G, reap, report."""
     try:
-        _prctl(PR_SET_PDEATHSIG, SIGKILL)
+        prctl(PR_SET_PDEATHSIG, SIGKILL, "PR_SET_PDEATHSIG")
         os.set_blocking(alive, False)
         if os.read(alive, 1) == b"":  # W died before the signal was asked for
-            return EXIT_NOT_CONFINED
+            return EXIT_CANNOT_RUN
     except BlockingIOError:
         pass  # W is alive
     except OSError as exc:
         return _refuse(exc)
     try:
-        namespaces.isolate_filesystem(options.protect)
+        namespaces.isolate_filesystem(options.protect, options.write)
     except OSError as exc:
         return _refuse(exc)
     status, leftovers = run(options)
@@ -214,7 +217,7 @@ def init(options: Options, report: int, alive: int) -> int:
 def supervised(options: Options) -> int:
     """W as a subreaper: run G, kill what it leaves, relay how it ended."""
     try:
-        _prctl(PR_SET_CHILD_SUBREAPER, 1)
+        prctl(PR_SET_CHILD_SUBREAPER, 1, "PR_SET_CHILD_SUBREAPER")
     except OSError as exc:
         return _refuse(exc)
     status, leftovers = run(options)
@@ -237,22 +240,23 @@ def run(options: Options) -> tuple[int, int]:
         if _signal.sigwaitinfo(WATCHED).si_signo == SIGTERM:
             terminated = True
             _kill_leftovers()
-        status = _reap(pid)
+        status = _reap(pid)[0]
     leftovers = _kill_leftovers() if terminated else _settle()
     _wait_children(GRACE_SECONDS)
     return status, leftovers
 
 
-def _reap(pid: int) -> int | None:
-    """Reap every child that has exited; the wait status of ``pid`` if it was one of them."""
+def _reap(pid: int = 0) -> tuple[int | None, bool]:
+    """Reap every child that has exited: the wait status of ``pid`` if it was one of them, and
+    whether any child is left."""
     found = None
     while True:
         try:
             child, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return found
+            return found, False
         if child == 0:
-            return found
+            return found, True
         if child == pid:
             found = status
 
@@ -261,7 +265,7 @@ def _wait_children(seconds: float) -> None:
     """Reap the children killed (and those re-parented here as their parents die), waiting
     ``seconds`` at most (a process in an uninterruptible sleep dies when it wakes)."""
     deadline = time.monotonic() + seconds
-    while _children_left():
+    while _reap()[1]:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return
@@ -274,7 +278,7 @@ def _settle() -> int:
     this process (a subreaper, or the pid 1 of the namespace), so the tree is empty exactly when
     this process has no child left, which needs no walk of ``/proc``."""
     deadline = time.monotonic() + GRACE_SECONDS
-    while _children_left():
+    while _reap()[1]:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return _kill_leftovers()
@@ -282,17 +286,6 @@ def _settle() -> int:
         if received is not None and received.si_signo == SIGTERM:
             return _kill_leftovers()
     return 0
-
-
-def _children_left() -> bool:
-    """Reap the children that have exited; whether any is left."""
-    while True:
-        try:
-            child, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return False
-        if child == 0:
-            return True
 
 
 def _leftovers() -> set[int]:
@@ -313,7 +306,7 @@ def relay(status: int, leftovers: int, options: Options) -> int:
             pass  # tether is gone
     if os.WIFSIGNALED(status):
         signum = os.WTERMSIG(status)
-        _prctl(PR_SET_DUMPABLE, 0)  # no core file of the wrapper for the command's crash
+        prctl(PR_SET_DUMPABLE, 0, "PR_SET_DUMPABLE")  # no core file of the wrapper for the crash
         if signum != SIGKILL:
             _signal.signal(signum, _signal.SIG_DFL)
         _signal.pthread_sigmask(_signal.SIG_UNBLOCK, {signum})
@@ -333,7 +326,7 @@ def become(options: Options) -> int:
     except (OSError, ValueError) as exc:
         return _refuse(exc)
     if options.probe:
-        return _probe(options.protect)
+        return _probe(options)
     _restore_signals()
     command = options.command
     try:
@@ -348,23 +341,23 @@ def become(options: Options) -> int:
 
 
 def confine(options: Options) -> None:
-    """Landlock (with the protected paths carved out of the writable ones, where no mount
-    namespace made them read-only), no capabilities, ``no_new_privs``, and with ``--seccomp``
-    the network filter (refusing TCP sockets too where Landlock cannot refuse their
-    connections)."""
+    """Landlock, no capabilities, ``no_new_privs``, and with ``--seccomp`` the network filter.
+    The Landlock rules carve the ``--carve`` paths out of the writable ones, and the
+    ``--protect`` paths too where no mount namespace made them read-only."""
     read, write = list(options.read), list(options.write)
-    if not options.namespaces and options.protect:
-        carved_read, write = landlock.carve(write, options.protect)
+    carved = options.carve if options.namespaces else options.protect + options.carve
+    if carved:
+        carved_read, write = landlock.carve(write, carved)
         read += carved_read
     landlock.restrict(read, write, network=options.network, listable=options.listable)
     if options.seccomp:
-        tcp_refused = landlock.abi_version() >= landlock.FIRST_NETWORK_ABI
-        seccomp.install(seccomp.network_filter(block_tcp=not tcp_refused))
+        seccomp.install(seccomp.network_filter())
 
 
-def _probe(protect: Sequence[str]) -> int:
-    """Instead of a command: check that nothing can be created in the protected directories."""
-    for path in protect:
+def _probe(options: Options) -> int:
+    """Instead of a command: check that nothing can be created in the protected directories,
+    and that the directories on the way to them cannot be renamed."""
+    for path in options.protect:
         if not os.path.isdir(path):
             continue
         probe = os.path.join(path, f".tether-probe-{os.getpid()}")
@@ -374,7 +367,15 @@ def _probe(protect: Sequence[str]) -> int:
             continue
         os.unlink(probe)
         print(f"tether: {path} stayed writable", file=sys.stderr)
-        return EXIT_NOT_CONFINED
+        return EXIT_CANNOT_RUN
+    for path in namespaces.pinned(options.protect, options.write):
+        try:
+            os.rename(path, f"{path}.tether-probe")
+        except OSError:
+            continue
+        os.rename(f"{path}.tether-probe", path)
+        print(f"tether: {path} could be renamed", file=sys.stderr)
+        return EXIT_CANNOT_RUN
     return 0
 
 

@@ -5,8 +5,11 @@ left in the same task, while a connection outlives the run that opened it. So a 
 enters them, hands the session over, and holds them open until :meth:`McpConnection.aclose`;
 calls are made from any task. An HTTP server speaks streamable HTTP, or the older HTTP+SSE
 transport (``transport: "sse"``: a GET stream of events, messages POSTed to the endpoint it
-names). Leaving the stdio transport closes the server's stdin and, after a
-grace period, kills its process group (every wait is bounded). A stdio server's messages pass a
+names). On Linux a stdio server is started through the command wrapper
+(:mod:`tether.tools.wrapper`), confined as ``tools.mcp_sandbox`` says or not at all, so that its
+whole process tree ends when it stops and when tether dies, whatever its processes do to
+detach. Leaving the stdio transport closes the server's stdin and, after a grace period, kills
+its process group (every wait is bounded). A stdio server's messages pass a
 :class:`~tether.tools.mcp.guard.Guard` (:mod:`tether.tools.mcp.stdio`).
 
 The server's stderr goes to tether's stderr, never to its stdout (which carries protocol frames).
@@ -16,7 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -37,7 +42,13 @@ from pydantic import ValidationError
 
 from tether import __version__
 from tether.protocol.tools import McpServerSpec
-from tether.tools.confinement import McpSandbox, wrap
+from tether.tools.confinement import (
+    WRAPPED,
+    McpSandbox,
+    SandboxPolicy,
+    hard_links_refusal,
+    wrap,
+)
 from tether.tools.mcp.guard import INVALID_ANSWER, Guard
 from tether.tools.mcp.stdio import stdio_transport
 from tether.tools.mcp.tools import trim_tool
@@ -219,24 +230,38 @@ class McpConnection:
             return
         assert spec.command is not None
         argv, env = [spec.command, *spec.args], dict(spec.env)
-        if self.sandbox is not None and self.sandbox.policy.confines:
-            argv, env = await _confined(argv, env, self.sandbox, stack)
+        if WRAPPED:
+            sandbox = self.sandbox or McpSandbox(SandboxPolicy(mode="off"), self.cwd)
+            argv, env = await _wrapped(argv, env, sandbox, self.cwd, stack)
         async with stdio_transport(
             argv[0], argv[1:], env=env, cwd=self.cwd, errlog=_stderr(), guard=self.guard
         ) as streams:
             yield streams
 
 
-async def _confined(
-    argv: list[str], env: dict[str, str], sandbox: McpSandbox, stack: contextlib.AsyncExitStack
+async def _wrapped(
+    argv: list[str],
+    env: dict[str, str],
+    sandbox: McpSandbox,
+    cwd: Path,
+    stack: contextlib.AsyncExitStack,
 ) -> tuple[list[str], dict[str, str]]:
-    """The command line and environment that start the server confined through the command
-    wrapper (:mod:`tether.tools.wrapper`: the server's whole process tree ends with it), with a
-    temporary directory of its own (``TMPDIR``), removed once the server has stopped."""
-    tmpdir = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="tether-mcp-"))
-    stack.push_async_callback(asyncio.to_thread, shutil.rmtree, tmpdir, True)
-    env = {**env, "TMPDIR": str(tmpdir), "TMP": str(tmpdir), "TEMP": str(tmpdir)}
-    confined = await asyncio.to_thread(
+    """The command line and environment that start the server through the command wrapper
+    (:mod:`tether.tools.wrapper`: the server's whole process tree ends with it), confined when
+    its policy confines, with a temporary directory of its own then (``TMPDIR``), removed once
+    the server has stopped."""
+    path = (get_default_environment() | env).get("PATH", os.defpath)
+    await asyncio.to_thread(_runnable, argv[0], path, cwd)
+    if sandbox.policy.confines:
+        refusal = await asyncio.to_thread(hard_links_refusal, sandbox.policy, sandbox.workspace)
+        if refusal is not None:
+            raise PermissionError(refusal)
+        tmpdir = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="tether-mcp-"))
+        stack.push_async_callback(asyncio.to_thread, shutil.rmtree, tmpdir, True)
+        env = {**env, "TMPDIR": str(tmpdir), "TMP": str(tmpdir), "TEMP": str(tmpdir)}
+    else:
+        tmpdir = None
+    wrapped = await asyncio.to_thread(
         wrap,
         sandbox.policy,
         argv,
@@ -244,7 +269,21 @@ async def _confined(
         tmpdir=tmpdir,
         environ=get_default_environment() | env,
     )
-    return confined, env
+    return wrapped, env
+
+
+def _runnable(program: str, path: str, cwd: Path) -> None:
+    """Raise as starting ``program`` directly would where it cannot be run: through the wrapper
+    it would start, then fail, and say why only on the server's stderr."""
+    if "/" not in program:
+        if shutil.which(program, path=path) is None:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+        return
+    found = cwd / program
+    if not found.exists():
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    if not (found.is_file() and os.access(found, os.X_OK)):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
 
 
 def describe(exc: BaseException) -> str:
