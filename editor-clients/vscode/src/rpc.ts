@@ -32,6 +32,7 @@ export const ErrorCodes = {
   ProviderError: -32012,
   ConfigError: -32013,
   WorkspaceError: -32014,
+  StoreError: -32015,
 } as const;
 
 export interface Session {

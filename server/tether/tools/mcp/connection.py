@@ -234,7 +234,13 @@ class McpConnection:
             sandbox = self.sandbox or McpSandbox(SandboxPolicy(mode="off"), self.cwd)
             argv, env = await _wrapped(argv, env, sandbox, self.cwd, stack)
         async with stdio_transport(
-            argv[0], argv[1:], env=env, cwd=self.cwd, errlog=_stderr(), guard=self.guard
+            argv[0],
+            argv[1:],
+            env=env,
+            cwd=self.cwd,
+            errlog=_stderr(),
+            guard=self.guard,
+            name=spec.name,
         ) as streams:
             yield streams
 

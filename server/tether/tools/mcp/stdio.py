@@ -7,7 +7,9 @@ waits, then kills the whole group, every wait bounded and shielded from cancella
 the server's stdout is split into lines in linear time under a size limit, and each line passes
 the :class:`~tether.tools.mcp.guard.Guard` before the session sees it: the SDK's reader keeps a
 line without a newline in a string it copies at every chunk, so one endless line stalls the
-event loop and takes all memory.
+event loop and takes all memory. The server's stderr is relayed to tether's a line at a time,
+each line named after its server and with its control characters escaped (a server is not
+trusted to write to the terminal or log viewer that shows tether's stderr).
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ from mcp.client.stdio import get_default_environment
 from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 
+from tether.escapes import inert, printable
 from tether.tools.mcp.guard import MAX_MESSAGE_BYTES, Guard, read_lines
 
 logger = logging.getLogger(__name__)
 
 EXIT_TIMEOUT = 2.0  # for the server to exit once its stdin is closed, then after SIGTERM
 FLUSH_TIMEOUT = 0.5  # for messages already accepted to be written before stdin closes
+STDERR_LINE_BYTES = 8192  # a longer stderr line is cut, with the count of bytes left out
 _PIPE_ERRORS = (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError)
 
 
@@ -45,9 +49,11 @@ async def stdio_transport(
     cwd: Path,
     errlog: TextIO,
     guard: Guard,
+    name: str = "",
     limit: int = MAX_MESSAGE_BYTES,
 ) -> AsyncIterator[TransportStreams]:
-    """Run the server and yield the (read, write) streams of its messages."""
+    """Run the server and yield the (read, write) streams of its messages; its stderr lines go
+    to ``errlog``, escaped, after ``[mcp NAME]``."""
     if sys.platform == "win32":  # no process groups: the SDK's own transport
         from mcp import StdioServerParameters, stdio_client
 
@@ -58,14 +64,15 @@ async def stdio_transport(
     process = await anyio.open_process(
         [command, *args],
         env=get_default_environment() | env,
-        stderr=errlog,
         cwd=cwd,
         start_new_session=True,
     )
     pipes = _Pipes(process, guard, limit)
+    prefix = f"[mcp {printable(name or command)}] "
     async with anyio.create_task_group() as group:
         group.start_soon(pipes.read)
         group.start_soon(pipes.write)
+        group.start_soon(relay_stderr, process.stderr, errlog, prefix)
         try:
             yield pipes.read_stream, pipes.write_stream
         finally:
@@ -148,6 +155,39 @@ class _Pipes:
         with anyio.CancelScope(shield=True), contextlib.suppress(anyio.EndOfStream, *_PIPE_ERRORS):
             while True:
                 await stdout.receive()
+
+
+async def relay_stderr(
+    stream: anyio.abc.ByteReceiveStream | None, errlog: TextIO, prefix: str
+) -> None:
+    """Write each line of ``stream`` to ``errlog`` after ``prefix``, escaped (:func:`inert`), a
+    line cut at :data:`STDERR_LINE_BYTES`; a last line without its newline is written too."""
+    if stream is None:
+        return
+    pending = bytearray()
+    dropped = 0
+    with contextlib.suppress(*_PIPE_ERRORS):
+        async for chunk in stream:
+            *lines, rest = chunk.split(b"\n")
+            for line in lines:
+                room = max(STDERR_LINE_BYTES - len(pending), 0)
+                pending += line[:room]
+                _write_line(errlog, prefix, pending, dropped + len(line) - len(line[:room]))
+                pending.clear()
+                dropped = 0
+            room = max(STDERR_LINE_BYTES - len(pending), 0)
+            pending += rest[:room]
+            dropped += len(rest) - len(rest[:room])
+    if pending or dropped:
+        _write_line(errlog, prefix, pending, dropped)
+
+
+def _write_line(errlog: TextIO, prefix: str, line: bytes | bytearray, dropped: int) -> None:
+    text = inert(bytes(line).decode("utf-8", "replace"))
+    cut = f" [{dropped} more bytes]" if dropped else ""
+    with contextlib.suppress(OSError, ValueError):
+        errlog.write(f"{prefix}{text}{cut}\n")
+        errlog.flush()
 
 
 async def _close(stream: anyio.abc.AsyncResource | None) -> None:
