@@ -25,7 +25,7 @@ from tether.protocol import (
 from tether.protocol.kernel import Usage
 from tether.protocol.messages import MessageContent, is_blocks
 from tether.sessions.lease import Lease
-from tether.sessions.memory import trusted_message
+from tether.sessions.packed import trusted_message
 from tether.sessions.sql.schema import _from_micros, sessions_table
 
 _Lock = Literal["update", "key share"] | None

@@ -49,7 +49,7 @@ from tether.sessions.faults import FaultLog
 from tether.sessions.forks import ALLOW_LISTS, check_fork_point, cut_chain, forked_fields
 from tether.sessions.ids import utcnow, uuid7
 from tether.sessions.lease import Lease, process_holder
-from tether.sessions.memory import new_message
+from tether.sessions.packed import new_message
 from tether.sessions.sql.engine import _isolate, _open_engine, _roll_back, _worth_retrying
 from tether.sessions.sql.fast_path import _Compiled, _Exec, _SqliteExec
 from tether.sessions.sql.history import (
