@@ -106,7 +106,7 @@ bench: compile
 	$(BIN)/python bench/session_bench.py
 	$(BIN)/python bench/acp_bench.py
 
-# 100,000 mutated frames at a real `tether serve`, over stdio then TCP (bench/README.md, "Wire fuzz").
+# 100,000 mutated frames at a real `tether serve`, over stdio then TCP (bench/README.md, "Fuzz").
 # SEED=n replays a run.
 fuzz: compile
 	$(BIN)/python bench/fuzz_wire.py $(if $(SEED),--seed $(SEED))
