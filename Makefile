@@ -24,6 +24,7 @@ $(STAMP): pyproject.toml
 lint: install
 	$(BIN)/ruff check server tests bench
 	$(BIN)/ruff format --check server tests bench
+	$(BIN)/lint-imports  # the layering of docs/architecture.md
 
 typecheck: install
 	$(BIN)/mypy
@@ -105,7 +106,7 @@ bench: compile
 	$(BIN)/python bench/session_bench.py
 	$(BIN)/python bench/acp_bench.py
 
-# 100,000 mutated frames at a real `tether serve`, over stdio then TCP (bench/README.md, "Wire fuzz").
+# 100,000 mutated frames at a real `tether serve`, over stdio then TCP (bench/README.md, "Fuzz").
 # SEED=n replays a run.
 fuzz: compile
 	$(BIN)/python bench/fuzz_wire.py $(if $(SEED),--seed $(SEED))
@@ -115,7 +116,7 @@ schema: install
 	$(BIN)/python -m tether schema > docs/protocol.schema.json
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
 	rm -rf $(VSCODE)/node_modules $(VSCODE)/dist $(VSCODE)/out $(VSCODE)/tether.vsix
 	rm -rf $(E2E)/node_modules $(E2E)/artifacts
 	rm -rf $(ACP_TESTS)/node_modules $(LSP_NODE)/node_modules

@@ -33,7 +33,7 @@ from rpc_bench import initialize_params, text_of
 from tether.protocol.framing import Frame, FrameDecoder, encode_frame
 from tether.rpc.app import App
 from tether.rpc.wire import Wire
-from tether.sessions.memory import MemoryStore
+from tether.sessions.in_memory import MemoryStore
 
 
 class Sink:

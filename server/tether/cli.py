@@ -10,9 +10,14 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tether import __version__
 from tether.escapes import inert
+
+if TYPE_CHECKING:
+    from tether.rpc.app import App
+    from tether.rpc.wire import Wire
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -78,12 +83,25 @@ def _parser() -> argparse.ArgumentParser:
 
 def _serve(tcp: str | None) -> int:
     from tether.rpc.app import App
-    from tether.rpc.transport import serve_stdio, serve_tcp
+    from tether.rpc.transport import LspFace, serve_stdio, serve_tcp
 
+    lsp = LspFace(load=_load_lsp, attach=_attach_lsp)
     if tcp is None:
-        return asyncio.run(serve_stdio(App()))
+        return asyncio.run(serve_stdio(App(), lsp))
     host, _, port = tcp.rpartition(":")
-    return asyncio.run(serve_tcp(App(), host or "127.0.0.1", int(port)))
+    return asyncio.run(serve_tcp(App(), lsp, host or "127.0.0.1", int(port)))
+
+
+def _load_lsp() -> None:
+    """Import the LSP face (pygls): on the server's background thread, off the event loop."""
+    import tether.lsp.server  # noqa: F401
+
+
+def _attach_lsp(app: App, wire: Wire) -> object:
+    """The LSP face's pygls server, serving the standard LSP methods on ``wire``."""
+    from tether.lsp.server import TetherServer
+
+    return TetherServer(app, wire)
 
 
 def _acp() -> int:

@@ -15,7 +15,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 from pytest_lsp.client import register_lsp_features
 
 from tether.client import Connection
-from tether.rpc.converter import make_converter
+from tether.lsp.converter import make_converter
 from tether.testing import scripted_options
 
 SERVER = [sys.executable, "-m", "tether", "serve"]

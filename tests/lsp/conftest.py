@@ -18,7 +18,7 @@ from lsprotocol import types as lsp
 from pytest_lsp import ClientServerConfig, LanguageClient
 from pytest_lsp.client import register_lsp_features
 
-from tether.rpc.converter import make_converter
+from tether.lsp.converter import make_converter
 from tether.testing import scripted_options
 
 # The server with its stderr appended to $TETHER_TEST_STDERR.

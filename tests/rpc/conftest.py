@@ -10,9 +10,9 @@ from typing import Any
 import orjson
 import pytest
 
+from tether.lsp.server import TetherServer
 from tether.protocol.framing import Frame, FrameDecoder, encode_frame
 from tether.rpc.app import App
-from tether.rpc.server import TetherServer
 from tether.rpc.wire import Wire
 
 

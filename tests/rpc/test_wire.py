@@ -7,10 +7,10 @@ from pathlib import Path
 
 import orjson
 
+from tether.lsp.server import TetherServer
 from tether.protocol import ErrorCode
 from tether.protocol.framing import Frame, FrameDecoder, encode_frame
 from tether.rpc.app import App
-from tether.rpc.server import TetherServer
 from tether.rpc.wire import Wire
 
 

@@ -28,7 +28,7 @@ from tether.protocol import (
 from tether.protocol.sessions import CreateSessionParams
 from tether.rpc.handlers import _dump_slice, _OneSlice
 from tether.sessions import MemoryStore, SessionService
-from tether.sessions import memory as memory_module
+from tether.sessions import in_memory as memory_module
 from tether.sessions.ids import utcnow
 
 from .conftest import STORES, WORKSPACE, answering, calling, open_store, user

@@ -289,7 +289,7 @@ class BackwardsClock:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.now = datetime.now(UTC)
-        for module in ("memory", "sql"):
+        for module in ("in_memory", "sql.store"):
             monkeypatch.setattr(f"tether.sessions.{module}.utcnow", lambda: self.now)
 
     def back(self, by: timedelta) -> None:

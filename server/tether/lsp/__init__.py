@@ -33,7 +33,7 @@ from tether.rpc import client_log
 from tether.rpc.handlers import validate_params
 
 if TYPE_CHECKING:
-    from tether.rpc.server import TetherServer
+    from tether.lsp.server import TetherServer
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,8 @@ transport a slice at a time as it drains, never copied whole into its buffer.
 
 After the handshake a thread imports, in the background, the kernel's modules, and pygls once a
 message for it arrives; the pygls server is then built on the event loop. tether's own methods
-never wait for it (see :mod:`tether.rpc.wire`).
+never wait for it (see :mod:`tether.rpc.wire`). That server is the LSP face's (:mod:`tether.lsp`):
+the caller hands it in as an :class:`LspFace`, so nothing here imports pygls or the LSP face.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from tether.rpc.app import App
@@ -47,7 +49,19 @@ KERNEL_MODULES = (
 )
 """What the first ``kernel/run`` needs, imported in the background after the handshake."""
 
-PYGLS_MODULES = ("tether.rpc.server",)
+
+@dataclass(frozen=True)
+class LspFace:
+    """The standard LSP methods (pygls), joined to a wire once a message for them arrives.
+
+    ``load`` runs on the background thread (importing pygls holds the interpreter for most of a
+    second), then ``attach`` on the event loop, which builds the pygls server on the wire.
+    """
+
+    load: Callable[[], None]
+    attach: Callable[[App, Wire], object]
+
+
 QUIET = 0.05
 """Seconds without input from the client before the collector's pass after the imports."""
 FREEZE_WAIT = 5.0
@@ -65,11 +79,11 @@ _BACKGROUND_SWITCH_INTERVAL = 0.001
 1 ms of wanting it (Python's default is 5 ms)."""
 
 
-def open_wire(app: App) -> Wire:
+def open_wire(app: App, lsp: LspFace) -> Wire:
     """A wire whose kernel modules are imported in the background after the handshake, and
-    whose pygls server is loaded in the background on first use."""
+    whose pygls server (``lsp``) is loaded in the background on first use."""
     wire = Wire(app)
-    loader = _Loader(app, wire)
+    loader = _Loader(app, wire, lsp)
     wire.on_initialized = loader.start
     wire.on_waiting = loader.want_pygls
     app.before_kernel = loader.wait_for_kernel_modules
@@ -85,8 +99,8 @@ class _Loader:
     only tether's methods should never share. The pygls server is then built on the loop.
     """
 
-    def __init__(self, app: App, wire: Wire) -> None:
-        self._app, self._wire = app, wire
+    def __init__(self, app: App, wire: Wire, lsp: LspFace) -> None:
+        self._app, self._wire, self._lsp = app, wire, lsp
         self._pygls_wanted = threading.Event()
         self._kernel_imported = threading.Event()
         self._started = False
@@ -121,7 +135,7 @@ class _Loader:
         self._call_soon(functools.partial(self._freeze_when_idle, time.monotonic() + FREEZE_WAIT))
         self._pygls_wanted.wait()
         with _switching_often():
-            _import(PYGLS_MODULES)
+            self._load_lsp()
         self._call_soon(self._attach)
 
     def _call_soon(self, callback: Callable[[], None]) -> None:
@@ -145,11 +159,15 @@ class _Loader:
                 return
             self._pygls_wanted.wait(QUIET - quiet_for)
 
-    def _attach(self) -> None:
-        from tether.rpc.server import TetherServer
+    def _load_lsp(self) -> None:
+        try:
+            self._lsp.load()
+        except Exception:  # loaded again when attached, which reports the error there
+            logger.exception("could not load the LSP face in the background")
 
+    def _attach(self) -> None:
         if not self._wire.attached:
-            TetherServer(self._app, self._wire)
+            self._lsp.attach(self._app, self._wire)
             _freeze()
 
 
@@ -358,10 +376,12 @@ class _Drained(asyncio.Protocol):
             self.closed.set_result(None)
 
 
-async def serve_stdio(app: App, stdin_fd: int = 0, stdout_fd: int | None = None) -> int:
+async def serve_stdio(
+    app: App, lsp: LspFace, stdin_fd: int = 0, stdout_fd: int | None = None
+) -> int:
     """Serve one client on stdin/stdout until ``exit`` or end of input; the exit code."""
     loop = asyncio.get_running_loop()
-    wire = open_wire(app)
+    wire = open_wire(app, lsp)
     out_fd = _reserve_stdout() if stdout_fd is None else stdout_fd
     close_writer, output = await _connect_writer(loop, wire, out_fd)
     stop_reading = await _connect_reader(loop, wire, stdin_fd, output)
@@ -376,10 +396,10 @@ async def serve_stdio(app: App, stdin_fd: int = 0, stdout_fd: int | None = None)
     return wire.exit_code or 0
 
 
-async def serve_tcp(app: App, host: str, port: int) -> int:
+async def serve_tcp(app: App, lsp: LspFace, host: str, port: int) -> int:
     """Serve one client on a TCP socket; the server ends when that client leaves."""
     loop = asyncio.get_running_loop()
-    wire = open_wire(app)
+    wire = open_wire(app, lsp)
     state = _Listener()
     listener = await loop.create_server(lambda: _Connection(wire, state), host, port)
     logger.info("listening on %s:%d", host, port)

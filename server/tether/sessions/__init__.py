@@ -1,6 +1,6 @@
 """Sessions: the store protocol, the in-memory store and the service behind ``session/*``."""
 
-from tether.sessions.memory import MemoryStore
+from tether.sessions.in_memory import MemoryStore
 from tether.sessions.service import SessionService
 from tether.sessions.store import SessionStore
 

@@ -15,9 +15,9 @@ from pygls.lsp.server import LanguageServer
 
 from tether import __version__
 from tether.lsp import register as register_lsp
+from tether.lsp.converter import make_converter
+from tether.lsp.pygls_protocol import TetherProtocol
 from tether.rpc.app import App
-from tether.rpc.converter import make_converter
-from tether.rpc.protocol import TetherProtocol
 from tether.rpc.wire import Wire
 
 logger = logging.getLogger(__name__)
