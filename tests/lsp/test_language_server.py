@@ -493,3 +493,18 @@ async def test_a_turn_on_a_document_of_another_folder_runs_in_that_folder_with_i
     fresh = await execute(server, "tether.newSession", {"uri": (second / "app.py").as_uri()})
     session = await request(server, "session/get", {"sessionId": fresh["sessionId"]})
     assert session["workspace"] == second.as_uri()
+
+
+@pytest.mark.parametrize("script", [[{"text": "thinking for a long time", "delay": 30}]])
+async def test_a_turn_still_running_when_the_editor_leaves_is_stopped_and_recorded(
+    server: Server,
+) -> None:
+    answer = await ask(server, "take your time")
+    await until(lambda: any(server.client.progress_reports.values()))
+    async with asyncio.timeout(20):  # the server exits without waiting for the model
+        await server.client.shutdown_session()
+    server.client.capabilities = None  # shut down already: the fixture's teardown skips it
+    folder = server.data / "tether" / "sessions" / answer["sessionId"]
+    transcript = await asyncio.to_thread((folder / "transcript.md").read_text)
+    assert last_turn(transcript).endswith("*Stopped: cancelled.*\n\n")
+    assert server.log_lines("WARNING", "ERROR") == []

@@ -63,6 +63,7 @@ def register(server: TetherServer) -> Runs:
     runs = Runs(app, buffers)
     app.tool_layer = runs.tools
     app.face_approver = runs.approve
+    app.stop_face = runs.aclose
     for method in REPLACED:
         protocol.fm.builtin_features.pop(method, None)
     _documents(server, buffers)

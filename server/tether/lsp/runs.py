@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,7 @@ from tether.lsp.actions import AskArguments, prompt_of, title_of
 from tether.lsp.documents import Buffers, BufferTools
 from tether.lsp.transcripts import Turn, append_turn, transcript_path
 from tether.protocol import CreateSessionParams, ListSessionsParams, TetherError
+from tether.protocol.errors import RequestCancelled
 from tether.protocol.kernel import (
     PermissionParams,
     PermissionResult,
@@ -58,6 +60,7 @@ logger = logging.getLogger(__name__)
 ALLOW, ALWAYS, REJECT = "Allow", "Always allow", "Reject"
 _OUTCOMES = {ALLOW: "allow", ALWAYS: "allow_always", REJECT: "reject"}
 _INFO, _WARNING, _ERROR = 3, 2, 1  # MessageType
+MAX_BACKLOG = 100  # reports kept while the turn's token is being made (the latest)
 MAX_SHOWN_CHARS = 4000  # of an answer shown with window/showMessage
 MAX_DOCUMENT_BYTES = 8 * 1024 * 1024  # of a document read from the disk for a turn's prompt
 
@@ -71,6 +74,8 @@ class _Turn:
     record: Turn
     progress: WorkDoneProgress
     token: str | None = None  # its work-done token, once the client made it
+    # its reports while the token is being made (None: not being made)
+    backlog: deque[dict[str, Any]] | None = None
     # the run's id once it has started (the kernel holds the session for it)
     began: asyncio.Future[str] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
@@ -113,8 +118,8 @@ class Runs:
         try:
             run_id = await asyncio.shield(turn.began)
         except asyncio.CancelledError:  # $/cancelRequest before the run started
-            task.cancel()
-            raise
+            task.cancel()  # the kernel gives back a lease it took meanwhile
+            raise RequestCancelled("tether.ask cancelled before its turn started") from None
         return {"sessionId": session_id, "runId": run_id}
 
     async def _prompt(self, arguments: AskArguments, root: Path) -> str:
@@ -184,6 +189,19 @@ class Runs:
         stopped = await asyncio.gather(*(kernel.stop(session) for session in sessions))
         await asyncio.wait([turn.recorded for turn in turns], timeout=STOP_WAIT)
         return {"cancelled": any(stopped)}
+
+    async def aclose(self) -> None:
+        """The server is closing (the client has gone): stop the turns and put them in their
+        transcripts, then end what they still wait for (their token, their showDocument: no
+        client will answer)."""
+        from tether.kernel.kernel import STOP_WAIT
+
+        await self.cancel()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=STOP_WAIT)
 
     def cancel_token(self, token: str | int) -> bool:
         """``window/workDoneProgress/cancel``: stop the run reporting on ``token``."""
@@ -308,6 +326,8 @@ class Runs:
             self._start_reporting(turn)
         elif value is not None and turn.token is not None:
             self.app.notify("$/progress", {"token": turn.token, "value": value})
+        elif value is not None and turn.backlog is not None:
+            turn.backlog.append(value)
 
     def _start_reporting(self, turn: _Turn) -> None:
         """Ask the client for the turn's work-done token (the command's own ends with its
@@ -315,6 +335,7 @@ class Runs:
         client = self.app.client
         if client is None or not client.capabilities.window.work_done_progress:
             return
+        turn.backlog = deque(maxlen=MAX_BACKLOG)
         task = asyncio.ensure_future(self._report_on_new_token(turn))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -330,15 +351,16 @@ class Runs:
         except TimeoutError:
             logger.info("no progress for the turn: window/workDoneProgress/create unanswered")
             return
-        ended = (
-            turn.progress.final is not None or turn not in self.active
-        )  # it may have ended meanwhile
-        self.app.notify("$/progress", {"token": token, "value": turn.progress.begin()})
-        if ended:
-            self.app.notify("$/progress", {"token": token, "value": turn.progress.end()})
-        elif turn in self.active:
+        finally:
+            backlog, turn.backlog = turn.backlog or (), None
+        # What the turn reported meanwhile, its end too when it ended meanwhile.
+        for value in (turn.progress.begin("thinking"), *backlog):
+            self.app.notify("$/progress", {"token": token, "value": value})
+        if turn in self.active:
             turn.token = token
             self.app.run_tokens[token] = turn.session_id
+        elif not any(value["kind"] == "end" for value in backlog):
+            self.app.notify("$/progress", {"token": token, "value": turn.progress.end()})
 
     async def _show(
         self, shown: Path, turn: _Turn, result: RunResult | None, error: TetherError | None
