@@ -95,3 +95,19 @@ async def test_the_second_answer_is_shown_in_a_new_document_with_both_turns(
     first_uri, second_uri = (doc.uri for doc in server.client.shown_documents)
     assert first_uri != second_uri
     assert text.index("First answer.") < text.index("Second answer.")
+
+
+@pytest.mark.parametrize("capabilities", [NO_SHOW_DOCUMENT])
+async def test_a_client_without_show_document_gets_the_text_of_every_model_call(
+    server: Server, endpoint: ModelServer
+) -> None:
+    (server.workspace / "app.py").write_text("x = 1\n")
+    endpoint.push(
+        Reply(text="Reading the file.", tool_calls=[Call("read_file", {"path": "app.py"})]),
+        Reply(text="It sets x."),
+    )
+    await ask(server, "what does app.py do?")
+    await until(lambda: server.client.messages)
+    (message,) = server.client.messages
+    assert message.message == "Reading the file.\n\nIt sets x."
+    assert message.type == lsp.MessageType.Info

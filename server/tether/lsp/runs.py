@@ -397,7 +397,7 @@ def _shown_message(
     if error is not None:
         return f"tether: {error.message}", _ERROR
     assert result is not None
-    answer = result.response or text
+    answer = text or result.response  # the text of every model call of the turn
     if result.stop_reason == StopReason.CANCELLED:
         stopped = "tether: the turn was cancelled"
         return (f"{answer}\n\n({stopped})" if answer else stopped), _WARNING
