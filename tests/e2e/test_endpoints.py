@@ -173,7 +173,8 @@ async def test_a_work_done_token_gets_lsp_progress_begin_reports_and_end(
     assert {p["token"] for p in progress} == {"tok-1"}
     kinds = [p["value"]["kind"] for p in progress]
     assert kinds[0] == "begin" and kinds[-1] == "end" and "report" in kinds
-    assert any("list_files" in p["value"].get("message", "") for p in progress)
+    messages = [p["value"].get("message") for p in progress]
+    assert messages == ["thinking", "iteration 1", "tool List .", "iteration 2", "ok", "end_turn"]
 
 
 async def test_an_mcp_server_that_fails_to_start_is_named_with_its_reason_to_model_and_client(

@@ -24,6 +24,8 @@ from tether.testing import scripted_options
 # The server with its stderr appended to $TETHER_TEST_STDERR.
 SERVER = ["sh", "-c", 'exec "$0" -m tether serve 2>>"$TETHER_TEST_STDERR"', sys.executable]
 
+TEST_KEY = "sk-lsp-test-key-0123456789"
+
 CAPABILITIES = lsp.ClientCapabilities(
     window=lsp.WindowClientCapabilities(
         work_done_progress=True,
@@ -115,6 +117,12 @@ def script() -> list[dict[str, Any]]:
 
 
 @pytest.fixture
+def capabilities() -> lsp.ClientCapabilities:
+    """What the client declares (a test parametrizes it)."""
+    return CAPABILITIES
+
+
+@pytest.fixture
 def options() -> dict[str, Any]:
     """More ``initializationOptions`` (a test parametrizes it)."""
     return {}
@@ -122,11 +130,20 @@ def options() -> dict[str, Any]:
 
 @pytest.fixture
 async def server(
-    tmp_path: Path, workspace: Path, script: list[dict[str, Any]], options: dict[str, Any]
+    tmp_path: Path,
+    workspace: Path,
+    script: list[dict[str, Any]],
+    options: dict[str, Any],
+    capabilities: lsp.ClientCapabilities,
 ) -> AsyncIterator[Server]:
     editor = Editor()
     data, stderr = tmp_path / "data", tmp_path / "stderr.log"
-    env = {**os.environ, "XDG_DATA_HOME": str(data), "TETHER_TEST_STDERR": str(stderr)}
+    env = {
+        **os.environ,
+        "XDG_DATA_HOME": str(data),
+        "TETHER_TEST_STDERR": str(stderr),
+        "OPENAI_API_KEY": TEST_KEY,  # for a test whose provider is a loopback endpoint
+    }
     env.pop("TETHER_LOG_LEVEL", None)
     config = ClientServerConfig(
         server_command=SERVER, client_factory=make_client(editor), server_env=env
@@ -136,7 +153,7 @@ async def server(
     script_file.write_text(json.dumps(script))
     initialized = await client.initialize_session(
         lsp.InitializeParams(
-            capabilities=CAPABILITIES,
+            capabilities=capabilities,
             workspace_folders=[lsp.WorkspaceFolder(uri=workspace.as_uri(), name="project")],
             initialization_options={
                 **scripted_options(script_file),

@@ -43,6 +43,43 @@ async def ask(server: Server, argument: Any) -> Any:
     return await execute(server, "tether.ask", argument)
 
 
+async def answered(server: Server, argument: Any) -> tuple[dict[str, Any], str]:
+    """``tether.ask`` (answered as its turn starts), then the transcript the turn shows at its
+    end (with ``window/showDocument``)."""
+    answer = await ask(server, argument)
+    assert set(answer) == {"sessionId", "runId"}
+    name = f"transcript-{answer['runId']}.md"
+    shown = server.client.shown_documents
+    await until(lambda: any(doc.uri.endswith(name) for doc in shown))
+    [uri] = [doc.uri for doc in shown if doc.uri.endswith(name)]
+    return answer, await asyncio.to_thread(local(uri).read_text)
+
+
+def local(uri: str) -> Path:
+    assert uri.startswith("file://")
+    return Path(uri.removeprefix("file://"))
+
+
+def last_turn(transcript: str) -> str:
+    return transcript.rsplit("\n## ", 1)[-1]
+
+
+def reports(server: Server) -> list[str]:
+    """The messages of every ``$/progress`` the client got, in order."""
+    return [
+        value.message
+        for values in server.client.progress_reports.values()
+        for value in values
+        if getattr(value, "message", None)
+    ]
+
+
+def ended(server: Server, count: int = 1) -> bool:
+    """Whether ``count`` turns have ended their progress."""
+    values = server.client.progress_reports.values()
+    return sum(getattr(v, "kind", None) == "end" for vs in values for v in vs) >= count
+
+
 async def until(condition: Any) -> None:
     """Wait (10 s at most) for what the client's handlers record."""
     async with asyncio.timeout(10):
@@ -199,8 +236,7 @@ async def test_a_fix_asks_with_show_message_request_and_edits_through_apply_edit
     path.write_text("import os\nx = 1\n")
     uri = open_document(server, path, "import os\nx = 1\n")
     selection = {"start": {"line": 1, "character": 0}, "end": {"line": 2, "character": 0}}
-    answer = await ask(server, {"action": "fix", "uri": uri, "range": selection})
-    assert answer["stopReason"] == "end_turn"
+    answer, text = await answered(server, {"action": "fix", "uri": uri, "range": selection})
     (question,) = server.editor.questions
     assert question["message"] == "tether wants to: Edit app.py"
     assert [a["title"] for a in question["actions"]] == ["Allow", "Always allow", "Reject"]
@@ -215,15 +251,15 @@ async def test_a_fix_asks_with_show_message_request_and_edits_through_apply_edit
     }
     assert path.read_text() == "import os\nx = 1\n"  # the editor's buffer changed, not the disk
     (shown,) = server.client.shown_documents
-    transcript = Path(lsp.uris.to_fs_path(shown.uri) if hasattr(lsp, "uris") else shown.uri[7:])
-    assert shown.uri == answer["transcript"]
-    assert transcript.is_relative_to(server.data / "tether" / "sessions" / answer["sessionId"])
-    text = await asyncio.to_thread(transcript.read_text)
+    folder = server.data / "tether" / "sessions" / answer["sessionId"]
+    assert local(shown.uri) == folder / f"transcript-{answer['runId']}.md"
     assert "Fix the code selected in app.py (line 2)" in text
-    assert "- Edit app.py" in text and "Done: x is 2 now." in text
-    reports = server.client.progress_reports
-    (token,) = reports
-    kinds = [getattr(v, "kind", None) for v in reports[token]]
+    assert "\n- Edit app.py\n\nDone: x is 2 now.\n" in text
+    assert "Stopped" not in text
+    await until(lambda: ended(server))
+    progress = server.client.progress_reports
+    (token,) = progress
+    kinds = [getattr(v, "kind", None) for v in progress[token]]
     assert kinds[0] == "begin" and kinds[-1] == "end"
 
 
@@ -246,24 +282,27 @@ async def test_a_fix_asks_with_show_message_request_and_edits_through_apply_edit
 async def test_reject_in_show_message_request_refuses_the_call(server: Server) -> None:
     server.editor.answer = "Reject"
     (server.workspace / "app.py").write_text("x = 1\n")
-    answer = await ask(server, "change x")
-    assert answer["stopReason"] == "end_turn"
+    answer, text = await answered(server, "change x")
     assert server.editor.edits == []
     messages = await request(server, "session/messages", {"sessionId": answer["sessionId"]})
     assert "rejected by user" in str(messages)
+    assert "\n- Edit app.py — rejected\n\nLeft it.\n" in text
+    await until(lambda: ended(server))
+    assert "rejected: Edit app.py" in reports(server)
 
 
 @pytest.mark.parametrize("script", [[{"text": "thinking for a long time", "delay": 30}]])
 async def test_work_done_progress_cancel_stops_the_turn(server: Server) -> None:
-    turn = asyncio.ensure_future(ask(server, "take your time"))
-    reports = server.client.progress_reports
-    await until(lambda: any(reports.values()))
-    (token,) = reports
+    turn = asyncio.ensure_future(answered(server, "take your time"))
+    progress = server.client.progress_reports
+    await until(lambda: any(progress.values()))
+    (token,) = progress
     server.client.window_work_done_progress_cancel(lsp.WorkDoneProgressCancelParams(token=token))
     async with asyncio.timeout(10):
-        answer = await turn
-    assert answer["stopReason"] == "cancelled"
-    assert reports[token][-1].kind == "end"
+        _, text = await turn
+    assert last_turn(text).endswith("*Stopped: cancelled.*\n\n")
+    assert progress[token][-1].kind == "end"
+    assert progress[token][-1].message == "cancelled"
 
 
 @pytest.mark.parametrize("script", [[{"text": "thinking for a long time", "delay": 30}]])
@@ -288,25 +327,27 @@ async def test_work_done_progress_cancel_stops_a_kernel_run_on_the_clients_token
 
 @pytest.mark.parametrize("script", [[{"text": "thinking for a long time", "delay": 30}]])
 async def test_the_cancel_command_stops_the_turn(server: Server) -> None:
-    turn = asyncio.ensure_future(ask(server, "take your time"))
+    turn = asyncio.ensure_future(answered(server, "take your time"))
     await until(lambda: any(server.client.progress_reports.values()))
     assert await execute(server, "tether.cancel") == {"cancelled": True}
     async with asyncio.timeout(10):
-        assert (await turn)["stopReason"] == "cancelled"
+        _, text = await turn
+    assert "*Stopped: cancelled.*" in last_turn(text)
 
 
 @pytest.mark.parametrize("script", [[{"text": "thinking", "delay": 30}, {"text": "next"}]])
 async def test_the_session_takes_the_next_ask_as_soon_as_the_cancel_command_answers(
     server: Server,
 ) -> None:
-    turn = asyncio.ensure_future(ask(server, "take your time"))
+    first = await ask(server, "take your time")
     await until(lambda: any(server.client.progress_reports.values()))
     assert await execute(server, "tether.cancel") == {"cancelled": True}
     async with asyncio.timeout(10):
-        again = await ask(server, "and now this")
-        first = await turn
-    assert (first["stopReason"], again["stopReason"]) == ("cancelled", "end_turn")
+        again, text = await answered(server, "and now this")
     assert again["sessionId"] == first["sessionId"]
+    first_turn, second_turn = text.split("\n## ")[1:]
+    assert "*Stopped: cancelled.*" in first_turn
+    assert "next" in second_turn and "Stopped" not in second_turn
 
 
 async def test_new_session_makes_the_next_turns_run_in_a_new_session(server: Server) -> None:
@@ -330,14 +371,15 @@ async def test_tethers_warnings_reach_the_client_as_log_messages(server: Server)
 
 @pytest.mark.parametrize("script", [[{"text": "thinking for a long time", "delay": 30}]])
 async def test_a_second_ask_while_a_turn_runs_is_session_busy(server: Server) -> None:
-    turn = asyncio.ensure_future(ask(server, "take your time"))
+    turn = asyncio.ensure_future(answered(server, "take your time"))
     await until(lambda: any(server.client.progress_reports.values()))
     with pytest.raises(JsonRpcException) as caught:
         await ask(server, "and this too")
     assert caught.value.code == ErrorCode.SESSION_BUSY
     assert await execute(server, "tether.cancel") == {"cancelled": True}
     async with asyncio.timeout(10):
-        assert (await turn)["stopReason"] == "cancelled"
+        _, text = await turn
+    assert "*Stopped: cancelled.*" in last_turn(text)
 
 
 EDIT_X = {
@@ -358,8 +400,8 @@ async def test_an_edit_the_client_never_answers_fails_the_call_after_the_timeout
     server.editor.answers_edits = False
     (server.workspace / "app.py").write_text("x = 1\n")
     async with asyncio.timeout(30):  # a bound on the test: the call gives up after 1 s
-        answer = await ask(server, "change x")
-    assert answer["stopReason"] == "end_turn"
+        answer, text = await answered(server, "change x")
+    assert "Stopped" not in text
     messages = await request(server, "session/messages", {"sessionId": answer["sessionId"]})
     [result] = [m for m in messages["messages"] if m["role"] == "tool"]
     assert result["isError"]
@@ -388,7 +430,9 @@ async def test_the_edit_bound_of_a_turn_is_its_session_folders_which_may_shorten
         )
     )
     async with asyncio.timeout(20):  # a bound on the test: the call gives up after 1 s
-        answer = await ask(server, {"prompt": "change x", "uri": (second / "app.py").as_uri()})
+        answer, _ = await answered(
+            server, {"prompt": "change x", "uri": (second / "app.py").as_uri()}
+        )
     messages = await request(server, "session/messages", {"sessionId": answer["sessionId"]})
     [result] = [m for m in messages["messages"] if m["role"] == "tool"]
     assert result["isError"]
@@ -399,19 +443,20 @@ async def test_the_edit_bound_of_a_turn_is_its_session_folders_which_may_shorten
 async def test_the_cancel_command_ends_a_turn_waiting_for_an_edit_at_once(server: Server) -> None:
     server.editor.answers_edits = False  # and lsp.apply_edit_timeout is its 30 s
     (server.workspace / "app.py").write_text("x = 1\n")
-    turn = asyncio.ensure_future(ask(server, "change x"))
+    turn = asyncio.ensure_future(answered(server, "change x"))
     await until(lambda: server.editor.edits)
     assert await execute(server, "tether.cancel") == {"cancelled": True}
     async with asyncio.timeout(10):
-        answer = await turn
-    assert answer["stopReason"] == "cancelled"
+        answer, text = await turn
+    assert "- Edit app.py — failed" in text and "*Stopped: cancelled.*" in last_turn(text)
     await until(lambda: server.editor.withdrawn)
     messages = await request(server, "session/messages", {"sessionId": answer["sessionId"]})
     [result] = [m for m in messages["messages"] if m["role"] == "tool"]
     assert result["isError"] and "the call was cancelled while it waited" in result["content"]
     async with asyncio.timeout(10):
-        again = await ask(server, "are you there?")
-    assert (again["sessionId"], again["stopReason"]) == (answer["sessionId"], "end_turn")
+        again, text = await answered(server, "are you there?")
+    assert again["sessionId"] == answer["sessionId"]
+    assert "Still here." in last_turn(text) and "Stopped" not in last_turn(text)
 
 
 READ_APP = {"toolCalls": [{"name": "read_file", "arguments": {"path": "app.py"}}]}
@@ -435,7 +480,9 @@ async def test_a_turn_on_a_document_of_another_folder_runs_in_that_folder_with_i
     )
     results = {}
     for folder in (second, server.workspace):
-        answer = await ask(server, {"prompt": "read it", "uri": (folder / "app.py").as_uri()})
+        answer, _ = await answered(
+            server, {"prompt": "read it", "uri": (folder / "app.py").as_uri()}
+        )
         session = await request(server, "session/get", {"sessionId": answer["sessionId"]})
         assert session["workspace"] == folder.as_uri()
         messages = await request(server, "session/messages", {"sessionId": answer["sessionId"]})
@@ -446,3 +493,18 @@ async def test_a_turn_on_a_document_of_another_folder_runs_in_that_folder_with_i
     fresh = await execute(server, "tether.newSession", {"uri": (second / "app.py").as_uri()})
     session = await request(server, "session/get", {"sessionId": fresh["sessionId"]})
     assert session["workspace"] == second.as_uri()
+
+
+@pytest.mark.parametrize("script", [[{"text": "thinking for a long time", "delay": 30}]])
+async def test_a_turn_still_running_when_the_editor_leaves_is_stopped_and_recorded(
+    server: Server,
+) -> None:
+    answer = await ask(server, "take your time")
+    await until(lambda: any(server.client.progress_reports.values()))
+    async with asyncio.timeout(20):  # the server exits without waiting for the model
+        await server.client.shutdown_session()
+    server.client.capabilities = None  # shut down already: the fixture's teardown skips it
+    folder = server.data / "tether" / "sessions" / answer["sessionId"]
+    transcript = await asyncio.to_thread((folder / "transcript.md").read_text)
+    assert last_turn(transcript).endswith("*Stopped: cancelled.*\n\n")
+    assert server.log_lines("WARNING", "ERROR") == []

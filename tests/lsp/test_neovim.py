@@ -21,6 +21,8 @@ from ..neovim.conftest import NVIMS
 pynvim = pytest.importorskip("pynvim", reason="pynvim is not installed (pip install -e '.[dev]')")
 
 SERVER = [sys.executable, "-m", "tether", "serve"]
+# Lua: whether the current buffer is a transcript shown by tether
+SHOWING_TRANSCRIPT = "vim.api.nvim_buf_get_name(0):find('/transcript%-[^/]*%.md$')"
 
 # The user's side: which entry vim.ui.select picks (code actions, and the permission question
 # on 0.11), inputlist's answer to the question on 0.7, and what the handlers saw.
@@ -79,6 +81,10 @@ class Nvim:
         return list(
             self.lua("return vim.api.nvim_buf_get_lines(vim.fn.bufnr(...), 0, -1, false)", name)
         )
+
+    def current_text(self) -> str:
+        """The text of the current buffer, as Neovim has it."""
+        return "\n".join(self.lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)"))
 
     def log_errors(self) -> list[str]:
         path = Path(self.lua("return vim.lsp.get_log_path()"))
@@ -173,12 +179,40 @@ def test_a_code_action_runs_a_turn_that_edits_the_buffer_and_shows_the_transcrip
     assert nvim.buffer_lines("app.py") == ["import os", "x = 2"]
     assert (project / "app.py").read_text() == "import os\nx = 1\n"  # the buffer, not the disk
     if nvim.lua("return vim.fn.has('nvim-0.8') == 1"):  # 0.7 has no window/showDocument
-        nvim.wait("vim.api.nvim_buf_get_name(0):find('transcript.md', 1, true) ~= nil")
-        transcript = Path(nvim.lua("return vim.api.nvim_buf_get_name(0)"))
-        assert "Done: x is 2 now." in transcript.read_text()
+        nvim.wait(f"{SHOWING_TRANSCRIPT} ~= nil")
+        assert "Fixing.\n\n- Edit app.py\n\nDone: x is 2 now." in nvim.current_text()
     else:
         nvim.wait("#_G.messages > 0")
-        assert nvim.lua("return _G.messages") == ["Done: x is 2 now."]
+        assert nvim.lua("return _G.messages") == ["Fixing.\n\nDone: x is 2 now."]
+    assert nvim.log_errors() == []
+
+
+def test_a_question_asked_from_the_transcript_shows_the_new_answer(
+    start: Callable[..., Nvim],
+) -> None:
+    """The follow-up is asked with the transcript of the first answer in the current window:
+    the transcript shown then has the second answer too (a new document: Neovim does not read
+    an open one again)."""
+    nvim = start([{"text": "The first answer."}, {"text": "The second answer."}])
+    if nvim.lua("return vim.fn.has('nvim-0.8') == 0"):
+        pytest.skip("Neovim 0.7 has no window/showDocument")
+    nvim.code_action("Explain", 1)
+    nvim.wait(f"{SHOWING_TRANSCRIPT} and vim.fn.search('The first answer.', 'nw') > 0")
+    nvim.lua(
+        """
+        local c = vim.lsp.get_client_by_id(_G.client_id)
+        local command = { title = 'Ask', command = 'tether.ask', arguments = { 'And then?' } }
+        if vim.fn.has('nvim-0.11') == 1 then
+          c:exec_cmd(command)
+        else
+          c.request('workspace/executeCommand', command, function() end)
+        end
+        """
+    )
+    nvim.wait(f"{SHOWING_TRANSCRIPT} and vim.fn.search('The second answer.', 'nw') > 0")
+    text = nvim.current_text()
+    assert text.index("The first answer.") < text.index("> And then?")
+    assert text.index("> And then?") < text.index("The second answer.")
     assert nvim.log_errors() == []
 
 

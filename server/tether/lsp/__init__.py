@@ -63,6 +63,7 @@ def register(server: TetherServer) -> Runs:
     runs = Runs(app, buffers)
     app.tool_layer = runs.tools
     app.face_approver = runs.approve
+    app.stop_face = runs.aclose
     for method in REPLACED:
         protocol.fm.builtin_features.pop(method, None)
     _documents(server, buffers)
@@ -120,7 +121,7 @@ def _code_actions(server: TetherServer) -> Callable[[lsp.CodeActionParams], list
 def _commands(runs: Runs) -> Callable[[lsp.ExecuteCommandParams], Awaitable[Any]]:
     async def execute_command(params: lsp.ExecuteCommandParams) -> Any:
         if params.command == "tether.ask":
-            return await runs.ask(_ask_arguments(params.arguments), params.work_done_token)
+            return await runs.ask(_ask_arguments(params.arguments))
         if params.command == "tether.cancel":
             return await runs.cancel()
         if params.command == "tether.newSession":

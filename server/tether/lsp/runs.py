@@ -2,12 +2,15 @@
 and ``tether.newSession``, in the current session of the workspace folder that holds the
 document they are about (else of the default workspace).
 
-A turn reports through ``$/progress`` on a work-done token (the client's, or one made with
-``window/workDoneProgress/create``); its permission questions are ``window/showMessageRequest``
-(Allow / Always allow / Reject); its edits go through ``workspace/applyEdit``; its answer is
-appended to a Markdown transcript shown with ``window/showDocument`` (or, for a client without
-it, with ``window/showMessage``). ``window/workDoneProgress/cancel`` on its token, or
-``tether.cancel``, stops it as ``kernel/cancel`` does, whatever it waits for.
+``tether.ask`` answers ``{sessionId, runId}`` as soon as the turn's run has started: an editor
+waits on no model (eglot gives up on a command after 10 s, or freezes while it waits). The turn
+then reports through ``$/progress`` on a token made with ``window/workDoneProgress/create``; its
+permission questions are ``window/showMessageRequest`` (Allow / Always allow / Reject); its edits
+go through ``workspace/applyEdit``; its answer is appended to a Markdown transcript shown with
+``window/showDocument`` (or, for a client without it, with ``window/showMessage``).
+``window/workDoneProgress/cancel`` on its token, or ``tether.cancel``, stops it as
+``kernel/cancel`` does, whatever it waits for. One turn at a time per session, and its stop, are
+the kernel's: this module keeps no flag of its own.
 
 No wait on the client holds a turn for good: the requests no person answers
 (``workspace/applyEdit``, ``window/workDoneProgress/create``, ``window/showDocument``) are
@@ -20,31 +23,30 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Coroutine
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from tether.kernel.approval import ApprovalError
 from tether.lsp.actions import AskArguments, prompt_of, title_of
 from tether.lsp.documents import Buffers, BufferTools
 from tether.lsp.transcripts import Turn, append_turn, transcript_path
 from tether.protocol import CreateSessionParams, ListSessionsParams, TetherError
-from tether.protocol.errors import RequestCancelled, SessionBusy
+from tether.protocol.errors import RequestCancelled
 from tether.protocol.kernel import (
-    MessageDelta,
     PermissionParams,
     PermissionResult,
     ProgressParams,
     RunParams,
     RunResult,
+    RunStarted,
     StopReason,
-    ToolCallStarted,
-    ToolCallUpdate,
 )
 from tether.repofiles import RepoFileError, read_repo_file
 from tether.rpc.errors import ClientError
-from tether.sessions.ids import utcnow, uuid7
+from tether.rpc.progress import WorkDoneProgress
+from tether.sessions.ids import utcnow
 from tether.sessions.workspaces import local_path
 from tether.tools.editor_requests import Bound, bounded_request
 
@@ -54,25 +56,32 @@ if TYPE_CHECKING:
     from tether.tools.base import ToolExecutor
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
 
 ALLOW, ALWAYS, REJECT = "Allow", "Always allow", "Reject"
 _OUTCOMES = {ALLOW: "allow", ALWAYS: "allow_always", REJECT: "reject"}
 _INFO, _WARNING, _ERROR = 3, 2, 1  # MessageType
+MAX_BACKLOG = 100  # reports kept while the turn's token is being made (the latest)
 MAX_SHOWN_CHARS = 4000  # of an answer shown with window/showMessage
 MAX_DOCUMENT_BYTES = 8 * 1024 * 1024  # of a document read from the disk for a turn's prompt
 
 
 @dataclass
-class _Run:
-    token: str | int | None
-    turn: Turn
-    last_report: str = ""
-    cancelled: bool = False  # asked to stop, maybe before the kernel had started it
-    stopped: bool = False  # the kernel was told (once: a second cancel would cut its ending)
-    waiting: asyncio.Future[Any] | None = None  # what the turn waits for before its run
-    # done once the turn has left its session (its run ended and gave the session back)
-    ended: asyncio.Future[None] = field(
+class _Turn:
+    """A turn started here: what its transcript and its progress show."""
+
+    session_id: str
+    root: Path
+    record: Turn
+    progress: WorkDoneProgress
+    token: str | None = None  # its work-done token, once the client made it
+    # its reports while the token is being made (None: not being made)
+    backlog: deque[dict[str, Any]] | None = None
+    # the run's id once it has started (the kernel holds the session for it)
+    began: asyncio.Future[str] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+    # done once the turn is in its transcript (or, not started, records nothing)
+    recorded: asyncio.Future[None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
 
@@ -84,34 +93,34 @@ class Runs:
         self.app = app
         self.buffers = buffers
         self.current: dict[str | None, str] = {}  # workspace folder (None: default) -> session
-        self.active: dict[str, _Run] = {}  # session id -> its turn started here
+        self.active: list[_Turn] = []  # the turns started here that have not ended
+        self._tasks: set[asyncio.Task[None]] = set()  # each turn's run, to its transcript
         self._tokens = itertools.count(1)
 
     # -- the commands ------------------------------------------------------------------------
 
-    async def ask(self, arguments: AskArguments, token: str | int | None) -> dict[str, Any]:
-        """Run a turn to its end; the answer says where its transcript is."""
+    async def ask(self, arguments: AskArguments) -> dict[str, Any]:
+        """Start a turn; answered as soon as its run has started (the session's lease taken:
+        a busy session is the kernel's ``SessionBusy``), so that no editor waits on the model.
+        The turn then reports through ``$/progress``, and its answer is shown with
+        ``window/showDocument`` (else ``window/showMessage``)."""
         session_id, root = await self._session(self._folder_of(arguments.uri))
-        if session_id in self.active:  # one turn at a time: the kernel would refuse it anyway
-            raise SessionBusy(session_id, holder="this-process")
-        run = self.active[session_id] = _Run(None, Turn(title_of(arguments), "", utcnow()))
+        title = title_of(arguments)
+        prompt = await self._prompt(arguments, root)
+        self.app.load_kernel()  # a command may come before any kernel/* request
+        progress = WorkDoneProgress(f"tether: {title}")
+        turn = _Turn(session_id, root, Turn(title, prompt, utcnow()), progress)
+        turn.began.add_done_callback(_retrieved)
+        self.active.append(turn)
+        task = asyncio.ensure_future(self._turn(turn))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
         try:
-            run.turn.prompt = await self._prompt(arguments, root)
-            if token is None:
-                token = await self._unless_stopped(run, self._create_token(root))
-            run.token = token
-            result, error = await self._run(session_id, run)
-        finally:
-            self.active.pop(session_id, None)
-            run.ended.set_result(None)
-        transcript = transcript_path(self._data_home(), session_id)
-        markdown = run.turn.markdown(result, None if error is None else error.message)
-        await asyncio.to_thread(append_turn, transcript, session_id, markdown)
-        if isinstance(error, RequestCancelled):
-            raise error
-        await self._show(transcript, result, error, root)
-        reason = str(result.stop_reason) if result is not None else "error"
-        return {"sessionId": session_id, "stopReason": reason, "transcript": transcript.as_uri()}
+            run_id = await asyncio.shield(turn.began)
+        except asyncio.CancelledError:  # $/cancelRequest before the run started
+            task.cancel()  # the kernel gives back a lease it took meanwhile
+            raise RequestCancelled("tether.ask cancelled before its turn started") from None
+        return {"sessionId": session_id, "runId": run_id}
 
     async def _prompt(self, arguments: AskArguments, root: Path) -> str:
         """The turn's prompt, with the selection as the editor has it (else as saved)."""
@@ -123,58 +132,76 @@ class Runs:
                 text = await asyncio.to_thread(_read, path)
         return prompt_of(arguments, text, path, root)
 
-    async def _unless_stopped(self, run: _Run, work: Coroutine[Any, Any, T]) -> T | None:
-        """``work``, unless the turn is stopped first (``tether.cancel``): None then, at once."""
-        waiting: asyncio.Future[T] = asyncio.ensure_future(work)
-        run.waiting = waiting
-        try:
-            return await waiting
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise
-            return None
-        finally:
-            run.waiting = None
-
-    async def _run(self, session_id: str, run: _Run) -> tuple[RunResult | None, TetherError | None]:
-        """The kernel's run of the turn, between the begin and the end of its progress; a turn
-        stopped before its run began records nothing."""
-        if run.cancelled:
-            return _stopped_before(session_id), None
-        self.app.load_kernel()  # a command may come before any kernel/* request
+    async def _turn(self, turn: _Turn) -> None:
+        """The kernel's run of the turn, then its answer shown. A turn that did not start (a
+        busy session, a stop before the lease was taken) is the answer of ``tether.ask``, and
+        records nothing."""
         kernel = self.app.kernel
-        assert kernel is not None, "load_kernel builds it"
-        if run.token is not None:
-            self.app.run_tokens[run.token] = session_id
-        begin = {"kind": "begin", "title": f"tether: {run.turn.title}", "cancellable": True}
-        self._progress(run, {**begin, "message": "thinking"})
+        assert kernel is not None, "ask loads it"
         result: RunResult | None = None
         error: TetherError | None = None
         try:
-            params = RunParams(session_id=session_id, prompt=run.turn.prompt)
-            result = await kernel.run(params, lambda event: self._event(run, event))
+            params = RunParams(session_id=turn.session_id, prompt=turn.record.prompt)
+            result = await kernel.run(params, lambda event: self._event(turn, event))
         except TetherError as exc:
             error = exc
         finally:
-            if run.token is not None:
-                self.app.run_tokens.pop(run.token, None)
-            reason = str(result.stop_reason) if result is not None else "error"
-            self._progress(run, {"kind": "end", "message": reason})
-        return result, error
+            self.active.remove(turn)
+            if turn.token is not None:
+                self.app.run_tokens.pop(turn.token, None)
+        if not turn.began.done():
+            if result is not None:
+                turn.began.set_result(result.run_id)
+            else:
+                assert error is not None
+                turn.began.set_exception(error)
+            turn.recorded.set_result(None)
+            return
+        if turn.token is not None and turn.progress.final is None:
+            self.app.notify("$/progress", {"token": turn.token, "value": turn.progress.end()})
+        try:
+            shown = await self._record(turn, result, error)
+        finally:
+            turn.recorded.set_result(None)
+        await self._show(shown, turn, result, error)
+
+    async def _record(
+        self, turn: _Turn, result: RunResult | None, error: TetherError | None
+    ) -> Path:
+        """Append the turn to the session's transcript: the copy of it to show."""
+        transcript = transcript_path(self._data_home(), turn.session_id)
+        markdown = turn.record.markdown(result, None if error is None else error.message)
+        run_id = turn.began.result()
+        return await asyncio.to_thread(append_turn, transcript, turn.session_id, markdown, run_id)
 
     async def cancel(self) -> dict[str, Any]:
-        """Stop the turns started here; answered once they have left their sessions (the
-        kernel's :data:`~tether.kernel.kernel.STOP_WAIT` at most), which then take the next
+        """Stop the turns started here (the kernel's ``kernel/cancel``); answered once they
+        have left their sessions and are in their transcripts (the kernel's
+        :data:`~tether.kernel.kernel.STOP_WAIT` at most), so that the sessions take the next
         ``tether.ask`` at once."""
         from tether.kernel.kernel import STOP_WAIT
 
-        stopped = [
-            self.active[session_id] for session_id in list(self.active) if self._stop(session_id)
-        ]
-        if stopped:
-            await asyncio.wait([run.ended for run in stopped], timeout=STOP_WAIT)
-        return {"cancelled": bool(stopped)}
+        kernel = self.app.kernel
+        turns = list(self.active)
+        if kernel is None or not turns:
+            return {"cancelled": False}
+        sessions = {turn.session_id for turn in turns}
+        stopped = await asyncio.gather(*(kernel.stop(session) for session in sessions))
+        await asyncio.wait([turn.recorded for turn in turns], timeout=STOP_WAIT)
+        return {"cancelled": any(stopped)}
+
+    async def aclose(self) -> None:
+        """The server is closing (the client has gone): stop the turns and put them in their
+        transcripts, then end what they still wait for (their token, their showDocument: no
+        client will answer)."""
+        from tether.kernel.kernel import STOP_WAIT
+
+        await self.cancel()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=STOP_WAIT)
 
     def cancel_token(self, token: str | int) -> bool:
         """``window/workDoneProgress/cancel``: stop the run reporting on ``token``."""
@@ -182,20 +209,7 @@ class Runs:
         logger.debug("window/workDoneProgress/cancel %r: the run of session %s", token, session_id)
         if session_id is None or self.app.kernel is None:
             return False
-        if session_id in self.active:
-            return self._stop(session_id)
         return self.app.kernel.cancel(session_id)
-
-    def _stop(self, session_id: str) -> bool:
-        """A turn is stopped as soon as the kernel runs it (its first event, when the kernel
-        was still taking the session's lease)."""
-        run = self.active[session_id]
-        run.cancelled = True
-        if run.waiting is not None:
-            run.waiting.cancel()
-        if not run.stopped and self.app.kernel is not None:
-            run.stopped = self.app.kernel.cancel(session_id)
-        return True
 
     async def new_session(self, uri: str | None = None) -> dict[str, Any]:
         """A new session for the next turns in the workspace folder of the document ``uri``
@@ -212,7 +226,7 @@ class Runs:
 
     async def approve(self, params: PermissionParams) -> PermissionResult | None:
         """Ask about a call of a turn started here with ``window/showMessageRequest``."""
-        if params.session_id not in self.active:
+        if not self._here(params.session_id):
             return None
         title = params.tool_call.title or params.tool_call.name
         message = f"tether wants to: {title}"
@@ -237,7 +251,7 @@ class Runs:
         ``lsp.apply_edit_timeout``: ``config`` is its session folder's)."""
         client = self.app.client
         writes = (
-            session_id in self.active
+            self._here(session_id)
             and client is not None
             and client.capabilities.workspace.apply_edit
         )
@@ -298,64 +312,76 @@ class Runs:
                     best = (len(root.parts), folder.uri)
         return None if best is None else best[1]
 
-    async def _create_token(self, root: Path) -> str | None:
+    def _here(self, session_id: str) -> bool:
+        """Whether a turn started here runs in the session (or is starting in it)."""
+        return any(turn.session_id == session_id for turn in self.active)
+
+    def _event(self, turn: _Turn, params: ProgressParams) -> None:
+        """An event of the turn's run: kept for its transcript, and reported on its token."""
+        event = params.event
+        turn.record.add(event)
+        value = turn.progress.value(event)
+        if isinstance(event, RunStarted) and not turn.began.done():
+            turn.began.set_result(params.run_id)
+            self._start_reporting(turn)
+        elif value is not None and turn.token is not None:
+            self.app.notify("$/progress", {"token": turn.token, "value": value})
+        elif value is not None and turn.backlog is not None:
+            turn.backlog.append(value)
+
+    def _start_reporting(self, turn: _Turn) -> None:
+        """Ask the client for the turn's work-done token (the command's own ends with its
+        answer); reports begin once it is made."""
         client = self.app.client
         if client is None or not client.capabilities.window.work_done_progress:
-            return None
+            return
+        turn.backlog = deque(maxlen=MAX_BACKLOG)
+        task = asyncio.ensure_future(self._report_on_new_token(turn))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _report_on_new_token(self, turn: _Turn) -> None:
         token = f"tether-turn-{next(self._tokens)}"
+        params = {"token": token}
         try:
-            await self._bounded_request("window/workDoneProgress/create", {"token": token}, root)
+            await self._bounded_request("window/workDoneProgress/create", params, turn.root)
         except ClientError as exc:
             logger.info("no progress for the turn: %s", exc.message)
-            return None
+            return
         except TimeoutError:
             logger.info("no progress for the turn: window/workDoneProgress/create unanswered")
-            return None
-        return token
-
-    def _progress(self, run: _Run, value: dict[str, Any]) -> None:
-        if run.token is not None:
-            self.app.notify("$/progress", {"token": run.token, "value": value})
-
-    def _event(self, run: _Run, params: ProgressParams) -> None:
-        if run.cancelled and not run.stopped and self.app.kernel is not None:
-            run.stopped = self.app.kernel.cancel(params.session_id)
-        event = params.event
-        report: str | None = None
-        if isinstance(event, MessageDelta):
-            run.turn.text.append(event.text)
-            report = _tail("".join(run.turn.text))
-        elif isinstance(event, ToolCallStarted):
-            run.turn.calls.append(event.title or event.name)
-            report = event.title or event.name
-        elif isinstance(event, ToolCallUpdate) and event.status == "failed":
-            report = f"failed: {_tail(event.error or '')}"
-        if report and report != run.last_report:
-            run.last_report = report
-            self._progress(run, {"kind": "report", "message": report})
+            return
+        finally:
+            backlog, turn.backlog = turn.backlog or (), None
+        # What the turn reported meanwhile, its end too when it ended meanwhile.
+        for value in (turn.progress.begin("thinking"), *backlog):
+            self.app.notify("$/progress", {"token": token, "value": value})
+        if turn in self.active:
+            turn.token = token
+            self.app.run_tokens[token] = turn.session_id
+        elif not any(value["kind"] == "end" for value in backlog):
+            self.app.notify("$/progress", {"token": token, "value": turn.progress.end()})
 
     async def _show(
-        self, transcript: Path, result: RunResult | None, error: TetherError | None, root: Path
+        self, shown: Path, turn: _Turn, result: RunResult | None, error: TetherError | None
     ) -> None:
+        """The transcript with ``window/showDocument``; else the answer in
+        ``window/showMessage``, saying so when the turn was stopped."""
         client = self.app.client
         support = client.capabilities.window.show_document if client is not None else None
         if support and support.get("support") is True:
             try:
-                params = {"uri": transcript.as_uri(), "takeFocus": True}
-                answer = await self._bounded_request("window/showDocument", params, root)
+                params = {"uri": shown.as_uri(), "takeFocus": True}
+                answer = await self._bounded_request("window/showDocument", params, turn.root)
                 if isinstance(answer, dict) and answer.get("success") is True:
                     return
             except ClientError as exc:
                 logger.info("window/showDocument failed: %s", exc.message)
             except TimeoutError:
                 logger.info("window/showDocument was not answered: the answer is shown instead")
-        if error is not None:
-            message, kind = f"tether: {error.message}", _ERROR
-        else:
-            assert result is not None
-            message, kind = result.response or f"tether: {result.stop_reason}", _INFO
+        message, kind = _shown_message(turn.record.text, result, error)
         if len(message) > MAX_SHOWN_CHARS:
-            message = message[:MAX_SHOWN_CHARS] + f"… (the rest: {transcript})"
+            message = message[:MAX_SHOWN_CHARS] + f"… (the rest: {shown})"
         self.app.notify("window/showMessage", {"type": kind, "message": message})
 
     def _data_home(self) -> Path:
@@ -364,12 +390,25 @@ class Runs:
         return data_home(self.app.environ)
 
 
-def _stopped_before(session_id: str) -> RunResult:
-    """The result of a turn stopped before its run began (as ``kernel/cancel`` answers a run
-    still claiming its session)."""
-    return RunResult(
-        run_id=uuid7(), session_id=session_id, stop_reason=StopReason.CANCELLED, iterations=0
-    )
+def _shown_message(
+    text: str, result: RunResult | None, error: TetherError | None
+) -> tuple[str, int]:
+    """The answer of a turn as ``window/showMessage`` shows it, and its message type."""
+    if error is not None:
+        return f"tether: {error.message}", _ERROR
+    assert result is not None
+    answer = text or result.response  # the text of every model call of the turn
+    if result.stop_reason == StopReason.CANCELLED:
+        stopped = "tether: the turn was cancelled"
+        return (f"{answer}\n\n({stopped})" if answer else stopped), _WARNING
+    return answer or f"tether: {result.stop_reason}", _INFO
+
+
+def _retrieved(future: asyncio.Future[str]) -> None:
+    """Take the exception of a turn that did not start, when nobody waits for it any more
+    (its ``tether.ask`` was cancelled): no "never retrieved" warning."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _local(uri: str | None) -> Path | None:
@@ -389,8 +428,3 @@ def _read(path: Path) -> str | None:
     except RepoFileError:
         return None
     return None if data is None else data.decode("utf-8", errors="replace")
-
-
-def _tail(text: str, limit: int = 80) -> str:
-    line = text.rstrip().rsplit("\n", 1)[-1].strip()
-    return line if len(line) <= limit else "…" + line[-(limit - 1) :]

@@ -1,14 +1,32 @@
-"""The Markdown transcript of a session's turns started from the editor: the file the answer is
-shown in (``window/showDocument``), under the session's data directory
-(``<data home>/sessions/<session id>/transcript.md``). Each turn is appended to it."""
+"""The Markdown transcript of a session's turns started from the editor, under the session's
+data directory: ``<data home>/sessions/<session id>/transcript.md``, to which each turn is
+appended.
+
+What ``window/showDocument`` opens is a copy of it made at each answer,
+``transcript-<run id>.md`` beside it (the copy of the answer before is removed): an editor that
+has a document open does not read it again from the disk when it is shown once more (Neovim,
+eglot), so the same file shown twice would show the first answer only.
+"""
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from tether.protocol.kernel import RunResult
+from tether.kernel.approval import REJECTED_RESULT
+from tether.protocol.kernel import (
+    MessageDelta,
+    ProgressEvent,
+    RunResult,
+    StopReason,
+    ToolCallStarted,
+    ToolCallStatus,
+    ToolCallUpdate,
+)
+
+SHOWN_PREFIX = "transcript-"
 
 
 def transcript_path(data_home: Path, session_id: str) -> Path:
@@ -16,37 +34,96 @@ def transcript_path(data_home: Path, session_id: str) -> Path:
 
 
 @dataclass
+class _Call:
+    title: str
+    outcome: str = ""  # "", "rejected", "failed: <why>", "cancelled"
+
+    def markdown(self) -> str:
+        return f"- {self.title}" + (f" — {self.outcome}" if self.outcome else "")
+
+
+@dataclass
 class Turn:
-    """What one turn showed: its prompt, the tool calls made, the answer."""
+    """What one turn showed, in order: the text of each model call and the tool calls made."""
 
     title: str
     prompt: str
     started: datetime
-    calls: list[str] = field(default_factory=list)
-    text: list[str] = field(default_factory=list)
+    parts: list[list[str] | _Call] = field(default_factory=list)
+    _calls: dict[str, _Call] = field(default_factory=dict)
+    _message_id: str | None = None
+
+    def add(self, event: ProgressEvent) -> None:
+        """Keep what ``event`` shows of the turn."""
+        match event:
+            case MessageDelta(message_id=message_id, text=text):
+                last = self.parts[-1] if self.parts else None
+                if message_id != self._message_id or not isinstance(last, list):
+                    self._message_id, last = message_id, []
+                    self.parts.append(last)
+                last.append(text)
+            case ToolCallStarted(tool_call_id=call_id, name=name, title=title):
+                call = self._calls[call_id] = _Call(title or name)
+                self.parts.append(call)
+            case ToolCallUpdate(tool_call_id=call_id, status=status, error=error):
+                if call_id in self._calls:
+                    self._calls[call_id].outcome = _outcome(status, error)
+            case _:
+                pass
+
+    @property
+    def text(self) -> str:
+        """The text the model wrote in this turn, a paragraph per model call."""
+        texts = ("".join(part).strip() for part in self.parts if isinstance(part, list))
+        return "\n\n".join(text for text in texts if text)
 
     def markdown(self, result: RunResult | None, error: str | None = None) -> str:
-        lines = [f"## {self.title} — {self.started:%Y-%m-%d %H:%M:%S} UTC", ""]
-        lines += ["> " + line if line else ">" for line in self.prompt.split("\n")]
-        lines.append("")
-        if self.calls:
-            lines += [f"- {call}" for call in self.calls]
-            lines.append("")
-        answer = result.response if result is not None and result.response else "".join(self.text)
-        if answer:
-            lines += [answer.rstrip(), ""]
+        """The turn as a section of the transcript: its prompt quoted, then what the model
+        wrote (a paragraph per model call) and the calls it made, in their order."""
+        blocks = [f"## {self.title} — {self.started:%Y-%m-%d %H:%M:%S} UTC"]
+        blocks.append("\n".join("> " + line if line else ">" for line in self.prompt.split("\n")))
+        calls: list[str] = []
+        wrote = False
+        for part in self.parts:
+            if isinstance(part, _Call):
+                calls.append(part.markdown())
+                continue
+            text = "".join(part).strip()
+            if text:
+                blocks += ["\n".join(calls), text] if calls else [text]
+                calls, wrote = [], True
+        if calls:
+            blocks.append("\n".join(calls))
+        if not wrote and result is not None and result.response:  # a provider that streams none
+            blocks.append(result.response.strip())
         if error is not None:
-            lines += [f"**Not done:** {error}", ""]
-        elif result is not None and result.stop_reason != "end_turn":
-            lines += [f"*Stopped: {result.stop_reason}.*", ""]
-        return "\n".join(lines) + "\n"
+            blocks.append(f"**Not done:** {error}")
+        elif result is not None and result.stop_reason != StopReason.END_TURN:
+            blocks.append(f"*Stopped: {result.stop_reason}.*")
+        return "\n\n".join(blocks) + "\n\n"
 
 
-def append_turn(path: Path, session_id: str, markdown: str) -> None:
-    """Append a turn to the transcript, made with its heading when it is new."""
+def _outcome(status: ToolCallStatus, error: str | None) -> str:
+    if status == ToolCallStatus.FAILED:
+        if error == REJECTED_RESULT:
+            return "rejected"
+        return "failed" + (f": {error.strip().splitlines()[0]}" if error and error.strip() else "")
+    if status == ToolCallStatus.CANCELLED:
+        return "cancelled"
+    return ""
+
+
+def append_turn(path: Path, session_id: str, markdown: str, run_id: str) -> Path:
+    """Append a turn to the transcript (made with its heading when it is new); the copy of it
+    to show, a new document at each answer."""
     path.parent.mkdir(parents=True, exist_ok=True)
     new = not path.exists()
     with path.open("a", encoding="utf-8") as out:
         if new:
             out.write(f"# tether — session {session_id}\n\n")
         out.write(markdown)
+    shown = path.with_name(f"{SHOWN_PREFIX}{run_id}.md")
+    for old in path.parent.glob(f"{SHOWN_PREFIX}*.md"):
+        old.unlink(missing_ok=True)
+    shutil.copyfile(path, shown)
+    return shown

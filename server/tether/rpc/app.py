@@ -77,6 +77,9 @@ class App(Backend):
         self.run_tokens: dict[str | int, str] = {}  # work-done token -> session of its run
         self.tool_layer: LayerTools | None = None
         self.face_approver: FaceApprover | None = None
+        self.stop_face: Callable[[], Awaitable[None]] | None = None
+        """Stops what a face runs beyond its requests (the LSP face's turns), as the server
+        closes."""
 
     def initialize(self, params: InitializeParams) -> InitializeResult:
         """Record what the client told us, load the configuration, say what this server offers."""
@@ -114,6 +117,11 @@ class App(Backend):
             client_log.attach(self.notify, lambda: self.trace(), loop)
         else:
             client_log.detach()
+
+    async def aclose(self) -> None:
+        if self.stop_face is not None:
+            await self.stop_face()
+        await super().aclose()
 
     def load_kernel(self) -> None:
         """Build the kernel and add its methods (after the handshake: this imports a lot).

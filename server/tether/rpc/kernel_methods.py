@@ -12,7 +12,7 @@ from tether.protocol.kernel import (
     RunResult,
 )
 from tether.rpc.handlers import Handler, handler
-from tether.rpc.progress import Notify, progress_emitter
+from tether.rpc.progress import Notify, WorkDoneProgress, progress_emitter
 from tether.sessions import SessionService
 
 
@@ -42,14 +42,14 @@ def kernel_methods(
 
     async def compact(params: CompactParams) -> CompactResult:
         token = params.work_done_token
+        progress = WorkDoneProgress()
         if token is not None:
-            begin = {"kind": "begin", "title": "tether", "message": "compacting"}
-            notify("$/progress", {"token": token, "value": begin})
+            notify("$/progress", {"token": token, "value": progress.begin("compacting")})
         try:
-            return await kernel.compact(params, progress_emitter(notify, token))
+            return await kernel.compact(params, progress_emitter(notify, token, progress))
         finally:
             if token is not None:
-                notify("$/progress", {"token": token, "value": {"kind": "end"}})
+                notify("$/progress", {"token": token, "value": progress.end()})
 
     return {
         "kernel/run": handler(RunParams, run),

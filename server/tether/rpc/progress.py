@@ -1,49 +1,126 @@
 """Kernel events on the wire: ``kernel/progress`` notifications, and LSP ``$/progress`` when the
-request carried a ``workDoneToken``."""
+request carried a ``workDoneToken``.
+
+:class:`WorkDoneProgress` is the one place where LSP work-done progress values are built, for
+every run that reports on a token: a ``kernel/run`` or ``session/compact`` with a
+``workDoneToken``, and the turns of the LSP face's ``tether.ask``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+from tether.kernel.approval import REJECTED_RESULT
 from tether.protocol.kernel import (
     CompactionStarted,
     IterationStarted,
+    MessageDelta,
     ProgressEvent,
     ProgressParams,
     RunFinished,
     RunStarted,
     ToolCallStarted,
+    ToolCallStatus,
+    ToolCallUpdate,
 )
 
 Notify = Callable[[str, Any], None]
+MAX_REPORT_CHARS = 80  # of a report's message: what a status line shows
+
+
+class WorkDoneProgress:
+    """The ``$/progress`` values of one run: ``begin`` (cancellable) at ``run_started``, a
+    ``report`` per model call (``iteration N``), per line of its streamed text (the text of one
+    model call never runs into the next's), per tool call (``tool <title>``) and per failed or
+    rejected call, at ``compaction_started``; ``end`` with the stop reason at ``run_finished``.
+    A report that would repeat the one before is left out."""
+
+    def __init__(self, title: str = "tether") -> None:
+        self.title = title
+        self.message = "thinking"  # the latest report, the message of a late begin
+        self.final: dict[str, Any] | None = None  # the end value, once the run has ended
+        self._line = ""  # the last complete non-blank line of the text being streamed
+        self._partial = ""  # the text streamed after that line's end
+        self._message_id: str | None = None
+        self._calls: dict[str, str] = {}  # tool call id -> its title
+
+    def begin(self, message: str | None = None) -> dict[str, Any]:
+        return {
+            "kind": "begin",
+            "title": self.title,
+            "message": message or self.message,
+            "cancellable": True,
+        }
+
+    def end(self, message: str | None = None) -> dict[str, Any]:
+        """The ``end`` value; once sent, the same again (for a token made after the end)."""
+        if self.final is None:
+            self.final = {"kind": "end"} if message is None else {"kind": "end", "message": message}
+        return self.final
+
+    def value(self, event: ProgressEvent) -> dict[str, Any] | None:
+        """The value for ``event``, for the events an editor shows (None for the others)."""
+        match event:
+            case RunStarted():
+                return self.begin()
+            case IterationStarted(iteration=iteration):
+                return self._report(f"iteration {iteration}")
+            case MessageDelta():
+                return self._report(self._streamed(event))
+            case ToolCallStarted(tool_call_id=call_id, name=name, title=title):
+                self._calls[call_id] = title or name
+                return self._report(f"tool {title or name}")
+            case ToolCallUpdate(status=ToolCallStatus.FAILED, error=error, tool_call_id=call_id):
+                if error == REJECTED_RESULT:
+                    return self._report(f"rejected: {self._calls.get(call_id, call_id)}")
+                return self._report(f"failed: {_last_line(error or '')}")
+            case CompactionStarted():
+                return self._report("summarizing older turns")
+            case RunFinished(stop_reason=reason):
+                return self.end(str(reason))
+            case _:
+                return None
+
+    def _streamed(self, delta: MessageDelta) -> str:
+        """The line of the model's text being written, once ``delta`` is added to it (a new
+        model call starts a new text)."""
+        if delta.message_id != self._message_id:
+            self._message_id, self._line, self._partial = delta.message_id, "", ""
+        *lines, self._partial = (self._partial + delta.text).split("\n")
+        for line in lines:
+            if line.strip():
+                self._line = line.strip()
+        return _clip(self._partial.strip() or self._line)
+
+    def _report(self, message: str) -> dict[str, Any] | None:
+        if not message or message == self.message:
+            return None
+        self.message = message
+        return {"kind": "report", "message": message}
 
 
 def progress_emitter(
-    notify: Notify, work_done_token: str | int | None
+    notify: Notify, work_done_token: str | int | None, progress: WorkDoneProgress | None = None
 ) -> Callable[[ProgressParams], None]:
+    """Sends each event as ``kernel/progress``, and on ``work_done_token`` as ``$/progress``."""
+    values = progress or WorkDoneProgress()
+
     def emit(params: ProgressParams) -> None:
         notify("kernel/progress", params)
         if work_done_token is not None:
-            value = work_done_value(params.event)
+            value = values.value(params.event)
             if value is not None:
                 notify("$/progress", {"token": work_done_token, "value": value})
 
     return emit
 
 
-def work_done_value(event: ProgressEvent) -> dict[str, Any] | None:
-    """The LSP work-done progress value for a kernel event, for those an editor shows."""
-    match event:
-        case RunStarted():
-            return {"kind": "begin", "title": "tether", "message": "thinking", "cancellable": True}
-        case IterationStarted(iteration=iteration):
-            return {"kind": "report", "message": f"iteration {iteration}"}
-        case ToolCallStarted(name=name):
-            return {"kind": "report", "message": f"tool {name}"}
-        case CompactionStarted():
-            return {"kind": "report", "message": "summarizing older turns"}
-        case RunFinished(stop_reason=reason):
-            return {"kind": "end", "message": str(reason)}
-        case _:
-            return None
+def _last_line(text: str) -> str:
+    return _clip(text.rstrip().rsplit("\n", 1)[-1].strip())
+
+
+def _clip(line: str) -> str:
+    if len(line) <= MAX_REPORT_CHARS:
+        return line
+    return "…" + line[-(MAX_REPORT_CHARS - 1) :]

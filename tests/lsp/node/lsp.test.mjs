@@ -122,6 +122,11 @@ async function until(condition, what) {
   }
 }
 
+/** Whether a turn's progress has ended. */
+function ended(seen) {
+  return seen.progress.some((p) => p.value.kind === "end");
+}
+
 /** The text after applying a TextEdit[] (ASCII text: offsets are UTF-16 units). */
 function applied(text, edits) {
   const offset = ({ line, character }) => {
@@ -180,9 +185,10 @@ test("a Fix code action runs a turn that asks, edits through applyEdit and shows
     const fix = actions.find((a) => a.title === "Fix");
     const answer = await within(
       connection.sendRequest(ExecuteCommandRequest.type, fix.command),
-      "the turn",
+      "the turn's start",
     );
-    assert.equal(answer.stopReason, "end_turn");
+    assert.deepEqual(Object.keys(answer).sort(), ["runId", "sessionId"]);
+    await until(() => seen.shown.length > 0 && ended(seen), "the transcript and the end");
     assert.deepEqual(
       seen.questions.map((q) => [q.message, q.actions.map((a) => a.title)]),
       [["tether wants to: Edit app.py", ["Allow", "Always allow", "Reject"]]],
@@ -190,11 +196,10 @@ test("a Fix code action runs a turn that asks, edits through applyEdit and shows
     assert.equal(seen.edits.length, 1);
     assert.equal(applied(buffer, seen.edits[0].changes[uri]), "import os\nx = 2\n");
     assert.equal(readFileSync(join(project, "app.py"), "utf8"), buffer); // the disk is the editor's to write
-    assert.deepEqual(
-      seen.shown.map((s) => s.uri),
-      [answer.transcript],
-    );
-    assert.match(readFileSync(fileURLToPath(answer.transcript), "utf8"), /Done: x is 2 now\./);
+    assert.equal(seen.shown.length, 1);
+    const shown = fileURLToPath(seen.shown[0].uri);
+    assert.ok(shown.endsWith(`transcript-${answer.runId}.md`), shown);
+    assert.match(readFileSync(shown, "utf8"), /Fixing\.\n\n- Edit app\.py\n\nDone: x is 2 now\./);
     const kinds = seen.progress.map((p) => p.value.kind);
     assert.equal(kinds[0], "begin");
     assert.equal(kinds.at(-1), "end");
@@ -206,20 +211,28 @@ test("a Fix code action runs a turn that asks, edits through applyEdit and shows
   assert.doesNotMatch(server.stderr(), / (WARNING|ERROR) /);
 });
 
-test("Cancel on the progress token stops the turn", async () => {
+test("tether.ask answers while the model is still at work; Cancel on the progress token stops the turn", async () => {
+  // The model would answer after 30 s: the command's answer comes before, and the turn is
+  // stopped long before that.
   const server = await start([{ text: "This takes a while.", delay: 30 }]);
   try {
     const { connection, seen } = server;
-    const turn = connection.sendRequest(ExecuteCommandRequest.type, {
-      command: "tether.ask",
-      arguments: ["take your time"],
-    });
+    const answer = await within(
+      connection.sendRequest(ExecuteCommandRequest.type, {
+        command: "tether.ask",
+        arguments: ["take your time"],
+      }),
+      "the turn's start",
+    );
+    assert.deepEqual(Object.keys(answer).sort(), ["runId", "sessionId"]);
     await until(() => seen.progress.length > 0, "progress");
+    assert.ok(!ended(seen));
     await connection.sendNotification(WorkDoneProgressCancelNotification.type, {
       token: seen.progress[0].token,
     });
-    const answer = await within(turn, "the cancelled turn");
-    assert.equal(answer.stopReason, "cancelled");
+    await until(() => ended(seen) && seen.shown.length > 0, "the cancelled turn");
+    const transcript = readFileSync(fileURLToPath(seen.shown[0].uri), "utf8");
+    assert.match(transcript, /\*Stopped: cancelled\.\*\n\n$/);
     assert.equal(seen.progress.at(-1).value.kind, "end");
     assert.equal(seen.progress.at(-1).value.message, "cancelled");
   } finally {
