@@ -74,7 +74,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 Method = Callable[[Any], Awaitable[Any]]
-_STOP_REASONS = {"end_turn": "end_turn", "max_iterations": "max_turn_requests"}
+_STOP_REASONS = {
+    "end_turn": "end_turn",
+    "max_iterations": "max_turn_requests",
+    "max_tokens": "max_tokens",
+    "refusal": "refusal",
+}
 _TITLE_LENGTH = 80
 
 

@@ -27,8 +27,10 @@ from tether.acp.models import (
 from tether.acp.tool_calls import (
     builtin_kind,
     diff_content,
+    proposed_content,
     raw_input,
     starting_call,
+    without_diff,
 )
 from tether.protocol import ImageBlock, Message, ResourceLinkBlock, Role, TextBlock, is_blocks
 from tether.protocol.kernel import (
@@ -91,11 +93,12 @@ class RunUpdates:
             )
         elif isinstance(event, ToolCallStarted):
             self.kinds[event.tool_call_id] = event.tool_kind
-            self.send(
-                tool_call_start(
-                    event.tool_call_id, event.name, event.arguments, event.tool_kind, self.workspace
-                )
+            start = tool_call_start(
+                event.tool_call_id, event.name, event.arguments, event.tool_kind, self.workspace
             )
+            if event.diff is not None:  # the change it proposes, before it is asked or run
+                start.content = [proposed_content(event.diff, self.workspace)]
+            self.send(start)
         elif isinstance(event, ToolCallUpdate):
             self.send(self._update(event))
         elif isinstance(event, CompactionStarted | CompactionFinished):
@@ -150,8 +153,10 @@ class RunUpdates:
             shown.append(TerminalContent(terminal_id=terminal))
         if event.status is ToolCallStatus.COMPLETED:
             text = event.result or ""
-            content = [*shown, *text_content(text)]
             diff = diff_content(event.diff, self.workspace, self.written) if event.diff else None
+            if diff is not None and event.diff is not None:  # one diff: not in the text as well
+                text = without_diff(text, event.diff)
+            content = [*shown, *text_content(text)]
             if diff is not None:
                 content.append(diff)
             return ToolCallProgress(

@@ -45,7 +45,7 @@ from tether.protocol.kernel import (
     Usage,
 )
 from tether.protocol.kernel import ThoughtDelta as Thought
-from tether.protocol.tools import ToolKind, ToolSpec
+from tether.protocol.tools import ProposedChange, ToolKind, ToolSpec
 from tether.providers.base import Completion, ModelRequest, Provider, TextDelta, ThoughtDelta
 from tether.sessions.ids import uuid7
 from tether.sessions.store import SessionStore
@@ -88,6 +88,9 @@ def not_cancelled(what: str) -> RuntimeError:
 
 
 CANCELLED_RESULT = "cancelled"
+# A final answer the provider ended so (its finish reason, in the words every provider maps its
+# own to) is not a whole answer: the run stops saying why, and no output schema judges it.
+CUT_ANSWERS = {"length": StopReason.MAX_TOKENS, "content_filter": StopReason.REFUSAL}
 INTERRUPTED_RESULT = "interrupted"
 RESTARTED = "it is started again at the next run"
 
@@ -259,7 +262,8 @@ class Run:
         self._unanswered = list(calls)
         if not calls:
             self._emit(IterationFinished(iteration=self.iterations, tool_calls=0))
-            return await self._final_answer()
+            cut = CUT_ANSWERS.get(completion.finish_reason or "")
+            return Final(cut) if cut is not None else await self._final_answer()
         await self._act(calls)
         await self._persist_results()
         self._emit(IterationFinished(iteration=self.iterations, tool_calls=len(calls)))
@@ -363,8 +367,11 @@ class Run:
         return completion
 
     async def _act(self, calls: Sequence[ToolCall]) -> None:
-        """Run the calls concurrently; results are kept in the order the model asked for them."""
+        """Run the calls concurrently; results are kept in the order the model asked for them.
+        An edit's proposed change is computed first: its ``tool_call`` and its permission
+        question carry it."""
         self._results = {}
+        changes = await self._proposed_changes(calls)
         for call in calls:
             spec = self._allowed.get(call.name)
             self._emit(
@@ -374,13 +381,42 @@ class Run:
                     arguments=call.arguments,
                     title=call_title(call.name, call.arguments),
                     tool_kind=spec.kind if spec is not None else ToolKind.OTHER,
+                    diff=changes.get(call.id),
                 )
             )
         async with asyncio.TaskGroup() as group:  # one failing cancels the others
             for call in calls:
-                group.create_task(self._call(call))
+                group.create_task(self._call(call, changes.get(call.id)))
 
-    async def _call(self, call: ToolCall) -> None:
+    async def _proposed_changes(self, calls: Sequence[ToolCall]) -> dict[str, ProposedChange]:
+        """The change each edit among ``calls`` proposes (by call id), without the configured
+        secrets; an edit that will fail proposes none."""
+        edits = [
+            call
+            for call in calls
+            if (spec := self._allowed.get(call.name)) is not None and spec.kind is ToolKind.EDIT
+        ]
+        if not edits:
+            return {}
+        tools, context = self._setup.tools, self._setup.context
+        found = await asyncio.gather(
+            *(tools.proposed_change(call.name, call.arguments, context) for call in edits)
+        )
+        redact = context.secrets.redact
+        return {
+            call.id: change.model_copy(
+                update={
+                    "old_text": None if change.old_text is None else redact(change.old_text),
+                    "new_text": redact(change.new_text),
+                }
+            )
+            if context.secrets
+            else change
+            for call, change in zip(edits, found, strict=True)
+            if change is not None
+        }
+
+    async def _call(self, call: ToolCall, change: ProposedChange | None = None) -> None:
         """One call and its last update.
 
         A ``CancelledError`` that is not the cancellation of this call's task (the task group
@@ -390,7 +426,7 @@ class Run:
         end cancelled without a word.
         """
         try:
-            result = self._redacted(await self._outcome(call))
+            result = self._redacted(await self._outcome(call, change))
         except asyncio.CancelledError:
             if cancelling():
                 raise
@@ -408,7 +444,7 @@ class Run:
             )
         )
 
-    async def _outcome(self, call: ToolCall) -> ToolResult:
+    async def _outcome(self, call: ToolCall, change: ProposedChange | None) -> ToolResult:
         """Approved (when its kind needs it), then run; a refusal is its result."""
         spec = self._allowed.get(call.name)
         if spec is None:
@@ -416,7 +452,7 @@ class Run:
             return ToolResult(self._not_available(call.name), True)
         workspace = self._setup.context.workspace
         protected = self._setup.tools.protected(call.name, call.arguments, workspace)
-        refusal = await self._setup.approval.check(spec, call, protected)
+        refusal = await self._setup.approval.check(spec, call, protected, change)
         if refusal is not None:
             return refusal
         self._emit(ToolCallUpdate(tool_call_id=call.id, status=ToolCallStatus.IN_PROGRESS))
