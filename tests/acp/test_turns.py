@@ -357,11 +357,15 @@ async def test_a_broken_workspace_config_is_reported_in_the_turn(
         session = await agent.conn.new_session(cwd=str(project), mcp_servers=[])
         answer = await agent.conn.prompt(session_id=session.session_id, prompt=[text_block("hi")])
         updates = agent.wire.updates(session.session_id)
+        [notice] = agent.wire.received("_tether/notice")
     assert answer.stop_reason == "end_turn"
     text = "".join(
         u["content"]["text"] for u in updates if u["sessionUpdate"] == "agent_message_chunk"
     )
-    assert text.startswith("⚠ the workspace config file was left out") and text.endswith("Hello.")
+    assert text == "Hello."  # the warning is no part of the answer
+    params = notice["params"]
+    assert (params["sessionId"], params["level"]) == (session.session_id, "warning")
+    assert params["message"].startswith("the workspace config file was left out")
 
 
 async def test_a_turn_reports_the_tokens_it_used_and_the_context_size(

@@ -310,6 +310,8 @@ class AcpAgent(Backend):
             send=partial(self._send, session_id),
             workspace=_workspace(session),
             compaction=self._takes_compaction(),
+            notices=self.client is not None and self.client.client_capabilities.notices,
+            notify=self.connection.notify if self.connection is not None else None,
             kinds=state.kinds,
             terminals=state.terminals,
             written=state.written,

@@ -3,9 +3,11 @@ happens, and a stored history replayed for ``session/load``."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -15,6 +17,7 @@ from tether.acp.models import (
     ContentOut,
     DiffContent,
     ImageOut,
+    NoticeUpdate,
     ResourceLinkOut,
     SessionUpdate,
     TerminalContent,
@@ -46,7 +49,11 @@ from tether.protocol.kernel import (
     ToolCallUpdate,
 )
 
+logger = logging.getLogger(__name__)
+
 Send = Callable[[SessionUpdate], None]
+Notify = Callable[[str, dict[str, Any]], None]
+NOTICE = "_tether/notice"  # the extension notification of a notice, for other clients
 MAX_PROGRESS_LINES = 100  # the last lines a running tool reported, shown as its content
 
 
@@ -71,6 +78,8 @@ class RunUpdates:
     written: dict[str, str] = field(default_factory=dict)  # path -> text the editor last wrote
     _progress: dict[str, list[str]] = field(default_factory=dict)  # lines a running tool reported
     compaction: bool = False  # the client advertised session.compaction
+    notices: bool = False  # the client advertised session.notices
+    notify: Notify | None = None  # sends a notification (an extension's) to the client
     _compactions: int = 0
 
     def __call__(self, progress: ProgressParams) -> None:
@@ -103,13 +112,27 @@ class RunUpdates:
             self.send(self._update(event))
         elif isinstance(event, CompactionStarted | CompactionFinished):
             self._compaction(progress.run_id, event)
-        elif isinstance(event, RunWarning | Notice):  # a message, as a client may not show notices
-            self.send(
-                ContentChunk(
-                    session_update="agent_message_chunk",
-                    content=TextOut(text=f"⚠ {event.message}\n\n"),
-                )
-            )
+        elif isinstance(event, RunWarning | Notice):
+            self._notice(progress.session_id, event)
+
+    def _notice(self, session_id: str, event: RunWarning | Notice) -> None:
+        """A ``notice`` update to a client that takes them; to the others the extension
+        notification ``_tether/notice`` (which a client that does not know it ignores) and the
+        log. Never an ``agent_message_chunk``: it would read as the model's answer."""
+        level = event.level if isinstance(event, Notice) else "warning"
+        if self.notices:
+            self.send(NoticeUpdate(severity=level, title=event.message or level))
+            return
+        logger.warning("%s", event.message)
+        if self.notify is not None:
+            params: dict[str, Any] = {
+                "sessionId": session_id,
+                "level": level,
+                "message": event.message,
+            }
+            if event.data is not None:
+                params["data"] = event.data
+            self.notify(NOTICE, params)
 
     def _compaction(self, run_id: str, event: CompactionStarted | CompactionFinished) -> None:
         """``compaction_update`` to a client that takes it; nothing to the others (a summary
