@@ -56,7 +56,9 @@ async def test_edit_file_edits_the_editors_text_and_the_editor_writes_it(
     assert ended["status"] == "completed"
     [diff] = [c for c in ended["content"] if c["type"] == "diff"]
     assert diff == {"type": "diff", "path": app, "oldText": unsaved, "newText": expected}
-    assert "-    return 42" in ended["rawOutput"] and "+    return 43" in ended["rawOutput"]
+    assert ended["rawOutput"] == "edited src/app.py: replaced 1 occurrence"  # the diff: once
+    [pending] = [u for u in updates if u["sessionUpdate"] == "tool_call"]
+    assert pending["content"] == [diff]  # proposed from the editor's text, not the disk's
 
 
 async def test_write_file_creates_a_file_through_the_editor_only(

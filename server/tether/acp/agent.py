@@ -58,6 +58,7 @@ from tether.protocol import (
     GetSessionParams,
     InvalidParams,
     ListSessionsParams,
+    Message,
     MessagesParams,
     Session,
     TetherError,
@@ -195,16 +196,20 @@ class AcpAgent(Backend):
         request = LoadSessionRequest.model_validate(params)
         session = await self._resume(request)
         workspace = _workspace(session)
+        messages: list[Message] = []
         cursor: str | None = None
         while True:
             page = await self.sessions.messages(
                 MessagesParams(session_id=session.session_id, cursor=cursor, limit=1000)
             )
-            for update in replay(page.messages, workspace, compaction=self._takes_compaction()):
-                self._send(session.session_id, update)
+            messages += page.messages
             if page.next_cursor is None:
                 break
             cursor = page.next_cursor
+        size = self.config(workspace).context.max_tokens
+        compaction = self._takes_compaction()
+        for update in replay(messages, workspace, compaction=compaction, context_size=size):
+            self._send(session.session_id, update)
         if session.title:
             self._send(session.session_id, SessionInfoUpdate(title=session.title))
         return self._loaded(session)

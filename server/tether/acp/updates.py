@@ -3,6 +3,7 @@ happens, and a stored history replayed for ``session/load``."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
 from tether.acp.models import (
     CompactionUpdate,
@@ -26,6 +28,7 @@ from tether.acp.models import (
     ToolCallStart,
     ToolContent,
     ToolStatus,
+    UsageUpdate,
 )
 from tether.acp.tool_calls import (
     builtin_kind,
@@ -47,7 +50,9 @@ from tether.protocol.kernel import (
     ToolCallStarted,
     ToolCallStatus,
     ToolCallUpdate,
+    Usage,
 )
+from tether.protocol.messages import DIFF_KEY, TOOL_KINDS_KEY, USAGE_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -195,40 +200,98 @@ class RunUpdates:
 
 
 def replay(
-    messages: Iterable[Message], workspace: Path | None, *, compaction: bool = False
+    messages: Iterable[Message],
+    workspace: Path | None,
+    *,
+    compaction: bool = False,
+    context_size: int | None = None,
 ) -> Iterator[SessionUpdate]:
-    """A stored history as the updates a client would have seen while it was made. A
-    compaction summary is a ``compaction_update`` for a client that takes them (``compaction``),
-    and left out for the others (the turns it replaced are replayed anyway)."""
+    """A stored history as the updates a client saw while it was made (the user's messages
+    too, which the client showed itself), from what the kernel stored with each message: the
+    kinds of the tools called, each edit's diff, the text of an answer cut by a cancellation,
+    and the usage of each run (a ``usage_update`` after it, when ``context_size`` is known, as
+    live). A compaction summary is a ``compaction_update`` for a client that takes them
+    (``compaction``), and left out for the others (the turns it replaced are replayed anyway)."""
+    usage = _RunUsage(context_size)
     for message in messages:
-        if message.kind == "compaction":
-            if compaction:
-                yield CompactionUpdate(
-                    compaction_id=message.id, status="completed", summary=list(_blocks(message))
-                )
-        elif message.role is Role.USER:
-            for content in _blocks(message):
-                yield ContentChunk(session_update="user_message_chunk", content=content)
-        elif message.role is Role.ASSISTANT:
-            for content in _blocks(message):
-                yield ContentChunk(
-                    session_update="agent_message_chunk", content=content, message_id=message.id
-                )
-            for call in message.tool_calls or []:
-                yield tool_call_start(
-                    call.id, call.name, call.arguments, builtin_kind(call.name), workspace
-                )
-        elif message.role is Role.TOOL and message.tool_call_id is not None:
-            yield _result(message)
+        yield from usage.next_message(message)
+        yield from _replayed(message, workspace, compaction)
+    yield from usage.flush()
 
 
-def _result(message: Message) -> ToolCallProgress:
+def _replayed(
+    message: Message, workspace: Path | None, compaction: bool
+) -> Iterator[SessionUpdate]:
+    if message.kind == "compaction":
+        if compaction:
+            yield CompactionUpdate(
+                compaction_id=message.id, status="completed", summary=list(_blocks(message))
+            )
+    elif message.role is Role.USER:
+        for content in _blocks(message):
+            yield ContentChunk(
+                session_update="user_message_chunk", content=content, message_id=message.id
+            )
+    elif message.role is Role.ASSISTANT:
+        for content in _blocks(message):
+            yield ContentChunk(
+                session_update="agent_message_chunk", content=content, message_id=message.id
+            )
+        kinds = _metadata(message, TOOL_KINDS_KEY)
+        for call in message.tool_calls or []:
+            kind = kinds.get(call.id) if isinstance(kinds, dict) else None
+            kind = kind if isinstance(kind, str) else builtin_kind(call.name)
+            yield tool_call_start(call.id, call.name, call.arguments, kind, workspace)
+    elif message.role is Role.TOOL and message.tool_call_id is not None:
+        yield _result(message, workspace)
+
+
+@dataclass
+class _RunUsage:
+    """The tokens of the run being replayed, summed from its assistant messages, given as the
+    ``usage_update`` the live turn sent at its end."""
+
+    size: int | None
+    run_id: str | None = None
+    used: int = 0
+
+    def next_message(self, message: Message) -> Iterator[UsageUpdate]:
+        if message.run_id != self.run_id:
+            yield from self.flush()
+            self.run_id = message.run_id
+        usage = _metadata(message, USAGE_KEY) if message.role is Role.ASSISTANT else None
+        if isinstance(usage, dict):
+            with contextlib.suppress(ValidationError):
+                counted = Usage.model_validate(usage)
+                self.used += counted.input_tokens + counted.output_tokens
+
+    def flush(self) -> Iterator[UsageUpdate]:
+        if self.size is not None and self.used:
+            yield UsageUpdate(used=self.used, size=self.size)
+        self.used = 0
+
+
+def _metadata(message: Message, key: str) -> Any:
+    return (message.metadata or {}).get(key)
+
+
+def _result(message: Message, workspace: Path | None) -> ToolCallProgress:
+    """A tool's result as its last update was: an edit's with its diff, once."""
     text = _text(message)
     status: ToolStatus = "failed" if message.is_error else "completed"
+    diff = _metadata(message, DIFF_KEY)
+    shown = (
+        diff_content(diff, workspace) if isinstance(diff, str) and not message.is_error else None
+    )
+    if shown is not None and isinstance(diff, str):
+        text = without_diff(text, diff)
+    content: list[ToolContent | DiffContent | TerminalContent] = [*text_content(text)]
+    if shown is not None:
+        content.append(shown)
     return ToolCallProgress(
         tool_call_id=message.tool_call_id or "",
         status=status,
-        content=text_content(text),
+        content=content,
         raw_output=text,
     )
 

@@ -19,7 +19,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import NoReturn, assert_never
+from typing import Any, NoReturn, assert_never
 
 from tether.kernel import compaction, structured
 from tether.kernel.approval import Gate
@@ -45,6 +45,7 @@ from tether.protocol.kernel import (
     Usage,
 )
 from tether.protocol.kernel import ThoughtDelta as Thought
+from tether.protocol.messages import CANCELLED_KEY, DIFF_KEY, TOOL_KINDS_KEY, USAGE_KEY
 from tether.protocol.tools import ProposedChange, ToolKind, ToolSpec
 from tether.providers.base import Completion, ModelRequest, Provider, TextDelta, ThoughtDelta
 from tether.sessions.ids import uuid7
@@ -160,6 +161,8 @@ class Run:
         self.output_errors: list[str] | None = None
         self._unanswered: list[ToolCall] = []  # persisted calls still waiting for their result
         self._results: dict[str, ToolResult] = {}
+        self._kinds: dict[str, ToolKind] = {}  # tool call id -> the kind its tool_call said
+        self._streaming: tuple[str, list[str]] | None = None  # an answer not yet persisted
 
     async def execute(self, prompt: Content) -> RunResult:
         """The whole run; cancellation ends it with ``stopReason: "cancelled"``."""
@@ -200,9 +203,25 @@ class Run:
             await self._fail(RunLeaseLost(self._setup.session_id, self.run_id))
         try:
             await self._record_cancelled_calls()
+            await self._keep_cut_answer()
         except RunLeaseLost as lost:
             await self._fail(lost)
         return StopReason.CANCELLED
+
+    async def _keep_cut_answer(self) -> None:
+        """The text an answer streamed before the run was cancelled is kept, as the user saw
+        it: an assistant message with ``metadata.cancelled`` (its id the one the deltas named)."""
+        streaming, self._streaming = self._streaming, None
+        if streaming is None or not "".join(streaming[1]):
+            return
+        message_id, pieces = streaming
+        cut = MessageInput(
+            role=Role.ASSISTANT,
+            content="".join(pieces),
+            metadata={CANCELLED_KEY: True},
+            author=self._setup.author,
+        )
+        await self._persist([cut], ids=[message_id])
 
     async def _fail(self, error: BaseException) -> NoReturn:
         """End with ``error``: the calls get results (unless the lease is lost: the run's writes
@@ -248,6 +267,7 @@ class Run:
         self._emit(IterationStarted(iteration=self.iterations))
         message_id = uuid7()
         completion = await self._think(message_id)
+        self._streaming = None
         calls = completion.tool_calls
         self.response = completion.content or ""
         content = completion.content or (None if calls else "")  # an empty answer is still one
@@ -255,7 +275,7 @@ class Run:
             role=Role.ASSISTANT,
             content=content,
             tool_calls=calls or None,
-            metadata=completion.metadata,  # what the provider needs sent back (thinking blocks)
+            metadata=self._assistant_metadata(completion),
             author=self._setup.author,
         )
         await self._persist([assistant], ids=[message_id])
@@ -268,6 +288,19 @@ class Run:
         await self._persist_results()
         self._emit(IterationFinished(iteration=self.iterations, tool_calls=len(calls)))
         return RunAgain()
+
+    def _assistant_metadata(self, completion: Completion) -> dict[str, Any] | None:
+        """What the provider needs sent back (thinking blocks), and what a replay needs: the
+        kind of each tool called (``toolKinds``) and the usage of this model call."""
+        metadata = dict(completion.metadata or {})
+        for call in completion.tool_calls:
+            spec = self._allowed.get(call.name)
+            self._kinds[call.id] = spec.kind if spec is not None else ToolKind.OTHER
+        if completion.tool_calls:
+            metadata[TOOL_KINDS_KEY] = {c.id: str(self._kinds[c.id]) for c in completion.tool_calls}
+        if completion.usage is not None:
+            metadata[USAGE_KEY] = completion.usage.to_wire()
+        return metadata or None
 
     async def _final_answer(self) -> Step:
         """The run ends, unless its answer fails the output schema and may be asked again."""
@@ -349,9 +382,12 @@ class Run:
         )
         completion: Completion | None = None
         async with contextlib.aclosing(setup.provider.stream(request)) as events:
+            streamed: list[str] = []
+            self._streaming = (message_id, streamed)
             async for event in events:  # closed at once, even when the run is cancelled
                 if isinstance(event, TextDelta):
                     if event.text:
+                        streamed.append(event.text)
                         self._emit(MessageDelta(message_id=message_id, text=event.text))
                 elif isinstance(event, ThoughtDelta):
                     if event.text:
@@ -373,14 +409,13 @@ class Run:
         self._results = {}
         changes = await self._proposed_changes(calls)
         for call in calls:
-            spec = self._allowed.get(call.name)
             self._emit(
                 ToolCallStarted(
                     tool_call_id=call.id,
                     name=call.name,
                     arguments=call.arguments,
                     title=call_title(call.name, call.arguments),
-                    tool_kind=spec.kind if spec is not None else ToolKind.OTHER,
+                    tool_kind=self._kinds.get(call.id, ToolKind.OTHER),
                     diff=changes.get(call.id),
                 )
             )
@@ -529,6 +564,7 @@ class Run:
                         is_error=result.is_error or None,
                         output=result.output,
                         author=self._setup.author,
+                        metadata={DIFF_KEY: result.diff} if result.diff is not None else None,
                     )
                     for call, result in zip(calls, results, strict=True)
                 ]
