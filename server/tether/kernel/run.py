@@ -291,13 +291,15 @@ class Run:
 
     def _assistant_metadata(self, completion: Completion) -> dict[str, Any] | None:
         """What the provider needs sent back (thinking blocks), and what a replay needs: the
-        kind of each tool called (``toolKinds``) and the usage of this model call."""
+        kind of each tool called (``toolKinds``, but ``other``) and the usage of this model call."""
         metadata = dict(completion.metadata or {})
         for call in completion.tool_calls:
             spec = self._allowed.get(call.name)
             self._kinds[call.id] = spec.kind if spec is not None else ToolKind.OTHER
-        if completion.tool_calls:
-            metadata[TOOL_KINDS_KEY] = {c.id: str(self._kinds[c.id]) for c in completion.tool_calls}
+        kinds = {c.id: str(self._kinds[c.id]) for c in completion.tool_calls}
+        kinds = {call_id: kind for call_id, kind in kinds.items() if kind != ToolKind.OTHER}
+        if kinds:  # other, the default, is not stored
+            metadata[TOOL_KINDS_KEY] = kinds
         if completion.usage is not None:
             metadata[USAGE_KEY] = completion.usage.to_wire()
         return metadata or None
