@@ -256,3 +256,29 @@ async def test_cancel_ends_a_turn_waiting_for_the_editors_write_at_once(
     ended = _ended(updates)
     assert ended["status"] == "failed"
     assert "cancelled while it waited for the editor's answer" in ended["rawOutput"]
+
+
+async def test_cancel_ends_a_turn_whose_edit_waits_for_the_editors_text_to_propose_its_change(
+    setup: Setup, project: Path
+) -> None:
+    """The change an edit proposes is read from the editor before the call is shown: a cancel
+    then ends the turn at once (not after acp.request_timeout), and the call is shown, failed."""
+    setup.script([EDIT_APP, {"text": "done"}], approval="auto")  # the 30 s of the default
+    app = str(project / "src" / "app.py")
+    async with setup.agent(buffers={app: APP}, writes=True) as agent:
+        agent.client.read_waits = True
+        session = await agent.conn.new_session(cwd=str(project), mcp_servers=[])
+        turn = asyncio.ensure_future(
+            agent.conn.prompt(session_id=session.session_id, prompt=[text_block("Change it")])
+        )
+        await until(agent.client.read_asked)
+        await agent.conn.cancel(session_id=session.session_id)
+        async with asyncio.timeout(10):
+            answer = await turn
+        agent.client.release.set()
+        updates = agent.wire.updates(session.session_id)
+    assert answer.stop_reason == "cancelled"
+    assert agent.client.writes == []
+    [started] = [u for u in updates if u["sessionUpdate"] == "tool_call"]
+    assert started["toolCallId"] == "e1" and "content" not in started
+    assert _ended(updates)["status"] == "failed"

@@ -409,7 +409,18 @@ class Run:
         An edit's proposed change is computed first: its ``tool_call`` and its permission
         question carry it."""
         self._results = {}
-        changes = await self._proposed_changes(calls)
+        try:
+            changes = await self._proposed_changes(calls)
+        except asyncio.CancelledError:
+            self._announce(calls, {})  # each call is shown before its end (cancelled) is
+            raise
+        self._announce(calls, changes)
+        async with asyncio.TaskGroup() as group:  # one failing cancels the others
+            for call in calls:
+                group.create_task(self._call(call, changes.get(call.id)))
+
+    def _announce(self, calls: Sequence[ToolCall], changes: dict[str, ProposedChange]) -> None:
+        """The ``tool_call`` event of each call, with the change an edit proposes."""
         for call in calls:
             self._emit(
                 ToolCallStarted(
@@ -421,9 +432,6 @@ class Run:
                     diff=changes.get(call.id),
                 )
             )
-        async with asyncio.TaskGroup() as group:  # one failing cancels the others
-            for call in calls:
-                group.create_task(self._call(call, changes.get(call.id)))
 
     async def _proposed_changes(self, calls: Sequence[ToolCall]) -> dict[str, ProposedChange]:
         """The change each edit among ``calls`` proposes (by call id), without the configured

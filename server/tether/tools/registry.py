@@ -107,7 +107,12 @@ class ToolRegistry:
             parsed = _arguments_object(name, arguments)
         except ToolError:
             return None
-        return await asyncio.to_thread(_proposed_change, tool, parsed, context)
+        try:
+            return await asyncio.to_thread(_proposed_change, tool, parsed, context)
+        except asyncio.CancelledError:
+            if context.files is not None:  # ends a wait for the editor's text, withdrawn
+                context.files.interrupt()
+            raise
 
     def list(self, allowed: Collection[str] | None = None) -> builtins.list[ToolSpec]:
         """The specs of the tools on offer, in registration order, further limited to
