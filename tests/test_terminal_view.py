@@ -19,7 +19,8 @@ from tether.protocol.kernel import (
     ToolCallStarted,
     ToolCallUpdate,
 )
-from tether.terminal import TerminalView, diff_text, proposed_diff
+from tether.protocol.tools import ProposedChange
+from tether.terminal import TerminalView, change_diff, diff_text
 
 
 class Screen(io.StringIO):
@@ -88,18 +89,12 @@ def test_a_long_diff_is_cut_and_says_how_much_is_left():
     assert len(text) == 41 and text[-1] == "… 23 more lines"
 
 
-def test_an_edit_outside_the_workspace_or_of_an_unknown_file_has_no_preview(tmp_path: Path):
-    (tmp_path / "a.txt").write_text("one\n")
-    assert proposed_diff(tmp_path, "write_file", '{"path": "../x", "content": "hi"}') is None
-    assert (
-        proposed_diff(
-            tmp_path, "edit_file", '{"path": "a.txt", "old_string": "zz", "new_string": "y"}'
-        )
-        is None
-    )
-    assert proposed_diff(tmp_path, "run_command", '{"path": "a.txt"}') is None
-    made = proposed_diff(tmp_path, "write_file", '{"path": "a.txt", "content": "two\\n"}')
-    assert made is not None and "-one\n+two\n" in made
+def test_the_question_shows_the_change_the_kernel_proposes_as_a_diff():
+    new_file = change_diff(ProposedChange(path="n.txt", new_text="hi\n"))
+    assert new_file is not None and new_file.startswith("--- /dev/null\n+++ b/n.txt\n")
+    edit = change_diff(ProposedChange(path="a.txt", old_text="one\n", new_text="two\n"))
+    assert edit is not None and "-one\n+two\n" in edit
+    assert change_diff(ProposedChange(path="a.txt", old_text="same", new_text="same")) is None
 
 
 def test_control_sequences_split_across_pieces_are_shown_inert_and_text_stays_whole():

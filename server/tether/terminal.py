@@ -21,9 +21,8 @@ from __future__ import annotations
 import contextlib
 import difflib
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
-import orjson
 from rich.console import Console
 from rich.control import Control
 from rich.segment import ControlType
@@ -43,12 +42,11 @@ from tether.protocol.kernel import (
     ToolCallStarted,
     ToolCallUpdate,
 )
-from tether.repofiles import RepoFileError, read_repo_file
+from tether.protocol.tools import ProposedChange
 
 _MARKS = {"completed": ("✓", "green"), "failed": ("✗", "red"), "cancelled": ("⊘", "yellow")}
 _LEVEL_STYLES = {"info": "", "warning": "yellow", "error": "red"}
 _MAX_DIFF_LINES = 40
-_MAX_PREVIEW_BYTES = 1024 * 1024
 _ERASE_STATUS = Control((ControlType.CARRIAGE_RETURN,), (ControlType.ERASE_IN_LINE, 2))
 
 
@@ -106,7 +104,7 @@ class TerminalView:
         title = printable(call.title or f"{call.name} {call.arguments}")
         why = f" ({printable(params.reason)})" if params.reason else ""
         self._err.print()
-        preview = proposed_diff(self._workspace, call.name, call.arguments)
+        preview = change_diff(params.diff) if params.diff is not None else None
         if preview:
             self._err.print(diff_text(preview))
         self._err.print(
@@ -215,49 +213,20 @@ def _diff_style(line: str) -> str:
     return ""
 
 
-def proposed_diff(workspace: Path, name: str, arguments: str) -> str | None:
-    """The diff ``write_file`` or ``edit_file`` would make, for the person asked to allow it;
-    None for other tools, a path outside the workspace, or a file that cannot be read as text."""
-    try:
-        args: Any = orjson.loads(arguments)
-    except orjson.JSONDecodeError:
+def change_diff(change: ProposedChange) -> str | None:
+    """The unified diff of the change an edit proposes, for the person asked to allow it; None
+    when it changes nothing."""
+    old = change.old_text or ""
+    if old == change.new_text and change.old_text is not None:
         return None
-    path = args.get("path") if isinstance(args, dict) else None
-    if name not in ("write_file", "edit_file") or not isinstance(path, str):
-        return None
-    target = (workspace / path).resolve()
-    if not target.is_relative_to(workspace.resolve()):
-        return None
-    current = _read_text(target, workspace)
-    if current is None:
-        return None
-    new = _applied(name, args, current)
-    if new is None or new == current:
-        return None
+    before = f"a/{change.path}" if change.old_text is not None else "/dev/null"
     lines = difflib.unified_diff(
-        current.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{path}", f"b/{path}"
+        old.splitlines(keepends=True),
+        change.new_text.splitlines(keepends=True),
+        before,
+        f"b/{change.path}",
     )
-    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
-
-
-def _read_text(path: Path, workspace: Path) -> str | None:
-    """The text of a workspace file ("" when there is none), read as a repository's file (never
-    a FIFO or a device); None when it cannot be."""
-    try:
-        data = read_repo_file(path, max_bytes=_MAX_PREVIEW_BYTES, inside=workspace)
-        return "" if data is None else data.decode("utf-8")
-    except (RepoFileError, UnicodeDecodeError):
-        return None
-
-
-def _applied(name: str, args: dict[str, Any], current: str) -> str | None:
-    if name == "write_file":
-        content = args.get("content")
-        return content if isinstance(content, str) else None
-    old, new = args.get("old_string"), args.get("new_string")
-    if not isinstance(old, str) or not isinstance(new, str) or not old or old not in current:
-        return None
-    return current.replace(old, new, -1 if args.get("replace_all") is True else 1)
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines) or None
 
 
 class InertStream:

@@ -107,6 +107,8 @@ def schema_problems(message: dict[str, Any], sent: dict[Any, str]) -> list[str]:
         checks.append((RESULTS[sent[message["id"]]], message.get("result")))
     elif method is None:
         return [f"a response to no request the client sent: {message}"]
+    elif method.startswith("_tether/"):
+        pass  # an extension notification: a JSON-RPC message, its params tether's own
     else:
         return [f"tether sent {method}, which these tests do not expect"]
     return [
@@ -189,6 +191,7 @@ class Client:
         self.chunk = asyncio.Event()  # set by the first agent_message_chunk
         self.buffers: dict[str, str] = {}  # the editor's unsaved text of a path
         self.reads: list[str] = []
+        self.read_asked = asyncio.Event()
         self.read_waits = False  # answer fs/read_text_file only once ``release`` is set
         self.writes: list[tuple[str, str]] = []  # (path, content) the agent asked to write
         self.write_error: str | None = None  # answer fs/write_text_file with this error
@@ -272,6 +275,7 @@ class Client:
         **kwargs: Any,
     ) -> ReadTextFileResponse:
         self.reads.append(path)
+        self.read_asked.set()
         if self.read_waits:
             await self.release.wait()
         if path not in self.buffers:

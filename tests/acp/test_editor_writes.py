@@ -56,7 +56,9 @@ async def test_edit_file_edits_the_editors_text_and_the_editor_writes_it(
     assert ended["status"] == "completed"
     [diff] = [c for c in ended["content"] if c["type"] == "diff"]
     assert diff == {"type": "diff", "path": app, "oldText": unsaved, "newText": expected}
-    assert "-    return 42" in ended["rawOutput"] and "+    return 43" in ended["rawOutput"]
+    assert ended["rawOutput"] == "edited src/app.py: replaced 1 occurrence"  # the diff: once
+    [pending] = [u for u in updates if u["sessionUpdate"] == "tool_call"]
+    assert pending["content"] == [diff]  # proposed from the editor's text, not the disk's
 
 
 async def test_write_file_creates_a_file_through_the_editor_only(
@@ -254,3 +256,29 @@ async def test_cancel_ends_a_turn_waiting_for_the_editors_write_at_once(
     ended = _ended(updates)
     assert ended["status"] == "failed"
     assert "cancelled while it waited for the editor's answer" in ended["rawOutput"]
+
+
+async def test_cancel_ends_a_turn_whose_edit_waits_for_the_editors_text_to_propose_its_change(
+    setup: Setup, project: Path
+) -> None:
+    """The change an edit proposes is read from the editor before the call is shown: a cancel
+    then ends the turn at once (not after acp.request_timeout), and the call is shown, failed."""
+    setup.script([EDIT_APP, {"text": "done"}], approval="auto")  # the 30 s of the default
+    app = str(project / "src" / "app.py")
+    async with setup.agent(buffers={app: APP}, writes=True) as agent:
+        agent.client.read_waits = True
+        session = await agent.conn.new_session(cwd=str(project), mcp_servers=[])
+        turn = asyncio.ensure_future(
+            agent.conn.prompt(session_id=session.session_id, prompt=[text_block("Change it")])
+        )
+        await until(agent.client.read_asked)
+        await agent.conn.cancel(session_id=session.session_id)
+        async with asyncio.timeout(10):
+            answer = await turn
+        agent.client.release.set()
+        updates = agent.wire.updates(session.session_id)
+    assert answer.stop_reason == "cancelled"
+    assert agent.client.writes == []
+    [started] = [u for u in updates if u["sessionUpdate"] == "tool_call"]
+    assert started["toolCallId"] == "e1" and "content" not in started
+    assert _ended(updates)["status"] == "failed"

@@ -27,6 +27,8 @@ from tether.protocol import InvalidParams, TextBlock
 from tether.protocol.kernel import Notice, ProgressParams, ToolCallStatus, ToolCallUpdate
 from tether.tools.writing import unified_diff
 
+from .conftest import validator
+
 
 @pytest.mark.parametrize(
     ("name", "arguments", "expected"),
@@ -272,17 +274,31 @@ def test_a_client_takes_compaction_updates_when_it_advertises_session_compaction
     assert request.client_capabilities.compaction is takes
 
 
-def test_a_notice_is_shown_as_an_agent_message() -> None:
+@pytest.mark.parametrize("takes", [True, False])
+def test_a_notice_is_a_notice_update_or_an_extension_notification_never_an_agent_message(
+    takes: bool,
+) -> None:
     sent: list[dict[str, object]] = []
-    updates = RunUpdates(send=lambda update: sent.append(update.to_wire()), workspace=None)
-    notice = Notice(message="MCP server 'gh' is not running (it failed to start: gone)")
+    notified: list[tuple[str, dict[str, object]]] = []
+    updates = RunUpdates(
+        send=lambda update: sent.append(update.to_wire()),
+        workspace=None,
+        notices=takes,
+        notify=lambda method, params: notified.append((method, params)),
+    )
+    message = "MCP server 'gh' is not running (it failed to start: gone)"
+    notice = Notice(message=message, data={"source": "MCP server 'gh'", "reason": "gone"})
     updates(ProgressParams(session_id="s", run_id="r", seq=2, event=notice))
-    assert sent == [
-        {
-            "sessionUpdate": "agent_message_chunk",
-            "content": {
-                "type": "text",
-                "text": "⚠ MCP server 'gh' is not running (it failed to start: gone)\n\n",
-            },
-        }
-    ]
+    if takes:
+        assert sent == [{"sessionUpdate": "notice", "severity": "warning", "title": message}]
+        assert notified == []
+        notification = {"sessionId": "s", "update": sent[0]}
+        assert not list(validator("SessionNotification").iter_errors(notification))
+    else:
+        assert sent == []
+        assert notified == [
+            (
+                "_tether/notice",
+                {"sessionId": "s", "level": "warning", "message": message, "data": notice.data},
+            )
+        ]

@@ -143,14 +143,16 @@ async def test_a_write_asks_permission_and_the_answer_decides(
         "reject_once",
         "reject_always",
     ]
+    proposed = {"type": "diff", "path": str(project / "notes" / "new.txt"), "newText": "hi\n"}
+    assert params["toolCall"]["content"] == [proposed]  # asked with the change it makes
+    [pending] = [u for u in updates if u["sessionUpdate"] == "tool_call"]
+    assert (pending["status"], pending["content"]) == ("pending", [proposed])
     assert (project / "notes" / "new.txt").exists() is written
     last = [u for u in updates if u["sessionUpdate"] == "tool_call_update"][-1]
     assert last["status"] == status
     if written:
         diff = [c for c in last["content"] if c["type"] == "diff"]
-        assert diff == [
-            {"type": "diff", "path": str(project / "notes" / "new.txt"), "newText": "hi\n"}
-        ]
+        assert diff == [proposed]
     else:
         assert last["content"][0]["content"]["text"] == "rejected by user"
 
@@ -172,13 +174,20 @@ async def test_an_edit_shows_the_whole_file_before_and_after(setup: Setup, proje
         await agent.conn.prompt(session_id=session.session_id, prompt=[text_block("bump")])
         updates = agent.wire.updates(session.session_id)
     last = [u for u in updates if u["sessionUpdate"] == "tool_call_update"][-1]
-    [diff] = [c for c in last["content"] if c["type"] == "diff"]
-    assert diff == {
+    whole = {
         "type": "diff",
         "path": str(project / "src" / "app.py"),
         "oldText": "def main():\n    return 42\n",
         "newText": "def main():\n    return 43\n",
     }
+    [text, diff] = last["content"]
+    assert diff == whole
+    # one diff per update: the text and the raw output say what was done, without it again
+    assert (
+        text["content"]["text"] == last["rawOutput"] == "edited src/app.py: replaced 1 occurrence"
+    )
+    [pending] = [u for u in updates if u["sessionUpdate"] == "tool_call"]
+    assert pending["content"] == [whole]
 
 
 async def test_always_answers_are_remembered_for_the_session(setup: Setup, project: Path) -> None:
@@ -332,8 +341,9 @@ async def test_a_protected_write_is_asked_about_with_its_reason_even_under_auto(
         session = await agent.conn.new_session(cwd=str(project), mcp_servers=[])
         await agent.conn.prompt(session_id=session.session_id, prompt=[text_block("w")])
         [question] = agent.wire.received("session/request_permission")
-    [content] = question["params"]["toolCall"]["content"]
+    [content, diff] = question["params"]["toolCall"]["content"]
     assert content["content"]["text"].startswith("Needs your approval: ")
+    assert diff == {"type": "diff", "path": str(project / ".git/hooks/x"), "newText": "x"}
     assert not (project / ".git" / "hooks" / "x").exists()
 
 
@@ -347,11 +357,15 @@ async def test_a_broken_workspace_config_is_reported_in_the_turn(
         session = await agent.conn.new_session(cwd=str(project), mcp_servers=[])
         answer = await agent.conn.prompt(session_id=session.session_id, prompt=[text_block("hi")])
         updates = agent.wire.updates(session.session_id)
+        [notice] = agent.wire.received("_tether/notice")
     assert answer.stop_reason == "end_turn"
     text = "".join(
         u["content"]["text"] for u in updates if u["sessionUpdate"] == "agent_message_chunk"
     )
-    assert text.startswith("⚠ the workspace config file was left out") and text.endswith("Hello.")
+    assert text == "Hello."  # the warning is no part of the answer
+    params = notice["params"]
+    assert (params["sessionId"], params["level"]) == (session.session_id, "warning")
+    assert params["message"].startswith("the workspace config file was left out")
 
 
 async def test_a_turn_reports_the_tokens_it_used_and_the_context_size(

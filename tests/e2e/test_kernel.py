@@ -157,7 +157,9 @@ async def test_kernel_cancel_stops_a_streaming_run_and_the_session_stays_consist
         await connection.close()
     assert result["stopReason"] == "cancelled"
     assert session["running"] is False
-    assert [m["role"] for m in history] == ["user"]  # the cut-short answer is not kept
+    # the cut-short answer is kept as it was shown, marked cancelled
+    assert [m["role"] for m in history] == ["user", "assistant"]
+    assert history[1]["metadata"] == {"cancelled": True} and history[1]["content"]
 
 
 async def test_the_session_takes_the_next_run_as_soon_as_kernel_cancel_answers(project: Path):

@@ -20,6 +20,7 @@ from tether.protocol.kernel import (
     ToolCallStarted,
     ToolCallUpdate,
 )
+from tether.protocol.tools import ProposedChange
 from tether.testing import scripted_options, tool_call
 from tether.tools import BUILTIN_TOOL_NAMES
 
@@ -79,6 +80,42 @@ async def test_an_allowed_write_runs_and_its_events_carry_the_kind(project: Path
     assert updates[0].status == "in_progress" and updates[-1].status == "completed"
     assert updates[-1].diff is not None and "+written" in updates[-1].diff  # for editors
     assert not result.tool_calls[0].is_error
+
+
+async def test_an_edit_is_asked_with_the_change_it_proposes_and_its_tool_call_carries_it(
+    project: Path, tmp_path: Path
+):
+    (project / "app.py").write_text("def main():\n    return 42\n")
+    answers = Answers("allow", "reject", "reject")
+    edit = tool_call("edit_file", "c1", path="app.py", oldString="42", newString="43")
+    missing = tool_call("edit_file", "c2", path="app.py", oldString="nowhere", newString="x")
+    turns = [
+        {"toolCalls": [edit]},
+        {"toolCalls": [write("c3", "new.txt"), missing]},
+        {"text": "ok"},
+    ]
+    async with TetherClient.spawn(
+        workspace=project, options=options(tmp_path, turns), on_permission=answers
+    ) as client:
+        sid = (await client.create_session()).session_id
+        run = client.run(sid, "edit it")
+        events = [progress.event async for progress in run]
+        await run
+
+    asked = {params.tool_call.id: params.diff for params in answers.asked}
+    edited = ProposedChange(
+        path="app.py",
+        old_text="def main():\n    return 42\n",
+        new_text="def main():\n    return 43\n",
+    )
+    assert asked == {
+        "c1": edited,
+        "c2": None,  # oldString is not in the file: the edit will fail, it proposes nothing
+        "c3": ProposedChange(path="new.txt", old_text=None, new_text="written\n"),
+    }
+    started = {e.tool_call_id: e.diff for e in events if isinstance(e, ToolCallStarted)}
+    assert started == asked
+    assert (project / "app.py").read_text() == edited.new_text
 
 
 async def test_allow_always_is_not_asked_again_in_the_session(project: Path, tmp_path: Path):

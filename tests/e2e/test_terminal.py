@@ -79,7 +79,7 @@ def test_tether_run_on_a_terminal_keeps_the_whole_answer_and_leaves_no_status(pr
 
 def test_an_edit_is_asked_with_its_diff_and_shown_with_it_once_made(project: Path):
     script = project.parent / "edit-script.json"
-    edit = call("c1", "edit_file", path="src/app.py", old_string="42", new_string="43")
+    edit = call("c1", "edit_file", path="src/app.py", oldString="42", newString="43")
     command = call("c2", "run_command", command=["true"])
     turns = [
         {"text": "Changing it.", "toolCalls": [edit]},

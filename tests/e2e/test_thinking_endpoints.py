@@ -206,7 +206,8 @@ async def test_a_gemini_run_sends_images_calls_a_tool_and_answers_it_by_name(
 
     assistant = next(m for m in messages if m["role"] == "assistant" and m.get("toolCalls"))
     call_id = assistant["toolCalls"][0]["id"]
-    assert assistant["metadata"] == {"thoughtSignatures": {call_id: SIGNATURE}}
+    assert assistant["metadata"]["thoughtSignatures"] == {call_id: SIGNATURE}
+    assert assistant["metadata"]["toolKinds"] == {call_id: "read"}  # kept for replays, beside
     tool = next(m for m in messages if m["role"] == "tool")
     assert tool["toolCallId"] == call_id
 

@@ -35,7 +35,7 @@ from tether.protocol.kernel import (
     ToolCallStatus,
     ToolCallUpdate,
 )
-from tether.protocol.tools import ToolSpec
+from tether.protocol.tools import ProposedChange, ToolSpec
 from tether.providers.scripted import ScriptedProvider
 from tether.sessions import MemoryStore
 from tether.tools.base import ToolContext, ToolResult
@@ -64,6 +64,11 @@ class Tools:
 
     def failures(self) -> tuple[()]:
         return ()
+
+    async def proposed_change(
+        self, name: str, arguments: str, context: ToolContext
+    ) -> ProposedChange | None:
+        return None
 
     async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
         self.started.setdefault(name, asyncio.Event()).set()

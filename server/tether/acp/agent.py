@@ -58,6 +58,7 @@ from tether.protocol import (
     GetSessionParams,
     InvalidParams,
     ListSessionsParams,
+    Message,
     MessagesParams,
     Session,
     TetherError,
@@ -74,7 +75,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 Method = Callable[[Any], Awaitable[Any]]
-_STOP_REASONS = {"end_turn": "end_turn", "max_iterations": "max_turn_requests"}
+_STOP_REASONS = {
+    "end_turn": "end_turn",
+    "max_iterations": "max_turn_requests",
+    "max_tokens": "max_tokens",
+    "refusal": "refusal",
+}
 _TITLE_LENGTH = 80
 
 
@@ -190,16 +196,20 @@ class AcpAgent(Backend):
         request = LoadSessionRequest.model_validate(params)
         session = await self._resume(request)
         workspace = _workspace(session)
+        messages: list[Message] = []
         cursor: str | None = None
         while True:
             page = await self.sessions.messages(
                 MessagesParams(session_id=session.session_id, cursor=cursor, limit=1000)
             )
-            for update in replay(page.messages, workspace, compaction=self._takes_compaction()):
-                self._send(session.session_id, update)
+            messages += page.messages
             if page.next_cursor is None:
                 break
             cursor = page.next_cursor
+        size = self.config(workspace).context.max_tokens
+        compaction = self._takes_compaction()
+        for update in replay(messages, workspace, compaction=compaction, context_size=size):
+            self._send(session.session_id, update)
         if session.title:
             self._send(session.session_id, SessionInfoUpdate(title=session.title))
         return self._loaded(session)
@@ -305,6 +315,8 @@ class AcpAgent(Backend):
             send=partial(self._send, session_id),
             workspace=_workspace(session),
             compaction=self._takes_compaction(),
+            notices=self.client is not None and self.client.client_capabilities.notices,
+            notify=self.connection.notify if self.connection is not None else None,
             kinds=state.kinds,
             terminals=state.terminals,
             written=state.written,

@@ -31,6 +31,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from tether.acp.wire import ClientError, Connection
+from tether.protocol.tools import ProposedChange
 from tether.tools.base import (
     ToolContext,
     ToolError,
@@ -90,12 +91,7 @@ class EditorFiles(ToolLayer):
 
     async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
         if name in WRITES and self._writes:
-            written = self._written(context.session_id) if self._written is not None else {}
-            requests = EditorRequests(asyncio.get_running_loop(), self._bound.seconds, SETTING)
-            access = _EditorAccess(requests, self, context.session_id, self._reads, written)
-            return await self._inner.execute(
-                name, arguments, dataclasses.replace(context, files=access)
-            )
+            return await self._inner.execute(name, arguments, self._through_editor(context))
         if (
             not self._reads
             or name != READ_FILE
@@ -122,6 +118,21 @@ class EditorFiles(ToolLayer):
             if on_disk != text:
                 output += f"\n{UNSAVED}"
         return ToolResult(output)
+
+    async def proposed_change(
+        self, name: str, arguments: str, context: ToolContext
+    ) -> ProposedChange | None:
+        """An edit the editor makes proposes a change of the editor's text."""
+        if name in WRITES and self._writes:
+            context = self._through_editor(context)
+        return await self._inner.proposed_change(name, arguments, context)
+
+    def _through_editor(self, context: ToolContext) -> ToolContext:
+        """``context`` whose file access (reads and the final write) is the editor's."""
+        written = self._written(context.session_id) if self._written is not None else {}
+        requests = EditorRequests(asyncio.get_running_loop(), self._bound.seconds, SETTING)
+        access = _EditorAccess(requests, self, context.session_id, self._reads, written)
+        return dataclasses.replace(context, files=access)
 
     async def _read(self, session_id: str, path: Path) -> str | None:
         """``read_file``'s text of ``path`` from the editor, or None (the disk is read) when

@@ -34,6 +34,7 @@ class FileSystemCapabilities(AcpModel):
 
 class ClientSessionCapabilities(AcpModel):
     compaction: dict[str, Any] | None = None  # present: it shows compaction_update
+    notices: dict[str, Any] | None = None  # present: it shows notice updates
 
 
 class ClientCapabilities(AcpModel):
@@ -45,6 +46,11 @@ class ClientCapabilities(AcpModel):
     def compaction(self) -> bool:
         """Whether the client takes ``compaction_update`` (``session.compaction``)."""
         return self.session is not None and self.session.compaction is not None
+
+    @property
+    def notices(self) -> bool:
+        """Whether the client takes ``notice`` updates (``session.notices``)."""
+        return self.session is not None and self.session.notices is not None
 
 
 class Implementation(AcpModel):
@@ -386,6 +392,16 @@ class CompactionUpdate(AcpModel):
     error: str | None = None
 
 
+class NoticeUpdate(AcpModel):
+    """Information for the user that is not the agent's answer nor part of the history (sent
+    only to a client that advertised ``session.notices``)."""
+
+    session_update: Literal["notice"] = "notice"
+    severity: Literal["info", "warning", "error"]
+    title: str = Field(min_length=1)
+    description: str | None = None
+
+
 SessionUpdate = (
     ContentChunk
     | ToolCallStart
@@ -395,6 +411,7 @@ SessionUpdate = (
     | ConfigOptionUpdate
     | UsageUpdate
     | CompactionUpdate
+    | NoticeUpdate
 )
 
 

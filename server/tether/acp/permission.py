@@ -20,7 +20,7 @@ from tether.acp.models import (
     RequestPermissionResponse,
     ToolCallFields,
 )
-from tether.acp.tool_calls import raw_input, starting_call
+from tether.acp.tool_calls import proposed_content, raw_input, starting_call
 from tether.acp.updates import text_content
 from tether.acp.wire import ClientError, Connection
 from tether.kernel.approval import ApprovalError
@@ -71,6 +71,8 @@ async def _question(
     tool_call = _tool_call(call.id, call.name, args, kind, workspace)
     if params.reason is not None:  # a protected path: asked whatever the policy, and why
         tool_call.content = [*text_content(f"Needs your approval: {params.reason}.")]
+    if params.diff is not None:  # what allowing the edit lets it make
+        tool_call.content = [*(tool_call.content or []), proposed_content(params.diff, workspace)]
     request = RequestPermissionRequest(
         session_id=params.session_id, tool_call=tool_call, options=OPTIONS
     )

@@ -12,6 +12,7 @@ import orjson
 
 from tether.acp.models import AcpToolKind, DiffContent, Location
 from tether.protocol.limits import MAX_JSON_DEPTH, nested_deeper_than
+from tether.protocol.tools import ProposedChange
 from tether.repofiles import RepoFileError, read_repo_file
 from tether.tools.titles import title
 
@@ -85,6 +86,19 @@ def locations(name: str, arguments: Any, workspace: Path | None) -> list[Locatio
         )
     line = arguments.get("startLine") if name == "read_file" else None
     return [Location(path=str(workspace / path), line=line if isinstance(line, int) else None)]
+
+
+def proposed_content(change: ProposedChange, workspace: Path | None) -> DiffContent:
+    """An edit's proposed change as ACP shows it: the path absolute, as ACP requires."""
+    path = str(workspace / change.path) if workspace is not None else change.path
+    return DiffContent(path=path, old_text=change.old_text, new_text=change.new_text)
+
+
+def without_diff(text: str, diff: str) -> str:
+    """An edit's result text without the unified diff it ends with (shown as a diff instead)."""
+    header = diff.split("\n", 1)[0]
+    cut = text.find("\n" + header) if header else -1
+    return text[:cut] if cut >= 0 else text
 
 
 def diff_content(

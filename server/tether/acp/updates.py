@@ -3,11 +3,15 @@ happens, and a stored history replayed for ``session/load``."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
 from tether.acp.models import (
     CompactionUpdate,
@@ -15,6 +19,7 @@ from tether.acp.models import (
     ContentOut,
     DiffContent,
     ImageOut,
+    NoticeUpdate,
     ResourceLinkOut,
     SessionUpdate,
     TerminalContent,
@@ -23,12 +28,15 @@ from tether.acp.models import (
     ToolCallStart,
     ToolContent,
     ToolStatus,
+    UsageUpdate,
 )
 from tether.acp.tool_calls import (
     builtin_kind,
     diff_content,
+    proposed_content,
     raw_input,
     starting_call,
+    without_diff,
 )
 from tether.protocol import ImageBlock, Message, ResourceLinkBlock, Role, TextBlock, is_blocks
 from tether.protocol.kernel import (
@@ -42,9 +50,15 @@ from tether.protocol.kernel import (
     ToolCallStarted,
     ToolCallStatus,
     ToolCallUpdate,
+    Usage,
 )
+from tether.protocol.messages import DIFF_KEY, TOOL_KINDS_KEY, USAGE_KEY
+
+logger = logging.getLogger(__name__)
 
 Send = Callable[[SessionUpdate], None]
+Notify = Callable[[str, dict[str, Any]], None]
+NOTICE = "_tether/notice"  # the extension notification of a notice, for other clients
 MAX_PROGRESS_LINES = 100  # the last lines a running tool reported, shown as its content
 
 
@@ -69,6 +83,8 @@ class RunUpdates:
     written: dict[str, str] = field(default_factory=dict)  # path -> text the editor last wrote
     _progress: dict[str, list[str]] = field(default_factory=dict)  # lines a running tool reported
     compaction: bool = False  # the client advertised session.compaction
+    notices: bool = False  # the client advertised session.notices
+    notify: Notify | None = None  # sends a notification (an extension's) to the client
     _compactions: int = 0
 
     def __call__(self, progress: ProgressParams) -> None:
@@ -91,22 +107,37 @@ class RunUpdates:
             )
         elif isinstance(event, ToolCallStarted):
             self.kinds[event.tool_call_id] = event.tool_kind
-            self.send(
-                tool_call_start(
-                    event.tool_call_id, event.name, event.arguments, event.tool_kind, self.workspace
-                )
+            start = tool_call_start(
+                event.tool_call_id, event.name, event.arguments, event.tool_kind, self.workspace
             )
+            if event.diff is not None:  # the change it proposes, before it is asked or run
+                start.content = [proposed_content(event.diff, self.workspace)]
+            self.send(start)
         elif isinstance(event, ToolCallUpdate):
             self.send(self._update(event))
         elif isinstance(event, CompactionStarted | CompactionFinished):
             self._compaction(progress.run_id, event)
-        elif isinstance(event, RunWarning | Notice):  # a message, as a client may not show notices
-            self.send(
-                ContentChunk(
-                    session_update="agent_message_chunk",
-                    content=TextOut(text=f"⚠ {event.message}\n\n"),
-                )
-            )
+        elif isinstance(event, RunWarning | Notice):
+            self._notice(progress.session_id, event)
+
+    def _notice(self, session_id: str, event: RunWarning | Notice) -> None:
+        """A ``notice`` update to a client that takes them; to the others the extension
+        notification ``_tether/notice`` (which a client that does not know it ignores) and the
+        log. Never an ``agent_message_chunk``: it would read as the model's answer."""
+        level = event.level if isinstance(event, Notice) else "warning"
+        if self.notices:
+            self.send(NoticeUpdate(severity=level, title=event.message or level))
+            return
+        logger.warning("%s", event.message)
+        if self.notify is not None:
+            params: dict[str, Any] = {
+                "sessionId": session_id,
+                "level": level,
+                "message": event.message,
+            }
+            if event.data is not None:
+                params["data"] = event.data
+            self.notify(NOTICE, params)
 
     def _compaction(self, run_id: str, event: CompactionStarted | CompactionFinished) -> None:
         """``compaction_update`` to a client that takes it; nothing to the others (a summary
@@ -150,8 +181,10 @@ class RunUpdates:
             shown.append(TerminalContent(terminal_id=terminal))
         if event.status is ToolCallStatus.COMPLETED:
             text = event.result or ""
-            content = [*shown, *text_content(text)]
             diff = diff_content(event.diff, self.workspace, self.written) if event.diff else None
+            if diff is not None and event.diff is not None:  # one diff: not in the text as well
+                text = without_diff(text, event.diff)
+            content = [*shown, *text_content(text)]
             if diff is not None:
                 content.append(diff)
             return ToolCallProgress(
@@ -167,40 +200,98 @@ class RunUpdates:
 
 
 def replay(
-    messages: Iterable[Message], workspace: Path | None, *, compaction: bool = False
+    messages: Iterable[Message],
+    workspace: Path | None,
+    *,
+    compaction: bool = False,
+    context_size: int | None = None,
 ) -> Iterator[SessionUpdate]:
-    """A stored history as the updates a client would have seen while it was made. A
-    compaction summary is a ``compaction_update`` for a client that takes them (``compaction``),
-    and left out for the others (the turns it replaced are replayed anyway)."""
+    """A stored history as the updates a client saw while it was made (the user's messages
+    too, which the client showed itself), from what the kernel stored with each message: the
+    kinds of the tools called, each edit's diff, the text of an answer cut by a cancellation,
+    and the usage of each run (a ``usage_update`` after it, when ``context_size`` is known, as
+    live). A compaction summary is a ``compaction_update`` for a client that takes them
+    (``compaction``), and left out for the others (the turns it replaced are replayed anyway)."""
+    usage = _RunUsage(context_size)
     for message in messages:
-        if message.kind == "compaction":
-            if compaction:
-                yield CompactionUpdate(
-                    compaction_id=message.id, status="completed", summary=list(_blocks(message))
-                )
-        elif message.role is Role.USER:
-            for content in _blocks(message):
-                yield ContentChunk(session_update="user_message_chunk", content=content)
-        elif message.role is Role.ASSISTANT:
-            for content in _blocks(message):
-                yield ContentChunk(
-                    session_update="agent_message_chunk", content=content, message_id=message.id
-                )
-            for call in message.tool_calls or []:
-                yield tool_call_start(
-                    call.id, call.name, call.arguments, builtin_kind(call.name), workspace
-                )
-        elif message.role is Role.TOOL and message.tool_call_id is not None:
-            yield _result(message)
+        yield from usage.next_message(message)
+        yield from _replayed(message, workspace, compaction)
+    yield from usage.flush()
 
 
-def _result(message: Message) -> ToolCallProgress:
+def _replayed(
+    message: Message, workspace: Path | None, compaction: bool
+) -> Iterator[SessionUpdate]:
+    if message.kind == "compaction":
+        if compaction:
+            yield CompactionUpdate(
+                compaction_id=message.id, status="completed", summary=list(_blocks(message))
+            )
+    elif message.role is Role.USER:
+        for content in _blocks(message):
+            yield ContentChunk(
+                session_update="user_message_chunk", content=content, message_id=message.id
+            )
+    elif message.role is Role.ASSISTANT:
+        for content in _blocks(message):
+            yield ContentChunk(
+                session_update="agent_message_chunk", content=content, message_id=message.id
+            )
+        kinds = _metadata(message, TOOL_KINDS_KEY)
+        for call in message.tool_calls or []:
+            kind = kinds.get(call.id) if isinstance(kinds, dict) else None
+            kind = kind if isinstance(kind, str) else builtin_kind(call.name)
+            yield tool_call_start(call.id, call.name, call.arguments, kind, workspace)
+    elif message.role is Role.TOOL and message.tool_call_id is not None:
+        yield _result(message, workspace)
+
+
+@dataclass
+class _RunUsage:
+    """The tokens of the run being replayed, summed from its assistant messages, given as the
+    ``usage_update`` the live turn sent at its end."""
+
+    size: int | None
+    run_id: str | None = None
+    used: int = 0
+
+    def next_message(self, message: Message) -> Iterator[UsageUpdate]:
+        if message.run_id != self.run_id:
+            yield from self.flush()
+            self.run_id = message.run_id
+        usage = _metadata(message, USAGE_KEY) if message.role is Role.ASSISTANT else None
+        if isinstance(usage, dict):
+            with contextlib.suppress(ValidationError):
+                counted = Usage.model_validate(usage)
+                self.used += counted.input_tokens + counted.output_tokens
+
+    def flush(self) -> Iterator[UsageUpdate]:
+        if self.size is not None and self.used:
+            yield UsageUpdate(used=self.used, size=self.size)
+        self.used = 0
+
+
+def _metadata(message: Message, key: str) -> Any:
+    return (message.metadata or {}).get(key)
+
+
+def _result(message: Message, workspace: Path | None) -> ToolCallProgress:
+    """A tool's result as its last update was: an edit's with its diff, once."""
     text = _text(message)
     status: ToolStatus = "failed" if message.is_error else "completed"
+    diff = _metadata(message, DIFF_KEY)
+    shown = (
+        diff_content(diff, workspace) if isinstance(diff, str) and not message.is_error else None
+    )
+    if shown is not None and isinstance(diff, str):
+        text = without_diff(text, diff)
+    content: list[ToolContent | DiffContent | TerminalContent] = [*text_content(text)]
+    if shown is not None:
+        content.append(shown)
     return ToolCallProgress(
         tool_call_id=message.tool_call_id or "",
         status=status,
-        content=text_content(text),
+        content=content,
         raw_output=text,
     )
 

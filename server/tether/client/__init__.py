@@ -32,6 +32,8 @@ from tether.client.tether_client import (
     TetherClient,
     workspace_uri,
 )
+from tether.protocol.kernel import PermissionParams
+from tether.protocol.tools import ProposedChange
 
 __all__ = [
     "ERRORS",
@@ -45,6 +47,8 @@ __all__ = [
     "ParseFailedError",
     "PermissionHandler",
     "PermissionOutcome",
+    "PermissionParams",
+    "ProposedChange",
     "ProviderFailedError",
     "RequestCancelledError",
     "RpcError",

@@ -46,7 +46,8 @@ logger = logging.getLogger(__name__)
 
 PermissionOutcome = Literal["allow", "allow_always", "reject"]
 PermissionHandler = Callable[[PermissionParams], Awaitable[PermissionOutcome] | PermissionOutcome]
-"""Answers ``tool/requestPermission``: gets its params, returns the outcome (may be async)."""
+"""Answers ``tool/requestPermission``: gets its params, returns the outcome (may be async). An
+edit's params carry the change it proposes (``params.diff``: path, old and new text)."""
 
 
 class _Unset(enum.Enum):

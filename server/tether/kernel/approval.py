@@ -29,7 +29,7 @@ from typing import Literal
 
 from tether.protocol import ToolCall
 from tether.protocol.kernel import PermissionParams, PermissionResult, PermissionToolCall
-from tether.protocol.tools import ToolKind, ToolSpec
+from tether.protocol.tools import ProposedChange, ToolKind, ToolSpec
 from tether.tools.base import ToolResult
 from tether.tools.titles import call_title
 
@@ -97,13 +97,18 @@ class Gate:
     _asking: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def check(
-        self, spec: ToolSpec, call: ToolCall, protected: str | None = None
+        self,
+        spec: ToolSpec,
+        call: ToolCall,
+        protected: str | None = None,
+        change: ProposedChange | None = None,
     ) -> ToolResult | None:
         """``None`` when the call may run, else the error result that refuses it. ``protected``
         is why the call needs explicit approval whatever the policy (it writes to a protected
-        path); ``None`` then means the user allowed this very call."""
+        path); ``None`` then means the user allowed this very call. ``change`` is what an edit
+        proposes, shown with the question."""
         if protected is not None:
-            return await self._check_protected(spec, call, protected)
+            return await self._check_protected(spec, call, protected, change)
         if spec.kind not in NEEDS_APPROVAL or self.policy == "auto":
             return None
         if self.policy == "deny":
@@ -113,10 +118,10 @@ class Gate:
         async with self._asking:
             if call.name in self.always:
                 return None
-            return await self._ask(self.approver, spec, call)
+            return await self._ask(self.approver, spec, call, change=change)
 
     async def _check_protected(
-        self, spec: ToolSpec, call: ToolCall, reason: str
+        self, spec: ToolSpec, call: ToolCall, reason: str, change: ProposedChange | None
     ) -> ToolResult | None:
         """Asked under ``ask`` and ``auto`` alike, never answered by an earlier
         ``allow_always``; refused under ``deny`` and when nobody can be asked."""
@@ -125,10 +130,15 @@ class Gate:
         if self.approver is None:
             return _cannot_ask_protected(call, reason)
         async with self._asking:
-            return await self._ask(self.approver, spec, call, reason)
+            return await self._ask(self.approver, spec, call, reason, change)
 
     async def _ask(
-        self, approver: Approver, spec: ToolSpec, call: ToolCall, reason: str | None = None
+        self,
+        approver: Approver,
+        spec: ToolSpec,
+        call: ToolCall,
+        reason: str | None = None,
+        change: ProposedChange | None = None,
     ) -> ToolResult | None:
         params = PermissionParams(
             session_id=self.session_id,
@@ -140,6 +150,7 @@ class Gate:
                 title=call_title(call.name, call.arguments),
             ),
             reason=reason,
+            diff=change,
         )
         try:
             answer = await approver(params)

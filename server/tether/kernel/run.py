@@ -19,7 +19,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import NoReturn, assert_never
+from typing import Any, NoReturn, assert_never
 
 from tether.kernel import compaction, structured
 from tether.kernel.approval import Gate
@@ -45,7 +45,8 @@ from tether.protocol.kernel import (
     Usage,
 )
 from tether.protocol.kernel import ThoughtDelta as Thought
-from tether.protocol.tools import ToolKind, ToolSpec
+from tether.protocol.messages import CANCELLED_KEY, DIFF_KEY, TOOL_KINDS_KEY, USAGE_KEY
+from tether.protocol.tools import ProposedChange, ToolKind, ToolSpec
 from tether.providers.base import Completion, ModelRequest, Provider, TextDelta, ThoughtDelta
 from tether.sessions.ids import uuid7
 from tether.sessions.store import SessionStore
@@ -88,6 +89,9 @@ def not_cancelled(what: str) -> RuntimeError:
 
 
 CANCELLED_RESULT = "cancelled"
+# A final answer the provider ended so (its finish reason, in the words every provider maps its
+# own to) is not a whole answer: the run stops saying why, and no output schema judges it.
+CUT_ANSWERS = {"length": StopReason.MAX_TOKENS, "content_filter": StopReason.REFUSAL}
 INTERRUPTED_RESULT = "interrupted"
 RESTARTED = "it is started again at the next run"
 
@@ -157,6 +161,8 @@ class Run:
         self.output_errors: list[str] | None = None
         self._unanswered: list[ToolCall] = []  # persisted calls still waiting for their result
         self._results: dict[str, ToolResult] = {}
+        self._kinds: dict[str, ToolKind] = {}  # tool call id -> the kind its tool_call said
+        self._streaming: tuple[str, list[str]] | None = None  # an answer not yet persisted
 
     async def execute(self, prompt: Content) -> RunResult:
         """The whole run; cancellation ends it with ``stopReason: "cancelled"``."""
@@ -197,9 +203,25 @@ class Run:
             await self._fail(RunLeaseLost(self._setup.session_id, self.run_id))
         try:
             await self._record_cancelled_calls()
+            await self._keep_cut_answer()
         except RunLeaseLost as lost:
             await self._fail(lost)
         return StopReason.CANCELLED
+
+    async def _keep_cut_answer(self) -> None:
+        """The text an answer streamed before the run was cancelled is kept, as the user saw
+        it: an assistant message with ``metadata.cancelled`` (its id the one the deltas named)."""
+        streaming, self._streaming = self._streaming, None
+        if streaming is None or not "".join(streaming[1]):
+            return
+        message_id, pieces = streaming
+        cut = MessageInput(
+            role=Role.ASSISTANT,
+            content="".join(pieces),
+            metadata={CANCELLED_KEY: True},
+            author=self._setup.author,
+        )
+        await self._persist([cut], ids=[message_id])
 
     async def _fail(self, error: BaseException) -> NoReturn:
         """End with ``error``: the calls get results (unless the lease is lost: the run's writes
@@ -245,6 +267,7 @@ class Run:
         self._emit(IterationStarted(iteration=self.iterations))
         message_id = uuid7()
         completion = await self._think(message_id)
+        self._streaming = None
         calls = completion.tool_calls
         self.response = completion.content or ""
         content = completion.content or (None if calls else "")  # an empty answer is still one
@@ -252,18 +275,34 @@ class Run:
             role=Role.ASSISTANT,
             content=content,
             tool_calls=calls or None,
-            metadata=completion.metadata,  # what the provider needs sent back (thinking blocks)
+            metadata=self._assistant_metadata(completion),
             author=self._setup.author,
         )
         await self._persist([assistant], ids=[message_id])
         self._unanswered = list(calls)
         if not calls:
             self._emit(IterationFinished(iteration=self.iterations, tool_calls=0))
-            return await self._final_answer()
+            cut = CUT_ANSWERS.get(completion.finish_reason or "")
+            return Final(cut) if cut is not None else await self._final_answer()
         await self._act(calls)
         await self._persist_results()
         self._emit(IterationFinished(iteration=self.iterations, tool_calls=len(calls)))
         return RunAgain()
+
+    def _assistant_metadata(self, completion: Completion) -> dict[str, Any] | None:
+        """What the provider needs sent back (thinking blocks), and what a replay needs: the
+        kind of each tool called (``toolKinds``, but ``other``) and the usage of this model call."""
+        metadata = dict(completion.metadata or {})
+        for call in completion.tool_calls:
+            spec = self._allowed.get(call.name)
+            self._kinds[call.id] = spec.kind if spec is not None else ToolKind.OTHER
+        kinds = {c.id: str(self._kinds[c.id]) for c in completion.tool_calls}
+        kinds = {call_id: kind for call_id, kind in kinds.items() if kind != ToolKind.OTHER}
+        if kinds:  # other, the default, is not stored
+            metadata[TOOL_KINDS_KEY] = kinds
+        if completion.usage is not None:
+            metadata[USAGE_KEY] = completion.usage.to_wire()
+        return metadata or None
 
     async def _final_answer(self) -> Step:
         """The run ends, unless its answer fails the output schema and may be asked again."""
@@ -345,9 +384,12 @@ class Run:
         )
         completion: Completion | None = None
         async with contextlib.aclosing(setup.provider.stream(request)) as events:
+            streamed: list[str] = []
+            self._streaming = (message_id, streamed)
             async for event in events:  # closed at once, even when the run is cancelled
                 if isinstance(event, TextDelta):
                     if event.text:
+                        streamed.append(event.text)
                         self._emit(MessageDelta(message_id=message_id, text=event.text))
                 elif isinstance(event, ThoughtDelta):
                     if event.text:
@@ -363,24 +405,63 @@ class Run:
         return completion
 
     async def _act(self, calls: Sequence[ToolCall]) -> None:
-        """Run the calls concurrently; results are kept in the order the model asked for them."""
+        """Run the calls concurrently; results are kept in the order the model asked for them.
+        An edit's proposed change is computed first: its ``tool_call`` and its permission
+        question carry it."""
         self._results = {}
+        try:
+            changes = await self._proposed_changes(calls)
+        except asyncio.CancelledError:
+            self._announce(calls, {})  # each call is shown before its end (cancelled) is
+            raise
+        self._announce(calls, changes)
+        async with asyncio.TaskGroup() as group:  # one failing cancels the others
+            for call in calls:
+                group.create_task(self._call(call, changes.get(call.id)))
+
+    def _announce(self, calls: Sequence[ToolCall], changes: dict[str, ProposedChange]) -> None:
+        """The ``tool_call`` event of each call, with the change an edit proposes."""
         for call in calls:
-            spec = self._allowed.get(call.name)
             self._emit(
                 ToolCallStarted(
                     tool_call_id=call.id,
                     name=call.name,
                     arguments=call.arguments,
                     title=call_title(call.name, call.arguments),
-                    tool_kind=spec.kind if spec is not None else ToolKind.OTHER,
+                    tool_kind=self._kinds.get(call.id, ToolKind.OTHER),
+                    diff=changes.get(call.id),
                 )
             )
-        async with asyncio.TaskGroup() as group:  # one failing cancels the others
-            for call in calls:
-                group.create_task(self._call(call))
 
-    async def _call(self, call: ToolCall) -> None:
+    async def _proposed_changes(self, calls: Sequence[ToolCall]) -> dict[str, ProposedChange]:
+        """The change each edit among ``calls`` proposes (by call id), without the configured
+        secrets; an edit that will fail proposes none."""
+        edits = [
+            call
+            for call in calls
+            if (spec := self._allowed.get(call.name)) is not None and spec.kind is ToolKind.EDIT
+        ]
+        if not edits:
+            return {}
+        tools, context = self._setup.tools, self._setup.context
+        found = await asyncio.gather(
+            *(tools.proposed_change(call.name, call.arguments, context) for call in edits)
+        )
+        redact = context.secrets.redact
+        return {
+            call.id: change.model_copy(
+                update={
+                    "old_text": None if change.old_text is None else redact(change.old_text),
+                    "new_text": redact(change.new_text),
+                }
+            )
+            if context.secrets
+            else change
+            for call, change in zip(edits, found, strict=True)
+            if change is not None
+        }
+
+    async def _call(self, call: ToolCall, change: ProposedChange | None = None) -> None:
         """One call and its last update.
 
         A ``CancelledError`` that is not the cancellation of this call's task (the task group
@@ -390,7 +471,7 @@ class Run:
         end cancelled without a word.
         """
         try:
-            result = self._redacted(await self._outcome(call))
+            result = self._redacted(await self._outcome(call, change))
         except asyncio.CancelledError:
             if cancelling():
                 raise
@@ -408,7 +489,7 @@ class Run:
             )
         )
 
-    async def _outcome(self, call: ToolCall) -> ToolResult:
+    async def _outcome(self, call: ToolCall, change: ProposedChange | None) -> ToolResult:
         """Approved (when its kind needs it), then run; a refusal is its result."""
         spec = self._allowed.get(call.name)
         if spec is None:
@@ -416,7 +497,7 @@ class Run:
             return ToolResult(self._not_available(call.name), True)
         workspace = self._setup.context.workspace
         protected = self._setup.tools.protected(call.name, call.arguments, workspace)
-        refusal = await self._setup.approval.check(spec, call, protected)
+        refusal = await self._setup.approval.check(spec, call, protected, change)
         if refusal is not None:
             return refusal
         self._emit(ToolCallUpdate(tool_call_id=call.id, status=ToolCallStatus.IN_PROGRESS))
@@ -493,6 +574,7 @@ class Run:
                         is_error=result.is_error or None,
                         output=result.output,
                         author=self._setup.author,
+                        metadata={DIFF_KEY: result.diff} if result.diff is not None else None,
                     )
                     for call, result in zip(calls, results, strict=True)
                 ]

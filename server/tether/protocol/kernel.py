@@ -9,11 +9,13 @@ from pydantic import Field, JsonValue, field_validator
 
 from tether.protocol.base import Params, WireModel
 from tether.protocol.messages import Content, Message
-from tether.protocol.tools import ToolKind
+from tether.protocol.tools import ProposedChange, ToolKind
 
 
 class StopReason(StrEnum):
     END_TURN = "end_turn"
+    MAX_TOKENS = "max_tokens"  # the model's answer was cut at its output token limit
+    REFUSAL = "refusal"  # the model (or the provider's filter) refused to answer
     MAX_ITERATIONS = "max_iterations"
     CANCELLED = "cancelled"
     OUTPUT_INVALID = "output_invalid"  # the answer still failed the outputSchema after retries
@@ -195,6 +197,9 @@ class ToolCallStarted(WireModel):
         default=ToolKind.OTHER, description="the tool's kind (other for a tool not on offer)"
     )
     status: Literal[ToolCallStatus.PENDING] = ToolCallStatus.PENDING
+    diff: ProposedChange | None = Field(
+        default=None, description="an edit: the change it proposes, before it is approved or run"
+    )
 
 
 class ToolCallUpdate(WireModel):
@@ -283,6 +288,9 @@ class PermissionParams(WireModel):
     reason: str | None = Field(
         default=None,
         description="why this call is asked about whatever the policy (a protected path)",
+    )
+    diff: ProposedChange | None = Field(
+        default=None, description="an edit: the change it proposes (what `allow` lets it make)"
     )
 
 

@@ -20,6 +20,14 @@ from pydantic import (
 from tether.protocol.base import UtcDatetime, WireModel
 from tether.protocol.limits import shallow_json
 
+# The message metadata the kernel writes, for the faces to replay a session as it was seen:
+TOOL_KINDS_KEY = "toolKinds"  # an assistant message: the kind of each tool it called, by call id
+USAGE_KEY = "usage"  # an assistant message: the tokens its model call used (a Usage)
+CANCELLED_KEY = (
+    "cancelled"  # an assistant message: true, the text an answer streamed until cancelled
+)
+DIFF_KEY = "diff"  # a tool message: the unified diff of what an edit changed
+
 
 class Role(StrEnum):
     SYSTEM = "system"

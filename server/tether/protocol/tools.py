@@ -25,6 +25,17 @@ class ToolSpec(WireModel):
     kind: ToolKind = ToolKind.OTHER
 
 
+class ProposedChange(WireModel):
+    """What an edit (``edit_file``, ``write_file``) would make of a file, computed before it is
+    asked about or run: the whole text before and after."""
+
+    path: str = Field(description="the file, relative to the session's workspace root")
+    old_text: str | None = Field(
+        default=None, description="its text now (omitted: the file does not exist yet)"
+    )
+    new_text: str = Field(description="its text once the edit is made")
+
+
 MCP_SERVER_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,32}$"
 
 

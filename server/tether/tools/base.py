@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from tether.protocol.tools import ToolSpec
+from tether.protocol.tools import ProposedChange, ToolSpec
 from tether.secrets import Secrets
 from tether.tools.confinement import SandboxPolicy
 
@@ -116,6 +116,15 @@ class Tool(ABC):
         the call runs; a call it cannot judge (bad arguments) may raise :class:`ToolError`."""
         return None
 
+    def proposed_change(
+        self, arguments: dict[str, Any], workspace: Path, files: FileAccess | None
+    ) -> ProposedChange | None:
+        """What an edit would make of its file, computed before it is asked about or run (in a
+        thread: it reads the file, through ``files`` when given); None for a tool that edits no
+        file. A call that will fail (bad arguments, no such file...) may raise
+        :class:`ToolError`."""
+        return None
+
 
 class ToolExecutor(Protocol):
     def list(self) -> list[ToolSpec]: ...
@@ -131,6 +140,13 @@ class ToolExecutor(Protocol):
 
     def failures(self) -> Sequence[SourceFailure]:
         """The sources of tools that could not offer theirs for this run (none: empty)."""
+        ...
+
+    async def proposed_change(
+        self, name: str, arguments: str, context: ToolContext
+    ) -> ProposedChange | None:
+        """:meth:`Tool.proposed_change` of a call as the model made it; None for a call that
+        edits no file or will fail anyway."""
         ...
 
 
@@ -149,6 +165,11 @@ class ToolLayer:
 
     def failures(self) -> Sequence[SourceFailure]:
         return self._inner.failures()
+
+    async def proposed_change(
+        self, name: str, arguments: str, context: ToolContext
+    ) -> ProposedChange | None:
+        return await self._inner.proposed_change(name, arguments, context)
 
     async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
         return await self._inner.execute(name, arguments, context)

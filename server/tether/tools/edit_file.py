@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
-from tether.protocol.tools import ToolKind
+from tether.protocol.tools import ProposedChange, ToolKind
 from tether.tools.base import FileAccess, ToolContext, ToolError, ToolResult
 from tether.tools.protected import check_protected, protected_write
 from tether.tools.sandbox import DEFAULT_MAX_FILE_BYTES, Sandbox, format_size
@@ -19,7 +19,10 @@ from tether.tools.writing import (
     commit,
     finish_once_started,
     inspect,
+    proposal_sized,
+    proposed,
     read_entry,
+    text_before,
     too_large,
     unified_diff,
 )
@@ -65,6 +68,18 @@ class EditFile(TypedTool[EditFileArguments]):
 
     def protected(self, arguments: dict[str, Any], workspace: Path) -> str | None:
         return protected_write(workspace, self.parse(arguments).path)
+
+    def proposed_change(
+        self, arguments: dict[str, Any], workspace: Path, files: FileAccess | None
+    ) -> ProposedChange | None:
+        """The file's text with the replacement made, as :func:`edit_file` would make it."""
+        args = self.parse(arguments)
+        sandbox = Sandbox(workspace, max_file_bytes=self.max_file_bytes)
+        real = sandbox.resolve_for_write(args.path, must_exist=True)
+        rel = sandbox.relative(real)
+        old = text_before(sandbox, args.path, real, files)
+        new, _ = replace(old, args, rel)
+        return proposed(sandbox, real, old, proposal_sized(new, args.path))
 
 
 def edit_file(

@@ -8,6 +8,7 @@ cancellation (``asyncio.CancelledError``) propagates.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import json
 import logging
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.protocol.limits import MAX_JSON_DEPTH, NESTED_TOO_DEEP, nested_deeper_than
-from tether.protocol.tools import ToolSpec
+from tether.protocol.tools import ProposedChange, ToolKind, ToolSpec
 from tether.tools.base import SourceFailure, Tool, ToolContext, ToolError, ToolResult
 
 logger = logging.getLogger(__name__)
@@ -94,6 +95,25 @@ class ToolRegistry:
         """Built-in tools always offer themselves."""
         return ()
 
+    async def proposed_change(
+        self, name: str, arguments: str, context: ToolContext
+    ) -> ProposedChange | None:
+        """The change an edit would make (see :meth:`Tool.proposed_change`), read in a thread;
+        None for a tool that is not an edit, and for a call that will fail as it runs."""
+        tool = self.get(name)
+        if tool is None or tool.spec.kind is not ToolKind.EDIT:
+            return None
+        try:
+            parsed = _arguments_object(name, arguments)
+        except ToolError:
+            return None
+        try:
+            return await asyncio.to_thread(_proposed_change, tool, parsed, context)
+        except asyncio.CancelledError:
+            if context.files is not None:  # ends a wait for the editor's text, withdrawn
+                context.files.interrupt()
+            raise
+
     def list(self, allowed: Collection[str] | None = None) -> builtins.list[ToolSpec]:
         """The specs of the tools on offer, in registration order, further limited to
         ``allowed`` when it is given."""
@@ -103,6 +123,18 @@ class ToolRegistry:
 
     def _offers(self, name: str) -> bool:
         return name in self._tools and (self._allowed is None or name in self._allowed)
+
+
+def _proposed_change(
+    tool: Tool, arguments: dict[str, Any], context: ToolContext
+) -> ProposedChange | None:
+    try:
+        return tool.proposed_change(arguments, context.workspace, context.files)
+    except ToolError:
+        return None
+    except Exception:  # the call itself will report what is wrong
+        logger.exception("computing the change %s proposes failed", tool.spec.name)
+        return None
 
 
 def _arguments_object(tool: str, arguments: str) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
-from tether.protocol.tools import ToolKind
+from tether.protocol.tools import ProposedChange, ToolKind
 from tether.tools.base import FileAccess, ToolContext, ToolError, ToolResult
 from tether.tools.protected import check_protected, protected_write
 from tether.tools.sandbox import DEFAULT_MAX_FILE_BYTES, Sandbox, format_size
@@ -18,7 +18,10 @@ from tether.tools.writing import (
     count_lines,
     finish_once_started,
     inspect,
+    proposal_sized,
+    proposed,
     read_entry,
+    text_before,
     too_large,
     unified_diff,
 )
@@ -57,6 +60,16 @@ class WriteFile(TypedTool[WriteFileArguments]):
 
     def protected(self, arguments: dict[str, Any], workspace: Path) -> str | None:
         return protected_write(workspace, self.parse(arguments).path)
+
+    def proposed_change(
+        self, arguments: dict[str, Any], workspace: Path, files: FileAccess | None
+    ) -> ProposedChange | None:
+        """The file's text now (none for a new file) and the content it would get."""
+        args = self.parse(arguments)
+        sandbox = Sandbox(workspace, max_file_bytes=self.max_file_bytes)
+        real = sandbox.resolve_for_write(args.path)
+        old = text_before(sandbox, args.path, real, files) if real.exists() else None
+        return proposed(sandbox, real, old, proposal_sized(args.content, args.path))
 
 
 def write_file(

@@ -24,10 +24,12 @@ import secrets
 import stat
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar, cast
 
-from tether.tools.base import ToolError
-from tether.tools.sandbox import Parent, format_size
+from tether.protocol.tools import ProposedChange
+from tether.tools.base import FileAccess, ToolError
+from tether.tools.sandbox import Parent, Sandbox, format_size
 from tether.tools.text import is_binary
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -203,3 +205,30 @@ def _lines(data: bytes) -> list[str]:
 
 def count_lines(data: bytes) -> int:
     return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+
+
+def text_before(sandbox: Sandbox, path: str, real: Path, files: FileAccess | None) -> str:
+    """The text an edit of ``path`` (``real``, resolved) would change, for its proposed change:
+    the editor's (``files``) or the disk's; a :class:`ToolError` when it is binary, not UTF-8 or
+    too large to propose (over :data:`MAX_DIFF_INPUT_BYTES`)."""
+    text = files.read_text(real) if files is not None else None
+    if text is None:
+        data = sandbox.read_bytes(path, max_bytes=MAX_DIFF_INPUT_BYTES)
+        if is_binary(data):
+            raise ToolError(f"{path} is a binary file")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ToolError(f"{path} is not UTF-8 text") from None
+    return proposal_sized(text, path)
+
+
+def proposal_sized(text: str, shown: str) -> str:
+    """``text``, or a :class:`ToolError` when it is too large to carry in a proposed change."""
+    if len(text) > MAX_DIFF_INPUT_BYTES or len(text.encode()) > MAX_DIFF_INPUT_BYTES:
+        raise ToolError(f"{shown} is too large to propose")
+    return text
+
+
+def proposed(sandbox: Sandbox, real: Path, old: str | None, new: str) -> ProposedChange:
+    return ProposedChange(path=sandbox.relative(real), old_text=old, new_text=new)

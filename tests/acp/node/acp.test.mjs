@@ -90,6 +90,9 @@ test("a turn reads a file, asks before writing, and the session can be listed an
         assert.ok(existsSync(join(project, "out.txt")));
         assert.equal(questions.length, 1);
         assert.equal(questions[0].toolCall.title, "Write out.txt");
+        const proposed = { type: "diff", path: join(project, "out.txt"), newText: "hi\n" };
+        assert.deepEqual(questions[0].toolCall.content, [proposed]); // asked with the change
+
 
         const starts = updates.filter((u) => u.sessionUpdate === "tool_call");
         assert.deepEqual(
@@ -102,7 +105,8 @@ test("a turn reads a file, asks before writing, and the session can be listed an
         const diffs = updates
           .filter((u) => u.sessionUpdate === "tool_call_update" && u.content)
           .flatMap((u) => u.content.filter((c) => c.type === "diff"));
-        assert.deepEqual(diffs, [{ type: "diff", path: join(project, "out.txt"), newText: "hi\n" }]);
+        assert.deepEqual(diffs, [proposed]); // one diff per update
+        assert.deepEqual(starts[1].content, [proposed]); // the pending tool_call shows it too
 
         const listed = await agent.request(acp.methods.agent.session.list, { cwd: project });
         assert.deepEqual(

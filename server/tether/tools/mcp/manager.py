@@ -20,7 +20,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tether.protocol.tools import McpServerSpec, ToolSpec
+from tether.protocol.tools import McpServerSpec, ProposedChange, ToolSpec
 from tether.tools.base import SourceFailure, Tool, ToolContext, ToolResult
 from tether.tools.confinement import McpSandbox, SandboxPolicy
 from tether.tools.registry import ToolRegistry
@@ -243,6 +243,11 @@ class McpExecutor:
 
     def failures(self) -> Sequence[SourceFailure]:
         return self._failures
+
+    async def proposed_change(
+        self, name: str, arguments: str, context: ToolContext
+    ) -> ProposedChange | None:
+        return await self.registry.proposed_change(name, arguments, context)
 
     async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
         if self.registry.get(name) is None:
