@@ -108,9 +108,11 @@ from tether.protocol import (
 from tether.protocol.kernel import Usage
 from tether.protocol.messages import MessageContent, is_blocks
 from tether.protocol.sessions import (
+    DEFAULT_MODE,
     CreateSessionParams,
     ForkSessionParams,
     SessionFields,
+    ToolPermissions,
     session_exists,
 )
 from tether.sessions.cursors import decode_cursor, encode_cursor
@@ -125,7 +127,7 @@ from tether.sessions.store import Order
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 class _Micros(TypeDecorator[datetime]):
@@ -173,6 +175,8 @@ sessions_table = Table(
     Column("tools", JSON(none_as_null=True)),
     Column("allowed_models", JSON(none_as_null=True)),
     Column("state", JSON, nullable=False),
+    Column("mode", Text),  # version 6: NULL is "ask"
+    Column("permissions", JSON(none_as_null=True)),  # version 6: the remembered answers
     Column("parent_session_id", _ID),
     Column("forked_from_message_id", _ID),
     Column("owner", _ID, nullable=False),
@@ -188,6 +192,7 @@ sessions_table = Table(
     Column("lease_until", _Micros),
 )
 _LEASE_COLUMNS = ("lease_run_id", "lease_holder", "lease_until")
+_MODE_COLUMNS = ("mode", "permissions")
 
 segments_table = Table(
     "segments",
@@ -265,6 +270,7 @@ def _create_v1(connection: Connection) -> None:
             for c in create.columns
             if (table.name, c.element.name) not in _LATER_COLUMNS
             and c.element.name not in _LEASE_COLUMNS
+            and (table.name, c.element.name) not in {("sessions", n) for n in _MODE_COLUMNS}
         ]
         connection.execute(create)
     for index in _V1_INDEXES:
@@ -298,12 +304,20 @@ def _add_message_output(connection: Connection) -> None:
     connection.exec_driver_sql(f"ALTER TABLE messages ADD COLUMN {column}")
 
 
+def _add_mode(connection: Connection) -> None:
+    """Sessions learn ``mode`` and ``permissions`` (the remembered always answers)."""
+    for name in _MODE_COLUMNS:
+        column = CreateColumn(sessions_table.c[name]).compile(dialect=connection.dialect)
+        connection.exec_driver_sql(f"ALTER TABLE sessions ADD COLUMN {column}")
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_v1,
     _add_run_index,
     _add_run_lease,
     _add_compaction,
     _add_message_output,
+    _add_mode,
 ]
 """Step ``i`` moves the schema from version ``i`` to ``i + 1`` (0: an empty database)."""
 
@@ -822,6 +836,8 @@ class SqlStore:
             "tools": params.tools,
             "allowed_models": params.allowed_models,
             "state": params.state or {},
+            "mode": params.mode,
+            "permissions": _permissions_json(params.permissions),
             "parent_session_id": None,
             "forked_from_message_id": None,
             # A chosen id might be the key of another session's messages (one it had before a
@@ -890,7 +906,7 @@ class SqlStore:
             value = getattr(changes, name)
             if name in ("settings", "metadata", "state") and value is None:
                 value = {}
-            values[name] = value
+            values[name] = _permissions_json(value) if name == "permissions" else value
         values["updated_at"] = _later(literal(utcnow(), _Micros))
 
         def configure(connection: Connection) -> Session:
@@ -1009,6 +1025,8 @@ class SqlStore:
                     "tools",
                     "allowed_models",
                     "state",
+                    "mode",
+                    "permissions",
                 )
             }
             values.update(given)
@@ -1395,6 +1413,8 @@ def _session(row: Row[Any], now: datetime) -> Session:
         tools=row.tools,
         allowed_models=row.allowed_models,
         state=row.state,
+        mode=row.mode or DEFAULT_MODE,
+        permissions=ToolPermissions.model_validate(row.permissions or {}),
         parent_session_id=row.parent_session_id,
         forked_from_message_id=row.forked_from_message_id,
         message_count=row.base_count + row.own_count,
@@ -1403,6 +1423,13 @@ def _session(row: Row[Any], now: datetime) -> Session:
         updated_at=row.updated_at,
         running=lease is not None and lease.blocks(now),
     )
+
+
+def _permissions_json(permissions: ToolPermissions | None) -> dict[str, Any] | None:
+    """The remembered answers as the ``permissions`` column keeps them (None: none)."""
+    if permissions is None or not (permissions.allow_always or permissions.reject_always):
+        return None
+    return permissions.model_dump(by_alias=True)
 
 
 def _json_safe(values: dict[str, Any]) -> dict[str, Any]:
