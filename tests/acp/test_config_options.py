@@ -1,5 +1,6 @@
-"""The mode, the model and the thinking level as ACP session config options: offered by ``session/new`` and
-``session/load``, set with ``session/set_config_option``, kept in the store."""
+"""The mode, the model and the thinking level as ACP session config options: offered by
+``session/new`` and ``session/load``, set with ``session/set_config_option``, kept in the
+store."""
 
 from __future__ import annotations
 
