@@ -50,7 +50,7 @@ from tether.protocol.tools import McpServerSpec
 
 logger = logging.getLogger(__name__)
 
-PermissionOutcome = Literal["allow", "allow_always", "reject"]
+PermissionOutcome = Literal["allow", "allow_always", "reject", "reject_always"]
 PermissionHandler = Callable[[PermissionParams], Awaitable[PermissionOutcome] | PermissionOutcome]
 """Answers ``tool/requestPermission``: gets its params, returns the outcome (may be async)."""
 
