@@ -113,21 +113,36 @@ class Gate:
             return None
         if self.policy == "deny":
             return _denied(spec, call)
-        async with self._asking:
-            mode, remembered = await self._current()
-            if mode == READ_ONLY:
-                return _read_only(spec, call)
-            if call.name in remembered.reject_always:
-                return _refused(REJECTED_RESULT)
-            if protected is not None:  # never answered by the mode or an allow_always
-                return await self._check_protected(spec, call, protected)
-            if self.policy == "auto" or call.name in remembered.allow_always:
-                return None
-            if mode == ACCEPT_EDITS and spec.kind == ToolKind.EDIT:
-                return None
+        decided = await self._decide(spec, call, protected)
+        if not isinstance(decided, _Ask):
+            return decided
+        async with self._asking:  # an always answer given meanwhile may decide it now
+            decided = await self._decide(spec, call, protected)
+            if not isinstance(decided, _Ask):
+                return decided
+            return await self._ask(decided.approver, spec, call, protected)
+
+    async def _decide(
+        self, spec: ToolSpec, call: ToolCall, protected: str | None
+    ) -> ToolResult | _Ask | None:
+        """What the mode, the remembered answers and the policy decide (:class:`_Ask`: the user
+        is to be asked)."""
+        mode, remembered = await self._current()
+        if mode == READ_ONLY:
+            return _read_only(spec, call)
+        if call.name in remembered.reject_always:
+            return _refused(REJECTED_RESULT)
+        if protected is not None:  # asked under ask and auto alike, whatever was answered before
             if self.approver is None:
-                return _cannot_ask(spec, call)
-            return await self._ask(self.approver, spec, call)
+                return _cannot_ask_protected(call, protected)
+            return _Ask(self.approver)
+        if self.policy == "auto" or call.name in remembered.allow_always:
+            return None
+        if mode == ACCEPT_EDITS and spec.kind == ToolKind.EDIT:
+            return None
+        if self.approver is None:
+            return _cannot_ask(spec, call)
+        return _Ask(self.approver)
 
     async def _current(self) -> tuple[str, ToolPermissions]:
         """The session's mode and remembered answers now (another process, or the client
@@ -137,15 +152,6 @@ class Gate:
         except Exception as exc:  # a fault, or a session deleted meanwhile
             logger.warning("could not read the mode of session %s: %s", self.session_id, exc)
         return self.session.mode, self.session.permissions
-
-    async def _check_protected(
-        self, spec: ToolSpec, call: ToolCall, reason: str
-    ) -> ToolResult | None:
-        """Asked under ``ask`` and ``auto`` alike, never answered by an earlier
-        ``allow_always``; refused when nobody can be asked."""
-        if self.approver is None:
-            return _cannot_ask_protected(call, reason)
-        return await self._ask(self.approver, spec, call, reason)
 
     async def _ask(
         self, approver: Approver, spec: ToolSpec, call: ToolCall, reason: str | None = None
@@ -200,6 +206,13 @@ class Gate:
                 self.session_id,
                 exc,
             )
+
+
+@dataclass(frozen=True, slots=True)
+class _Ask:
+    """The decision to ask the user, through ``approver``."""
+
+    approver: Approver
 
 
 def _read_only(spec: ToolSpec, call: ToolCall) -> ToolResult:
