@@ -284,3 +284,23 @@ async def test_a_handle_cancelled_while_its_run_streams_answers_cancelled(tmp_pa
     assert result.stop_reason is StopReason.CANCELLED
     assert (await harness.store.get(sid)).running is False
     assert handle.cancel() is False  # it has ended
+
+
+async def test_cancelling_the_await_of_a_handle_cancels_its_run_with_its_partial_result(
+    tmp_path: Path,
+) -> None:
+    harness = Harness(tmp_path, [{"text": "a long answer", "delay": 60}])
+    sid = await harness.session()
+    started = asyncio.Event()
+
+    def emit(event: ProgressParams) -> None:
+        started.set()
+
+    handle = harness.kernel.start(RunParams(session_id=sid, prompt="go"), emit)
+    waiting = asyncio.ensure_future(handle.result())
+    await asyncio.wait_for(started.wait(), RUN_TIMEOUT)
+    waiting.cancel()
+    with pytest.raises(RequestCancelled) as raised:
+        await asyncio.wait_for(waiting, RUN_TIMEOUT)
+    assert raised.value.data["stopReason"] == "cancelled"
+    assert (await harness.store.get(sid)).running is False

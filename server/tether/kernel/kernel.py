@@ -596,10 +596,11 @@ class RunHandle:
 
     async def result(self) -> RunResult:
         """The run's result (``stopReason: "cancelled"`` once cancelled), or the error that
-        refused it. Cancelling this await cancels the run."""
+        refused it. Cancelling this await cancels the run, which then raises
+        :class:`RequestCancelled` with its partial result, as :meth:`Kernel.run` does."""
         assert self.task is not None, "only a run from Kernel.start is awaited here"
         try:
             return await asyncio.shield(self.task)
         except asyncio.CancelledError:
             self.task.cancel()
-            raise
+            return await self.task
