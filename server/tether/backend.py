@@ -81,7 +81,6 @@ class Backend:
         self._mcp: McpManager | None = None  # made when a session or a run first needs it
         self.sessions.on_create.append(self._remember_mcp_servers)
         self.sessions.on_delete.append(self._close_mcp_servers)
-        self.sessions.on_delete.append(self._forget_in_kernel)
         self.sessions.on_fork.append(self._fork_mcp_servers)
 
     @property
@@ -337,10 +336,6 @@ class Backend:
 
             self.mcp.set_session_servers(session.session_id, params.mcp_servers)
             register(Secrets.of(server_secrets(params.mcp_servers)))
-
-    async def _forget_in_kernel(self, session_id: str) -> None:
-        if self.kernel is not None:
-            self.kernel.forget(session_id)
 
     def _fork_mcp_servers(self, session: Session) -> None:
         if self._mcp is not None and session.parent_session_id is not None:

@@ -1,5 +1,6 @@
-"""The model and the thinking level as ACP session config options: offered by ``session/new`` and
-``session/load``, set with ``session/set_config_option``, kept in the store."""
+"""The mode, the model and the thinking level as ACP session config options: offered by
+``session/new`` and ``session/load``, set with ``session/set_config_option``, kept in the
+store."""
 
 from __future__ import annotations
 
@@ -26,11 +27,16 @@ def _current(options: list[dict[str, Any]]) -> dict[str, str]:
     return {option["id"]: option["currentValue"] for option in options}
 
 
-async def test_new_session_offers_the_model_and_thinking_level(setup: Setup, project: Path) -> None:
+async def test_new_session_offers_the_mode_model_and_thinking_level(
+    setup: Setup, project: Path
+) -> None:
     setup.script([], model="scripted-large")
     async with setup.agent() as agent:
         answer = await agent.request("session/new", {"cwd": str(project), "mcpServers": []})
-    model, thinking = answer["configOptions"]
+    mode, model, thinking = answer["configOptions"]
+    assert mode["id"] == "mode" and mode["category"] == "mode" and mode["currentValue"] == "ask"
+    assert [value["value"] for value in mode["options"]] == ["ask", "accept_edits", "read_only"]
+    assert answer["modes"]["currentModeId"] == "ask"
     assert model["id"] == "model" and model["type"] == "select" and model["category"] == "model"
     assert model["currentValue"] == "scripted-large"
     assert [value["value"] for value in model["options"]] == ["scripted-large"]
@@ -49,7 +55,11 @@ async def test_a_set_thinking_level_is_kept_in_the_store_and_loaded_by_another_p
             "session/set_config_option",
             {"sessionId": session["sessionId"], "configId": "thinkingLevel", "value": "high"},
         )
-    assert _current(answer["configOptions"]) == {"model": "scripted-large", "thinkingLevel": "high"}
+    assert _current(answer["configOptions"]) == {
+        "mode": "ask",
+        "model": "scripted-large",
+        "thinkingLevel": "high",
+    }
     async with durable.agent() as second:
         params = {"sessionId": session["sessionId"], "cwd": str(project), "mcpServers": []}
         loaded = await second.request("session/load", params)
@@ -105,7 +115,7 @@ def _session(**fields: Any) -> Session:
 
 def test_the_model_choices_are_the_sessions_allowed_models() -> None:
     session = _session(allowed_models=["small", "large"], model="large")
-    [model, _] = config_options(session, "small")
+    [_, model, _] = config_options(session, "small")
     assert model.current_value == "large"
     assert [value.value for value in model.options] == ["small", "large"]
     change = configure(session, "small", "model", "small")
@@ -116,16 +126,16 @@ def test_the_model_choices_are_the_sessions_allowed_models() -> None:
 
 def test_a_model_outside_the_allowed_ones_is_shown_as_current_but_cannot_be_chosen() -> None:
     session = _session(allowed_models=["small"])
-    [model, _] = config_options(session, "configured")
+    [_, model, _] = config_options(session, "configured")
     assert model.current_value == "configured"
     assert [value.value for value in model.options] == ["configured", "small"]
     with pytest.raises(InvalidParams):
         configure(session, "configured", "model", "configured")
 
 
-def test_without_any_model_only_the_thinking_level_is_offered() -> None:
-    [thinking] = config_options(_session(), None)
-    assert thinking.id == "thinkingLevel"
+def test_without_any_model_only_the_mode_and_thinking_level_are_offered() -> None:
+    [mode, thinking] = config_options(_session(), None)
+    assert (mode.id, thinking.id) == ("mode", "thinkingLevel")
 
 
 def test_setting_the_thinking_level_keeps_the_other_settings() -> None:
@@ -133,3 +143,70 @@ def test_setting_the_thinking_level_keeps_the_other_settings() -> None:
     change = configure(session, None, "thinkingLevel", "high")
     assert change.settings == {"temperature": 0.2, "thinkingLevel": "high"}
     assert change.model is None
+
+
+async def test_the_mode_set_as_a_config_option_is_the_mode_and_is_announced(
+    setup: Setup, project: Path
+) -> None:
+    setup.script([])
+    async with setup.agent() as agent:
+        session = await agent.conn.new_session(cwd=str(project), mcp_servers=[])
+        answer = await agent.request(
+            "session/set_config_option",
+            {"sessionId": session.session_id, "configId": "mode", "value": "read_only"},
+        )
+        with pytest.raises(RequestError) as bad:
+            await agent.conn.set_config_option(
+                session_id=session.session_id, config_id="mode", value="yolo"
+            )
+        loaded = await agent.request(
+            "session/resume", {"sessionId": session.session_id, "cwd": str(project)}
+        )
+        updates = agent.wire.updates(session.session_id)
+    assert _current(answer["configOptions"])["mode"] == "read_only"
+    assert updates == [{"sessionUpdate": "current_mode_update", "currentModeId": "read_only"}]
+    assert loaded["modes"]["currentModeId"] == "read_only"
+    assert bad.value.code == -32602 and "'yolo'" in bad.value.data["fields"][0]["message"]
+
+
+async def test_set_mode_is_the_mode_config_option_too(setup: Setup, project: Path) -> None:
+    setup.script([])
+    async with setup.agent() as agent:
+        session = await agent.conn.new_session(cwd=str(project), mcp_servers=[])
+        await agent.conn.set_session_mode(session_id=session.session_id, mode_id="accept_edits")
+        with pytest.raises(RequestError) as bad:
+            await agent.conn.set_session_mode(session_id=session.session_id, mode_id="yolo")
+        updates = agent.wire.updates(session.session_id)
+    kinds = [update["sessionUpdate"] for update in updates]
+    assert kinds == ["current_mode_update", "config_option_update"]
+    assert updates[0]["currentModeId"] == "accept_edits"
+    assert _current(updates[1]["configOptions"])["mode"] == "accept_edits"
+    assert bad.value.code == -32602 and bad.value.data["fields"][0]["field"] == "modeId"
+
+
+async def test_a_mode_set_in_one_process_is_the_mode_in_another(
+    durable: Setup, project: Path
+) -> None:
+    durable.script([{"text": "Hello."}])
+    async with durable.agent() as first, durable.agent() as second:
+        session = await first.conn.new_session(cwd=str(project), mcp_servers=[])
+        loaded = await second.conn.load_session(cwd=str(project), session_id=session.session_id)
+        await first.conn.set_session_mode(session_id=session.session_id, mode_id="read_only")
+        await second.conn.prompt(session_id=session.session_id, prompt=[text_block("hi")])
+        updates = second.wire.updates(session.session_id)
+    assert loaded.modes is not None and loaded.modes.current_mode_id == "ask"
+    kinds = [update["sessionUpdate"] for update in updates]
+    assert kinds[:2] == ["config_option_update", "current_mode_update"]
+    assert updates[1]["currentModeId"] == "read_only"
+
+
+async def test_the_python_sdk_client_sees_the_mode_config_option(
+    setup: Setup, project: Path
+) -> None:
+    setup.script([])
+    async with setup.agent() as agent:
+        session = await agent.conn.new_session(cwd=str(project), mcp_servers=[])
+    options = [getattr(option, "root", option) for option in session.config_options or []]
+    [mode] = [option for option in options if option.category == "mode"]
+    assert (mode.id, mode.current_value) == ("mode", "ask")
+    assert session.modes is not None and session.modes.current_mode_id == "ask"

@@ -14,6 +14,8 @@ import pytest
 from tests.acp.conftest import AGENT, schema_problems
 from tether.protocol.limits import MAX_REQUEST_DEPTH
 
+TEXT = {"type": "text", "text": "hi"}
+
 RESULT_OF = {1: "initialize", 3: "initialize"}
 
 
@@ -50,7 +52,7 @@ async def test_bad_input_is_answered_and_every_request_gets_one_response(
             request(4, "no/such/method"),
             b'{"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "x"}}\r\n',
             b"\n",
-            request(5, "session/prompt", {"sessionId": "nope", "prompt": []}),
+            request(5, "session/prompt", {"sessionId": "nope", "prompt": [TEXT]}),
             request(7, "initialize", {"protocolVersion": 1}),
             request(6, "session/new", {"cwd": str(project), "mcpServers": []})[:-1],
         ],

@@ -12,7 +12,7 @@ from tether.config import TetherConfig
 from tether.kernel.approval import REJECTED_RESULT, ApprovalError, Approver
 from tether.kernel.kernel import Kernel
 from tether.memory import Memory
-from tether.protocol import CreateSessionParams, Role
+from tether.protocol import ConfigureSessionParams, CreateSessionParams, Role
 from tether.protocol.kernel import (
     PermissionParams,
     PermissionResult,
@@ -169,16 +169,35 @@ async def test_allow_always_is_remembered_for_the_session_only(tmp_path: Path):
     assert len(harness.edit.calls) == 4
 
 
-async def test_a_forgotten_session_is_asked_again(tmp_path: Path):
+async def test_answers_forgotten_with_session_configure_are_asked_again(tmp_path: Path):
     client = Client("allow_always", "allow")
     turns = [{"toolCalls": [call("c1", "patch")]}, {"text": "done"}]
     turns += [{"toolCalls": [call("c2", "patch")]}, {"text": "done"}]
     harness = Harness(tmp_path, turns, approver=client)
     sid = await harness.session()
     await harness.run(sid)
-    harness.kernel.forget(sid)  # the session was deleted (its id is never given again)
+    assert (await harness.store.get(sid)).permissions.allow_always == ["patch"]
+    forget = ConfigureSessionParams.model_validate({"sessionId": sid, "permissions": None})
+    await harness.store.configure(sid, forget)
     await harness.run(sid)
     assert [a.tool_call.id for a in client.asked] == ["c1", "c2"]
+
+
+async def test_reject_always_refuses_later_calls_of_that_tool_in_every_run_without_asking(
+    tmp_path: Path,
+):
+    client = Client("reject_always", "allow")
+    turns = [{"toolCalls": [call("c1", "shell"), call("c2", "shell")]}, {"text": "done"}]
+    turns += [{"toolCalls": [call("c3", "shell"), call("c4", "patch")]}, {"text": "done"}]
+    harness = Harness(tmp_path, turns, approver=client)
+    sid = await harness.session()
+    first = await harness.run(sid)
+    second = await harness.run(sid)
+    assert [a.tool_call.id for a in client.asked] == ["c1", "c4"]
+    assert harness.shell.calls == []
+    results = [(r.id, r.is_error) for r in first.tool_calls + second.tool_calls]
+    assert results == [("c1", True), ("c2", True), ("c3", True), ("c4", False)]
+    assert (await harness.store.get(sid)).permissions.reject_always == ["shell"]
 
 
 async def test_allow_always_spares_the_questions_about_the_same_tool_in_the_same_turn(
@@ -420,3 +439,64 @@ async def test_an_ordinary_write_under_auto_is_not_asked_about(repo: Path):
     harness = KernelHarness(repo, turns, config={"tools": {"approval": "auto"}}, approver=client)
     result = await harness.run(await harness.session())
     assert client.asked == [] and not result.tool_calls[0].is_error
+
+
+# --- modes ------------------------------------------------------------------------------------
+
+
+async def set_mode(harness: Harness, session_id: str, mode: str) -> None:
+    params = ConfigureSessionParams(session_id=session_id, mode=mode)
+    await harness.store.configure(session_id, params)
+
+
+async def test_read_only_offers_the_tools_that_read_and_search_by_kind(tmp_path: Path):
+    harness = Harness(tmp_path, [{"text": "done"}], approval="auto")
+    sid = await harness.session()
+    await set_mode(harness, sid, "read_only")
+    await harness.run(sid)
+    [request] = harness.provider.requests
+    assert [spec.name for spec in request.tools] == ["peek"]
+
+
+class ModeSwitch(Recorder):
+    """A reading tool that, when called, sets the session's mode (as another process would)."""
+
+    def __init__(self, store: MemoryStore, mode: str) -> None:
+        super().__init__("switch", ToolKind.READ)
+        self.store, self.mode = store, mode
+
+    async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
+        params = ConfigureSessionParams(session_id=context.session_id, mode=self.mode)
+        await self.store.configure(context.session_id, params)
+        return ToolResult("switched")
+
+
+async def test_a_switch_to_read_only_during_a_run_refuses_its_next_edit(tmp_path: Path):
+    turns = [{"toolCalls": [call("c0", "switch")]}, {"toolCalls": [call("c1", "patch")]}]
+    harness = Harness(tmp_path, [*turns, {"text": "done"}], approval="auto")
+    harness._registry = ToolRegistry([harness.edit, ModeSwitch(harness.store, "read_only")])
+    result = await harness.run(await harness.session())
+    assert harness.edit.calls == []
+    record = result.tool_calls[-1]
+    assert record.is_error and "read_only" in record.result
+
+
+async def test_accept_edits_runs_edits_without_asking_but_asks_about_commands(tmp_path: Path):
+    client = Client("allow")
+    turns = [{"toolCalls": [call("c1", "patch"), call("c2", "shell")]}, {"text": "done"}]
+    harness = Harness(tmp_path, turns, approver=client)
+    sid = await harness.session()
+    await set_mode(harness, sid, "accept_edits")
+    result = await harness.run(sid)
+    assert [a.tool_call.id for a in client.asked] == ["c2"]
+    assert [r.is_error for r in result.tool_calls] == [False, False]
+
+
+@pytest.mark.parametrize("mode", ["accept_edits", "ask"])
+async def test_no_mode_lets_an_edit_run_under_deny(tmp_path: Path, mode: str):
+    harness = Harness(tmp_path, one_call("patch"), approval="deny")
+    sid = await harness.session()
+    await set_mode(harness, sid, mode)
+    result = await harness.run(sid)
+    assert harness.edit.calls == []
+    assert '"deny"' in result.tool_calls[0].result

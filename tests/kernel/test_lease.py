@@ -251,4 +251,56 @@ async def test_a_cancel_sent_while_the_run_claims_its_lease_stops_it_before_anyt
     assert await store.history(sid) == []
     assert (await store.get(sid)).running is False
     assert harness.kernel.cancel(sid) is False  # nothing left to stop
-    assert harness.kernel._claiming == {}
+    assert harness.kernel._handles == {}
+
+
+async def test_a_handle_cancelled_before_its_claim_never_starts_and_answers_cancelled(
+    tmp_path: Path,
+) -> None:
+    harness = Harness(tmp_path, [{"text": "never"}])
+    store = harness.kernel._store = SlowClaims(clock=harness.clock)
+    sid = (await store.create(CreateSessionParams(), tmp_path.as_uri())).session_id
+    handle = harness.kernel.start(RunParams(session_id=sid, prompt="go"), harness.events.append)
+    assert harness.kernel.cancel(sid) is True  # before the run took one step
+    result = await asyncio.wait_for(handle.result(), RUN_TIMEOUT)
+    assert (result.stop_reason, result.iterations) == (StopReason.CANCELLED, 0)
+    assert not store.claiming.is_set()  # it never asked for the lease
+    assert (await store.history(sid), harness.events) == ([], [])
+    assert harness.kernel._handles == {}
+
+
+async def test_a_handle_cancelled_while_its_run_streams_answers_cancelled(tmp_path: Path) -> None:
+    harness = Harness(tmp_path, [{"text": "a long answer", "delay": 60}])
+    sid = await harness.session()
+    started = asyncio.Event()
+
+    def emit(event: ProgressParams) -> None:
+        started.set()
+
+    handle = harness.kernel.start(RunParams(session_id=sid, prompt="go"), emit)
+    await asyncio.wait_for(started.wait(), RUN_TIMEOUT)
+    assert handle.cancel() is True
+    result = await asyncio.wait_for(handle.result(), RUN_TIMEOUT)
+    assert result.stop_reason is StopReason.CANCELLED
+    assert (await harness.store.get(sid)).running is False
+    assert handle.cancel() is False  # it has ended
+
+
+async def test_cancelling_the_await_of_a_handle_cancels_its_run_with_its_partial_result(
+    tmp_path: Path,
+) -> None:
+    harness = Harness(tmp_path, [{"text": "a long answer", "delay": 60}])
+    sid = await harness.session()
+    started = asyncio.Event()
+
+    def emit(event: ProgressParams) -> None:
+        started.set()
+
+    handle = harness.kernel.start(RunParams(session_id=sid, prompt="go"), emit)
+    waiting = asyncio.ensure_future(handle.result())
+    await asyncio.wait_for(started.wait(), RUN_TIMEOUT)
+    waiting.cancel()
+    with pytest.raises(RequestCancelled) as raised:
+        await asyncio.wait_for(waiting, RUN_TIMEOUT)
+    assert raised.value.data["stopReason"] == "cancelled"
+    assert (await harness.store.get(sid)).running is False

@@ -542,3 +542,23 @@ async def test_the_secrets_of_the_configuration_are_redacted_from_every_tool_res
     assert [u.diff for u in updates if u.diff] == ["+[redacted]\n"]
     assert KEY not in str(harness.events)
     assert tools.contexts[0].secrets.hides(f"x{KEY}x")
+
+
+async def test_an_untitled_session_is_titled_after_the_first_line_of_its_first_prompt(
+    tmp_path: Path,
+) -> None:
+    harness = KernelHarness(tmp_path, [{"text": "one"}, {"text": "two"}, {"text": "three"}])
+    untitled = await harness.session()
+    await harness.run(untitled, prompt=[{"type": "text", "text": "\n  Fix the parser  \nplease"}])
+    await harness.run(untitled, prompt="something else")
+    long = await harness.session()
+    await harness.run(long, prompt="x" * 200)
+    assert (await harness.store.get(untitled)).title == "Fix the parser"
+    assert (await harness.store.get(long)).title == "x" * 79 + "…"
+
+
+async def test_a_titled_session_keeps_its_title(tmp_path: Path) -> None:
+    harness = KernelHarness(tmp_path, [{"text": "one"}])
+    sid = await harness.session(title="Mine")
+    await harness.run(sid, prompt="Rename me")
+    assert (await harness.store.get(sid)).title == "Mine"

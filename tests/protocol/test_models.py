@@ -408,6 +408,8 @@ def test_a_minimal_session_omits_its_unset_optionals_and_keeps_its_defaults() ->
         "settings": {},
         "metadata": {},
         "state": {},
+        "mode": "ask",
+        "permissions": {"allowAlways": [], "rejectAlways": []},
         "messageCount": 0,
         "usage": {"inputTokens": 0, "outputTokens": 0},
         "createdAt": "2025-03-04T05:06:07.890123Z",

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from sqlalchemy import Connection, create_engine, insert, inspect, select
 
-from tether.protocol import CompactedRange, ConfigError, MessageInput, Role, ToolCall
-from tether.protocol.sessions import CreateSessionParams, ForkSessionParams
+from tether.protocol import (
+    CompactedRange,
+    ConfigError,
+    ConfigureSessionParams,
+    MessageInput,
+    Role,
+    ToolCall,
+)
+from tether.protocol.sessions import CreateSessionParams, ForkSessionParams, ToolPermissions
 from tether.sessions.opening import url_kind
 from tether.sessions.sql import (
     MIGRATIONS,
@@ -20,6 +27,7 @@ from tether.sessions.sql import (
     database_url,
     migrate,
     schema_version,
+    sessions_table,
     sqlite_url,
 )
 
@@ -325,3 +333,49 @@ async def test_a_version_3_database_gets_the_compaction_and_output_columns_and_k
         assert history[-1].name == "lookup"
     finally:
         await store.aclose()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_version_5_database_gets_the_mode_columns_and_its_sessions_read_ask(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = (
+        sqlite_url(tmp_path / "v5.db")
+        if kind == "sqlite"
+        else request.getfixturevalue("postgres_url")
+    )
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        migrate(connection, target=5)
+        columns = {c["name"] for c in inspect(connection).get_columns("sessions")}
+        assert not {"mode", "permissions"} & columns
+        now = datetime.now(UTC)
+        connection.execute(
+            insert(sessions_table).values(
+                id="old",
+                workspace=WORKSPACE,
+                settings={},
+                metadata={},
+                state={},
+                owner="old",
+                base_count=0,
+                own_count=0,
+                input_tokens=0,
+                output_tokens=0,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+    engine.dispose()
+    store = await SqlStore.open(url)  # migrates
+    try:
+        old = await store.get("old")
+        permissions = ToolPermissions(reject_always=["run_command"])
+        changed = await store.configure(
+            "old",
+            ConfigureSessionParams(session_id="old", mode="read_only", permissions=permissions),
+        )
+    finally:
+        await store.aclose()
+    assert (old.mode, old.permissions) == ("ask", ToolPermissions())
+    assert (changed.mode, changed.permissions) == ("read_only", permissions)

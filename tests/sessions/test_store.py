@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from tether.protocol import (
     CompactedRange,
@@ -899,6 +900,55 @@ async def test_configure_with_no_fields_changes_nothing_but_updated_at(
         exclude={"updated_at"}
     )
     assert configured.updated_at >= session.updated_at
+
+
+async def test_a_mode_and_remembered_answers_are_kept_and_a_fork_inherits_them(
+    store: SessionStore, session: Session
+) -> None:
+    assert (session.mode, session.permissions.to_wire()) == (
+        "ask",
+        {"allowAlways": [], "rejectAlways": []},
+    )
+    changes = ConfigureSessionParams.model_validate(
+        {
+            "sessionId": session.session_id,
+            "mode": "accept_edits",
+            "permissions": {"allowAlways": ["write_file"], "rejectAlways": ["run_command"]},
+        }
+    )
+    configured = await store.configure(session.session_id, changes)
+    read = await store.get(session.session_id)
+    fork = await store.fork(ForkSessionParams(session_id=session.session_id))
+    for seen in (configured, read, fork):
+        assert seen.mode == "accept_edits"
+        assert seen.permissions.allow_always == ["write_file"]
+        assert seen.permissions.reject_always == ["run_command"]
+    read.permissions.allow_always.append("mutated")  # the caller's own copy
+    assert (await store.get(session.session_id)).permissions.allow_always == ["write_file"]
+
+
+async def test_a_null_mode_is_ask_and_null_permissions_forget_every_answer(
+    store: SessionStore, session: Session
+) -> None:
+    remembered = {
+        "sessionId": session.session_id,
+        "mode": "read_only",
+        "permissions": {"rejectAlways": ["run_command"]},
+    }
+    await store.configure(session.session_id, ConfigureSessionParams.model_validate(remembered))
+    forgotten = {"sessionId": session.session_id, "mode": None, "permissions": None}
+    configured = await store.configure(
+        session.session_id, ConfigureSessionParams.model_validate(forgotten)
+    )
+    assert configured.mode == "ask"
+    assert configured.permissions.reject_always == []
+
+
+def test_an_unknown_mode_is_refused_naming_it() -> None:
+    with pytest.raises(ValidationError) as refused:
+        ConfigureSessionParams.model_validate({"sessionId": "s", "mode": "yolo"})
+    [error] = refused.value.errors()
+    assert error["loc"] == ("mode",) and "'yolo'" in error["msg"]
 
 
 # --- clear and delete -------------------------------------------------------------------------

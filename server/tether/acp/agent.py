@@ -7,6 +7,7 @@ return a model; the connection turns exceptions into error responses in one plac
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
@@ -22,6 +23,7 @@ from tether.acp.models import (
     AgentCapabilities,
     ConfigOption,
     ConfigOptionUpdate,
+    CurrentModeUpdate,
     Empty,
     Implementation,
     InitializeRequest,
@@ -69,7 +71,7 @@ from tether.sessions.workspaces import local_path
 if TYPE_CHECKING:
     from tether.config import TetherConfig
     from tether.kernel.kernel import Kernel
-    from tether.protocol.kernel import PermissionParams, PermissionResult, Usage
+    from tether.protocol.kernel import PermissionParams, PermissionResult, ProgressParams, Usage
     from tether.tools.base import ToolExecutor
 
 logger = logging.getLogger(__name__)
@@ -81,21 +83,17 @@ _STOP_REASONS = {
     "max_tokens": "max_tokens",
     "refusal": "refusal",
 }
-_TITLE_LENGTH = 80
 
 
 @dataclass
 class SessionState:
     """What the face keeps about a session while this process serves it."""
 
-    mode: str = modes.DEFAULT
     kinds: dict[str, str] = field(default_factory=dict)  # tool call id -> tether tool kind
     terminals: dict[str, str] = field(default_factory=dict)  # tool call id -> editor terminal
     written: dict[str, str] = field(default_factory=dict)  # path -> text the editor last wrote
-    rejected: set[str] = field(default_factory=set)  # tools the user rejected always
-    prompts: int = 0  # session/prompt requests not yet handed to the kernel
-    cancelled: bool = False  # session/cancel came while one was on its way there
     options: list[ConfigOption] | None = None  # the config options the client last got
+    title: str | None = None  # the title the client was last told
 
 
 class AcpAgent(Backend):
@@ -143,11 +141,9 @@ class AcpAgent(Backend):
             self._cancel(SessionRequest.model_validate(params).session_id)
 
     def _cancel(self, session_id: str) -> None:
-        """Stop the session's run; a prompt still on its way to the kernel answers cancelled."""
-        running = self.kernel is not None and self.kernel.cancel(session_id)
-        state = self._states.get(session_id)
-        if not running and state is not None and state.prompts:
-            state.cancelled = True
+        """Stop the session's runs, at whatever stage they are (see :class:`RunHandle`)."""
+        if self.kernel is not None:
+            self.kernel.cancel(session_id)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -211,6 +207,7 @@ class AcpAgent(Backend):
         for update in replay(messages, workspace, compaction=compaction, context_size=size):
             self._send(session.session_id, update)
         if session.title:
+            self._state(session.session_id).title = session.title
             self._send(session.session_id, SessionInfoUpdate(title=session.title))
         return self._loaded(session)
 
@@ -257,9 +254,6 @@ class AcpAgent(Backend):
         servers = mcp_servers(request.mcp_servers)
         if servers:
             self.mcp.set_session_servers(session.session_id, servers)
-        parent = self._states.get(request.session_id)
-        if parent is not None:
-            self._states[session.session_id] = SessionState(mode=parent.mode)
         return NewSessionResponse(
             session_id=session.session_id,
             modes=self._modes(session),
@@ -267,15 +261,22 @@ class AcpAgent(Backend):
         )
 
     async def set_mode(self, params: Any) -> Empty:
+        """Sets the session's mode, in the store; the client is told of the mode and of the
+        config options, which show it too."""
         request = SetModeRequest.model_validate(params)
-        await self.sessions.get(GetSessionParams(session_id=request.session_id))
-        if request.mode_id not in modes.MODE_IDS:
+        session = await self.sessions.get(GetSessionParams(session_id=request.session_id))
+        if request.mode_id not in modes.MODES:
             raise InvalidParams.field("modeId", f"unknown mode {request.mode_id!r}")
-        self._state(request.session_id).mode = request.mode_id
+        change = ConfigureSessionParams(session_id=session.session_id, mode=request.mode_id)
+        configured = await self.sessions.configure(change)
+        self._mode_changed(session, configured)
+        if self._state(session.session_id).options is not None:
+            options = self._options(configured)
+            self._send(session.session_id, ConfigOptionUpdate(config_options=options))
         return Empty()
 
     async def set_config_option(self, params: Any) -> SetConfigOptionResponse:
-        """Sets the session's model or thinking level, in the store."""
+        """Sets the session's mode, model or thinking level, in the store."""
         from tether.acp.config_options import configure
 
         request = SetConfigOptionRequest.model_validate(params)
@@ -283,8 +284,13 @@ class AcpAgent(Backend):
         change = configure(
             session, self._configured_model(session), request.config_id, request.value
         )
-        session = await self.sessions.configure(change)
-        return SetConfigOptionResponse(config_options=self._options(session))
+        configured = await self.sessions.configure(change)
+        self._mode_changed(session, configured)
+        return SetConfigOptionResponse(config_options=self._options(configured))
+
+    def _mode_changed(self, before: Session, after: Session) -> None:
+        if after.mode != before.mode:
+            self._send(after.session_id, CurrentModeUpdate(current_mode_id=after.mode))
 
     # -- a turn -----------------------------------------------------------------------------
 
@@ -295,38 +301,45 @@ class AcpAgent(Backend):
 
         request = PromptRequest.model_validate(params)
         session_id = request.session_id
-        state = self._state(session_id)
-        session = await self._prompted(session_id, state)
-        self._options_changed(session, state)
-        if state.cancelled:
-            state.cancelled = state.prompts > 0
-            return PromptResponse(stop_reason="cancelled")
-        run = RunParams(
-            session_id=session_id,
-            prompt=prompt_content(request.prompt),
-            tools=modes.run_tools(state.mode, session.tools),
-        )
+        run = RunParams(session_id=session_id, prompt=prompt_content(request.prompt))
         kernel = self._kernel()
+        known = session_id in self._states
+        state = self._state(session_id)
         if not kernel.is_running(session_id):
             state.kinds.clear()  # only the calls of the turn that runs can be asked about
             state.terminals.clear()
             state.written.clear()
-        updates = RunUpdates(
-            send=partial(self._send, session_id),
-            workspace=_workspace(session),
-            compaction=self._takes_compaction(),
-            notices=self.client is not None and self.client.client_capabilities.notices,
-            notify=self.connection.notify if self.connection is not None else None,
-            kinds=state.kinds,
-            terminals=state.terminals,
-            written=state.written,
+        # Started before anything is awaited, so that a session/cancel stops it from now on.
+        updates = _Deferred()
+        handle = kernel.start(run, updates)
+        try:
+            session = await self.sessions.get(GetSessionParams(session_id=session_id))
+        except Exception:
+            handle.cancel()
+            with contextlib.suppress(Exception):  # it fails as the lookup did, or never began
+                await handle.result()
+            if not known:  # made for this request: nothing to keep
+                self._states.pop(session_id, None)
+            raise
+        self._options_changed(session, state)
+        updates.attach(
+            RunUpdates(
+                send=partial(self._send, session_id),
+                workspace=_workspace(session),
+                compaction=self._takes_compaction(),
+                notices=self.client is not None and self.client.client_capabilities.notices,
+                notify=self.connection.notify if self.connection is not None else None,
+                kinds=state.kinds,
+                terminals=state.terminals,
+                written=state.written,
+            )
         )
-        result = await kernel.run(run, updates)
+        result = await handle.result()
         self._usage(session, result.usage)
+        if state.title is None:
+            await self._titled(session_id, state)
         if result.stop_reason is StopReason.CANCELLED:
             return PromptResponse(stop_reason="cancelled")
-        if session.title is None:
-            await self._title(session_id, request)
         return PromptResponse(stop_reason=_STOP_REASONS[result.stop_reason])
 
     def _usage(self, session: Session, usage: Usage | None) -> None:
@@ -341,37 +354,18 @@ class AcpAgent(Backend):
         if used:
             self._send(session.session_id, UsageUpdate(used=used, size=size))
 
-    async def _prompted(self, session_id: str, state: SessionState) -> Session:
-        """The session a prompt is for; while it is looked up, a ``session/cancel`` marks the
-        prompt cancelled (the kernel has no run to stop yet)."""
-        state.prompts += 1
+    async def _titled(self, session_id: str, state: SessionState) -> None:
+        """Tell the client the title the kernel gave the session from its first prompt (read
+        once the turn has ended: the face cannot know whether the run or its own look-up
+        of the session came first)."""
         try:
-            return await self.sessions.get(GetSessionParams(session_id=session_id))
-        except Exception:
-            if state == SessionState(prompts=1):  # made for this request: nothing to keep
-                self._states.pop(session_id, None)
-            raise
-        finally:
-            state.prompts -= 1
-
-    async def _title(self, session_id: str, request: PromptRequest) -> None:
-        """An untitled session is named after the first line of its first prompt."""
-        from tether.acp.models import TextContent
-
-        text = next((b.text for b in request.prompt if isinstance(b, TextContent)), "")
-        line = next((line.strip() for line in text.splitlines() if line.strip()), "")
-        if not line:
-            return
-        title = line if len(line) <= _TITLE_LENGTH else line[: _TITLE_LENGTH - 1] + "…"
-        try:
-            session = await self.sessions.configure(
-                ConfigureSessionParams(session_id=session_id, title=title)
-            )
+            session = await self.sessions.get(GetSessionParams(session_id=session_id))
         except TetherError:  # deleted meanwhile, say: the turn itself went well
-            logger.warning("could not title session %s", session_id, exc_info=True)
             return
-        updated = session.updated_at.isoformat().replace("+00:00", "Z")
-        self._send(session_id, SessionInfoUpdate(title=title, updated_at=updated))
+        if session.title is not None:
+            state.title = session.title
+            updated = session.updated_at.isoformat().replace("+00:00", "Z")
+            self._send(session_id, SessionInfoUpdate(title=session.title, updated_at=updated))
 
     # -- permission -------------------------------------------------------------------------
 
@@ -434,7 +428,7 @@ class AcpAgent(Backend):
         return state
 
     def _modes(self, session: Session) -> Any:
-        return modes.mode_state(self._state(session.session_id).mode)
+        return modes.mode_state(session.mode)
 
     def _loaded(self, session: Session) -> LoadSessionResponse:
         options = self._options(session)
@@ -458,6 +452,8 @@ class AcpAgent(Backend):
         known = state.options
         if known is not None and self._options(session) != known:
             self._send(session.session_id, ConfigOptionUpdate(config_options=state.options or []))
+            if _current_mode(known) != session.mode:
+                self._send(session.session_id, CurrentModeUpdate(current_mode_id=session.mode))
 
     async def _forget(self, session_id: str) -> None:
         self._states.pop(session_id, None)
@@ -466,6 +462,33 @@ class AcpAgent(Backend):
         if self.connection is not None:
             notification = SessionNotification(session_id=session_id, update=update)
             self.connection.notify("session/update", notification.to_wire())
+
+
+class _Deferred:
+    """The emitter of a run started before the face knows how to show its events (the
+    session's workspace): they wait here until :meth:`attach`."""
+
+    __slots__ = ("_emit", "_waiting")
+
+    def __init__(self) -> None:
+        self._emit: Callable[[ProgressParams], None] | None = None
+        self._waiting: list[ProgressParams] = []
+
+    def __call__(self, params: ProgressParams) -> None:
+        if self._emit is None:
+            self._waiting.append(params)
+        else:
+            self._emit(params)
+
+    def attach(self, emit: Callable[[ProgressParams], None]) -> None:
+        for params in self._waiting:
+            emit(params)
+        self._waiting.clear()
+        self._emit = emit
+
+
+def _current_mode(options: list[ConfigOption]) -> str | None:
+    return next((option.current_value for option in options if option.id == modes.MODE), None)
 
 
 def _absolute(path: str, name: str) -> None:

@@ -1,5 +1,7 @@
-"""A session's model and thinking level as ACP session configuration options.
+"""A session's mode, model and thinking level as ACP session configuration options.
 
+- ``mode`` (category ``mode``): the session's ``mode`` (:mod:`tether.acp.modes`), as
+  ``session/set_mode`` sets it.
 - ``model`` (category ``model``): the model a run uses — the session's ``model``, else the
   configured ``provider.model``. The values are the session's ``allowedModels`` when it has them,
   else the configured model (and the session's own, if it set another). Setting it sets the
@@ -15,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from tether.acp.models import ConfigOption, ConfigOptionValue
+from tether.acp.modes import MODE, mode_option
 from tether.protocol import ConfigureSessionParams, InvalidParams, Session
 
 MODEL = "model"
@@ -30,7 +33,7 @@ THINKING_DEFAULT = "off"
 
 def config_options(session: Session, configured_model: str | None) -> list[ConfigOption]:
     """The options of ``session`` (``configured_model``: ``provider.model``)."""
-    options: list[ConfigOption] = []
+    options = [mode_option(session.mode)]
     model = _model_option(session, configured_model)
     if model is not None:
         options.append(model)
@@ -50,6 +53,8 @@ def configure(
     if not isinstance(value, str) or all(choice.value != value for choice in option.options):
         choices = ", ".join(choice.value for choice in option.options)
         raise InvalidParams.field("value", f"{value!r} is not one of {config_id}: {choices}")
+    if config_id == MODE:
+        return ConfigureSessionParams(session_id=session.session_id, mode=value)
     if config_id == MODEL:
         if session.allowed_models is not None and value not in session.allowed_models:
             raise InvalidParams.field("value", f"{value!r} is outside this session's allowedModels")

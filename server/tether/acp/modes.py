@@ -1,28 +1,24 @@
-"""Session modes: how much a turn may do without asking.
+"""How ACP shows a session's modes: as ``modes`` (``session/new``, ``session/load``...) and as
+the config option ``mode`` (category ``mode``), kept in sync; the spec asks agents to send both,
+and some clients read only the config options.
 
-- ``ask`` (the default): tools that edit or execute follow ``tools.approval`` (under ``ask``,
-  the user is asked through ``session/request_permission``);
-- ``accept_edits``: file edits run without asking; commands are still asked about;
-- ``read_only``: the model is offered only the built-in tools that read and search.
-
-A mode only narrows what the configuration allows: under ``tools.approval = "deny"`` no mode
-lets an edit run. Modes are kept in memory for the life of the process.
+What each mode does is the kernel's (:mod:`tether.kernel.approval`); the mode is kept with the
+session in the store (``Session.mode``), so it holds in every process that shares the store.
 """
 
 from __future__ import annotations
 
-from tether.acp.models import SessionMode, SessionModeState
+from tether.acp.models import ConfigOption, ConfigOptionValue, SessionMode, SessionModeState
+from tether.protocol.sessions import MODES as MODE_IDS
 
-DEFAULT = "ask"
-ACCEPT_EDITS = "accept_edits"
-READ_ONLY = "read_only"
+MODE = "mode"
+"""The id of the mode config option."""
 MODES = {
-    DEFAULT: ("Ask", "Ask before edits and commands"),
-    ACCEPT_EDITS: ("Accept edits", "Edit files without asking"),
-    READ_ONLY: ("Read only", "Only read and search the workspace"),
+    "ask": ("Ask", "Ask before edits and commands"),
+    "accept_edits": ("Accept edits", "Edit files without asking; ask before commands"),
+    "read_only": ("Read only", "Only read and search the workspace"),
 }
-MODE_IDS = frozenset(MODES)
-READ_ONLY_TOOLS = ("read_file", "list_files", "search_text")
+assert tuple(MODES) == MODE_IDS, "every mode of the kernel is shown"
 
 
 def mode_state(current: str) -> SessionModeState:
@@ -37,8 +33,16 @@ def mode_state(current: str) -> SessionModeState:
     )
 
 
-def run_tools(mode: str, session_tools: list[str] | None) -> list[str] | None:
-    """The run's allow-list of tools in ``mode`` (None: no limit of the mode's own)."""
-    if mode != READ_ONLY:
-        return None
-    return [name for name in READ_ONLY_TOOLS if session_tools is None or name in session_tools]
+def mode_option(current: str) -> ConfigOption:
+    """The modes as a config option."""
+    return ConfigOption(
+        id=MODE,
+        name="Mode",
+        description="How much a turn may do without asking",
+        category="mode",
+        current_value=current,
+        options=[
+            ConfigOptionValue(value=mode_id, name=name, description=description)
+            for mode_id, (name, description) in MODES.items()
+        ],
+    )

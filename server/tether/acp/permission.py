@@ -1,8 +1,7 @@
 """Asking the user about a tool call with ``session/request_permission``.
 
-The options are ``allow_once``, ``allow_always``, ``reject_once`` and ``reject_always``. The
-kernel remembers an ``allow_always`` for the session; a ``reject_always`` is remembered here, so
-later calls of that tool are refused without asking. A ``cancelled`` outcome (the client sends
+The options are ``allow_once``, ``allow_always``, ``reject_once`` and ``reject_always``; the
+kernel remembers the always answers with the session. A ``cancelled`` outcome (the client sends
 it for a turn it cancelled) is a rejection, and so is an error response or an answer that names
 no offered option.
 """
@@ -30,7 +29,7 @@ from tether.protocol.tools import ToolKind
 if TYPE_CHECKING:
     from tether.acp.agent import SessionState
 
-Outcome = Literal["allow", "allow_always", "reject"]
+Outcome = Literal["allow", "allow_always", "reject", "reject_always"]
 OPTIONS = [
     PermissionOption(option_id="allow_once", name="Allow", kind="allow_once"),
     PermissionOption(option_id="allow_always", name="Always allow", kind="allow_always"),
@@ -41,24 +40,15 @@ _OUTCOMES: dict[str, Outcome] = {
     "allow_once": "allow",
     "allow_always": "allow_always",
     "reject_once": "reject",
-    "reject_always": "reject",
+    "reject_always": "reject_always",
 }
 
 
 async def ask(
     connection: Connection, params: PermissionParams, state: SessionState, workspace: Path | None
 ) -> PermissionResult:
-    from tether.acp import modes
-
-    call = params.tool_call
-    kind = state.kinds.get(call.id, ToolKind.OTHER)
-    if call.name in state.rejected:
-        return PermissionResult(outcome="reject")
-    if state.mode == modes.ACCEPT_EDITS and kind == ToolKind.EDIT:
-        return PermissionResult(outcome="allow")
+    kind = state.kinds.get(params.tool_call.id, ToolKind.OTHER)
     option = await _question(connection, params, kind, workspace)
-    if option == "reject_always":
-        state.rejected.add(call.name)
     return PermissionResult(outcome=_OUTCOMES[option] if option else "reject")
 
 

@@ -39,12 +39,18 @@ from tether.protocol.kernel import (
 )
 from tether.protocol.lifecycle import PROTOCOL_VERSION, InitializeResult
 from tether.protocol.messages import ContentBlock, Message, MessageInput
-from tether.protocol.sessions import AppendResult, ListSessionsResult, MessagesResult, Session
+from tether.protocol.sessions import (
+    AppendResult,
+    ListSessionsResult,
+    MessagesResult,
+    Session,
+    ToolPermissions,
+)
 from tether.protocol.tools import McpServerSpec
 
 logger = logging.getLogger(__name__)
 
-PermissionOutcome = Literal["allow", "allow_always", "reject"]
+PermissionOutcome = Literal["allow", "allow_always", "reject", "reject_always"]
 PermissionHandler = Callable[[PermissionParams], Awaitable[PermissionOutcome] | PermissionOutcome]
 """Answers ``tool/requestPermission``: gets its params, returns the outcome (may be async). An
 edit's params carry the change it proposes (``params.diff``: path, old and new text)."""
@@ -185,6 +191,8 @@ class TetherClient:
         tools: Sequence[str] | None = None,
         allowed_models: Sequence[str] | None = None,
         state: Mapping[str, Any] | None = None,
+        mode: str | None = None,
+        permissions: ToolPermissions | Mapping[str, Any] | None = None,
         mcp_servers: Sequence[McpServerSpec | Mapping[str, Any]] | None = None,
     ) -> Session:
         """``session/create``; ``workspace`` defaults to the client's workspace folder,
@@ -201,6 +209,8 @@ class TetherClient:
             tools=None if tools is None else list(tools),
             allowedModels=None if allowed_models is None else list(allowed_models),
             state=None if state is None else dict(state),
+            mode=mode,
+            permissions=None if permissions is None else _wire(permissions),
             mcpServers=None if mcp_servers is None else [_wire(s) for s in mcp_servers],
         )
         return Session.model_validate(await self.request("session/create", params))
@@ -269,9 +279,12 @@ class TetherClient:
         tools: Sequence[str] | _Unset | None = UNSET,
         allowed_models: Sequence[str] | _Unset | None = UNSET,
         state: Mapping[str, Any] | _Unset | None = UNSET,
+        mode: str | _Unset | None = UNSET,
+        permissions: ToolPermissions | Mapping[str, Any] | _Unset | None = UNSET,
     ) -> Session:
-        """``session/configure``: a field left out stays as it is, ``None`` clears it;
-        ``settings``, ``metadata`` and ``state`` are replaced whole."""
+        """``session/configure``: a field left out stays as it is, ``None`` clears it (the
+        mode back to ``ask``, the remembered answers forgotten); ``settings``, ``metadata``,
+        ``state`` and ``permissions`` are replaced whole."""
         fields = {
             "title": title,
             "model": model,
@@ -281,6 +294,10 @@ class TetherClient:
             "tools": _listed(tools),
             "allowedModels": _listed(allowed_models),
             "state": state if not isinstance(state, Mapping) else dict(state),
+            "mode": mode,
+            "permissions": _wire(permissions)
+            if isinstance(permissions, ToolPermissions | Mapping)
+            else permissions,
         }
         params: dict[str, Any] = {"sessionId": session_id}
         params.update({name: v for name, v in fields.items() if not isinstance(v, _Unset)})

@@ -1,5 +1,10 @@
 """The kernel service: starts runs on sessions, keeps one run per session, cancels them.
 
+A run is started with :meth:`Kernel.start`, which answers at once with its :class:`RunHandle`:
+the face registers the handle before it waits on anything, so that a cancel that comes at any
+time (before the run has its lease, while it takes it, or while it runs) stops it. Stopped before
+its lease, a run records nothing and answers ``stopReason: "cancelled"``.
+
 One run per session holds across processes: a run leases its session in the store before it
 records anything, renews the lease while it goes on, and releases it when it ends (see
 :mod:`tether.sessions.lease`). A run that finds its lease lost stops: it is cancelled, its
@@ -21,13 +26,14 @@ from typing import Any
 from tether.config import ProviderConfig, TetherConfig, data_home, user_config_path
 from tether.kernel import compaction, structured
 from tether.kernel.access import check_access
-from tether.kernel.approval import Approvals, Approver
+from tether.kernel.approval import Approver, Gate, offered
 from tether.kernel.history import in_model_order
 from tether.kernel.run import Emit, LeaseState, Run, RunSetup, cancelling, not_cancelled
 from tether.kernel.state import StoreState
 from tether.kernel.window import EstimatingCounter, TokenCounter, window
 from tether.memory import Memory
 from tether.protocol import (
+    Content,
     Message,
     MessageInput,
     RequestCancelled,
@@ -35,6 +41,7 @@ from tether.protocol import (
     Session,
     StoreError,
     TetherError,
+    TextBlock,
     WorkspaceError,
 )
 from tether.protocol.kernel import (
@@ -48,6 +55,7 @@ from tether.protocol.kernel import (
     StopReason,
     Usage,
 )
+from tether.protocol.sessions import SessionFields
 from tether.protocol.tools import ToolSpec
 from tether.providers.base import Provider
 from tether.secrets import Secrets, configured_secrets
@@ -114,58 +122,68 @@ class Kernel:
         self._no_memory = no_memory
         self._warnings = warnings
         self._secrets = secrets or _configured_secrets
-        self._approvals = Approvals(approver)
+        self._approver = approver
         self._counter = counter or EstimatingCounter()  # for the history window
         self._runs: dict[str, asyncio.Task[RunResult]] = {}
         self._giving_back: set[asyncio.Future[None]] = set()  # leases of cancelled claims
-        # sessions whose runs are still claiming their lease -> a kernel/cancel came meanwhile
-        self._claiming: dict[str, list[_Claim]] = {}
+        # session -> the handles of its runs in this process that have not ended
+        self._handles: dict[str, list[RunHandle]] = {}
         # session -> the ends of its runs in this process (each done once the lease is given back)
         self._ends: dict[str, list[asyncio.Future[None]]] = {}
 
-    def forget(self, session_id: str) -> None:
-        """Drop what the kernel keeps about a session that was deleted or expired."""
-        self._approvals.forget(session_id)
-
     def is_running(self, session_id: str) -> bool:
         return session_id in self._runs
+
+    def start(self, params: RunParams, emit: Emit) -> RunHandle:
+        """Start a run and answer its handle at once (before anything is awaited): cancelling
+        the handle stops the run whenever it comes. Awaiting :meth:`RunHandle.result` gives what
+        :meth:`run` would."""
+        handle = self._handle(params.session_id)
+        handle.task = asyncio.ensure_future(self._run_handled(params, emit, handle))
+        return handle
 
     async def run(self, params: RunParams, emit: Emit) -> RunResult:
         """Run to the end. If this call is cancelled (``$/cancelRequest``), the run stops and
         :class:`RequestCancelled` carries its partial result. ``SessionBusy`` when a run (of any
         process) holds the session; ``RunLeaseLost`` when this one lost it on the way."""
+        return await self._run_handled(params, emit, self._handle(params.session_id))
+
+    def _handle(self, session_id: str) -> RunHandle:
+        handle = RunHandle(session_id)
+        self._handles.setdefault(session_id, []).append(handle)
+        return handle
+
+    async def _run_handled(self, params: RunParams, emit: Emit, handle: RunHandle) -> RunResult:
+        """:meth:`run` under ``handle``, which keeps track of its end."""
         ended = asyncio.get_running_loop().create_future()
         ends = self._ends.setdefault(params.session_id, [])
         ends.append(ended)
         try:
-            return await self._run(params, emit)
+            return await self._run(params, emit, handle)
         finally:
+            self._forget_handle(handle)
             ends.remove(ended)
             if not ends and self._ends.get(params.session_id) is ends:
                 del self._ends[params.session_id]
             ended.set_result(None)
 
-    async def _run(self, params: RunParams, emit: Emit) -> RunResult:
-        """:meth:`run`, which keeps track of its end."""
+    async def _run(self, params: RunParams, emit: Emit, handle: RunHandle) -> RunResult:
         session_id = params.session_id
         run_id = uuid7()
+        if handle.cancelled:  # cancelled before it could claim: it never starts
+            return _cancelled_before(run_id, session_id)
         lease = self._config(None).sessions.lease_delta()  # never a workspace file's
-        claim = _Claim()
-        self._claiming.setdefault(session_id, []).append(claim)
         try:
             await self._claim(session_id, run_id, lease)
         except TetherError as exc:
             self._add_warnings(exc)
             raise
-        finally:
-            self._forget_claim(session_id, claim)
-        if claim.cancelled:  # kernel/cancel came while the lease was being claimed
+        if handle.cancelled:  # cancelled while the lease was being claimed
             await self._release(session_id, run_id)
-            return RunResult(
-                run_id=run_id, session_id=session_id, stop_reason=StopReason.CANCELLED, iterations=0
-            )
+            return _cancelled_before(run_id, session_id)
         state = LeaseState()
         task = asyncio.ensure_future(self._start_and_run(params, emit, run_id, state))
+        handle.running = task
         self._runs[session_id] = task
         renewal = _Renewal(lambda: self._renew(session_id, run_id, lease, state, task), lease)
         try:
@@ -185,17 +203,9 @@ class Kernel:
         return result
 
     def cancel(self, session_id: str) -> bool:
-        """Stop the session's run; it then answers ``stopReason: "cancelled"``. A run still
-        claiming its lease (a ``kernel/cancel`` sent right after the ``kernel/run``) is stopped
-        as soon as it has it, before anything is recorded."""
-        task = self._runs.get(session_id)
-        if task is not None and not task.done():
-            task.cancel()
-            return True
-        claims = self._claiming.get(session_id, [])
-        for claim in claims:
-            claim.cancelled = True
-        return bool(claims)
+        """Stop the session's runs in this process (:meth:`RunHandle.cancel`); they then answer
+        ``stopReason: "cancelled"``. True when there was one to stop."""
+        return any([handle.cancel() for handle in self._handles.get(session_id, ())])
 
     async def stop(self, session_id: str) -> bool:
         """:meth:`cancel`, answered once the session's runs in this process have ended and
@@ -211,12 +221,12 @@ class Kernel:
                 )
         return cancelled
 
-    def _forget_claim(self, session_id: str, claim: _Claim) -> None:
-        claims = self._claiming.get(session_id, [])
-        if claim in claims:
-            claims.remove(claim)
-        if not claims:
-            self._claiming.pop(session_id, None)
+    def _forget_handle(self, handle: RunHandle) -> None:
+        handles = self._handles.get(handle.session_id, [])
+        if handle in handles:
+            handles.remove(handle)
+        if not handles:
+            self._handles.pop(handle.session_id, None)
 
     async def _claim(self, session_id: str, run_id: str, lease: timedelta) -> None:
         """Lease the session to the run before it records anything. Cancelled meanwhile: a lease
@@ -347,6 +357,8 @@ class Kernel:
         try:
             session = await self._store.get(params.session_id)
             run = Run(await self._setup(session, params, run_id, emit, state))
+            if session.title is None:
+                await self._title(session.session_id, params.prompt)
         except asyncio.CancelledError:  # cancelled before it began: nothing was recorded
             if not cancelling():
                 raise not_cancelled("setting up the run") from None
@@ -360,6 +372,17 @@ class Kernel:
             self._add_warnings(exc, None if session is None else _local_workspace(session))
             raise
         return await run.execute(params.prompt)
+
+    async def _title(self, session_id: str, prompt: Content) -> None:
+        """An untitled session is named after the first line of its first prompt (whichever
+        face sent it); a title that cannot be stored leaves the run as it is."""
+        title = prompt_title(prompt)
+        if title is None:
+            return
+        try:
+            await self._store.configure(session_id, SessionFields(title=title))
+        except TetherError as exc:
+            logger.warning("could not title session %s: %s", session_id, exc)
 
     def _add_warnings(self, error: TetherError, workspace: Path | None = None) -> None:
         """A run refused before it starts reports the warnings in its error's ``data.warnings``:
@@ -386,7 +409,7 @@ class Kernel:
         memory = await self._load_memory(workspace, config.memory.paths)
         warnings += tuple(_memory_warning(problem) for problem in memory.problems)
         system = _system_prompt(session.system_prompt or config.kernel.system_prompt, memory.text)
-        specs = _allowed(executor.list(), session.tools, params.tools)
+        specs = offered(_allowed(executor.list(), session.tools, params.tools), session.mode)
         return RunSetup(
             session_id=session.session_id,
             store=self._store,
@@ -407,7 +430,13 @@ class Kernel:
             max_iterations=params.max_iterations or config.kernel.max_iterations,
             history=await self._store.history(session.session_id),
             emit=emit,
-            approval=self._approvals.gate(config.tools.approval, session.session_id, run_id),
+            approval=Gate(
+                policy=config.tools.approval,
+                approver=self._approver,
+                store=self._store,
+                session=session,
+                run_id=run_id,
+            ),
             settings=dict(session.settings),
             window=window(config.context.max_tokens, self._counter, system, specs),
             compaction=self._counter if config.context.compaction == "summarize" else None,
@@ -520,8 +549,58 @@ class _Renewal:
             self._task.cancel()
 
 
-@dataclass(eq=False, slots=True)
-class _Claim:
-    """A run claiming its session's lease; ``cancelled`` once a ``kernel/cancel`` came."""
+TITLE_LENGTH = 80
 
+
+def prompt_title(prompt: Content) -> str | None:
+    """The first line of a prompt's text, cut to :data:`TITLE_LENGTH` (None: no text)."""
+    if isinstance(prompt, str):
+        text = prompt
+    else:
+        text = next((block.text for block in prompt if isinstance(block, TextBlock)), "")
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    if not line:
+        return None
+    return line if len(line) <= TITLE_LENGTH else line[: TITLE_LENGTH - 1] + "…"
+
+
+def _cancelled_before(run_id: str, session_id: str) -> RunResult:
+    """The result of a run stopped before it began: nothing was recorded."""
+    return RunResult(
+        run_id=run_id, session_id=session_id, stop_reason=StopReason.CANCELLED, iterations=0
+    )
+
+
+@dataclass(eq=False, slots=True)
+class RunHandle:
+    """One run of a session in this process, from :meth:`Kernel.start` (or :meth:`Kernel.run`)
+    to its end. :meth:`cancel` works at every stage: before the run claims its lease (it then
+    never starts), while it claims it (the lease is given back at once), and while it runs."""
+
+    session_id: str
     cancelled: bool = False
+    task: asyncio.Future[RunResult] | None = None  # the run started by Kernel.start
+    running: asyncio.Task[RunResult] | None = None  # the run once it holds the lease
+
+    def cancel(self) -> bool:
+        """Stop the run; True unless it had already ended."""
+        if self.running is not None:
+            if self.running.done():
+                return False
+            self.running.cancel()
+            return True
+        if self.task is not None and self.task.done():
+            return False
+        self.cancelled = True
+        return True
+
+    async def result(self) -> RunResult:
+        """The run's result (``stopReason: "cancelled"`` once cancelled), or the error that
+        refused it. Cancelling this await cancels the run, which then raises
+        :class:`RequestCancelled` with its partial result, as :meth:`Kernel.run` does."""
+        assert self.task is not None, "only a run from Kernel.start is awaited here"
+        try:
+            return await asyncio.shield(self.task)
+        except asyncio.CancelledError:
+            self.task.cancel()
+            return await self.task

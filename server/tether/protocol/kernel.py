@@ -295,4 +295,7 @@ class PermissionParams(WireModel):
 
 
 class PermissionResult(WireModel):
-    outcome: Literal["allow", "allow_always", "reject"]
+    """The answer: ``allow_always`` and ``reject_always`` are remembered with the session
+    (``Session.permissions``) for every later call of that tool."""
+
+    outcome: Literal["allow", "allow_always", "reject", "reject_always"]

@@ -29,6 +29,22 @@ MAX_STATE_BYTES = 256 * 1024
 """The most a session's ``state`` may hold, as compact JSON."""
 THINKING_LEVELS = ("off", "low", "medium", "high")
 """The values of ``settings.thinkingLevel``: how much the model reasons before it answers."""
+MODES = ("ask", "accept_edits", "read_only")
+"""A session's modes, each narrowing what ``tools.approval`` allows (see
+:mod:`tether.kernel.approval`): ``ask`` (the policy as configured), ``accept_edits`` (edits run
+without asking), ``read_only`` (only the tools that read and search are offered)."""
+DEFAULT_MODE = "ask"
+
+
+class ToolPermissions(WireModel):
+    """The answers a session remembers: the tools the user allowed or rejected always."""
+
+    allow_always: list[str] = Field(
+        default_factory=list, description="tools that run without asking in this session"
+    )
+    reject_always: list[str] = Field(
+        default_factory=list, description="tools refused without asking in this session"
+    )
 
 
 class Session(WireModel):
@@ -43,6 +59,10 @@ class Session(WireModel):
     tools: list[str] | None = None
     allowed_models: list[str] | None = None
     state: dict[str, Any] = Field(default_factory=dict)
+    mode: str = Field(default=DEFAULT_MODE, description="ask, accept_edits or read_only")
+    permissions: ToolPermissions = Field(
+        default_factory=ToolPermissions, description="the always answers the session remembers"
+    )
     parent_session_id: SessionId | None = None
     forked_from_message_id: str | None = None
     message_count: int = 0
@@ -71,6 +91,26 @@ class SessionFields(Params):
     state: ShallowObject = Field(
         default=None, description="JSON object kept across turns; replaced whole"
     )
+    mode: str | None = Field(default=None, description="ask, accept_edits or read_only")
+    permissions: ToolPermissions | None = Field(
+        default=None, description="the remembered always answers; replaced whole (null: none)"
+    )
+
+    @field_validator("mode")
+    @classmethod
+    def _known_mode(cls, mode: str | None) -> str:
+        """A given ``null`` is the default mode (a validator runs only on a given value)."""
+        if mode is None:
+            return DEFAULT_MODE
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; the modes are {', '.join(MODES)}")
+        return mode
+
+    @field_validator("permissions")
+    @classmethod
+    def _no_permissions(cls, permissions: ToolPermissions | None) -> ToolPermissions:
+        """A given ``null`` forgets every remembered answer."""
+        return ToolPermissions() if permissions is None else permissions
 
     @field_validator("settings")
     @classmethod

@@ -170,7 +170,7 @@ class App(Backend):
         except ValidationError:
             raise ApprovalError(
                 "the client's answer to tool/requestPermission is not "
-                '{"outcome": "allow" | "allow_always" | "reject"}'
+                '{"outcome": "allow" | "allow_always" | "reject" | "reject_always"}'
             ) from None
 
     def warn(self, message: str) -> None:

@@ -33,9 +33,11 @@ from tether.protocol import (
 )
 from tether.protocol.kernel import Usage
 from tether.protocol.sessions import (
+    DEFAULT_MODE,
     CreateSessionParams,
     ForkSessionParams,
     SessionFields,
+    ToolPermissions,
     session_exists,
 )
 from tether.sessions.cursors import decode_cursor, encode_cursor
@@ -199,6 +201,8 @@ class MemoryStore:
                 list(params.allowed_models) if params.allowed_models is not None else None
             ),
             state=_copy_json(params.state) if params.state else {},
+            mode=params.mode or DEFAULT_MODE,
+            permissions=params.permissions or ToolPermissions(),
             created_at=now,
             updated_at=now,
         )
@@ -552,7 +556,16 @@ def _copy_session(session: Session) -> Session:
         tools=None if session.tools is None else list(session.tools),
         allowed_models=None if session.allowed_models is None else list(session.allowed_models),
         state=_copy_json(session.state),
+        permissions=_copy_permissions(session.permissions),
         usage=_shallow_copy(session.usage),
+    )
+
+
+def _copy_permissions(permissions: ToolPermissions) -> ToolPermissions:
+    return _shallow_copy(
+        permissions,
+        allow_always=list(permissions.allow_always),
+        reject_always=list(permissions.reject_always),
     )
 
 

@@ -153,3 +153,47 @@ test("an unknown session is an error response, never silence", async () => {
     stop();
   }
 });
+
+test("modes are offered as the config option of category mode, kept in sync with set_mode", async () => {
+  const { project, stream, stop } = start([]);
+  const updates = [];
+  const app = acp
+    .client({ name: "tether-node-test" })
+    .onNotification(acp.methods.client.session.update, async ({ params }) => {
+      updates.push(params.update);
+    });
+  try {
+    await within(
+      app.connectWith(stream, async (agent) => {
+        await agent.request(acp.methods.agent.initialize, {
+          protocolVersion: acp.PROTOCOL_VERSION,
+          clientCapabilities: {},
+        });
+        const created = await agent.request(acp.methods.agent.session.new, {
+          cwd: project,
+          mcpServers: [],
+        });
+        const mode = created.configOptions.find((option) => option.category === "mode");
+        assert.equal(mode.id, "mode");
+        assert.equal(mode.currentValue, created.modes.currentModeId);
+        assert.deepEqual(
+          mode.options.map((option) => option.value),
+          created.modes.availableModes.map((m) => m.id),
+        );
+        const set = await agent.request(acp.methods.agent.session.setConfigOption, {
+          sessionId: created.sessionId,
+          configId: "mode",
+          value: "read_only",
+        });
+        assert.equal(set.configOptions.find((o) => o.id === "mode").currentValue, "read_only");
+        assert.deepEqual(
+          updates.filter((u) => u.sessionUpdate === "current_mode_update"),
+          [{ sessionUpdate: "current_mode_update", currentModeId: "read_only" }],
+        );
+      }),
+      "the modes",
+    );
+  } finally {
+    stop();
+  }
+});

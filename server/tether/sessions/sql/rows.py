@@ -24,6 +24,7 @@ from tether.protocol import (
 )
 from tether.protocol.kernel import Usage
 from tether.protocol.messages import MessageContent, is_blocks
+from tether.protocol.sessions import DEFAULT_MODE, ToolPermissions
 from tether.sessions.lease import Lease
 from tether.sessions.packed import trusted_message
 from tether.sessions.sql.schema import _from_micros, sessions_table
@@ -88,6 +89,8 @@ def _session(row: Row[Any], now: datetime) -> Session:
         tools=row.tools,
         allowed_models=row.allowed_models,
         state=row.state,
+        mode=row.mode or DEFAULT_MODE,
+        permissions=ToolPermissions.model_validate(row.permissions or {}),
         parent_session_id=row.parent_session_id,
         forked_from_message_id=row.forked_from_message_id,
         message_count=row.base_count + row.own_count,
@@ -96,6 +99,13 @@ def _session(row: Row[Any], now: datetime) -> Session:
         updated_at=row.updated_at,
         running=lease is not None and lease.blocks(now),
     )
+
+
+def _permissions_json(permissions: ToolPermissions | None) -> dict[str, Any] | None:
+    """The remembered answers as the ``permissions`` column keeps them (None: none)."""
+    if permissions is None or not (permissions.allow_always or permissions.reject_always):
+        return None
+    return permissions.model_dump(by_alias=True)
 
 
 def _json_safe(values: dict[str, Any]) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from tether.protocol import (
     ConfigError,
 )
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 class _Micros(TypeDecorator[datetime]):
@@ -82,6 +82,8 @@ sessions_table = Table(
     Column("tools", JSON(none_as_null=True)),
     Column("allowed_models", JSON(none_as_null=True)),
     Column("state", JSON, nullable=False),
+    Column("mode", Text),  # version 6: NULL is "ask"
+    Column("permissions", JSON(none_as_null=True)),  # version 6: the remembered answers
     Column("parent_session_id", _ID),
     Column("forked_from_message_id", _ID),
     Column("owner", _ID, nullable=False),
@@ -97,6 +99,7 @@ sessions_table = Table(
     Column("lease_until", _Micros),
 )
 _LEASE_COLUMNS = ("lease_run_id", "lease_holder", "lease_until")
+_MODE_COLUMNS = ("mode", "permissions")
 
 segments_table = Table(
     "segments",
@@ -168,6 +171,7 @@ def _create_v1(connection: Connection) -> None:
             for c in create.columns
             if (table.name, c.element.name) not in _LATER_COLUMNS
             and c.element.name not in _LEASE_COLUMNS
+            and (table.name, c.element.name) not in {("sessions", n) for n in _MODE_COLUMNS}
         ]
         connection.execute(create)
     for index in _V1_INDEXES:
@@ -201,12 +205,20 @@ def _add_message_output(connection: Connection) -> None:
     connection.exec_driver_sql(f"ALTER TABLE messages ADD COLUMN {column}")
 
 
+def _add_mode(connection: Connection) -> None:
+    """Sessions learn ``mode`` and ``permissions`` (the remembered always answers)."""
+    for name in _MODE_COLUMNS:
+        column = CreateColumn(sessions_table.c[name]).compile(dialect=connection.dialect)
+        connection.exec_driver_sql(f"ALTER TABLE sessions ADD COLUMN {column}")
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_v1,
     _add_run_index,
     _add_run_lease,
     _add_compaction,
     _add_message_output,
+    _add_mode,
 ]
 """Step ``i`` moves the schema from version ``i`` to ``i + 1`` (0: an empty database)."""
 

@@ -68,6 +68,7 @@ from tether.sessions.sql.rows import (
     _json_safe,
     _lease,
     _message_row,
+    _permissions_json,
     _session,
     _session_row,
 )
@@ -341,6 +342,8 @@ class SqlStore:
             "tools": params.tools,
             "allowed_models": params.allowed_models,
             "state": params.state or {},
+            "mode": params.mode,
+            "permissions": _permissions_json(params.permissions),
             "parent_session_id": None,
             "forked_from_message_id": None,
             # A chosen id might be the key of another session's messages (one it had before a
@@ -409,7 +412,7 @@ class SqlStore:
             value = getattr(changes, name)
             if name in ("settings", "metadata", "state") and value is None:
                 value = {}
-            values[name] = value
+            values[name] = _permissions_json(value) if name == "permissions" else value
         values["updated_at"] = _later(literal(utcnow(), _Micros))
 
         def configure(connection: Connection) -> Session:
@@ -528,6 +531,8 @@ class SqlStore:
                     "tools",
                     "allowed_models",
                     "state",
+                    "mode",
+                    "permissions",
                 )
             }
             values.update(given)
