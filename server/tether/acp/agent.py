@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, assert_never
 
 from tether import __version__
 from tether.acp import modes
@@ -65,6 +65,7 @@ from tether.protocol import (
     Session,
     TetherError,
 )
+from tether.protocol.kernel import StopReason
 from tether.sessions import SessionStore
 from tether.sessions.workspaces import local_path
 
@@ -77,12 +78,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 Method = Callable[[Any], Awaitable[Any]]
-_STOP_REASONS = {
-    "end_turn": "end_turn",
-    "max_iterations": "max_turn_requests",
-    "max_tokens": "max_tokens",
-    "refusal": "refusal",
-}
+AcpStopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
 
 
 @dataclass
@@ -297,7 +293,7 @@ class AcpAgent(Backend):
     async def prompt(self, params: Any) -> PromptResponse:
         from tether.acp.content import prompt_content
         from tether.acp.updates import RunUpdates
-        from tether.protocol.kernel import RunParams, StopReason
+        from tether.protocol.kernel import RunParams
 
         request = PromptRequest.model_validate(params)
         session_id = request.session_id
@@ -338,9 +334,7 @@ class AcpAgent(Backend):
         self._usage(session, result.usage)
         if state.title is None:
             await self._titled(session_id, state)
-        if result.stop_reason is StopReason.CANCELLED:
-            return PromptResponse(stop_reason="cancelled")
-        return PromptResponse(stop_reason=_STOP_REASONS[result.stop_reason])
+        return PromptResponse(stop_reason=acp_stop_reason(result.stop_reason))
 
     def _usage(self, session: Session, usage: Usage | None) -> None:
         """A ``usage_update`` with the tokens the turn's model calls used, when the context
@@ -494,6 +488,25 @@ def _current_mode(options: list[ConfigOption]) -> str | None:
 def _absolute(path: str, name: str) -> None:
     if not os.path.isabs(path):
         raise InvalidParams.field(name, "must be an absolute path")
+
+
+def acp_stop_reason(reason: StopReason) -> AcpStopReason:
+    """ACP's stop reason for a run's (exhaustive: mypy fails when a reason is left out)."""
+    match reason:
+        case StopReason.END_TURN | StopReason.OUTPUT_INVALID:  # ACP asks for no output schema
+            return "end_turn"
+        case StopReason.MAX_TOKENS:
+            return "max_tokens"
+        case StopReason.REFUSAL:
+            return "refusal"
+        case StopReason.MAX_ITERATIONS:
+            return "max_turn_requests"
+        case StopReason.CANCELLED:
+            return "cancelled"
+        case StopReason.ERROR:  # a failed run raises instead of returning a result
+            raise RuntimeError("the run failed")
+        case _:
+            assert_never(reason)
 
 
 def _workspace(session: Session) -> Path | None:
