@@ -5,11 +5,11 @@ the same to ripgrep; some would mean something else there, and the search would 
 another pattern without a word. :func:`rust_pattern` rewrites what has an exact equivalent and
 gives up (None) on everything else, so that the call runs on the Python engine instead:
 
-- rewritten: ``\Z`` (``\z``), ``\uXXXX`` and ``\UXXXXXXXX`` (``\x{...}``), an escaped
-  punctuation character (``\<`` is a word boundary to Rust, ``<`` to Python), ``{,n}``
-  (``{0,n}``), and a ``{`` or ``}`` that is no repetition (literal to Python, an error to Rust);
-  inside a class, a ``[`` that opens no POSIX class (``[[:alpha:]]``) is escaped (Rust nests
-  classes);
+- rewritten: ``\Z`` (``$``: rg matches lines in a buffer, where ``\z`` is past the newline),
+  ``\uXXXX`` and ``\UXXXXXXXX`` (``\x{...}``), an escaped punctuation character (``\<`` is a word
+  boundary to Rust, ``<`` to Python), ``{,n}`` (``{0,n}``), and a ``{`` or ``}`` that is no
+  repetition (literal to Python, an error to Rust); inside a class, a ``[`` that opens no POSIX
+  class (``[[:alpha:]]``) is escaped (Rust nests classes);
 - given up: lookaround, backreferences (``\1``, ``(?P=name)``), atomic groups and possessive
   repeats, conditionals, recursion, comments ``(?#...)``, octal escapes, escapes of letters Rust
   lacks or reads differently (``\N{...}``, ``\G``, ``\K``, ``\X``, ``\m``, ``\b`` in a class...),
@@ -108,7 +108,7 @@ class _Translator:
                 raise _GiveUp
             return "\\" + char
         if char == "Z" and not in_class:
-            return "\\z"
+            return "$"  # the end of the line: rg's \z is the end of its buffer, past the newline
         if char == "x":
             return "\\x" + self._hex(2)
         if char in "uU":
