@@ -15,6 +15,15 @@ walk (:mod:`tether.tools.walk`) gives:
   symlinks never followed (``rg`` lists none). The rules of the directories above the start
   (up to the workspace root, never above it) and the glob are applied here, as the Python walk
   applies them; so are the sort and the entry cap.
+- an ignore file the Python walk leaves out (:mod:`tether.tools.ignores`: a FIFO, a device, a
+  symlink, over :data:`MAX_IGNORE_FILE_BYTES`) ``rg`` would read as it is: block on a FIFO for
+  good, read ``/dev/zero`` until memory runs out, apply a linked or huge file's rules. So the
+  walk's ``rg`` is watched (:func:`reads_what_no_walk_may`: it waits to open a FIFO, or holds a
+  FIFO, a device or a file too large open) and killed at once, and the ignore files of the
+  directories it listed files in are checked when it is done (:func:`_ignore_files_clean`);
+  either way the call walks with Python, which leaves the file out and says so. Left: a
+  directory none of whose files ``rg`` lists (its own linked or huge ignore file excludes them
+  all) is not checked.
 - ``rg`` is started in a session of its own, marked as commands are
   (:data:`tether.tools.processes.MARK_VARIABLE`), and its tree is killed
   (:func:`tether.tools.processes.kill_tree`) when the call is cancelled, at the deadline, or
@@ -28,6 +37,7 @@ import io
 import os
 import re
 import shutil
+import stat as stats
 import subprocess
 import sys
 import sysconfig
@@ -39,15 +49,20 @@ from pathlib import Path
 from typing import Literal
 
 from tether.tools.base import SearchEngine, ToolError
-from tether.tools.ignores import IGNORE_FILES, ignores_above
+from tether.tools.ignores import IGNORE_FILES, MAX_IGNORE_FILE_BYTES, ignores_above
 from tether.tools.processes import MARK_VARIABLE, kill_tree, new_mark
-from tether.tools.walk import IGNORED_DIRS, Glob, Walk, WalkedFile
+from tether.tools.walk import IGNORED_DIRS, Glob, Walk, WalkedFile, walk_files
 
 RG_FLAGS = ("--no-config", "--hidden", "--no-ignore-global")
 """What every ``rg`` run starts with: no ``RIPGREP_CONFIG_PATH``, hidden files in, no user-wide
 excludes."""
 
 _VERSION = re.compile(rb"ripgrep (\d+)\.(\d+)\.(\d+)")
+GUARD_INTERVAL = 0.02  # seconds between two looks at what a walk's rg has open
+# where the kernel holds a thread opening a FIFO no one writes to (older kernels than 5.5 show
+# "pipe_wait", as for any pipe: such an rg is left to the deadline)
+_FIFO_WAITS = frozenset({"wait_for_partner", "fifo_open"})
+Killed = Literal["stop", "time", "unsafe"]
 
 
 @dataclass(frozen=True)
@@ -117,10 +132,18 @@ def chosen(engine: SearchEngine, root: Path, start: Path) -> Ripgrep | None:
 
 class RgProcess:
     """One ``rg`` run whose output is read as it comes; killed (with anything it started) when
-    ``stop`` is set or ``deadline`` passes, and by :meth:`close`."""
+    ``stop`` is set or ``deadline`` passes, and by :meth:`close`; with ``guard``, also as soon
+    as it reads what no walk may (:func:`reads_what_no_walk_may`)."""
 
     def __init__(
-        self, rg: Ripgrep, args: Sequence[str], *, cwd: Path, stop: threading.Event, deadline: float
+        self,
+        rg: Ripgrep,
+        args: Sequence[str],
+        *,
+        cwd: Path,
+        stop: threading.Event,
+        deadline: float,
+        guard: bool = False,
     ) -> None:
         self._mark = new_mark()
         environ = {**os.environ, MARK_VARIABLE: self._mark}
@@ -133,10 +156,10 @@ class RgProcess:
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
-        self.killed: Literal["stop", "time"] | None = None
+        self.killed: Killed | None = None
         self._lock = threading.Lock()
         watcher = threading.Thread(
-            target=self._watch, args=(stop, deadline), daemon=True, name="rg-watch"
+            target=self._watch, args=(stop, deadline, guard), daemon=True, name="rg-watch"
         )
         watcher.start()
 
@@ -145,13 +168,26 @@ class RgProcess:
         assert isinstance(self.process.stdout, io.BufferedReader)
         return self.process.stdout
 
-    def _watch(self, stop: threading.Event, deadline: float) -> None:
-        """Kill ``rg`` once the call is cancelled or over time (set ``stop`` ends this thread:
-        the caller sets it when the call ends, however it ends)."""
-        stopped = stop.wait(max(0.0, deadline - time.monotonic()))
-        self.kill("stop" if stopped else "time")
+    def _watch(self, stop: threading.Event, deadline: float, guard: bool) -> None:
+        """Kill ``rg`` once the call is cancelled or over time, or (``guard``) once it reads
+        what no walk may (set ``stop`` ends this thread: the caller sets it when the call ends,
+        however it ends)."""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill("time")
+                return
+            if stop.wait(min(left, GUARD_INTERVAL) if guard else left):
+                self.kill("stop")
+                return
+            if guard:
+                if self.process.poll() is not None:
+                    return
+                if reads_what_no_walk_may(self.process.pid):
+                    self.kill("unsafe")
+                    return
 
-    def kill(self, why: Literal["stop", "time"] | None = None) -> None:
+    def kill(self, why: Killed | None = None) -> None:
         with self._lock:
             if self.process.poll() is not None:
                 return
@@ -207,11 +243,24 @@ def rg_walk(
     if not include_ignored and _start_ignored(root, start, walk):
         return walk  # as the Python walk sees nothing below an ignored directory
     args = [*walk_args(include_ignored, parents=start != root), "--files", "--null"]
-    run = RgProcess(rg, args, cwd=start, stop=stop, deadline=deadline)
+    run = RgProcess(rg, args, cwd=start, stop=stop, deadline=deadline, guard=not include_ignored)
     try:
         names = _read_names(run, max_entries, walk)
     finally:
         run.close()
+    if run.killed == "unsafe" or not (
+        include_ignored or run.killed or _ignore_files_clean(root, start, names)
+    ):
+        # an ignore file rg read as no walk may: the Python walk leaves it out and says so
+        return walk_files(
+            root,
+            start,
+            glob=glob,
+            max_entries=max_entries,
+            stop=stop,
+            include_ignored=include_ignored,
+            budget=max(0.0, deadline - time.monotonic()),
+        )
     if run.killed == "time":
         walk.stopped = "time"
     walk.scanned = len(names)
@@ -280,3 +329,62 @@ def _walked(rel: str, path: str, stat: bool) -> WalkedFile:
     if not (info.st_mode & 0o170000 == 0o100000):  # S_ISREG
         return WalkedFile(rel, path, -1)
     return WalkedFile.of(rel, path, info)
+
+
+def reads_what_no_walk_may(pid: int) -> bool:
+    """Whether the walk's ``rg`` (process ``pid``) waits to open a FIFO, or holds a FIFO, a
+    device or a file larger than an ignore file may be open: ``rg --files`` opens nothing but
+    directories and ignore files, and past its standard streams, so such a file is an ignore
+    file no walk may read. False when ``/proc`` does not tell."""
+    proc = f"/proc/{pid}"
+    try:
+        for task in os.listdir(f"{proc}/task"):
+            with open(f"{proc}/task/{task}/wchan") as wchan:
+                if wchan.read().strip() in _FIFO_WAITS:
+                    return True
+        for fd in os.listdir(f"{proc}/fd"):
+            if int(fd) < 3:
+                continue
+            info = os.stat(f"{proc}/fd/{fd}")  # of what is open: nothing is opened here
+            if stats.S_ISDIR(info.st_mode):
+                continue
+            if not stats.S_ISREG(info.st_mode) or info.st_size > MAX_IGNORE_FILE_BYTES:
+                return True
+    except (OSError, ValueError):
+        return False
+    return False
+
+
+def _ignore_files_clean(root: Path, start: Path, names: list[str]) -> bool:
+    """Whether every ignore file of the directories ``rg`` listed files in, from ``root`` down,
+    is one a walk reads: a regular file (not a symlink) of at most
+    :data:`MAX_IGNORE_FILE_BYTES`."""
+    if not _readable_ignore_file(os.path.join(root, ".git", "info", "exclude")):
+        return False
+    directories = {str(root)}
+    directory = start
+    while directory != root:
+        directories.add(str(directory))
+        directory = directory.parent
+    for name in names:
+        parent = os.path.dirname(name.removeprefix("./"))
+        while parent:
+            path = os.path.join(start, parent)
+            if path in directories:
+                break
+            directories.add(path)
+            parent = os.path.dirname(parent)
+    return all(
+        _readable_ignore_file(os.path.join(directory, name))
+        for directory in directories
+        for name in IGNORE_FILES
+    )
+
+
+def _readable_ignore_file(path: str) -> bool:
+    """Whether ``path`` is missing or an ignore file a walk reads."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return True
+    return stats.S_ISREG(info.st_mode) and info.st_size <= MAX_IGNORE_FILE_BYTES
