@@ -366,8 +366,7 @@ def _ignore_files_clean(root: Path, start: Path, names: list[str]) -> bool:
     while directory != root:
         directories.add(str(directory))
         directory = directory.parent
-    for name in names:
-        parent = os.path.dirname(name.removeprefix("./"))
+    for parent in {name.removeprefix("./").rpartition("/")[0] for name in names}:
         while parent:
             path = os.path.join(start, parent)
             if path in directories:
