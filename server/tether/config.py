@@ -181,6 +181,10 @@ class ToolsConfig(_Section):
     mcp_sandbox: SandboxMode = Field(
         default="off", description="the OS sandbox of MCP servers tether starts (network allowed)"
     )
+    search: Literal["auto", "ripgrep", "python"] = Field(
+        default="auto",
+        description="the engine of search_text and list_files: rg where it runs, rg, or Python",
+    )
 
     _unique_servers = field_validator("mcp_servers")(unique_server_names)
 

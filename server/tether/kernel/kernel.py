@@ -424,6 +424,7 @@ class Kernel:
                 hidden_env=_hidden_env(config),
                 secrets=self._secrets(config, session.session_id),
                 sandbox=sandbox_policy(config),
+                search=config.tools.search,
             ),
             model=provider_config.model or "",
             system=system,

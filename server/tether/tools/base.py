@@ -10,11 +10,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from tether.protocol.tools import ProposedChange, ToolSpec
 from tether.secrets import Secrets
 from tether.tools.confinement import SandboxPolicy
+
+SearchEngine = Literal["auto", "ripgrep", "python"]
+"""``tools.search``: which engine runs ``search_text`` and ``list_files``
+(:mod:`tether.tools.ripgrep`)."""
 
 
 def _no_progress(message: str) -> None:
@@ -76,6 +80,8 @@ class ToolContext:
     sandbox: SandboxPolicy = field(default_factory=SandboxPolicy)
     # where write_file and edit_file read and write after their checks (None: the disk)
     files: FileAccess | None = None
+    # which engine search_text and list_files run on (``tools.search``)
+    search: SearchEngine = "auto"
 
 
 @dataclass(frozen=True)
