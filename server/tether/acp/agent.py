@@ -120,7 +120,6 @@ class AcpAgent(Backend):
             "session/set_mode": self.set_mode,
             "session/set_config_option": self.set_config_option,
         }
-        self.sessions.on_delete.append(self._forget)
 
     # -- dispatch ---------------------------------------------------------------------------
 
@@ -449,8 +448,9 @@ class AcpAgent(Backend):
             if _current_mode(known) != session.mode:
                 self._send(session.session_id, CurrentModeUpdate(current_mode_id=session.mode))
 
-    async def _forget(self, session_id: str) -> None:
+    async def _session_deleted(self, session_id: str) -> None:
         self._states.pop(session_id, None)
+        await super()._session_deleted(session_id)
 
     def _send(self, session_id: str, update: SessionUpdate) -> None:
         if self.connection is not None:
