@@ -85,7 +85,8 @@ class Turn:
             case CompactionStarted() | CompactionFinished():
                 pass  # a summary of older turns is not part of this one
             case RunWarning() | Notice():
-                pass  # not part of the turn; told with window/showMessage (lsp/runs.py)
+                pass  # not part of the turn: a notice is told with window/showMessage
+                # (lsp/runs.py), a workspace file left out once by App.warn
             case _:
                 assert_never(event)
 
