@@ -124,3 +124,15 @@ def test_a_carriage_return_that_ends_the_answer_or_the_reasoning_is_shown_not_ob
     view.note("end")
     assert out.getvalue() == "answer\\r\n"
     assert "think\\r" in err.lines()[0] and err.lines()[-1] == "end"
+
+
+def test_every_kind_of_event_is_drawn_or_left_out() -> None:
+    from tests.events import every_progress_event
+
+    screen, _ = show(*every_progress_event())
+    lines = screen.lines()
+    assert "tether: warning: the workspace config file was left out: bad key" in lines
+    assert "tether: error: the MCP server 'x' did not start" in lines
+    assert "→ Edit a.py" in lines and "✓ Edit a.py" in lines
+    assert "✗ read_file" not in lines and "⊘ read_file" in lines
+    assert lines[-1] == "Done."

@@ -80,7 +80,7 @@ class Backend:
         self._providers: dict[str, Provider] = {}
         self._mcp: McpManager | None = None  # made when a session or a run first needs it
         self.sessions.on_create.append(self._remember_mcp_servers)
-        self.sessions.on_delete.append(self._close_mcp_servers)
+        self.sessions.on_delete.append(self._session_deleted)
         self.sessions.on_fork.append(self._fork_mcp_servers)
 
     @property
@@ -341,7 +341,9 @@ class Backend:
         if self._mcp is not None and session.parent_session_id is not None:
             self._mcp.share_session_servers(session.parent_session_id, session.session_id)
 
-    async def _close_mcp_servers(self, session_id: str) -> None:
+    async def _session_deleted(self, session_id: str) -> None:
+        """A session was deleted or has expired: release its MCP servers. A face that keeps
+        something of its own per session extends this to forget it."""
         if self._mcp is not None:
             await self._mcp.close_session(session_id)
 

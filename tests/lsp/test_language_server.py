@@ -291,6 +291,17 @@ async def test_reject_in_show_message_request_refuses_the_call(server: Server) -
     assert "rejected: Edit app.py" in reports(server)
 
 
+@pytest.mark.parametrize(
+    "options", [{"tools": {"mcpServers": [{"name": "github", "command": "/no/such-mcp-server"}]}}]
+)
+@pytest.mark.parametrize("script", [[{"text": "Hello."}]])
+async def test_an_mcp_server_that_did_not_start_is_told_with_show_message(server: Server) -> None:
+    _, transcript = await answered(server, "hi")
+    [told] = [m for m in server.client.messages if "no/such-mcp-server" in m.message]
+    assert told.type == lsp.MessageType.Warning and told.message.startswith("tether: ")
+    assert "Hello." in last_turn(transcript) and "such-mcp" not in transcript
+
+
 @pytest.mark.parametrize("script", [[{"text": "thinking for a long time", "delay": 30}]])
 async def test_work_done_progress_cancel_stops_the_turn(server: Server) -> None:
     turn = asyncio.ensure_future(answered(server, "take your time"))

@@ -82,8 +82,9 @@ AcpStopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal"
 
 
 @dataclass
-class SessionState:
-    """What the face keeps about a session while this process serves it."""
+class AcpSessionState:
+    """What the ACP face keeps about a session while this process serves it (what its client
+    was last shown); the session itself is the store's."""
 
     kinds: dict[str, str] = field(default_factory=dict)  # tool call id -> tether tool kind
     terminals: dict[str, str] = field(default_factory=dict)  # tool call id -> editor terminal
@@ -105,7 +106,7 @@ class AcpAgent(Backend):
         self._cwd = cwd or Path.cwd()
         self.connection: Connection | None = None
         self.client: InitializeRequest | None = None
-        self._states: dict[str, SessionState] = {}
+        self._states: dict[str, AcpSessionState] = {}
         self._methods: dict[str, Method] = {
             "initialize": self.initialize,
             "authenticate": self.authenticate,
@@ -120,7 +121,6 @@ class AcpAgent(Backend):
             "session/set_mode": self.set_mode,
             "session/set_config_option": self.set_config_option,
         }
-        self.sessions.on_delete.append(self._forget)
 
     # -- dispatch ---------------------------------------------------------------------------
 
@@ -348,7 +348,7 @@ class AcpAgent(Backend):
         if used:
             self._send(session.session_id, UsageUpdate(used=used, size=size))
 
-    async def _titled(self, session_id: str, state: SessionState) -> None:
+    async def _titled(self, session_id: str, state: AcpSessionState) -> None:
         """Tell the client the title the kernel gave the session from its first prompt (read
         once the turn has ended: the face cannot know whether the run or its own look-up
         of the session came first)."""
@@ -415,10 +415,10 @@ class AcpAgent(Backend):
     def _kernel(self) -> Kernel:
         return self.kernel or self.build_kernel(self._ask)
 
-    def _state(self, session_id: str) -> SessionState:
+    def _state(self, session_id: str) -> AcpSessionState:
         state = self._states.get(session_id)
         if state is None:
-            state = self._states[session_id] = SessionState()
+            state = self._states[session_id] = AcpSessionState()
         return state
 
     def _modes(self, session: Session) -> Any:
@@ -440,7 +440,7 @@ class AcpAgent(Backend):
         self._state(session.session_id).options = options
         return options
 
-    def _options_changed(self, session: Session, state: SessionState) -> None:
+    def _options_changed(self, session: Session, state: AcpSessionState) -> None:
         """Tell the client of options changed elsewhere (another process, ``tether serve``)
         since it last got them."""
         known = state.options
@@ -449,8 +449,9 @@ class AcpAgent(Backend):
             if _current_mode(known) != session.mode:
                 self._send(session.session_id, CurrentModeUpdate(current_mode_id=session.mode))
 
-    async def _forget(self, session_id: str) -> None:
+    async def _session_deleted(self, session_id: str) -> None:
         self._states.pop(session_id, None)
+        await super()._session_deleted(session_id)
 
     def _send(self, session_id: str, update: SessionUpdate) -> None:
         if self.connection is not None:

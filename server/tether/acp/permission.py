@@ -27,7 +27,7 @@ from tether.protocol.kernel import PermissionParams, PermissionResult
 from tether.protocol.tools import ToolKind
 
 if TYPE_CHECKING:
-    from tether.acp.agent import SessionState
+    from tether.acp.agent import AcpSessionState
 
 Outcome = Literal["allow", "allow_always", "reject", "reject_always"]
 OPTIONS = [
@@ -45,7 +45,7 @@ _OUTCOMES: dict[str, Outcome] = {
 
 
 async def ask(
-    connection: Connection, params: PermissionParams, state: SessionState, workspace: Path | None
+    connection: Connection, params: PermissionParams, state: AcpSessionState, workspace: Path | None
 ) -> PermissionResult:
     kind = state.kinds.get(params.tool_call.id, ToolKind.OTHER)
     option = await _question(connection, params, kind, workspace)

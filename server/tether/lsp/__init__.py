@@ -30,6 +30,7 @@ from tether.lsp.runs import Runs
 from tether.protocol import InvalidParams
 from tether.protocol.lifecycle import LSP_COMMANDS
 from tether.rpc import client_log
+from tether.rpc.app import FaceHooks
 from tether.rpc.handlers import validate_params
 
 if TYPE_CHECKING:
@@ -61,9 +62,6 @@ def register(server: TetherServer) -> Runs:
     buffers = Buffers(_workspace(server))
     protocol._workspace = buffers.workspace  # pygls makes it in its initialize, not run here
     runs = Runs(app, buffers)
-    app.tool_layer = runs.tools
-    app.face_approver = runs.approve
-    app.stop_face = runs.aclose
     for method in REPLACED:
         protocol.fm.builtin_features.pop(method, None)
     _documents(server, buffers)
@@ -80,7 +78,14 @@ def register(server: TetherServer) -> Runs:
             logger.debug("window/workDoneProgress/cancel for no run: %r", params.token)
 
     server.feature(lsp.WINDOW_WORK_DONE_PROGRESS_CANCEL)(progress_cancel)
-    app.trace = lambda: _value(protocol.trace)  # for the client log (App.initialize)
+    app.attach_face(
+        FaceHooks(
+            tool_layer=runs.tools,
+            approver=runs.approve,
+            stop=runs.aclose,
+            trace=lambda: _value(protocol.trace),  # for the client log (App.initialize)
+        )
+    )
     return runs
 
 

@@ -35,6 +35,7 @@ from tether.lsp.transcripts import Turn, append_turn, transcript_path
 from tether.protocol import CreateSessionParams, ListSessionsParams, TetherError
 from tether.protocol.errors import RequestCancelled
 from tether.protocol.kernel import (
+    Notice,
     PermissionParams,
     PermissionResult,
     ProgressParams,
@@ -60,6 +61,7 @@ logger = logging.getLogger(__name__)
 ALLOW, ALWAYS, REJECT = "Allow", "Always allow", "Reject"
 _OUTCOMES = {ALLOW: "allow", ALWAYS: "allow_always", REJECT: "reject"}
 _INFO, _WARNING, _ERROR = 3, 2, 1  # MessageType
+_MESSAGE_TYPES = {"info": _INFO, "warning": _WARNING, "error": _ERROR}  # of a notice's level
 MAX_BACKLOG = 100  # reports kept while the turn's token is being made (the latest)
 MAX_SHOWN_CHARS = 4000  # of an answer shown with window/showMessage
 MAX_DOCUMENT_BYTES = 8 * 1024 * 1024  # of a document read from the disk for a turn's prompt
@@ -317,14 +319,22 @@ class Runs:
         return any(turn.session_id == session_id for turn in self.active)
 
     def _event(self, turn: _Turn, params: ProgressParams) -> None:
-        """An event of the turn's run: kept for its transcript, and reported on its token."""
+        """An event of the turn's run: kept for its transcript, and reported on its token; a
+        notice (an MCP server that did not start) is told with ``window/showMessage``."""
         event = params.event
         turn.record.add(event)
         value = turn.progress.value(event)
-        if isinstance(event, RunStarted) and not turn.began.done():
-            turn.began.set_result(params.run_id)
-            self._start_reporting(turn)
-        elif value is not None and turn.token is not None:
+        match event:
+            case RunStarted() if not turn.began.done():
+                turn.began.set_result(params.run_id)
+                self._start_reporting(turn)
+                return  # its begin is sent once the token is made
+            case Notice(level=level, message=message):
+                notice = {"type": _MESSAGE_TYPES[level], "message": f"tether: {message}"}
+                self.app.notify("window/showMessage", notice)
+            case _:
+                pass  # the transcript and the progress values above take every kind
+        if value is not None and turn.token is not None:
             self.app.notify("$/progress", {"token": turn.token, "value": value})
         elif value is not None and turn.backlog is not None:
             turn.backlog.append(value)

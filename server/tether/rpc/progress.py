@@ -9,17 +9,22 @@ every run that reports on a token: a ``kernel/run`` or ``session/compact`` with 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, assert_never
 
 from tether.kernel.approval import REJECTED_RESULT
 from tether.protocol.kernel import (
+    CompactionFinished,
     CompactionStarted,
+    IterationFinished,
     IterationStarted,
     MessageDelta,
+    Notice,
     ProgressEvent,
     ProgressParams,
     RunFinished,
     RunStarted,
+    RunWarning,
+    ThoughtDelta,
     ToolCallStarted,
     ToolCallStatus,
     ToolCallUpdate,
@@ -75,12 +80,18 @@ class WorkDoneProgress:
                 if error == REJECTED_RESULT:
                     return self._report(f"rejected: {self._calls.get(call_id, call_id)}")
                 return self._report(f"failed: {_last_line(error or '')}")
+            case ToolCallUpdate():
+                return None  # running or done: the call's report already names it
             case CompactionStarted():
                 return self._report("summarizing older turns")
             case RunFinished(stop_reason=reason):
                 return self.end(str(reason))
+            case ThoughtDelta() | IterationFinished() | CompactionFinished():
+                return None  # a status line shows what is being written, not the reasoning
+            case RunWarning() | Notice():
+                return None  # not for a status line: kernel/progress carries them
             case _:
-                return None
+                assert_never(event)
 
     def _streamed(self, delta: MessageDelta) -> str:
         """The line of the model's text being written, once ``delta`` is added to it (a new

@@ -21,7 +21,7 @@ BUILTIN_TOOL_NAMES = (
 )
 
 _HOMES = {
-    "SessionState": "base",
+    "SessionStateHandle": "base",
     "Tool": "base",
     "ToolContext": "base",
     "ToolError": "base",
@@ -38,7 +38,7 @@ _HOMES = {
 
 if TYPE_CHECKING:
     from tether.tools.base import (
-        SessionState,
+        SessionStateHandle,
         Tool,
         ToolContext,
         ToolError,
@@ -61,7 +61,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "BUILTIN_TOOL_NAMES",
     "Sandbox",
-    "SessionState",
+    "SessionStateHandle",
     "Tool",
     "ToolArguments",
     "ToolContext",

@@ -25,8 +25,9 @@ def _no_progress(message: str) -> None:
     return None
 
 
-class SessionState(Protocol):
-    """The state of the session a call runs in (``Session.state``, a JSON object)."""
+class SessionStateHandle(Protocol):
+    """Reads and writes the state of the session a call runs in (``Session.state``, a JSON
+    object kept in the store); the kernel gives one to each call."""
 
     async def get(self) -> dict[str, Any]:
         """A copy of the whole state."""
@@ -69,7 +70,7 @@ class ToolContext:
     run_id: str
     tool_call_id: str | None = None
     progress: Callable[[str], None] = _no_progress
-    state: SessionState | None = None  # the session's state, for state_get / state_set
+    state: SessionStateHandle | None = None  # the session's state, for state_get / state_set
     # names of environment variables commands must not see (the provider's API key variable)
     hidden_env: frozenset[str] = frozenset()
     # the configured secrets: no command sees a variable whose value contains one
