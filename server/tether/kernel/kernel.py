@@ -28,6 +28,7 @@ from tether.kernel import compaction, structured
 from tether.kernel.access import check_access
 from tether.kernel.approval import Approver, Gate, offered
 from tether.kernel.history import in_model_order
+from tether.kernel.hooks import Hooks
 from tether.kernel.run import Emit, LeaseState, Run, RunSetup, cancelling, not_cancelled
 from tether.kernel.state import StoreState
 from tether.kernel.window import EstimatingCounter, TokenCounter, window
@@ -410,21 +411,22 @@ class Kernel:
         warnings += tuple(_memory_warning(problem) for problem in memory.problems)
         system = _system_prompt(session.system_prompt or config.kernel.system_prompt, memory.text)
         specs = offered(_allowed(executor.list(), session.tools, params.tools), session.mode)
+        context = ToolContext(
+            workspace=workspace,
+            session_id=session.session_id,
+            run_id=run_id,
+            state=StoreState(self._store, session.session_id),
+            hidden_env=_hidden_env(config),
+            secrets=self._secrets(config, session.session_id),
+            sandbox=sandbox_policy(config),
+        )
         return RunSetup(
             session_id=session.session_id,
             store=self._store,
             provider=provider,
             tools=executor,
             tool_specs=specs,
-            context=ToolContext(
-                workspace=workspace,
-                session_id=session.session_id,
-                run_id=run_id,
-                state=StoreState(self._store, session.session_id),
-                hidden_env=_hidden_env(config),
-                secrets=self._secrets(config, session.session_id),
-                sandbox=sandbox_policy(config),
-            ),
+            context=context,
             model=provider_config.model or "",
             system=system,
             max_iterations=params.max_iterations or config.kernel.max_iterations,
@@ -444,6 +446,7 @@ class Kernel:
             warnings=warnings,
             lease=state,
             author=params.author or session.agent_id,
+            hooks=Hooks(config.hooks, context) if config.hooks else None,
         )
 
     async def _folder_config(self, folder: Path | None) -> TetherConfig:
