@@ -41,6 +41,7 @@ from tether.tools.processes import MARK_VARIABLE, kill_tree, new_mark
 from tether.tools.run_command import SHELL, child_environment
 
 BLOCK_EXIT_CODE = 2
+KILL_WAIT_SECONDS = 5.0  # for a killed hook's end to be seen
 MAX_OUTPUT_CHARS = 64 * 1024  # of what a hook says that is kept (reason, context)
 MAX_NAME_CHARS = 80
 PLAIN_CONTEXT_EVENTS: frozenset[str] = frozenset({"user_prompt_submit", "session_start"})
@@ -147,17 +148,7 @@ class Hooks:
         environment[MARK_VARIABLE] = mark
         started = time.monotonic()
         try:
-            process = await asyncio.create_subprocess_exec(
-                SHELL,
-                "-c",
-                hook.command,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=context.workspace,
-                env=environment,
-                start_new_session=True,
-            )
+            process = await _start(hook.command, context, environment, mark)
         except OSError as exc:
             return _Ran(127, "", f"could not start: {exc.strerror or exc}", 0.0)
         ended = False
@@ -173,7 +164,10 @@ class Hooks:
                 kill_tree(process.pid, mark, leader_exited=process.returncode is not None)
                 with contextlib.suppress(ProcessLookupError):
                     process.kill()
-                await process.wait()
+                # Bounded: asyncio's wait also waits for the pipes, which a process out of
+                # reach (another user's, say) could hold open.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(process.wait(), KILL_WAIT_SECONDS)
         return _Ran(
             process.returncode if ended else None,
             _text(stdout),
@@ -196,6 +190,33 @@ class Hooks:
             updated_input=verdict.updated_input,
             blocked_by=None if verdict.blocked_by is None else secrets.redact(verdict.blocked_by),
         )
+
+
+async def _start(
+    command: str, context: ToolContext, environment: dict[str, str], mark: str
+) -> asyncio.subprocess.Process:
+    """Start a hook. The start is shielded: a cancellation that arrives meanwhile waits for
+    it, then kills what started, so that no hook is left running unseen."""
+    starting = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
+            SHELL,
+            "-c",
+            command,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=context.workspace,
+            env=environment,
+            start_new_session=True,
+        )
+    )
+    try:
+        return await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            process = await starting
+            kill_tree(process.pid, mark)
+        raise
 
 
 def tool_input(arguments: str) -> object:
