@@ -161,9 +161,9 @@ class Hooks:
             stdout, stderr = b"", b""
         finally:
             if not ended:  # timed out, or the run was cancelled: nothing of it stays
+                # The leader leads its group, which kill_tree kills: no process.kill() after it
+                # (its poll would reap the leader behind asyncio's back).
                 kill_tree(process.pid, mark, leader_exited=process.returncode is not None)
-                with contextlib.suppress(ProcessLookupError):
-                    process.kill()
                 # Bounded: asyncio's wait also waits for the pipes, which a process out of
                 # reach (another user's, say) could hold open.
                 with contextlib.suppress(TimeoutError):

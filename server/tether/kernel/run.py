@@ -515,11 +515,12 @@ class Run:
             tool_name=call.name,
             tool_call_id=call.id,
         )
-        if verdict.context:
-            self._hook_context[call.id] = verdict.context
         if verdict.blocked is not None:
             self._hook_blocked[call.id] = ToolResult(verdict.blocked, is_error=True)
-        elif verdict.updated_input is not None:
+            return call
+        if verdict.context:
+            self._hook_context[call.id] = verdict.context
+        if verdict.updated_input is not None:
             return call.model_copy(update={"arguments": json.dumps(verdict.updated_input)})
         return call
 
