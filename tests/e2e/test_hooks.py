@@ -3,12 +3,13 @@ the model (the history the next model call reads), and a repository that cannot 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from tests.processes import gone, kill_all, unique_seconds
+from tests.processes import appear, gone, kill_all, unique_seconds
 from tether.client import Connection, RpcError
 from tether.protocol import ErrorCode
 from tether.testing import tool_call
@@ -335,3 +336,36 @@ async def test_a_hook_gets_no_secret_and_what_it_says_is_redacted(project: Path,
     [event] = events
     assert event["outcome"] == "blocked"  # exit 2: the assertion on its environment held
     assert event["message"] == "the key is [redacted]"
+
+
+async def test_cancelling_a_run_kills_the_hook_it_waits_on(project: Path, tmp_path: Path):
+    pids = tmp_path / "pids"
+    seconds = unique_seconds()
+    hanging = f"echo $$ >> {pids}; sleep {seconds} & echo $! >> {pids}; wait"
+    turns = [{"toolCalls": [tool_call("read_file", "c1", path="README.md")]}]
+    connection = await start_scripted(
+        project,
+        turns,
+        tools={"approval": "auto"},
+        hooks={"pre_tool_use": [{"command": hanging, "timeout": 600}]},
+    )
+    try:
+        sid = (await connection.request("session/create", {}))["sessionId"]
+        run = asyncio.ensure_future(
+            connection.request("kernel/run", {"sessionId": sid, "prompt": "read"})
+        )
+        started = await appear(lambda: set(_pids(pids)), 2)
+        assert await connection.request("kernel/cancel", {"sessionId": sid}) == {"cancelled": True}
+        result = await asyncio.wait_for(run, 20)
+        history = (await connection.request("session/messages", {"sessionId": sid}))["messages"]
+        assert await gone(started)
+    finally:
+        await connection.close()
+        kill_all(_pids(pids))
+
+    assert result["stopReason"] == "cancelled"
+    assert [(m["role"], m.get("content")) for m in history][-1] == ("tool", "cancelled")
+
+
+def _pids(path: Path) -> list[int]:
+    return [int(line) for line in path.read_text().split()] if path.exists() else []
