@@ -231,14 +231,18 @@ async def test_user_prompt_submit_refuses_a_prompt_and_adds_context_to_another(
             error = refused
         refused_events = progress(connection, "hook")
         kept = await connection.request("session/messages", {"sessionId": sid})
+        untitled = await connection.request("session/get", {"sessionId": sid})
         result = await connection.request("kernel/run", {"sessionId": sid, "prompt": "hello"})
         history = (await connection.request("session/messages", {"sessionId": sid}))["messages"]
+        titled = await connection.request("session/get", {"sessionId": sid})
     finally:
         await connection.close()
 
     assert error.code == ErrorCode.PROMPT_REFUSED
     assert error.data == {"hook": "gate", "reason": "keep passwords out of prompts"}
     assert kept["messages"] == []  # nothing of the refused prompt was stored
+    assert untitled.get("title") is None  # not even as the session's title
+    assert titled["title"] == "hello"
     assert [(e["event"], e["outcome"]) for e in refused_events] == [
         ("session_start", "ok"),
         ("user_prompt_submit", "blocked"),

@@ -358,7 +358,9 @@ class Kernel:
         try:
             session = await self._store.get(params.session_id)
             run = Run(await self._setup(session, params, run_id, emit, state))
-            if session.title is None:
+            # A prompt a hook may refuse names no session before it is let in.
+            title_later = session.title is None and run.prompt_screened
+            if session.title is None and not title_later:
                 await self._title(session.session_id, params.prompt)
         except asyncio.CancelledError:  # cancelled before it began: nothing was recorded
             if not cancelling():
@@ -372,7 +374,10 @@ class Kernel:
         except TetherError as exc:
             self._add_warnings(exc, None if session is None else _local_workspace(session))
             raise
-        return await run.execute(params.prompt)
+        result = await run.execute(params.prompt)
+        if title_later:
+            await self._title(session.session_id, params.prompt)
+        return result
 
     async def _title(self, session_id: str, prompt: Content) -> None:
         """An untitled session is named after the first line of its first prompt (whichever

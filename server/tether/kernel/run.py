@@ -186,6 +186,11 @@ class Run:
         self._hook_context: dict[str, str] = {}  # call id -> what pre_tool_use hooks added
         self._stop_hook_active = False  # a stop hook already kept the run going
 
+    @property
+    def prompt_screened(self) -> bool:
+        """Whether a ``user_prompt_submit`` hook may refuse the prompt."""
+        return self._hooks is not None and self._hooks.has("user_prompt_submit")
+
     async def execute(self, prompt: Content) -> RunResult:
         """The whole run; cancellation ends it with ``stopReason: "cancelled"``."""
         await self._answer_dangling_calls()
