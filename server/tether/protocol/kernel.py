@@ -123,8 +123,9 @@ class RunWarning(WireModel):
 
 class Notice(WireModel):
     """Something a person should know about a run that is neither an error of the request nor
-    part of a tool call: today, a source of tools (an MCP server) that failed to start, named
-    with its reason in ``data: {source, reason}``. Sent after ``run_started``."""
+    part of a tool call: a source of tools (an MCP server) that failed to start, named with its
+    reason in ``data: {source, reason}``, sent after ``run_started``; a hook that failed or timed
+    out, sent after its ``hook`` event."""
 
     kind: Literal["notice"] = "notice"
     level: Literal["info", "warning", "error"] = "warning"
