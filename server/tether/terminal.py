@@ -32,6 +32,7 @@ from tether.escapes import inert, printable
 from tether.protocol.kernel import (
     CompactionFinished,
     CompactionStarted,
+    HookRun,
     IterationFinished,
     IterationStarted,
     MessageDelta,
@@ -95,6 +96,10 @@ class TerminalView:
                 pass  # the run's end is drawn from its result (:meth:`result`)
             case CompactionStarted() | CompactionFinished():
                 pass  # the summary is not part of the answer; the run goes on as before
+            case HookRun(outcome="blocked", name=name, event=hook_event, message=message):
+                self.note(f"tether: hook {name} blocked {hook_event}: {message or ''}", "yellow")
+            case HookRun():
+                pass  # ran through; a failed or timed-out hook also sends a notice
             case _:
                 assert_never(event)
 

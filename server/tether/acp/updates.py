@@ -42,6 +42,7 @@ from tether.protocol import ImageBlock, Message, ResourceLinkBlock, Role, TextBl
 from tether.protocol.kernel import (
     CompactionFinished,
     CompactionStarted,
+    HookRun,
     IterationFinished,
     IterationStarted,
     MessageDelta,
@@ -122,6 +123,9 @@ class RunUpdates:
                 pass  # ACP has no update for a run's or a model call's start or end
             case RunFinished():
                 pass  # its stop reason answers session/prompt, its usage follows (acp/agent.py)
+            case HookRun():
+                pass  # ACP has no hook update: a block shows as the call's failure or the
+                # refused prompt, a failed or timed-out hook as a notice
             case _:
                 assert_never(event)
 

@@ -28,6 +28,7 @@ from tether.kernel import compaction, structured
 from tether.kernel.access import check_access
 from tether.kernel.approval import Approver, Gate, offered
 from tether.kernel.history import in_model_order
+from tether.kernel.hooks import Hooks
 from tether.kernel.run import Emit, LeaseState, Run, RunSetup, cancelling, not_cancelled
 from tether.kernel.state import StoreState
 from tether.kernel.window import EstimatingCounter, TokenCounter, window
@@ -357,7 +358,9 @@ class Kernel:
         try:
             session = await self._store.get(params.session_id)
             run = Run(await self._setup(session, params, run_id, emit, state))
-            if session.title is None:
+            # A prompt a hook may refuse names no session before it is let in.
+            title_later = session.title is None and run.prompt_screened
+            if session.title is None and not title_later:
                 await self._title(session.session_id, params.prompt)
         except asyncio.CancelledError:  # cancelled before it began: nothing was recorded
             if not cancelling():
@@ -371,7 +374,10 @@ class Kernel:
         except TetherError as exc:
             self._add_warnings(exc, None if session is None else _local_workspace(session))
             raise
-        return await run.execute(params.prompt)
+        result = await run.execute(params.prompt)
+        if title_later:
+            await self._title(session.session_id, params.prompt)
+        return result
 
     async def _title(self, session_id: str, prompt: Content) -> None:
         """An untitled session is named after the first line of its first prompt (whichever
@@ -410,22 +416,23 @@ class Kernel:
         warnings += tuple(_memory_warning(problem) for problem in memory.problems)
         system = _system_prompt(session.system_prompt or config.kernel.system_prompt, memory.text)
         specs = offered(_allowed(executor.list(), session.tools, params.tools), session.mode)
+        context = ToolContext(
+            workspace=workspace,
+            session_id=session.session_id,
+            run_id=run_id,
+            state=StoreState(self._store, session.session_id),
+            hidden_env=_hidden_env(config),
+            secrets=self._secrets(config, session.session_id),
+            sandbox=sandbox_policy(config),
+            search=config.tools.search,
+        )
         return RunSetup(
             session_id=session.session_id,
             store=self._store,
             provider=provider,
             tools=executor,
             tool_specs=specs,
-            context=ToolContext(
-                workspace=workspace,
-                session_id=session.session_id,
-                run_id=run_id,
-                state=StoreState(self._store, session.session_id),
-                hidden_env=_hidden_env(config),
-                secrets=self._secrets(config, session.session_id),
-                sandbox=sandbox_policy(config),
-                search=config.tools.search,
-            ),
+            context=context,
             model=provider_config.model or "",
             system=system,
             max_iterations=params.max_iterations or config.kernel.max_iterations,
@@ -445,6 +452,7 @@ class Kernel:
             warnings=warnings,
             lease=state,
             author=params.author or session.agent_id,
+            hooks=Hooks(config.hooks, context) if config.hooks else None,
         )
 
     async def _folder_config(self, folder: Path | None) -> TetherConfig:

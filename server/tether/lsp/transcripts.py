@@ -20,6 +20,7 @@ from tether.kernel.approval import REJECTED_RESULT
 from tether.protocol.kernel import (
     CompactionFinished,
     CompactionStarted,
+    HookRun,
     IterationFinished,
     IterationStarted,
     MessageDelta,
@@ -87,6 +88,8 @@ class Turn:
             case RunWarning() | Notice():
                 pass  # not part of the turn: a notice is told with window/showMessage
                 # (lsp/runs.py), a workspace file left out once by App.warn
+            case HookRun():
+                pass  # a block shows as the call's failure; a failed hook sends a notice
             case _:
                 assert_never(event)
 

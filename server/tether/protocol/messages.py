@@ -27,6 +27,7 @@ CANCELLED_KEY = (
     "cancelled"  # an assistant message: true, the text an answer streamed until cancelled
 )
 DIFF_KEY = "diff"  # a tool message: the unified diff of what an edit changed
+HOOK_KEY = "hook"  # a message a hook's answer added: the event ("stop", "user_prompt_submit"...)
 
 
 class Role(StrEnum):

@@ -15,6 +15,7 @@ from tether.kernel.approval import REJECTED_RESULT
 from tether.protocol.kernel import (
     CompactionFinished,
     CompactionStarted,
+    HookRun,
     IterationFinished,
     IterationStarted,
     MessageDelta,
@@ -90,6 +91,10 @@ class WorkDoneProgress:
                 return None  # a status line shows what is being written, not the reasoning
             case RunWarning() | Notice():
                 return None  # not for a status line: kernel/progress carries them
+            case HookRun(outcome="blocked", name=name):
+                return self._report(f"hook {name} blocked")
+            case HookRun():
+                return None  # ran through, or failed and told with a notice
             case _:
                 assert_never(event)
 
