@@ -25,6 +25,7 @@ from tether.protocol import ConfigError
 from tether.sessions import MemoryStore, SessionService, SessionStore
 from tether.sessions.ids import utcnow
 from tether.sessions.opening import OpeningStore
+from tether.sessions.service import SessionHooks
 from tether.sessions.workspaces import canonical_workspace, local_path
 
 if TYPE_CHECKING:
@@ -67,7 +68,14 @@ class Backend:
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         """``store``: the session store to use whatever the configuration says (tests)."""
-        self.sessions = SessionService(store or MemoryStore())
+        self.sessions = SessionService(
+            store or MemoryStore(),
+            SessionHooks(
+                created=self._remember_mcp_servers,
+                forked=self._fork_mcp_servers,
+                deleted=self._session_deleted,
+            ),
+        )
         self._store_given = store is not None
         self._clock = clock
         self._sweeper: asyncio.Task[None] | None = None
@@ -79,9 +87,6 @@ class Backend:
         self._http: httpx.AsyncClient | None = None
         self._providers: dict[str, Provider] = {}
         self._mcp: McpManager | None = None  # made when a session or a run first needs it
-        self.sessions.on_create.append(self._remember_mcp_servers)
-        self.sessions.on_delete.append(self._session_deleted)
-        self.sessions.on_fork.append(self._fork_mcp_servers)
 
     @property
     def environ(self) -> Mapping[str, str]:
@@ -101,7 +106,7 @@ class Backend:
         config = self.config()
         url = config.sessions.url(self._environ)
         if url is not None and not self._store_given:
-            self.sessions.store = OpeningStore(url)
+            self.sessions.use_store(OpeningStore(url))
         try:
             asyncio.get_running_loop().call_soon(self.start)
         except RuntimeError:  # no event loop: the store opens on first use, nothing is swept

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from tether.protocol import (
@@ -32,6 +33,21 @@ def _never(session_id: str) -> bool:
     return False
 
 
+async def _nothing_deleted(session_id: str) -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionHooks:
+    """What the owner of the service does when a session is created, forked, or deleted (or
+    expired): release or copy what belongs to it, such as its MCP servers. Given once, when the
+    service is made."""
+
+    created: Callable[[Session, CreateSessionParams], None] = lambda session, params: None
+    forked: Callable[[Session], None] = lambda session: None
+    deleted: Callable[[str], Awaitable[None]] = _nothing_deleted
+
+
 class SessionService:
     """One method per ``session/*`` request; each takes validated params and returns the result.
 
@@ -40,14 +56,15 @@ class SessionService:
     every process sharing the store agrees (see :mod:`tether.sessions.lease`).
     """
 
-    def __init__(self, store: SessionStore) -> None:
+    def __init__(self, store: SessionStore, hooks: SessionHooks | None = None) -> None:
         self.store = store
         self.default_workspace: str | None = None
-        # Called after a session is created, and after one is deleted (to release what belongs
-        # to it, such as its MCP servers).
-        self.on_create: list[Callable[[Session, CreateSessionParams], None]] = []
-        self.on_delete: list[Callable[[str], Awaitable[None]]] = []  # deleted or expired
-        self.on_fork: list[Callable[[Session], None]] = []
+        self._hooks = hooks or SessionHooks()
+
+    def use_store(self, store: SessionStore) -> None:
+        """Serve from ``store`` from now on (the configured one, known once the configuration
+        is read at ``initialize``)."""
+        self.store = store
 
     def set_default_workspace(self, workspace: str | None) -> None:
         """The workspace used when a request names none (the first folder of ``initialize``)."""
@@ -60,8 +77,7 @@ class SessionService:
                 "no workspace: pass `workspace`, or initialize with a workspace folder"
             )
         session = await self.store.create(params, existing_workspace(workspace))
-        for created in self.on_create:
-            created(session, params)
+        self._hooks.created(session, params)
         return session
 
     async def get(self, params: GetSessionParams) -> Session:
@@ -121,8 +137,7 @@ class SessionService:
 
     async def fork(self, params: ForkSessionParams) -> Session:
         session = await self.store.fork(params)
-        for forked in self.on_fork:
-            forked(session)
+        self._hooks.forked(session)
         return session
 
     async def sweep(self, ttl: timedelta, now: datetime) -> list[str]:
@@ -134,5 +149,4 @@ class SessionService:
 
     async def _deleted(self, session_ids: list[str]) -> None:
         for session_id in session_ids:
-            for deleted in self.on_delete:
-                await deleted(session_id)
+            await self._hooks.deleted(session_id)
