@@ -743,3 +743,18 @@ def test_tether_mode_sets_the_session_mode_kept_by_the_server(start_editor: Star
         "vim.tbl_contains(_G.notes,"
         " \"tether: unknown mode 'sideways': one of ask, accept_edits, read_only\")"
     )
+
+
+def test_a_notice_is_notified_not_written_into_the_answer(start_editor: StartEditor) -> None:
+    editor = start_editor([{"text": "Answered."}])
+    # An MCP server that cannot start: the server reports it with a notice event.
+    editor.lua(
+        "require('tether.config').options.init_options ="
+        " { tools = { mcp_servers = { { name = 'broken', command = 'tether-no-such-mcp' } } } }"
+    )
+    editor.nvim.command("TetherAsk hello")
+    editor.wait_text("-- end_turn")
+    notes = [n for n in editor.lua("return _G.notes") if "broken" in n]
+    assert notes, editor.lua("return _G.notes")
+    assert not any("broken" in line for line in editor.transcript())
+    assert "Answered." in editor.transcript()

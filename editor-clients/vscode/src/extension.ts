@@ -397,6 +397,10 @@ class TetherExtension implements vscode.Disposable {
         }
         break;
       }
+      case "warning":
+      case "notice":
+        this.output.appendLine(`\n[warning] ${event.message}`);
+        break;
       default:
         break;
     }

@@ -21,7 +21,11 @@ export function transcript(session: Session, messages: Message[]): string {
       }
     }
     for (const call of message.toolCalls ?? []) lines.push(`- tool call \`${call.name}\` ${call.arguments}`);
+    const metadata = message.metadata ?? {};
+    if (metadata.cancelled === true) lines.push("", "_(cancelled)_");
     if (message.toolCallId) lines.push("", `(result of ${message.toolCallId}${message.isError ? ", error" : ""})`);
+    // An edit's diff, as the live turn showed it.
+    if (typeof metadata.diff === "string" && metadata.diff) lines.push("", "```diff", metadata.diff.replace(/\n$/, ""), "```");
     lines.push("");
   }
   return lines.join("\n");

@@ -216,6 +216,9 @@ describe("edits and withdrawn permission prompts in the extension", { timeout: 3
     await within(stub.when(() => stub.shown.documents.length > documents), "the diff document");
     assert.match(stub.shown.documents.at(-1) ?? "", /^\+hello$/m);
     assert.equal(stub.shown.languages.at(-1), "diff");
+    // The session's transcript keeps the edit's diff (stored with the tool message).
+    await within(Promise.resolve(stub.vscode.commands.executeCommand("tether.showSessions")), "showSessions");
+    assert.match(stub.shown.documents.at(-1) ?? "", /\(result of w1\)\n\n```diff\n--- \/dev\/null\n\+\+\+ b\/notes\.txt\n(.*\n)*\+hello\n```/);
   });
 
   test("a prompt withdrawn when the run is cancelled is no longer waited for", { timeout: 60_000 }, async () => {

@@ -154,6 +154,9 @@ local function on_progress(params)
     progress('iteration ' .. event.iteration)
   elseif kind == 'tool_call' then
     progress('tool ' .. (event.title or event.name))
+  elseif kind == 'notice' or kind == 'warning' then
+    -- Something to show a person, never part of the answer's text.
+    notify(tostring(event.message), vim.log.levels.WARN)
   end
   local view = ui.get(params.sessionId)
   if not view then

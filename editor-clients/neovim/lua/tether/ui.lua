@@ -383,7 +383,8 @@ function M.show_proposal(title, diff, reserved)
     style = 'minimal',
     border = 'single',
     focusable = false,
-    zindex = 60,
+    -- Under other floats (50): a vim.ui.select replacement that opens one stays usable.
+    zindex = 45,
   })
   return ok and win or nil
 end

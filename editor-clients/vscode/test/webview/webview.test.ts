@@ -345,6 +345,20 @@ describe("the chat view's webview script in headless Chromium", { timeout: 300_0
     await clean();
   });
 
+  test("a notice shows as a notice, never as the answer's text", async () => {
+    await feed([
+      { type: "turnStarted", prompt: "hi", context: [], sessionId: "s", title: "t" },
+      {
+        type: "progress",
+        event: { kind: "notice", level: "warning", message: "MCP server 'broken' did not start" },
+      },
+      { type: "progress", event: { kind: "message_delta", messageId: "m1", text: "Answered." } },
+    ]);
+    assert.equal(await tab.textContent(".turn .notice.warning"), "MCP server 'broken' did not start");
+    assert.equal(await tab.textContent(".message.assistant .markdown"), "Answered.\n");
+    await clean();
+  });
+
   test("model text never becomes markup", async () => {
     await feed([
       { type: "turnStarted", prompt: "<img src=x onerror=alert(1)>", context: [], sessionId: "s", title: "t" },
