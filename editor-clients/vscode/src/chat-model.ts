@@ -1,7 +1,7 @@
 /**
  * What the chat view shows, computed from the server's data without `vscode`: transcripts rebuilt
- * from `session/messages`, session titles, and the change an edit proposes (diffed before the
- * user allows it). Runs, and is tested, under plain Node.
+ * from `session/messages` and their `metadata`, session titles, and the unified diff of the change
+ * the server proposes for an edit before the user allows it. Runs, and is tested, under plain Node.
  */
 import { createTwoFilesPatch } from "diff";
 
@@ -27,6 +27,8 @@ const KINDS: Record<string, ToolKind> = {
   state_get: "read",
 };
 
+const KIND_NAMES: Record<ToolKind, true> = { read: true, edit: true, execute: true, search: true, other: true };
+
 /**
  * The kind of a call in a stored transcript: the one the server recorded (the assistant message's
  * `metadata.toolKinds`, where `other` is not listed), else, for a message that lists none, the
@@ -39,8 +41,6 @@ export function toolKind(name: string, recorded?: Record<string, unknown>, toolC
   }
   return KINDS[name] ?? "other";
 }
-
-const KIND_NAMES: Record<ToolKind, true> = { read: true, edit: true, execute: true, search: true, other: true };
 
 function parseArgs(text: string): Record<string, unknown> {
   try {
