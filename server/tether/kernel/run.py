@@ -60,6 +60,7 @@ from tether.protocol.messages import (
     CANCELLED_KEY,
     DIFF_KEY,
     HOOK_KEY,
+    STOP_REASON_KEY,
     TOOL_KINDS_KEY,
     USAGE_KEY,
 )
@@ -357,7 +358,8 @@ class Run:
 
     def _assistant_metadata(self, completion: Completion) -> dict[str, Any] | None:
         """What the provider needs sent back (thinking blocks), and what a replay needs: the
-        kind of each tool called (``toolKinds``, but ``other``) and the usage of this model call."""
+        kind of each tool called (``toolKinds``, but ``other``), the usage of this model call, and
+        why the run ends on it when the model cut it short (``stopReason``)."""
         metadata = dict(completion.metadata or {})
         for call in completion.tool_calls:
             spec = self._allowed.get(call.name)
@@ -368,6 +370,9 @@ class Run:
             metadata[TOOL_KINDS_KEY] = kinds
         if completion.usage is not None:
             metadata[USAGE_KEY] = completion.usage.to_wire()
+        cut = CUT_ANSWERS.get(completion.finish_reason or "")
+        if cut is not None and not completion.tool_calls:  # the run ends on it, saying why
+            metadata[STOP_REASON_KEY] = str(cut)
         return metadata or None
 
     async def _stop_hooks(self, hooks: Hooks) -> Step | None:
