@@ -21,8 +21,24 @@ from typing import Any, Protocol
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from tether.protocol import ErrorCode, SessionNotFound, TetherError
+from tether.jsonrpc.errors import (
+    ClientError,
+    ErrorObject,
+    ErrorTable,
+    RpcError,
+    error_object,
+    method_not_found,
+)
+from tether.protocol import ErrorCode, SessionNotFound
 from tether.protocol.deep_requests import DEEP_REQUEST, DEEP_REQUEST_DATA, deep_request_id
+
+__all__ = [  # the core's names the rest of the ACP face takes from here
+    "ACP_ERRORS",
+    "AcpError",
+    "ClientError",
+    "Connection",
+    "method_not_found",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -40,25 +56,8 @@ class Dispatcher(Protocol):
     def notification(self, method: str, params: Any) -> None: ...
 
 
-class AcpError(Exception):
-    """An error response: a code, a message for people, optional ``data``."""
-
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(message)
-        self.code, self.message, self.data = code, message, data
-
-
-class ClientError(Exception):
-    """The client answered one of tether's requests with an error (``code`` None: with a
-    response that is neither a result nor an error)."""
-
-    def __init__(self, code: int | None, message: str) -> None:
-        super().__init__(message)
-        self.code, self.message = code, message
-
-
-def method_not_found(method: str) -> AcpError:
-    return AcpError(ErrorCode.METHOD_NOT_FOUND, f"method not found: {method}")
+AcpError = RpcError
+"""A handler's own error answer (the core's :class:`~tether.jsonrpc.errors.RpcError`)."""
 
 
 class Connection:
@@ -98,7 +97,7 @@ class Connection:
         if len(self._buffer) > MAX_LINE_BYTES:
             self._buffer = bytearray()
             self._skipping = True
-            self._send_error(None, AcpError(ErrorCode.PARSE_ERROR, "line over the size limit"))
+            self._send_error(None, error_object(ErrorCode.PARSE_ERROR, "line over the size limit"))
 
     def connection_lost(self) -> None:
         if self._buffer.strip() and not self._skipping:
@@ -115,14 +114,14 @@ class Connection:
         except orjson.JSONDecodeError as exc:
             request_id = deep_request_id(line)
             if request_id is None:
-                self._send_error(None, AcpError(ErrorCode.PARSE_ERROR, f"parse error: {exc}"))
+                self._send_error(None, error_object(ErrorCode.PARSE_ERROR, f"parse error: {exc}"))
             else:
-                error = AcpError(ErrorCode.INVALID_REQUEST, DEEP_REQUEST, DEEP_REQUEST_DATA)
+                error = error_object(ErrorCode.INVALID_REQUEST, DEEP_REQUEST, DEEP_REQUEST_DATA)
                 self._send_error(request_id, error)
             return
         if not isinstance(message, dict):
             reason = "batches are not supported" if isinstance(message, list) else "not an object"
-            self._send_error(None, AcpError(ErrorCode.INVALID_REQUEST, reason))
+            self._send_error(None, error_object(ErrorCode.INVALID_REQUEST, reason))
             return
         msg_id = message.get("id")
         valid_id = isinstance(msg_id, str | int) and not isinstance(msg_id, bool)
@@ -154,10 +153,10 @@ class Connection:
         try:
             result = await self._dispatcher.request(method, params)
         except asyncio.CancelledError:
-            self._send_error(msg_id, AcpError(ErrorCode.REQUEST_CANCELLED, "request cancelled"))
+            self._send_error(msg_id, error_object(ErrorCode.REQUEST_CANCELLED, "request cancelled"))
             return
         except Exception as exc:
-            self._send_error(msg_id, error_of(exc))
+            self._send_error(msg_id, ACP_ERRORS.error_of(exc))
             return
         if isinstance(result, BaseModel):
             result = result.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -215,21 +214,18 @@ class Connection:
         elif isinstance(error, dict):
             code = error.get("code")
             future.set_exception(
-                ClientError(code if isinstance(code, int) else None, str(error.get("message")))
+                ClientError(str(error.get("message")), code if isinstance(code, int) else None)
             )
         else:
-            future.set_exception(ClientError(None, "a response with neither result nor error"))
+            future.set_exception(ClientError("a response with neither result nor error"))
 
     # -- bytes out --------------------------------------------------------------------------
 
     def notify(self, method: str, params: Any) -> None:
         self._send({"jsonrpc": "2.0", "method": method, "params": params})
 
-    def _send_error(self, msg_id: MsgId | None, error: AcpError) -> None:
-        body: dict[str, Any] = {"code": int(error.code), "message": error.message}
-        if error.data is not None:
-            body["data"] = error.data
-        self._send({"jsonrpc": "2.0", "id": msg_id, "error": body})
+    def _send_error(self, msg_id: MsgId | None, error: ErrorObject) -> None:
+        self._send({"jsonrpc": "2.0", "id": msg_id, "error": error})
 
     def _send(self, message: dict[str, Any]) -> None:
         try:
@@ -237,7 +233,7 @@ class Connection:
         except TypeError:  # a bug: a request still gets its one response
             logger.exception("could not encode a message")
             if "result" in message:
-                error = AcpError(ErrorCode.INTERNAL_ERROR, "a result that cannot be encoded")
+                error = error_object(ErrorCode.INTERNAL_ERROR, "a result that cannot be encoded")
                 self._send_error(message["id"], error)
             return
         try:
@@ -246,24 +242,27 @@ class Connection:
             logger.debug("could not write to the client", exc_info=True)
 
 
-def _invalid(message: str) -> AcpError:
-    return AcpError(ErrorCode.INVALID_REQUEST, message)
+def _invalid(message: str) -> ErrorObject:
+    return error_object(ErrorCode.INVALID_REQUEST, message)
 
 
-def error_of(exc: Exception) -> AcpError:
-    """The one place an exception becomes an error response."""
-    if isinstance(exc, AcpError):
-        return exc
-    if isinstance(exc, SessionNotFound):
-        return AcpError(RESOURCE_NOT_FOUND, exc.message, exc.data)
-    if isinstance(exc, TetherError):
-        return AcpError(exc.code, exc.message, exc.data)
-    if isinstance(exc, ValidationError):
-        fields = [
-            {"field": ".".join(str(part) for part in error["loc"]), "message": error["msg"]}
-            for error in exc.errors(include_url=False, include_input=False)
-        ]
-        listed = "; ".join(f"{f['field']}: {f['message']}" for f in fields[:5])
-        return AcpError(ErrorCode.INVALID_PARAMS, f"invalid params: {listed}", {"fields": fields})
-    logger.error("internal error", exc_info=exc)
-    return AcpError(ErrorCode.INTERNAL_ERROR, "internal error (see the agent's log)")
+def _invalid_params(exc: ValidationError) -> ErrorObject:
+    """ACP's handlers validate params as they read them: a failure names the fields."""
+    fields = [
+        {"field": ".".join(str(part) for part in error["loc"]), "message": error["msg"]}
+        for error in exc.errors(include_url=False, include_input=False)
+    ]
+    listed = "; ".join(f"{f['field']}: {f['message']}" for f in fields[:5])
+    return error_object(ErrorCode.INVALID_PARAMS, f"invalid params: {listed}", {"fields": fields})
+
+
+def _see_the_log(exc: BaseException) -> str:
+    return "internal error (see the agent's log)"
+
+
+ACP_ERRORS = ErrorTable(
+    codes={SessionNotFound: RESOURCE_NOT_FOUND},
+    validation=_invalid_params,
+    internal=_see_the_log,
+)
+"""ACP's codes: an unknown session is "resource not found"; a ValidationError is invalid params."""
