@@ -22,8 +22,6 @@ invalid envelopes (-32600), requests before ``initialize`` (-32002) or after ``s
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import functools
 import itertools
 import logging
 import time
@@ -33,12 +31,21 @@ from typing import Any, Protocol
 import orjson
 from pydantic import BaseModel
 
+from tether.jsonrpc import envelope
+from tether.jsonrpc.envelope import ID_TYPES as _ID_TYPES
+from tether.jsonrpc.envelope import EnvelopePolicy, Refusal
+from tether.jsonrpc.router import Router
 from tether.protocol import ErrorCode, InitializeParams
-from tether.protocol.deep_requests import DEEP_REQUEST, DEEP_REQUEST_DATA, deep_request_id
 from tether.protocol.framing import Frame, FrameDecoder, FrameError
-from tether.rpc import eager, splitparse
+from tether.rpc import splitparse
 from tether.rpc.app import KERNEL_METHODS, App
-from tether.rpc.errors import ClientError, ErrorObject, error_from_exception, error_object
+from tether.rpc.errors import (
+    TETHER_ERRORS,
+    ClientError,
+    ErrorObject,
+    error_from_exception,
+    error_object,
+)
 from tether.rpc.handlers import Encoded, Handler, validate_params
 from tether.rpc.ndjson import looks_like_ndjson, ndjson_refusal
 
@@ -53,7 +60,6 @@ OnResponse = Callable[[Message], None]
 """Takes the client's answer to one of our requests (whatever it is: result, error, malformed)."""
 
 _CANCEL = "$/cancelRequest"
-_ID_TYPES = (str, int)  # a tuple: ``str | int`` in an isinstance builds the union each time
 _MAX_WITHDRAWN = 1024
 
 
@@ -86,7 +92,7 @@ class Wire:
         self._dispatcher: Dispatcher | None = None
         self._waiting: list[Message] = []  # let through before a dispatcher was attached
         self._unanswered: set[MsgId] = set()  # requests let through, not yet answered
-        self._running: dict[MsgId, asyncio.Future[Any]] = {}  # tether's, waiting on something
+        self._router = Router(TETHER_ERRORS, self.send_result, self.send_error)
         self._answered = asyncio.Event()
         self._tasks: set[asyncio.Future[None]] = set()
         self._request_ids = itertools.count(1)
@@ -156,26 +162,15 @@ class Wire:
             data = None if item.limit is None else {"limit": item.limit, "value": item.value}
             self.send_error(None, error_object(ErrorCode.PARSE_ERROR, item.reason, data))
             return None
-        body = item.body
-        try:
-            message = orjson.loads(body) if len(body) < _SPLIT_FROM else splitparse.loads(body)
-        except orjson.JSONDecodeError as exc:
-            request_id = deep_request_id(body)
-            if request_id is None:
-                error = error_object(ErrorCode.PARSE_ERROR, f"parse error: {exc}")
-            else:
-                error = error_object(ErrorCode.INVALID_REQUEST, DEEP_REQUEST, DEEP_REQUEST_DATA)
-            self.send_error(request_id, error)
-            return None
-        if not isinstance(message, dict):
-            reason = "batches are not supported" if isinstance(message, list) else "not an object"
-            self.send_error(None, error_object(ErrorCode.INVALID_REQUEST, reason))
+        message = envelope.decode(item.body, _loads)
+        if isinstance(message, Refusal):
+            self.send_error(message.msg_id, message.error)
             return None
         return message
 
     def _handle(self, message: Message) -> None:
         try:
-            self._route(message)
+            envelope.route(message, _ENVELOPE, self)
         except Exception as exc:  # a bug: answer the request it was, and go on to the next
             msg_id = message.get("id")
             if "method" in message and isinstance(msg_id, _ID_TYPES) and msg_id in self._unanswered:
@@ -183,37 +178,9 @@ class Wire:
             else:
                 logger.exception("could not handle a message")
 
-    def _route(self, message: Message) -> None:
-        msg_id = message.get("id")
-        valid_id = isinstance(msg_id, _ID_TYPES) and not isinstance(msg_id, bool)
-        method = message.get("method")
-        if message.get("jsonrpc") != "2.0" or ("id" in message and not valid_id):
-            if "method" in message or "id" in message:
-                error = error_object(ErrorCode.INVALID_REQUEST, "not JSON-RPC 2.0")
-                self.send_error(msg_id if valid_id else None, error)
-            return
-        if method is None:
-            if valid_id:
-                self._response(message)  # the answer to one of our requests (or a malformed one)
-            return
-        params = message.get("params")
-        problem = None
-        if not isinstance(method, str):
-            problem = error_object(ErrorCode.INVALID_REQUEST, "method must be a string")
-        elif params is not None and not isinstance(params, dict):
-            problem = error_object(ErrorCode.INVALID_PARAMS, "params must be an object")
-        if problem is not None:
-            if valid_id:
-                self.send_error(msg_id, problem)
-            return
-        if "id" in message:
-            self._request(msg_id, method, params, message)  # type: ignore[arg-type]
-        else:
-            self._notification(method, params, message)
-
     # -- the lifecycle -----------------------------------------------------------------------
 
-    def _request(self, msg_id: MsgId, method: str, params: Any, message: Message) -> None:
+    def on_request(self, msg_id: MsgId, method: str, params: Any, message: Message) -> None:
         if self.shut_down:
             self.send_error(msg_id, error_object(ErrorCode.INVALID_REQUEST, "server is shut down"))
         elif method == "initialize":
@@ -229,7 +196,7 @@ class Wire:
             if handler is None:
                 self._forward(message)
             else:
-                contextvars.copy_context().run(self._dispatch, msg_id, handler, params)
+                self._router.start(msg_id, handler, params)
 
     def _handler(self, method: str) -> Handler | None:
         """tether's handler of ``method``; the kernel is loaded on the first ``kernel/*``."""
@@ -239,39 +206,7 @@ class Wire:
             handler = self._methods.get(method)
         return handler
 
-    def _dispatch(self, msg_id: MsgId, handler: Handler, params: Any) -> None:
-        """Run the handler up to its first wait (:mod:`tether.rpc.eager`, inlined: this is
-        every request's path); one that finishes is answered now, one that waits goes on as a
-        task."""
-        coroutine = handler(params)
-        try:
-            waiting_on = coroutine.send(None)
-        except StopIteration as finished:
-            self.send_result(msg_id, finished.value)
-            return
-        except Exception as exc:
-            self.send_error(msg_id, error_from_exception(exc))
-            return
-        task = asyncio.ensure_future(eager.Resume(coroutine, waiting_on))
-        self._running[msg_id] = task
-        task.add_done_callback(functools.partial(self._finished, msg_id))
-
-    def _finished(self, msg_id: MsgId, task: asyncio.Future[Any]) -> None:
-        self._running.pop(msg_id, None)
-        if task.cancelled():
-            error = error_object(ErrorCode.REQUEST_CANCELLED, "request cancelled")
-            self.send_error(msg_id, error)
-            return
-        exc = task.exception()
-        self._answer(msg_id, None if exc else task.result(), exc)
-
-    def _answer(self, msg_id: MsgId, result: Any, exc: BaseException | None) -> None:
-        if exc is not None:
-            self.send_error(msg_id, error_from_exception(exc))
-        else:
-            self.send_result(msg_id, result)
-
-    def _notification(self, method: str, params: Any, message: Message) -> None:
+    def on_notification(self, method: str, params: Any, message: Message) -> None:
         if method == "exit":
             self.exit_code = 0 if self.shut_down else 1
             self.stopped.set()
@@ -290,8 +225,8 @@ class Wire:
         msg_id = params.get("id") if isinstance(params, dict) else None
         if not isinstance(msg_id, _ID_TYPES) or isinstance(msg_id, bool):
             logger.debug("ignored $/cancelRequest without a usable id: %.80r", params)
-        elif (task := self._running.get(msg_id)) is not None:
-            task.cancel()
+        elif self._router.cancel(msg_id):
+            pass
         elif msg_id in self._unanswered:
             self._forward(message)
         else:
@@ -329,8 +264,7 @@ class Wire:
     async def settle(self, *, cancel: bool, besides: MsgId | None = None) -> None:
         """Return once every request let through has been answered; cancel them if asked."""
         if cancel:
-            for task in list(self._running.values()):
-                task.cancel()
+            self._router.cancel_all()
             if self._dispatcher is not None:
                 self._dispatcher.cancel_requests()
         while self._unanswered - {besides}:
@@ -400,7 +334,7 @@ class Wire:
                 raise
             raise ClientError("the request was cancelled before the client answered") from None
 
-    def _response(self, message: Message) -> None:
+    def on_response(self, message: Message) -> None:
         msg_id = message["id"]
         on_response = self._outgoing.pop(msg_id, None)
         if on_response is not None:
@@ -432,6 +366,7 @@ class Wire:
         self._mark_answered(msg_id)
 
     def send_error(self, msg_id: MsgId | None, error: ErrorObject) -> None:
+        """Answer request ``msg_id`` (``None``: a message whose id is unknown) with ``error``."""
         try:
             body = orjson.dumps({"jsonrpc": "2.0", "id": msg_id, "error": error})
         except TypeError:  # data that is not JSON: the code and message still go out
@@ -502,9 +437,18 @@ class Wire:
             self._unanswered.discard(msg_id)
             self._answered.set()
 
+    refuse = send_error  # what the envelope checks answer with (envelope.Routes)
+
 
 _BIG = 64 * 1024
 _SPLIT_FROM = splitparse.SPLIT_FROM
+_ENVELOPE = EnvelopePolicy(answer_unaddressed=False, object_params=True)
+"""tether's protocol: params are an object; a message neither request nor response is dropped."""
+
+
+def _loads(body: bytes | bytearray) -> Any:
+    """A body parsed whole, or a big one a piece of its ``messages`` at a time."""
+    return orjson.loads(body) if len(body) < _SPLIT_FROM else splitparse.loads(body)
 
 
 class _Answer:
