@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
+from functools import partial
 from typing import Any
 
 import orjson
 
-from tether.acp.wire import AcpError, ClientError, Connection
+from tether.acp.wire import AcpError, AcpWire, ClientError
 from tether.protocol import SessionNotFound
 
 
@@ -15,6 +17,9 @@ class Dispatcher:
     def __init__(self) -> None:
         self.started = asyncio.Event()
         self.notified: list[tuple[str, Any]] = []
+
+    def handler(self, method: str) -> Callable[[Any], Coroutine[Any, Any, Any]]:
+        return partial(self.request, method)
 
     async def request(self, method: str, params: Any) -> Any:
         if method == "slow":
@@ -46,10 +51,10 @@ class Out(list[dict[str, Any]]):
         self.written.set()
 
 
-def connect() -> tuple[Connection, Dispatcher, Out]:
+def connect() -> tuple[AcpWire, Dispatcher, Out]:
     out = Out()
     dispatcher = Dispatcher()
-    return Connection(dispatcher, out.write), dispatcher, out
+    return AcpWire(dispatcher, out.write), dispatcher, out
 
 
 def line(**message: Any) -> bytes:

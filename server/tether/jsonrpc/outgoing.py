@@ -37,7 +37,7 @@ class OutgoingRequests:
         self._ids = itertools.count(1)
         self._waiting: dict[MsgId, OnResponse] = {}
         self._withdrawn: set[MsgId] = set()  # cancelled before their answer came
-        self._closed: BaseException | None = None
+        self._closed: str | None = None  # why the peer is gone
 
     def new_id(self) -> str:
         """An id for a request to the peer; ``tether-N`` never clashes with a uuid."""
@@ -78,10 +78,10 @@ class OutgoingRequests:
         waits for an answer that will not come. Cancelling the await withdraws the request. A
         request that ends cancelled while its waiter was not is withdrawn the same way and raises
         :class:`ClientError` (code ``None``): the waiter gets no answer, but was not told to stop.
-        Once the peer is gone (:meth:`close`), requests raise what it went with.
+        Once the peer is gone (:meth:`close`), requests raise :class:`ConnectionError`.
         """
         if self._closed is not None:
-            raise self._closed
+            raise ConnectionError(self._closed)
         msg_id = self.new_id()
         answer = _Answer(asyncio.get_running_loop().create_future())
         self.expect(msg_id, answer)
@@ -95,13 +95,14 @@ class OutgoingRequests:
                 raise
             raise ClientError("the request was cancelled before the client answered") from None
 
-    def close(self, reason: BaseException) -> None:
-        """The peer is gone: every request waiting, and every later one, raises ``reason``."""
+    def close(self, reason: str) -> None:
+        """The peer is gone: every request waiting, and every later one, raises
+        :class:`ConnectionError` with ``reason``."""
         self._closed = reason
         waiting, self._waiting = self._waiting, {}
         for on_response in waiting.values():
             if isinstance(on_response, _Answer) and not on_response.future.done():
-                on_response.future.set_exception(reason)
+                on_response.future.set_exception(ConnectionError(reason))
 
 
 class _Answer:
