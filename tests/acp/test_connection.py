@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import Any
@@ -57,6 +58,13 @@ def connect() -> tuple[AcpWire, Dispatcher, Out]:
     return AcpWire(dispatcher, out.write), dispatcher, out
 
 
+async def written(out: Out, count: int) -> None:
+    """Wait until the connection has written ``count`` messages."""
+    while len(out) < count:
+        out.written.clear()
+        await out.written.wait()
+
+
 def line(**message: Any) -> bytes:
     return orjson.dumps({"jsonrpc": "2.0", **message}) + b"\n"
 
@@ -108,3 +116,28 @@ async def test_a_line_split_across_reads_and_a_request_to_the_client() -> None:
     else:
         raise AssertionError("the error answer did not raise")
     connection.data_received(line(id="tether-1", result={}))  # a second answer: ignored
+
+
+async def test_a_withdrawn_request_drops_its_late_answer_and_a_lost_client_fails_the_rest() -> None:
+    connection, _, out = connect()
+    withdrawn = asyncio.ensure_future(connection.request("fs/read_text_file", {"path": "a"}))
+    waiting = asyncio.ensure_future(connection.request("fs/read_text_file", {"path": "b"}))
+    await asyncio.wait_for(written(out, 2), 5)
+    withdrawn.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await withdrawn
+    connection.data_received(line(id="tether-1", result={"content": "late"}))  # dropped
+    connection.connection_lost()
+    try:
+        await asyncio.wait_for(waiting, 5)
+    except ConnectionError:
+        pass
+    else:
+        raise AssertionError("a request to a client gone did not fail")
+    try:
+        await connection.request("fs/read_text_file", {"path": "c"})
+    except ConnectionError:
+        pass
+    else:
+        raise AssertionError("a request after the client went away was sent")
+    assert [message["id"] for message in out] == ["tether-1", "tether-2"]

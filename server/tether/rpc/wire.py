@@ -34,6 +34,8 @@ from pydantic import BaseModel
 from tether.jsonrpc import envelope
 from tether.jsonrpc.envelope import ID_TYPES as _ID_TYPES
 from tether.jsonrpc.envelope import EnvelopePolicy, Refusal
+from tether.jsonrpc.outgoing import OnResponse, OutgoingRequests
+from tether.jsonrpc.outgoing import is_error_object as is_error_object  # for the pygls side
 from tether.jsonrpc.router import Router
 from tether.protocol import ErrorCode, InitializeParams
 from tether.protocol.framing import Frame, FrameDecoder, FrameError
@@ -41,7 +43,6 @@ from tether.rpc import splitparse
 from tether.rpc.app import KERNEL_METHODS, App
 from tether.rpc.errors import (
     TETHER_ERRORS,
-    ClientError,
     ErrorObject,
     error_from_exception,
     error_object,
@@ -56,11 +57,8 @@ Message = dict[str, Any]
 Write = Callable[[bytes], None]
 WriteParts = Callable[[Iterator[bytes]], None]
 Default = Callable[[Any], Any]
-OnResponse = Callable[[Message], None]
-"""Takes the client's answer to one of our requests (whatever it is: result, error, malformed)."""
 
 _CANCEL = "$/cancelRequest"
-_MAX_WITHDRAWN = 1024
 
 
 class Dispatcher(Protocol):
@@ -95,9 +93,7 @@ class Wire:
         self._router = Router(TETHER_ERRORS, self.send_result, self.send_error)
         self._answered = asyncio.Event()
         self._tasks: set[asyncio.Future[None]] = set()
-        self._request_ids = itertools.count(1)
-        self._outgoing: dict[MsgId, OnResponse] = {}  # our requests, waiting for the answer
-        self._withdrawn: set[MsgId] = set()  # our requests cancelled before their answer came
+        self._outgoing = OutgoingRequests(self._send_request, self._tell_withdrawn)
         self.last_received = 0.0  # time.monotonic() when bytes last came in
         self.initialized = False
         self.shut_down = False
@@ -288,62 +284,40 @@ class Wire:
         else:
             self._dispatcher.notification(message["method"], message.get("params"), message)
 
-    # -- our requests to the client -------------------------------------------------------------
+    # -- our requests to the client (jsonrpc.outgoing) ----------------------------------------
 
     def new_request_id(self) -> str:
         """An id for a request to the client; ``tether-N`` never clashes with a uuid."""
-        return f"tether-{next(self._request_ids)}"
+        return self._outgoing.new_id()
 
     def expect_response(self, msg_id: MsgId, on_response: OnResponse) -> None:
         """Route the client's answer to request ``msg_id`` (the caller sends it) to
         ``on_response``."""
-        self._outgoing[msg_id] = on_response
+        self._outgoing.expect(msg_id, on_response)
 
     def withdraw(self, msg_id: MsgId) -> None:
         """Give up on request ``msg_id``: the client is told with ``$/cancelRequest``, and a late
         answer is dropped as an answer to a request withdrawn."""
-        self._outgoing.pop(msg_id, None)
-        if len(self._withdrawn) >= _MAX_WITHDRAWN:  # clients that never answer them
-            self._withdrawn.clear()
-        self._withdrawn.add(msg_id)
-        self.send_notification(_CANCEL, {"id": msg_id})
+        self._outgoing.withdraw(msg_id)
 
     async def request_client(self, method: str, params: Any) -> Any:
-        """Send a request to the client and return its result.
+        """Send a request to the client and return its result
+        (:meth:`tether.jsonrpc.outgoing.OutgoingRequests.request`: an error answer raises
+        :class:`ClientError`; cancelling the await withdraws the request)."""
+        return await self._outgoing.request(method, params)
 
-        An error answer raises :class:`ClientError` with the client's code; a malformed answer
-        (neither ``result`` nor a well-formed ``error``) raises it with code ``None``, so nothing
-        waits for an answer that will not come. Cancelling the await withdraws the request. A
-        request that ends cancelled while its waiter was not is withdrawn the same way and raises
-        :class:`ClientError` (code ``None``): the waiter gets no answer, but was not told to stop.
-        """
-        msg_id = self.new_request_id()
-        answer = _Answer(asyncio.get_running_loop().create_future())
-        self.expect_response(msg_id, answer)
+    def _send_request(self, msg_id: MsgId, method: str, params: Any) -> None:
         start = b'{"jsonrpc":"2.0","id":%s,"method":%s,"params":' % (
             orjson.dumps(msg_id),
             orjson.dumps(method),
         )
         self._send(start, _encode(params, None), b"}")
-        try:
-            return await answer.future
-        except asyncio.CancelledError:
-            self.withdraw(msg_id)
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise
-            raise ClientError("the request was cancelled before the client answered") from None
+
+    def _tell_withdrawn(self, msg_id: MsgId) -> None:
+        self.send_notification(_CANCEL, {"id": msg_id})
 
     def on_response(self, message: Message) -> None:
-        msg_id = message["id"]
-        on_response = self._outgoing.pop(msg_id, None)
-        if on_response is not None:
-            on_response(message)
-        elif msg_id in self._withdrawn:
-            self._withdrawn.discard(msg_id)
-            logger.debug("dropped the late answer to withdrawn request %r", msg_id)
-        else:  # an id of no request of ours (the client's own ids do not count)
-            logger.warning("dropped a response to no request of ours: id %r", msg_id)
+        self._outgoing.response(message)
 
     # -- encoding ----------------------------------------------------------------------------
 
@@ -449,37 +423,6 @@ _ENVELOPE = EnvelopePolicy(answer_unaddressed=False, object_params=True)
 def _loads(body: bytes | bytearray) -> Any:
     """A body parsed whole, or a big one a piece of its ``messages`` at a time."""
     return orjson.loads(body) if len(body) < _SPLIT_FROM else splitparse.loads(body)
-
-
-class _Answer:
-    """Puts the client's answer to a request of :meth:`Wire.request_client` into ``future``."""
-
-    __slots__ = ("future",)
-
-    def __init__(self, future: asyncio.Future[Any]) -> None:
-        self.future = future
-
-    def __call__(self, message: Message) -> None:
-        if self.future.done():
-            return
-        error: Any = message.get("error")
-        if "result" in message:
-            self.future.set_result(message["result"])
-        elif is_error_object(error):
-            self.future.set_exception(ClientError(error["message"], error["code"]))
-        else:
-            logger.warning("malformed response to request %r", message.get("id"))
-            self.future.set_exception(ClientError("the client's answer is not a valid response"))
-
-
-def is_error_object(error: Any) -> bool:
-    """``{code: integer, message: string, ...}``, as JSON-RPC 2.0 has it."""
-    return (
-        isinstance(error, dict)
-        and isinstance(error.get("code"), int)
-        and not isinstance(error.get("code"), bool)
-        and isinstance(error.get("message"), str)
-    )
 
 
 def _encode(value: Any, default: Default | None) -> bytes:
