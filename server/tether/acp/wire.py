@@ -56,7 +56,9 @@ AcpError = RpcError
 """A handler's own error answer (the core's :class:`~tether.jsonrpc.errors.RpcError`)."""
 
 
-class Dispatcher(Protocol):
+class AcpMethods(Protocol):
+    """What serves ACP's methods (the agent): a handler per request, and the notifications."""
+
     def handler(self, method: str) -> Handler:
         """The handler of ``method``; raises to refuse the request (unknown method, say)."""
         ...
@@ -67,8 +69,8 @@ class Dispatcher(Protocol):
 class AcpWire:
     """One ACP client's JSON-RPC connection: lines in, handlers started, lines out."""
 
-    def __init__(self, dispatcher: Dispatcher, write: Write) -> None:
-        self._dispatcher = dispatcher
+    def __init__(self, methods: AcpMethods, write: Write) -> None:
+        self._methods = methods
         self._write = write
         self._buffer = bytearray()
         self._skipping = False  # inside a line over the size limit
@@ -125,7 +127,7 @@ class AcpWire:
             self.refuse(msg_id, _invalid(f"request id {msg_id!r} is already in use"))
             return
         try:
-            handler = self._dispatcher.handler(method)
+            handler = self._methods.handler(method)
         except Exception as exc:
             self.refuse(msg_id, ACP_ERRORS.error_of(exc))
             return
@@ -139,7 +141,7 @@ class AcpWire:
                 self._router.cancel(request_id)
             return
         try:
-            self._dispatcher.notification(method, params)
+            self._methods.notification(method, params)
         except Exception:
             logger.exception("could not handle the notification %s", method)
 
