@@ -1,11 +1,17 @@
-"""One JSON-RPC connection: frames in, envelopes checked, the lifecycle kept, responses out.
+"""tether's protocol's wire: LSP frames in, envelopes checked, the lifecycle kept, responses out.
+
+Built on the JSON-RPC core both faces share (:mod:`tether.jsonrpc`: envelope checks, the router,
+our requests to the client, the exception -> error map); what is this face's is here: the
+framing, the output batched per loop turn, ``initialize``/``shutdown``/``exit``,
+``$/cancelRequest {id}``, and the hand-over of the standard LSP methods to pygls.
 
 Nothing here imports pygls. tether's own methods (``App.methods``: ``session/*``, and
 ``kernel/*`` once the kernel is loaded, on first use if need be) are dispatched here: params
-validated by the handlers' models, coroutine handlers started eagerly (:mod:`tether.rpc.eager`),
-``$/cancelRequest`` cancelling those that wait. Requests to the client (``app.request_client``,
-and those the pygls side sends) take their ids from one counter here, and the client's answers
-are routed back through one table here. So a tether client never waits for pygls, whose
+validated by the handlers' models, coroutine handlers started eagerly
+(:class:`~tether.jsonrpc.router.Router`), ``$/cancelRequest`` cancelling those that wait.
+Requests to the client (``app.request_client``, and those the pygls side sends) take their ids
+from one counter (:class:`~tether.jsonrpc.outgoing.OutgoingRequests`), and the client's answers
+are routed back through its table. So a tether client never waits for pygls, whose
 lsprotocol import alone builds some 550 attrs classes (most of a second here): pygls is loaded
 in the background (see :mod:`tether.rpc.transport`) and gets the standard LSP methods; messages
 for it that arrive before it is attached wait, in order.
@@ -16,7 +22,7 @@ extra turn of the loop before a request answered at once goes out).
 
 Every request that carries an id gets exactly one response: malformed bodies (-32700, id null),
 invalid envelopes (-32600), requests before ``initialize`` (-32002) or after ``shutdown``
-(-32600), and whatever the handlers raise, mapped to codes in :mod:`tether.rpc.errors`.
+(-32600), and whatever the handlers raise, mapped by :data:`tether.rpc.errors.TETHER_ERRORS`.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from pydantic import BaseModel
 from tether.jsonrpc import envelope
 from tether.jsonrpc.envelope import ID_TYPES as _ID_TYPES
 from tether.jsonrpc.envelope import EnvelopePolicy, Refusal
+from tether.jsonrpc.envelope import Message as Message
+from tether.jsonrpc.envelope import MsgId as MsgId
 from tether.jsonrpc.outgoing import OnResponse, OutgoingRequests
 from tether.jsonrpc.outgoing import is_error_object as is_error_object  # for the pygls side
 from tether.jsonrpc.router import Router
@@ -52,8 +60,6 @@ from tether.rpc.ndjson import looks_like_ndjson, ndjson_refusal
 
 logger = logging.getLogger(__name__)
 
-MsgId = str | int
-Message = dict[str, Any]
 Write = Callable[[bytes], None]
 WriteParts = Callable[[Iterator[bytes]], None]
 Default = Callable[[Any], Any]
@@ -221,12 +227,11 @@ class Wire:
         msg_id = params.get("id") if isinstance(params, dict) else None
         if not isinstance(msg_id, _ID_TYPES) or isinstance(msg_id, bool):
             logger.debug("ignored $/cancelRequest without a usable id: %.80r", params)
-        elif self._router.cancel(msg_id):
-            pass
-        elif msg_id in self._unanswered:
-            self._forward(message)
-        else:
-            logger.debug("$/cancelRequest for no running request: id %r", msg_id)
+        elif not self._router.cancel(msg_id):
+            if msg_id in self._unanswered:
+                self._forward(message)
+            else:
+                logger.debug("$/cancelRequest for no running request: id %r", msg_id)
 
     def _initialize(self, msg_id: MsgId, params: Any) -> None:
         if self.initialized:
