@@ -56,3 +56,13 @@ def test_a_bug_never_shows_its_text() -> None:
     for table in (TETHER_ERRORS, ACP_ERRORS):
         error = table.error_of(RuntimeError("a secret"))
         assert error["code"] == -32603 and "secret" not in error["message"]
+
+
+def test_both_faces_raise_the_one_client_error() -> None:
+    from tether.acp import wire as acp_wire
+    from tether.jsonrpc.errors import ClientError
+    from tether.rpc import errors as rpc_errors
+
+    assert acp_wire.ClientError is ClientError and rpc_errors.ClientError is ClientError
+    error = ClientError("no", -32000)
+    assert (error.message, error.code) == ("no", -32000)
