@@ -111,6 +111,7 @@ bench: compile
 fuzz: compile
 	$(BIN)/python bench/fuzz_wire.py $(if $(SEED),--seed $(SEED))
 	$(BIN)/python bench/fuzz_wire.py --tcp $(if $(SEED),--seed $(SEED))
+	$(BIN)/python bench/fuzz_wire.py --acp $(if $(SEED),--seed $(SEED))
 
 schema: install
 	$(BIN)/python -m tether schema > docs/protocol.schema.json

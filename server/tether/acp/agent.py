@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -49,7 +49,7 @@ from tether.acp.models import (
     SetModeRequest,
 )
 from tether.acp.servers import mcp_servers
-from tether.acp.wire import AcpError, Connection, method_not_found
+from tether.acp.wire import AcpError, AcpWire, method_not_found
 from tether.backend import Backend
 from tether.protocol import (
     ConfigureSessionParams,
@@ -77,7 +77,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-Method = Callable[[Any], Awaitable[Any]]
+Method = Callable[[Any], Coroutine[Any, Any, Any]]  # a handler the wire starts (jsonrpc.router)
 AcpStopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
 
 
@@ -104,7 +104,7 @@ class AcpAgent(Backend):
     ) -> None:
         super().__init__(store, environ)
         self._cwd = cwd or Path.cwd()
-        self.connection: Connection | None = None
+        self.connection: AcpWire | None = None
         self.client: InitializeRequest | None = None
         self._states: dict[str, AcpSessionState] = {}
         self._methods: dict[str, Method] = {
@@ -124,13 +124,14 @@ class AcpAgent(Backend):
 
     # -- dispatch ---------------------------------------------------------------------------
 
-    async def request(self, method: str, params: Any) -> Any:
+    def handler(self, method: str) -> Method:
+        """The handler of ``method``, for the wire to start (it answers what this raises)."""
         handler = self._methods.get(method)
         if handler is None:
             raise method_not_found(method)
         if self.client is None and method != "initialize":
             raise AcpError(ErrorCode.INVALID_REQUEST, f"{method} before initialize")
-        return await handler({} if params is None else params)
+        return handler
 
     def notification(self, method: str, params: Any) -> None:
         if method == "session/cancel":
