@@ -297,6 +297,12 @@ class ProgressParams(WireModel):
     run_id: str
     seq: int = Field(ge=1, description="1, 2, 3... within a run")
     event: ProgressEvent
+    parent_run_id: str | None = Field(
+        default=None, description="a sub-agent's run: the run whose `task` call started it"
+    )
+    parent_tool_call_id: str | None = Field(
+        default=None, description="a sub-agent's run: the `task` call that started it"
+    )
 
 
 class PermissionToolCall(WireModel):

@@ -47,6 +47,18 @@ class ToolPermissions(WireModel):
     )
 
 
+AGENT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+"""An agent profile's name: its file's name without ``.md``."""
+
+
+class SpawnedBy(WireModel):
+    """Where a sub-agent's session comes from: the ``task`` tool call of a run."""
+
+    session_id: SessionId = Field(description="the session of the run that called `task`")
+    run_id: str
+    tool_call_id: str
+
+
 class Session(WireModel):
     session_id: SessionId
     workspace: str
@@ -65,6 +77,12 @@ class Session(WireModel):
     )
     parent_session_id: SessionId | None = None
     forked_from_message_id: str | None = None
+    agent: str | None = Field(
+        default=None, description="the agent profile the session runs under (omitted: none)"
+    )
+    spawned_by: SpawnedBy | None = Field(
+        default=None, description="a sub-agent's session: the `task` call that started it"
+    )
     message_count: int = 0
     usage: Usage = Field(default_factory=Usage, description="token totals of every run")
     created_at: UtcDatetime
@@ -94,6 +112,11 @@ class SessionFields(Params):
     mode: str | None = Field(default=None, description="ask, accept_edits or read_only")
     permissions: ToolPermissions | None = Field(
         default=None, description="the remembered always answers; replaced whole (null: none)"
+    )
+    agent: str | None = Field(
+        default=None,
+        pattern=AGENT_NAME_PATTERN,
+        description="the agent profile to run under (null: none); an unknown one is -32602",
     )
 
     @field_validator("mode")

@@ -37,6 +37,7 @@ from tether.protocol.sessions import (
     CreateSessionParams,
     ForkSessionParams,
     SessionFields,
+    SpawnedBy,
     ToolPermissions,
     session_exists,
 )
@@ -183,7 +184,9 @@ class MemoryStore:
         self._clock = clock
         self.holder = holder or process_holder()
 
-    async def create(self, params: CreateSessionParams, workspace: str) -> Session:
+    async def create(
+        self, params: CreateSessionParams, workspace: str, *, spawned_by: SpawnedBy | None = None
+    ) -> Session:
         if params.session_id is not None and params.session_id in self._records:
             raise session_exists(params.session_id)
         now = utcnow()
@@ -203,6 +206,8 @@ class MemoryStore:
             state=_copy_json(params.state) if params.state else {},
             mode=params.mode or DEFAULT_MODE,
             permissions=params.permissions or ToolPermissions(),
+            agent=params.agent,
+            spawned_by=spawned_by,
             created_at=now,
             updated_at=now,
         )
@@ -411,6 +416,7 @@ class MemoryStore:
                 "session_id": uuid7(),
                 "parent_session_id": parent.session.session_id,
                 "forked_from_message_id": parent.slice(keep - 1, keep)[0][0] if keep else None,
+                "spawned_by": None,
                 "message_count": keep,
                 "usage": Usage(),
                 "created_at": now,

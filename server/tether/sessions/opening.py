@@ -21,7 +21,12 @@ from typing import TYPE_CHECKING
 from tether.protocol import ConfigError, ListSessionsResult, Message, MessageInput, MessagesResult
 from tether.protocol import Session as SessionModel
 from tether.protocol.kernel import Usage
-from tether.protocol.sessions import CreateSessionParams, ForkSessionParams, SessionFields
+from tether.protocol.sessions import (
+    CreateSessionParams,
+    ForkSessionParams,
+    SessionFields,
+    SpawnedBy,
+)
 from tether.secrets import Secrets, url_secrets
 from tether.sessions.store import Order, SessionStore
 
@@ -93,8 +98,10 @@ class OpeningStore:
 
     # -- the SessionStore methods, once the store is open ----------------------------------
 
-    async def create(self, params: CreateSessionParams, workspace: str) -> SessionModel:
-        return await (await self.store()).create(params, workspace)
+    async def create(
+        self, params: CreateSessionParams, workspace: str, *, spawned_by: SpawnedBy | None = None
+    ) -> SessionModel:
+        return await (await self.store()).create(params, workspace, spawned_by=spawned_by)
 
     async def get(self, session_id: str) -> SessionModel:
         return await (await self.store()).get(session_id)

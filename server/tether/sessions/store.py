@@ -16,7 +16,12 @@ from tether.protocol import (
     Session,
 )
 from tether.protocol.kernel import Usage
-from tether.protocol.sessions import CreateSessionParams, ForkSessionParams, SessionFields
+from tether.protocol.sessions import (
+    CreateSessionParams,
+    ForkSessionParams,
+    SessionFields,
+    SpawnedBy,
+)
 
 Order = Literal["asc", "desc"]
 
@@ -75,7 +80,11 @@ class SessionStore(Protocol):
     kind: str
     durable: bool
 
-    async def create(self, params: CreateSessionParams, workspace: str) -> Session: ...
+    async def create(
+        self, params: CreateSessionParams, workspace: str, *, spawned_by: SpawnedBy | None = None
+    ) -> Session:
+        """A new session; ``spawned_by``: a sub-agent's, started by that ``task`` call."""
+        ...
 
     async def get(self, session_id: str) -> Session: ...
 

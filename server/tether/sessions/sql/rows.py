@@ -24,7 +24,7 @@ from tether.protocol import (
 )
 from tether.protocol.kernel import Usage
 from tether.protocol.messages import MessageContent, is_blocks
-from tether.protocol.sessions import DEFAULT_MODE, ToolPermissions
+from tether.protocol.sessions import DEFAULT_MODE, SpawnedBy, ToolPermissions
 from tether.sessions.lease import Lease
 from tether.sessions.packed import trusted_message
 from tether.sessions.sql.schema import _from_micros, sessions_table
@@ -93,6 +93,8 @@ def _session(row: Row[Any], now: datetime) -> Session:
         permissions=ToolPermissions.model_validate(row.permissions or {}),
         parent_session_id=row.parent_session_id,
         forked_from_message_id=row.forked_from_message_id,
+        agent=row.agent,
+        spawned_by=None if row.spawned_by is None else SpawnedBy.model_validate(row.spawned_by),
         message_count=row.base_count + row.own_count,
         usage=Usage(input_tokens=row.input_tokens, output_tokens=row.output_tokens),
         created_at=row.created_at,

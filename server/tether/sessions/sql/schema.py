@@ -34,7 +34,7 @@ from tether.protocol import (
     ConfigError,
 )
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 class _Micros(TypeDecorator[datetime]):
@@ -84,6 +84,8 @@ sessions_table = Table(
     Column("state", JSON, nullable=False),
     Column("mode", Text),  # version 6: NULL is "ask"
     Column("permissions", JSON(none_as_null=True)),  # version 6: the remembered answers
+    Column("agent", Text),  # version 7: the agent profile
+    Column("spawned_by", JSON(none_as_null=True)),  # version 7: a sub-agent's task call
     Column("parent_session_id", _ID),
     Column("forked_from_message_id", _ID),
     Column("owner", _ID, nullable=False),
@@ -100,6 +102,7 @@ sessions_table = Table(
 )
 _LEASE_COLUMNS = ("lease_run_id", "lease_holder", "lease_until")
 _MODE_COLUMNS = ("mode", "permissions")
+_AGENT_COLUMNS = ("agent", "spawned_by")
 
 segments_table = Table(
     "segments",
@@ -171,7 +174,8 @@ def _create_v1(connection: Connection) -> None:
             for c in create.columns
             if (table.name, c.element.name) not in _LATER_COLUMNS
             and c.element.name not in _LEASE_COLUMNS
-            and (table.name, c.element.name) not in {("sessions", n) for n in _MODE_COLUMNS}
+            and (table.name, c.element.name)
+            not in {("sessions", n) for n in (*_MODE_COLUMNS, *_AGENT_COLUMNS)}
         ]
         connection.execute(create)
     for index in _V1_INDEXES:
@@ -212,6 +216,13 @@ def _add_mode(connection: Connection) -> None:
         connection.exec_driver_sql(f"ALTER TABLE sessions ADD COLUMN {column}")
 
 
+def _add_agent(connection: Connection) -> None:
+    """Sessions learn ``agent`` (their profile) and ``spawned_by`` (a sub-agent's origin)."""
+    for name in _AGENT_COLUMNS:
+        column = CreateColumn(sessions_table.c[name]).compile(dialect=connection.dialect)
+        connection.exec_driver_sql(f"ALTER TABLE sessions ADD COLUMN {column}")
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_v1,
     _add_run_index,
@@ -219,6 +230,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _add_compaction,
     _add_message_output,
     _add_mode,
+    _add_agent,
 ]
 """Step ``i`` moves the schema from version ``i`` to ``i + 1`` (0: an empty database)."""
 

@@ -42,6 +42,7 @@ from tether.protocol.sessions import (
     CreateSessionParams,
     ForkSessionParams,
     SessionFields,
+    SpawnedBy,
     session_exists,
 )
 from tether.sessions.cursors import decode_cursor, encode_cursor
@@ -326,7 +327,9 @@ class SqlStore:
 
     # -- sessions ----------------------------------------------------------------------------
 
-    async def create(self, params: CreateSessionParams, workspace: str) -> Session:
+    async def create(
+        self, params: CreateSessionParams, workspace: str, *, spawned_by: SpawnedBy | None = None
+    ) -> Session:
         now = utcnow()
         chosen = params.session_id
         session_id = chosen or uuid7()
@@ -344,6 +347,8 @@ class SqlStore:
             "state": params.state or {},
             "mode": params.mode,
             "permissions": _permissions_json(params.permissions),
+            "agent": params.agent,
+            "spawned_by": None if spawned_by is None else spawned_by.to_wire(),
             "parent_session_id": None,
             "forked_from_message_id": None,
             # A chosen id might be the key of another session's messages (one it had before a
@@ -533,6 +538,7 @@ class SqlStore:
                     "state",
                     "mode",
                     "permissions",
+                    "agent",
                 )
             }
             values.update(given)
