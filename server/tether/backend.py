@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from tether.kernel.kernel import Kernel
     from tether.protocol import CreateSessionParams, Session
     from tether.protocol.kernel import RunWarning
+    from tether.protocol.sessions import SessionFields
     from tether.providers.base import Provider
     from tether.secrets import Secrets
     from tether.tools.base import ToolExecutor
@@ -74,6 +75,7 @@ class Backend:
                 created=self._remember_mcp_servers,
                 forked=self._fork_mcp_servers,
                 deleted=self._session_deleted,
+                check=self._check_fields,
             ),
         )
         self._store_given = store is not None
@@ -113,8 +115,17 @@ class Backend:
             pass
         return config
 
+    async def _check_fields(self, workspace: str, fields: SessionFields) -> None:
+        """A session's ``agent`` must name a profile (-32602 naming it otherwise)."""
+        if fields.agent is None:
+            return
+        from tether.kernel.agents import Profiles
+
+        await asyncio.to_thread(Profiles(self._environ).require, fields.agent, _local(workspace))
+
     def build_kernel(self, approver: Approver | None) -> Kernel:
         """The kernel over this backend's store, providers and tools (imports a lot)."""
+        from tether.kernel.agents import Profiles
         from tether.kernel.kernel import Kernel
         from tether.memory import load_memory, surely_no_memory
 
@@ -129,6 +140,7 @@ class Backend:
             approver=approver,
             warnings=self.run_warnings,
             secrets=self.secrets,
+            profiles=Profiles(self._environ),
         )
         return self.kernel
 

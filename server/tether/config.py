@@ -110,6 +110,9 @@ class ProviderConfig(_Section):
 class KernelConfig(_Section):
     max_iterations: int = Field(default=10, ge=1, le=1000)
     system_prompt: str | None = None
+    max_subagents: int = Field(
+        default=4, ge=0, le=64, description="`task` sub-agents a run runs at once (0: no `task`)"
+    )
 
 
 MIN_CONTEXT_TOKENS = 1024
@@ -645,6 +648,13 @@ def _refuse_loosening(trusted: TetherConfig, config: TetherConfig, source: str) 
             source,
             "tools.enabled",
             f"may only narrow your tools.enabled in a workspace file, not add {', '.join(added)}",
+        )
+    if config.kernel.max_subagents > trusted.kernel.max_subagents:
+        raise _error(
+            source,
+            "kernel.max_subagents",
+            f"may only be lower than your {trusted.kernel.max_subagents} in a workspace file (a "
+            "repository could run more sub-agents at once than you allow)",
         )
     _refuse_longer_waits(trusted, config, source)
 

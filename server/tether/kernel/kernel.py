@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -26,15 +27,26 @@ from typing import Any
 from tether.config import ProviderConfig, TetherConfig, data_home, user_config_path
 from tether.kernel import compaction, structured
 from tether.kernel.access import check_access
+from tether.kernel.agents import AgentProfile, Profiles
 from tether.kernel.approval import Approver, Gate, offered
 from tether.kernel.history import in_model_order
 from tether.kernel.hooks import Hooks
 from tether.kernel.run import Emit, LeaseState, Run, RunSetup, cancelling, not_cancelled
 from tether.kernel.state import StoreState
+from tether.kernel.subagents import (
+    MAX_DEPTH,
+    TASK_TOOL,
+    Lineage,
+    Subagents,
+    TaskRequest,
+    narrowed,
+    task_spec,
+)
 from tether.kernel.window import EstimatingCounter, TokenCounter, window
 from tether.memory import Memory
 from tether.protocol import (
     Content,
+    CreateSessionParams,
     Message,
     MessageInput,
     RequestCancelled,
@@ -56,7 +68,7 @@ from tether.protocol.kernel import (
     StopReason,
     Usage,
 )
-from tether.protocol.sessions import SessionFields
+from tether.protocol.sessions import SessionFields, SpawnedBy
 from tether.protocol.tools import ToolSpec
 from tether.providers.base import Provider
 from tether.secrets import Secrets, configured_secrets
@@ -104,6 +116,7 @@ class Kernel:
         counter: TokenCounter | None = None,
         warnings: WarningSource = lambda workspace: (),
         secrets: SecretsOf | None = None,
+        profiles: Profiles | None = None,
     ) -> None:
         """``config`` gives the configuration of a run from its session's workspace folder,
         after ``load_config`` (when given) has read it off the event loop.
@@ -113,7 +126,8 @@ class Kernel:
         run), beside the memory files left out. ``memory`` runs on a thread, unless
         ``no_memory`` says there is none to load. ``secrets`` are what no command sees and every
         tool result has redacted (default: those of the configuration, with the API keys of
-        ``os.environ``)."""
+        ``os.environ``). ``profiles`` are the agent profiles sessions run under (default: those
+        of ``os.environ``'s user configuration directory and of each workspace)."""
         self._store = store
         self._config = config
         self._load_config = load_config
@@ -124,6 +138,9 @@ class Kernel:
         self._warnings = warnings
         self._secrets = secrets or _configured_secrets
         self._approver = approver
+        self._profiles = profiles or Profiles()
+        # a sub-agent's session -> what it takes from its parent's run, while it runs
+        self._lineages: dict[str, Lineage] = {}
         self._counter = counter or EstimatingCounter()  # for the history window
         self._runs: dict[str, asyncio.Task[RunResult]] = {}
         self._giving_back: set[asyncio.Future[None]] = set()  # leases of cancelled claims
@@ -277,6 +294,19 @@ class Kernel:
                 return
             await asyncio.sleep(renewal_interval(lease))
 
+    async def set_agent(self, session_id: str, agent: str | None) -> Session:
+        """Run the session's next turns under the profile ``agent`` (None: under none), as
+        ``session/configure {agent}`` and ``/agent NAME`` do; -32602 naming an unknown one."""
+        if agent is not None:
+            session = await self._store.get(session_id)
+            folder = _local_workspace(session)
+            await asyncio.to_thread(self._profiles.require, agent, folder)
+        return await self._store.configure(session_id, SessionFields(agent=agent))
+
+    def agent_profiles(self, workspace: Path | None) -> list[AgentProfile]:
+        """The profiles a session of ``workspace`` may run under (reads files)."""
+        return self._profiles.list(workspace)
+
     async def compact(self, params: CompactParams, emit: Emit) -> CompactResult:
         """``session/compact``: summarize the session's older turns now, under a lease like a
         run's (``SessionBusy`` while a run holds the session)."""
@@ -405,17 +435,27 @@ class Kernel:
         config = await self._folder_config(folder)
         warnings = tuple(self._warnings(folder))
         output = structured.output_check(params.output_schema, params.output_retries)
+        profile = await self._profile(session, folder)
+        lineage = self._lineages.get(session.session_id)
+        model = params.model or _profile_model(profile) or session.model
         provider_config = config.provider.model_copy(
-            update={"model": params.model or session.model or config.provider.model}
+            update={"model": model or config.provider.model}
         )
         check_access(session, params, provider_config.model)  # InvalidParams: nothing recorded
         provider = self._providers(provider_config)  # ConfigError when it is not configured
         workspace = _workspace_root(session)
-        executor = await self._tools(config, session.session_id, workspace)
+        executor = (
+            lineage.executor
+            if lineage is not None
+            else await self._tools(config, session.session_id, workspace)
+        )
         memory = await self._load_memory(workspace, config.memory.paths)
         warnings += tuple(_memory_warning(problem) for problem in memory.problems)
-        system = _system_prompt(session.system_prompt or config.kernel.system_prompt, memory.text)
-        specs = offered(_allowed(executor.list(), session.tools, params.tools), session.mode)
+        prompt = profile.prompt if profile is not None and profile.prompt else None
+        system = _system_prompt(
+            prompt or session.system_prompt or config.kernel.system_prompt, memory.text
+        )
+        specs = await self._specs(executor, session, params, config, profile, lineage)
         context = ToolContext(
             workspace=workspace,
             session_id=session.session_id,
@@ -426,6 +466,13 @@ class Kernel:
             sandbox=sandbox_policy(config),
             search=config.tools.search,
         )
+        subagents = None
+        if any(spec.name == TASK_TOOL for spec in specs):
+            parent = _Parent(
+                session, executor, frozenset(s.name for s in specs), lineage, provider_config, emit
+            )
+            spawn = functools.partial(self._spawn, parent)
+            subagents = Subagents(spawn, config.kernel.max_subagents)
         return RunSetup(
             session_id=session.session_id,
             store=self._store,
@@ -435,7 +482,8 @@ class Kernel:
             context=context,
             model=provider_config.model or "",
             system=system,
-            max_iterations=params.max_iterations or config.kernel.max_iterations,
+            max_iterations=params.max_iterations
+            or _profile_iterations(profile, config.kernel.max_iterations),
             history=await self._store.history(session.session_id),
             emit=emit,
             approval=Gate(
@@ -453,7 +501,79 @@ class Kernel:
             lease=state,
             author=params.author or session.agent_id,
             hooks=Hooks(config.hooks, context) if config.hooks else None,
+            subagents=subagents,
+            parent=None
+            if lineage is None
+            else (lineage.parent_run_id, lineage.parent_tool_call_id),
         )
+
+    async def _profile(self, session: Session, folder: Path | None) -> AgentProfile | None:
+        """The session's agent profile, read on a thread (InvalidParams when it is gone)."""
+        if session.agent is None:
+            return None
+        return await asyncio.to_thread(self._profiles.require, session.agent, folder)
+
+    async def _specs(
+        self,
+        executor: ToolExecutor,
+        session: Session,
+        params: RunParams,
+        config: TetherConfig,
+        profile: AgentProfile | None,
+        lineage: Lineage | None,
+    ) -> list[ToolSpec]:
+        """The tools the run offers: the session's, the run's, the profile's and, for a
+        sub-agent, its parent's allow-lists all narrow them."""
+        specs = executor.list()
+        if _offers_task(config, lineage):
+            folder = _local_workspace(session)
+            specs = [*specs, task_spec(await asyncio.to_thread(self._profiles.list, folder))]
+        allowed = narrowed(_allowed(specs, session.tools, params.tools), profile, lineage)
+        return offered(allowed, session.mode)
+
+    async def _spawn(
+        self, parent: _Parent, request: TaskRequest, context: ToolContext
+    ) -> RunResult:
+        """Run a ``task`` call's child session to its end (see :mod:`.subagents`). Cancelled
+        with the call: the child's run is cancelled, and the call's cancellation goes on."""
+        session = parent.session
+        if request.agent is not None:  # InvalidParams: the call fails, naming it
+            folder = _local_workspace(session)
+            await asyncio.to_thread(self._profiles.require, request.agent, folder)
+        assert context.tool_call_id is not None, "the kernel gives each call its id"
+        depth = 1 if parent.lineage is None else parent.lineage.depth + 1
+        names = sorted(n for n in parent.tool_names if n != TASK_TOOL or depth < MAX_DEPTH)
+        child = await self._store.create(
+            CreateSessionParams(
+                title=prompt_title(request.description or request.prompt),
+                model=parent.provider.model,
+                agent=request.agent,
+                tools=names,
+                allowed_models=session.allowed_models,
+                mode=session.mode,
+            ),
+            session.workspace,
+            spawned_by=SpawnedBy(
+                session_id=session.session_id,
+                run_id=context.run_id,
+                tool_call_id=context.tool_call_id,
+            ),
+        )
+        self._lineages[child.session_id] = Lineage(
+            executor=parent.executor,
+            tool_names=frozenset(names),
+            depth=depth,
+            parent_run_id=context.run_id,
+            parent_tool_call_id=context.tool_call_id,
+        )
+        try:
+            return await self.run(
+                RunParams(session_id=child.session_id, prompt=request.prompt), parent.emit
+            )
+        except RequestCancelled:
+            raise asyncio.CancelledError from None
+        finally:
+            del self._lineages[child.session_id]
 
     async def _folder_config(self, folder: Path | None) -> TetherConfig:
         if self._load_config is not None:
@@ -467,6 +587,43 @@ class Kernel:
         if self._no_memory is not None and self._no_memory(workspace, paths):
             return Memory()
         return await asyncio.to_thread(self._memory, workspace, paths)
+
+
+@dataclass(frozen=True, slots=True)
+class _Parent:
+    """What a run's ``task`` calls give their children."""
+
+    session: Session
+    executor: ToolExecutor
+    tool_names: frozenset[str]  # what the run offers
+    lineage: Lineage | None  # the run's own, when it is a sub-agent
+    provider: ProviderConfig
+    emit: Emit
+
+
+def _offers_task(config: TetherConfig, lineage: Lineage | None) -> bool:
+    """``task`` is a built-in tool (``tools.enabled`` may leave it out), offered while
+    ``kernel.max_subagents`` is not 0 and the run is not :data:`MAX_DEPTH` levels down."""
+    enabled = config.tools.enabled
+    depth = 0 if lineage is None else lineage.depth
+    return (
+        (enabled is None or TASK_TOOL in enabled)
+        and config.kernel.max_subagents > 0
+        and depth < MAX_DEPTH
+    )
+
+
+def _profile_model(profile: AgentProfile | None) -> str | None:
+    return None if profile is None else profile.model
+
+
+def _profile_iterations(profile: AgentProfile | None, configured: int) -> int:
+    """A profile's ``maxIterations`` (a workspace's never over ``kernel.max_iterations``)."""
+    if profile is None or profile.max_iterations is None:
+        return configured
+    if profile.source == "workspace":
+        return min(profile.max_iterations, configured)
+    return profile.max_iterations
 
 
 def _memory_warning(problem: TetherError) -> RunWarning:

@@ -26,6 +26,7 @@ from tether.kernel import compaction, structured
 from tether.kernel.approval import Gate
 from tether.kernel.history import in_model_order
 from tether.kernel.hooks import Hooks, tool_input
+from tether.kernel.subagents import TASK_TOOL, Subagents, add_child_usage
 from tether.kernel.window import HistoryWindow, TokenCounter
 from tether.protocol import (
     Content,
@@ -159,6 +160,8 @@ class RunSetup:
     lease: LeaseState = field(default_factory=LeaseState)
     author: str | None = None  # of the assistant and tool messages the run writes
     hooks: Hooks | None = None  # the user's [[hooks.*]]; None: none configured
+    subagents: Subagents | None = None  # runs the ``task`` calls; None: ``task`` is not offered
+    parent: tuple[str, str] | None = None  # a sub-agent's: its parent's run and task call ids
 
 
 class Run:
@@ -646,10 +649,20 @@ class Run:
             progress=self._progress_of(call),
             protected_approved=protected is not None,
         )
-        result = await self._setup.tools.execute(call.name, call.arguments, context)
+        result = await self._execute(call, context)
         if self._hooks is not None:
             result = await self._after_tool(self._hooks, call, result)
         return result
+
+    async def _execute(self, call: ToolCall, context: ToolContext) -> ToolResult:
+        """Run the call: a ``task`` by its sub-agent (whose usage joins the run's), any other
+        by the tools."""
+        subagents = self._setup.subagents
+        if subagents is not None and call.name == TASK_TOOL:
+            result, usage = await subagents.run(call.arguments, context)
+            self.usage = add_child_usage(self.usage, usage)
+            return result
+        return await self._setup.tools.execute(call.name, call.arguments, context)
 
     def _not_available(self, name: str) -> str:
         """Why a tool is not on offer: the failure of its source (an MCP server that did not
@@ -797,11 +810,12 @@ class Run:
 
     def _emit(self, event: ProgressEvent) -> None:
         self._seq += 1
-        self._setup.emit(
-            ProgressParams(
-                session_id=self._setup.session_id, run_id=self.run_id, seq=self._seq, event=event
-            )
+        progress = ProgressParams(
+            session_id=self._setup.session_id, run_id=self.run_id, seq=self._seq, event=event
         )
+        if self._setup.parent is not None:  # a sub-agent's event names its parent
+            progress.parent_run_id, progress.parent_tool_call_id = self._setup.parent
+        self._setup.emit(progress)
 
 
 def _hook_messages(context: str | None, event: str) -> list[MessageInput]:

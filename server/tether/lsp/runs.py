@@ -320,7 +320,10 @@ class Runs:
 
     def _event(self, turn: _Turn, params: ProgressParams) -> None:
         """An event of the turn's run: kept for its transcript, and reported on its token; a
-        notice (an MCP server that did not start) is told with ``window/showMessage``."""
+        notice (an MCP server that did not start) is told with ``window/showMessage``. A
+        sub-agent's events are its own session's: the turn shows its ``task`` call alone."""
+        if params.parent_run_id is not None:
+            return
         event = params.event
         turn.record.add(event)
         value = turn.progress.value(event)

@@ -124,7 +124,8 @@ def progress_emitter(
 
     def emit(params: ProgressParams) -> None:
         notify("kernel/progress", params)
-        if work_done_token is not None:
+        # A sub-agent's events are its own run's: the token reports the parent's run alone.
+        if work_done_token is not None and params.parent_run_id is None:
             value = values.value(params.event)
             if value is not None:
                 notify("$/progress", {"token": work_done_token, "value": value})

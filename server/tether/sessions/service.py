@@ -25,6 +25,7 @@ from tether.protocol import (
     Session,
     WorkspaceError,
 )
+from tether.protocol.sessions import SessionFields
 from tether.sessions.store import SessionStore, session_json
 from tether.sessions.workspaces import canonical_workspace, existing_workspace
 
@@ -37,6 +38,10 @@ async def _nothing_deleted(session_id: str) -> None:
     return None
 
 
+async def _all_fields_fine(workspace: str, fields: SessionFields) -> None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class SessionHooks:
     """What the owner of the service does when a session is created, forked, or deleted (or
@@ -46,6 +51,9 @@ class SessionHooks:
     created: Callable[[Session, CreateSessionParams], None] = lambda session, params: None
     forked: Callable[[Session], None] = lambda session: None
     deleted: Callable[[str], Awaitable[None]] = _nothing_deleted
+    # Refuses fields the store cannot judge (an agent profile that does not exist), before a
+    # session of that workspace is created or configured with them.
+    check: Callable[[str, SessionFields], Awaitable[None]] = _all_fields_fine
 
 
 class SessionService:
@@ -76,7 +84,9 @@ class SessionService:
             raise WorkspaceError(
                 "no workspace: pass `workspace`, or initialize with a workspace folder"
             )
-        session = await self.store.create(params, existing_workspace(workspace))
+        workspace = existing_workspace(workspace)
+        await self._hooks.check(workspace, params)
+        session = await self.store.create(params, workspace)
         self._hooks.created(session, params)
         return session
 
@@ -125,6 +135,9 @@ class SessionService:
         return await self.store.append_slices(session_id, slices)
 
     async def configure(self, params: ConfigureSessionParams) -> Session:
+        if params.agent is not None:  # the only field checked against the workspace
+            session = await self.store.get(params.session_id)
+            await self._hooks.check(session.workspace, params)
         return await self.store.configure(params.session_id, params)
 
     async def clear(self, params: ClearSessionParams) -> Session:
