@@ -107,6 +107,9 @@ class AcpAgent(Backend):
         self.connection: AcpWire | None = None
         self.client: InitializeRequest | None = None
         self._states: dict[str, AcpSessionState] = {}
+        # a sub-agent's session -> the ACP session whose turn started it (the one the client
+        # knows: its questions and its editor requests go there)
+        self._roots: dict[str, str] = {}
         self._methods: dict[str, Method] = {
             "initialize": self.initialize,
             "authenticate": self.authenticate,
@@ -329,6 +332,7 @@ class AcpAgent(Backend):
                 kinds=state.kinds,
                 terminals=state.terminals,
                 written=state.written,
+                spawned=partial(self._spawned, session_id),
             )
         )
         result = await handle.result()
@@ -364,10 +368,16 @@ class AcpAgent(Backend):
 
     # -- permission -------------------------------------------------------------------------
 
+    def _spawned(self, root: str, child: str) -> None:
+        self._roots[child] = root
+
     async def _ask(self, params: PermissionParams) -> PermissionResult:
         from tether.acp.permission import ask
 
         assert self.connection is not None
+        root = self._roots.get(params.session_id)
+        if root is not None:  # a sub-agent's call: asked in the session the client knows
+            params = params.model_copy(update={"session_id": root})
         state = self._state(params.session_id)
         workspace = await self._workspace_of(params.session_id)
         return await ask(self.connection, params, state, workspace)
@@ -409,7 +419,9 @@ class AcpAgent(Backend):
                 written=lambda session: self._state(session).written,
                 timeout=config.acp.request_timeout,
             )
-        return executor
+        from tether.acp.subagents import RootedTools
+
+        return RootedTools(executor, self._roots)
 
     # -- helpers ----------------------------------------------------------------------------
 

@@ -65,6 +65,7 @@ Send = Callable[[SessionUpdate], None]
 Notify = Callable[[str, dict[str, Any]], None]
 NOTICE = "_tether/notice"  # the extension notification of a notice, for other clients
 MAX_PROGRESS_LINES = 100  # the last lines a running tool reported, shown as its content
+MAX_SUBAGENT_CHARS = 8000  # the end of what a sub-agent did, shown in its task call
 
 
 def text_content(text: str) -> list[ToolContent]:
@@ -90,9 +91,15 @@ class RunUpdates:
     compaction: bool = False  # the client advertised session.compaction
     notices: bool = False  # the client advertised session.notices
     notify: Notify | None = None  # sends a notification (an extension's) to the client
+    spawned: Callable[[str], None] | None = None  # told each sub-agent's session id
     _compactions: int = 0
+    _shown_in: dict[str, str] = field(default_factory=dict)  # sub-agent run -> the call showing it
+    _child_text: dict[str, str] = field(default_factory=dict)  # that call -> what it shows
 
     def __call__(self, progress: ProgressParams) -> None:
+        if progress.parent_tool_call_id is not None:
+            self._subagent(progress)
+            return
         event = progress.event
         match event:
             case MessageDelta(text=text, message_id=message_id):
@@ -128,6 +135,34 @@ class RunUpdates:
                 # refused prompt, a failed or timed-out hook as a notice
             case _:
                 assert_never(event)
+
+    def _subagent(self, progress: ProgressParams) -> None:
+        """A sub-agent's event, shown as text in the content of the ``task`` call that started
+        it (its own sub-agents' in that same call): its answer as it streams, a line per tool
+        it calls. ACP has no sessions within a session."""
+        call = progress.parent_tool_call_id
+        if call not in self.kinds:  # a sub-agent's sub-agent: shown where its parent is
+            call = self._shown_in.get(progress.parent_run_id or "")
+        if call is None:
+            return
+        if progress.run_id not in self._shown_in:
+            self._shown_in[progress.run_id] = call
+            if self.spawned is not None:
+                self.spawned(progress.session_id)
+        event = progress.event
+        if isinstance(event, MessageDelta):
+            added = event.text
+        elif isinstance(event, ToolCallStarted):
+            added = f"\n→ {event.title or event.name}\n"
+        else:
+            return
+        text = (self._child_text.get(call, "") + added)[-MAX_SUBAGENT_CHARS:]
+        self._child_text[call] = text
+        self.send(
+            ToolCallProgress(
+                tool_call_id=call, status="in_progress", content=text_content(text.strip())
+            )
+        )
 
     def _start(self, event: ToolCallStarted) -> ToolCallStart:
         self.kinds[event.tool_call_id] = event.tool_kind
@@ -193,6 +228,7 @@ class RunUpdates:
                 tool_call_id=call_id, status="in_progress", content=text_content("\n".join(lines))
             )
         self._progress.pop(call_id, None)
+        self._child_text.pop(call_id, None)
         shown: list[ToolContent | DiffContent | TerminalContent] = []
         terminal = self.terminals.get(call_id)
         if terminal is not None:  # the command ran in the editor's terminal: keep showing it

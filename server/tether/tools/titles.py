@@ -32,11 +32,20 @@ def title(name: str, arguments: Any) -> str:
         "write_file": f"Write {shown}",
         "edit_file": f"Edit {shown}",
         "run_command": f"Run {_command(args.get('command'))}",
+        "task": _task(args),
     }.get(name)
     if text is None:
         server, sep, tool = name.partition("__")
         text = f"{server}: {tool}" if sep and tool else name
     return text if len(text) <= _MAX_TITLE else text[: _MAX_TITLE - 1] + "…"
+
+
+def _task(args: dict[str, Any]) -> str:
+    """A sub-agent's call: ``Task (reviewer): Check the notes``."""
+    agent = f" ({args['agent']})" if _is_str(args.get("agent")) else ""
+    about = args.get("description") if _is_str(args.get("description")) else args.get("prompt")
+    first = str(about).strip().splitlines()[0] if _is_str(about) else ""
+    return f"Task{agent}: {first}" if first else f"Task{agent}"
 
 
 def _is_str(value: Any) -> bool:
