@@ -23,6 +23,13 @@ from tether.tools.titles import call_title
         ("run_command", '{"command": ["pytest", "-q"]}', "Run pytest -q"),
         ("run_command", '{"command": "make\\n  test"}', "Run make test"),
         ("github__create_issue", "{}", "github: create_issue"),
+        ("task", '{"prompt": "Find the bug\\nin app.py"}', "Task: Find the bug"),
+        (
+            "task",
+            '{"prompt": "x", "description": "Review", "agent": "reviewer"}',
+            "Task (reviewer): Review",
+        ),
+        ("task", "{}", "Task"),
         ("write_file", "not json", "Write ."),
         ("read_file", "", "Read ."),
     ],
