@@ -225,3 +225,28 @@ async def next_notification(client: TetherClient, method: str) -> Any:
             got, params = await client.connection.notifications.get()
             if got == method:
                 return params
+
+
+async def test_a_sub_agent_s_write_is_asked_of_the_same_client_naming_its_session(
+    project: Path, tmp_path: Path
+):
+    answers = Answers("allow")
+    turns = [
+        {"toolCalls": [tool_call("task", "t1", prompt="write a.txt")]},
+        {"toolCalls": [write("c1", "a.txt")]},
+        {"text": "wrote it"},
+        {"text": "done"},
+    ]
+    async with TetherClient.spawn(
+        workspace=project, options=options(tmp_path, turns), on_permission=answers
+    ) as client:
+        sid = (await client.create_session()).session_id
+        run = client.run(sid, "delegate")
+        events = [progress async for progress in run]
+        result = await run
+    [asked] = answers.asked
+    child_id = result.tool_calls[0].output["sessionId"]  # type: ignore[index]
+    assert (asked.session_id, asked.tool_call.id) == (child_id, "c1")
+    assert (project / "a.txt").read_text() == "written\n"
+    assert result.tool_calls[0].result == "wrote it"
+    assert {progress.session_id for progress in events} == {sid}  # the run's own events

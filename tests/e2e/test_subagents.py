@@ -238,3 +238,27 @@ async def test_two_tasks_run_at_once_and_are_cancelled_with_their_parent(
     for child_id in children:
         child = await connection.request("session/get", {"sessionId": child_id})
         assert child["running"] is False
+
+
+async def test_a_sub_agent_s_sub_agent_is_not_offered_task(
+    connection: Connection, endpoint: ModelServer
+):
+    endpoint.push(
+        Reply(tool_calls=[Call("task", {"prompt": "level 1"}, id="t1")]),
+        Reply(tool_calls=[Call("task", {"prompt": "level 2"}, id="t2")]),
+        Reply(text="deep answer"),
+        Reply(text="middle answer"),
+        Reply(text="top answer"),
+    )
+    sid = (await connection.request("session/create", {}))["sessionId"]
+    result = await connection.request("kernel/run", {"sessionId": sid, "prompt": "level 0"})
+    assert result["response"] == "top answer"
+    assert result["toolCalls"][0]["result"] == "middle answer"
+    top, middle, deep, _, _ = endpoint.requests
+    assert "task" in tool_names(top) and "task" in tool_names(middle)
+    assert "task" not in tool_names(deep)
+    assert user_texts(deep) == ["level 2"]
+    grandchild_events = [p for p in progress_of(connection) if p["event"]["kind"] == "run_started"][
+        2
+    ]
+    assert grandchild_events["parentToolCallId"] == "t2"
