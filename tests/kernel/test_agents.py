@@ -165,3 +165,15 @@ def test_an_unknown_or_broken_profile_is_invalid_params_naming_it(
     }
     with pytest.raises(InvalidParams, match="maxIterations"):
         require_profile("broken", None, environ)
+
+
+EXAMPLES = Path(__file__).parents[2] / "examples" / "agents"
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.md")), ids=lambda path: path.stem)
+def test_the_example_profiles_are_usable_as_they_are(path: Path, tmp_path: Path):
+    agents = tmp_path / "config" / "tether" / "agents"
+    agents.mkdir(parents=True)
+    (agents / path.name).write_text(path.read_text())
+    profile = find_profile(path.stem, None, {"XDG_CONFIG_HOME": str(tmp_path / "config")})
+    assert profile is not None and profile.description and profile.tools and profile.prompt
