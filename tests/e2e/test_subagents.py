@@ -262,3 +262,26 @@ async def test_a_sub_agent_s_sub_agent_is_not_offered_task(
         2
     ]
     assert grandchild_events["parentToolCallId"] == "t2"
+
+
+async def test_a_task_naming_an_unknown_agent_or_a_model_not_allowed_fails_and_makes_no_session(
+    connection: Connection, endpoint: ModelServer
+):
+    endpoint.push(
+        Reply(
+            tool_calls=[
+                Call("task", {"prompt": "x", "agent": "nobody"}, id="t1"),
+                Call("task", {"prompt": "y", "agent": "reviewer"}, id="t2"),
+            ]
+        ),
+        Reply(text="both failed"),
+    )
+    sid = (await connection.request("session/create", {"allowedModels": ["main-model"]}))[
+        "sessionId"
+    ]
+    result = await connection.request("kernel/run", {"sessionId": sid, "prompt": "go"})
+    unknown, refused = result["toolCalls"]
+    assert unknown["isError"] and "no agent profile 'nobody'" in unknown["result"]
+    assert refused["isError"] and "review-model" in refused["result"]
+    listed = await connection.request("session/list", {})
+    assert [s["sessionId"] for s in listed["sessions"]] == [sid]

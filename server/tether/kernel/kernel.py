@@ -537,9 +537,11 @@ class Kernel:
         """Run a ``task`` call's child session to its end (see :mod:`.subagents`). Cancelled
         with the call: the child's run is cancelled, and the call's cancellation goes on."""
         session = parent.session
-        if request.agent is not None:  # InvalidParams: the call fails, naming it
+        params = RunParams(session_id=session.session_id, prompt=request.prompt)
+        if request.agent is not None:  # InvalidParams (the call fails) before a session is made
             folder = _local_workspace(session)
-            await asyncio.to_thread(self._profiles.require, request.agent, folder)
+            profile = await asyncio.to_thread(self._profiles.require, request.agent, folder)
+            check_access(session, params, profile.model or parent.provider.model)
         assert context.tool_call_id is not None, "the kernel gives each call its id"
         depth = 1 if parent.lineage is None else parent.lineage.depth + 1
         names = sorted(n for n in parent.tool_names if n != TASK_TOOL or depth < MAX_DEPTH)
@@ -567,9 +569,8 @@ class Kernel:
             parent_tool_call_id=context.tool_call_id,
         )
         try:
-            return await self.run(
-                RunParams(session_id=child.session_id, prompt=request.prompt), parent.emit
-            )
+            child_params = params.model_copy(update={"session_id": child.session_id})
+            return await self.run(child_params, parent.emit)
         except RequestCancelled:
             raise asyncio.CancelledError from None
         finally:

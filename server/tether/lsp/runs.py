@@ -96,6 +96,7 @@ class Runs:
         self.buffers = buffers
         self.current: dict[str | None, str] = {}  # workspace folder (None: default) -> session
         self.active: list[_Turn] = []  # the turns started here that have not ended
+        self._spawned: dict[str, str] = {}  # a sub-agent's session -> the turn's session
         self._tasks: set[asyncio.Task[None]] = set()  # each turn's run, to its transcript
         self._tokens = itertools.count(1)
 
@@ -149,6 +150,8 @@ class Runs:
             error = exc
         finally:
             self.active.remove(turn)
+            for child in [c for c, root in self._spawned.items() if root == turn.session_id]:
+                del self._spawned[child]
             if turn.token is not None:
                 self.app.run_tokens.pop(turn.token, None)
         if not turn.began.done():
@@ -315,14 +318,17 @@ class Runs:
         return None if best is None else best[1]
 
     def _here(self, session_id: str) -> bool:
-        """Whether a turn started here runs in the session (or is starting in it)."""
-        return any(turn.session_id == session_id for turn in self.active)
+        """Whether a turn started here runs in the session (or is starting in it), or in the
+        session of the run that started this sub-agent."""
+        root = self._spawned.get(session_id, session_id)
+        return any(turn.session_id == root for turn in self.active)
 
     def _event(self, turn: _Turn, params: ProgressParams) -> None:
         """An event of the turn's run: kept for its transcript, and reported on its token; a
         notice (an MCP server that did not start) is told with ``window/showMessage``. A
         sub-agent's events are its own session's: the turn shows its ``task`` call alone."""
         if params.parent_run_id is not None:
+            self._spawned[params.session_id] = turn.session_id
             return
         event = params.event
         turn.record.add(event)
