@@ -195,3 +195,10 @@ class Profiles:
 
     def list(self, workspace: Path | None) -> list[AgentProfile]:
         return list_profiles(workspace, self._environ)
+
+    def surely_none(self, workspace: Path | None) -> bool:
+        """Whether there is surely no profile (neither directory exists): asked on the event
+        loop (two ``stat`` calls), it spares most runs a hop to a thread to list them."""
+        user = user_agents_dir(self._environ)
+        folders = [user, None if workspace is None else workspace_agents_dir(workspace)]
+        return not any(folder is not None and folder.is_dir() for folder in folders)

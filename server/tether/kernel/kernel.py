@@ -35,6 +35,7 @@ from tether.kernel.run import Emit, LeaseState, Run, RunSetup, cancelling, not_c
 from tether.kernel.state import StoreState
 from tether.kernel.subagents import (
     MAX_DEPTH,
+    PLAIN_TASK_SPEC,
     TASK_TOOL,
     Lineage,
     Subagents,
@@ -526,10 +527,15 @@ class Kernel:
         sub-agent, its parent's allow-lists all narrow them."""
         specs = executor.list()
         if _offers_task(config, lineage):
-            folder = _local_workspace(session)
-            specs = [*specs, task_spec(await asyncio.to_thread(self._profiles.list, folder))]
+            specs = [*specs, await self._task_spec(_local_workspace(session))]
         allowed = narrowed(_allowed(specs, session.tools, params.tools), profile, lineage)
         return offered(allowed, session.mode)
+
+    async def _task_spec(self, folder: Path | None) -> ToolSpec:
+        """The ``task`` tool, naming the profiles (listed on a thread, when there may be any)."""
+        if self._profiles.surely_none(folder):
+            return PLAIN_TASK_SPEC
+        return task_spec(await asyncio.to_thread(self._profiles.list, folder))
 
     async def _spawn(
         self, parent: _Parent, request: TaskRequest, context: ToolContext

@@ -71,6 +71,10 @@ def task_spec(profiles: Sequence[AgentProfile]) -> ToolSpec:
     )
 
 
+PLAIN_TASK_SPEC = task_spec(())
+"""The ``task`` tool where there is no profile to name (made once)."""
+
+
 @dataclass(frozen=True)
 class TaskRequest:
     prompt: str
