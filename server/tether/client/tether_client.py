@@ -193,6 +193,7 @@ class TetherClient:
         state: Mapping[str, Any] | None = None,
         mode: str | None = None,
         permissions: ToolPermissions | Mapping[str, Any] | None = None,
+        agent: str | None = None,
         mcp_servers: Sequence[McpServerSpec | Mapping[str, Any]] | None = None,
     ) -> Session:
         """``session/create``; ``workspace`` defaults to the client's workspace folder,
@@ -211,6 +212,7 @@ class TetherClient:
             state=None if state is None else dict(state),
             mode=mode,
             permissions=None if permissions is None else _wire(permissions),
+            agent=agent,
             mcpServers=None if mcp_servers is None else [_wire(s) for s in mcp_servers],
         )
         return Session.model_validate(await self.request("session/create", params))
@@ -281,10 +283,11 @@ class TetherClient:
         state: Mapping[str, Any] | _Unset | None = UNSET,
         mode: str | _Unset | None = UNSET,
         permissions: ToolPermissions | Mapping[str, Any] | _Unset | None = UNSET,
+        agent: str | _Unset | None = UNSET,
     ) -> Session:
         """``session/configure``: a field left out stays as it is, ``None`` clears it (the
-        mode back to ``ask``, the remembered answers forgotten); ``settings``, ``metadata``,
-        ``state`` and ``permissions`` are replaced whole."""
+        mode back to ``ask``, the remembered answers forgotten, no agent profile);
+        ``settings``, ``metadata``, ``state`` and ``permissions`` are replaced whole."""
         fields = {
             "title": title,
             "model": model,
@@ -298,6 +301,7 @@ class TetherClient:
             "permissions": _wire(permissions)
             if isinstance(permissions, ToolPermissions | Mapping)
             else permissions,
+            "agent": agent,
         }
         params: dict[str, Any] = {"sessionId": session_id}
         params.update({name: v for name, v in fields.items() if not isinstance(v, _Unset)})
