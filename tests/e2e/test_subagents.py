@@ -95,6 +95,15 @@ def progress_of(connection: Connection) -> list[dict[str, Any]]:
     return found
 
 
+async def first_child(connection: Connection) -> str:
+    """The session of the first sub-agent whose progress arrives (waited for)."""
+    async with asyncio.timeout(10):
+        while True:
+            method, params = await connection.notifications.get()
+            if method == "kernel/progress" and params.get("parentRunId"):
+                return str(params["sessionId"])
+
+
 async def test_a_profile_s_prompt_tools_model_and_iterations_reach_the_model(
     connection: Connection, endpoint: ModelServer
 ):
@@ -285,3 +294,29 @@ async def test_a_task_naming_an_unknown_agent_or_a_model_not_allowed_fails_and_m
     assert refused["isError"] and "review-model" in refused["result"]
     listed = await connection.request("session/list", {})
     assert [s["sessionId"] for s in listed["sessions"]] == [sid]
+
+
+async def test_cancelling_a_sub_agent_s_session_stops_it_alone(
+    connection: Connection, endpoint: ModelServer
+):
+    endpoint.push(
+        Reply(tool_calls=[Call("task", {"prompt": "slow job"}, id="t1")]),
+        Hang(),
+        Reply(text="carried on without it"),
+    )
+    sid = (await connection.request("session/create", {}))["sessionId"]
+    run = asyncio.ensure_future(
+        connection.request("kernel/run", {"sessionId": sid, "prompt": "delegate"})
+    )
+    child_id = await first_child(connection)
+    await endpoint.wait_for_requests(2, seconds=10)
+    assert (await connection.request("kernel/cancel", {"sessionId": child_id}))["cancelled"]
+    result = await asyncio.wait_for(run, 10)
+    assert result["stopReason"] == "end_turn" and result["response"] == "carried on without it"
+    [call] = result["toolCalls"]
+    assert call["isError"] and call["result"].endswith("(the sub-agent stopped: cancelled)")
+    assert call["output"] == {
+        "sessionId": child_id,
+        "runId": call["output"]["runId"],
+        "stopReason": "cancelled",
+    }
