@@ -445,14 +445,10 @@ class Kernel:
         check_access(session, params, provider_config.model)  # InvalidParams: nothing recorded
         provider = self._providers(provider_config)  # ConfigError when it is not configured
         workspace = _workspace_root(session)
-        executor = (
-            lineage.executor
-            if lineage is not None
-            else await self._tools(config, session.session_id, workspace)
-        )
+        executor = await self._executor(config, session, workspace, lineage)
         memory = await self._load_memory(workspace, config.memory.paths)
         warnings += tuple(_memory_warning(problem) for problem in memory.problems)
-        prompt = profile.prompt if profile is not None and profile.prompt else None
+        prompt = profile.prompt if profile is not None else None
         system = _system_prompt(
             prompt or session.system_prompt or config.kernel.system_prompt, memory.text
         )
@@ -467,13 +463,9 @@ class Kernel:
             sandbox=sandbox_policy(config),
             search=config.tools.search,
         )
-        subagents = None
-        if any(spec.name == TASK_TOOL for spec in specs):
-            parent = _Parent(
-                session, executor, frozenset(s.name for s in specs), lineage, provider_config, emit
-            )
-            spawn = functools.partial(self._spawn, parent)
-            subagents = Subagents(spawn, config.kernel.max_subagents)
+        parent = _Parent(
+            session, executor, frozenset(s.name for s in specs), lineage, provider_config, emit
+        )
         return RunSetup(
             session_id=session.session_id,
             store=self._store,
@@ -502,11 +494,26 @@ class Kernel:
             lease=state,
             author=params.author or session.agent_id,
             hooks=Hooks(config.hooks, context) if config.hooks else None,
-            subagents=subagents,
+            subagents=self._subagents(parent, config.kernel.max_subagents),
             parent=None
             if lineage is None
             else (lineage.parent_run_id, lineage.parent_tool_call_id),
         )
+
+    async def _executor(
+        self, config: TetherConfig, session: Session, workspace: Path, lineage: Lineage | None
+    ) -> ToolExecutor:
+        """The run's tools: a sub-agent's are its parent's own (the same servers, the same
+        editor), others made for the session."""
+        if lineage is not None:
+            return lineage.executor
+        return await self._tools(config, session.session_id, workspace)
+
+    def _subagents(self, parent: _Parent, limit: int) -> Subagents | None:
+        """What runs the run's ``task`` calls (None when ``task`` is not offered)."""
+        if TASK_TOOL not in parent.tool_names:
+            return None
+        return Subagents(functools.partial(self._spawn, parent), limit)
 
     async def _profile(self, session: Session, folder: Path | None) -> AgentProfile | None:
         """The session's agent profile, read on a thread (InvalidParams when it is gone)."""
