@@ -250,3 +250,21 @@ async def test_a_sub_agent_s_write_is_asked_of_the_same_client_naming_its_sessio
     assert (project / "a.txt").read_text() == "written\n"
     assert result.tool_calls[0].result == "wrote it"
     assert {progress.session_id for progress in events} == {sid}  # the run's own events
+
+
+async def test_a_sub_agent_keeps_its_parent_s_always_answers(project: Path, tmp_path: Path):
+    answers = Answers()
+    turns = [
+        {"toolCalls": [tool_call("task", "t1", prompt="write a.txt")]},
+        {"toolCalls": [write("c1", "a.txt")]},
+        {"text": "wrote it"},
+        {"text": "done"},
+    ]
+    async with TetherClient.spawn(
+        workspace=project, options=options(tmp_path, turns), on_permission=answers
+    ) as client:
+        session = await client.create_session(permissions={"allowAlways": ["write_file"]})
+        result = await client.run(session.session_id, "delegate")
+    assert answers.asked == []
+    assert (project / "a.txt").read_text() == "written\n"
+    assert result.tool_calls[0].result == "wrote it"

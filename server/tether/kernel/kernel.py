@@ -566,6 +566,7 @@ class Kernel:
                 tools=names,
                 allowed_models=session.allowed_models,
                 mode=session.mode,
+                permissions=session.permissions,  # the parent's always answers hold for it
             ),
             session.workspace,
             spawned_by=SpawnedBy(
