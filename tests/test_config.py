@@ -797,6 +797,10 @@ REFUSED_VALUES = {
     "sessions.ttl": '"1s"',
     "sessions.lease": '"1h"',
     "acp.editor_terminal": "true",
+    "checkpoints.enabled": "false",
+    "checkpoints.path": '"/tmp/elsewhere"',
+    "checkpoints.max_file_bytes": "0",
+    "checkpoints.max_checkpoint_bytes": "0",
 }
 
 

@@ -299,6 +299,32 @@ class McpConfig(_Section):
     )
 
 
+class CheckpointsConfig(_Section):
+    enabled: bool = Field(
+        default=True,
+        description="record what each run's edits and commands change, for session/rewind",
+    )
+    path: str | None = Field(
+        default=None,
+        description="the directory of the checkpoint store (default: the data directory's "
+        "`checkpoints`)",
+    )
+    max_file_bytes: int = Field(
+        default=10 * 1024 * 1024, ge=0, description="a larger file is not tracked (reported)"
+    )
+    max_checkpoint_bytes: int = Field(
+        default=200 * 1024 * 1024,
+        ge=0,
+        description="changed files beyond this total in one snapshot are not tracked (reported)",
+    )
+
+    def root(self, environ: Mapping[str, str]) -> Path:
+        """The checkpoint store's directory."""
+        if self.path is not None:
+            return Path(self.path).expanduser()
+        return data_home(environ) / "checkpoints"
+
+
 class TetherConfig(_Section):
     provider: ProviderConfig = Field(default_factory=ProviderConfig)
     kernel: KernelConfig = Field(default_factory=KernelConfig)
@@ -310,6 +336,7 @@ class TetherConfig(_Section):
     acp: AcpConfig = Field(default_factory=AcpConfig)
     lsp: LspConfig = Field(default_factory=LspConfig)
     mcp: McpConfig = Field(default_factory=McpConfig)
+    checkpoints: CheckpointsConfig = Field(default_factory=CheckpointsConfig)
 
     def overlay(self, layer: Mapping[str, Any] | None, *, source: str = "overlay") -> TetherConfig:
         """This config with ``layer`` merged on top (nested like the TOML), validated again.
@@ -518,6 +545,10 @@ WORKSPACE_REFUSED: Final[Mapping[str, str]] = MappingProxyType(
         "sessions.ttl": "a repository could delete your sessions of every workspace",
         "sessions.lease": "a repository could keep your sessions locked long after a crash",
         "acp.editor_terminal": "a repository could run commands outside tether's sandbox",
+        "checkpoints.enabled": "a repository could take away the undo of what runs change",
+        "checkpoints.path": "a repository could send your checkpoints elsewhere",
+        "checkpoints.max_file_bytes": "a repository could keep its files out of the undo",
+        "checkpoints.max_checkpoint_bytes": "a repository could keep its files out of the undo",
     }
 )
 """Every key a workspace file may not set (dotted, snake_case; camelCase is refused as well), with
