@@ -27,6 +27,7 @@ from tether.config import ProviderConfig, TetherConfig, data_home, user_config_p
 from tether.kernel import compaction, structured
 from tether.kernel.access import check_access
 from tether.kernel.approval import Approver, Gate, offered
+from tether.kernel.checkpoints import Checkpoints
 from tether.kernel.history import in_model_order
 from tether.kernel.run import Emit, LeaseState, Run, RunSetup, cancelling, not_cancelled
 from tether.kernel.state import StoreState
@@ -103,6 +104,7 @@ class Kernel:
         counter: TokenCounter | None = None,
         warnings: WarningSource = lambda workspace: (),
         secrets: SecretsOf | None = None,
+        checkpoints: Checkpoints | None = None,
     ) -> None:
         """``config`` gives the configuration of a run from its session's workspace folder,
         after ``load_config`` (when given) has read it off the event loop.
@@ -123,6 +125,7 @@ class Kernel:
         self._warnings = warnings
         self._secrets = secrets or _configured_secrets
         self._approver = approver
+        self._checkpoints = checkpoints  # None: runs record none
         self._counter = counter or EstimatingCounter()  # for the history window
         self._runs: dict[str, asyncio.Task[RunResult]] = {}
         self._giving_back: set[asyncio.Future[None]] = set()  # leases of cancelled claims
@@ -444,6 +447,9 @@ class Kernel:
             warnings=warnings,
             lease=state,
             author=params.author or session.agent_id,
+            checkpoints=None
+            if self._checkpoints is None
+            else self._checkpoints.recorder(session.session_id, run_id, workspace),
         )
 
     async def _folder_config(self, folder: Path | None) -> TetherConfig:

@@ -23,6 +23,7 @@ from typing import Any, NoReturn, assert_never
 
 from tether.kernel import compaction, structured
 from tether.kernel.approval import Gate
+from tether.kernel.checkpoints import RunCheckpoints
 from tether.kernel.history import in_model_order
 from tether.kernel.window import HistoryWindow, TokenCounter
 from tether.protocol import Content, Message, MessageInput, Role, RunLeaseLost, ToolCall
@@ -140,6 +141,7 @@ class RunSetup:
     warnings: Sequence[RunWarning] = ()  # sent after run_started, kept in the result
     lease: LeaseState = field(default_factory=LeaseState)
     author: str | None = None  # of the assistant and tool messages the run writes
+    checkpoints: RunCheckpoints | None = None  # records what edit and execute calls change
 
 
 class Run:
@@ -163,12 +165,14 @@ class Run:
         self._results: dict[str, ToolResult] = {}
         self._kinds: dict[str, ToolKind] = {}  # tool call id -> the kind its tool_call said
         self._streaming: tuple[str, list[str]] | None = None  # an answer not yet persisted
+        self._prompt_id = ""  # the run's user message
 
     async def execute(self, prompt: Content) -> RunResult:
         """The whole run; cancellation ends it with ``stopReason: "cancelled"``."""
         await self._answer_dangling_calls()
         self._history = self._view = in_model_order(self._history)
         [user] = await self._persist([MessageInput(role=Role.USER, content=prompt)])
+        self._prompt_id = user.id
         self._view = compaction.compacted_view(self._history)
         self._turn_start = len(self._view) - 1
         if self._window is not None:
@@ -415,9 +419,17 @@ class Run:
             self._announce(calls, {})  # each call is shown before its end (cancelled) is
             raise
         self._announce(calls, changes)
-        async with asyncio.TaskGroup() as group:  # one failing cancels the others
-            for call in calls:
-                group.create_task(self._call(call, changes.get(call.id)))
+        recorder = self._setup.checkpoints
+        if recorder is not None:
+            kinds = [self._kinds.get(call.id, ToolKind.OTHER) for call in calls]
+            await recorder.before(kinds, self._emit)
+        try:
+            async with asyncio.TaskGroup() as group:  # one failing cancels the others
+                for call in calls:
+                    group.create_task(self._call(call, changes.get(call.id)))
+        finally:
+            if recorder is not None:  # what the calls changed, even when cancelled
+                await asyncio.shield(recorder.after(self._prompt_id, self._emit))
 
     def _announce(self, calls: Sequence[ToolCall], changes: dict[str, ProposedChange]) -> None:
         """The ``tool_call`` event of each call, with the change an edit proposes."""
