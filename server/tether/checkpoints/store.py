@@ -102,7 +102,11 @@ class CheckpointStore:
             except FileNotFoundError:
                 sizes[path] = 0  # gone: dropped from the index
                 continue
-            sizes[path] = info.st_size if stat.S_ISREG(info.st_mode) else 0
+            if stat.S_ISREG(info.st_mode):
+                sizes[path] = info.st_size
+            elif stat.S_ISLNK(info.st_mode):
+                sizes[path] = 0
+            # anything else (a FIFO, a socket) is no file git can keep: left as it was
         skipped = sorted(p for p, size in sizes.items() if size > self.max_file_bytes)
         kept = {p: size for p, size in sizes.items() if size <= self.max_file_bytes}
         total = 0
