@@ -174,6 +174,15 @@ class Checkpoints:
         finally:
             await self._sessions.release_run(session.session_id, rewind_id)
 
+    async def undo(self, session_id: str, *, force: bool = False) -> RewindResult:
+        """The files of the session's last turn that changed any put back (``/undo``): a rewind
+        of its files at its prompt. ``-32602`` when no turn of the session changed files."""
+        found = await self.list_checkpoints_of(session_id)
+        if not found:
+            raise InvalidParams.field("sessionId", "no turn of this session changed files")
+        last = found[-1].message_id
+        return await self.rewind(RewindParams(session_id=session_id, message_id=last, force=force))
+
     async def fork(self, params: ForkSessionParams) -> Session:
         """``session/fork`` with ``restoreFiles``: the turns after the fork point (from the one
         whose prompt it is, when it is a prompt) are undone in the files, then the fork made."""

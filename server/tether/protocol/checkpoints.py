@@ -49,3 +49,11 @@ class RewindResult(WireModel):
     restored: list[str] = Field(description="files written back as they were")
     removed: list[str] = Field(description="files the later turns created, deleted")
     messages_removed: int = 0
+
+
+class UndoParams(SessionRef):
+    """The files of the session's last turn that changed any put back (the faces' ``/undo``)."""
+
+    force: bool = Field(
+        default=False, description="overwrite files changed outside tether since it recorded them"
+    )
