@@ -66,17 +66,18 @@ class CheckpointStore:
     def _git(self, workspace: Path) -> tuple[Git, Path]:
         key = hashlib.sha256(os.fsencode(workspace)).hexdigest()[:24]
         home = self.root / "workspaces" / key
-        git = Git(home / "git", workspace, home / "index")
-        git.ensure()
-        return git, home / "lock"
+        home.mkdir(parents=True, exist_ok=True)
+        return Git(home / "git", workspace, home / "index"), home / "lock"
 
     @contextmanager
     def _locked(self, workspace: Path) -> Iterator[Git]:
-        """The workspace's repository, its lock held (other processes wait for it)."""
+        """The workspace's repository (made on first use), its lock held: the other processes
+        wait for it."""
         git, lock = self._git(workspace)
         with open(lock, "a+b") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
+                git.ensure()
                 yield git
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
