@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.checkpoints import Checkpoint, CheckpointStore, RewindConflict
+from tether.checkpoints import Checkpoint, CheckpointError, CheckpointStore, RewindConflict
 
 pytestmark = pytest.mark.skipif(
     subprocess.run(["git", "--version"], capture_output=True).returncode != 0,
@@ -122,3 +122,28 @@ def test_a_second_store_on_the_same_directory_sees_the_checkpoints_and_the_confl
     assert other.rewind(workspace, [found], force=True).restored == ["a"]
     assert (workspace / "a").read_text() == "1"
     assert one.rewind(workspace, [found]).restored == ["a"]  # its own rewind is no conflict
+
+
+def test_a_rewind_never_writes_through_a_symlink_out_of_the_workspace(
+    tmp_path: Path, workspace: Path
+) -> None:
+    (workspace / "d").mkdir()
+    (workspace / "kept").write_text("1")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    store = CheckpointStore(tmp_path / "store")
+
+    def change() -> None:
+        (workspace / "kept").write_text("2")
+        (workspace / "d" / "f").write_text("f")
+
+    made = checkpoint(store, workspace, change)
+    assert made.files == ["d/f", "kept"]
+    (workspace / "d" / "f").unlink()
+    (workspace / "d").rmdir()
+    (workspace / "d").symlink_to(outside)  # by hand, since: d/f would now be outside/f
+    (outside / "f").write_text("not tether's")
+    with pytest.raises(CheckpointError):
+        store.rewind(workspace, [made], force=True)
+    assert (outside / "f").read_text() == "not tether's"
+    assert (workspace / "kept").read_text() == "2"  # nothing changed

@@ -14,7 +14,7 @@ import hashlib
 import os
 import shutil
 import stat
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,6 +138,7 @@ class CheckpointStore:
         ``RewindConflict`` (nothing changed) unless ``force``."""
         with self._locked(workspace) as git:
             targets, modes = self._targets(git, checkpoints)
+            _refuse_outside(workspace, targets)
             last = self.index.last_tree(str(workspace))
             expected = git.entries(last, targets) if last is not None else {}
             conflicts = [p for p in targets if _on_disk(workspace / p) != expected.get(p)]
@@ -169,6 +170,15 @@ class CheckpointStore:
                 if path in checkpoint.modes:
                     modes[path] = checkpoint.modes[path]
         return targets, modes
+
+
+def _refuse_outside(workspace: Path, paths: Iterable[str]) -> None:
+    """A path whose directory leads out of the workspace (through a symlink made since) is
+    never written: the rewind is refused whole."""
+    root = workspace.resolve()
+    outside = sorted(p for p in paths if not (workspace / p).parent.resolve().is_relative_to(root))
+    if outside:
+        raise CheckpointError(f"these paths lead outside the workspace: {', '.join(outside)}")
 
 
 def _on_disk(path: Path) -> Entry | None:

@@ -217,6 +217,8 @@ class Checkpoints:
                     "paths": conflict.paths,
                 },
             ) from None
+        except (CheckpointError, OSError) as exc:
+            raise WorkspaceError(f"the files could not be restored: {exc}") from None
         return RewindResult(restored=rewound.restored, removed=rewound.removed)
 
     async def _of_prompts(self, prompts: Sequence[str]) -> list[Checkpoint]:

@@ -501,12 +501,13 @@ def _hidden_env(config: TetherConfig) -> frozenset[str]:
 def sandbox_policy(config: TetherConfig, *, mcp: bool = False) -> SandboxPolicy:
     """The OS sandbox of commands (``tools.sandbox``), or with ``mcp`` of the MCP servers
     tether starts (``tools.mcp_sandbox``, network allowed). tether's user configuration
-    directory and data directory stay read-only to them, should ``tools.sandbox_writable``
-    hold one."""
+    directory, data directory and checkpoint store stay read-only to them, should
+    ``tools.sandbox_writable`` hold one."""
     tools = config.tools
     user_config = user_config_path(os.environ)
     state = ([str(user_config.parent)] if user_config is not None else []) + [
-        str(data_home(os.environ))
+        str(data_home(os.environ)),
+        str(config.checkpoints.root(os.environ)),  # a checkpoint store configured elsewhere
     ]
     return SandboxPolicy(
         mode=tools.mcp_sandbox if mcp else tools.sandbox,
