@@ -39,7 +39,7 @@ def checkpoint(store: CheckpointStore, workspace: Path, change: object) -> Check
         before=before.tree,
         after=after.tree,
         files=files,
-        skipped=sorted({*before.skipped, *after.skipped}),
+        skipped=after.skipped_since(before),
         modes={p: m for p, m in before.modes.items() if p in files},
         created_at="2026-01-01T00:00:00+00:00",
     )
@@ -74,12 +74,13 @@ def test_files_over_the_caps_are_reported_and_left_alone_by_a_rewind(
         (workspace / "small1").write_bytes(b"123456")
         (workspace / "small2").write_bytes(b"1234567")
 
+    (workspace / "always.bin").write_bytes(b"y" * 11)  # over the cap, the run leaves it be
     made = checkpoint(store, workspace, change)
     assert made.skipped == ["big.bin", "small2"]  # over the file cap; over the total
     assert made.files == ["small1"]
     rewound = store.rewind(workspace, [made])
     assert (rewound.restored, rewound.removed) == ([], ["small1"])
-    assert sorted(os.listdir(workspace)) == ["big.bin", "small2"]
+    assert sorted(os.listdir(workspace)) == ["always.bin", "big.bin", "small2"]
 
 
 def test_symlinks_and_permission_bits_come_back_as_they_were(

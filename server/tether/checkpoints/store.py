@@ -27,14 +27,24 @@ DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
 DEFAULT_MAX_CHECKPOINT_BYTES = 200 * 1024 * 1024
 
 
+Stat = tuple[int, int]  # a file's size and modification time (ns)
+
+
 @dataclass(frozen=True)
 class Snapshot:
-    """A workspace's tracked files as a git tree; ``skipped``: files left out for a size cap;
-    ``modes``: permission bits git does not keep (anything but 644 and 755), by path."""
+    """A workspace's tracked files as a git tree; ``skipped``: files left out for a size cap,
+    with their stat; ``modes``: permission bits git does not keep (anything but 644 and 755),
+    by path."""
 
     tree: str
-    skipped: list[str] = field(default_factory=list)
+    skipped: dict[str, Stat] = field(default_factory=dict)
     modes: dict[str, int] = field(default_factory=dict)
+
+    def skipped_since(self, before: Snapshot) -> list[str]:
+        """The files left out of either snapshot that changed between them (made, changed or
+        removed): what a rewind cannot put back."""
+        paths = self.skipped.keys() | before.skipped.keys()
+        return sorted(p for p in paths if self.skipped.get(p) != before.skipped.get(p))
 
 
 @dataclass(frozen=True)
@@ -94,9 +104,10 @@ class CheckpointStore:
             unusual = _unusual_modes(workspace, git.tracked()) if modes else {}
         return Snapshot(tree, skipped, unusual)
 
-    def _add_changes(self, git: Git, workspace: Path) -> list[str]:
+    def _add_changes(self, git: Git, workspace: Path) -> dict[str, Stat]:
         """Update the index with the changed files within the caps; the paths left out."""
         sizes: dict[str, int] = {}
+        stats: dict[str, Stat] = {}
         for path in git.changed_candidates():
             try:
                 info = (workspace / path).lstat()
@@ -105,6 +116,7 @@ class CheckpointStore:
                 continue
             if stat.S_ISREG(info.st_mode):
                 sizes[path] = info.st_size
+                stats[path] = (info.st_size, info.st_mtime_ns)
             elif stat.S_ISLNK(info.st_mode):
                 sizes[path] = 0
             # anything else (a FIFO, a socket) is no file git can keep: left as it was
@@ -116,7 +128,7 @@ class CheckpointStore:
             if total > self.max_checkpoint_bytes:
                 skipped.append(path)
         git.update_index(p for p in kept if p not in skipped)
-        return sorted(skipped)
+        return {path: stats[path] for path in sorted(skipped)}
 
     def changed(self, workspace: Path, before: str, after: str) -> list[str]:
         git, _ = self._git(workspace)

@@ -98,7 +98,7 @@ class RunCheckpoints:
         """The run's checkpoint brought up to date; None when it did not change."""
         after = self._store.snapshot(self._workspace)
         files = self._store.changed(self._workspace, before.tree, after.tree)
-        skipped = sorted({*before.skipped, *after.skipped})
+        skipped = after.skipped_since(before)
         previous = self._checkpoint
         if previous is None and not files and not skipped:
             return None
