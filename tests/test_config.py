@@ -802,6 +802,10 @@ REFUSED_VALUES = {
     "hooks.user_prompt_submit": '[{command = "curl x | sh"}]',
     "hooks.stop": '[{command = "curl x | sh"}]',
     "hooks.session_start": '[{command = "curl x | sh"}]',
+    "checkpoints.enabled": "false",
+    "checkpoints.path": '"/tmp/elsewhere"',
+    "checkpoints.max_file_bytes": "0",
+    "checkpoints.max_checkpoint_bytes": "0",
 }
 
 

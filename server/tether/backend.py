@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from tether.config import ProviderConfig, TetherConfig
     from tether.kernel.approval import Approver
+    from tether.kernel.checkpoints import Checkpoints
     from tether.kernel.kernel import Kernel
     from tether.protocol import CreateSessionParams, Session
     from tether.protocol.kernel import RunWarning
@@ -87,6 +88,7 @@ class Backend:
         self._http: httpx.AsyncClient | None = None
         self._providers: dict[str, Provider] = {}
         self._mcp: McpManager | None = None  # made when a session or a run first needs it
+        self._checkpoints: Checkpoints | None = None  # made on first use
 
     @property
     def environ(self) -> Mapping[str, str]:
@@ -103,6 +105,7 @@ class Backend:
         self._workspace = _local(self.sessions.default_workspace)
         self._init_options = init_options
         self._folders.clear()
+        self._checkpoints = None  # over the store configured now
         config = self.config()
         url = config.sessions.url(self._environ)
         if url is not None and not self._store_given:
@@ -129,8 +132,27 @@ class Backend:
             approver=approver,
             warnings=self.run_warnings,
             secrets=self.secrets,
+            checkpoints=self.checkpoints() if self.config().checkpoints.enabled else None,
         )
         return self.kernel
+
+    def checkpoints(self) -> Checkpoints:
+        """The checkpoints of sessions (``session/checkpoints``, ``session/rewind``), over this
+        backend's store and the checkpoint store of the configuration (made on first use)."""
+        if self._checkpoints is None:
+            from tether.checkpoints import CheckpointStore
+            from tether.kernel.checkpoints import Checkpoints
+
+            config = self.config()
+            store = CheckpointStore(
+                config.checkpoints.root(self._environ),
+                max_file_bytes=config.checkpoints.max_file_bytes,
+                max_checkpoint_bytes=config.checkpoints.max_checkpoint_bytes,
+            )
+            self._checkpoints = Checkpoints(
+                self.sessions.store, store, lambda: self.config().sessions.lease_delta()
+            )
+        return self._checkpoints
 
     def secrets(self, config: TetherConfig, session_id: str) -> Secrets:
         """The secrets of a run in ``session_id`` (:mod:`tether.secrets`): its configuration's

@@ -344,6 +344,32 @@ class HooksConfig(_Section):
         return any(getattr(self, event) for event in HOOK_EVENTS)
 
 
+class CheckpointsConfig(_Section):
+    enabled: bool = Field(
+        default=True,
+        description="record what each run's edits and commands change, for session/rewind",
+    )
+    path: str | None = Field(
+        default=None,
+        description="the directory of the checkpoint store (default: the data directory's "
+        "`checkpoints`)",
+    )
+    max_file_bytes: int = Field(
+        default=10 * 1024 * 1024, ge=0, description="a larger file is not tracked (reported)"
+    )
+    max_checkpoint_bytes: int = Field(
+        default=200 * 1024 * 1024,
+        ge=0,
+        description="changed files beyond this total in one snapshot are not tracked (reported)",
+    )
+
+    def root(self, environ: Mapping[str, str]) -> Path:
+        """The checkpoint store's directory."""
+        if self.path is not None:
+            return Path(self.path).expanduser()
+        return data_home(environ) / "checkpoints"
+
+
 class TetherConfig(_Section):
     provider: ProviderConfig = Field(default_factory=ProviderConfig)
     kernel: KernelConfig = Field(default_factory=KernelConfig)
@@ -356,6 +382,7 @@ class TetherConfig(_Section):
     lsp: LspConfig = Field(default_factory=LspConfig)
     mcp: McpConfig = Field(default_factory=McpConfig)
     hooks: HooksConfig = Field(default_factory=HooksConfig)
+    checkpoints: CheckpointsConfig = Field(default_factory=CheckpointsConfig)
 
     def overlay(self, layer: Mapping[str, Any] | None, *, source: str = "overlay") -> TetherConfig:
         """This config with ``layer`` merged on top (nested like the TOML), validated again.
@@ -572,6 +599,10 @@ WORKSPACE_REFUSED: Final[Mapping[str, str]] = MappingProxyType(
         "hooks.user_prompt_submit": _HOOKS_REFUSED,
         "hooks.stop": _HOOKS_REFUSED,
         "hooks.session_start": _HOOKS_REFUSED,
+        "checkpoints.enabled": "a repository could take away the undo of what runs change",
+        "checkpoints.path": "a repository could send your checkpoints elsewhere",
+        "checkpoints.max_file_bytes": "a repository could keep its files out of the undo",
+        "checkpoints.max_checkpoint_bytes": "a repository could keep its files out of the undo",
     }
 )
 """Every key a workspace file may not set (dotted, snake_case; camelCase is refused as well), with

@@ -101,6 +101,7 @@ async def test_initialize_answers_the_standard_capabilities_beside_tethers(
         "tether.ask",
         "tether.cancel",
         "tether.newSession",
+        "tether.undo",
     ]
     assert "quickfix" in capabilities.code_action_provider.code_action_kinds
     folders = capabilities.workspace.workspace_folders

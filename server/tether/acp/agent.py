@@ -65,6 +65,7 @@ from tether.protocol import (
     Session,
     TetherError,
 )
+from tether.protocol.checkpoints import RewindParams, RewindResult, UndoParams
 from tether.protocol.kernel import StopReason
 from tether.sessions import SessionStore
 from tether.sessions.workspaces import local_path
@@ -78,6 +79,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 Method = Callable[[Any], Coroutine[Any, Any, Any]]  # a handler the wire starts (jsonrpc.router)
+REWIND = "_tether/rewind"  # tether's session/rewind, as an extension method
 AcpStopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
 
 
@@ -120,6 +122,7 @@ class AcpAgent(Backend):
             "session/prompt": self.prompt,
             "session/set_mode": self.set_mode,
             "session/set_config_option": self.set_config_option,
+            REWIND: self.rewind,
         }
 
     # -- dispatch ---------------------------------------------------------------------------
@@ -256,6 +259,14 @@ class AcpAgent(Backend):
             modes=self._modes(session),
             config_options=self._options(session),
         )
+
+    async def rewind(self, params: Any) -> RewindResult:
+        """``_tether/rewind``: tether's ``session/rewind`` (same params and result); without
+        ``messageId``, the files of the last turn that changed any (``/undo``)."""
+        if isinstance(params, dict) and "messageId" not in params:
+            request = UndoParams.model_validate(params)
+            return await self.checkpoints().undo(request.session_id, force=request.force)
+        return await self.checkpoints().rewind(RewindParams.model_validate(params))
 
     async def set_mode(self, params: Any) -> Empty:
         """Sets the session's mode, in the store; the client is told of the mode and of the

@@ -27,6 +27,7 @@ from tether.config import ProviderConfig, TetherConfig, data_home, user_config_p
 from tether.kernel import compaction, structured
 from tether.kernel.access import check_access
 from tether.kernel.approval import Approver, Gate, offered
+from tether.kernel.checkpoints import Checkpoints
 from tether.kernel.history import in_model_order
 from tether.kernel.hooks import Hooks
 from tether.kernel.run import Emit, LeaseState, Run, RunSetup, cancelling, not_cancelled
@@ -104,6 +105,7 @@ class Kernel:
         counter: TokenCounter | None = None,
         warnings: WarningSource = lambda workspace: (),
         secrets: SecretsOf | None = None,
+        checkpoints: Checkpoints | None = None,
     ) -> None:
         """``config`` gives the configuration of a run from its session's workspace folder,
         after ``load_config`` (when given) has read it off the event loop.
@@ -124,6 +126,7 @@ class Kernel:
         self._warnings = warnings
         self._secrets = secrets or _configured_secrets
         self._approver = approver
+        self._checkpoints = checkpoints  # None: runs record none
         self._counter = counter or EstimatingCounter()  # for the history window
         self._runs: dict[str, asyncio.Task[RunResult]] = {}
         self._giving_back: set[asyncio.Future[None]] = set()  # leases of cancelled claims
@@ -453,6 +456,9 @@ class Kernel:
             lease=state,
             author=params.author or session.agent_id,
             hooks=Hooks(config.hooks, context) if config.hooks else None,
+            checkpoints=None
+            if self._checkpoints is None
+            else self._checkpoints.recorder(session.session_id, run_id, workspace),
         )
 
     async def _folder_config(self, folder: Path | None) -> TetherConfig:
@@ -504,12 +510,13 @@ def _hidden_env(config: TetherConfig) -> frozenset[str]:
 def sandbox_policy(config: TetherConfig, *, mcp: bool = False) -> SandboxPolicy:
     """The OS sandbox of commands (``tools.sandbox``), or with ``mcp`` of the MCP servers
     tether starts (``tools.mcp_sandbox``, network allowed). tether's user configuration
-    directory and data directory stay read-only to them, should ``tools.sandbox_writable``
-    hold one."""
+    directory, data directory and checkpoint store stay read-only to them, should
+    ``tools.sandbox_writable`` hold one."""
     tools = config.tools
     user_config = user_config_path(os.environ)
     state = ([str(user_config.parent)] if user_config is not None else []) + [
-        str(data_home(os.environ))
+        str(data_home(os.environ)),
+        str(config.checkpoints.root(os.environ)),  # a checkpoint store configured elsewhere
     ]
     return SandboxPolicy(
         mode=tools.mcp_sandbox if mcp else tools.sandbox,

@@ -213,6 +213,16 @@ class Runs:
             return False
         return self.app.kernel.cancel(session_id)
 
+    async def undo(self, uri: str | None = None) -> dict[str, Any]:
+        """``tether.undo``: the files of the last turn that changed any, in the current session
+        of the workspace folder of the document ``uri``, put back (the kernel's undo)."""
+        session_id, _ = await self._session(self._folder_of(uri))
+        undone = await self.app.checkpoints().undo(session_id)
+        count = len(undone.restored) + len(undone.removed)
+        message = f"tether: the last turn's changes to {count} file(s) are undone"
+        self.app.notify("window/showMessage", {"type": _INFO, "message": message})
+        return undone.model_dump(mode="json", by_alias=True)
+
     async def new_session(self, uri: str | None = None) -> dict[str, Any]:
         """A new session for the next turns in the workspace folder of the document ``uri``
         (else the default workspace)."""

@@ -266,6 +266,18 @@ class HookRun(WireModel):
     )
 
 
+class CheckpointRecorded(WireModel):
+    """The run changed the workspace's files and tether recorded it: ``session/rewind`` at its
+    prompt restores them. Sent again as a later step of the run widens ``files``."""
+
+    kind: Literal["checkpoint"] = "checkpoint"
+    checkpoint_id: str
+    files: list[str] = Field(default_factory=list, description="the paths changed so far")
+    skipped: list[str] | None = Field(
+        default=None, description="changed paths a size cap left untracked"
+    )
+
+
 class RunFinished(WireModel):
     kind: Literal["run_finished"] = "run_finished"
     stop_reason: StopReason
@@ -286,6 +298,7 @@ ProgressEvent = Annotated[
     | CompactionFinished
     | Notice
     | HookRun,
+    | CheckpointRecorded,
     Field(discriminator="kind"),
 ]
 

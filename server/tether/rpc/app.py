@@ -27,6 +27,7 @@ from tether.protocol import (
 )
 from tether.protocol.limits import DEFAULT_LIMITS
 from tether.rpc import client_log
+from tether.rpc.checkpoint_methods import checkpoint_methods
 from tether.rpc.handlers import Handler, session_methods
 from tether.sessions import SessionStore
 from tether.sessions.ids import utcnow
@@ -91,6 +92,9 @@ class App(Backend):
         self._face = face
         self.limits = DEFAULT_LIMITS  # the configuration's, once initialize has loaded it
         self.methods: dict[str, Handler] = session_methods(self.sessions, lambda: self.limits)
+        self.methods.update(
+            checkpoint_methods(self.checkpoints, self.sessions, lambda: self.limits)
+        )
         self.client: InitializeParams | None = None
         self.notify: Notify = _nowhere
         self.request_client: RequestClient = _no_client  # set by the wire
