@@ -19,9 +19,11 @@ for them, and turns each into a method with a name of tether's:
   ``_result_types``): JSON-RPC ids are per sender, yet pygls keeps the client's requests and its
   own in one table -> :meth:`response_arrived`, :meth:`take_client_request` and company.
 
-Besides, it enters pygls's dispatch at ``_handle_request``/``_handle_notification`` (the wire has
-decoded and checked the message already: ``handle_message`` would re-check it) and sets
-``_workspace``, which pygls sets only in its own ``initialize`` (tether answers ``initialize``).
+Besides, it enters pygls's dispatch at ``_handle_request``/``_handle_notification``: the wire
+has decoded and checked the message already, and the public ``handle_message`` re-checks it with
+``isinstance`` against runtime-checkable protocols, ~17 us per check on Python 3.11 (9 us through
+``_handle_notification`` against 64 us through ``handle_message`` for a no-op notification); and
+it sets ``_workspace``, which pygls sets only in its own ``initialize`` (tether answers that).
 
 :data:`RELIED_ON` lists each private method with the parameters tether passes or receives, and
 :data:`RELIED_ON_ATTRIBUTES` the private attributes; :func:`check_pygls` compares them with the
