@@ -8,6 +8,7 @@ from typing import get_args
 
 from tether.kernel.approval import REJECTED_RESULT
 from tether.protocol.kernel import (
+    CheckpointRecorded,
     CompactionFinished,
     CompactionStarted,
     HookRun,
@@ -81,6 +82,7 @@ def every_progress_event() -> list[ProgressEvent]:
         ToolCallUpdate(tool_call_id="t3", status=ToolCallStatus.FAILED, error="exit 2"),
         ToolCallStarted(tool_call_id="t4", name="read_file", arguments="{}"),
         ToolCallUpdate(tool_call_id="t4", status=ToolCallStatus.CANCELLED),
+        CheckpointRecorded(checkpoint_id="k1", files=["a.py"], skipped=["big.bin"]),
         IterationFinished(iteration=1, tool_calls=4),
         IterationStarted(iteration=2),
         MessageDelta(message_id="m2", text="Done."),

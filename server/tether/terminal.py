@@ -30,6 +30,7 @@ from rich.text import Text
 
 from tether.escapes import inert, printable
 from tether.protocol.kernel import (
+    CheckpointRecorded,
     CompactionFinished,
     CompactionStarted,
     HookRun,
@@ -100,6 +101,8 @@ class TerminalView:
                 self.note(f"tether: hook {name} blocked {hook_event}: {message or ''}", "yellow")
             case HookRun():
                 pass  # ran through; a failed or timed-out hook also sends a notice
+            case CheckpointRecorded():
+                pass  # the files can be restored (session/rewind); nothing to show meanwhile
             case _:
                 assert_never(event)
 

@@ -40,6 +40,7 @@ from tether.acp.tool_calls import (
 )
 from tether.protocol import ImageBlock, Message, ResourceLinkBlock, Role, TextBlock, is_blocks
 from tether.protocol.kernel import (
+    CheckpointRecorded,
     CompactionFinished,
     CompactionStarted,
     HookRun,
@@ -126,6 +127,8 @@ class RunUpdates:
             case HookRun():
                 pass  # ACP has no hook update: a block shows as the call's failure or the
                 # refused prompt, a failed or timed-out hook as a notice
+            case CheckpointRecorded():
+                pass  # ACP has no checkpoint update: `_tether/rewind` restores the files
             case _:
                 assert_never(event)
 

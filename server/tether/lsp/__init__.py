@@ -61,10 +61,10 @@ def register(server: TetherServer) -> Runs:
     protocol = server.protocol
     app = server.app
     buffers = Buffers(_workspace(server))
-    protocol._workspace = buffers.workspace  # pygls makes it in its initialize, not run here
+    protocol.use_workspace(buffers.workspace)
     runs = Runs(app, buffers)
     for method in REPLACED:
-        protocol.fm.builtin_features.pop(method, None)
+        protocol.drop_builtin(method)
     _documents(server, buffers)
     server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION)(_code_actions(server))
     server.feature(lsp.WORKSPACE_EXECUTE_COMMAND)(_commands(runs))
@@ -112,7 +112,7 @@ def _documents(server: TetherServer, buffers: Buffers) -> None:
 
 
 def _code_actions(server: TetherServer) -> Callable[[lsp.CodeActionParams], list[dict[str, Any]]]:
-    converter = server.protocol._converter
+    converter = server.protocol.converter
 
     def code_action(params: lsp.CodeActionParams) -> list[dict[str, Any]]:
         selection = Range.model_validate(converter.unstructure(params.range))

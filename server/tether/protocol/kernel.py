@@ -297,7 +297,7 @@ ProgressEvent = Annotated[
     | CompactionStarted
     | CompactionFinished
     | Notice
-    | HookRun,
+    | HookRun
     | CheckpointRecorded,
     Field(discriminator="kind"),
 ]

@@ -13,6 +13,7 @@ from typing import Any, assert_never
 
 from tether.kernel.approval import REJECTED_RESULT
 from tether.protocol.kernel import (
+    CheckpointRecorded,
     CompactionFinished,
     CompactionStarted,
     HookRun,
@@ -95,6 +96,8 @@ class WorkDoneProgress:
                 return self._report(f"hook {name} blocked")
             case HookRun():
                 return None  # ran through, or failed and told with a notice
+            case CheckpointRecorded():
+                return None  # not for a status line: kernel/progress carries it
             case _:
                 assert_never(event)
 
