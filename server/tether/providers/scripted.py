@@ -19,8 +19,9 @@ request tells it apart (its ``system`` is the summarizing prompt, and it offers 
 
 Every request is recorded in ``requests`` (``record=True``, the default, for tests that hold the
 provider; a server's own provider, which nobody can read, records none: a copy of each request's
-history would make a long session's memory grow with the square of its length). A request past the end of the script raises
-:class:`ScriptExhausted`; :meth:`ScriptedProvider.assert_used_up` raises when turns are left.
+history would make a long session's memory grow with the square of its length). A request past
+the end of the script raises :class:`ScriptExhausted`; :meth:`ScriptedProvider.assert_used_up`
+raises when turns are left.
 """
 
 from __future__ import annotations
