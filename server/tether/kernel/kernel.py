@@ -28,6 +28,7 @@ from tether.kernel import compaction, structured
 from tether.kernel.access import check_access
 from tether.kernel.approval import Approver, Gate, offered
 from tether.kernel.history import in_model_order
+from tether.kernel.plans import StorePlan
 from tether.kernel.run import Emit, LeaseState, Run, RunSetup, cancelling, not_cancelled
 from tether.kernel.state import StoreState
 from tether.kernel.window import EstimatingCounter, TokenCounter, window
@@ -356,7 +357,9 @@ class Kernel:
         session: Session | None = None
         try:
             session = await self._store.get(params.session_id)
-            run = Run(await self._setup(session, params, run_id, emit, state))
+            plan = StorePlan(self._store, session.session_id)
+            run = Run(await self._setup(session, params, run_id, emit, state, plan))
+            plan.bind(run.emit)
             if session.title is None:
                 await self._title(session.session_id, params.prompt)
         except asyncio.CancelledError:  # cancelled before it began: nothing was recorded
@@ -393,7 +396,13 @@ class Kernel:
             error.data = {**(error.data or {}), "warnings": [w.to_wire() for w in warnings]}
 
     async def _setup(
-        self, session: Session, params: RunParams, run_id: str, emit: Emit, state: LeaseState
+        self,
+        session: Session,
+        params: RunParams,
+        run_id: str,
+        emit: Emit,
+        state: LeaseState,
+        plan: StorePlan | None = None,
     ) -> RunSetup:
         folder = _local_workspace(session)
         config = await self._folder_config(folder)
@@ -421,6 +430,7 @@ class Kernel:
                 session_id=session.session_id,
                 run_id=run_id,
                 state=StoreState(self._store, session.session_id),
+                plan=plan,
                 hidden_env=_hidden_env(config),
                 secrets=self._secrets(config, session.session_id),
                 sandbox=sandbox_policy(config),

@@ -9,6 +9,7 @@ from pydantic import Field, JsonValue, field_validator
 
 from tether.protocol.base import Params, WireModel
 from tether.protocol.messages import Content, Message
+from tether.protocol.plans import Plan
 from tether.protocol.tools import ProposedChange, ToolKind
 
 
@@ -258,7 +259,8 @@ ProgressEvent = Annotated[
     | RunWarning
     | CompactionStarted
     | CompactionFinished
-    | Notice,
+    | Notice
+    | Plan,
     Field(discriminator="kind"),
 ]
 
