@@ -797,6 +797,7 @@ REFUSED_VALUES = {
     "sessions.ttl": '"1s"',
     "sessions.lease": '"1h"',
     "acp.editor_terminal": "true",
+    "instructions.files": '["config.toml"]',
 }
 
 

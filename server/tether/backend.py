@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from tether.config import ProviderConfig, TetherConfig
     from tether.kernel.approval import Approver
     from tether.kernel.kernel import Kernel
+    from tether.memory.instructions import InstructionLoader
     from tether.protocol import CreateSessionParams, Session
     from tether.protocol.kernel import RunWarning
     from tether.providers.base import Provider
@@ -79,6 +80,8 @@ class Backend:
         self._http: httpx.AsyncClient | None = None
         self._providers: dict[str, Provider] = {}
         self._mcp: McpManager | None = None  # made when a session or a run first needs it
+        self._instruction_loader: InstructionLoader | None = None
+        self.sessions.instructions = self.instruction_paths
         self.sessions.on_create.append(self._remember_mcp_servers)
         self.sessions.on_delete.append(self._close_mcp_servers)
         self.sessions.on_fork.append(self._fork_mcp_servers)
@@ -124,8 +127,36 @@ class Backend:
             approver=approver,
             warnings=self.run_warnings,
             secrets=self.secrets,
+            instructions=self.instruction_loader,
         )
         return self.kernel
+
+    @property
+    def instruction_loader(self) -> InstructionLoader:
+        """Reads the instruction files (``AGENTS.md``) of runs and of ``session/get``."""
+        if self._instruction_loader is None:
+            from tether.config import user_config_path
+            from tether.memory.instructions import InstructionLoader
+
+            user = user_config_path(self._environ)
+            self._instruction_loader = InstructionLoader(None if user is None else user.parent)
+        return self._instruction_loader
+
+    async def instruction_paths(self, workspace: str) -> list[str] | None:
+        """``session/get``'s ``instructions``: the instruction files a run at the root of
+        ``workspace`` (a URI) reads; None when instructions are off or it is not local."""
+        folder = _local(workspace)
+        if folder is None:
+            return None
+        await self.load_folder(folder)
+        config = self.config(folder).instructions
+        if not config.enabled:
+            return None
+        loader = self.instruction_loader
+        found = loader.cached(folder, None, config.files)
+        if found is None:
+            found = await asyncio.to_thread(loader.load, folder, None, config.files)
+        return found.paths
 
     def secrets(self, config: TetherConfig, session_id: str) -> Secrets:
         """The secrets of a run in ``session_id`` (:mod:`tether.secrets`): its configuration's

@@ -33,8 +33,10 @@ from tether.kernel.run import Emit, LeaseState, Run, RunSetup, cancelling, not_c
 from tether.kernel.state import StoreState
 from tether.kernel.window import EstimatingCounter, TokenCounter, window
 from tether.memory import Memory
+from tether.memory.instructions import InstructionLoader, Instructions
 from tether.protocol import (
     Content,
+    InvalidParams,
     Message,
     MessageInput,
     RequestCancelled,
@@ -104,6 +106,7 @@ class Kernel:
         counter: TokenCounter | None = None,
         warnings: WarningSource = lambda workspace: (),
         secrets: SecretsOf | None = None,
+        instructions: InstructionLoader | None = None,
     ) -> None:
         """``config`` gives the configuration of a run from its session's workspace folder,
         after ``load_config`` (when given) has read it off the event loop.
@@ -113,7 +116,8 @@ class Kernel:
         run), beside the memory files left out. ``memory`` runs on a thread, unless
         ``no_memory`` says there is none to load. ``secrets`` are what no command sees and every
         tool result has redacted (default: those of the configuration, with the API keys of
-        ``os.environ``)."""
+        ``os.environ``). ``instructions`` reads the instruction files (``AGENTS.md``; None: none
+        are read)."""
         self._store = store
         self._config = config
         self._load_config = load_config
@@ -121,6 +125,7 @@ class Kernel:
         self._tools = tools
         self._memory = memory
         self._no_memory = no_memory
+        self._instructions = instructions
         self._warnings = warnings
         self._secrets = secrets or _configured_secrets
         self._approver = approver
@@ -415,9 +420,14 @@ class Kernel:
         provider = self._providers(provider_config)  # ConfigError when it is not configured
         workspace = _workspace_root(session)
         executor = await self._tools(config, session.session_id, workspace)
+        directory = turn_directory(workspace, params.directory)
+        instructions = await self._load_instructions(workspace, directory, config)
         memory = await self._load_memory(workspace, config.memory.paths)
-        warnings += tuple(_memory_warning(problem) for problem in memory.problems)
-        system = _system_prompt(session.system_prompt or config.kernel.system_prompt, memory.text)
+        problems = (*instructions.problems, *memory.problems)
+        warnings += tuple(_memory_warning(problem) for problem in problems)
+        system = _system_prompt(
+            session.system_prompt or config.kernel.system_prompt, instructions.text, memory.text
+        )
         specs = offered(_allowed(executor.list(), session.tools, params.tools), session.mode)
         return RunSetup(
             session_id=session.session_id,
@@ -460,6 +470,19 @@ class Kernel:
         if self._load_config is not None:
             await self._load_config(folder)
         return self._config(folder)
+
+    async def _load_instructions(
+        self, workspace: Path, directory: Path | None, config: TetherConfig
+    ) -> Instructions:
+        """The instruction files (``AGENTS.md``): from what was read before while no file
+        changed (a ``stat`` each, on the event loop), else read on a thread."""
+        if self._instructions is None or not config.instructions.enabled:
+            return Instructions()
+        names = config.instructions.files
+        cached = self._instructions.cached(workspace, directory, names)
+        if cached is not None:
+            return cached
+        return await asyncio.to_thread(self._instructions.load, workspace, directory, names)
 
     async def _load_memory(self, workspace: Path, paths: list[str]) -> Memory:
         """The memory: read on a thread, unless there is surely none (the usual case: no
@@ -521,9 +544,26 @@ def sandbox_policy(config: TetherConfig, *, mcp: bool = False) -> SandboxPolicy:
     )
 
 
-def _system_prompt(prompt: str | None, memory: str) -> str | None:
-    parts = [part for part in (prompt, memory) if part]
+def _system_prompt(prompt: str | None, instructions: str, memory: str) -> str | None:
+    parts = [part for part in (prompt, instructions, memory) if part]
     return "\n\n".join(parts) or None
+
+
+def turn_directory(workspace: Path, directory: str | None) -> Path | None:
+    """The real path of ``kernel/run``'s ``directory`` (relative to the workspace root, or
+    absolute), which must be a folder inside the workspace (``InvalidParams`` otherwise)."""
+    if directory is None:
+        return None
+    root = Path(os.path.realpath(workspace))
+    try:
+        real = Path(os.path.realpath(root / Path(directory).expanduser(), strict=True))
+    except (OSError, ValueError):
+        raise InvalidParams.field("directory", f"{directory!r} does not exist") from None
+    if not real.is_relative_to(root) or not real.is_dir():
+        raise InvalidParams.field(
+            "directory", f"{directory!r} is not a folder inside the workspace {root}"
+        )
+    return real
 
 
 def _allowed(

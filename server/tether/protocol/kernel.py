@@ -34,6 +34,11 @@ class RunParams(Params):
         min_length=1,
         description="the author of the messages the run writes; default: the session's agentId",
     )
+    directory: str | None = Field(
+        default=None,
+        description="the folder inside the workspace the turn works in (relative to its root, or "
+        "absolute): the AGENTS.md files from the root down to it are read",
+    )
     work_done_token: str | int | None = None
     output_schema: dict[str, Any] | None = Field(
         default=None,

@@ -223,6 +223,9 @@ class MemoryStore:
             record.encoded = session_json(record.session)
         return record.encoded
 
+    def workspace_of(self, session_id: str) -> str:
+        return self._record(session_id).session.workspace
+
     async def list_sessions(
         self, *, workspace: str | None, cursor: str | None, limit: int
     ) -> ListSessionsResult:

@@ -24,7 +24,7 @@ from tether.protocol import (
     Session,
     WorkspaceError,
 )
-from tether.sessions.store import SessionStore, session_json
+from tether.sessions.store import SessionStore, session_json, with_instructions
 from tether.sessions.workspaces import canonical_workspace, existing_workspace
 
 
@@ -48,6 +48,8 @@ class SessionService:
         self.on_create: list[Callable[[Session, CreateSessionParams], None]] = []
         self.on_delete: list[Callable[[str], Awaitable[None]]] = []  # deleted or expired
         self.on_fork: list[Callable[[Session], None]] = []
+        # session/get's ``instructions``: the instruction files of a workspace (none: left out)
+        self.instructions: Callable[[str], Awaitable[list[str] | None]] | None = None
 
     def set_default_workspace(self, workspace: str | None) -> None:
         """The workspace used when a request names none (the first folder of ``initialize``)."""
@@ -76,8 +78,17 @@ class SessionService:
         store = self.store
         get_json: Callable[[str], bytes] | None = getattr(store, "get_json", None)
         if get_json is not None:  # a JsonReads (isinstance of a runtime protocol costs ~7 µs)
-            return get_json(session_id)
-        return session_json(await store.get(session_id))
+            encoded = get_json(session_id)
+            if self.instructions is None:
+                return encoded
+            workspace: str = store.workspace_of(session_id)  # type: ignore[attr-defined]
+        else:
+            session = await store.get(session_id)
+            encoded, workspace = session_json(session), session.workspace
+            if self.instructions is None:
+                return encoded
+        paths = await self.instructions(workspace)
+        return with_instructions(encoded, paths) if paths else encoded
 
     async def list_sessions(self, params: ListSessionsParams) -> ListSessionsResult:
         workspace = canonical_workspace(params.workspace) if params.workspace else None
