@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
     from tether.tools.mcp import McpManager
 
 logger = logging.getLogger(__name__)
+
+INSTRUCTIONS_LISTED_FOR = 1.0
+"""Seconds ``session/get`` lists the instruction files it found without looking again."""
 
 
 def preload_http_client() -> None:
@@ -81,6 +85,9 @@ class Backend:
         self._providers: dict[str, Provider] = {}
         self._mcp: McpManager | None = None  # made when a session or a run first needs it
         self._instruction_loader: InstructionLoader | None = None
+        self._workspace_folders: dict[str, Path] = {}  # a session's workspace URI -> its folder
+        # a workspace URI -> its instruction files, and when they were looked at
+        self._instructions_listed: dict[str, tuple[list[str] | None, float]] = {}
         self.sessions.instructions = self.instruction_paths
         self.sessions.on_create.append(self._remember_mcp_servers)
         self.sessions.on_delete.append(self._close_mcp_servers)
@@ -144,9 +151,26 @@ class Backend:
 
     async def instruction_paths(self, workspace: str) -> list[str] | None:
         """``session/get``'s ``instructions``: the instruction files a run at the root of
-        ``workspace`` (a URI) reads; None when instructions are off or it is not local."""
-        folder = _local(workspace)
-        if folder is None:
+        ``workspace`` (a URI) reads; None when instructions are off or it is not local. Looked
+        at again at most every :data:`INSTRUCTIONS_LISTED_FOR` seconds: the ``stat`` of each
+        place was half the cost of a ``session/get`` (a run always looks again)."""
+        now = time.monotonic()
+        listed = self._instructions_listed.get(workspace)
+        if listed is not None and now - listed[1] < INSTRUCTIONS_LISTED_FOR:
+            return listed[0]
+        paths = await self._instruction_paths(workspace)
+        if len(self._instructions_listed) >= 1024:
+            self._instructions_listed.clear()
+        self._instructions_listed[workspace] = (paths, now)
+        return paths
+
+    async def _instruction_paths(self, workspace: str) -> list[str] | None:
+        folder = self._workspace_folders.get(workspace)
+        if folder is None:  # worked out once per workspace: ~25 µs a time
+            if len(self._workspace_folders) >= 1024:
+                self._workspace_folders.clear()
+            folder = self._workspace_folders[workspace] = _local(workspace) or _NOT_LOCAL
+        if folder is _NOT_LOCAL:
             return None
         await self.load_folder(folder)
         config = self.config(folder).instructions
@@ -425,6 +449,9 @@ def _secrets_of(config: TetherConfig, environ: Mapping[str, str]) -> Secrets:
 
 def left_out(error: ConfigError) -> str:
     return f"the workspace config file was left out: {error.message}"
+
+
+_NOT_LOCAL = Path("/dev/null/not-local")  # a workspace that is not a local folder
 
 
 def _local(workspace: str | None) -> Path | None:

@@ -84,9 +84,11 @@ class _Read:
     identity: _Identity
     text: str | None
     problem: InstructionsLoadError | None
+    size: int = 0  # bytes of the text in UTF-8
 
 
 _ABSENT = _Read((0, 0, 0, 0), None, None)
+_MAX_PLACE_LISTS = 1024  # folders whose places are kept (then they are worked out again)
 
 
 class InstructionLoader:
@@ -98,6 +100,7 @@ class InstructionLoader:
         self._max_bytes = max_bytes
         self._reads: dict[Path, _Read] = {}
         self._roots: dict[Path, Path] = {}
+        self._place_lists: dict[tuple[Path, Path | None, tuple[str, ...]], list[_Place]] = {}
         self._lock = threading.Lock()  # load runs on threads, cached on the event loop
 
     def cached(
@@ -132,6 +135,19 @@ class InstructionLoader:
         return root
 
     def _places(
+        self, workspace: Path, directory: Path | None, names: Sequence[str]
+    ) -> list[_Place]:
+        """Where files are looked for, in prompt order, worked out once per workspace, folder
+        and names (paths are slow to build: most of what a run's check cost before)."""
+        key = (workspace, directory, tuple(names))
+        places = self._place_lists.get(key)
+        if places is None:
+            if len(self._place_lists) >= _MAX_PLACE_LISTS:
+                self._place_lists.clear()
+            places = self._place_lists[key] = self._find_places(workspace, directory, names)
+        return places
+
+    def _find_places(
         self, workspace: Path, directory: Path | None, names: Sequence[str]
     ) -> list[_Place]:
         """Where files are looked for, in prompt order (``directory``: a real path inside the
@@ -173,7 +189,8 @@ class InstructionLoader:
             identity = None
         try:
             text = self._text(place)
-            read = _Read(identity or (0, 0, 0, 0), text, None)
+            size = 0 if text is None else len(text.encode())
+            read = _Read(identity or (0, 0, 0, 0), text, None, size)
         except InstructionsLoadError as exc:
             read = _Read(identity or (0, 0, 0, 0), None, exc)
         if identity is not None:
@@ -225,11 +242,10 @@ class InstructionLoader:
                 problems.append(read.problem)
             if not read.text or not read.text.strip():
                 continue
-            size = len(read.text.encode())
-            if used + size > self._max_bytes:
+            if used + read.size > self._max_bytes:
                 problems.append(_over_budget(place.name, self._max_bytes))
                 continue
-            used += size
+            used += read.size
             files.append(InstructionFile(place.name, read.text))
         return Instructions(tuple(files), tuple(problems))
 
