@@ -19,6 +19,7 @@ from tether.protocol.kernel import (
     ToolCallStarted,
     ToolCallUpdate,
 )
+from tether.protocol.plans import Plan, PlanEntry
 from tether.protocol.tools import ProposedChange
 from tether.terminal import TerminalView, change_diff, diff_text
 
@@ -124,3 +125,21 @@ def test_a_carriage_return_that_ends_the_answer_or_the_reasoning_is_shown_not_ob
     view.note("end")
     assert out.getvalue() == "answer\\r\n"
     assert "think\\r" in err.lines()[0] and err.lines()[-1] == "end"
+
+
+def test_a_plan_is_drawn_as_a_checklist_each_time_it_changes_with_its_text_inert():
+    first = Plan(
+        entries=[
+            PlanEntry(content="Read the code", status="completed"),
+            PlanEntry(content="Fix \x1b]52;c;evil\x07it", status="in_progress", priority="high"),
+            PlanEntry(content="Test", status="pending"),
+        ]
+    )
+    screen, _ = show(MessageDelta(message_id="m", text="Planning"), first)
+    assert screen.lines() == [
+        "Planning",
+        "Plan:",
+        "  [x] Read the code",
+        "  [~] Fix \\x1b]52;c;evil\\x07it",
+        "  [ ] Test",
+    ]
