@@ -74,6 +74,11 @@ class Session(WireModel):
     created_at: UtcDatetime
     updated_at: UtcDatetime
     running: bool = False
+    instructions: list[str] | None = Field(
+        default=None,
+        description="session/get only: the instruction files (AGENTS.md) a run at the workspace "
+        "root reads (omitted: none)",
+    )
 
 
 ShallowObject = Annotated[dict[str, Any] | None, BeforeValidator(shallow_json)]
