@@ -20,6 +20,7 @@ const KINDS: Record<string, ToolKind> = {
   run_command: "execute",
   state_set: "edit",
   state_get: "read",
+  update_plan: "other",
 };
 
 /** The kind of a built-in tool (stored messages do not carry it). */

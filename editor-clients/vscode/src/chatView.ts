@@ -330,13 +330,17 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
       return;
     }
     const connection = await this.host.server();
-    const messages = await connection.allMessages(session.sessionId);
+    const [messages, current] = await Promise.all([
+      connection.allMessages(session.sessionId),
+      connection.getSession(session.sessionId), // its plan as it is now
+    ]);
     this.post({
       type: "session",
       sessionId: session.sessionId,
       title: summary(session, firstPrompt(messages)).title,
       items: transcriptItems(messages),
       running: this.run !== undefined,
+      plan: current.plan,
     });
   }
 

@@ -46,6 +46,7 @@ export interface Session {
   createdAt: string;
   updatedAt: string;
   running: boolean;
+  plan?: { content: string; status: "pending" | "in_progress" | "completed"; priority?: "high" | "medium" | "low" }[];
   [key: string]: unknown;
 }
 

@@ -95,6 +95,8 @@ function record(name: string, messages: ToWebview[]): void {
   writeFileSync(join(FIXTURES, `${name}.json`), `${JSON.stringify(messages, null, 1)}\n`);
 }
 
+const PLAN = [{ content: "Change the answer", status: "completed", priority: "high" }];
+
 describe("the chat view's extension side against the real server", { timeout: 300_000 }, () => {
   let ws: Workspace;
   let extension: Extension;
@@ -125,7 +127,8 @@ describe("the chat view's extension side against the real server", { timeout: 30
         text: "I will change the answer.",
         toolCalls: [call("e1", "edit_file", { path: "src/app.py", oldString: "return 42", newString: "return 43" })],
       },
-      { text: "Changed." },
+      { text: "Changed.", toolCalls: [call("p1", "update_plan", { entries: PLAN })] },
+      { text: "Planned." },
       { toolCalls: [call("w1", "write_file", { path: "never.txt", content: "no\n" })] },
       { text: "Left it." },
       { text: "too slow", delay: 30 },
@@ -217,6 +220,8 @@ describe("the chat view's extension side against the real server", { timeout: 30
     assert.equal(readFileSync(join(ws.root, "src", "app.py"), "utf8"), "def main():\n    return 43\n");
     const closed = await webview.next("permissionClosed", from);
     assert.equal(closed.outcome, "allow");
+    const plans = webview.received.slice(from).flatMap((m) => (m.type === "progress" && m.event.kind === "plan" ? [m.event] : []));
+    assert.deepEqual(plans, [{ kind: "plan", entries: PLAN }]);
     record("edit-allowed", webview.received.slice(from));
   });
 
@@ -279,6 +284,7 @@ describe("the chat view's extension side against the real server", { timeout: 30
     const switched = await webview.next("session", from);
     assert.equal(switched.sessionId, only.sessionId);
     assert.ok(switched.items.some((item) => item.type === "assistant" && item.text === "Changed."));
+    assert.deepEqual(switched.plan, PLAN); // read from session/get: shown above the prompt
     record("switched", [switched]);
   });
 
