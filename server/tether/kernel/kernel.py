@@ -419,8 +419,8 @@ class Kernel:
         check_access(session, params, provider_config.model)  # InvalidParams: nothing recorded
         provider = self._providers(provider_config)  # ConfigError when it is not configured
         workspace = _workspace_root(session)
+        directory = turn_directory(workspace, params.directory)  # InvalidParams: nothing started
         executor = await self._tools(config, session.session_id, workspace)
-        directory = turn_directory(workspace, params.directory)
         instructions = await self._load_instructions(workspace, directory, config)
         memory = await self._load_memory(workspace, config.memory.paths)
         problems = (*instructions.problems, *memory.problems)
