@@ -12,7 +12,10 @@ that answers ``initialize`` and ``session/new``). Measured:
    temporary directory); the echo agent makes up an id.
 
 Starts and request blocks alternate between the agents, so load from outside the bench falls on
-both alike. It is a report: nothing is asserted.
+all alike. ``--before PATH`` adds a third agent, ``tether acp`` from another source tree
+(``PYTHONPATH=PATH``; ``git archive REV server | tar -x -C /tmp/before``, then
+``--before /tmp/before/server``): the before/after of a change, in one run. It is a report:
+nothing is asserted.
 """
 
 from __future__ import annotations
@@ -39,11 +42,17 @@ AGENTS = {
 INITIALIZE = {"protocolVersion": 1, "clientCapabilities": {}}
 
 
+BEFORE = "tether acp (before)"
+PATHS: dict[str, str] = {}  # PYTHONPATH per agent that has its own tree
+
+
 class Agent:
     """A spawned agent and a blocking line-by-line client on its pipes."""
 
-    def __init__(self, command: list[str], cwd: Path, home: Path) -> None:
+    def __init__(self, command: list[str], cwd: Path, home: Path, path: str | None = None) -> None:
         env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / "config")}
+        if path is not None:
+            env["PYTHONPATH"] = path
         self.process = subprocess.Popen(
             command,
             stdin=subprocess.PIPE,
@@ -87,10 +96,10 @@ class Agent:
         self.process.wait()
 
 
-def cold_start(command: list[str], cwd: Path, home: Path) -> float:
+def cold_start(command: list[str], cwd: Path, home: Path, path: str | None) -> float:
     """ms from spawning the agent to reading its ``initialize`` response."""
     began = time.perf_counter_ns()
-    agent = Agent(command, cwd, home)
+    agent = Agent(command, cwd, home, path)
     try:
         agent.call("initialize", INITIALIZE)
         return (time.perf_counter_ns() - began) / 1e6
@@ -123,7 +132,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cold-starts", type=int, default=20, help="spawns per agent")
     parser.add_argument("--requests", type=int, default=1000, help="session/new per agent")
+    parser.add_argument("--before", help="a source tree (its server/) to run tether acp from too")
     args = parser.parse_args(argv)
+    if args.before:
+        AGENTS[BEFORE] = AGENTS["tether acp"]
+        PATHS[BEFORE] = str(Path(args.before).resolve())
     began = time.monotonic()
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
@@ -131,12 +144,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         cwd.mkdir()
         home.mkdir()
         starts: dict[str, list[float]] = {name: [] for name in AGENTS}
-        for command in AGENTS.values():
-            cold_start(command, cwd, home)  # discarded: warms the disk cache
+        for name, command in AGENTS.items():
+            cold_start(command, cwd, home, PATHS.get(name))  # discarded: warms the disk cache
         for _ in range(args.cold_starts):
             for name, command in AGENTS.items():
-                starts[name].append(cold_start(command, cwd, home))
-        agents = {name: Agent(command, cwd, home) for name, command in AGENTS.items()}
+                starts[name].append(cold_start(command, cwd, home, PATHS.get(name)))
+        agents = {
+            name: Agent(command, cwd, home, PATHS.get(name)) for name, command in AGENTS.items()
+        }
         try:
             for agent in agents.values():
                 agent.call("initialize", INITIALIZE)
@@ -164,7 +179,7 @@ def report(
     )
     print(f"{args.cold_starts} cold starts and {args.requests} session/new per agent\n")
     names = list(AGENTS)
-    print(f"{'':44}" + "".join(f"{name:>16}" for name in names) + f"{'ratio':>10}")
+    print(f"{'':44}" + "".join(f"{name:>20}" for name in names) + f"{'ratio':>10}")
     rows = [
         ("cold start to initialize: median (ms)", starts, 0.5),
         ("cold start to initialize: p90 (ms)", starts, 0.9),
@@ -176,7 +191,7 @@ def report(
             statistics.median(samples[n]) if fraction == 0.5 else percentile(samples[n], fraction)
             for n in names
         ]
-        cells = "".join(f"{value:>16.1f}" for value in values)
+        cells = "".join(f"{value:>20.1f}" for value in values)
         print(f"{label:44}{cells}{values[1] / values[0]:>9.2f}x")
     print("\nratio: SDK echo agent / tether acp (above 1: tether is faster)")
 

@@ -1,15 +1,18 @@
-"""Fuzz the wire of a real ``tether serve``: 100,000 mutated frames while runs are in flight.
+"""Fuzz the wire of a real ``tether serve`` or ``tether acp``: 100,000 mutated frames while runs
+are in flight.
 
     .venv/bin/python bench/fuzz_wire.py                    # stdio, 100,000 frames, a random seed
     .venv/bin/python bench/fuzz_wire.py --tcp --seed 7     # over TCP, a given seed
-    make fuzz                                              # both, 100,000 frames each
+    .venv/bin/python bench/fuzz_wire.py --acp              # tether acp (NDJSON lines)
+    make fuzz                                              # all three, 100,000 frames each
 
 Frames are made by ``tests/wire_fuzz.py`` (bit flips, truncated bodies, wrong, huge, negative or
 missing ``Content-Length``, lower-case headers, garbage, invalid JSON, valid JSON of the wrong
-shape), with a valid ``session/get`` sentinel every 10. Reported: sentinels unanswered or answered
-twice, anything on the output that is not a well-formed frame, whether the process survived, its
-resident memory before and after (``/proc/PID/status``), and the exit code after
-``shutdown``/``exit``. The exit status is 1 when anything went wrong.
+shape; for ``tether acp`` the same faults as NDJSON lines), with a valid sentinel request every
+10. Reported: sentinels unanswered or answered twice, anything on the output that is not a
+well-formed frame, whether the process survived, its resident memory before and after
+(``/proc/PID/status``), and the exit code after ``shutdown``/``exit`` (``tether acp``: after its
+stdin is closed). The exit status is 1 when anything went wrong.
 """
 
 from __future__ import annotations
@@ -23,23 +26,31 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.wire_fuzz import busy_script, fuzz, serve
+from tests.wire_fuzz import TETHER, acp_face, busy_script, fuzz, serve, serve_acp
 
 SERVER = [sys.executable, "-m", "tether", "serve"]
+ACP = [sys.executable, "-m", "tether", "acp"]
 
 
 async def main(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else random.randrange(1 << 32)
-    transport = "tcp" if args.tcp else "stdio"
+    transport = "acp" if args.acp else "tcp" if args.tcp else "stdio"
     print(f"fuzz_wire: {args.frames} frames over {transport}, seed {seed}", flush=True)
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         workspace = root / "workspace"
         workspace.mkdir()
         options = busy_script(root / "script.json", turns=50_000, delay=0.1)
-        served = await serve(SERVER, workspace, options, tcp=args.tcp, log=root / "stderr.log")
+        if args.acp:
+            served = await serve_acp(ACP, workspace, root / "script.json", log=root / "stderr.log")
+            face = acp_face(workspace)
+        else:
+            served = await serve(SERVER, workspace, options, tcp=args.tcp, log=root / "stderr.log")
+            face = TETHER
         pid = served.process.pid
-        report = await fuzz(served.client, pid, seed=seed, frames=args.frames, runs=args.runs)
+        report = await fuzz(
+            served.client, pid, seed=seed, frames=args.frames, runs=args.runs, face=face
+        )
         alive = served.process.returncode is None
         code = await served.close() if alive else served.process.returncode
         log_lines = len((root / "stderr.log").read_bytes().splitlines())
@@ -64,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int)
     parser.add_argument("--runs", type=int, default=2, help="kernel/run requests kept in flight")
     parser.add_argument("--tcp", action="store_true", help="serve over TCP instead of stdio")
+    parser.add_argument("--acp", action="store_true", help="fuzz tether acp (NDJSON)")
     return parser
 
 

@@ -34,10 +34,15 @@ def frame(message: dict[str, Any]) -> bytes:
 
 class RawClient:
     def __init__(
-        self, argv: Sequence[str], *, stderr: IO[Any] | int | None, timeout: float = 30.0
+        self,
+        argv: Sequence[str],
+        *,
+        stderr: IO[Any] | int | None,
+        timeout: float = 30.0,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.process = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, bufsize=0
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, bufsize=0, env=env
         )
         assert self.process.stdin is not None and self.process.stdout is not None
         self._in = self.process.stdin.fileno()

@@ -15,6 +15,10 @@ batches and cold starts alternate too, so load from outside the bench falls on a
 Samples are pooled over the rounds. It prints a report and asserts nothing about timing.
 
     .venv/bin/python bench/rpc_bench.py            # what ``make bench`` runs
+    .venv/bin/python bench/rpc_bench.py --before /tmp/before/server
+
+``--before`` adds a fourth server, tether from another source tree (``PYTHONPATH``; make it with
+``git archive REV server | tar -x -C /tmp/before``), and a table of it beside this tether.
 """
 
 from __future__ import annotations
@@ -43,6 +47,14 @@ SERVERS: dict[str, list[str]] = {
     "tether": [sys.executable, "-m", "tether", "serve"],  # the tether PYTHONPATH names, if any
 }
 FLOOR, STOCK, TETHER = SERVERS
+BEFORE = "tether (before)"  # with --before: tether from another source tree, in the same run
+PATHS: dict[str, str] = {}  # PYTHONPATH of the servers that run from their own tree
+
+
+def env_of(name: str) -> dict[str, str] | None:
+    return {**os.environ, "PYTHONPATH": PATHS[name]} if name in PATHS else None
+
+
 TARGET_VS_FLOOR = 1.5
 TARGET_VS_STOCK = 4.0
 TARGET_COLD_START_MS = 300.0
@@ -117,7 +129,7 @@ class Peer:
 
 def start(name: str, workspace: Path, logs: Path) -> RawClient:
     with open(logs / f"{name}.log", "ab") as log:
-        client = RawClient(SERVERS[name], stderr=log)
+        client = RawClient(SERVERS[name], stderr=log, env=env_of(name))
     client.call("initialize", initialize_params(workspace))
     client.notify("initialized", {})
     return client
@@ -194,7 +206,7 @@ def measure_cold_start(name: str, workspace: Path, logs: Path) -> tuple[int, flo
     server used by then."""
     began = time.perf_counter_ns()
     with open(logs / f"{name}.log", "ab") as log:
-        client = RawClient(SERVERS[name], stderr=log)
+        client = RawClient(SERVERS[name], stderr=log, env=env_of(name))
     try:
         client.call("initialize", initialize_params(workspace))
         return time.perf_counter_ns() - began, client.cpu_seconds() * 1e9
@@ -294,6 +306,19 @@ def format_table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+def format_before_after(rows: Sequence[Row]) -> str:
+    """tether from ``--before``'s tree beside this one, row by row."""
+    header = f"{'':44}{BEFORE:>16}{TETHER:>10}{'after/before':>14}"
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        v = row.values
+        lines.append(
+            f"{row.label + f' ({row.unit})':44}{v[BEFORE]:>16.1f}{v[TETHER]:>10.1f}"
+            f"{ratio(v[TETHER], v[BEFORE]):>13.2f}x"
+        )
+    return "\n".join(lines)
+
+
 def format_targets(rows: Sequence[Row]) -> str:
     get, _, pipelined, pipelined_cpu, append, _, decode, cold, cold_cpu = rows
 
@@ -339,7 +364,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pipelined", type=int, default=10000, help="requests in one batch")
     parser.add_argument("--cold-starts", type=int, default=20, help="spawns per server")
     parser.add_argument("--append-bytes", type=int, default=10 * 1024, help="message size")
+    parser.add_argument("--before", help="a source tree (its server/) to run tether from too")
     args = parser.parse_args(argv)
+    if args.before:
+        SERVERS[BEFORE] = SERVERS[TETHER]
+        PATHS[BEFORE] = str(Path(args.before).resolve())
     config = Config(
         rounds=args.rounds,
         warmup=args.warmup,
@@ -378,6 +407,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(format_table(rows))
     print()
     print(format_targets(rows))
+    if BEFORE in SERVERS:
+        print()
+        print(format_before_after(rows))
     return 0
 
 

@@ -143,3 +143,16 @@ def test_a_plan_is_drawn_as_a_checklist_each_time_it_changes_with_its_text_inert
         "  [~] Fix \\x1b]52;c;evil\\x07it",
         "  [ ] Test",
     ]
+
+
+def test_every_kind_of_event_is_drawn_or_left_out() -> None:
+    from tests.events import every_progress_event
+
+    screen, _ = show(*every_progress_event())
+    lines = screen.lines()
+    assert "tether: warning: the workspace config file was left out: bad key" in lines
+    assert "tether: error: the MCP server 'x' did not start" in lines
+    assert "→ Edit a.py" in lines and "✓ Edit a.py" in lines
+    assert "✗ read_file" not in lines and "⊘ read_file" in lines
+    assert "  [~] Run make" in lines
+    assert lines[-1] == "Done."

@@ -1,4 +1,5 @@
-"""Fuzzing the wire of a real ``tether serve``: mutated input, and a driver that checks the answers.
+"""Fuzzing the wire of a real ``tether serve`` or ``tether acp``: mutated input, and a driver that
+checks the answers.
 
 :class:`FrameFuzzer` makes byte chunks of every kind of fault a client or a broken pipe can send
 (bit flips, truncated bodies, wrong, huge, negative or missing ``Content-Length``, lower-case
@@ -7,7 +8,8 @@ deeper than the decoder takes) and valid *sentinel* requests, whose ids start wi
 and which must each be answered exactly once whatever came before them. The requests nested too
 deep (ids ``deep-``) must each be answered exactly once too, with InvalidRequest. Nothing it
 makes stores anything or ends the server: no ``session/create``, ``append`` that could succeed,
-``delete``, ``shutdown`` or ``exit``.
+``delete``, ``shutdown`` or ``exit``. :class:`LineFuzzer` makes the same faults as NDJSON lines
+for ``tether acp``; :class:`Face` tells the driver how each face makes sessions and runs turns.
 
 :func:`fuzz` drives a server with them while runs of the scripted model are in flight, and
 reports what a client would care about: sentinels unanswered or answered twice, anything on the
@@ -21,10 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,14 +89,20 @@ class FrameFuzzer:
         self.sent[mutation.__name__] += 1
         return mutation()
 
+    sentinel_method = "session/get"
+    deep_spaces = (b"", b" ", b"\n")  # white space in the requests nested too deep
+
     def sentinel(self) -> tuple[str, bytes]:
-        """A valid ``session/get`` of the session: its id and its frame."""
+        """A valid request that succeeds (``session/get`` of the session): its id and frame."""
         self._next_id += 1
         msg_id = f"{SENTINEL}{self._next_id}"
-        body = {"sessionId": self.session_id}
+        body = self.sentinel_params()
         return msg_id, self._frame(
-            {"jsonrpc": "2.0", "id": msg_id, "method": "session/get", "params": body}
+            {"jsonrpc": "2.0", "id": msg_id, "method": self.sentinel_method, "params": body}
         )
+
+    def sentinel_params(self) -> dict[str, Any]:
+        return {"sessionId": self.session_id}
 
     # -- the mutations -----------------------------------------------------------------------
 
@@ -157,7 +166,7 @@ class FrameFuzzer:
                 orjson.dumps(self._message())[:-1],
             ]
         )
-        return encode_frame(body)
+        return self.wrap(body)
 
     def wrong_shape(self) -> bytes:
         return self._frame(self.random.choice(self._wrong_shapes()))
@@ -169,17 +178,17 @@ class FrameFuzzer:
         msg_id = f"{DEEP}{self._next_id}"
         self.deep_ids.append(msg_id)
         levels = self.random.choice([MAX_REQUEST_DEPTH, 2000, 100_000])
-        space = self.random.choice([b"", b" ", b"\n"])
+        space = self.random.choice(self.deep_spaces)
         opening, closing = self.random.choice([(b"[", b"]"), (b'{"a":', b"}"), (b'{"[{":[', b"]}")])
         inner = (opening + space) * levels + b'"]}\\\\"' + (space + closing) * levels
         members = [
             b'"jsonrpc":"2.0"',
             b'"id":' + orjson.dumps(msg_id),
-            b'"method":"session/get"',
+            b'"method":' + orjson.dumps(self.sentinel_method),
             b'"params":{"sessionId":' + orjson.dumps(self.session_id) + b',"x":' + inner + b"}",
         ]
         self.random.shuffle(members)
-        return encode_frame(b"{" + b",".join(members) + b"}")
+        return self.wrap(b"{" + b",".join(members) + b"}")
 
     def valid(self) -> bytes:
         return self._frame(self._message())
@@ -251,7 +260,122 @@ class FrameFuzzer:
         return value
 
     def _frame(self, message: Any) -> bytes:
-        return encode_frame(orjson.dumps(message))
+        return self.wrap(orjson.dumps(message))
+
+    def wrap(self, body: bytes) -> bytes:
+        """``body`` framed as this wire frames a message."""
+        return encode_frame(body)
+
+
+class LineFuzzer(FrameFuzzer):
+    """The same faults for ``tether acp``'s NDJSON, one message per line: bit flips (which may
+    make a newline, cutting a line in two), truncated lines, CRLF and blank lines, garbage,
+    two messages on one line, invalid JSON, valid JSON of the wrong shape, requests nested too
+    deep. Every chunk ends its line, so what follows it starts a line of its own. Sentinels are
+    ``session/list`` requests."""
+
+    sentinel_method = "session/list"
+    deep_spaces = (b"", b" ", b"\t")  # a newline would end the line
+
+    def __init__(self, seed: int, session_id: str) -> None:
+        super().__init__(seed, session_id)
+        self._mutations = [
+            self.bit_flips,
+            self.truncated_body,
+            self.crlf_and_blank_lines,
+            self.garbage,
+            self.two_on_a_line,
+            self.invalid_json,
+            self.wrong_shape,
+            self.too_deep,
+            self.valid,
+        ]
+
+    def sentinel_params(self) -> dict[str, Any]:
+        return {}
+
+    def wrap(self, body: bytes) -> bytes:
+        return body + b"\n"
+
+    def bit_flips(self) -> bytes:
+        data = bytearray(orjson.dumps(self._message()))
+        for _ in range(self.random.randint(1, 4)):
+            data[self.random.randrange(len(data))] ^= 1 << self.random.randrange(8)
+        return self.wrap(bytes(data))
+
+    def truncated_body(self) -> bytes:
+        body = orjson.dumps(self._message())
+        return self.wrap(body[: self.random.randrange(1, len(body))])
+
+    def crlf_and_blank_lines(self) -> bytes:
+        body = orjson.dumps(self._message())
+        before = self.random.choice([b"", b"\n", b"\r\n", b"   \n", b"\t"])
+        return before + body + self.random.choice([b"\r\n", b"\n\n", b" \n"])
+
+    def garbage(self) -> bytes:
+        pieces = [self.random.randbytes(self.random.randint(1, 64)), b"{", b"\x00\xff", b"}"]
+        return self.wrap(b"".join(self.random.choices(pieces, k=self.random.randint(1, 6))))
+
+    def two_on_a_line(self) -> bytes:
+        return self.wrap(orjson.dumps(self._message()) + orjson.dumps(self._message()))
+
+    def _message(self) -> dict[str, Any]:
+        """A valid request or notification that changes nothing that lasts."""
+        self._next_id += 1
+        msg_id: Any = self.random.choice([self._next_id, f"m-{self._next_id}"])
+        sid = self.session_id
+        text = [{"type": "text", "text": "hi"}]
+        method, params = self.random.choice(
+            [
+                ("session/list", {}),
+                ("session/list", {"cwd": "not/absolute"}),
+                ("session/prompt", {"sessionId": "no-such-session", "prompt": text}),
+                ("session/set_mode", {"sessionId": "no-such-session", "modeId": "ask"}),
+                ("session/cancel", {"sessionId": "no-such-session"}),
+                ("session/resume", {"sessionId": sid}),
+                ("authenticate", {"methodId": "none"}),
+                ("no/such/method", {"x": [1, 2, 3]}),
+                ("session/prompt", {"sessionId": sid, "prompt": [{"type": "nobody"}]}),
+            ]
+        )
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
+        if self.random.random() < 0.9:
+            message["id"] = msg_id
+        return message
+
+    def _wrong_shapes(self) -> list[Any]:
+        return [
+            [],
+            [{"jsonrpc": "2.0", "id": 1, "method": "session/list"}],
+            None,
+            "a string",
+            12,
+            {},
+            {"jsonrpc": "1.0", "id": 1, "method": "session/list"},
+            {"jsonrpc": "2.0", "id": {"a": 1}, "method": "session/list"},
+            {"jsonrpc": "2.0", "id": [1], "method": "session/list"},
+            {"jsonrpc": "2.0", "id": True, "method": "session/list"},
+            {"jsonrpc": "2.0", "id": 1.5, "method": "session/list"},
+            {"jsonrpc": "2.0", "id": None, "method": "session/list"},
+            {"jsonrpc": "2.0", "id": 3, "method": 42},
+            {"jsonrpc": "2.0", "id": 4, "method": "session/list", "params": ["x"]},
+            {"jsonrpc": "2.0", "id": 5, "method": "session/list", "params": "x"},
+            {"jsonrpc": "2.0", "id": 6, "method": "session/prompt", "params": {"sessionId": 7}},
+            {"jsonrpc": "2.0", "id": 7, "method": "session/new", "params": {"cwd": 1}},
+            {"jsonrpc": "2.0", "id": 8, "method": "session/load", "params": {"cwd": "x"}},
+            {"jsonrpc": "2.0", "id": 9, "method": "initialize", "params": {"protocolVersion": 1}},
+            {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": [1]}},
+            {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": None}},
+            {"jsonrpc": "2.0", "method": "$/cancel_request", "params": [1]},
+            {"jsonrpc": "2.0", "method": "$/cancel_request"},
+            {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 123456789}},
+            {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": [1]}},
+            {"jsonrpc": "2.0", "method": "session/cancel"},
+            {"jsonrpc": "2.0", "id": "tether-999", "result": {"outcome": "selected"}},
+            {"jsonrpc": "2.0", "id": 77, "error": {"code": "x"}},
+            {"jsonrpc": "2.0", "id": 78},
+            {"deep": self._deep(200)},
+        ]
 
 
 # -- the driver --------------------------------------------------------------------------------
@@ -276,16 +400,25 @@ def memory_kib(pid: int) -> dict[str, int]:
 
 
 class WireClient:
-    """A raw client on a byte stream: every frame the server writes is checked and counted."""
+    """A raw client on a byte stream: every frame (with ``ndjson``, every line) the server
+    writes is checked and counted."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, ndjson: bool = False
+    ) -> None:
         self.writer = writer
+        self.ndjson = ndjson
         self.answers: Counter[Any] = Counter()  # responses per id
         self.deep_codes: dict[str, int] = {}  # the error codes of requests nested too deep
         self.bad_output: list[str] = []
         self._waiting: dict[Any, asyncio.Future[dict[str, Any]]] = {}
         self._ids = 0
-        self._reader = asyncio.ensure_future(self._read(reader))
+        self._reader = asyncio.ensure_future(
+            self._read_lines(reader) if ndjson else self._read(reader)
+        )
+
+    def wrap(self, body: bytes) -> bytes:
+        return body + b"\n" if self.ndjson else encode_frame(body)
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         decoder = FrameDecoder(max_body=1 << 40)
@@ -302,6 +435,20 @@ class WireClient:
                 self._receive(message)
         if decoder.buffered:
             self.bad_output.append(f"{decoder.buffered} bytes of an unfinished frame")
+
+    async def _read_lines(self, reader: asyncio.StreamReader) -> None:
+        rest = b""
+        while chunk := await reader.read(1 << 16):
+            *lines, rest = (rest + chunk).split(b"\n")
+            for line in lines:
+                try:
+                    message = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    self.bad_output.append(f"not JSON: {line[:80]!r}")
+                    continue
+                self._receive(message)
+        if rest:
+            self.bad_output.append(f"{len(rest)} bytes of an unfinished line")
 
     def _receive(self, message: Any) -> None:
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
@@ -329,14 +476,68 @@ class WireClient:
         msg_id = f"client-{self._ids}"
         waiter = self.expect(msg_id)
         message = {"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}
-        self.writer.write(encode_frame(orjson.dumps(message)))
+        self.writer.write(self.wrap(orjson.dumps(message)))
         return waiter
+
+    def notify(self, method: str, params: Any) -> None:
+        message = {"jsonrpc": "2.0", "method": method, "params": params}
+        self.writer.write(self.wrap(orjson.dumps(message)))
 
     async def call(self, method: str, params: Any) -> Any:
         reply = await asyncio.wait_for(self.start(method, params), 30)
         if "error" in reply:
             raise RuntimeError(f"{method}: {reply['error']}")
         return reply["result"]
+
+
+@dataclass(frozen=True)
+class Face:
+    """What the driver needs to know of the face it fuzzes: its fuzzer, how to make a session,
+    the request that runs a turn and how to stop one."""
+
+    fuzzer: Callable[[int, str], FrameFuzzer]
+    new_session: Callable[[WireClient], Awaitable[str]]
+    run: Callable[[str], tuple[str, Any]]
+    stop: Callable[[WireClient, str], Awaitable[None]]
+
+
+async def _tether_session(client: WireClient) -> str:
+    session_id: str = (await client.call("session/create", {"title": "fuzz"}))["sessionId"]
+    return session_id
+
+
+async def _tether_stop(client: WireClient, session_id: str) -> None:
+    await client.call("kernel/cancel", {"sessionId": session_id})
+
+
+TETHER = Face(
+    fuzzer=FrameFuzzer,
+    new_session=_tether_session,
+    run=lambda sid: ("kernel/run", {"sessionId": sid, "prompt": "go", "maxIterations": 1000}),
+    stop=_tether_stop,
+)
+"""``tether serve``: LSP framing, ``kernel/run`` turns stopped by ``kernel/cancel``."""
+
+
+def acp_face(workspace: Path) -> Face:
+    """``tether acp`` in ``workspace``: NDJSON, ``session/prompt`` turns (each runs up to the
+    configured number of model calls) stopped by ``session/cancel``."""
+
+    async def new_session(client: WireClient) -> str:
+        params = {"cwd": str(workspace), "mcpServers": []}
+        session_id: str = (await client.call("session/new", params))["sessionId"]
+        return session_id
+
+    async def stop(client: WireClient, session_id: str) -> None:
+        client.notify("session/cancel", {"sessionId": session_id})
+
+    prompt = [{"type": "text", "text": "go"}]
+    return Face(
+        fuzzer=LineFuzzer,
+        new_session=new_session,
+        run=lambda sid: ("session/prompt", {"sessionId": sid, "prompt": prompt}),
+        stop=stop,
+    )
 
 
 @dataclass
@@ -362,8 +563,10 @@ class FuzzReport:
 class _Runs:
     """``kernel/run``s kept in flight: one per session, started again when one ends."""
 
-    def __init__(self, client: WireClient, sessions: list[str], report: FuzzReport) -> None:
-        self._client, self._report = client, report
+    def __init__(
+        self, client: WireClient, face: Face, sessions: list[str], report: FuzzReport
+    ) -> None:
+        self._client, self._face, self._report = client, face, report
         self._sessions = sessions
         self._running: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self.stopping = False
@@ -374,14 +577,14 @@ class _Runs:
             if run is not None and run.done():
                 self._report.runs_answered += 1
             if not self.stopping and (run is None or run.done()):
-                params = {"sessionId": session_id, "prompt": "go", "maxIterations": 1000}
-                self._running[session_id] = self._client.start("kernel/run", params)
+                method, params = self._face.run(session_id)
+                self._running[session_id] = self._client.start(method, params)
                 self._report.runs_started += 1
 
     async def stop(self) -> None:
         self.stopping = True
         for session_id in self._sessions:
-            await self._client.call("kernel/cancel", {"sessionId": session_id})
+            await self._face.stop(self._client, session_id)
         await asyncio.wait_for(asyncio.gather(*self._running.values()), 30)
         self._report.runs_answered += len(self._running)
 
@@ -395,15 +598,16 @@ async def fuzz(
     runs: int = 2,
     sentinel_every: int = 10,
     window: int = 8,
+    face: Face = TETHER,
 ) -> FuzzReport:
     """Send ``frames`` mutated chunks with a sentinel every ``sentinel_every``, ``runs`` runs in
-    flight; the client must be initialized with :func:`busy_script`'s options."""
+    flight; the server must run :func:`busy_script`'s script."""
     report = FuzzReport(seed=seed)
-    target = (await client.call("session/create", {"title": "fuzz"}))["sessionId"]
-    run_sessions = [(await client.call("session/create", {}))["sessionId"] for _ in range(runs)]
-    in_flight = _Runs(client, run_sessions, report)
+    target = await face.new_session(client)
+    run_sessions = [await face.new_session(client) for _ in range(runs)]
+    in_flight = _Runs(client, face, run_sessions, report)
     in_flight.keep_going()
-    fuzzer = FrameFuzzer(seed, target)
+    fuzzer = face.fuzzer(seed, target)
     outstanding: list[tuple[str, asyncio.Future[dict[str, Any]]]] = []
     report.memory_before = memory_kib(pid)
     started = time.perf_counter()
@@ -461,7 +665,12 @@ class Served:
     stderr: Any
 
     async def close(self) -> int:
-        """``shutdown`` then ``exit``; the exit code."""
+        """``shutdown`` then ``exit`` (ACP: stdin closed); the exit code."""
+        if self.client.ndjson:
+            self.client.writer.close()
+            code = await asyncio.wait_for(self.process.wait(), 30)
+            self.stderr.close()
+            return code
         await self.client.call("shutdown", None)
         self.client.writer.write(encode_frame(b'{"jsonrpc":"2.0","method":"exit"}'))
         code = await asyncio.wait_for(self.process.wait(), 30)
@@ -493,6 +702,34 @@ async def serve(
     params = {"workspaceFolders": [{"uri": workspace.as_uri()}], "initializationOptions": options}
     await client.call("initialize", params)
     client.writer.write(encode_frame(b'{"jsonrpc":"2.0","method":"initialized","params":{}}'))
+    return Served(process, client, stderr)
+
+
+async def serve_acp(argv: list[str], workspace: Path, script: Path, *, log: Path) -> Served:
+    """Start ``argv`` (``... acp``) in ``workspace`` with the scripted model playing ``script``
+    (a user config under ``log``'s directory), and initialize it."""
+    home = log.parent / "acp-home"
+    config = home / "config" / "tether" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(f'[provider]\ntype = "scripted"\nscript = {json.dumps(str(script))}\n')
+    env = {
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / "config"),
+        "XDG_DATA_HOME": str(home / "data"),
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+    }
+    stderr = log.open("wb")
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=stderr,
+        cwd=workspace,
+        env=env,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    client = WireClient(process.stdout, process.stdin, ndjson=True)
+    await client.call("initialize", {"protocolVersion": 1})
     return Served(process, client, stderr)
 
 

@@ -26,6 +26,7 @@ from tether.protocol import ConfigError
 from tether.sessions import MemoryStore, SessionService, SessionStore
 from tether.sessions.ids import utcnow
 from tether.sessions.opening import OpeningStore
+from tether.sessions.service import SessionHooks
 from tether.sessions.workspaces import canonical_workspace, local_path
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
     from tether.config import ProviderConfig, TetherConfig
     from tether.kernel.approval import Approver
+    from tether.kernel.checkpoints import Checkpoints
     from tether.kernel.kernel import Kernel
     from tether.memory.instructions import InstructionLoader
     from tether.protocol import CreateSessionParams, Session
@@ -72,7 +74,15 @@ class Backend:
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         """``store``: the session store to use whatever the configuration says (tests)."""
-        self.sessions = SessionService(store or MemoryStore())
+        self.sessions = SessionService(
+            store or MemoryStore(),
+            SessionHooks(
+                created=self._remember_mcp_servers,
+                forked=self._fork_mcp_servers,
+                deleted=self._session_deleted,
+                instructions=self.instruction_paths,
+            ),
+        )
         self._store_given = store is not None
         self._clock = clock
         self._sweeper: asyncio.Task[None] | None = None
@@ -84,14 +94,11 @@ class Backend:
         self._http: httpx.AsyncClient | None = None
         self._providers: dict[str, Provider] = {}
         self._mcp: McpManager | None = None  # made when a session or a run first needs it
+        self._checkpoints: Checkpoints | None = None  # made on first use
         self._instruction_loader: InstructionLoader | None = None
         self._workspace_folders: dict[str, Path] = {}  # a session's workspace URI -> its folder
         # a workspace URI -> its instruction files, and when they were looked at
         self._instructions_listed: dict[str, tuple[list[str] | None, float]] = {}
-        self.sessions.instructions = self.instruction_paths
-        self.sessions.on_create.append(self._remember_mcp_servers)
-        self.sessions.on_delete.append(self._close_mcp_servers)
-        self.sessions.on_fork.append(self._fork_mcp_servers)
 
     @property
     def environ(self) -> Mapping[str, str]:
@@ -108,10 +115,11 @@ class Backend:
         self._workspace = _local(self.sessions.default_workspace)
         self._init_options = init_options
         self._folders.clear()
+        self._checkpoints = None  # over the store configured now
         config = self.config()
         url = config.sessions.url(self._environ)
         if url is not None and not self._store_given:
-            self.sessions.store = OpeningStore(url)
+            self.sessions.use_store(OpeningStore(url))
         try:
             asyncio.get_running_loop().call_soon(self.start)
         except RuntimeError:  # no event loop: the store opens on first use, nothing is swept
@@ -135,8 +143,27 @@ class Backend:
             warnings=self.run_warnings,
             secrets=self.secrets,
             instructions=self.instruction_loader,
+            checkpoints=self.checkpoints() if self.config().checkpoints.enabled else None,
         )
         return self.kernel
+
+    def checkpoints(self) -> Checkpoints:
+        """The checkpoints of sessions (``session/checkpoints``, ``session/rewind``), over this
+        backend's store and the checkpoint store of the configuration (made on first use)."""
+        if self._checkpoints is None:
+            from tether.checkpoints import CheckpointStore
+            from tether.kernel.checkpoints import Checkpoints
+
+            config = self.config()
+            store = CheckpointStore(
+                config.checkpoints.root(self._environ),
+                max_file_bytes=config.checkpoints.max_file_bytes,
+                max_checkpoint_bytes=config.checkpoints.max_checkpoint_bytes,
+            )
+            self._checkpoints = Checkpoints(
+                self.sessions.store, store, lambda: self.config().sessions.lease_delta()
+            )
+        return self._checkpoints
 
     @property
     def instruction_loader(self) -> InstructionLoader:
@@ -396,7 +423,9 @@ class Backend:
         if self._mcp is not None and session.parent_session_id is not None:
             self._mcp.share_session_servers(session.parent_session_id, session.session_id)
 
-    async def _close_mcp_servers(self, session_id: str) -> None:
+    async def _session_deleted(self, session_id: str) -> None:
+        """A session was deleted or has expired: release its MCP servers. A face that keeps
+        something of its own per session extends this to forget it."""
         if self._mcp is not None:
             await self._mcp.close_session(session_id)
 

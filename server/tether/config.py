@@ -181,6 +181,10 @@ class ToolsConfig(_Section):
     mcp_sandbox: SandboxMode = Field(
         default="off", description="the OS sandbox of MCP servers tether starts (network allowed)"
     )
+    search: Literal["auto", "ripgrep", "python"] = Field(
+        default="auto",
+        description="the engine of search_text and list_files: rg where it runs, rg, or Python",
+    )
 
     _unique_servers = field_validator("mcp_servers")(unique_server_names)
 
@@ -318,6 +322,73 @@ class McpConfig(_Section):
     )
 
 
+HOOK_EVENTS: Final = (
+    "pre_tool_use",
+    "post_tool_use",
+    "user_prompt_submit",
+    "stop",
+    "session_start",
+)
+"""The events a hook may run on (the keys of ``[hooks]``)."""
+
+
+class HookConfig(_Section):
+    """One ``[[hooks.<event>]]``: a command of the user's own, run outside the sandbox."""
+
+    command: str = Field(min_length=1, description="run with /bin/sh -c in the session's workspace")
+    matcher: str = Field(
+        default="*",
+        min_length=1,
+        description="tool events: a glob on the tool name (`*`, `write_*`); `a|b` for either",
+    )
+    timeout: float = Field(
+        default=60.0, gt=0, le=3600, description="seconds before the hook's processes are killed"
+    )
+    name: str | None = Field(
+        default=None, min_length=1, description="what progress events call it (default: command)"
+    )
+
+
+class HooksConfig(_Section):
+    """``[[hooks.<event>]]`` arrays: commands run on the events of a run (see
+    :mod:`tether.kernel.hooks`). User configuration only: a workspace file may not set them."""
+
+    pre_tool_use: list[HookConfig] = Field(default_factory=list)
+    post_tool_use: list[HookConfig] = Field(default_factory=list)
+    user_prompt_submit: list[HookConfig] = Field(default_factory=list)
+    stop: list[HookConfig] = Field(default_factory=list)
+    session_start: list[HookConfig] = Field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return any(getattr(self, event) for event in HOOK_EVENTS)
+
+
+class CheckpointsConfig(_Section):
+    enabled: bool = Field(
+        default=True,
+        description="record what each run's edits and commands change, for session/rewind",
+    )
+    path: str | None = Field(
+        default=None,
+        description="the directory of the checkpoint store (default: the data directory's "
+        "`checkpoints`)",
+    )
+    max_file_bytes: int = Field(
+        default=10 * 1024 * 1024, ge=0, description="a larger file is not tracked (reported)"
+    )
+    max_checkpoint_bytes: int = Field(
+        default=200 * 1024 * 1024,
+        ge=0,
+        description="changed files beyond this total in one snapshot are not tracked (reported)",
+    )
+
+    def root(self, environ: Mapping[str, str]) -> Path:
+        """The checkpoint store's directory."""
+        if self.path is not None:
+            return Path(self.path).expanduser()
+        return data_home(environ) / "checkpoints"
+
+
 class TetherConfig(_Section):
     provider: ProviderConfig = Field(default_factory=ProviderConfig)
     kernel: KernelConfig = Field(default_factory=KernelConfig)
@@ -330,6 +401,8 @@ class TetherConfig(_Section):
     acp: AcpConfig = Field(default_factory=AcpConfig)
     lsp: LspConfig = Field(default_factory=LspConfig)
     mcp: McpConfig = Field(default_factory=McpConfig)
+    hooks: HooksConfig = Field(default_factory=HooksConfig)
+    checkpoints: CheckpointsConfig = Field(default_factory=CheckpointsConfig)
 
     def overlay(self, layer: Mapping[str, Any] | None, *, source: str = "overlay") -> TetherConfig:
         """This config with ``layer`` merged on top (nested like the TOML), validated again.
@@ -519,6 +592,9 @@ def _value_depth(value: object) -> int:
     return deepest
 
 
+_HOOKS_REFUSED: Final = (
+    "a repository could run any command outside the sandbox, or change or remove your own hooks"
+)
 WORKSPACE_REFUSED: Final[Mapping[str, str]] = MappingProxyType(
     {
         "provider.type": "a repository could choose which of your API keys is used",
@@ -540,6 +616,15 @@ WORKSPACE_REFUSED: Final[Mapping[str, str]] = MappingProxyType(
         "acp.editor_terminal": "a repository could run commands outside tether's sandbox",
         "instructions.files": "a repository could put other files of your configuration "
         "directory in the prompt",
+        "hooks.pre_tool_use": _HOOKS_REFUSED,
+        "hooks.post_tool_use": _HOOKS_REFUSED,
+        "hooks.user_prompt_submit": _HOOKS_REFUSED,
+        "hooks.stop": _HOOKS_REFUSED,
+        "hooks.session_start": _HOOKS_REFUSED,
+        "checkpoints.enabled": "a repository could take away the undo of what runs change",
+        "checkpoints.path": "a repository could send your checkpoints elsewhere",
+        "checkpoints.max_file_bytes": "a repository could keep its files out of the undo",
+        "checkpoints.max_checkpoint_bytes": "a repository could keep its files out of the undo",
     }
 )
 """Every key a workspace file may not set (dotted, snake_case; camelCase is refused as well), with

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, assert_never
 
 from rich.console import Console
 from rich.control import Control
@@ -30,12 +30,19 @@ from rich.text import Text
 
 from tether.escapes import inert, printable
 from tether.protocol.kernel import (
+    CheckpointRecorded,
+    CompactionFinished,
+    CompactionStarted,
+    HookRun,
+    IterationFinished,
     IterationStarted,
     MessageDelta,
     Notice,
     PermissionParams,
     ProgressParams,
+    RunFinished,
     RunResult,
+    RunStarted,
     RunWarning,
     StopReason,
     ThoughtDelta,
@@ -75,25 +82,43 @@ class TerminalView:
 
     def event(self, progress: ProgressParams) -> None:
         event = progress.event
-        if isinstance(event, MessageDelta):
-            self._answer_text(self._answer.feed(event.text))
-        elif isinstance(event, ThoughtDelta):
-            self._thought(event.text)
-        elif isinstance(event, ToolCallStarted):
-            title = printable(event.title or event.name)
-            self._titles[event.tool_call_id] = title
-            self._line(Text.assemble(("→ ", "cyan"), title))
-            self._status(f"running {title}")
-        elif isinstance(event, ToolCallUpdate) and event.status in _MARKS:
-            self._finished_call(event)
-        elif isinstance(event, IterationStarted):
-            self._status(f"iteration {event.iteration}")
-        elif isinstance(event, RunWarning):
-            self.note(f"tether: warning: {event.message}", "yellow")
-        elif isinstance(event, Notice):
-            self.note(f"tether: {event.level}: {event.message}", _LEVEL_STYLES[event.level])
-        elif isinstance(event, Plan):
-            self._plan(event)
+        match event:
+            case MessageDelta(text=text):
+                self._answer_text(self._answer.feed(text))
+            case ThoughtDelta(text=text):
+                self._thought(text)
+            case ToolCallStarted():
+                self._started_call(event)
+            case ToolCallUpdate(status=status) if status in _MARKS:
+                self._finished_call(event)
+            case ToolCallUpdate():
+                pass  # pending or running: the call's line is already shown
+            case IterationStarted(iteration=iteration):
+                self._status(f"iteration {iteration}")
+            case RunWarning(message=message):
+                self.note(f"tether: warning: {message}", "yellow")
+            case Notice(level=level, message=message):
+                self.note(f"tether: {level}: {message}", _LEVEL_STYLES[level])
+            case Plan():
+                self._plan(event)
+            case RunStarted() | IterationFinished() | RunFinished():
+                pass  # the run's end is drawn from its result (:meth:`result`)
+            case CompactionStarted() | CompactionFinished():
+                pass  # the summary is not part of the answer; the run goes on as before
+            case HookRun(outcome="blocked", name=name, event=hook_event, message=message):
+                self.note(f"tether: hook {name} blocked {hook_event}: {message or ''}", "yellow")
+            case HookRun():
+                pass  # ran through; a failed or timed-out hook also sends a notice
+            case CheckpointRecorded():
+                pass  # the files can be restored (session/rewind); nothing to show meanwhile
+            case _:
+                assert_never(event)
+
+    def _started_call(self, event: ToolCallStarted) -> None:
+        title = printable(event.title or event.name)
+        self._titles[event.tool_call_id] = title
+        self._line(Text.assemble(("→ ", "cyan"), title))
+        self._status(f"running {title}")
 
     def result(self, result: RunResult) -> None:
         self._end_line()

@@ -18,7 +18,8 @@ Installed with tether (the ``pytest11`` entry point ``tether``), it gives these 
     The workspace folder: an empty directory under ``tmp_path`` by default.
 ``tether_options``
     The ``initializationOptions``: the scripted provider playing ``tether_script`` (written to a
-    file under ``tmp_path``). Override it to add configuration or to use another provider.
+    file under ``tmp_path``), and a checkpoint store under ``tmp_path``. Override it to add
+    configuration or to use another provider.
 ``tether_on_permission``
     The client's ``tool/requestPermission`` handler: ``None`` by default (the server's policy
     decides).
@@ -72,7 +73,9 @@ def tether_workspace(tmp_path: Path) -> Path:
 def tether_options(tmp_path: Path, tether_script: list[dict[str, Any]]) -> dict[str, Any]:
     script = tmp_path / "tether-script.json"
     script.write_text(json.dumps(tether_script))
-    return scripted_options(script)
+    options = scripted_options(script)
+    options["checkpoints"] = {"path": str(tmp_path / "tether-checkpoints")}  # not the user's
+    return options
 
 
 @pytest.fixture

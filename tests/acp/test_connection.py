@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Callable, Coroutine
+from functools import partial
 from typing import Any
 
 import orjson
 
-from tether.acp.wire import AcpError, ClientError, Connection
+from tether.acp.wire import AcpError, AcpWire, ClientError
 from tether.protocol import SessionNotFound
 
 
@@ -15,6 +18,9 @@ class Dispatcher:
     def __init__(self) -> None:
         self.started = asyncio.Event()
         self.notified: list[tuple[str, Any]] = []
+
+    def handler(self, method: str) -> Callable[[Any], Coroutine[Any, Any, Any]]:
+        return partial(self.request, method)
 
     async def request(self, method: str, params: Any) -> Any:
         if method == "slow":
@@ -46,10 +52,17 @@ class Out(list[dict[str, Any]]):
         self.written.set()
 
 
-def connect() -> tuple[Connection, Dispatcher, Out]:
+def connect() -> tuple[AcpWire, Dispatcher, Out]:
     out = Out()
     dispatcher = Dispatcher()
-    return Connection(dispatcher, out.write), dispatcher, out
+    return AcpWire(dispatcher, out.write), dispatcher, out
+
+
+async def written(out: Out, count: int) -> None:
+    """Wait until the connection has written ``count`` messages."""
+    while len(out) < count:
+        out.written.clear()
+        await out.written.wait()
 
 
 def line(**message: Any) -> bytes:
@@ -103,3 +116,28 @@ async def test_a_line_split_across_reads_and_a_request_to_the_client() -> None:
     else:
         raise AssertionError("the error answer did not raise")
     connection.data_received(line(id="tether-1", result={}))  # a second answer: ignored
+
+
+async def test_a_withdrawn_request_drops_its_late_answer_and_a_lost_client_fails_the_rest() -> None:
+    connection, _, out = connect()
+    withdrawn = asyncio.ensure_future(connection.request("fs/read_text_file", {"path": "a"}))
+    waiting = asyncio.ensure_future(connection.request("fs/read_text_file", {"path": "b"}))
+    await asyncio.wait_for(written(out, 2), 5)
+    withdrawn.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await withdrawn
+    connection.data_received(line(id="tether-1", result={"content": "late"}))  # dropped
+    connection.connection_lost()
+    try:
+        await asyncio.wait_for(waiting, 5)
+    except ConnectionError:
+        pass
+    else:
+        raise AssertionError("a request to a client gone did not fail")
+    try:
+        await connection.request("fs/read_text_file", {"path": "c"})
+    except ConnectionError:
+        pass
+    else:
+        raise AssertionError("a request after the client went away was sent")
+    assert [message["id"] for message in out] == ["tether-1", "tether-2"]

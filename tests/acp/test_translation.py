@@ -22,7 +22,7 @@ from tether.acp.models import (
 )
 from tether.acp.servers import mcp_servers
 from tether.acp.tool_calls import diff_content, locations, title
-from tether.acp.updates import RunUpdates
+from tether.acp.updates import NOTICE, RunUpdates
 from tether.protocol import InvalidParams, TextBlock
 from tether.protocol.kernel import Notice, ProgressParams, ToolCallStatus, ToolCallUpdate
 from tether.tools.writing import unified_diff
@@ -302,3 +302,36 @@ def test_a_notice_is_a_notice_update_or_an_extension_notification_never_an_agent
                 {"sessionId": "s", "level": "warning", "message": message, "data": notice.data},
             )
         ]
+
+
+@pytest.mark.parametrize("extensions", [False, True], ids=["plain client", "every extension"])
+def test_every_kind_of_event_is_translated_into_valid_updates(
+    project: Path, extensions: bool
+) -> None:
+    from tests.events import every_progress
+
+    sent: list[dict[str, object]] = []
+    notified: list[tuple[str, dict[str, object]]] = []
+    updates = RunUpdates(
+        send=lambda update: sent.append(update.to_wire()),
+        workspace=project,
+        compaction=extensions,
+        notices=extensions,
+        notify=lambda method, params: notified.append((method, params)),
+    )
+    for progress in every_progress():
+        updates(progress)
+    kinds = [update["sessionUpdate"] for update in sent]
+    assert {
+        "agent_message_chunk",
+        "agent_thought_chunk",
+        "tool_call",
+        "tool_call_update",
+        "plan",
+    } <= set(kinds)
+    assert ("compaction_update" in kinds) is extensions
+    assert ("notice" in kinds) is extensions
+    assert [method for method, _ in notified] == ([] if extensions else [NOTICE, NOTICE])
+    for update in sent:
+        notification = {"sessionId": "s", "update": update}
+        assert not list(validator("SessionNotification", unstable=True).iter_errors(notification))

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.acp.conftest import AGENT, schema_problems
+from tests.acp.conftest import AGENT, Setup, schema_problems
 from tether.protocol.limits import MAX_REQUEST_DEPTH
 
 TEXT = {"type": "text", "text": "hi"}
@@ -97,6 +97,52 @@ async def test_a_request_nested_deeper_than_the_decoder_takes_is_answered_with_i
     assert by_id[None]["error"]["code"] == -32700  # a notification: no id to answer
     assert "sessionId" in by_id[3]["result"]
     assert len(answers) == 4
+
+
+async def answer_to(stdout: asyncio.StreamReader, msg_id: int) -> dict[str, Any]:
+    """The agent's answer to request ``msg_id``, skipping what it sends before it."""
+    while True:
+        line = await asyncio.wait_for(stdout.readline(), 20)
+        assert line, f"the agent closed its stdout before answering request {msg_id}"
+        message = json.loads(line)
+        if message.get("id") == msg_id and "method" not in message:
+            return message
+
+
+async def test_a_cancel_in_the_same_write_as_its_prompt_cancels_the_turn(
+    setup: Setup, project: Path
+) -> None:
+    """The prompt's handler starts before the cancel after it is read: the cancel is not lost
+    (the model would think for a minute)."""
+    setup.script([{"text": "Thinking about it for a long while", "delay": 60}])
+    process = await asyncio.create_subprocess_exec(
+        *AGENT,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        cwd=project,
+        env={
+            "HOME": str(setup.home),
+            "XDG_CONFIG_HOME": str(setup.home / "config"),
+            "XDG_DATA_HOME": str(setup.home / "data"),
+            "PATH": "/usr/bin:/bin",
+        },
+    )
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        process.stdin.write(request(1, "initialize", {"protocolVersion": 1}))
+        process.stdin.write(request(2, "session/new", {"cwd": str(project), "mcpServers": []}))
+        session_id = (await answer_to(process.stdout, 2))["result"]["sessionId"]
+        cancel = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session_id}}
+        prompt = request(3, "session/prompt", {"sessionId": session_id, "prompt": [TEXT]})
+        process.stdin.write(prompt + json.dumps(cancel).encode() + b"\n")  # one write
+        answer = await answer_to(process.stdout, 3)
+        assert answer["result"] == {"stopReason": "cancelled"}
+        process.stdin.close()
+        assert await asyncio.wait_for(process.wait(), 20) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
 
 
 NOISY_AGENT = """

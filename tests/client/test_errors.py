@@ -13,6 +13,7 @@ from tether.client import (
     Connection,
     InvalidParamsError,
     InvalidRequestError,
+    PromptRefusedError,
     ProviderFailedError,
     RequestCancelledError,
     RpcError,
@@ -51,6 +52,9 @@ def test_the_data_of_an_error_is_read_defensively():
     assert ConfigInvalidError("bad", None).key is None
     assert StoreFailedError("full", {"reason": "disk-full"}).reason == "disk-full"
     assert StoreFailedError("full", ["junk"]).reason is None
+    refused = PromptRefusedError("refused", {"hook": "gate", "reason": "no"})
+    assert (refused.hook, refused.reason) == ("gate", "no")
+    assert PromptRefusedError("refused", "junk").hook is None
 
 
 async def test_session_errors_by_code(project: Path, tmp_path: Path):

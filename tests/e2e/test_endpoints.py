@@ -84,6 +84,22 @@ async def test_a_run_streams_a_real_endpoint_and_sends_it_the_whole_exchange(
     assert "t1" in sent  # the tool result answers its call by id
 
 
+async def test_an_answer_cut_at_the_token_limit_is_stored_with_its_stop_reason(
+    connection: Connection, endpoint: ModelServer, request: pytest.FixtureRequest
+):
+    """A reopened session can tell a cut-off answer from a whole one (editors rebuild it)."""
+    kind = request.node.callspec.params["connection"]
+    finish = {"openai": "length", "anthropic": "max_tokens"}[kind]
+    endpoint.push(Reply(text="The answer is"), Reply(text="The answer is", finish_reason=finish))
+    sid = (await connection.request("session/create", {}))["sessionId"]
+    whole = await connection.request("kernel/run", {"sessionId": sid, "prompt": "one"})
+    cut = await connection.request("kernel/run", {"sessionId": sid, "prompt": "two"})
+    assert (whole["stopReason"], cut["stopReason"]) == ("end_turn", "max_tokens")
+    messages = (await connection.request("session/messages", {"sessionId": sid}))["messages"]
+    answers = [m.get("metadata") or {} for m in messages if m["role"] == "assistant"]
+    assert [a.get("stopReason") for a in answers] == [None, "max_tokens"]
+
+
 async def test_the_endpoint_failing_after_retries_is_a_provider_error_with_its_status(
     connection: Connection, endpoint: ModelServer
 ):

@@ -101,6 +101,7 @@ async def test_initialize_answers_the_standard_capabilities_beside_tethers(
         "tether.ask",
         "tether.cancel",
         "tether.newSession",
+        "tether.undo",
     ]
     assert "quickfix" in capabilities.code_action_provider.code_action_kinds
     folders = capabilities.workspace.workspace_folders
@@ -206,7 +207,7 @@ async def test_the_file_tools_read_the_open_buffer_not_the_disk(server: Server) 
     path = server.workspace / "app.py"
     path.write_text("on_disk = 1\n")
     open_document(server, path, "in_the_buffer = 2\n")
-    answer = await ask(server, {"prompt": "What does app.py say?"})
+    answer, _ = await answered(server, {"prompt": "What does app.py say?"})  # the turn has ended
     messages = await request(server, "session/messages", {"sessionId": answer["sessionId"]})
     results = [m for m in messages["messages"] if m["role"] == "tool"]
     assert "in_the_buffer = 2" in str(results) and "on_disk" not in str(results)
@@ -289,6 +290,17 @@ async def test_reject_in_show_message_request_refuses_the_call(server: Server) -
     assert "\n- Edit app.py — rejected\n\nLeft it.\n" in text
     await until(lambda: ended(server))
     assert "rejected: Edit app.py" in reports(server)
+
+
+@pytest.mark.parametrize(
+    "options", [{"tools": {"mcpServers": [{"name": "github", "command": "/no/such-mcp-server"}]}}]
+)
+@pytest.mark.parametrize("script", [[{"text": "Hello."}]])
+async def test_an_mcp_server_that_did_not_start_is_told_with_show_message(server: Server) -> None:
+    _, transcript = await answered(server, "hi")
+    [told] = [m for m in server.client.messages if "no/such-mcp-server" in m.message]
+    assert told.type == lsp.MessageType.Warning and told.message.startswith("tether: ")
+    assert "Hello." in last_turn(transcript) and "such-mcp" not in transcript
 
 
 @pytest.mark.parametrize("script", [[{"text": "thinking for a long time", "delay": 30}]])

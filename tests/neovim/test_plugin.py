@@ -27,8 +27,19 @@ vim.ui.select = function(items, opts, on_choice)
   local labels = {}
   for _, item in ipairs(items) do table.insert(labels, opts.format_item(item)) end
   local buf = require('tether').buffer()
+  local floats = {}
+  for _, win in ipairs(vim.api.nvim_list_wins()) do
+    local config = vim.api.nvim_win_get_config(win)
+    if config.relative ~= '' then
+      local row = config.row
+      if type(row) == 'table' then row = row[false] end -- 0.7 reports {[false] = row}
+      local fbuf = vim.api.nvim_win_get_buf(win)
+      table.insert(floats, { lines = vim.api.nvim_buf_get_lines(fbuf, 0, -1, false),
+        row = row, height = config.height, filetype = vim.bo[fbuf].filetype })
+    end
+  end
   table.insert(_G.questions, { prompt = opts.prompt, labels = labels, kind = opts.kind,
-    buffer = vim.api.nvim_buf_get_lines(buf, 0, -1, false) })
+    buffer = vim.api.nvim_buf_get_lines(buf, 0, -1, false), floats = floats, lines = vim.o.lines })
   vim.schedule(function()
     for _, item in ipairs(items) do
       if opts.format_item(item) == label then return on_choice(item) end
@@ -37,6 +48,11 @@ vim.ui.select = function(items, opts, on_choice)
   end)
 end
 """
+
+FLOATS = (
+    "return #vim.tbl_filter(function(w) return vim.api.nvim_win_get_config(w).relative ~= '' end,"
+    " vim.api.nvim_list_wins())"
+)
 
 WRITE_NOTES = call("w1", "write_file", path="notes.txt", content="hello\nworld\n")
 
@@ -180,7 +196,7 @@ def test_an_allowed_write_is_asked_with_its_title_and_diff_and_then_runs(
     assert (project / "notes.txt").read_text() == "hello\nworld\n"
     [question] = editor.lua("return _G.questions")
     assert question["prompt"] == "tether: Write notes.txt?"
-    assert question["labels"] == ["Allow", "Always allow", "Reject"]
+    assert question["labels"] == ["Allow", "Always allow", "Reject", "Always reject"]
     assert question["kind"] == "tether.permission"
     # While the user decides, the diff the write would make is under its tool line.
     asked = question["buffer"]
@@ -188,6 +204,17 @@ def test_an_allowed_write_is_asked_with_its_title_and_diff_and_then_runs(
     assert asked[at + 1 : at + 3] == ["    --- /dev/null", "    +++ b/notes.txt"]
     assert asked[at + 3].startswith("    @@ ")
     assert asked[at + 4 : at + 6] == ["    +hello", "    +world"]
+    # And in a float at the top, above the rows the question takes at the bottom of the screen.
+    [shown] = question["floats"]
+    assert shown["lines"][0] == "Write notes.txt — proposed change"
+    assert shown["lines"][1:3] == ["--- /dev/null", "+++ b/notes.txt"]
+    assert shown["lines"][4:] == ["+hello", "+world"]
+    assert shown["filetype"] == "diff"
+    # Its border included, it ends above the prompt, the four choices, "Type number" and the
+    # command line.
+    assert shown["row"] + shown["height"] + 2 <= question["lines"] - 1 - 4 - 2
+    # Closed with the answer.
+    assert editor.lua(FLOATS) == 0
     # Once it ran, the server's diff is there, highlighted; the other call's line is under it.
     lines = editor.transcript()
     at = lines.index("  [completed] Write notes.txt")
@@ -226,6 +253,45 @@ def test_an_edit_is_asked_with_the_diff_of_the_change_it_would_make(
     assert asked[at + 1 : at + 3] == ["    --- a/src/app.py", "    +++ b/src/app.py"]
     assert "    -    return 42" in asked[at + 3 : at + 8]
     assert "    +    return 7" in asked[at + 3 : at + 8]
+    [shown] = question["floats"]
+    assert shown["lines"][:3] == [
+        "Edit src/app.py — proposed change",
+        "--- a/src/app.py",
+        "+++ b/src/app.py",
+    ]
+    assert "-    return 42" in shown["lines"] and "+    return 7" in shown["lines"]
+
+
+def test_an_edit_that_will_fail_is_asked_without_a_diff(start_editor: StartEditor) -> None:
+    edit = call("e1", "edit_file", path="src/app.py", oldString="not there", newString="x")
+    editor = start_editor([{"toolCalls": [edit]}, {"text": "Oh."}])
+    editor.lua(ANSWER_WITH, "Allow")
+    editor.nvim.command("TetherAsk Change it")
+    editor.wait_text("-- end_turn")
+    [question] = editor.lua("return _G.questions")
+    assert question["floats"] == []
+    at = question["buffer"].index("  [pending] Edit src/app.py")
+    assert not question["buffer"][at + 1].startswith("    ---")
+
+
+def test_always_reject_refuses_later_calls_of_the_tool_without_asking(
+    start_editor: StartEditor, project: Path
+) -> None:
+    editor = start_editor(
+        [
+            {"toolCalls": [call("a", "write_file", path="a.txt", content="a\n")]},
+            {"toolCalls": [call("b", "write_file", path="b.txt", content="b\n")]},
+            {"text": "Neither."},
+        ]
+    )
+    editor.lua(ANSWER_WITH, "Always reject")
+    editor.nvim.command("TetherAsk Write two")
+    editor.wait_text("-- end_turn")
+    assert [q["prompt"] for q in editor.lua("return _G.questions")] == ["tether: Write a.txt?"]
+    assert not (project / "a.txt").exists() and not (project / "b.txt").exists()
+    failed = [line for line in editor.transcript() if line.startswith("  [failed] Write ")]
+    assert len(failed) == 2, editor.transcript()
+    assert all("rejected" in line for line in failed)
 
 
 def test_a_rejected_write_does_not_happen_and_its_line_says_so(
@@ -340,8 +406,8 @@ def test_a_buffer_closed_with_bdelete_reopens_with_its_transcript(
     assert editor.lua("return require('tether').buffer()") is None
     editor.nvim.command("TetherChat")
     editor.wait_text("Bye.")
-    # The same transcript, from session/messages (the run's end line is not a message).
-    assert editor.transcript() == live[:-2]
+    # The same transcript, rebuilt from session/messages, the run's end line included.
+    assert editor.transcript() == live
     session_id = editor.lua("return require('tether')._state.session.sessionId")
     assert editor.lua("return vim.api.nvim_buf_get_name(require('tether').buffer())") == (
         f"tether://{session_id}"
@@ -364,7 +430,7 @@ def test_a_buffer_closed_with_bdelete_reopens_with_its_transcript(
     editor.wait("_G.picked ~= nil")
     assert editor.lua("return _G.picked") == "first  (4 messages, just now)"
     editor.wait_text("Bye.")
-    assert editor.transcript() == live[:-2]
+    assert editor.transcript() == live
 
 
 def test_a_fork_shows_the_inherited_history_and_takes_follow_ups(
@@ -385,9 +451,20 @@ def test_a_fork_shows_the_inherited_history_and_takes_follow_ups(
     session = editor.lua("return require('tether')._state.session")
     assert session["parentSessionId"] == first_id
     assert editor.lua("return require('tether').buffer()") != first_buf
-    assert editor.transcript() == ["# tether: first", "", "> hi", "", "Hello."]
+    assert editor.transcript() == [
+        "# tether: first",
+        "",
+        "> hi",
+        "",
+        "Hello.",
+        "",
+        "-- end_turn (1 iteration)",
+    ]
     send_from_prompt_area(editor, "go on")
-    editor.wait_text("-- end_turn")
+    editor.wait(
+        "#vim.tbl_filter(function(n) return n == 'tether: run finished: end_turn' end,"
+        " _G.notes) == 2"
+    )
     assert editor.transcript()[-6:] == [
         "",
         "> go on",
@@ -611,3 +688,111 @@ def test_the_plan_is_a_checklist_above_the_prompt_and_a_fork_shows_it(
     )
     editor.wait_text("Planned.")
     assert _plan_shown(editor) == [*PLAN_SHOWN, f"row {editor.lines().index(separator)}"]
+
+
+def test_a_rebuilt_transcript_equals_the_live_one_diffs_tokens_and_a_cancelled_answer(
+    start_editor: StartEditor,
+) -> None:
+    edit = call("e1", "edit_file", path="src/app.py", oldString="return 42", newString="return 7")
+    editor = start_editor(
+        [
+            {
+                "text": "Editing.",
+                "toolCalls": [edit],
+                "usage": {"inputTokens": 90, "outputTokens": 9},
+            },
+            {"text": "Edited.", "usage": {"inputTokens": 120, "outputTokens": 3}},
+            {"text": "Thinking slowly", "delay": 30},
+        ]
+    )
+    editor.lua(ANSWER_WITH, "Allow")
+    editor.nvim.command("TetherNew replay")
+    editor.wait("require('tether').buffer() ~= nil")
+    editor.nvim.command("TetherAsk Change it")
+    editor.wait_text("-- end_turn")
+    editor.nvim.command("TetherAsk Take your time")
+    editor.wait_text("Thinking")
+    editor.nvim.command("TetherCancel")
+    editor.wait_text("-- cancelled", timeout_ms=10000)
+    live = editor.transcript()
+    at = live.index("  [completed] Edit src/app.py")
+    assert live[at + 1 : at + 3] == ["    --- a/src/app.py", "    +++ b/src/app.py"]
+    assert "-- end_turn (2 iterations, 210 tokens in, 12 out)" in live
+    assert live[-4:] == ["", "Thinking ", "", "-- cancelled (1 iteration)"]
+    kind = (
+        "return require('tether.ui').get(require('tether')._state.session.sessionId).tools.e1.kind"
+    )
+    assert editor.lua(kind) == "edit"
+    chat = editor.lua("return require('tether').buffer()")
+    editor.nvim.command(f"bdelete {chat}")
+    editor.nvim.command("TetherChat")
+    editor.wait_text("-- cancelled")
+    assert editor.transcript() == live
+    assert editor.lua(kind) == "edit"
+
+
+def test_a_cut_off_answer_and_a_refusal_are_not_shown_as_a_normal_end(
+    start_editor: StartEditor,
+) -> None:
+    editor = start_editor(
+        [
+            {"text": "On and on", "finishReason": "length"},
+            {"text": "I cannot help with that.", "finishReason": "content_filter"},
+        ]
+    )
+    editor.nvim.command("TetherAsk List everything")
+    editor.wait_text("-- max_tokens")
+    editor.nvim.command("TetherAsk Something else")
+    editor.wait_text("-- refusal")
+    lines = editor.transcript()
+    assert (
+        "-- max_tokens: the answer was cut off at the model's output token limit (1 iteration)"
+        in lines
+    )
+    assert "-- refusal: the model refused to answer (1 iteration)" in lines
+    notes = editor.lua("return _G.notes")
+    assert "tether: the answer was cut off at the model's output token limit" in notes
+    assert "tether: the model refused to answer" in notes
+
+
+def test_tether_mode_sets_the_session_mode_kept_by_the_server(start_editor: StartEditor) -> None:
+    editor = start_editor([])
+    editor.nvim.command("TetherNew modes")
+    editor.wait("require('tether').buffer() ~= nil")
+    editor.nvim.command("TetherMode read_only")
+    editor.wait("vim.tbl_contains(_G.notes, 'tether: mode read_only')")
+    editor.lua(
+        """
+        _G.got = nil
+        local sid = require('tether')._state.session.sessionId
+        require('tether')._state.client:request('session/get', { sessionId = sid },
+          function(err, session) _G.got = session end)
+        """
+    )
+    editor.wait("_G.got ~= nil")
+    assert editor.lua("return _G.got.mode") == "read_only"
+    assert editor.lua("return vim.fn.getcompletion('TetherMode ', 'cmdline')") == [
+        "ask",
+        "accept_edits",
+        "read_only",
+    ]
+    editor.nvim.command("TetherMode sideways")
+    editor.wait(
+        "vim.tbl_contains(_G.notes,"
+        " \"tether: unknown mode 'sideways': one of ask, accept_edits, read_only\")"
+    )
+
+
+def test_a_notice_is_notified_not_written_into_the_answer(start_editor: StartEditor) -> None:
+    editor = start_editor([{"text": "Answered."}])
+    # An MCP server that cannot start: the server reports it with a notice event.
+    editor.lua(
+        "require('tether.config').options.init_options ="
+        " { tools = { mcp_servers = { { name = 'broken', command = 'tether-no-such-mcp' } } } }"
+    )
+    editor.nvim.command("TetherAsk hello")
+    editor.wait_text("-- end_turn")
+    notes = [n for n in editor.lua("return _G.notes") if "broken" in n]
+    assert notes, editor.lua("return _G.notes")
+    assert not any("broken" in line for line in editor.transcript())
+    assert "Answered." in editor.transcript()

@@ -86,7 +86,7 @@ async def test_cancelling_the_waiter_sends_cancel_request_and_a_late_answer_is_d
 async def test_a_question_cancelled_under_a_waiter_that_was_not_raises_client_error(ready: Peer):
     answer = ask(ready)
     request = await sent(ready, "test/ask")
-    ready.wire._outgoing[request["id"]].future.cancel()  # type: ignore[attr-defined]  # as nothing on the wire can
+    ready.wire._outgoing._waiting[request["id"]].future.cancel()  # type: ignore[attr-defined]  # as nothing on the wire can
     with pytest.raises(ClientError) as raised:
         await asyncio.wait_for(answer, 5)
     assert raised.value.code is None

@@ -71,3 +71,15 @@ def test_a_long_line_is_cut_to_its_end_and_a_repeated_report_is_left_out() -> No
     assert value is not None and len(value["message"]) == MAX_REPORT_CHARS
     assert value["message"].startswith("…")
     assert progress.value(MessageDelta(message_id="m", text="\n")) is None
+
+
+def test_every_kind_of_event_has_a_value_and_the_run_begins_and_ends_once() -> None:
+    from tests.events import every_progress_event
+
+    progress = WorkDoneProgress()
+    values = [value for e in every_progress_event() if (value := progress.value(e)) is not None]
+    assert [value["kind"] for value in values[:1] + values[-1:]] == ["begin", "end"]
+    assert all(value["kind"] == "report" for value in values[1:-1])
+    assert {"summarizing older turns", "rejected: Run make", "failed: exit 2", "plan 1/3 done"} <= {
+        value["message"] for value in values[1:-1]
+    }

@@ -25,6 +25,7 @@ from tether.protocol import (
 )
 from tether.protocol.sessions import ForkSessionParams
 from tether.sessions import MemoryStore, SessionService
+from tether.sessions.service import SessionHooks
 
 
 @pytest.fixture
@@ -205,7 +206,7 @@ async def test_the_service_passes_session_methods_through_to_the_store(
 
 
 async def test_hooks_hear_of_each_created_and_deleted_session(
-    service: SessionService, workspace: Path
+    store: MemoryStore, workspace: Path
 ) -> None:
     created: list[tuple[str, CreateSessionParams]] = []
     deleted: list[str] = []
@@ -213,8 +214,13 @@ async def test_hooks_hear_of_each_created_and_deleted_session(
     async def on_delete(session_id: str) -> None:
         deleted.append(session_id)
 
-    service.on_create.append(lambda session, params: created.append((session.session_id, params)))
-    service.on_delete.append(on_delete)
+    service = SessionService(
+        store,
+        SessionHooks(
+            created=lambda session, params: created.append((session.session_id, params)),
+            deleted=on_delete,
+        ),
+    )
     params = CreateSessionParams(
         workspace=str(workspace),
         mcp_servers=[{"name": "s", "command": "x", "env": {"TOKEN": "s3cret"}}],
@@ -228,7 +234,7 @@ async def test_hooks_hear_of_each_created_and_deleted_session(
 
 
 async def test_hooks_hear_of_forks_and_of_sessions_that_expire(
-    service: SessionService, workspace: Path
+    store: MemoryStore, workspace: Path
 ) -> None:
     forked: list[Session] = []
     deleted: list[str] = []
@@ -236,8 +242,7 @@ async def test_hooks_hear_of_forks_and_of_sessions_that_expire(
     async def on_delete(session_id: str) -> None:
         deleted.append(session_id)
 
-    service.on_fork.append(forked.append)
-    service.on_delete.append(on_delete)
+    service = SessionService(store, SessionHooks(forked=forked.append, deleted=on_delete))
     parent = await service.create(CreateSessionParams(workspace=str(workspace)))
     child = await service.fork(ForkSessionParams(session_id=parent.session_id))
     assert [(s.session_id, s.parent_session_id) for s in forked] == [

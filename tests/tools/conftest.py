@@ -41,6 +41,18 @@ def context(workspace: Path) -> ToolContext:
     return ToolContext(workspace=workspace, session_id="session", run_id="run")
 
 
+SEARCH_ENGINES = ("python", "ripgrep")
+
+
+@pytest.fixture(params=SEARCH_ENGINES)
+def engine_context(request: pytest.FixtureRequest, workspace: Path) -> ToolContext:
+    """A context whose search_text and list_files run on each engine (``tools.search``): the
+    modules of those tools use it as their ``context``, so each test runs on both."""
+    return ToolContext(
+        workspace=workspace, session_id="session", run_id="run", search=request.param
+    )
+
+
 @pytest.fixture
 def registry() -> ToolRegistry:
     return builtin_registry()

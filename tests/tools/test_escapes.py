@@ -14,13 +14,21 @@ from pathlib import Path
 import pytest
 
 from tests.files import write
-from tether.tools import Sandbox, ToolError, ToolResult
+from tether.tools import Sandbox, ToolContext, ToolError, ToolResult
 from tether.tools.edit_file import EditFileArguments, edit_file
 from tether.tools.sandbox import Parent
 from tether.tools.write_file import write_file
 from tether.tools.writing import commit, inspect
 
 from .conftest import SECRET, Call
+
+
+@pytest.fixture
+def context(engine_context: ToolContext) -> ToolContext:
+    """Every test of this module runs on each search engine (``tools.search``), the file
+    tools whose engine it is not included."""
+    return engine_context
+
 
 PASSWD_MARK = "root:"
 

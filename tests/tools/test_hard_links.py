@@ -13,11 +13,18 @@ import pytest
 
 from tests.files import write
 from tether.memory import MemoryLoadError, read_memory
-from tether.tools import Sandbox
+from tether.tools import Sandbox, ToolContext
 from tether.tools.links import LinkCensus
 from tether.tools.sandbox import LinkedFileError
 
 from .conftest import SECRET, Call
+
+
+@pytest.fixture
+def context(engine_context: ToolContext) -> ToolContext:
+    """Every test of this module runs on each search engine (``tools.search``), the file
+    tools whose engine it is not included."""
+    return engine_context
 
 
 @pytest.fixture

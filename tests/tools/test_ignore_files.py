@@ -4,13 +4,23 @@ when asked to."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 from pathlib import Path
 
 import pytest
 
 from tests.files import write
+from tether.tools import ToolContext
+from tether.tools.ignores import MAX_IGNORE_FILE_BYTES
 
 from .conftest import Call
+
+
+@pytest.fixture
+def context(engine_context: ToolContext) -> ToolContext:
+    """Every test of this module runs on each search engine (``tools.search``)."""
+    return engine_context
 
 
 @pytest.fixture
@@ -169,3 +179,82 @@ def test_the_walks_checks_decide_as_pathspec_does(path: str) -> None:
 
     expected = GitIgnoreSpec.from_lines(RULES).check_file(path).include
     assert Rules(RULES).decide(path) == expected
+
+
+# --- ignore files no walk may read: each engine leaves them out and names them ----------------
+
+
+HOSTILE = {
+    "fifo": lambda path: os.mkfifo(path),
+    "/dev/zero": lambda path: path.symlink_to("/dev/zero"),
+    "/dev/stdin": lambda path: path.symlink_to("/dev/stdin"),
+    "link to a file": lambda path: path.symlink_to("rules.txt"),
+    "huge": lambda path: path.write_text("*.log\n" + "#" * MAX_IGNORE_FILE_BYTES),
+}
+
+
+@pytest.fixture(params=list(HOSTILE), ids=list(HOSTILE))
+def hostile(request: pytest.FixtureRequest, workspace: Path) -> str:
+    """``src/.gitignore``, of a kind no walk reads, over rules that would leave out a log; the
+    kind."""
+    write(workspace, "src/rules.txt", "*.log\n")
+    write(workspace, "src/debug.log", "TOKEN logged\n")
+    write(workspace, "src/deep/app.py", "TOKEN = 1\n")
+    write(workspace, "other/b.py", "TOKEN = 2\n")
+    HOSTILE[request.param](workspace / "src" / ".gitignore")
+    return str(request.param)
+
+
+def left_out_note(content: str) -> str:
+    [note] = [line for line in content.splitlines() if line.startswith("[ignore files left out")]
+    return note
+
+
+async def test_list_files_leaves_out_an_ignore_file_no_walk_may_read(
+    call: Call, hostile: str
+) -> None:
+    result = await asyncio.wait_for(call("list_files", {}), 5)
+    lines = result.content.splitlines()
+    regular = ["src/.gitignore"] if hostile == "huge" else []  # listed as any other file
+    assert [line for line in lines if not line.startswith("[")] == [
+        "other/b.py",
+        *regular,
+        "src/debug.log",
+        "src/deep/app.py",
+        "src/rules.txt",
+    ]
+    assert left_out_note(result.content).startswith(
+        "[ignore files left out (their rules do not apply): src/.gitignore: "
+    )
+
+
+async def test_search_text_leaves_out_an_ignore_file_no_walk_may_read(
+    call: Call, hostile: str
+) -> None:
+    result = await asyncio.wait_for(call("search_text", {"pattern": "TOKEN"}), 5)
+    lines = result.content.splitlines()
+    assert [line for line in lines if not line.startswith("[")] == [
+        "other/b.py:1: TOKEN = 2",
+        "src/debug.log:1: TOKEN logged",
+        "src/deep/app.py:1: TOKEN = 1",
+    ]
+    assert "src/.gitignore: " in left_out_note(result.content)
+
+
+async def test_a_walk_below_a_directory_with_such_an_ignore_file_leaves_it_out(
+    call: Call, hostile: str
+) -> None:
+    result = await asyncio.wait_for(call("list_files", {"path": "src/deep"}), 5)
+    assert result.content.splitlines()[0] == "src/deep/app.py"
+    assert "src/.gitignore: " in left_out_note(result.content)
+
+
+async def test_a_fifo_for_the_repositorys_exclude_file_is_left_out(
+    call: Call, workspace: Path
+) -> None:
+    write(workspace, "a.log", "x")
+    (workspace / ".git" / "info").mkdir(parents=True)
+    os.mkfifo(workspace / ".git" / "info" / "exclude")
+    result = await asyncio.wait_for(call("list_files", {}), 5)
+    assert result.content.splitlines()[0] == "a.log"
+    assert ".git/info/exclude: " in left_out_note(result.content)

@@ -7,9 +7,16 @@ from pathlib import Path
 import pytest
 
 from tests.files import write
+from tether.tools import ToolContext
 from tether.tools.list_files import MAX_LIMIT
 
 from .conftest import Call
+
+
+@pytest.fixture
+def context(engine_context: ToolContext) -> ToolContext:
+    """Every test of this module runs on each search engine (``tools.search``)."""
+    return engine_context
 
 
 @pytest.fixture

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from tests.files import needs_enforced_modes, write
-from tether.tools import search_text
+from tether.tools import ToolContext, search_text
 from tether.tools.search_text import MAX_LINE_CHARS, MAX_SEARCH_FILE_BYTES
 
 from .conftest import Call
+
+
+@pytest.fixture
+def context(engine_context: ToolContext) -> ToolContext:
+    """Every test of this module runs on each search engine (``tools.search``)."""
+    return engine_context
 
 
 @pytest.fixture
@@ -123,6 +130,10 @@ async def test_a_pattern_that_backtracks_without_end_is_stopped_and_the_loop_kee
 ) -> None:
     monkeypatch.setattr(search_text, "TIME_BUDGET_SECONDS", 1.0)
     write(workspace, "evil.txt", "a" * 60 + "b\n")
+    if call.context.search == "ripgrep":  # a finite automaton: no backtracking to stop
+        result = await call("search_text", {"pattern": "(a|aa)+$"})
+        assert result.content == "no matches in 1 files"
+        return
     search = asyncio.ensure_future(call("search_text", {"pattern": "(a|aa)+$"}))
     ticked = asyncio.Event()
     asyncio.get_running_loop().call_later(0.1, ticked.set)
@@ -162,3 +173,68 @@ async def test_a_search_whose_walk_stopped_early_claims_no_full_search(
     first, note = result.content.splitlines()
     assert first == "no matches in the 2 files searched (the search stopped early)"
     assert note.startswith("[stopped after scanning 2 entries, so some files were not searched")
+
+
+# --- the open buffers of an editor (FileAccess), on each engine ----------------------------------
+
+
+class Buffers:
+    """An editor's open buffers as the LSP and ACP faces give them: their text, by path."""
+
+    def __init__(self, texts: dict[Path, str]) -> None:
+        self.texts = texts
+        self.asked: set[Path] = set()
+
+    def read_text(self, path: Path) -> str | None:
+        self.asked.add(path)
+        return self.texts.get(path)
+
+    def write_text(self, path: Path, text: str) -> None:
+        raise AssertionError("search_text writes nothing")
+
+    def interrupt(self) -> None:
+        return None
+
+
+def with_buffers(call: Call, buffers: Buffers) -> Call:
+    return Call(call.registry, dataclasses.replace(call.context, files=buffers))
+
+
+async def test_an_open_buffer_is_searched_instead_of_the_disk(call: Call, workspace: Path) -> None:
+    write(workspace, "a.py", "value = 1  # saved\n")
+    write(workspace, "b.py", "value = 2  # saved\n")
+    write(workspace, "c.py", "value = 3  # saved\n")
+    buffers = Buffers({workspace / "b.py": "first = 0\nvalue = 20  # unsaved\n"})
+    result = await with_buffers(call, buffers)("search_text", {"pattern": r"value = \d+"})
+    assert result.content.splitlines() == [
+        "a.py:1: value = 1  # saved",
+        "b.py:2: value = 20  # unsaved",
+        "c.py:1: value = 3  # saved",
+    ]
+    assert workspace / "b.py" in buffers.asked
+
+
+async def test_a_buffer_of_a_file_binary_or_too_large_on_disk_is_searched(
+    call: Call, workspace: Path
+) -> None:
+    write(workspace, "blob.dat", b"needle\x00\x01")
+    write(workspace, "huge.txt", "needle\n" + "x" * MAX_SEARCH_FILE_BYTES)
+    write(workspace, "plain.txt", "needle on disk\n")
+    buffers = Buffers(
+        {workspace / "blob.dat": "needle in the buffer\n", workspace / "huge.txt": "a needle\n"}
+    )
+    result = await with_buffers(call, buffers)("search_text", {"pattern": "needle"})
+    assert result.content.splitlines() == [
+        "blob.dat:1: needle in the buffer",
+        "huge.txt:1: a needle",
+        "plain.txt:1: needle on disk",
+    ]
+
+
+async def test_a_buffer_that_no_longer_matches_hides_what_the_disk_says(
+    call: Call, workspace: Path
+) -> None:
+    write(workspace, "a.py", "TODO: saved\n")
+    buffers = Buffers({workspace / "a.py": "done\n"})
+    result = await with_buffers(call, buffers)("search_text", {"pattern": "TODO"})
+    assert result.content == "no matches in 1 files"

@@ -35,3 +35,13 @@ end, { nargs = '?', desc = 'tether: fork the current session' })
 vim.api.nvim_create_user_command('TetherChat', function()
   tether().chat()
 end, { desc = 'tether: open the chat buffer of the current session (a new session if none)' })
+
+vim.api.nvim_create_user_command('TetherMode', function(opts)
+  tether().mode(opts.args ~= '' and opts.args or nil)
+end, {
+  nargs = '?',
+  complete = function()
+    return tether().modes
+  end,
+  desc = "tether: set the session's mode (ask, accept_edits, read_only)",
+})

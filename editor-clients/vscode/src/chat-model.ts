@@ -1,14 +1,19 @@
 /**
  * What the chat view shows, computed from the server's data without `vscode`: transcripts rebuilt
- * from `session/messages`, session titles, and the change an edit proposes (diffed before the
- * user allows it). Runs, and is tested, under plain Node.
+ * from `session/messages` and their `metadata`, session titles, and the unified diff of the change
+ * the server proposes for an edit before the user allows it. Runs, and is tested, under plain Node.
  */
-import { readFileSync } from "node:fs";
-import { isAbsolute, relative, resolve, sep } from "node:path";
-
 import { createTwoFilesPatch } from "diff";
 
-import { splitContext, type SessionSummary, type ToolKind, type TranscriptItem } from "./messages";
+import {
+  splitContext,
+  type ProposedDiff,
+  type SessionSummary,
+  type StopReason,
+  type ToolKind,
+  type TranscriptItem,
+  type Usage,
+} from "./messages";
 import type { Message, Session } from "./rpc";
 
 const KINDS: Record<string, ToolKind> = {
@@ -23,8 +28,18 @@ const KINDS: Record<string, ToolKind> = {
   update_plan: "other",
 };
 
-/** The kind of a built-in tool (stored messages do not carry it). */
-export function toolKind(name: string): ToolKind {
+const KIND_NAMES: Record<ToolKind, true> = { read: true, edit: true, execute: true, search: true, other: true };
+
+/**
+ * The kind of a call in a stored transcript: the one the server recorded (the assistant message's
+ * `metadata.toolKinds`, where `other` is not listed), else, for a message that lists none, the
+ * built-in tool's.
+ */
+export function toolKind(name: string, recorded?: Record<string, unknown>, toolCallId?: string): ToolKind {
+  if (recorded) {
+    const kind = toolCallId === undefined ? undefined : recorded[toolCallId];
+    return typeof kind === "string" && kind in KIND_NAMES ? (kind as ToolKind) : "other";
+  }
   return KINDS[name] ?? "other";
 }
 
@@ -62,25 +77,95 @@ function textOf(content: Message["content"]): string {
   return (content ?? []).map((block) => (block.type === "text" ? block.text : `[${block.type}]`)).join("\n");
 }
 
-/** A session's messages as the items of the chat view. */
+function metadataOf(message: Message): Record<string, unknown> {
+  const metadata = message.metadata;
+  return metadata !== null && typeof metadata === "object" ? (metadata as Record<string, unknown>) : {};
+}
+
+function objectOf(value: unknown): Record<string, unknown> | undefined {
+  return value !== null && typeof value === "object" ? (value as Record<string, unknown>) : undefined;
+}
+
+/** The result a call that did not finish is given when its run is cancelled. */
+const CANCELLED_RESULT = "cancelled";
+
+const STOP_REASONS: readonly string[] = ["end_turn", "max_iterations", "max_tokens", "refusal", "cancelled", "output_invalid"];
+
+/** A run as its stored messages tell it: the line that ends it live, rebuilt. */
+class RunEnd {
+  readonly usage: Usage = { inputTokens: 0, outputTokens: 0 };
+  cancelled = false;
+  /** The stop reason stored with the run's last answer, when the server keeps one. */
+  recorded: StopReason | undefined;
+  /** The last model call asked for tools (and no answer followed). */
+  endedWithCalls = false;
+  /** Model calls: a run that made none (a compaction's) has no end line. */
+  answers = 0;
+
+  add(message: Message): void {
+    if (message.kind === "compaction") return;
+    this.answers += 1;
+    const metadata = metadataOf(message);
+    const usage = objectOf(metadata.usage);
+    if (usage) {
+      this.usage.inputTokens += Number(usage.inputTokens ?? 0);
+      this.usage.outputTokens += Number(usage.outputTokens ?? 0);
+    }
+    if (metadata.cancelled === true) this.cancelled = true;
+    if (typeof metadata.stopReason === "string" && STOP_REASONS.includes(metadata.stopReason)) {
+      this.recorded = metadata.stopReason as StopReason;
+    }
+    this.endedWithCalls = (message.toolCalls ?? []).length > 0;
+  }
+
+  /**
+   * The stop reason: the stored one, else what the messages show (a cancelled answer, or calls
+   * that never got their answer). An answer cut at `max_tokens` or refused can only be told apart
+   * from `end_turn` by a stored stop reason.
+   */
+  item(): Extract<TranscriptItem, { type: "runEnd" }> {
+    const stopReason: StopReason =
+      this.recorded ?? (this.cancelled ? "cancelled" : this.endedWithCalls ? "max_iterations" : "end_turn");
+    return { type: "runEnd", stopReason, usage: { ...this.usage } };
+  }
+}
+
+/**
+ * A session's messages as the items of the chat view, the way the live turn showed them: the
+ * answers (a cancelled one's partial text marked), each call with its kind, its result or the diff
+ * of its edit, and each run's end with the tokens it used.
+ */
 export function transcriptItems(messages: Message[]): TranscriptItem[] {
   const items: TranscriptItem[] = [];
   const tools = new Map<string, Extract<TranscriptItem, { type: "tool" }>>();
+  let run: { id: string; end: RunEnd } | undefined;
+  const closeRun = (): void => {
+    if (run && run.end.answers > 0) items.push(run.end.item());
+    run = undefined;
+  };
   for (const message of messages) {
+    if (message.runId !== undefined && message.runId !== run?.id) {
+      closeRun();
+      run = { id: message.runId, end: new RunEnd() };
+    } else if (message.runId === undefined && message.role === "user") {
+      closeRun();
+    }
     if (message.role === "user") {
       const { text, context } = splitContext(textOf(message.content));
       items.push(context.length > 0 ? { type: "user", text, context } : { type: "user", text });
-    }
-    else if (message.role === "assistant") {
+    } else if (message.role === "assistant") {
+      run?.end.add(message);
+      const metadata = metadataOf(message);
       const text = textOf(message.content);
-      if (text) items.push({ type: "assistant", text });
+      if (text) items.push(metadata.cancelled === true ? { type: "assistant", text, cancelled: true } : { type: "assistant", text });
+      const kinds = objectOf(metadata.toolKinds);
       for (const call of message.toolCalls ?? []) {
         const item: Extract<TranscriptItem, { type: "tool" }> = {
           type: "tool",
           toolCallId: call.id,
           name: call.name,
           title: callTitle(call.name, call.arguments),
-          toolKind: toolKind(call.name),
+          toolKind: toolKind(call.name, kinds, call.id),
           status: "pending",
         };
         tools.set(call.id, item);
@@ -89,11 +174,15 @@ export function transcriptItems(messages: Message[]): TranscriptItem[] {
     } else if (message.role === "tool" && message.toolCallId) {
       const item = tools.get(message.toolCallId);
       if (item) {
-        item.status = message.isError ? "failed" : "completed";
-        item.output = textOf(message.content);
+        const output = textOf(message.content);
+        item.status = !message.isError ? "completed" : output === CANCELLED_RESULT ? "cancelled" : "failed";
+        item.output = output;
+        const diff = metadataOf(message).diff;
+        if (typeof diff === "string" && diff) item.diff = diff;
       }
     }
   }
+  closeRun();
   return items;
 }
 
@@ -133,49 +222,20 @@ export interface Proposal {
 }
 
 /**
- * The change a `write_file` or `edit_file` call would make, computed from its arguments and the
- * file as it is now, before the user decides. Undefined for other tools, arguments that do not
- * name a file inside the workspace, or an edit whose `oldString` does not match (the tool itself
- * then fails and says why).
+ * The change an edit proposes, from the server's `diff` (`tool/requestPermission`, the pending
+ * `tool_call`): the texts before and after, and the unified diff a person reads.
  */
-export function proposal(name: string, argumentsText: string, root: string): Proposal | undefined {
-  if (name !== "write_file" && name !== "edit_file") return undefined;
-  const args = parseArgs(argumentsText);
-  if (typeof args.path !== "string" || !args.path) return undefined;
-  const absolute = isAbsolute(args.path) ? args.path : resolve(root, args.path);
-  const path = relative(root, absolute);
-  if (path.startsWith(`..${sep}`) || path === ".." || isAbsolute(path)) return undefined;
-  let before = "";
-  let created = false;
-  try {
-    before = readFileSync(absolute, "utf8");
-  } catch {
-    created = true;
-  }
-  let after: string;
-  if (name === "write_file") {
-    if (typeof args.content !== "string") return undefined;
-    after = args.content;
-  } else {
-    if (created || typeof args.oldString !== "string" || typeof args.newString !== "string") return undefined;
-    const crlf = before.includes("\r\n");
-    const fix = (text: string): string => (crlf ? text.replace(/\r?\n/g, "\r\n") : text);
-    const oldString = fix(args.oldString);
-    const newString = fix(args.newString);
-    if (!oldString || !before.includes(oldString)) return undefined;
-    after =
-      args.replaceAll === true
-        ? before.split(oldString).join(newString)
-        : before.replace(oldString, () => newString);
-  }
+export function proposal(proposed: ProposedDiff): Proposal {
+  const created = proposed.oldText === undefined || proposed.oldText === null;
+  const before = created ? "" : (proposed.oldText ?? "");
   const diff = createTwoFilesPatch(
-    created ? "/dev/null" : `a/${path}`,
-    `b/${path}`,
+    created ? "/dev/null" : `a/${proposed.path}`,
+    `b/${proposed.path}`,
     before,
-    after,
+    proposed.newText,
     undefined,
     undefined,
     { context: 3 },
   );
-  return { path, before, after, diff: diff.replace(/^=+\n/m, ""), created };
+  return { path: proposed.path, before, after: proposed.newText, diff: diff.replace(/^=+\n/m, ""), created };
 }

@@ -13,6 +13,7 @@ import {
   type ContextItem,
   type FromWebview,
   type PermissionOutcome,
+  type SessionMode,
   type ToWebview,
 } from "./messages";
 import { describe } from "./render";
@@ -26,6 +27,8 @@ export interface ChatHost {
   /** The model a session's runs use, for the line under each answer. */
   model(session: Session | undefined): string | undefined;
   log(line: string): void;
+  /** The view's current session changed (or was updated): its mode is shown outside the view. */
+  sessionChanged?(session: Session | undefined): void;
 }
 
 interface Question {
@@ -38,7 +41,7 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
   static readonly viewType = "tether.chat";
 
   private view: vscode.WebviewView | undefined;
-  private session: Session | undefined;
+  private current: Session | undefined;
   private run: RunHandle | undefined;
   private context: ContextItem[] = [];
   private readonly questions = new Map<string, Question>();
@@ -58,6 +61,16 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
         provideTextDocumentContent: (uri) => this.documents.get(uri.path) ?? "",
       }),
     );
+  }
+
+  /** The session the view shows (undefined: the next prompt starts one). */
+  get session(): Session | undefined {
+    return this.current;
+  }
+
+  private set session(session: Session | undefined) {
+    this.current = session;
+    this.host.sessionChanged?.(session);
   }
 
   // -- the webview ---------------------------------------------------------------------------
@@ -218,16 +231,23 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
     return (await this.run?.cancel()) ?? false;
   }
 
+  /**
+   * `session/configure {mode}` on the view's session (a new one when there is none yet): every
+   * later run of the session, in any client, runs in that mode.
+   */
+  async setMode(mode: SessionMode): Promise<Session> {
+    const connection = await this.host.server();
+    const session = this.session ?? (await connection.createSession({}));
+    this.session = await connection.configure({ sessionId: session.sessionId, mode });
+    return this.session;
+  }
+
   /** `tool/requestPermission` for a run of the view: asked in the tool's card. */
-  async askPermission(
-    params: PermissionParams,
-    token: vscode.CancellationToken,
-    root: string | undefined,
-  ): Promise<PermissionOutcome> {
+  async askPermission(params: PermissionParams, token: vscode.CancellationToken): Promise<PermissionOutcome> {
     const requestId = `q${this.nextQuestion++}`;
     const { name, arguments: args } = params.toolCall;
     const title = params.toolCall.title ?? name;
-    const change = root ? proposal(name, args, root) : undefined;
+    const change = params.diff ? proposal(params.diff) : undefined;
     const outcome = await new Promise<PermissionOutcome | undefined>((resolve) => {
       const withdrawn = token.onCancellationRequested(() => resolve(undefined));
       this.questions.set(requestId, {
@@ -334,11 +354,12 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
       connection.allMessages(session.sessionId),
       connection.getSession(session.sessionId), // its plan as it is now
     ]);
+    const model = this.host.model(session);
     this.post({
       type: "session",
       sessionId: session.sessionId,
       title: summary(session, firstPrompt(messages)).title,
-      items: transcriptItems(messages),
+      items: transcriptItems(messages).map((item) => (item.type === "runEnd" && model ? { ...item, model } : item)),
       running: this.run !== undefined,
       plan: current.plan,
     });

@@ -13,10 +13,25 @@ import {
   type ProgressParams,
   type RunHandle,
   type Session,
+  type SessionMode,
 } from "./rpc";
 
 const TRANSCRIPT_SCHEME = "tether-transcript";
 const MAX_RESTARTS = 3;
+
+/** The permission dialog's answers besides its close button (Reject). */
+const DIALOG_ANSWERS: { title: string; outcome: PermissionOutcome }[] = [
+  { title: "Allow", outcome: "allow" },
+  { title: "Always allow", outcome: "allow_always" },
+  { title: "Always reject", outcome: "reject_always" },
+];
+
+/** The modes a session runs in, as the picker offers them (docs/protocol.md, modes). */
+const MODES: { mode: SessionMode; label: string; detail: string }[] = [
+  { mode: "ask", label: "Ask", detail: "Edits and commands wait for your approval" },
+  { mode: "accept_edits", label: "Accept edits", detail: "Edits apply without asking; commands are still asked" },
+  { mode: "read_only", label: "Read only", detail: "Only tools that read: nothing is written or run" },
+];
 
 /** What a run in flight reports to: its progress notification and the output channel. */
 interface ActiveRun {
@@ -38,13 +53,19 @@ class TetherExtension implements vscode.Disposable {
   /** "sessionId toolCallId" → what log lines call it (its title, with the kind marker), for every run. */
   private readonly toolLabels = new Map<string, string>();
   private chat: ChatView | undefined;
+  /** The chat session's mode; a click picks another. */
+  private readonly modeItem = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 100);
 
   register(context: vscode.ExtensionContext): void {
     this.chat = new ChatView(context.extensionUri, {
       server: () => this.server(),
       model: (session) => this.model(session),
       log: (line) => this.output.appendLine(line),
+      sessionChanged: (session) => this.showMode(session),
     });
+    this.modeItem.command = "tether.pickMode";
+    this.showMode(undefined);
+    this.modeItem.show();
     context.subscriptions.push(
       this.chat,
       vscode.window.registerWebviewViewProvider(ChatView.viewType, this.chat, {
@@ -60,8 +81,10 @@ class TetherExtension implements vscode.Disposable {
     command("tether.showSessions", () => this.showSessions());
     command("tether.forkSession", () => this.forkSession());
     command("tether.openChat", () => this.chat?.reveal());
+    command("tether.pickMode", () => this.pickMode());
     context.subscriptions.push(
       this.output,
+      this.modeItem,
       this.transcriptChanged,
       vscode.workspace.registerTextDocumentContentProvider(TRANSCRIPT_SCHEME, {
         onDidChange: this.transcriptChanged.event,
@@ -102,7 +125,7 @@ class TetherExtension implements vscode.Disposable {
         approval === "ask"
           ? (params, token) =>
               this.chat?.owns(params.sessionId)
-                ? this.chat.askPermission(params, token, folders[0]?.uri.fsPath)
+                ? this.chat.askPermission(params, token)
                 : this.askPermission(params, token)
           : undefined,
       onStderr: (text) => this.output.append(text),
@@ -163,20 +186,18 @@ class TetherExtension implements vscode.Disposable {
     const cancelled = new Promise<null>((resolve) => {
       listener = token.onCancellationRequested(() => resolve(null));
     });
+    const items: vscode.MessageItem[] = [
+      ...DIALOG_ANSWERS.map(({ title }) => ({ title })),
+      // The dialog's own close button: no separate "Cancel" beside "Reject".
+      { title: "Reject", isCloseAffordance: true },
+    ];
     const choice = await Promise.race([
-      vscode.window.showWarningMessage(
-        `Tether wants to: ${name}`,
-        { modal: true, detail: permissionDetail(params) },
-        { title: "Allow" },
-        { title: "Always allow" },
-        // The dialog's own close button: no separate "Cancel" beside "Reject".
-        { title: "Reject", isCloseAffordance: true },
-      ),
+      vscode.window.showWarningMessage(`Tether wants to: ${name}`, { modal: true, detail: permissionDetail(params) }, ...items),
       cancelled,
     ]).finally(() => listener?.dispose());
     if (choice === null || token.isCancellationRequested) return withdrawn();
     const outcome: PermissionOutcome =
-      choice?.title === "Allow" ? "allow" : choice?.title === "Always allow" ? "allow_always" : "reject";
+      DIALOG_ANSWERS.find(({ title }) => title === choice?.title)?.outcome ?? "reject";
     this.output.appendLine(`[permission] ${name}: ${outcome}`);
     return outcome;
   }
@@ -232,6 +253,35 @@ class TetherExtension implements vscode.Disposable {
           }
         },
       );
+    });
+  }
+
+  /** The mode of the chat view's session in the status bar (a session not started yet: `ask`). */
+  private showMode(session: Session | undefined): void {
+    const mode = MODES.find((entry) => entry.mode === (session?.mode ?? "ask")) ?? MODES[0];
+    this.modeItem.text = `$(shield) ${mode.label}`;
+    this.modeItem.tooltip = `Tether mode: ${mode.detail}. Click to change it.`;
+  }
+
+  /** Tether: Set Mode: pick a mode for the chat view's session (`session/configure {mode}`). */
+  async pickMode(): Promise<Session | undefined> {
+    const chat = this.chat;
+    if (!chat) return undefined;
+    const current = chat.session?.mode ?? "ask";
+    const picked = await vscode.window.showQuickPick(
+      MODES.map((entry) => ({
+        label: entry.label,
+        description: entry.mode === current ? "current" : undefined,
+        detail: entry.detail,
+        mode: entry.mode,
+      })),
+      { placeHolder: "The mode of the chat session" },
+    );
+    if (!picked) return undefined;
+    return this.guard(async () => {
+      const session = await chat.setMode(picked.mode);
+      this.output.appendLine(`[chat] mode: ${session.mode ?? picked.mode}`);
+      return session;
     });
   }
 
@@ -347,6 +397,10 @@ class TetherExtension implements vscode.Disposable {
         }
         break;
       }
+      case "warning":
+      case "notice":
+        this.output.appendLine(`\n[warning] ${event.message}`);
+        break;
       default:
         break;
     }

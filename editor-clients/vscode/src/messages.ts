@@ -8,8 +8,27 @@
  */
 
 export type ToolKind = "read" | "edit" | "execute" | "search" | "other";
-export type StopReason = "end_turn" | "max_iterations" | "cancelled";
-export type PermissionOutcome = "allow" | "allow_always" | "reject";
+export type StopReason = "end_turn" | "max_iterations" | "max_tokens" | "refusal" | "cancelled" | "output_invalid";
+export type PermissionOutcome = "allow" | "allow_always" | "reject" | "reject_always";
+/** A session's mode (docs/protocol.md, `session/configure {mode}`). */
+export type SessionMode = "ask" | "accept_edits" | "read_only";
+
+/**
+ * The change an edit proposes, as the server computes it before asking (`tool/requestPermission`
+ * and the pending `tool_call`): the whole file before (absent: a new file) and after.
+ */
+export interface ProposedDiff {
+  /** Relative to the workspace root. */
+  path: string;
+  oldText?: string;
+  newText: string;
+}
+
+/** The token counts of a run or of one model call (`Usage`). */
+export interface Usage {
+  inputTokens: number;
+  outputTokens: number;
+}
 
 /** The `kernel/progress` events the view draws (docs/protocol.md, "Progress notifications"). */
 export type ProgressEvent =
@@ -24,6 +43,8 @@ export type ProgressEvent =
       title?: string;
       toolKind: ToolKind;
       status: "pending";
+      /** An edit: the change it proposes. */
+      diff?: ProposedDiff;
     }
   | {
       kind: "tool_call_update";
@@ -37,6 +58,7 @@ export type ProgressEvent =
   | { kind: "iteration_finished"; iteration: number; toolCalls: number }
   | { kind: "run_finished"; stopReason: StopReason | "error"; iterations: number }
   | { kind: "warning"; code: number; message: string; data?: unknown }
+  | { kind: "notice"; level: "info" | "warning" | "error"; message: string; data?: unknown }
   | { kind: "plan"; entries: PlanEntry[] };
 
 /** A step of the session's plan (`update_plan`), as `session/get` and the `plan` event carry it. */
@@ -71,16 +93,21 @@ export interface SessionSummary {
 /** A past turn, rebuilt from `session/messages` when a session is opened. */
 export type TranscriptItem =
   | { type: "user"; text: string; context?: ContextItem[] }
-  | { type: "assistant"; text: string }
+  /** `cancelled`: the partial text of an answer cut short by a cancellation. */
+  | { type: "assistant"; text: string; cancelled?: boolean }
   | {
       type: "tool";
       toolCallId: string;
       name: string;
       title: string;
       toolKind: ToolKind;
-      status: "completed" | "failed" | "pending";
+      status: "completed" | "failed" | "cancelled" | "pending";
       output?: string;
-    };
+      /** The unified diff of what an edit changed. */
+      diff?: string;
+    }
+  /** The end of a run, as the line under a live answer says it (`turnFinished`). */
+  | { type: "runEnd"; stopReason: StopReason; usage: Usage; model?: string };
 
 /** Extension → webview. */
 export type ToWebview =
@@ -104,7 +131,7 @@ export type ToWebview =
       type: "turnFinished";
       stopReason: StopReason | "error";
       model?: string;
-      usage?: { inputTokens: number; outputTokens: number };
+      usage?: Usage;
       error?: string;
     }
   /**

@@ -1,4 +1,5 @@
 /** Text for people: error messages and session transcripts (no `vscode` import). */
+import { proposal } from "./chat-model";
 import { errorCode, type Message, type PermissionParams, type Session, type ToolKind } from "./rpc";
 
 export function describe(error: unknown): string {
@@ -20,7 +21,11 @@ export function transcript(session: Session, messages: Message[]): string {
       }
     }
     for (const call of message.toolCalls ?? []) lines.push(`- tool call \`${call.name}\` ${call.arguments}`);
+    const metadata = message.metadata ?? {};
+    if (metadata.cancelled === true) lines.push("", "_(cancelled)_");
     if (message.toolCallId) lines.push("", `(result of ${message.toolCallId}${message.isError ? ", error" : ""})`);
+    // An edit's diff, as the live turn showed it.
+    if (typeof metadata.diff === "string" && metadata.diff) lines.push("", "```diff", metadata.diff.replace(/\n$/, ""), "```");
     lines.push("");
   }
   return lines.join("\n");
@@ -39,12 +44,13 @@ export function diffFile(diff: string): string | undefined {
 }
 
 /**
- * What a permission dialog says about a call: the command to run, the file to write and its new
- * text, or the arguments one per line, never the raw JSON string with its `\n` escapes.
+ * What a permission dialog says about a call: the diff of the change an edit proposes, else the
+ * command to run or the arguments one per line, never the raw JSON string with its `\n` escapes.
  */
 export function permissionDetail(params: PermissionParams): string {
   const lines: string[] = [];
   if (params.reason) lines.push(params.reason, "");
+  if (params.diff) return [...lines, proposal(params.diff).diff].join("\n");
   let args: unknown;
   try {
     args = JSON.parse(params.toolCall.arguments || "{}");

@@ -18,9 +18,17 @@ import {
 
 export { ResponseError };
 
-import type { PermissionOutcome, ProgressEvent, StopReason } from "./messages";
+import type { PermissionOutcome, ProgressEvent, ProposedDiff, SessionMode, StopReason, Usage } from "./messages";
 /** The wire's event and outcome types live in ./messages, shared with the chat view's webview. */
-export type { PermissionOutcome, ProgressEvent, StopReason, ToolKind } from "./messages";
+export type {
+  PermissionOutcome,
+  ProgressEvent,
+  ProposedDiff,
+  SessionMode,
+  StopReason,
+  ToolKind,
+  Usage,
+} from "./messages";
 
 /** Error codes of docs/protocol.md that clients decide on. */
 export const ErrorCodes = {
@@ -47,6 +55,7 @@ export interface Session {
   updatedAt: string;
   running: boolean;
   plan?: { content: string; status: "pending" | "in_progress" | "completed"; priority?: "high" | "medium" | "low" }[];
+  mode?: SessionMode;
   [key: string]: unknown;
 }
 
@@ -69,6 +78,9 @@ export interface Message {
   toolCallId?: string;
   isError?: boolean;
   runId?: string;
+  /** Free-form; the server keeps what a replay needs here (`toolKinds`, `usage`, `cancelled`, `diff`). */
+  metadata?: Record<string, unknown>;
+  kind?: "compaction";
   createdAt: string;
   [key: string]: unknown;
 }
@@ -86,7 +98,7 @@ export interface RunResult {
   response: string;
   iterations: number;
   toolCalls: ToolCallRecord[];
-  usage?: { inputTokens: number; outputTokens: number };
+  usage?: Usage;
 }
 
 export interface ProgressParams {
@@ -103,6 +115,8 @@ export interface PermissionParams {
   toolCall: ToolCall & { title?: string };
   /** Why a protected write is asked about even under `auto`. */
   reason?: string;
+  /** An edit: the change it proposes, computed by the server before it asks. */
+  diff?: ProposedDiff;
 }
 
 /**
@@ -382,7 +396,12 @@ export class TetherConnection implements Disposable {
   }
 
   /** `session/configure`: fields left out stay as they are. */
-  configure(params: { sessionId: string; title?: string | null; model?: string | null }): Promise<Session> {
+  configure(params: {
+    sessionId: string;
+    title?: string | null;
+    model?: string | null;
+    mode?: SessionMode | null;
+  }): Promise<Session> {
     return this.request("session/configure", params);
   }
 

@@ -120,18 +120,29 @@ describe("the chat view's extension side against the real server", { timeout: 30
       "",
       "It **returns 42**.",
     ].join("\n");
+    const usage = (inputTokens: number, outputTokens: number) => ({ inputTokens, outputTokens });
     stub.settings["tether.provider"] = ws.provider([
-      { text: "Let me look.", toolCalls: [call("c1", "read_file", { path: "src/app.py" })] },
-      { text: answer },
+      {
+        text: "Let me look.",
+        toolCalls: [call("c1", "read_file", { path: "src/app.py" })],
+        usage: usage(100, 10),
+      },
+      { text: answer, usage: usage(150, 40) },
       {
         text: "I will change the answer.",
         toolCalls: [call("e1", "edit_file", { path: "src/app.py", oldString: "return 42", newString: "return 43" })],
+        usage: usage(200, 20),
       },
-      { text: "Changed.", toolCalls: [call("p1", "update_plan", { entries: PLAN })] },
+      { text: "Changed.", toolCalls: [call("p1", "update_plan", { entries: PLAN })], usage: usage(230, 5) },
       { text: "Planned." },
       { toolCalls: [call("w1", "write_file", { path: "never.txt", content: "no\n" })] },
       { text: "Left it." },
       { text: "too slow", delay: 30 },
+      { toolCalls: [call("n1", "write_file", { path: "first.txt", content: "1\n" })] },
+      { toolCalls: [call("n2", "write_file", { path: "second.txt", content: "2\n" })] },
+      { text: "Nothing written." },
+      { text: "The list goes on and on and", finishReason: "length", usage: usage(50, 4096) },
+      { text: "I cannot help with that.", finishReason: "content_filter" },
     ]);
     stub.commands.set("vscode.diff", (...args: unknown[]) => diffs.push(args));
     stub.commands.set("tether.chat.focus", () => undefined);
@@ -206,6 +217,15 @@ describe("the chat view's extension side against the real server", { timeout: 30
     const asked = await webview.next("permission", from);
     assert.equal(asked.title, "Edit src/app.py");
     assert.equal(asked.file, "src/app.py");
+    // The server's proposal, announced with the pending call too.
+    const pending = webview.received
+      .slice(from)
+      .find((m) => m.type === "progress" && m.event.kind === "tool_call");
+    assert.deepEqual(pending?.type === "progress" && pending.event.kind === "tool_call" && pending.event.diff, {
+      path: "src/app.py",
+      oldText: "def main():\n    return 42\n",
+      newText: "def main():\n    return 43\n",
+    });
     assert.match(asked.diff ?? "", /^-    return 42$/m);
     assert.match(asked.diff ?? "", /^\+    return 43$/m);
     // Nothing is written while the question is open; the diff opened on two virtual documents.
@@ -244,11 +264,67 @@ describe("the chat view's extension side against the real server", { timeout: 30
   test("Stop cancels the run", { timeout: 60_000 }, async () => {
     const from = webview.received.length;
     webview.send({ type: "send", text: "Take your time" });
-    await webview.next("progress", from, (m) => m.event.kind === "run_started");
+    // The first words are streamed before the turn waits: the answer is cut short, not absent.
+    await webview.next("progress", from, (m) => m.event.kind === "message_delta");
     webview.send({ type: "stop" });
     const finished = await webview.next("turnFinished", from);
     assert.equal(finished.stopReason, "cancelled");
     record("cancelled", webview.received.slice(from));
+  });
+
+  test("Always reject refuses the tool for the rest of the session without asking again", { timeout: 60_000 }, async () => {
+    const from = webview.received.length;
+    webview.send({ type: "send", text: "Write two files" });
+    const asked = await webview.next("permission", from);
+    assert.equal(asked.title, "Write first.txt");
+    assert.match(asked.diff ?? "", /^--- \/dev\/null$/m);
+    webview.send({ type: "answer", requestId: asked.requestId, outcome: "reject_always" });
+    const finished = await webview.next("turnFinished", from);
+    assert.equal(finished.stopReason, "end_turn");
+    const stream = webview.received.slice(from);
+    assert.equal(stream.filter((m) => m.type === "permission").length, 1, "the second write is not asked");
+    const failed = stream.flatMap((m) =>
+      m.type === "progress" && m.event.kind === "tool_call_update" && m.event.status === "failed" ? [m.event.toolCallId] : [],
+    );
+    assert.deepEqual(failed, ["n1", "n2"]);
+    assert.equal(existsSync(join(ws.root, "first.txt")), false);
+    assert.equal(existsSync(join(ws.root, "second.txt")), false);
+  });
+
+  test("a cut-off answer and a refusal end as such, not as a normal end", { timeout: 60_000 }, async () => {
+    let from = webview.received.length;
+    webview.send({ type: "send", text: "List everything" });
+    const cut = await webview.next("turnFinished", from);
+    assert.equal(cut.stopReason, "max_tokens");
+    record("cut-off", webview.received.slice(from));
+    from = webview.received.length;
+    webview.send({ type: "send", text: "Something it refuses" });
+    const refused = await webview.next("turnFinished", from);
+    assert.equal(refused.stopReason, "refusal");
+    record("refused", webview.received.slice(from));
+  });
+
+  test("the mode picker sets the session's mode; the status bar shows it", { timeout: 60_000 }, async () => {
+    const [item] = stub.statusBarItems;
+    assert.ok(item?.shown, "a status bar item");
+    assert.equal(item.command, "tether.pickMode");
+    assert.match(item.text, /Ask$/);
+    stub.ui.quickPick = <T>(items: T[]) => items.find((entry) => (entry as { mode?: string }).mode === "read_only");
+    const session = (await within(
+      Promise.resolve(stub.vscode.commands.executeCommand("tether.pickMode")),
+      "tether.pickMode",
+    )) as { sessionId: string; mode: string };
+    assert.equal(session.mode, "read_only");
+    assert.match(item.text, /Read only$/);
+    // Kept by the server: the session opened again (session/get) is still read-only.
+    const from = webview.received.length;
+    webview.send({ type: "switchSession", sessionId: session.sessionId });
+    await webview.next("session", from);
+    assert.match(item.text, /Read only$/);
+    stub.ui.quickPick = <T>(items: T[]) => items.find((entry) => (entry as { mode?: string }).mode === "ask");
+    await stub.vscode.commands.executeCommand("tether.pickMode");
+    assert.match(item.text, /Ask$/);
+    stub.ui.quickPick = <T>(items: T[]) => items[0];
   });
 
   test("sessions are listed with their first prompt; fork and delete", { timeout: 60_000 }, async () => {
@@ -286,6 +362,44 @@ describe("the chat view's extension side against the real server", { timeout: 30
     assert.ok(switched.items.some((item) => item.type === "assistant" && item.text === "Changed."));
     assert.deepEqual(switched.plan, PLAN); // read from session/get: shown above the prompt
     record("switched", [switched]);
+    // The rebuilt transcript is the live one: each run's end with its tokens, the edit's diff,
+    // the cancelled answer's partial text, the kinds of the calls.
+    const live = webview.received.flatMap((m) => (m.type === "turnFinished" ? [m] : []));
+    const rebuilt = switched.items.flatMap((item) => (item.type === "runEnd" ? [item] : []));
+    assert.deepEqual(
+      rebuilt.map(({ usage, model }) => ({ usage, model })),
+      live.map(({ usage, model }) => ({ usage, model })),
+    );
+    // A cut-off or refused answer keeps its stop reason in its metadata: rebuilt, it reads as live.
+    assert.deepEqual(
+      rebuilt.map((end) => end.stopReason),
+      live.map((end) => end.stopReason),
+    );
+    assert.deepEqual(
+      live.map((end) => end.stopReason),
+      ["end_turn", "end_turn", "end_turn", "cancelled", "end_turn", "max_tokens", "refusal"],
+    );
+    const liveDiff = webview.received.find(
+      (m) => m.type === "progress" && m.event.kind === "tool_call_update" && m.event.toolCallId === "e1" && m.event.diff,
+    );
+    const edit = switched.items.find((item) => item.type === "tool" && item.toolCallId === "e1");
+    assert.ok(liveDiff?.type === "progress" && liveDiff.event.kind === "tool_call_update");
+    assert.equal(edit?.type === "tool" && edit.diff, liveDiff.event.diff);
+    assert.deepEqual(
+      switched.items.flatMap((item) => (item.type === "tool" ? [[item.toolCallId, item.toolKind, item.status]] : [])),
+      [
+        ["c1", "read", "completed"],
+        ["e1", "edit", "completed"],
+        ["p1", "other", "completed"],
+        ["w1", "edit", "failed"],
+        ["n1", "edit", "failed"],
+        ["n2", "edit", "failed"],
+      ],
+    );
+    assert.ok(
+      switched.items.some((item) => item.type === "assistant" && item.cancelled === true && item.text === "too "),
+      JSON.stringify(switched.items.filter((item) => item.type === "assistant")),
+    );
   });
 
   test("a server command that fails to start shows its exit and stderr in the view", { timeout: 60_000 }, async () => {

@@ -43,7 +43,7 @@ describe("activate() with a stand-in vscode module", { timeout: 300_000 }, () =>
     ws.remove();
   });
 
-  test("registers the six commands and the chat view", () => {
+  test("registers the seven commands and the chat view", () => {
     assert.deepEqual(
       [...stub.commands.keys()].sort(),
       [
@@ -52,6 +52,7 @@ describe("activate() with a stand-in vscode module", { timeout: 300_000 }, () =>
         "tether.forkSession",
         "tether.newSession",
         "tether.openChat",
+        "tether.pickMode",
         "tether.showSessions",
       ],
     );
@@ -185,7 +186,11 @@ describe("edits and withdrawn permission prompts in the extension", { timeout: 3
   test("Allow on the prompt writes the file; the kind and the diff are shown", { timeout: 60_000 }, async () => {
     const modals = stub.shown.modals.length;
     stub.ui.inputBox = () => "Write a note";
-    stub.ui.modal = (_message, ...buttons) => (buttons.includes("Allow") ? "Allow" : undefined);
+    let offered: string[] = [];
+    stub.ui.modal = (_message, ...buttons) => {
+      offered = buttons;
+      return buttons.includes("Allow") ? "Allow" : undefined;
+    };
     stub.ui.info = (_message, ...items) => (items.includes("Open Diff") ? "Open Diff" : undefined);
     const documents = stub.shown.documents.length;
     const result = (await within(stub.vscode.commands.executeCommand("tether.ask"), "tether.ask")) as {
@@ -194,8 +199,10 @@ describe("edits and withdrawn permission prompts in the extension", { timeout: 3
     assert.equal(result?.stopReason, "end_turn", `errors: ${stub.shown.errors.join("; ")}`);
     assert.equal(readFileSync(join(ws.root, "notes.txt"), "utf8"), "hello\n");
     assert.deepEqual(stub.shown.modals.slice(modals), ["Tether wants to: Write notes.txt"]);
-    // The arguments one per line, the content as text: no raw JSON with \n escapes.
-    assert.equal(stub.shown.modalDetails.at(-1), "path: notes.txt\ncontent:\nhello\n");
+    assert.deepEqual(offered, ["Allow", "Always allow", "Always reject", "Reject"]);
+    // The change the server proposes, as a unified diff: no raw JSON with \n escapes.
+    const detail = stub.shown.modalDetails.at(-1) ?? "";
+    assert.match(detail, /^--- \/dev\/null\n\+\+\+ b\/notes\.txt\n@@ -0,0 \+1(,1)? @@\n\+hello\n/);
     const output = stub.outputText();
     assert.match(output, /\[tool\] \(edit\) Write notes.txt \{"path": ?"notes.txt"/);
     assert.match(output, /\[permission\] Write notes.txt: allow/);
@@ -209,6 +216,9 @@ describe("edits and withdrawn permission prompts in the extension", { timeout: 3
     await within(stub.when(() => stub.shown.documents.length > documents), "the diff document");
     assert.match(stub.shown.documents.at(-1) ?? "", /^\+hello$/m);
     assert.equal(stub.shown.languages.at(-1), "diff");
+    // The session's transcript keeps the edit's diff (stored with the tool message).
+    await within(Promise.resolve(stub.vscode.commands.executeCommand("tether.showSessions")), "showSessions");
+    assert.match(stub.shown.documents.at(-1) ?? "", /\(result of w1\)\n\n```diff\n--- \/dev\/null\n\+\+\+ b\/notes\.txt\n(.*\n)*\+hello\n```/);
   });
 
   test("a prompt withdrawn when the run is cancelled is no longer waited for", { timeout: 60_000 }, async () => {

@@ -18,6 +18,9 @@ export interface Turn {
   text?: string;
   toolCalls?: { id: string; name: string; arguments: string }[];
   delay?: number;
+  usage?: { inputTokens: number; outputTokens: number };
+  /** The provider's finish reason: `length` (cut at the token limit), `content_filter` (refused). */
+  finishReason?: string;
 }
 
 export interface Workspace {

@@ -124,9 +124,19 @@ const disposable = { dispose: () => undefined };
 /** Webview view providers by view id (the chat view). */
 export const webviewProviders = new Map<string, unknown>();
 
+/** The status bar items the extension made: their text as the user sees it. */
+interface StatusBarItem {
+  text: string;
+  tooltip?: string;
+  command?: string;
+  shown: boolean;
+}
+export const statusBarItems: StatusBarItem[] = [];
+
 export const vscode = {
   EventEmitter,
   Uri,
+  StatusBarAlignment: { Left: 1, Right: 2 },
   ProgressLocation: { SourceControl: 1, Window: 10, Notification: 15 },
   commands: {
     registerCommand(id: string, handler: (...args: unknown[]) => unknown) {
@@ -146,6 +156,27 @@ export const vscode = {
     registerWebviewViewProvider(id: string, provider: unknown) {
       webviewProviders.set(id, provider);
       return { dispose: () => webviewProviders.delete(id) };
+    },
+    createStatusBarItem: () => {
+      const item: StatusBarItem = { text: "", shown: false };
+      statusBarItems.push(item);
+      return {
+        get text() {
+          return item.text;
+        },
+        set text(value: string) {
+          item.text = value;
+        },
+        set tooltip(value: string | undefined) {
+          item.tooltip = value;
+        },
+        set command(value: string | undefined) {
+          item.command = value;
+        },
+        show: () => (item.shown = true),
+        hide: () => (item.shown = false),
+        dispose: () => undefined,
+      };
     },
     createOutputChannel: (_name: string) => ({
       append: (text: string) => show("output", text),

@@ -1,7 +1,8 @@
 """The Agent Client Protocol face: ``tether acp`` serves ACP v1 (JSON-RPC 2.0 as newline-delimited
 JSON on stdio) from the same session service and kernel as ``tether serve``.
 
-- :mod:`tether.acp.wire` — the NDJSON JSON-RPC connection (errors become responses here only);
+- :mod:`tether.acp.wire` — the NDJSON wire on the shared JSON-RPC core (:mod:`tether.jsonrpc`),
+  with ACP's error codes (:data:`~tether.acp.wire.ACP_ERRORS`);
 - :mod:`tether.acp.agent` — the ACP methods, translated onto :class:`tether.backend.Backend`;
 - :mod:`tether.acp.models` — the ACP messages tether reads and writes;
 - :mod:`tether.acp.updates`, :mod:`tether.acp.tool_calls` — kernel events and stored history as

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -49,7 +49,7 @@ from tether.acp.models import (
     SetModeRequest,
 )
 from tether.acp.servers import mcp_servers
-from tether.acp.wire import AcpError, Connection, method_not_found
+from tether.acp.wire import AcpError, AcpWire, method_not_found
 from tether.backend import Backend
 from tether.protocol import (
     ConfigureSessionParams,
@@ -65,6 +65,7 @@ from tether.protocol import (
     Session,
     TetherError,
 )
+from tether.protocol.checkpoints import RewindParams, RewindResult, UndoParams
 from tether.protocol.kernel import StopReason
 from tether.sessions import SessionStore
 from tether.sessions.workspaces import local_path
@@ -77,13 +78,15 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-Method = Callable[[Any], Awaitable[Any]]
+Method = Callable[[Any], Coroutine[Any, Any, Any]]  # a handler the wire starts (jsonrpc.router)
+REWIND = "_tether/rewind"  # tether's session/rewind, as an extension method
 AcpStopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
 
 
 @dataclass
-class SessionState:
-    """What the face keeps about a session while this process serves it."""
+class AcpSessionState:
+    """What the ACP face keeps about a session while this process serves it (what its client
+    was last shown); the session itself is the store's."""
 
     kinds: dict[str, str] = field(default_factory=dict)  # tool call id -> tether tool kind
     terminals: dict[str, str] = field(default_factory=dict)  # tool call id -> editor terminal
@@ -103,9 +106,9 @@ class AcpAgent(Backend):
     ) -> None:
         super().__init__(store, environ)
         self._cwd = cwd or Path.cwd()
-        self.connection: Connection | None = None
+        self.connection: AcpWire | None = None
         self.client: InitializeRequest | None = None
-        self._states: dict[str, SessionState] = {}
+        self._states: dict[str, AcpSessionState] = {}
         self._methods: dict[str, Method] = {
             "initialize": self.initialize,
             "authenticate": self.authenticate,
@@ -119,18 +122,19 @@ class AcpAgent(Backend):
             "session/prompt": self.prompt,
             "session/set_mode": self.set_mode,
             "session/set_config_option": self.set_config_option,
+            REWIND: self.rewind,
         }
-        self.sessions.on_delete.append(self._forget)
 
     # -- dispatch ---------------------------------------------------------------------------
 
-    async def request(self, method: str, params: Any) -> Any:
+    def handler(self, method: str) -> Method:
+        """The handler of ``method``, for the wire to start (it answers what this raises)."""
         handler = self._methods.get(method)
         if handler is None:
             raise method_not_found(method)
         if self.client is None and method != "initialize":
             raise AcpError(ErrorCode.INVALID_REQUEST, f"{method} before initialize")
-        return await handler({} if params is None else params)
+        return handler
 
     def notification(self, method: str, params: Any) -> None:
         if method == "session/cancel":
@@ -258,6 +262,14 @@ class AcpAgent(Backend):
             config_options=self._options(session),
         )
 
+    async def rewind(self, params: Any) -> RewindResult:
+        """``_tether/rewind``: tether's ``session/rewind`` (same params and result); without
+        ``messageId``, the files of the last turn that changed any (``/undo``)."""
+        if isinstance(params, dict) and "messageId" not in params:
+            request = UndoParams.model_validate(params)
+            return await self.checkpoints().undo(request.session_id, force=request.force)
+        return await self.checkpoints().rewind(RewindParams.model_validate(params))
+
     async def set_mode(self, params: Any) -> Empty:
         """Sets the session's mode, in the store; the client is told of the mode and of the
         config options, which show it too."""
@@ -350,7 +362,7 @@ class AcpAgent(Backend):
         if used:
             self._send(session.session_id, UsageUpdate(used=used, size=size))
 
-    async def _titled(self, session_id: str, state: SessionState) -> None:
+    async def _titled(self, session_id: str, state: AcpSessionState) -> None:
         """Tell the client the title the kernel gave the session from its first prompt (read
         once the turn has ended: the face cannot know whether the run or its own look-up
         of the session came first)."""
@@ -417,10 +429,10 @@ class AcpAgent(Backend):
     def _kernel(self) -> Kernel:
         return self.kernel or self.build_kernel(self._ask)
 
-    def _state(self, session_id: str) -> SessionState:
+    def _state(self, session_id: str) -> AcpSessionState:
         state = self._states.get(session_id)
         if state is None:
-            state = self._states[session_id] = SessionState()
+            state = self._states[session_id] = AcpSessionState()
         return state
 
     def _modes(self, session: Session) -> Any:
@@ -442,7 +454,7 @@ class AcpAgent(Backend):
         self._state(session.session_id).options = options
         return options
 
-    def _options_changed(self, session: Session, state: SessionState) -> None:
+    def _options_changed(self, session: Session, state: AcpSessionState) -> None:
         """Tell the client of options changed elsewhere (another process, ``tether serve``)
         since it last got them."""
         known = state.options
@@ -451,8 +463,9 @@ class AcpAgent(Backend):
             if _current_mode(known) != session.mode:
                 self._send(session.session_id, CurrentModeUpdate(current_mode_id=session.mode))
 
-    async def _forget(self, session_id: str) -> None:
+    async def _session_deleted(self, session_id: str) -> None:
         self._states.pop(session_id, None)
+        await super()._session_deleted(session_id)
 
     def _send(self, session_id: str, update: SessionUpdate) -> None:
         if self.connection is not None:

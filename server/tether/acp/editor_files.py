@@ -30,7 +30,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from tether.acp.wire import ClientError, Connection
+from tether.acp.wire import AcpWire, ClientError
 from tether.protocol.tools import ProposedChange
 from tether.tools.base import (
     ToolContext,
@@ -75,7 +75,7 @@ class EditorFiles(ToolLayer):
     def __init__(
         self,
         inner: ToolExecutor,
-        connection: Connection,
+        connection: AcpWire,
         *,
         read: bool = True,
         write: bool = False,

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from tether.acp.editor_files import DEFAULT_REQUEST_TIMEOUT, SETTING
 from tether.acp.models import AcpModel, TerminalContent, ToolCallProgress
-from tether.acp.wire import ClientError, Connection
+from tether.acp.wire import AcpWire, ClientError
 from tether.tools.base import (
     ToolContext,
     ToolError,
@@ -66,7 +66,7 @@ class EditorTerminal(ToolLayer):
     def __init__(
         self,
         inner: ToolExecutor,
-        connection: Connection,
+        connection: AcpWire,
         show: Show,
         terminals: Callable[[str], dict[str, str]],
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,

@@ -21,13 +21,13 @@ from tether.acp.models import (
 )
 from tether.acp.tool_calls import proposed_content, raw_input, starting_call
 from tether.acp.updates import text_content
-from tether.acp.wire import ClientError, Connection
+from tether.acp.wire import AcpWire, ClientError
 from tether.kernel.approval import ApprovalError
 from tether.protocol.kernel import PermissionParams, PermissionResult
 from tether.protocol.tools import ToolKind
 
 if TYPE_CHECKING:
-    from tether.acp.agent import SessionState
+    from tether.acp.agent import AcpSessionState
 
 Outcome = Literal["allow", "allow_always", "reject", "reject_always"]
 OPTIONS = [
@@ -45,7 +45,7 @@ _OUTCOMES: dict[str, Outcome] = {
 
 
 async def ask(
-    connection: Connection, params: PermissionParams, state: SessionState, workspace: Path | None
+    connection: AcpWire, params: PermissionParams, state: AcpSessionState, workspace: Path | None
 ) -> PermissionResult:
     kind = state.kinds.get(params.tool_call.id, ToolKind.OTHER)
     option = await _question(connection, params, kind, workspace)
@@ -53,7 +53,7 @@ async def ask(
 
 
 async def _question(
-    connection: Connection, params: PermissionParams, kind: str, workspace: Path | None
+    connection: AcpWire, params: PermissionParams, kind: str, workspace: Path | None
 ) -> str | None:
     """The option the user picked (None: the turn was cancelled)."""
     call = params.tool_call

@@ -13,11 +13,11 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from tether.acp.agent import AcpAgent
-from tether.acp.wire import Connection, Write
+from tether.acp.wire import AcpWire, Write
 
 
 class _Reader(asyncio.Protocol):
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: AcpWire) -> None:
         self._connection = connection
 
     def data_received(self, data: bytes) -> None:
@@ -47,7 +47,7 @@ async def serve_acp(agent: AcpAgent, stdin_fd: int = 0) -> int:
     out_fd = os.dup(1)
     os.dup2(2, 1)
     write, close_writer = await _connect_writer(loop, out_fd)
-    connection = agent.connection = Connection(agent, write)
+    connection = agent.connection = AcpWire(agent, write)
     reader = os.fdopen(stdin_fd, "rb", buffering=0)
     try:
         transport, _ = await loop.connect_read_pipe(lambda: _Reader(connection), reader)
@@ -87,7 +87,7 @@ async def _connect_writer(
     return transport.write, close
 
 
-async def _read_file(loop: asyncio.AbstractEventLoop, pipe: object, connection: Connection) -> None:
+async def _read_file(loop: asyncio.AbstractEventLoop, pipe: object, connection: AcpWire) -> None:
     read = pipe.read  # type: ignore[attr-defined]
     while chunk := await loop.run_in_executor(None, read, 65536):
         connection.data_received(chunk)

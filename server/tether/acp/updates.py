@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
 import orjson
 from pydantic import ValidationError
@@ -42,11 +42,17 @@ from tether.acp.tool_calls import (
 )
 from tether.protocol import ImageBlock, Message, ResourceLinkBlock, Role, TextBlock, is_blocks
 from tether.protocol.kernel import (
+    CheckpointRecorded,
     CompactionFinished,
     CompactionStarted,
+    HookRun,
+    IterationFinished,
+    IterationStarted,
     MessageDelta,
     Notice,
     ProgressParams,
+    RunFinished,
+    RunStarted,
     RunWarning,
     ThoughtDelta,
     ToolCallStarted,
@@ -104,38 +110,53 @@ class RunUpdates:
 
     def __call__(self, progress: ProgressParams) -> None:
         event = progress.event
-        if isinstance(event, MessageDelta):
-            self.send(
-                ContentChunk(
-                    session_update="agent_message_chunk",
-                    content=TextOut(text=event.text),
-                    message_id=event.message_id,
+        match event:
+            case MessageDelta(text=text, message_id=message_id):
+                self.send(
+                    ContentChunk(
+                        session_update="agent_message_chunk",
+                        content=TextOut(text=text),
+                        message_id=message_id,
+                    )
                 )
-            )
-        elif isinstance(event, ThoughtDelta):
-            self.send(
-                ContentChunk(
-                    session_update="agent_thought_chunk",
-                    content=TextOut(text=event.text),
-                    message_id=event.message_id,
+            case ThoughtDelta(text=text, message_id=message_id):
+                self.send(
+                    ContentChunk(
+                        session_update="agent_thought_chunk",
+                        content=TextOut(text=text),
+                        message_id=message_id,
+                    )
                 )
-            )
-        elif isinstance(event, ToolCallStarted):
-            self.kinds[event.tool_call_id] = event.tool_kind
-            start = tool_call_start(
-                event.tool_call_id, event.name, event.arguments, event.tool_kind, self.workspace
-            )
-            if event.diff is not None:  # the change it proposes, before it is asked or run
-                start.content = [proposed_content(event.diff, self.workspace)]
-            self.send(start)
-        elif isinstance(event, ToolCallUpdate):
-            self.send(self._update(event))
-        elif isinstance(event, CompactionStarted | CompactionFinished):
-            self._compaction(progress.run_id, event)
-        elif isinstance(event, RunWarning | Notice):
-            self._notice(progress.session_id, event)
-        elif isinstance(event, Plan):
-            self.send(plan_update(event.entries))
+            case ToolCallStarted():
+                self.send(self._start(event))
+            case ToolCallUpdate():
+                self.send(self._update(event))
+            case CompactionStarted() | CompactionFinished():
+                self._compaction(progress.run_id, event)
+            case RunWarning() | Notice():
+                self._notice(progress.session_id, event)
+            case Plan(entries=entries):
+                self.send(plan_update(entries))
+            case RunStarted() | IterationStarted() | IterationFinished():
+                pass  # ACP has no update for a run's or a model call's start or end
+            case RunFinished():
+                pass  # its stop reason answers session/prompt, its usage follows (acp/agent.py)
+            case HookRun():
+                pass  # ACP has no hook update: a block shows as the call's failure or the
+                # refused prompt, a failed or timed-out hook as a notice
+            case CheckpointRecorded():
+                pass  # ACP has no checkpoint update: `_tether/rewind` restores the files
+            case _:
+                assert_never(event)
+
+    def _start(self, event: ToolCallStarted) -> ToolCallStart:
+        self.kinds[event.tool_call_id] = event.tool_kind
+        start = tool_call_start(
+            event.tool_call_id, event.name, event.arguments, event.tool_kind, self.workspace
+        )
+        if event.diff is not None:  # the change it proposes, before it is asked or run
+            start.content = [proposed_content(event.diff, self.workspace)]
+        return start
 
     def _notice(self, session_id: str, event: RunWarning | Notice) -> None:
         """A ``notice`` update to a client that takes them; to the others the extension

@@ -1,14 +1,16 @@
-"""JSON-RPC 2.0 as newline-delimited JSON: one message per line, both ways.
+"""ACP's wire: JSON-RPC 2.0 as newline-delimited JSON, one message per line, both ways.
 
-Every request that carries an id gets exactly one response: a line that is not JSON is answered
-``-32700`` with ``id: null``, a message that is not JSON-RPC 2.0 ``-32600``, an unknown method
-``-32601``, bad params ``-32602`` (``data.fields`` names them), tether's errors their own codes
-(an unknown session is ACP's "resource not found", ``-32002``), and a bug ``-32603``. Requests
-run concurrently, each in its own task, so a long ``session/prompt`` does not hold up a
-``session/cancel``; ``$/cancel_request`` cancels one (it answers ``-32800``).
+The envelope checks, the router, our requests to the client and the exception -> error map are
+the core's (:mod:`tether.jsonrpc`), shared with tether's own protocol; what is ACP's is here:
+the framing (lines, ``MAX_LINE_BYTES`` at most), ``$/cancel_request {requestId}``, and the code
+table :data:`ACP_ERRORS` (an unknown session is ACP's "resource not found", ``-32002``; params
+that fail validation ``-32602`` with ``data.fields``; a bug ``-32603``).
 
-The connection also sends requests of its own to the client (:meth:`Connection.request`) and
-matches their responses by id; tether's ids are strings (``tether-1``, …).
+Every request that carries an id gets exactly one response. Handlers start in the order their
+requests arrive, each up to its first wait, so a ``session/cancel`` read with the
+``session/prompt`` it cancels finds the turn started; a long ``session/prompt`` then waits as a
+task and does not hold up what comes after it. ``$/cancel_request`` cancels one (it answers
+``-32800``). tether's own requests to the client have string ids (``tether-1``, …).
 """
 
 from __future__ import annotations
@@ -21,55 +23,59 @@ from typing import Any, Protocol
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from tether.protocol import ErrorCode, SessionNotFound, TetherError
-from tether.protocol.deep_requests import DEEP_REQUEST, DEEP_REQUEST_DATA, deep_request_id
+from tether.jsonrpc import envelope
+from tether.jsonrpc.envelope import ID_TYPES, EnvelopePolicy, Message, MsgId, Refusal
+from tether.jsonrpc.errors import (
+    ClientError,
+    ErrorObject,
+    ErrorTable,
+    RpcError,
+    error_object,
+    method_not_found,
+)
+from tether.jsonrpc.outgoing import OutgoingRequests
+from tether.jsonrpc.router import Handler, Router
+from tether.protocol import ErrorCode, SessionNotFound
+
+__all__ = [  # the core's names the rest of the ACP face takes from here
+    "ACP_ERRORS",
+    "AcpError",
+    "AcpWire",
+    "ClientError",
+    "Write",
+    "method_not_found",
+]
 
 logger = logging.getLogger(__name__)
 
 MAX_LINE_BYTES = 256 * 1024 * 1024
 RESOURCE_NOT_FOUND = -32002  # ACP's code for an unknown session
-MsgId = str | int
 Write = Callable[[bytes], None]
 
+AcpError = RpcError
+"""A handler's own error answer (the core's :class:`~tether.jsonrpc.errors.RpcError`)."""
 
-class Dispatcher(Protocol):
-    async def request(self, method: str, params: Any) -> Any:
-        """The result of a request (a model, or JSON-ready data); raises to answer an error."""
+
+class AcpMethods(Protocol):
+    """What serves ACP's methods (the agent): a handler per request, and the notifications."""
+
+    def handler(self, method: str) -> Handler:
+        """The handler of ``method``; raises to refuse the request (unknown method, say)."""
         ...
 
     def notification(self, method: str, params: Any) -> None: ...
 
 
-class AcpError(Exception):
-    """An error response: a code, a message for people, optional ``data``."""
+class AcpWire:
+    """One ACP client's JSON-RPC connection: lines in, handlers started, lines out."""
 
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(message)
-        self.code, self.message, self.data = code, message, data
-
-
-class ClientError(Exception):
-    """The client answered one of tether's requests with an error (``code`` None: with a
-    response that is neither a result nor an error)."""
-
-    def __init__(self, code: int | None, message: str) -> None:
-        super().__init__(message)
-        self.code, self.message = code, message
-
-
-def method_not_found(method: str) -> AcpError:
-    return AcpError(ErrorCode.METHOD_NOT_FOUND, f"method not found: {method}")
-
-
-class Connection:
-    def __init__(self, dispatcher: Dispatcher, write: Write) -> None:
-        self._dispatcher = dispatcher
+    def __init__(self, methods: AcpMethods, write: Write) -> None:
+        self._methods = methods
         self._write = write
         self._buffer = bytearray()
         self._skipping = False  # inside a line over the size limit
-        self._running: dict[MsgId, asyncio.Task[None]] = {}
-        self._pending: dict[str, asyncio.Future[Any]] = {}
-        self._next_id = 0
+        self._router = Router(ACP_ERRORS, self._send_result, self.refuse)
+        self._outgoing = OutgoingRequests(self._send_request, tell_withdrawn=None)
         self.closed = asyncio.Event()
 
     # -- bytes in ---------------------------------------------------------------------------
@@ -98,93 +104,57 @@ class Connection:
         if len(self._buffer) > MAX_LINE_BYTES:
             self._buffer = bytearray()
             self._skipping = True
-            self._send_error(None, AcpError(ErrorCode.PARSE_ERROR, "line over the size limit"))
+            self.refuse(None, error_object(ErrorCode.PARSE_ERROR, "line over the size limit"))
 
     def connection_lost(self) -> None:
         if self._buffer.strip() and not self._skipping:
             self._receive(bytes(self._buffer))  # a last line without its newline
         self._buffer = bytearray()
-        for future in self._pending.values():
-            if not future.done():
-                future.set_exception(ConnectionError("the client went away"))
+        self._outgoing.close("the client went away")
         self.closed.set()
 
     def _receive(self, line: bytes) -> None:
-        try:
-            message = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            request_id = deep_request_id(line)
-            if request_id is None:
-                self._send_error(None, AcpError(ErrorCode.PARSE_ERROR, f"parse error: {exc}"))
-            else:
-                error = AcpError(ErrorCode.INVALID_REQUEST, DEEP_REQUEST, DEEP_REQUEST_DATA)
-                self._send_error(request_id, error)
-            return
-        if not isinstance(message, dict):
-            reason = "batches are not supported" if isinstance(message, list) else "not an object"
-            self._send_error(None, AcpError(ErrorCode.INVALID_REQUEST, reason))
-            return
-        msg_id = message.get("id")
-        valid_id = isinstance(msg_id, str | int) and not isinstance(msg_id, bool)
-        method = message.get("method")
-        if message.get("jsonrpc") != "2.0" or ("id" in message and not valid_id):
-            self._send_error(msg_id if valid_id else None, _invalid("not JSON-RPC 2.0"))
-        elif method is None:
-            if valid_id:
-                self._answered(message)
-        elif not isinstance(method, str):
-            if valid_id:
-                self._send_error(msg_id, _invalid("method must be a string"))
-        elif isinstance(msg_id, str | int) and valid_id:
-            self._start(msg_id, method, message.get("params"))
+        message = envelope.decode(line)
+        if isinstance(message, Refusal):
+            self.refuse(message.msg_id, message.error)
         else:
-            self._notified(method, message.get("params"))
+            envelope.route(message, _ENVELOPE, self)
 
-    # -- requests from the client -----------------------------------------------------------
+    # -- requests from the client (envelope.Routes) -----------------------------------------
 
-    def _start(self, msg_id: MsgId, method: str, params: Any) -> None:
-        if msg_id in self._running:
-            self._send_error(msg_id, _invalid(f"request id {msg_id!r} is already in use"))
+    def on_request(self, msg_id: MsgId, method: str, params: Any, message: Message) -> None:
+        if msg_id in self._router.running:
+            self.refuse(msg_id, _invalid(f"request id {msg_id!r} is already in use"))
             return
-        task = asyncio.ensure_future(self._serve(msg_id, method, params))
-        self._running[msg_id] = task
-        task.add_done_callback(lambda _: self._running.pop(msg_id, None))
-
-    async def _serve(self, msg_id: MsgId, method: str, params: Any) -> None:
         try:
-            result = await self._dispatcher.request(method, params)
-        except asyncio.CancelledError:
-            self._send_error(msg_id, AcpError(ErrorCode.REQUEST_CANCELLED, "request cancelled"))
-            return
+            handler = self._methods.handler(method)
         except Exception as exc:
-            self._send_error(msg_id, error_of(exc))
+            self.refuse(msg_id, ACP_ERRORS.error_of(exc))
             return
-        if isinstance(result, BaseModel):
-            result = result.model_dump(mode="json", by_alias=True, exclude_none=True)
-        self._send({"jsonrpc": "2.0", "id": msg_id, "result": result})
+        # ACP's requests all carry an object: one without params is read as an empty one
+        self._router.start(msg_id, handler, {} if params is None else params)
 
-    def _notified(self, method: str, params: Any) -> None:
+    def on_notification(self, method: str, params: Any, message: Message) -> None:
         if method == "$/cancel_request":
             request_id = params.get("requestId") if isinstance(params, dict) else None
-            task = self._running.get(request_id) if isinstance(request_id, str | int) else None
-            if task is not None:
-                task.cancel()
+            if isinstance(request_id, ID_TYPES):
+                self._router.cancel(request_id)
             return
         try:
-            self._dispatcher.notification(method, params)
+            self._methods.notification(method, params)
         except Exception:
             logger.exception("could not handle the notification %s", method)
 
+    def on_response(self, message: Message) -> None:
+        self._outgoing.response(message)
+
     async def wait_all(self) -> None:
         """Wait for the requests still running to be answered."""
-        if self._running:
-            await asyncio.wait(list(self._running.values()))
+        await self._router.wait_all()
 
     async def cancel_all(self) -> None:
         """Cancel the requests still running (each answers ``-32800``) and wait for them."""
-        tasks = list(self._running.values())
-        for task in tasks:
-            task.cancel()
+        tasks = self._router.cancel_all()
         if tasks:
             await asyncio.wait(tasks)
 
@@ -192,44 +162,26 @@ class Connection:
 
     async def request(self, method: str, params: Any) -> Any:
         """Send a request to the client and return its result (:class:`ClientError` for an
-        error). Cancelling the await forgets the request: a late answer is ignored."""
-        if self.closed.is_set():
-            raise ConnectionError("the client went away")
-        self._next_id += 1
-        msg_id = f"tether-{self._next_id}"
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending[msg_id] = future
-        self._send({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
-        try:
-            return await future
-        finally:
-            self._pending.pop(msg_id, None)
+        error, :class:`ConnectionError` once the client is gone). Cancelling the await
+        withdraws the request: a late answer is dropped."""
+        return await self._outgoing.request(method, params)
 
-    def _answered(self, message: dict[str, Any]) -> None:
-        future = self._pending.get(message["id"]) if isinstance(message["id"], str) else None
-        if future is None or future.done():
-            return  # an answer to a request that was withdrawn, or to none
-        error = message.get("error")
-        if "result" in message:
-            future.set_result(message["result"])
-        elif isinstance(error, dict):
-            code = error.get("code")
-            future.set_exception(
-                ClientError(code if isinstance(code, int) else None, str(error.get("message")))
-            )
-        else:
-            future.set_exception(ClientError(None, "a response with neither result nor error"))
+    def _send_request(self, msg_id: MsgId, method: str, params: Any) -> None:
+        self._send({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
 
     # -- bytes out --------------------------------------------------------------------------
 
     def notify(self, method: str, params: Any) -> None:
         self._send({"jsonrpc": "2.0", "method": method, "params": params})
 
-    def _send_error(self, msg_id: MsgId | None, error: AcpError) -> None:
-        body: dict[str, Any] = {"code": int(error.code), "message": error.message}
-        if error.data is not None:
-            body["data"] = error.data
-        self._send({"jsonrpc": "2.0", "id": msg_id, "error": body})
+    def _send_result(self, msg_id: MsgId, result: Any) -> None:
+        if isinstance(result, BaseModel):
+            result = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+        self._send({"jsonrpc": "2.0", "id": msg_id, "result": result})
+
+    def refuse(self, msg_id: MsgId | None, error: ErrorObject) -> None:
+        """Answer request ``msg_id`` (``None``: a message whose id is unknown) with ``error``."""
+        self._send({"jsonrpc": "2.0", "id": msg_id, "error": error})
 
     def _send(self, message: dict[str, Any]) -> None:
         try:
@@ -237,8 +189,8 @@ class Connection:
         except TypeError:  # a bug: a request still gets its one response
             logger.exception("could not encode a message")
             if "result" in message:
-                error = AcpError(ErrorCode.INTERNAL_ERROR, "a result that cannot be encoded")
-                self._send_error(message["id"], error)
+                error = error_object(ErrorCode.INTERNAL_ERROR, "a result that cannot be encoded")
+                self.refuse(message["id"], error)
             return
         try:
             self._write(line)
@@ -246,24 +198,31 @@ class Connection:
             logger.debug("could not write to the client", exc_info=True)
 
 
-def _invalid(message: str) -> AcpError:
-    return AcpError(ErrorCode.INVALID_REQUEST, message)
+_ENVELOPE = EnvelopePolicy(answer_unaddressed=True, object_params=False)
+"""ACP: every fault with the envelope is answered; params are the handlers' to validate."""
 
 
-def error_of(exc: Exception) -> AcpError:
-    """The one place an exception becomes an error response."""
-    if isinstance(exc, AcpError):
-        return exc
-    if isinstance(exc, SessionNotFound):
-        return AcpError(RESOURCE_NOT_FOUND, exc.message, exc.data)
-    if isinstance(exc, TetherError):
-        return AcpError(exc.code, exc.message, exc.data)
-    if isinstance(exc, ValidationError):
-        fields = [
-            {"field": ".".join(str(part) for part in error["loc"]), "message": error["msg"]}
-            for error in exc.errors(include_url=False, include_input=False)
-        ]
-        listed = "; ".join(f"{f['field']}: {f['message']}" for f in fields[:5])
-        return AcpError(ErrorCode.INVALID_PARAMS, f"invalid params: {listed}", {"fields": fields})
-    logger.error("internal error", exc_info=exc)
-    return AcpError(ErrorCode.INTERNAL_ERROR, "internal error (see the agent's log)")
+def _invalid(message: str) -> ErrorObject:
+    return error_object(ErrorCode.INVALID_REQUEST, message)
+
+
+def _invalid_params(exc: ValidationError) -> ErrorObject:
+    """ACP's handlers validate params as they read them: a failure names the fields."""
+    fields = [
+        {"field": ".".join(str(part) for part in error["loc"]), "message": error["msg"]}
+        for error in exc.errors(include_url=False, include_input=False)
+    ]
+    listed = "; ".join(f"{f['field']}: {f['message']}" for f in fields[:5])
+    return error_object(ErrorCode.INVALID_PARAMS, f"invalid params: {listed}", {"fields": fields})
+
+
+def _see_the_log(exc: BaseException) -> str:
+    return "internal error (see the agent's log)"
+
+
+ACP_ERRORS = ErrorTable(
+    codes={SessionNotFound: RESOURCE_NOT_FOUND},
+    validation=_invalid_params,
+    internal=_see_the_log,
+)
+"""ACP's codes: an unknown session is "resource not found"; a ValidationError is invalid params."""

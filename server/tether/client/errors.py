@@ -15,7 +15,8 @@ Hierarchy (clients decide by class or by ``code``)::
     ├── ProviderFailedError         -32012
     ├── ConfigInvalidError          -32013  ``key``
     ├── WorkspaceInvalidError       -32014
-    └── StoreFailedError            -32015  ``reason``: disk-full, read-only, corrupt...
+    ├── StoreFailedError            -32015  ``reason``: disk-full, read-only, corrupt...
+    └── PromptRefusedError          -32016  ``hook``, ``reason``: a hook refused the prompt
 
 A code not in the table raises :class:`TetherClientError` itself.
 """
@@ -176,6 +177,25 @@ class StoreFailedError(_CodedError):
         return value if isinstance(value, str) else None
 
 
+class PromptRefusedError(_CodedError):
+    """A ``user_prompt_submit`` hook of the server's configuration refused the prompt of a
+    ``kernel/run``: nothing was stored."""
+
+    CODE = ErrorCode.PROMPT_REFUSED
+
+    @property
+    def hook(self) -> str | None:
+        """The name of the hook that refused it."""
+        value = self._data_field("hook")
+        return value if isinstance(value, str) else None
+
+    @property
+    def reason(self) -> str | None:
+        """What the hook said (its stderr, or its ``reason``)."""
+        value = self._data_field("reason")
+        return value if isinstance(value, str) else None
+
+
 ERRORS: dict[int, type[_CodedError]] = {
     cls.CODE: cls
     for cls in (
@@ -192,6 +212,7 @@ ERRORS: dict[int, type[_CodedError]] = {
         ConfigInvalidError,
         WorkspaceInvalidError,
         StoreFailedError,
+        PromptRefusedError,
     )
 }
 """The one table from an error code to its exception class."""

@@ -31,6 +31,7 @@ from tether.client.connection import Connection
 from tether.client.errors import InvalidParamsError, MethodNotFoundError, SessionNotFoundError
 from tether.client.run import Run, RunRouter
 from tether.protocol.base import WireModel
+from tether.protocol.checkpoints import CheckpointInfo, CheckpointsResult, RewindResult
 from tether.protocol.kernel import (
     CancelResult,
     CompactResult,
@@ -316,16 +317,45 @@ class TetherClient:
         title: str | None = None,
         tools: Sequence[str] | None = None,
         allowed_models: Sequence[str] | None = None,
+        restore_files: bool = False,
     ) -> Session:
-        """``session/fork``: a new session sharing the history up to ``at_message_id``."""
+        """``session/fork``: a new session sharing the history up to ``at_message_id``; with
+        ``restore_files``, the workspace's files are put back to that point too."""
         params = _params(
             sessionId=session_id,
             atMessageId=at_message_id,
             title=title,
             tools=None if tools is None else list(tools),
             allowedModels=None if allowed_models is None else list(allowed_models),
+            restoreFiles=restore_files or None,
         )
         return Session.model_validate(await self.request("session/fork", params))
+
+    async def checkpoints(self, session_id: str) -> list[CheckpointInfo]:
+        """``session/checkpoints``: what each turn of the session changed in its files."""
+        result = await self.request("session/checkpoints", {"sessionId": session_id})
+        return CheckpointsResult.model_validate(result).checkpoints
+
+    async def rewind(
+        self,
+        session_id: str,
+        message_id: str,
+        *,
+        files: bool = True,
+        history: bool = False,
+        force: bool = False,
+    ) -> RewindResult:
+        """``session/rewind``: back to the state before the turn whose prompt is
+        ``message_id`` (``run_started.userMessageId``): its files and the later turns' put back,
+        with ``history`` that prompt and every later message removed."""
+        params = {
+            "sessionId": session_id,
+            "messageId": message_id,
+            "files": files,
+            "history": history,
+            "force": force,
+        }
+        return RewindResult.model_validate(await self.request("session/rewind", params))
 
     async def clear(self, session_id: str) -> Session:
         """``session/clear``: the session without its messages, settings kept."""

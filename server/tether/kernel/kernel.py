@@ -27,7 +27,9 @@ from tether.config import ProviderConfig, TetherConfig, data_home, user_config_p
 from tether.kernel import compaction, structured
 from tether.kernel.access import check_access
 from tether.kernel.approval import Approver, Gate, offered
+from tether.kernel.checkpoints import Checkpoints
 from tether.kernel.history import in_model_order
+from tether.kernel.hooks import Hooks
 from tether.kernel.plans import StorePlan
 from tether.kernel.run import Emit, LeaseState, Run, RunSetup, cancelling, not_cancelled
 from tether.kernel.state import StoreState
@@ -107,6 +109,7 @@ class Kernel:
         warnings: WarningSource = lambda workspace: (),
         secrets: SecretsOf | None = None,
         instructions: InstructionLoader | None = None,
+        checkpoints: Checkpoints | None = None,
     ) -> None:
         """``config`` gives the configuration of a run from its session's workspace folder,
         after ``load_config`` (when given) has read it off the event loop.
@@ -129,6 +132,7 @@ class Kernel:
         self._warnings = warnings
         self._secrets = secrets or _configured_secrets
         self._approver = approver
+        self._checkpoints = checkpoints  # None: runs record none
         self._counter = counter or EstimatingCounter()  # for the history window
         self._runs: dict[str, asyncio.Task[RunResult]] = {}
         self._giving_back: set[asyncio.Future[None]] = set()  # leases of cancelled claims
@@ -365,7 +369,9 @@ class Kernel:
             plan = StorePlan(self._store, session.session_id)
             run = Run(await self._setup(session, params, run_id, emit, state, plan))
             plan.bind(run.emit)
-            if session.title is None:
+            # A prompt a hook may refuse names no session before it is let in.
+            title_later = session.title is None and run.prompt_screened
+            if session.title is None and not title_later:
                 await self._title(session.session_id, params.prompt)
         except asyncio.CancelledError:  # cancelled before it began: nothing was recorded
             if not cancelling():
@@ -379,7 +385,10 @@ class Kernel:
         except TetherError as exc:
             self._add_warnings(exc, None if session is None else _local_workspace(session))
             raise
-        return await run.execute(params.prompt)
+        result = await run.execute(params.prompt)
+        if title_later:
+            await self._title(session.session_id, params.prompt)
+        return result
 
     async def _title(self, session_id: str, prompt: Content) -> None:
         """An untitled session is named after the first line of its first prompt (whichever
@@ -429,22 +438,24 @@ class Kernel:
             session.system_prompt or config.kernel.system_prompt, instructions.text, memory.text
         )
         specs = offered(_allowed(executor.list(), session.tools, params.tools), session.mode)
+        context = ToolContext(
+            workspace=workspace,
+            session_id=session.session_id,
+            run_id=run_id,
+            state=StoreState(self._store, session.session_id),
+            plan=plan,
+            hidden_env=_hidden_env(config),
+            secrets=self._secrets(config, session.session_id),
+            sandbox=sandbox_policy(config),
+            search=config.tools.search,
+        )
         return RunSetup(
             session_id=session.session_id,
             store=self._store,
             provider=provider,
             tools=executor,
             tool_specs=specs,
-            context=ToolContext(
-                workspace=workspace,
-                session_id=session.session_id,
-                run_id=run_id,
-                state=StoreState(self._store, session.session_id),
-                plan=plan,
-                hidden_env=_hidden_env(config),
-                secrets=self._secrets(config, session.session_id),
-                sandbox=sandbox_policy(config),
-            ),
+            context=context,
             model=provider_config.model or "",
             system=system,
             max_iterations=params.max_iterations or config.kernel.max_iterations,
@@ -464,6 +475,10 @@ class Kernel:
             warnings=warnings,
             lease=state,
             author=params.author or session.agent_id,
+            hooks=Hooks(config.hooks, context) if config.hooks else None,
+            checkpoints=None
+            if self._checkpoints is None
+            else self._checkpoints.recorder(session.session_id, run_id, workspace),
         )
 
     async def _folder_config(self, folder: Path | None) -> TetherConfig:
@@ -528,12 +543,13 @@ def _hidden_env(config: TetherConfig) -> frozenset[str]:
 def sandbox_policy(config: TetherConfig, *, mcp: bool = False) -> SandboxPolicy:
     """The OS sandbox of commands (``tools.sandbox``), or with ``mcp`` of the MCP servers
     tether starts (``tools.mcp_sandbox``, network allowed). tether's user configuration
-    directory and data directory stay read-only to them, should ``tools.sandbox_writable``
-    hold one."""
+    directory, data directory and checkpoint store stay read-only to them, should
+    ``tools.sandbox_writable`` hold one."""
     tools = config.tools
     user_config = user_config_path(os.environ)
     state = ([str(user_config.parent)] if user_config is not None else []) + [
-        str(data_home(os.environ))
+        str(data_home(os.environ)),
+        str(config.checkpoints.root(os.environ)),  # a checkpoint store configured elsewhere
     ]
     return SandboxPolicy(
         mode=tools.mcp_sandbox if mcp else tools.sandbox,

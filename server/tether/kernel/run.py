@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,9 +24,20 @@ from typing import Any, NoReturn, assert_never
 
 from tether.kernel import compaction, structured
 from tether.kernel.approval import Gate
+from tether.kernel.checkpoints import RunCheckpoints
 from tether.kernel.history import in_model_order
+from tether.kernel.hooks import Hooks, tool_input
 from tether.kernel.window import HistoryWindow, TokenCounter
-from tether.protocol import Content, Message, MessageInput, Role, RunLeaseLost, ToolCall
+from tether.protocol import (
+    Content,
+    Message,
+    MessageInput,
+    PromptRefused,
+    Role,
+    RunLeaseLost,
+    TextBlock,
+    ToolCall,
+)
 from tether.protocol.kernel import (
     IterationFinished,
     IterationStarted,
@@ -45,7 +57,14 @@ from tether.protocol.kernel import (
     Usage,
 )
 from tether.protocol.kernel import ThoughtDelta as Thought
-from tether.protocol.messages import CANCELLED_KEY, DIFF_KEY, TOOL_KINDS_KEY, USAGE_KEY
+from tether.protocol.messages import (
+    CANCELLED_KEY,
+    DIFF_KEY,
+    HOOK_KEY,
+    STOP_REASON_KEY,
+    TOOL_KINDS_KEY,
+    USAGE_KEY,
+)
 from tether.protocol.tools import ProposedChange, ToolKind, ToolSpec
 from tether.providers.base import Completion, ModelRequest, Provider, TextDelta, ThoughtDelta
 from tether.sessions.ids import uuid7
@@ -140,6 +159,8 @@ class RunSetup:
     warnings: Sequence[RunWarning] = ()  # sent after run_started, kept in the result
     lease: LeaseState = field(default_factory=LeaseState)
     author: str | None = None  # of the assistant and tool messages the run writes
+    hooks: Hooks | None = None  # the user's [[hooks.*]]; None: none configured
+    checkpoints: RunCheckpoints | None = None  # records what edit and execute calls change
 
 
 class Run:
@@ -163,17 +184,25 @@ class Run:
         self._results: dict[str, ToolResult] = {}
         self._kinds: dict[str, ToolKind] = {}  # tool call id -> the kind its tool_call said
         self._streaming: tuple[str, list[str]] | None = None  # an answer not yet persisted
+        self._prompt_id = ""  # the run's user message
+        self._hooks = setup.hooks
+        self._hook_blocked: dict[str, ToolResult] = {}  # call id -> a pre_tool_use block
+        self._hook_context: dict[str, str] = {}  # call id -> what pre_tool_use hooks added
+        self._stop_hook_active = False  # a stop hook already kept the run going
+
+    @property
+    def prompt_screened(self) -> bool:
+        """Whether a ``user_prompt_submit`` hook may refuse the prompt."""
+        return self._hooks is not None and self._hooks.has("user_prompt_submit")
 
     async def execute(self, prompt: Content) -> RunResult:
         """The whole run; cancellation ends it with ``stopReason: "cancelled"``."""
         await self._answer_dangling_calls()
         self._history = self._view = in_model_order(self._history)
-        [user] = await self._persist([MessageInput(role=Role.USER, content=prompt)])
-        self._view = compaction.compacted_view(self._history)
-        self._turn_start = len(self._view) - 1
-        if self._window is not None:
-            self._window.index(self._view)  # counts the history once, as the run starts
-        self._emit(RunStarted(max_iterations=self._setup.max_iterations, user_message_id=user.id))
+        user_id = self._prompt_id = uuid7()
+        if self._hooks is None:  # stored before run_started (with hooks, once they let it in)
+            await self._start_turn(prompt, user_id)
+        self._emit(RunStarted(max_iterations=self._setup.max_iterations, user_message_id=user_id))
         for warning in self._setup.warnings:
             self._emit(warning)
         redact = self._setup.context.secrets.redact
@@ -185,6 +214,10 @@ class Run:
                 )
             )
         try:
+            if self._hooks is not None:
+                await self._start_turn(
+                    prompt, user_id, *await self._prompt_hooks(self._hooks, prompt)
+                )
             stop = await self._loop()
         except asyncio.CancelledError:
             if not cancelling():
@@ -195,6 +228,39 @@ class Run:
         await self._add_usage()
         self._emit(RunFinished(stop_reason=stop, iterations=self.iterations))
         return self.result(stop)
+
+    async def _start_turn(
+        self,
+        prompt: Content,
+        user_id: str,
+        before: Sequence[MessageInput] = (),
+        after: Sequence[MessageInput] = (),
+    ) -> None:
+        """Store the prompt (with what hooks added around it), and start the view there."""
+        messages = [*before, MessageInput(role=Role.USER, content=prompt), *after]
+        ids = [uuid7() for _ in before] + [user_id] + [uuid7() for _ in after]
+        stored = await self._persist(messages, ids=ids)
+        self._view = compaction.compacted_view(self._history)
+        self._turn_start = len(self._view) - len(stored)
+        if self._window is not None:
+            self._window.index(self._view)  # counts the history once, as the run starts
+
+    async def _prompt_hooks(
+        self, hooks: Hooks, prompt: Content
+    ) -> tuple[list[MessageInput], list[MessageInput]]:
+        """``session_start`` (before a session's first prompt) and ``user_prompt_submit``: the
+        context they add, as system messages before and after the prompt. ``PromptRefused`` when
+        a ``user_prompt_submit`` hook blocks (a ``session_start`` hook cannot block)."""
+        before: list[MessageInput] = []
+        if not self._history:
+            started = await hooks.run("session_start", {"source": "startup"}, self._emit)
+            before = _hook_messages(started.context, "session_start")
+        submitted = await hooks.run(
+            "user_prompt_submit", {"prompt": prompt_text(prompt)}, self._emit
+        )
+        if submitted.blocked is not None:
+            raise PromptRefused(submitted.blocked_by or "", submitted.blocked)
+        return before, _hook_messages(submitted.context, "user_prompt_submit")
 
     async def _stop_cancelled(self) -> StopReason:
         """Cancelled: the unfinished calls get "cancelled". Cancelled because the lease was
@@ -283,7 +349,11 @@ class Run:
         if not calls:
             self._emit(IterationFinished(iteration=self.iterations, tool_calls=0))
             cut = CUT_ANSWERS.get(completion.finish_reason or "")
-            return Final(cut) if cut is not None else await self._final_answer()
+            if cut is not None:
+                return Final(cut)
+            if self._hooks is not None and (kept := await self._stop_hooks(self._hooks)):
+                return kept
+            return await self._final_answer()
         await self._act(calls)
         await self._persist_results()
         self._emit(IterationFinished(iteration=self.iterations, tool_calls=len(calls)))
@@ -291,7 +361,8 @@ class Run:
 
     def _assistant_metadata(self, completion: Completion) -> dict[str, Any] | None:
         """What the provider needs sent back (thinking blocks), and what a replay needs: the
-        kind of each tool called (``toolKinds``, but ``other``) and the usage of this model call."""
+        kind of each tool called (``toolKinds``, but ``other``), the usage of this model call, and
+        why the run ends on it when the model cut it short (``stopReason``)."""
         metadata = dict(completion.metadata or {})
         for call in completion.tool_calls:
             spec = self._allowed.get(call.name)
@@ -302,7 +373,31 @@ class Run:
             metadata[TOOL_KINDS_KEY] = kinds
         if completion.usage is not None:
             metadata[USAGE_KEY] = completion.usage.to_wire()
+        cut = CUT_ANSWERS.get(completion.finish_reason or "")
+        if cut is not None and not completion.tool_calls:  # the run ends on it, saying why
+            metadata[STOP_REASON_KEY] = str(cut)
         return metadata or None
+
+    async def _stop_hooks(self, hooks: Hooks) -> Step | None:
+        """``stop``: a hook that blocks has the model told its reason (a user message) and the
+        run go on, while iterations are left (else the run ends ``max_iterations``)."""
+        verdict = await hooks.run(
+            "stop",
+            {"stop_hook_active": self._stop_hook_active, "response": self.response},
+            self._emit,
+        )
+        if verdict.blocked is None:
+            return None
+        if self.iterations >= self._setup.max_iterations:
+            return Final(StopReason.MAX_ITERATIONS)
+        self._stop_hook_active = True
+        note = MessageInput(
+            role=Role.USER,
+            content=f"A stop hook did not let the run end: {verdict.blocked}",
+            metadata={HOOK_KEY: "stop"},
+        )
+        await self._persist([note])
+        return RunAgain()
 
     async def _final_answer(self) -> Step:
         """The run ends, unless its answer fails the output schema and may be asked again."""
@@ -410,14 +505,66 @@ class Run:
         question carry it."""
         self._results = {}
         try:
+            if self._hooks is not None:
+                calls = await asyncio.gather(*(self._before_tool(self._hooks, c) for c in calls))
             changes = await self._proposed_changes(calls)
         except asyncio.CancelledError:
             self._announce(calls, {})  # each call is shown before its end (cancelled) is
             raise
         self._announce(calls, changes)
-        async with asyncio.TaskGroup() as group:  # one failing cancels the others
-            for call in calls:
-                group.create_task(self._call(call, changes.get(call.id)))
+        recorder = self._setup.checkpoints
+        if recorder is not None:
+            kinds = [self._kinds.get(call.id, ToolKind.OTHER) for call in calls]
+            await recorder.before(kinds, self._emit)
+        try:
+            async with asyncio.TaskGroup() as group:  # one failing cancels the others
+                for call in calls:
+                    group.create_task(self._call(call, changes.get(call.id)))
+        finally:
+            if recorder is not None:  # what the calls changed, even when cancelled
+                await asyncio.shield(recorder.after(self._prompt_id, self._emit))
+
+    async def _before_tool(self, hooks: Hooks, call: ToolCall) -> ToolCall:
+        """``pre_tool_use``: the call as its hooks leave it (``updatedInput``); a block is kept
+        as the call's result, the context they add for its result."""
+        if call.name not in self._allowed:  # not on offer: it fails anyway
+            return call
+        verdict = await hooks.run(
+            "pre_tool_use",
+            {"tool_name": call.name, "tool_input": tool_input(call.arguments)},
+            self._emit,
+            tool_name=call.name,
+            tool_call_id=call.id,
+        )
+        if verdict.blocked is not None:
+            self._hook_blocked[call.id] = ToolResult(verdict.blocked, is_error=True)
+            return call
+        if verdict.context:
+            self._hook_context[call.id] = verdict.context
+        if verdict.updated_input is not None:
+            return call.model_copy(update={"arguments": json.dumps(verdict.updated_input)})
+        return call
+
+    async def _after_tool(self, hooks: Hooks, call: ToolCall, result: ToolResult) -> ToolResult:
+        """``post_tool_use``: a block fails the call (its reason first, the tool's own result
+        after it: the tool did run); the context hooks added joins the result."""
+        verdict = await hooks.run(
+            "post_tool_use",
+            {
+                "tool_name": call.name,
+                "tool_input": tool_input(call.arguments),
+                "tool_result": self._redacted(result).content,
+                "is_error": result.is_error,
+            },
+            self._emit,
+            tool_name=call.name,
+            tool_call_id=call.id,
+        )
+        parts = [verdict.blocked, result.content, self._hook_context.pop(call.id, None)]
+        parts.append(verdict.context)
+        content = "\n\n".join(part for part in parts if part)
+        is_error = result.is_error or verdict.blocked is not None
+        return dataclasses.replace(result, content=content, is_error=is_error)
 
     def _announce(self, calls: Sequence[ToolCall], changes: dict[str, ProposedChange]) -> None:
         """The ``tool_call`` event of each call, with the change an edit proposes."""
@@ -495,6 +642,9 @@ class Run:
         if spec is None:
             self._emit(ToolCallUpdate(tool_call_id=call.id, status=ToolCallStatus.IN_PROGRESS))
             return ToolResult(self._not_available(call.name), True)
+        blocked = self._hook_blocked.pop(call.id, None)
+        if blocked is not None:
+            return blocked
         workspace = self._setup.context.workspace
         protected = self._setup.tools.protected(call.name, call.arguments, workspace)
         refusal = await self._setup.approval.check(spec, call, protected, change)
@@ -507,7 +657,10 @@ class Run:
             progress=self._progress_of(call),
             protected_approved=protected is not None,
         )
-        return await self._setup.tools.execute(call.name, call.arguments, context)
+        result = await self._setup.tools.execute(call.name, call.arguments, context)
+        if self._hooks is not None:
+            result = await self._after_tool(self._hooks, call, result)
+        return result
 
     def _not_available(self, name: str) -> str:
         """Why a tool is not on offer: the failure of its source (an MCP server that did not
@@ -664,3 +817,17 @@ class Run:
                 session_id=self._setup.session_id, run_id=self.run_id, seq=self._seq, event=event
             )
         )
+
+
+def _hook_messages(context: str | None, event: str) -> list[MessageInput]:
+    """What a hook added for the model, as a system message of the history (none: nothing)."""
+    if not context:
+        return []
+    return [MessageInput(role=Role.SYSTEM, content=context, metadata={HOOK_KEY: event})]
+
+
+def prompt_text(prompt: Content) -> str:
+    """The text of a prompt (its text blocks, one after the other)."""
+    if isinstance(prompt, str):
+        return prompt
+    return "\n".join(block.text for block in prompt if isinstance(block, TextBlock))

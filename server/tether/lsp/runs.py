@@ -35,6 +35,7 @@ from tether.lsp.transcripts import Turn, append_turn, transcript_path
 from tether.protocol import CreateSessionParams, ListSessionsParams, TetherError
 from tether.protocol.errors import RequestCancelled
 from tether.protocol.kernel import (
+    Notice,
     PermissionParams,
     PermissionResult,
     ProgressParams,
@@ -60,6 +61,7 @@ logger = logging.getLogger(__name__)
 ALLOW, ALWAYS, REJECT = "Allow", "Always allow", "Reject"
 _OUTCOMES = {ALLOW: "allow", ALWAYS: "allow_always", REJECT: "reject"}
 _INFO, _WARNING, _ERROR = 3, 2, 1  # MessageType
+_MESSAGE_TYPES = {"info": _INFO, "warning": _WARNING, "error": _ERROR}  # of a notice's level
 MAX_BACKLOG = 100  # reports kept while the turn's token is being made (the latest)
 MAX_SHOWN_CHARS = 4000  # of an answer shown with window/showMessage
 MAX_DOCUMENT_BYTES = 8 * 1024 * 1024  # of a document read from the disk for a turn's prompt
@@ -216,6 +218,16 @@ class Runs:
             return False
         return self.app.kernel.cancel(session_id)
 
+    async def undo(self, uri: str | None = None) -> dict[str, Any]:
+        """``tether.undo``: the files of the last turn that changed any, in the current session
+        of the workspace folder of the document ``uri``, put back (the kernel's undo)."""
+        session_id, _ = await self._session(self._folder_of(uri))
+        undone = await self.app.checkpoints().undo(session_id)
+        count = len(undone.restored) + len(undone.removed)
+        message = f"tether: the last turn's changes to {count} file(s) are undone"
+        self.app.notify("window/showMessage", {"type": _INFO, "message": message})
+        return undone.model_dump(mode="json", by_alias=True)
+
     async def new_session(self, uri: str | None = None) -> dict[str, Any]:
         """A new session for the next turns in the workspace folder of the document ``uri``
         (else the default workspace)."""
@@ -322,14 +334,22 @@ class Runs:
         return any(turn.session_id == session_id for turn in self.active)
 
     def _event(self, turn: _Turn, params: ProgressParams) -> None:
-        """An event of the turn's run: kept for its transcript, and reported on its token."""
+        """An event of the turn's run: kept for its transcript, and reported on its token; a
+        notice (an MCP server that did not start) is told with ``window/showMessage``."""
         event = params.event
         turn.record.add(event)
         value = turn.progress.value(event)
-        if isinstance(event, RunStarted) and not turn.began.done():
-            turn.began.set_result(params.run_id)
-            self._start_reporting(turn)
-        elif value is not None and turn.token is not None:
+        match event:
+            case RunStarted() if not turn.began.done():
+                turn.began.set_result(params.run_id)
+                self._start_reporting(turn)
+                return  # its begin is sent once the token is made
+            case Notice(level=level, message=message):
+                notice = {"type": _MESSAGE_TYPES[level], "message": f"tether: {message}"}
+                self.app.notify("window/showMessage", notice)
+            case _:
+                pass  # the transcript and the progress values above take every kind
+        if value is not None and turn.token is not None:
             self.app.notify("$/progress", {"token": turn.token, "value": value})
         elif value is not None and turn.backlog is not None:
             turn.backlog.append(value)

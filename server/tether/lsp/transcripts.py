@@ -14,17 +14,30 @@ import shutil
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import assert_never
 
 from tether.kernel.approval import REJECTED_RESULT
 from tether.protocol.kernel import (
+    CheckpointRecorded,
+    CompactionFinished,
+    CompactionStarted,
+    HookRun,
+    IterationFinished,
+    IterationStarted,
     MessageDelta,
+    Notice,
     ProgressEvent,
+    RunFinished,
     RunResult,
+    RunStarted,
+    RunWarning,
     StopReason,
+    ThoughtDelta,
     ToolCallStarted,
     ToolCallStatus,
     ToolCallUpdate,
 )
+from tether.protocol.plans import Plan
 
 SHOWN_PREFIX = "transcript-"
 
@@ -68,8 +81,23 @@ class Turn:
             case ToolCallUpdate(tool_call_id=call_id, status=status, error=error):
                 if call_id in self._calls:
                     self._calls[call_id].outcome = _outcome(status, error)
+            case ThoughtDelta():
+                pass  # the transcript keeps the answer, not the reasoning that led to it
+            case RunStarted() | IterationStarted() | IterationFinished() | RunFinished():
+                pass  # a model call's text is a paragraph of its own; the end is the result's
+            case CompactionStarted() | CompactionFinished():
+                pass  # a summary of older turns is not part of this one
+            case RunWarning() | Notice():
+                pass  # not part of the turn: a notice is told with window/showMessage
+                # (lsp/runs.py), a workspace file left out once by App.warn
+            case HookRun():
+                pass  # a block shows as the call's failure; a failed hook sends a notice
+            case CheckpointRecorded():
+                pass  # the turn's edits are listed with its calls; `tether.undo` restores them
+            case Plan():
+                pass  # the plan is the session's, not the turn's: session/get gives it
             case _:
-                pass
+                assert_never(event)
 
     @property
     def text(self) -> str:

@@ -13,7 +13,8 @@ Hierarchy::
     ├── ProviderError           -32012  the model endpoint failed after retries
     ├── ConfigError             -32013  invalid configuration
     ├── WorkspaceError          -32014  workspace missing, or a path outside it
-    └── StoreError              -32015  the session store failed (``data.reason`` says how)
+    ├── StoreError              -32015  the session store failed (``data.reason`` says how)
+    └── PromptRefused           -32016  a ``user_prompt_submit`` hook refused the prompt
 
 Nothing here does I/O; the rpc layer turns any ``TetherError`` into a response in one place.
 """
@@ -38,6 +39,7 @@ class ErrorCode(IntEnum):
     CONFIG_ERROR = -32013
     WORKSPACE_ERROR = -32014
     STORE_ERROR = -32015
+    PROMPT_REFUSED = -32016
 
 
 class TetherError(Exception):
@@ -154,3 +156,16 @@ class StoreError(TetherError):
     def __init__(self, reason: StoreFault, message: str) -> None:
         super().__init__(message, {"reason": reason})
         self.reason: StoreFault = reason
+
+
+class PromptRefused(TetherError):
+    """A ``user_prompt_submit`` hook refused the prompt: the run recorded nothing. ``data`` is
+    ``{hook, reason}`` (the hook's name, and what it said, with the configured secrets
+    redacted)."""
+
+    code = ErrorCode.PROMPT_REFUSED
+
+    def __init__(self, hook: str, reason: str) -> None:
+        super().__init__(
+            f"the prompt was refused by a hook: {reason}", {"hook": hook, "reason": reason}
+        )

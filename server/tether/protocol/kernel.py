@@ -129,8 +129,9 @@ class RunWarning(WireModel):
 
 class Notice(WireModel):
     """Something a person should know about a run that is neither an error of the request nor
-    part of a tool call: today, a source of tools (an MCP server) that failed to start, named
-    with its reason in ``data: {source, reason}``. Sent after ``run_started``."""
+    part of a tool call: a source of tools (an MCP server) that failed to start, named with its
+    reason in ``data: {source, reason}``, sent after ``run_started``; a hook that failed or timed
+    out, sent after its ``hook`` event."""
 
     kind: Literal["notice"] = "notice"
     level: Literal["info", "warning", "error"] = "warning"
@@ -246,6 +247,43 @@ class CompactionFinished(WireModel):
     error: str | None = None
 
 
+HookEventName = Literal[
+    "pre_tool_use", "post_tool_use", "user_prompt_submit", "stop", "session_start"
+]
+
+
+class HookRun(WireModel):
+    """A configured hook ran (``[[hooks.<event>]]``): ``ok`` (exit 0), ``blocked`` (exit 2, or a
+    ``{"decision": "block"}`` answer: ``message`` is the reason the model or the user is given),
+    ``error`` (another exit code, or it could not start: a warning, the run goes on) or
+    ``timeout`` (killed with its processes once its timeout passed; the run goes on)."""
+
+    kind: Literal["hook"] = "hook"
+    name: str = Field(description="the hook's `name`, else its command")
+    event: HookEventName
+    outcome: Literal["ok", "blocked", "error", "timeout"]
+    duration_ms: float = Field(ge=0, description="how long the hook ran, in milliseconds")
+    tool_call_id: str | None = Field(
+        default=None, description="pre_tool_use and post_tool_use: the call it ran for"
+    )
+    exit_code: int | None = Field(default=None, description="omitted when it was killed")
+    message: str | None = Field(
+        default=None, description="blocked: the reason; error or timeout: what went wrong"
+    )
+
+
+class CheckpointRecorded(WireModel):
+    """The run changed the workspace's files and tether recorded it: ``session/rewind`` at its
+    prompt restores them. Sent again as a later step of the run widens ``files``."""
+
+    kind: Literal["checkpoint"] = "checkpoint"
+    checkpoint_id: str
+    files: list[str] = Field(default_factory=list, description="the paths changed so far")
+    skipped: list[str] | None = Field(
+        default=None, description="changed paths a size cap left untracked"
+    )
+
+
 class RunFinished(WireModel):
     kind: Literal["run_finished"] = "run_finished"
     stop_reason: StopReason
@@ -265,7 +303,9 @@ ProgressEvent = Annotated[
     | CompactionStarted
     | CompactionFinished
     | Notice
-    | Plan,
+    | Plan
+    | HookRun
+    | CheckpointRecorded,
     Field(discriminator="kind"),
 ]
 

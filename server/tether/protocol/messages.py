@@ -26,7 +26,9 @@ USAGE_KEY = "usage"  # an assistant message: the tokens its model call used (a U
 CANCELLED_KEY = (
     "cancelled"  # an assistant message: true, the text an answer streamed until cancelled
 )
+STOP_REASON_KEY = "stopReason"  # an answer the model cut short: max_tokens or refusal
 DIFF_KEY = "diff"  # a tool message: the unified diff of what an edit changed
+HOOK_KEY = "hook"  # a message a hook's answer added: the event ("stop", "user_prompt_submit"...)
 
 
 class Role(StrEnum):

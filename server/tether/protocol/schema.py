@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from tether.protocol import kernel, lifecycle, messages, sessions
+from tether.protocol import checkpoints, kernel, lifecycle, messages, sessions
 
 JsonSchemaMode = Literal["validation", "serialization"]
 
@@ -25,6 +25,8 @@ _INPUTS: list[type[BaseModel]] = [
     sessions.ForkSessionParams,
     sessions.ClearSessionParams,
     sessions.DeleteSessionParams,
+    checkpoints.CheckpointsParams,
+    checkpoints.RewindParams,
     kernel.RunParams,
     kernel.CancelParams,
     kernel.CompactParams,
@@ -39,6 +41,8 @@ _OUTPUTS: list[type[BaseModel]] = [
     sessions.MessagesResult,
     sessions.AppendResult,
     sessions.DeleteResult,
+    checkpoints.CheckpointsResult,
+    checkpoints.RewindResult,
     messages.Message,
     kernel.RunResult,
     kernel.CancelResult,

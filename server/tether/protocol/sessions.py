@@ -189,6 +189,10 @@ class ForkSessionParams(SessionRef):
     """The fork inherits the parent's fields; those given here replace them."""
 
     at_message_id: str | None = Field(default=None, description="inclusive; default: the last")
+    restore_files: bool = Field(
+        default=False,
+        description="also restore the workspace's files to that point (session/checkpoints)",
+    )
     title: str | None = None
     tools: list[str] | None = None
     allowed_models: list[str] | None = None

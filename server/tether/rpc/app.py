@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,7 @@ from tether.protocol import (
 )
 from tether.protocol.limits import DEFAULT_LIMITS
 from tether.rpc import client_log
+from tether.rpc.checkpoint_methods import checkpoint_methods
 from tether.rpc.handlers import Handler, session_methods
 from tether.sessions import SessionStore
 from tether.sessions.ids import utcnow
@@ -53,6 +55,27 @@ FaceApprover = Callable[["PermissionParams"], Awaitable["PermissionResult | None
 """Asks the user about a call of a run the face started itself; None: not one of its runs."""
 
 
+@dataclass(frozen=True)
+class FaceHooks:
+    """What a face that runs turns of its own (the LSP face: ``tether.ask``) adds to the App.
+
+    Given to :class:`App` as it is made, or, for a face that is built only once the handshake
+    is over (the LSP face waits for pygls to be imported), handed to :meth:`App.attach_face`
+    once, as the face is made. Nothing else changes the App's hooks."""
+
+    tool_layer: LayerTools | None = None
+    """Wraps the tools of each run (the LSP face: open buffers as the files' text)."""
+    approver: FaceApprover | None = None
+    """Asked first about every call that needs the user's approval."""
+    stop: Callable[[], Awaitable[None]] | None = None
+    """Stops what the face runs beyond its requests (its turns), as the server closes."""
+    trace: Callable[[], str] | None = None
+    """The client's ``$/setTrace`` value (None: ``off``), for the client log."""
+
+
+NO_FACE = FaceHooks()
+
+
 class App(Backend):
     """The services behind the methods, and the table of request methods they answer."""
 
@@ -61,25 +84,35 @@ class App(Backend):
         store: SessionStore | None = None,
         environ: Mapping[str, str] | None = None,
         clock: Callable[[], datetime] = utcnow,
+        face: FaceHooks = NO_FACE,
     ) -> None:
-        """``store``: the session store to use whatever the configuration says (tests)."""
+        """``store``: the session store to use whatever the configuration says (tests);
+        ``face``: the hooks of a face that runs turns of its own, when it is made first."""
         super().__init__(store, environ, clock)
+        self._face = face
         self.limits = DEFAULT_LIMITS  # the configuration's, once initialize has loaded it
         self.methods: dict[str, Handler] = session_methods(self.sessions, lambda: self.limits)
+        self.methods.update(
+            checkpoint_methods(self.checkpoints, self.sessions, lambda: self.limits)
+        )
         self.client: InitializeParams | None = None
         self.notify: Notify = _nowhere
         self.request_client: RequestClient = _no_client  # set by the wire
         self._kernel_loaded = False
-        self.trace: Callable[[], str] = _trace_off
-        """The client's ``$/setTrace`` value (``off`` until the LSP face is loaded)."""
         self.before_kernel: Callable[[], None] = _nothing
         """Called before the kernel is loaded (the background loader's imports must be done)."""
         self.run_tokens: dict[str | int, str] = {}  # work-done token -> session of its run
-        self.tool_layer: LayerTools | None = None
-        self.face_approver: FaceApprover | None = None
-        self.stop_face: Callable[[], Awaitable[None]] | None = None
-        """Stops what a face runs beyond its requests (the LSP face's turns), as the server
-        closes."""
+
+    def attach_face(self, face: FaceHooks) -> None:
+        """The hooks of a face made after the App (the LSP face, once pygls is loaded); one
+        face only: a second would silently take the first one's place."""
+        if self._face is not NO_FACE:
+            raise RuntimeError("the App already has a face's hooks")
+        self._face = face
+
+    def trace(self) -> str:
+        """The client's ``$/setTrace`` value (``off`` until a face keeps it)."""
+        return "off" if self._face.trace is None else self._face.trace()
 
     def initialize(self, params: InitializeParams) -> InitializeResult:
         """Record what the client told us, load the configuration, say what this server offers."""
@@ -114,13 +147,13 @@ class App(Backend):
         except RuntimeError:  # initialized outside an event loop (a test): the log stays local
             return
         if params.capabilities.window.show_message is not None:
-            client_log.attach(self.notify, lambda: self.trace(), loop)
+            client_log.attach(self.notify, self.trace, loop)
         else:
             client_log.detach()
 
     async def aclose(self) -> None:
-        if self.stop_face is not None:
-            await self.stop_face()
+        if self._face.stop is not None:
+            await self._face.stop()
         await super().aclose()
 
     def load_kernel(self) -> None:
@@ -137,17 +170,17 @@ class App(Backend):
 
     async def _tools(self, config: TetherConfig, session_id: str, workspace: Path) -> ToolExecutor:
         executor = await super()._tools(config, session_id, workspace)
-        if self.tool_layer is None:
+        if self._face.tool_layer is None:
             return executor
-        return self.tool_layer(executor, session_id, config)
+        return self._face.tool_layer(executor, session_id, config)
 
     async def _ask_permission(self, params: PermissionParams) -> PermissionResult:
         """``tool/requestPermission`` to a client that declared it answers it (the face asks
         its own way about the runs it started)."""
         from pydantic import ValidationError
 
-        if self.face_approver is not None:
-            answer = await self.face_approver(params)
+        if self._face.approver is not None:
+            answer = await self._face.approver(params)
             if answer is not None:
                 return answer
 
@@ -195,10 +228,6 @@ def _nowhere(method: str, params: Any) -> None:
 
 def _nothing() -> None:
     return None
-
-
-def _trace_off() -> str:
-    return "off"
 
 
 async def _no_client(method: str, params: Any) -> Any:

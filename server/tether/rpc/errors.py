@@ -1,36 +1,29 @@
-"""The one place where exceptions become JSON-RPC error objects."""
+"""tether's protocol's error table for the one exception -> error map
+(:mod:`tether.jsonrpc.errors`), and the invalid params of its handlers."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from typing import Any
 
 from pydantic import ValidationError
 
-from tether.protocol import ErrorCode, InvalidParams, TetherError
+from tether.jsonrpc.errors import ClientError, ErrorObject, ErrorTable, error_object
+from tether.protocol import InvalidParams
 from tether.protocol.limits import LIMIT_EXCEEDED
 
-logger = logging.getLogger(__name__)
-
-ErrorObject = dict[str, Any]
-
-
-class ClientError(Exception):
-    """The client's answer to one of our requests is an error, or is not a JSON-RPC response.
-    ``code`` is the client's error code, ``None`` for a malformed answer."""
-
-    def __init__(self, message: str, code: int | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
+__all__ = [
+    "TETHER_ERRORS",
+    "ClientError",
+    "ErrorObject",
+    "error_from_exception",
+    "error_object",
+    "invalid_params",
+]
 
 
-def error_object(code: int, message: str, data: Any = None) -> ErrorObject:
-    error: ErrorObject = {"code": int(code), "message": message}
-    if data is not None:
-        error["data"] = data
-    return error
+TETHER_ERRORS = ErrorTable()
+"""tether's protocol answers the contract's errors with their own codes; a ValidationError
+escaping a handler is a bug (handlers validate their params into models themselves)."""
 
 
 def error_from_exception(exc: BaseException) -> ErrorObject:
@@ -39,12 +32,7 @@ def error_from_exception(exc: BaseException) -> ErrorObject:
     Anything that is not one of the contract's errors is a bug: the client learns its type, the
     log gets the traceback, and the text of the exception stays out of the response.
     """
-    if isinstance(exc, TetherError):
-        return error_object(exc.code, exc.message, exc.data)
-    if isinstance(exc, asyncio.CancelledError):
-        return error_object(ErrorCode.REQUEST_CANCELLED, "request cancelled")
-    logger.error("internal error", exc_info=exc)
-    return error_object(ErrorCode.INTERNAL_ERROR, f"internal error: {type(exc).__name__}")
+    return TETHER_ERRORS.error_of(exc)
 
 
 def invalid_params(exc: ValidationError, within: str = "", offset: int = 0) -> InvalidParams:

@@ -9,21 +9,29 @@ every run that reports on a token: a ``kernel/run`` or ``session/compact`` with 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, assert_never
 
 from tether.kernel.approval import REJECTED_RESULT
 from tether.protocol.kernel import (
+    CheckpointRecorded,
+    CompactionFinished,
     CompactionStarted,
+    HookRun,
+    IterationFinished,
     IterationStarted,
     MessageDelta,
+    Notice,
     ProgressEvent,
     ProgressParams,
     RunFinished,
     RunStarted,
+    RunWarning,
+    ThoughtDelta,
     ToolCallStarted,
     ToolCallStatus,
     ToolCallUpdate,
 )
+from tether.protocol.plans import Plan
 
 Notify = Callable[[str, Any], None]
 MAX_REPORT_CHARS = 80  # of a report's message: what a status line shows
@@ -33,8 +41,8 @@ class WorkDoneProgress:
     """The ``$/progress`` values of one run: ``begin`` (cancellable) at ``run_started``, a
     ``report`` per model call (``iteration N``), per line of its streamed text (the text of one
     model call never runs into the next's), per tool call (``tool <title>``) and per failed or
-    rejected call, at ``compaction_started``; ``end`` with the stop reason at ``run_finished``.
-    A report that would repeat the one before is left out."""
+    rejected call, at ``compaction_started``, per plan (``plan N/M done``); ``end`` with the stop
+    reason at ``run_finished``. A report that would repeat the one before is left out."""
 
     def __init__(self, title: str = "tether") -> None:
         self.title = title
@@ -75,12 +83,25 @@ class WorkDoneProgress:
                 if error == REJECTED_RESULT:
                     return self._report(f"rejected: {self._calls.get(call_id, call_id)}")
                 return self._report(f"failed: {_last_line(error or '')}")
+            case ToolCallUpdate():
+                return None  # running or done: the call's report already names it
             case CompactionStarted():
                 return self._report("summarizing older turns")
             case RunFinished(stop_reason=reason):
                 return self.end(str(reason))
+            case ThoughtDelta() | IterationFinished() | CompactionFinished():
+                return None  # a status line shows what is being written, not the reasoning
+            case RunWarning() | Notice() | CheckpointRecorded():
+                return None  # not for a status line: kernel/progress carries them
+            case HookRun(outcome="blocked", name=name):
+                return self._report(f"hook {name} blocked")
+            case HookRun():
+                return None  # ran through, or failed and told with a notice
+            case Plan(entries=entries):
+                done = sum(entry.status == "completed" for entry in entries)
+                return self._report(f"plan {done}/{len(entries)} done")
             case _:
-                return None
+                assert_never(event)
 
     def _streamed(self, delta: MessageDelta) -> str:
         """The line of the model's text being written, once ``delta`` is added to it (a new

@@ -282,7 +282,9 @@ def _ignore(backed_up: bool) -> None:
     return None
 
 
-class _Stream(asyncio.Protocol):
+class _WireInput(asyncio.Protocol):
+    """Bytes from the client (stdin, or a TCP socket) into the wire."""
+
     def __init__(self, wire: Wire) -> None:
         self._wire = wire
 
@@ -297,7 +299,7 @@ class _Stream(asyncio.Protocol):
         self._wire.connection_lost()
 
 
-class _Connection(_Stream):
+class _TcpClient(_WireInput):
     """A TCP client: the socket is both ends of the wire. Only the first one is served."""
 
     def __init__(self, wire: Wire, listener: _Listener) -> None:
@@ -401,7 +403,7 @@ async def serve_tcp(app: App, lsp: LspFace, host: str, port: int) -> int:
     loop = asyncio.get_running_loop()
     wire = open_wire(app, lsp)
     state = _Listener()
-    listener = await loop.create_server(lambda: _Connection(wire, state), host, port)
+    listener = await loop.create_server(lambda: _TcpClient(wire, state), host, port)
     logger.info("listening on %s:%d", host, port)
     try:
         await wire.stopped.wait()
@@ -457,7 +459,7 @@ async def _connect_reader(
     loop: asyncio.AbstractEventLoop, wire: Wire, fd: int, output: _Output | None
 ) -> Callable[[], None]:
     pipe = os.fdopen(fd, "rb", buffering=0)
-    stream = _Stream(wire)
+    stream = _WireInput(wire)
     try:
         transport, _ = await loop.connect_read_pipe(lambda: stream, pipe)
     except ValueError:  # a regular file cannot be polled: read it on a thread
@@ -480,7 +482,7 @@ def _read_in_heap_sized_pieces(transport: asyncio.BaseTransport) -> None:
         transport.max_size = READ_SIZE  # type: ignore[attr-defined]
 
 
-async def _read_file(loop: asyncio.AbstractEventLoop, pipe: Any, stream: _Stream) -> None:
+async def _read_file(loop: asyncio.AbstractEventLoop, pipe: Any, stream: _WireInput) -> None:
     while chunk := await loop.run_in_executor(None, pipe.read, 65536):
         stream.data_received(chunk)
     stream.eof_received()

@@ -1,11 +1,17 @@
-"""One JSON-RPC connection: frames in, envelopes checked, the lifecycle kept, responses out.
+"""tether's protocol's wire: LSP frames in, envelopes checked, the lifecycle kept, responses out.
+
+Built on the JSON-RPC core both faces share (:mod:`tether.jsonrpc`: envelope checks, the router,
+our requests to the client, the exception -> error map); what is this face's is here: the
+framing, the output batched per loop turn, ``initialize``/``shutdown``/``exit``,
+``$/cancelRequest {id}``, and the hand-over of the standard LSP methods to pygls.
 
 Nothing here imports pygls. tether's own methods (``App.methods``: ``session/*``, and
 ``kernel/*`` once the kernel is loaded, on first use if need be) are dispatched here: params
-validated by the handlers' models, coroutine handlers started eagerly (:mod:`tether.rpc.eager`),
-``$/cancelRequest`` cancelling those that wait. Requests to the client (``app.request_client``,
-and those the pygls side sends) take their ids from one counter here, and the client's answers
-are routed back through one table here. So a tether client never waits for pygls, whose
+validated by the handlers' models, coroutine handlers started eagerly
+(:class:`~tether.jsonrpc.router.Router`), ``$/cancelRequest`` cancelling those that wait.
+Requests to the client (``app.request_client``, and those the pygls side sends) take their ids
+from one counter (:class:`~tether.jsonrpc.outgoing.OutgoingRequests`), and the client's answers
+are routed back through its table. So a tether client never waits for pygls, whose
 lsprotocol import alone builds some 550 attrs classes (most of a second here): pygls is loaded
 in the background (see :mod:`tether.rpc.transport`) and gets the standard LSP methods; messages
 for it that arrive before it is attached wait, in order.
@@ -16,14 +22,12 @@ extra turn of the loop before a request answered at once goes out).
 
 Every request that carries an id gets exactly one response: malformed bodies (-32700, id null),
 invalid envelopes (-32600), requests before ``initialize`` (-32002) or after ``shutdown``
-(-32600), and whatever the handlers raise, mapped to codes in :mod:`tether.rpc.errors`.
+(-32600), and whatever the handlers raise, mapped by :data:`tether.rpc.errors.TETHER_ERRORS`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import functools
 import itertools
 import logging
 import time
@@ -33,28 +37,34 @@ from typing import Any, Protocol
 import orjson
 from pydantic import BaseModel
 
+from tether.jsonrpc import envelope
+from tether.jsonrpc.envelope import ID_TYPES as _ID_TYPES
+from tether.jsonrpc.envelope import EnvelopePolicy, Refusal
+from tether.jsonrpc.envelope import Message as Message
+from tether.jsonrpc.envelope import MsgId as MsgId
+from tether.jsonrpc.outgoing import OnResponse, OutgoingRequests
+from tether.jsonrpc.outgoing import is_error_object as is_error_object  # for the pygls side
+from tether.jsonrpc.router import Router
 from tether.protocol import ErrorCode, InitializeParams
-from tether.protocol.deep_requests import DEEP_REQUEST, DEEP_REQUEST_DATA, deep_request_id
 from tether.protocol.framing import Frame, FrameDecoder, FrameError
-from tether.rpc import eager, splitparse
+from tether.rpc import splitparse
 from tether.rpc.app import KERNEL_METHODS, App
-from tether.rpc.errors import ClientError, ErrorObject, error_from_exception, error_object
+from tether.rpc.errors import (
+    TETHER_ERRORS,
+    ErrorObject,
+    error_from_exception,
+    error_object,
+)
 from tether.rpc.handlers import Encoded, Handler, validate_params
 from tether.rpc.ndjson import looks_like_ndjson, ndjson_refusal
 
 logger = logging.getLogger(__name__)
 
-MsgId = str | int
-Message = dict[str, Any]
 Write = Callable[[bytes], None]
 WriteParts = Callable[[Iterator[bytes]], None]
 Default = Callable[[Any], Any]
-OnResponse = Callable[[Message], None]
-"""Takes the client's answer to one of our requests (whatever it is: result, error, malformed)."""
 
 _CANCEL = "$/cancelRequest"
-_ID_TYPES = (str, int)  # a tuple: ``str | int`` in an isinstance builds the union each time
-_MAX_WITHDRAWN = 1024
 
 
 class Dispatcher(Protocol):
@@ -86,12 +96,10 @@ class Wire:
         self._dispatcher: Dispatcher | None = None
         self._waiting: list[Message] = []  # let through before a dispatcher was attached
         self._unanswered: set[MsgId] = set()  # requests let through, not yet answered
-        self._running: dict[MsgId, asyncio.Future[Any]] = {}  # tether's, waiting on something
+        self._router = Router(TETHER_ERRORS, self.send_result, self.send_error)
         self._answered = asyncio.Event()
         self._tasks: set[asyncio.Future[None]] = set()
-        self._request_ids = itertools.count(1)
-        self._outgoing: dict[MsgId, OnResponse] = {}  # our requests, waiting for the answer
-        self._withdrawn: set[MsgId] = set()  # our requests cancelled before their answer came
+        self._outgoing = OutgoingRequests(self._send_request, self._tell_withdrawn)
         self.last_received = 0.0  # time.monotonic() when bytes last came in
         self.initialized = False
         self.shut_down = False
@@ -156,26 +164,15 @@ class Wire:
             data = None if item.limit is None else {"limit": item.limit, "value": item.value}
             self.send_error(None, error_object(ErrorCode.PARSE_ERROR, item.reason, data))
             return None
-        body = item.body
-        try:
-            message = orjson.loads(body) if len(body) < _SPLIT_FROM else splitparse.loads(body)
-        except orjson.JSONDecodeError as exc:
-            request_id = deep_request_id(body)
-            if request_id is None:
-                error = error_object(ErrorCode.PARSE_ERROR, f"parse error: {exc}")
-            else:
-                error = error_object(ErrorCode.INVALID_REQUEST, DEEP_REQUEST, DEEP_REQUEST_DATA)
-            self.send_error(request_id, error)
-            return None
-        if not isinstance(message, dict):
-            reason = "batches are not supported" if isinstance(message, list) else "not an object"
-            self.send_error(None, error_object(ErrorCode.INVALID_REQUEST, reason))
+        message = envelope.decode(item.body, _loads)
+        if isinstance(message, Refusal):
+            self.send_error(message.msg_id, message.error)
             return None
         return message
 
     def _handle(self, message: Message) -> None:
         try:
-            self._route(message)
+            envelope.route(message, _ENVELOPE, self)
         except Exception as exc:  # a bug: answer the request it was, and go on to the next
             msg_id = message.get("id")
             if "method" in message and isinstance(msg_id, _ID_TYPES) and msg_id in self._unanswered:
@@ -183,37 +180,9 @@ class Wire:
             else:
                 logger.exception("could not handle a message")
 
-    def _route(self, message: Message) -> None:
-        msg_id = message.get("id")
-        valid_id = isinstance(msg_id, _ID_TYPES) and not isinstance(msg_id, bool)
-        method = message.get("method")
-        if message.get("jsonrpc") != "2.0" or ("id" in message and not valid_id):
-            if "method" in message or "id" in message:
-                error = error_object(ErrorCode.INVALID_REQUEST, "not JSON-RPC 2.0")
-                self.send_error(msg_id if valid_id else None, error)
-            return
-        if method is None:
-            if valid_id:
-                self._response(message)  # the answer to one of our requests (or a malformed one)
-            return
-        params = message.get("params")
-        problem = None
-        if not isinstance(method, str):
-            problem = error_object(ErrorCode.INVALID_REQUEST, "method must be a string")
-        elif params is not None and not isinstance(params, dict):
-            problem = error_object(ErrorCode.INVALID_PARAMS, "params must be an object")
-        if problem is not None:
-            if valid_id:
-                self.send_error(msg_id, problem)
-            return
-        if "id" in message:
-            self._request(msg_id, method, params, message)  # type: ignore[arg-type]
-        else:
-            self._notification(method, params, message)
-
     # -- the lifecycle -----------------------------------------------------------------------
 
-    def _request(self, msg_id: MsgId, method: str, params: Any, message: Message) -> None:
+    def on_request(self, msg_id: MsgId, method: str, params: Any, message: Message) -> None:
         if self.shut_down:
             self.send_error(msg_id, error_object(ErrorCode.INVALID_REQUEST, "server is shut down"))
         elif method == "initialize":
@@ -229,7 +198,7 @@ class Wire:
             if handler is None:
                 self._forward(message)
             else:
-                contextvars.copy_context().run(self._dispatch, msg_id, handler, params)
+                self._router.start(msg_id, handler, params)
 
     def _handler(self, method: str) -> Handler | None:
         """tether's handler of ``method``; the kernel is loaded on the first ``kernel/*``."""
@@ -239,39 +208,7 @@ class Wire:
             handler = self._methods.get(method)
         return handler
 
-    def _dispatch(self, msg_id: MsgId, handler: Handler, params: Any) -> None:
-        """Run the handler up to its first wait (:mod:`tether.rpc.eager`, inlined: this is
-        every request's path); one that finishes is answered now, one that waits goes on as a
-        task."""
-        coroutine = handler(params)
-        try:
-            waiting_on = coroutine.send(None)
-        except StopIteration as finished:
-            self.send_result(msg_id, finished.value)
-            return
-        except Exception as exc:
-            self.send_error(msg_id, error_from_exception(exc))
-            return
-        task = asyncio.ensure_future(eager.Resume(coroutine, waiting_on))
-        self._running[msg_id] = task
-        task.add_done_callback(functools.partial(self._finished, msg_id))
-
-    def _finished(self, msg_id: MsgId, task: asyncio.Future[Any]) -> None:
-        self._running.pop(msg_id, None)
-        if task.cancelled():
-            error = error_object(ErrorCode.REQUEST_CANCELLED, "request cancelled")
-            self.send_error(msg_id, error)
-            return
-        exc = task.exception()
-        self._answer(msg_id, None if exc else task.result(), exc)
-
-    def _answer(self, msg_id: MsgId, result: Any, exc: BaseException | None) -> None:
-        if exc is not None:
-            self.send_error(msg_id, error_from_exception(exc))
-        else:
-            self.send_result(msg_id, result)
-
-    def _notification(self, method: str, params: Any, message: Message) -> None:
+    def on_notification(self, method: str, params: Any, message: Message) -> None:
         if method == "exit":
             self.exit_code = 0 if self.shut_down else 1
             self.stopped.set()
@@ -290,12 +227,11 @@ class Wire:
         msg_id = params.get("id") if isinstance(params, dict) else None
         if not isinstance(msg_id, _ID_TYPES) or isinstance(msg_id, bool):
             logger.debug("ignored $/cancelRequest without a usable id: %.80r", params)
-        elif (task := self._running.get(msg_id)) is not None:
-            task.cancel()
-        elif msg_id in self._unanswered:
-            self._forward(message)
-        else:
-            logger.debug("$/cancelRequest for no running request: id %r", msg_id)
+        elif not self._router.cancel(msg_id):
+            if msg_id in self._unanswered:
+                self._forward(message)
+            else:
+                logger.debug("$/cancelRequest for no running request: id %r", msg_id)
 
     def _initialize(self, msg_id: MsgId, params: Any) -> None:
         if self.initialized:
@@ -329,8 +265,7 @@ class Wire:
     async def settle(self, *, cancel: bool, besides: MsgId | None = None) -> None:
         """Return once every request let through has been answered; cancel them if asked."""
         if cancel:
-            for task in list(self._running.values()):
-                task.cancel()
+            self._router.cancel_all()
             if self._dispatcher is not None:
                 self._dispatcher.cancel_requests()
         while self._unanswered - {besides}:
@@ -354,62 +289,40 @@ class Wire:
         else:
             self._dispatcher.notification(message["method"], message.get("params"), message)
 
-    # -- our requests to the client -------------------------------------------------------------
+    # -- our requests to the client (jsonrpc.outgoing) ----------------------------------------
 
     def new_request_id(self) -> str:
         """An id for a request to the client; ``tether-N`` never clashes with a uuid."""
-        return f"tether-{next(self._request_ids)}"
+        return self._outgoing.new_id()
 
     def expect_response(self, msg_id: MsgId, on_response: OnResponse) -> None:
         """Route the client's answer to request ``msg_id`` (the caller sends it) to
         ``on_response``."""
-        self._outgoing[msg_id] = on_response
+        self._outgoing.expect(msg_id, on_response)
 
     def withdraw(self, msg_id: MsgId) -> None:
         """Give up on request ``msg_id``: the client is told with ``$/cancelRequest``, and a late
         answer is dropped as an answer to a request withdrawn."""
-        self._outgoing.pop(msg_id, None)
-        if len(self._withdrawn) >= _MAX_WITHDRAWN:  # clients that never answer them
-            self._withdrawn.clear()
-        self._withdrawn.add(msg_id)
-        self.send_notification(_CANCEL, {"id": msg_id})
+        self._outgoing.withdraw(msg_id)
 
     async def request_client(self, method: str, params: Any) -> Any:
-        """Send a request to the client and return its result.
+        """Send a request to the client and return its result
+        (:meth:`tether.jsonrpc.outgoing.OutgoingRequests.request`: an error answer raises
+        :class:`ClientError`; cancelling the await withdraws the request)."""
+        return await self._outgoing.request(method, params)
 
-        An error answer raises :class:`ClientError` with the client's code; a malformed answer
-        (neither ``result`` nor a well-formed ``error``) raises it with code ``None``, so nothing
-        waits for an answer that will not come. Cancelling the await withdraws the request. A
-        request that ends cancelled while its waiter was not is withdrawn the same way and raises
-        :class:`ClientError` (code ``None``): the waiter gets no answer, but was not told to stop.
-        """
-        msg_id = self.new_request_id()
-        answer = _Answer(asyncio.get_running_loop().create_future())
-        self.expect_response(msg_id, answer)
+    def _send_request(self, msg_id: MsgId, method: str, params: Any) -> None:
         start = b'{"jsonrpc":"2.0","id":%s,"method":%s,"params":' % (
             orjson.dumps(msg_id),
             orjson.dumps(method),
         )
         self._send(start, _encode(params, None), b"}")
-        try:
-            return await answer.future
-        except asyncio.CancelledError:
-            self.withdraw(msg_id)
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise
-            raise ClientError("the request was cancelled before the client answered") from None
 
-    def _response(self, message: Message) -> None:
-        msg_id = message["id"]
-        on_response = self._outgoing.pop(msg_id, None)
-        if on_response is not None:
-            on_response(message)
-        elif msg_id in self._withdrawn:
-            self._withdrawn.discard(msg_id)
-            logger.debug("dropped the late answer to withdrawn request %r", msg_id)
-        else:  # an id of no request of ours (the client's own ids do not count)
-            logger.warning("dropped a response to no request of ours: id %r", msg_id)
+    def _tell_withdrawn(self, msg_id: MsgId) -> None:
+        self.send_notification(_CANCEL, {"id": msg_id})
+
+    def on_response(self, message: Message) -> None:
+        self._outgoing.response(message)
 
     # -- encoding ----------------------------------------------------------------------------
 
@@ -432,6 +345,7 @@ class Wire:
         self._mark_answered(msg_id)
 
     def send_error(self, msg_id: MsgId | None, error: ErrorObject) -> None:
+        """Answer request ``msg_id`` (``None``: a message whose id is unknown) with ``error``."""
         try:
             body = orjson.dumps({"jsonrpc": "2.0", "id": msg_id, "error": error})
         except TypeError:  # data that is not JSON: the code and message still go out
@@ -502,40 +416,18 @@ class Wire:
             self._unanswered.discard(msg_id)
             self._answered.set()
 
+    refuse = send_error  # what the envelope checks answer with (envelope.Routes)
+
 
 _BIG = 64 * 1024
 _SPLIT_FROM = splitparse.SPLIT_FROM
+_ENVELOPE = EnvelopePolicy(answer_unaddressed=False, object_params=True)
+"""tether's protocol: params are an object; a message neither request nor response is dropped."""
 
 
-class _Answer:
-    """Puts the client's answer to a request of :meth:`Wire.request_client` into ``future``."""
-
-    __slots__ = ("future",)
-
-    def __init__(self, future: asyncio.Future[Any]) -> None:
-        self.future = future
-
-    def __call__(self, message: Message) -> None:
-        if self.future.done():
-            return
-        error: Any = message.get("error")
-        if "result" in message:
-            self.future.set_result(message["result"])
-        elif is_error_object(error):
-            self.future.set_exception(ClientError(error["message"], error["code"]))
-        else:
-            logger.warning("malformed response to request %r", message.get("id"))
-            self.future.set_exception(ClientError("the client's answer is not a valid response"))
-
-
-def is_error_object(error: Any) -> bool:
-    """``{code: integer, message: string, ...}``, as JSON-RPC 2.0 has it."""
-    return (
-        isinstance(error, dict)
-        and isinstance(error.get("code"), int)
-        and not isinstance(error.get("code"), bool)
-        and isinstance(error.get("message"), str)
-    )
+def _loads(body: bytes | bytearray) -> Any:
+    """A body parsed whole, or a big one a piece of its ``messages`` at a time."""
+    return orjson.loads(body) if len(body) < _SPLIT_FROM else splitparse.loads(body)
 
 
 def _encode(value: Any, default: Default | None) -> bytes:

@@ -393,6 +393,22 @@ class MemoryStore:
         record.encoded = None
         return self._copy(record)
 
+    async def truncate(self, session_id: str, message_id: str, *, run_id: str) -> int:
+        record = self._record(session_id)
+        self._check_writer(record, run_id)
+        keep = record.index_of(message_id)
+        if keep is None:
+            raise InvalidParams.field("messageId", "no such message in this session")
+        removed = record.total() - keep
+        # what is kept becomes an inherited prefix: forks that share the lists keep theirs
+        record.chain = cut_chain(record.chain, record.own(), len(record.messages), keep)
+        record.messages, record.positions, record.tool_call_ids = [], {}, {}
+        record.base_count = keep
+        record.session.message_count = keep
+        record.session.updated_at = _later(record.session)
+        record.encoded = None
+        return removed
+
     async def delete(self, session_id: str) -> None:
         self._check_writer(self._record(session_id), None)
         del self._records[session_id]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from tether.protocol import (
@@ -32,6 +33,23 @@ def _never(session_id: str) -> bool:
     return False
 
 
+async def _nothing_deleted(session_id: str) -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionHooks:
+    """What the owner of the service does when a session is created, forked, or deleted (or
+    expired): release or copy what belongs to it, such as its MCP servers; and where
+    ``session/get`` finds a workspace's instruction files. Given once, when the service is made."""
+
+    created: Callable[[Session, CreateSessionParams], None] = lambda session, params: None
+    forked: Callable[[Session], None] = lambda session: None
+    deleted: Callable[[str], Awaitable[None]] = _nothing_deleted
+    # session/get's ``instructions``: the instruction files of a workspace (none: left out)
+    instructions: Callable[[str], Awaitable[list[str] | None]] | None = None
+
+
 class SessionService:
     """One method per ``session/*`` request; each takes validated params and returns the result.
 
@@ -40,16 +58,15 @@ class SessionService:
     every process sharing the store agrees (see :mod:`tether.sessions.lease`).
     """
 
-    def __init__(self, store: SessionStore) -> None:
+    def __init__(self, store: SessionStore, hooks: SessionHooks | None = None) -> None:
         self.store = store
         self.default_workspace: str | None = None
-        # Called after a session is created, and after one is deleted (to release what belongs
-        # to it, such as its MCP servers).
-        self.on_create: list[Callable[[Session, CreateSessionParams], None]] = []
-        self.on_delete: list[Callable[[str], Awaitable[None]]] = []  # deleted or expired
-        self.on_fork: list[Callable[[Session], None]] = []
-        # session/get's ``instructions``: the instruction files of a workspace (none: left out)
-        self.instructions: Callable[[str], Awaitable[list[str] | None]] | None = None
+        self._hooks = hooks or SessionHooks()
+
+    def use_store(self, store: SessionStore) -> None:
+        """Serve from ``store`` from now on (the configured one, known once the configuration
+        is read at ``initialize``)."""
+        self.store = store
 
     def set_default_workspace(self, workspace: str | None) -> None:
         """The workspace used when a request names none (the first folder of ``initialize``)."""
@@ -62,8 +79,7 @@ class SessionService:
                 "no workspace: pass `workspace`, or initialize with a workspace folder"
             )
         session = await self.store.create(params, existing_workspace(workspace))
-        for created in self.on_create:
-            created(session, params)
+        self._hooks.created(session, params)
         return session
 
     async def get(self, params: GetSessionParams) -> Session:
@@ -75,19 +91,19 @@ class SessionService:
 
     async def session_json(self, session_id: str) -> bytes:
         """:meth:`get_json` of a session id (validated)."""
-        store = self.store
+        store, instructions = self.store, self._hooks.instructions
         get_json: Callable[[str], bytes] | None = getattr(store, "get_json", None)
         if get_json is not None:  # a JsonReads (isinstance of a runtime protocol costs ~7 µs)
             encoded = get_json(session_id)
-            if self.instructions is None:
+            if instructions is None:
                 return encoded
             workspace: str = store.workspace_of(session_id)  # type: ignore[attr-defined]
         else:
             session = await store.get(session_id)
             encoded, workspace = session_json(session), session.workspace
-            if self.instructions is None:
+            if instructions is None:
                 return encoded
-        paths = await self.instructions(workspace)
+        paths = await instructions(workspace)
         return with_instructions(encoded, paths) if paths else encoded
 
     async def list_sessions(self, params: ListSessionsParams) -> ListSessionsResult:
@@ -132,8 +148,7 @@ class SessionService:
 
     async def fork(self, params: ForkSessionParams) -> Session:
         session = await self.store.fork(params)
-        for forked in self.on_fork:
-            forked(session)
+        self._hooks.forked(session)
         return session
 
     async def sweep(self, ttl: timedelta, now: datetime) -> list[str]:
@@ -145,5 +160,4 @@ class SessionService:
 
     async def _deleted(self, session_ids: list[str]) -> None:
         for session_id in session_ids:
-            for deleted in self.on_delete:
-                await deleted(session_id)
+            await self._hooks.deleted(session_id)

@@ -135,6 +135,13 @@ class SessionStore(Protocol):
         """Empty the history (``SessionBusy`` while a run holds the lease)."""
         ...
 
+    async def truncate(self, session_id: str, message_id: str, *, run_id: str) -> int:
+        """Remove ``message_id`` and every later message from the session's history; the
+        number removed. Forks keep theirs (a shared prefix never changes). A write of the holder
+        of the lease ``run_id`` (``RunLeaseLost`` otherwise, like a run's append); InvalidParams
+        on ``messageId`` when the message is not in the session."""
+        ...
+
     async def delete(self, session_id: str) -> None:
         """Remove the session; forks of it keep their history (shared messages stay).
 

@@ -22,7 +22,7 @@ BUILTIN_TOOL_NAMES = (
 )
 
 _HOMES = {
-    "SessionState": "base",
+    "SessionStateHandle": "base",
     "Tool": "base",
     "ToolContext": "base",
     "ToolError": "base",
@@ -39,7 +39,7 @@ _HOMES = {
 
 if TYPE_CHECKING:
     from tether.tools.base import (
-        SessionState,
+        SessionStateHandle,
         Tool,
         ToolContext,
         ToolError,
@@ -62,7 +62,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "BUILTIN_TOOL_NAMES",
     "Sandbox",
-    "SessionState",
+    "SessionStateHandle",
     "Tool",
     "ToolArguments",
     "ToolContext",

@@ -10,20 +10,25 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from tether.protocol.plans import PlanEntry
 from tether.protocol.tools import ProposedChange, ToolSpec
 from tether.secrets import Secrets
 from tether.tools.confinement import SandboxPolicy
 
+SearchEngine = Literal["auto", "ripgrep", "python"]
+"""``tools.search``: which engine runs ``search_text`` and ``list_files``
+(:mod:`tether.tools.ripgrep`)."""
+
 
 def _no_progress(message: str) -> None:
     return None
 
 
-class SessionState(Protocol):
-    """The state of the session a call runs in (``Session.state``, a JSON object)."""
+class SessionStateHandle(Protocol):
+    """Reads and writes the state of the session a call runs in (``Session.state``, a JSON
+    object kept in the store); the kernel gives one to each call."""
 
     async def get(self) -> dict[str, Any]:
         """A copy of the whole state."""
@@ -74,7 +79,7 @@ class ToolContext:
     run_id: str
     tool_call_id: str | None = None
     progress: Callable[[str], None] = _no_progress
-    state: SessionState | None = None  # the session's state, for state_get / state_set
+    state: SessionStateHandle | None = None  # the session's state, for state_get / state_set
     plan: SessionPlan | None = None  # the session's plan, for update_plan
     # names of environment variables commands must not see (the provider's API key variable)
     hidden_env: frozenset[str] = frozenset()
@@ -86,6 +91,8 @@ class ToolContext:
     sandbox: SandboxPolicy = field(default_factory=SandboxPolicy)
     # where write_file and edit_file read and write after their checks (None: the disk)
     files: FileAccess | None = None
+    # which engine search_text and list_files run on (``tools.search``)
+    search: SearchEngine = "auto"
 
 
 @dataclass(frozen=True)

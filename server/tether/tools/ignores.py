@@ -33,8 +33,9 @@ from tether.tools.timed_regex import TimedRegex
 if TYPE_CHECKING:
     from pathspec import Pattern
 
-IGNORE_FILES = (".gitignore", ".ignore")
-"""Ignore files a walk reads in every directory, in order of precedence (the last wins)."""
+IGNORE_FILES = (".gitignore", ".ignore", ".rgignore")
+"""Ignore files a walk reads in every directory, in order of precedence (the last wins), as
+ripgrep reads them (``.rgignore`` is ripgrep's own)."""
 MAX_IGNORE_FILE_BYTES = 256 * 1024  # of one ignore file: a larger one is left out
 
 _DIR_MARK = "ps_d"  # the group pathspec's patterns name when they match through a directory

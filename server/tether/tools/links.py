@@ -56,6 +56,14 @@ class LinkCensus:
             self.count({key: info.st_nlink})
         return self._found[key]
 
+    def found(self, key: FileKey, links: int) -> int:
+        """:meth:`inside` for a file known by its key and link count."""
+        if links <= 1:
+            return links
+        if key not in self._found:
+            self.count({key: links})
+        return self._found[key]
+
     def all_inside(self, info: os.stat_result) -> bool:
         """Whether every link of the file ``info`` describes is inside the root."""
         return info.st_nlink <= 1 or self.inside(info) >= info.st_nlink

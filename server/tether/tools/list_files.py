@@ -8,7 +8,8 @@ from pathlib import Path
 from pydantic import Field
 
 from tether.protocol.tools import ToolKind
-from tether.tools.base import ToolContext, ToolResult
+from tether.tools.base import SearchEngine, ToolContext, ToolResult
+from tether.tools.ripgrep import chosen, rg_walk
 from tether.tools.sandbox import Sandbox
 from tether.tools.typed import ToolArguments, TypedTool
 from tether.tools.walk import WALK_BUDGET_SECONDS, Glob, run_in_thread, walk_files
@@ -52,21 +53,41 @@ class ListFiles(TypedTool[ListFilesArguments]):
         )
 
     async def call(self, args: ListFilesArguments, context: ToolContext) -> ToolResult:
-        return await run_in_thread(lambda stop: _list(args, context.workspace, stop))
+        engine = context.search
+        return await run_in_thread(lambda stop: _list(args, context.workspace, stop, engine))
 
 
-def _list(args: ListFilesArguments, workspace: Path, stop: threading.Event) -> ToolResult:
+def _list(
+    args: ListFilesArguments,
+    workspace: Path,
+    stop: threading.Event,
+    engine: SearchEngine = "auto",
+) -> ToolResult:
     sandbox = Sandbox(workspace)
     glob = Glob.compile(args.glob) if args.glob is not None else None
     start = sandbox.directory(args.path)
-    walk = walk_files(
-        sandbox.root,
-        start,
-        glob=glob,
-        max_entries=MAX_SCANNED,
-        stop=stop,
-        include_ignored=args.include_ignored,
-    )
+    rg = chosen(engine, sandbox.root, start)
+    if rg is None:
+        walk = walk_files(
+            sandbox.root,
+            start,
+            glob=glob,
+            max_entries=MAX_SCANNED,
+            stop=stop,
+            include_ignored=args.include_ignored,
+        )
+    else:
+        walk = rg_walk(
+            rg,
+            sandbox.root,
+            start,
+            glob=glob,
+            max_entries=MAX_SCANNED,
+            stop=stop,
+            include_ignored=args.include_ignored,
+            budget=WALK_BUDGET_SECONDS,
+            stat=False,
+        )
     lines = [file.rel for file in walk.files[: args.limit]]
     if not lines:
         lines.append("no files match" if glob else "no files")

@@ -7,18 +7,23 @@ it runs), and matching releases the interpreter lock so the server keeps answeri
 
 from __future__ import annotations
 
+import base64
 import os
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+import orjson
 from pydantic import Field
 
 from tether.protocol.tools import ToolKind
-from tether.tools.base import FileAccess, ToolContext, ToolError, ToolResult
+from tether.tools.base import FileAccess, SearchEngine, ToolContext, ToolError, ToolResult
+from tether.tools.dialect import rust_pattern
+from tether.tools.ripgrep import RgProcess, Ripgrep, chosen, rg_walk
 from tether.tools.sandbox import LinkedFileError, Sandbox, format_size
-from tether.tools.text import clip, decode, is_binary, split_lines
+from tether.tools.text import BINARY_SNIFF_BYTES, clip, decode, is_binary, split_lines
 from tether.tools.typed import ToolArguments, TypedTool
 from tether.tools.walk import (
     WALK_BUDGET_SECONDS,
@@ -77,8 +82,9 @@ class SearchText(TypedTool[SearchTextArguments]):
         )
 
     async def call(self, args: SearchTextArguments, context: ToolContext) -> ToolResult:
+        engine = context.search
         return await run_in_thread(
-            lambda stop: _search(args, context.workspace, stop, context.files)
+            lambda stop: _search(args, context.workspace, stop, context.files, engine)
         )
 
 
@@ -157,14 +163,18 @@ class _Search:
                 self.timed_out = "pattern" if left > self.budget / 10 else "files"
                 self.full = True
                 return
-            if found is None:
-                continue
-            match = f"{file.rel}:{number}: {clip(line, MAX_LINE_CHARS)}"
-            self.size += len(match.encode()) + 1
-            if len(self.matches) >= self.limit or self.size > MAX_OUTPUT_BYTES:
-                self.full = True
+            if found is not None and not self.add(file, number, line):
                 return
-            self.matches.append(match)
+
+    def add(self, file: WalkedFile, number: int, line: str) -> bool:
+        """Keep a matching line; False (and full) when the limit or the output cap is reached."""
+        match = f"{file.rel}:{number}: {clip(line, MAX_LINE_CHARS)}"
+        self.size += len(match.encode()) + 1
+        if len(self.matches) >= self.limit or self.size > MAX_OUTPUT_BYTES:
+            self.full = True
+            return False
+        self.matches.append(match)
+        return True
 
     def notes(self, found: int) -> list[str]:
         """What the model should know of the search: why it stopped early, what it skipped.
@@ -220,22 +230,21 @@ def _search(
     workspace: Path,
     stop: threading.Event,
     access: FileAccess | None = None,
+    engine: SearchEngine = "auto",
 ) -> ToolResult:
     sandbox = Sandbox(workspace)
     sandbox.links.stop = stop
     regex = _compile(args.pattern, args.ignore_case)
     glob = Glob.compile(args.glob) if args.glob is not None else None
     target = sandbox.resolve(args.path)
+    # one file is searched by Python: rg would open a FIFO or device named explicitly
+    rg = chosen(engine, sandbox.root, target) if target.is_dir() else None
+    translated = rust_pattern(args.pattern) if rg is not None else None
+    if translated is None:  # no rg, or a pattern only Python reads right
+        rg = None
     walk: Walk | None = None
     if target.is_dir():
-        walk = walk_files(
-            sandbox.root,
-            target,
-            glob=glob,
-            max_entries=MAX_SCANNED,
-            stop=stop,
-            include_ignored=args.include_ignored,
-        )
+        walk = _walk(rg, sandbox.root, target, glob, stop, args.include_ignored)
         files = walk.files
     else:
         files = [_walked(sandbox, target, args.path)]
@@ -248,7 +257,13 @@ def _search(
         }
     )
     search = _Search(sandbox, regex, args.limit, access)
-    search.search(files, stop)
+    if (
+        rg is None
+        or translated is None
+        or not _rg_search(rg, translated, args, search, files, stop)
+    ):
+        search = _Search(sandbox, regex, args.limit, access)
+        search.search(files, stop)
     lines = search.matches or [_no_matches(search, len(files), walk)]
     lines += search.notes(len(files))
     if walk is not None:
@@ -258,3 +273,166 @@ def _search(
             what="some files were not searched",
         )
     return ToolResult("\n".join(lines))
+
+
+def _walk(
+    rg: Ripgrep | None,
+    root: Path,
+    target: Path,
+    glob: Glob | None,
+    stop: threading.Event,
+    include_ignored: bool,
+) -> Walk:
+    if rg is None:
+        return walk_files(
+            root,
+            target,
+            glob=glob,
+            max_entries=MAX_SCANNED,
+            stop=stop,
+            include_ignored=include_ignored,
+        )
+    return rg_walk(
+        rg,
+        root,
+        target,
+        glob=glob,
+        max_entries=MAX_SCANNED,
+        stop=stop,
+        include_ignored=include_ignored,
+        budget=WALK_BUDGET_SECONDS,
+        stat=True,
+    )
+
+
+FIRST_CHUNK = 2048  # files in the first rg run; each later one takes twice as many
+MAX_CHUNK_ARG_BYTES = 512 * 1024  # of paths on one rg command line
+
+
+def _rg_search(
+    rg: Ripgrep,
+    pattern: str,
+    args: SearchTextArguments,
+    search: _Search,
+    files: list[WalkedFile],
+    stop: threading.Event,
+) -> bool:
+    """Search ``files`` in path order with ``rg``, into ``search``, in runs over growing
+    chunks of them until the limit is passed; False when ``rg`` refuses the pattern (the
+    caller searches with Python then)."""
+    options = ["--json", "--no-config", "--no-ignore", "--hidden", "--crlf"]
+    options += ["--max-count", str(args.limit + 1), "--regexp", pattern]
+    if args.ignore_case:
+        options.append("--ignore-case")
+    start, size = 0, FIRST_CHUNK
+    while start < len(files) and not (search.full or stop.is_set()):
+        if time.monotonic() > search.deadline:
+            search.timed_out, search.full = "files", True
+            return True
+        chunk = _chunk(files, start, size)
+        found = _rg_chunk(rg, options, search, chunk, stop)
+        if found is None:
+            return False
+        _take(search, chunk, found)
+        start += len(chunk)
+        size *= 2
+    return True
+
+
+def _chunk(files: list[WalkedFile], start: int, size: int) -> list[WalkedFile]:
+    chunk: list[WalkedFile] = []
+    used = 0
+    for file in files[start : start + size]:
+        used += len(file.rel) + 3
+        if chunk and used > MAX_CHUNK_ARG_BYTES:
+            break
+        chunk.append(file)
+    return chunk
+
+
+@dataclass
+class _Found:
+    """What one rg run found: matching lines by path, where each binary file's NUL is, how many
+    files it could not read, and whether the deadline stopped it."""
+
+    lines: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    binary: dict[str, int] = field(default_factory=dict)
+    unreadable: int = 0
+    timed_out: bool = False
+    read: set[str] = field(default_factory=set)  # the files given to rg (by rel)
+
+
+def _rg_chunk(
+    rg: Ripgrep, options: list[str], search: _Search, chunk: list[WalkedFile], stop: threading.Event
+) -> _Found | None:
+    """``rg`` over the files of ``chunk`` that it is to read (the others are judged by
+    :func:`_take`); None when it refuses the pattern."""
+    found = _Found()
+    found.read = {file.rel for file in chunk if _for_rg(search, file)}
+    paths = ["./" + rel for rel in sorted(found.read)]
+    if not paths:
+        return found
+    run = RgProcess(
+        rg, [*options, "--", *paths], cwd=search.sandbox.root, stop=stop, deadline=search.deadline
+    )
+    try:
+        for line in run.stdout:
+            _parse(line, found)
+    finally:
+        status, error = run.close()
+    found.timed_out = run.killed == "time"
+    if status == 2 and "regex" in error.lower() and not found.lines:
+        return None
+    found.unreadable = error.count("(os error")
+    return found
+
+
+def _for_rg(search: _Search, file: WalkedFile) -> bool:
+    """Whether ``rg`` reads ``file``: not one an editor holds, too large or linked outside."""
+    if search.files is not None and search.files.read_text(Path(file.path)) is not None:
+        return False
+    if file.size > MAX_SEARCH_FILE_BYTES:
+        return False
+    return search.sandbox.links.found(file.key, file.links) >= file.links
+
+
+def _parse(line: bytes, found: _Found) -> None:
+    if line.startswith(b'{"type":"match"'):
+        data = orjson.loads(line)["data"]
+        path = _text(data["path"])
+        text = _text(data["lines"]).removesuffix("\n").removesuffix("\r")
+        found.lines.setdefault(path, []).append((data["line_number"], text))
+    elif line.startswith(b'{"type":"end"'):
+        data = orjson.loads(line)["data"]
+        if data.get("binary_offset") is not None:
+            found.binary[_text(data["path"])] = data["binary_offset"]
+
+
+def _text(value: dict[str, str]) -> str:
+    """A path or line of rg's JSON: text, or base64 bytes where it is no valid UTF-8."""
+    if "text" in value:
+        return value["text"]
+    return base64.b64decode(value["bytes"]).decode("utf-8", errors="replace")
+
+
+def _take(search: _Search, chunk: list[WalkedFile], found: _Found) -> None:
+    """Add what ``rg`` found in ``chunk`` to ``search`` in path order, and judge the files it
+    did not read as the Python engine does."""
+    search.skipped["unreadable"] += found.unreadable
+    for file in chunk:
+        if search.full:
+            return
+        key = "./" + file.rel
+        offset = found.binary.get(key)
+        if offset is not None and offset < BINARY_SNIFF_BYTES:
+            search.skipped["binary"] += 1
+        elif offset is not None or file.rel not in found.read:
+            search.file(file)  # a buffer, a skip, or NUL past the sniff: as Python does it
+        else:
+            for number, text in found.lines.get(key, ()):
+                if not search.add(file, number, text):
+                    return
+        if found.timed_out and key not in found.lines:
+            search.timed_out, search.full = "files", True
+            return
+        search.searched += 1

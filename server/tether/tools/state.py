@@ -1,6 +1,6 @@
 """``state_get`` and ``state_set``: the session's ``state``, a JSON object kept across turns.
 
-The tools reach the state through :attr:`ToolContext.state`, a :class:`SessionState` handle the
+The tools reach the state through :attr:`ToolContext.state`, a :class:`SessionStateHandle` the
 kernel fills in (tools never import the sessions layer). Calls of one run that change the state
 are serialized, so two ``state_set`` calls of one turn both take effect. The state is capped at
 :data:`MAX_STATE_BYTES` of JSON: a ``state_set`` that would go over it fails and changes nothing.
@@ -19,7 +19,7 @@ from pydantic import Field
 
 from tether.protocol.sessions import MAX_STATE_BYTES
 from tether.protocol.tools import ToolKind
-from tether.tools.base import SessionState, ToolContext, ToolError, ToolResult
+from tether.tools.base import SessionStateHandle, ToolContext, ToolError, ToolResult
 from tether.tools.typed import ToolArguments, TypedTool
 
 MAX_KEY_CHARS = 256
@@ -50,7 +50,7 @@ def _kib(size: int) -> str:
     return f"{size / 1024:.1f} KiB" if size % 1024 else f"{size // 1024} KiB"
 
 
-def _state_of(context: ToolContext) -> SessionState:
+def _state_of(context: ToolContext) -> SessionStateHandle:
     if context.state is None:
         raise ToolError("there is no session state here")
     return context.state
@@ -59,7 +59,7 @@ def _state_of(context: ToolContext) -> SessionState:
 _locks: weakref.WeakKeyDictionary[Any, asyncio.Lock] = weakref.WeakKeyDictionary()
 
 
-def _lock_for(state: SessionState) -> asyncio.Lock:
+def _lock_for(state: SessionStateHandle) -> asyncio.Lock:
     """One lock per handle (the kernel makes one per run): read-modify-write stays whole."""
     lock = _locks.get(state)
     if lock is None:

@@ -37,7 +37,11 @@ local choices = {
   { label = 'Allow', outcome = 'allow' },
   { label = 'Always allow', outcome = 'allow_always' },
   { label = 'Reject', outcome = 'reject' },
+  { label = 'Always reject', outcome = 'reject_always' },
 }
+
+--- The modes a session runs in (session/configure {mode}).
+M.modes = { 'ask', 'accept_edits', 'read_only' }
 
 --- Stop waiting for a question the server withdrew (the run was cancelled or ended): it is
 --- answered -32800 (the server ignores that) and the user's later choice does nothing.
@@ -47,6 +51,7 @@ local function withdraw(prompt)
   end
   prompt.done = true
   state.prompts[prompt.id] = nil
+  ui.close_proposal(prompt.float)
   prompt.respond(nil, { code = -32800, message = 'the permission request was withdrawn' })
   notify(string.format('the permission request for %s was withdrawn (the run ended)', prompt.title),
     vim.log.levels.WARN)
@@ -67,76 +72,24 @@ local function withdraw_settled(params)
   end
 end
 
-local function workspace_path(session, path)
-  if path:sub(1, 1) == '/' then
-    return path
-  end
-  local root = session and session.workspace or config.options.cwd or vim.fn.getcwd()
-  if root:match('^file://') then
-    root = vim.uri_to_fname(root)
-  end
-  return root .. '/' .. path
-end
-
-local function read_file(path)
-  local file = io.open(path, 'rb')
-  if not file then
+--- The unified diff of the change an edit proposes, from the server's `diff` ({path, oldText?,
+--- newText}: the whole file before, absent for a new file, and after). nil without a change.
+function M.unified_diff(diff)
+  if type(diff) ~= 'table' or type(diff.path) ~= 'string' or type(diff.newText) ~= 'string' then
     return nil
   end
-  local text = file:read('*a')
-  file:close()
-  return text
-end
-
-local function replace_plain(text, old, new, all)
-  local out, from = {}, 1
-  while true do
-    local s, e = text:find(old, from, true)
-    if not s or old == '' then
-      break
-    end
-    table.insert(out, text:sub(from, s - 1) .. new)
-    from = e + 1
-    if not all then
-      break
-    end
-  end
-  table.insert(out, text:sub(from))
-  return table.concat(out)
-end
-
---- The unified diff a write_file / edit_file call would make, worked out before it runs (the
---- server sends the real one when the call completes). nil for other tools or when unknown.
-function M.proposed_diff(session, call)
-  if call.name ~= 'write_file' and call.name ~= 'edit_file' then
-    return nil
-  end
-  local ok, args = pcall(vim.json.decode, call.arguments or '', luanil)
-  if not ok or type(args) ~= 'table' or type(args.path) ~= 'string' then
-    return nil
-  end
-  local old = read_file(workspace_path(session, args.path))
-  local new
-  if call.name == 'write_file' then
-    if type(args.content) ~= 'string' then
-      return nil
-    end
-    new = args.content
-  else
-    if not old or type(args.oldString) ~= 'string' or type(args.newString) ~= 'string' then
-      return nil
-    end
-    new = replace_plain(old, args.oldString, args.newString, args.replaceAll == true)
-  end
-  local hunks = vim.diff(old or '', new, {})
+  local old = type(diff.oldText) == 'string' and diff.oldText or nil
+  local hunks = vim.diff(old or '', diff.newText, {})
   if not hunks or hunks == '' then
     return nil
   end
-  return string.format('--- %s\n+++ b/%s\n%s', old and ('a/' .. args.path) or '/dev/null', args.path, hunks)
+  return string.format('--- %s\n+++ b/%s\n%s', old and ('a/' .. diff.path) or '/dev/null', diff.path, hunks)
 end
 
---- Answer tool/requestPermission: the question is shown with vim.ui.select (the edit's diff under
---- its tool line in the chat buffer) and answered through `respond` once the user has chosen.
+--- Answer tool/requestPermission: the question is shown with vim.ui.select and answered through
+--- `respond` once the user has chosen. An edit's proposed change (the server's `diff`) is shown
+--- first, under its tool line in the chat buffer and in a float at the top of the editor, kept
+--- clear of the rows the question takes at the bottom; the float closes with the answer.
 function M.request_permission(params, respond, id)
   local call = params.toolCall or {}
   local title = call.title or ui.title(call.name, call.arguments)
@@ -153,13 +106,16 @@ function M.request_permission(params, respond, id)
     done = false,
   }
   state.prompts[id] = prompt
+  local diff = M.unified_diff(params.diff)
   local view = params.sessionId and ui.get(params.sessionId)
   if view then
     if vim.fn.bufwinid(view.buf) == -1 then
       ui.view(view.session, true)
     end
-    local ok, diff = pcall(M.proposed_diff, view.session, call)
-    ui.proposed_diff(view, call.id, ok and diff or nil)
+    ui.proposed_diff(view, call.id, diff)
+  end
+  if diff then
+    prompt.float = ui.show_proposal(title, diff, #choices)
   end
   local question = 'tether: ' .. title .. (params.reason and (' — ' .. params.reason) or '') .. '?'
   -- The default vim.ui.select blocks in inputlist(): draw the diff before it does.
@@ -176,6 +132,7 @@ function M.request_permission(params, respond, id)
     end
     prompt.done = true
     state.prompts[id] = nil
+    ui.close_proposal(prompt.float)
     respond({ outcome = choice and choice.outcome or 'reject' })
   end)
 end
@@ -197,6 +154,9 @@ local function on_progress(params)
     progress('iteration ' .. event.iteration)
   elseif kind == 'tool_call' then
     progress('tool ' .. (event.title or event.name))
+  elseif kind == 'notice' or kind == 'warning' then
+    -- Something to show a person, never part of the answer's text.
+    notify(tostring(event.message), vim.log.levels.WARN)
   end
   local view = ui.get(params.sessionId)
   if not view then
@@ -206,6 +166,7 @@ local function on_progress(params)
     ui.text(view, event.text)
   elseif kind == 'tool_call' then
     ui.tool_call(view, event)
+    ui.proposed_diff(view, event.toolCallId, M.unified_diff(event.diff))
   elseif kind == 'tool_call_update' then
     ui.tool_update(view, event)
   elseif kind == 'plan' then
@@ -236,6 +197,7 @@ local function on_exit(client, code, signal)
   end
   for _, prompt in pairs(state.prompts) do
     prompt.done = true -- nobody is left to answer
+    ui.close_proposal(prompt.float)
   end
   state.prompts = {}
   if client.ready and (code ~= 0 or signal ~= 0) then
@@ -359,6 +321,10 @@ local function run(session, prompt)
       end
       ui.finished(view, result)
       progress('run finished: ' .. result.stopReason)
+      local cut = ui.STOP_NOTES[result.stopReason]
+      if cut then
+        notify(cut, vim.log.levels.WARN)
+      end
     end)
   end)
 end
@@ -464,6 +430,46 @@ function M.ago(iso, now)
     return string.format('%d h ago', seconds / 3600)
   end
   return string.format('%d d ago', seconds / 86400)
+end
+
+--- :TetherMode [mode] — set the current session's mode (session/configure {mode}; a new session
+--- when there is none); without a mode, pick one. The server keeps it with the session.
+function M.mode(mode, on_done)
+  if not mode or mode == '' then
+    local current = state.session and state.session.mode or 'ask'
+    vim.ui.select(M.modes, {
+      prompt = 'tether mode (now ' .. current .. ')',
+    }, function(choice)
+      if choice then
+        M.mode(choice, on_done)
+      end
+    end)
+    return
+  end
+  if not vim.tbl_contains(M.modes, mode) then
+    notify(string.format("unknown mode '%s': one of %s", mode, table.concat(M.modes, ', ')), vim.log.levels.ERROR)
+    return
+  end
+  local function configure(session)
+    request('session/configure', { sessionId = session.sessionId, mode = mode }, function(updated)
+      if state.session and state.session.sessionId == updated.sessionId then
+        state.session = updated
+      end
+      local view = ui.get(updated.sessionId)
+      if view then
+        view.session = updated
+      end
+      notify('mode ' .. tostring(updated.mode))
+      if on_done then
+        on_done(updated)
+      end
+    end)
+  end
+  if state.session then
+    configure(state.session)
+  else
+    M.new_session(nil, configure)
+  end
 end
 
 --- :TetherSessions — pick a session; its chat buffer opens and it becomes the current one.

@@ -330,6 +330,7 @@ end
 ---@field title? string what a person reads: `Read src/app.py`, `Run pytest -q`
 ---@field toolKind? 'read'|'edit'|'execute'|'search'|'other'
 ---@field status string
+---@field diff? {path: string, oldText?: string, newText: string} an edit's proposed change
 
 ---@class tether.ToolCallUpdateEvent
 ---@field toolCallId string
@@ -392,8 +393,59 @@ function M.tool_row(view, call_id)
   return tool and mark_row(view, tool.mark)
 end
 
+--- What a run that was cut short says after its stop reason (and in a notification).
+M.STOP_NOTES = {
+  max_tokens = 'the answer was cut off at the model\'s output token limit',
+  refusal = 'the model refused to answer',
+}
+
+--- The float that shows an edit's proposed change while its question is asked: at the top of the
+--- editor, as tall as the diff but leaving `reserved` rows (the question's choices) and the
+--- command line free at the bottom, so the question never covers it. Returns its window.
+function M.show_proposal(title, diff, reserved)
+  local lines = { title .. ' — proposed change' }
+  for _, line in ipairs(vim.split((diff:gsub('\n$', '')), '\n', { plain = true })) do
+    table.insert(lines, line)
+  end
+  local buf = vim.api.nvim_create_buf(false, true)
+  vim.bo[buf].bufhidden = 'wipe'
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  vim.bo[buf].modifiable = false
+  vim.bo[buf].filetype = 'diff'
+  local width = 20
+  for _, line in ipairs(lines) do
+    width = math.max(width, vim.fn.strdisplaywidth(line))
+  end
+  width = math.min(width, math.max(1, vim.o.columns - 4))
+  -- The question below takes its prompt, its choices, the "Type number" line and the command line.
+  local room = vim.o.lines - vim.o.cmdheight - (reserved or 0) - 5
+  local height = math.max(1, math.min(#lines, room))
+  local ok, win = pcall(vim.api.nvim_open_win, buf, false, {
+    relative = 'editor',
+    row = 0,
+    col = math.max(0, vim.o.columns - width - 2),
+    width = width,
+    height = height,
+    style = 'minimal',
+    border = 'single',
+    focusable = false,
+    -- Under other floats (50): a vim.ui.select replacement that opens one stays usable.
+    zindex = 45,
+  })
+  return ok and win or nil
+end
+
+function M.close_proposal(win)
+  if win and vim.api.nvim_win_is_valid(win) then
+    pcall(vim.api.nvim_win_close, win, true)
+  end
+end
+
 function M.finished(view, result)
   local line = '-- ' .. (result.stopReason or 'done')
+  if M.STOP_NOTES[result.stopReason] then
+    line = line .. ': ' .. M.STOP_NOTES[result.stopReason]
+  end
   local facts = {}
   if result.iterations then
     table.insert(facts, string.format('%d iteration%s', result.iterations, result.iterations == 1 and '' or 's'))
@@ -423,27 +475,84 @@ local function content_text(content)
   return table.concat(texts, '\n')
 end
 
---- A transcript from session/messages (oldest first), added to the transcript.
+local CANCELLED_RESULT = 'cancelled' -- what a call that did not finish is given on cancel
+local STOP_REASONS = {
+  end_turn = true, max_iterations = true, max_tokens = true, refusal = true, cancelled = true,
+  output_invalid = true,
+}
+
+--- The end line of a stored run, as ui.finished draws it live: its stop reason (the stored one
+--- when the server keeps it, else what the messages show), its model calls and their tokens.
+local function stored_run_end(run)
+  local stop = run.recorded
+    or (run.cancelled and 'cancelled')
+    or (run.ended_with_calls and 'max_iterations')
+    or 'end_turn'
+  return { stopReason = stop, iterations = run.iterations, usage = run.usage }
+end
+
+local function new_run(id)
+  return { id = id, iterations = 0, usage = { inputTokens = 0, outputTokens = 0 } }
+end
+
+local function add_to_run(run, message, metadata)
+  if not run or message.kind == 'compaction' then
+    return
+  end
+  run.iterations = run.iterations + 1
+  local usage = type(metadata.usage) == 'table' and metadata.usage or {}
+  run.usage.inputTokens = run.usage.inputTokens + (tonumber(usage.inputTokens) or 0)
+  run.usage.outputTokens = run.usage.outputTokens + (tonumber(usage.outputTokens) or 0)
+  run.cancelled = run.cancelled or metadata.cancelled == true
+  if STOP_REASONS[metadata.stopReason] then
+    run.recorded = metadata.stopReason
+  end
+  run.ended_with_calls = message.toolCalls ~= nil and #message.toolCalls > 0
+end
+
+--- A transcript from session/messages (oldest first), added to the transcript the way the live
+--- turns drew it, from what the server keeps in the messages' metadata: each call's kind, an
+--- edit's diff, a cancelled answer's partial text, and each run's end line with its tokens.
 function M.transcript(view, messages)
+  local run
+  local function close_run()
+    if run and run.iterations > 0 then
+      M.finished(view, stored_run_end(run))
+    end
+    run = nil
+  end
   for _, message in ipairs(messages) do
     local content = content_text(message.content)
+    local metadata = type(message.metadata) == 'table' and message.metadata or {}
+    if message.runId ~= (run and run.id) and (message.runId or message.role == 'user') then
+      close_run()
+      run = message.runId and new_run(message.runId) or nil
+    end
     if message.role == 'user' then
       M.prompt(view, content or '')
     elseif message.role == 'assistant' then
+      add_to_run(run, message, metadata)
       if content and content ~= '' then
         M.text(view, content)
       end
+      local kinds = type(metadata.toolKinds) == 'table' and metadata.toolKinds or {}
       for _, call in ipairs(message.toolCalls or {}) do
-        M.tool_call(view, { toolCallId = call.id, name = call.name, arguments = call.arguments, status = 'called' })
+        M.tool_call(view, { toolCallId = call.id, name = call.name, arguments = call.arguments,
+          toolKind = kinds[call.id] or 'other', status = 'called' })
       end
     elseif message.role == 'tool' and view.tools[message.toolCallId] then
-      if message.isError then
+      local diff = type(metadata.diff) == 'string' and metadata.diff or nil
+      if message.isError and content == CANCELLED_RESULT then
+        M.tool_update(view, { toolCallId = message.toolCallId, status = 'cancelled' })
+      elseif message.isError then
         M.tool_update(view, { toolCallId = message.toolCallId, status = 'failed', error = content })
       else
-        M.tool_update(view, { toolCallId = message.toolCallId, status = 'completed', result = content or '' })
+        M.tool_update(view, { toolCallId = message.toolCallId, status = 'completed', result = content or '',
+          diff = diff })
       end
     end
   end
+  close_run()
 end
 
 --- Fold levels of a buffer: a tool's output is one fold under its tool line; a diff is not folded.

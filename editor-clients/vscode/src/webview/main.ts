@@ -11,12 +11,15 @@ import MarkdownIt from "markdown-it";
 import type {
   ContextItem,
   FromWebview,
+  PermissionOutcome,
   PlanEntry,
   ProgressEvent,
   SessionSummary,
+  StopReason,
   ToWebview,
   ToolKind,
   TranscriptItem,
+  Usage,
 } from "../messages";
 import { relativeTime } from "../relative-time";
 
@@ -173,6 +176,8 @@ interface Turn {
   node: HTMLElement;
   /** messageId → its Markdown block and text so far. */
   texts: Map<string, { node: HTMLElement; text: string }>;
+  /** The answer the current model call is streaming: a cancellation cuts it short. */
+  streaming?: string;
   cards: Map<string, Card>;
   footer: HTMLElement;
 }
@@ -239,6 +244,7 @@ function assistantBlock(turn: Turn, messageId: string): { node: HTMLElement; tex
   let block = turn.texts.get(messageId);
   if (!block) {
     const message = el("div", "message assistant");
+    message.dataset.messageId = messageId;
     const who = el("div", "who");
     who.append(icon("sparkle"), el("span", "", "tether"));
     const node = el("div", "markdown");
@@ -318,7 +324,11 @@ function progress(event: ProgressEvent): void {
     case "run_started":
       setRunning(true);
       break;
+    case "iteration_started":
+      turn.streaming = undefined;
+      break;
     case "message_delta": {
+      turn.streaming = event.messageId;
       const block = assistantBlock(turn, event.messageId);
       block.text += event.text;
       scheduleRender(block);
@@ -362,7 +372,8 @@ function progress(event: ProgressEvent): void {
     case "plan":
       showPlan(event.entries);
       break;
-    case "warning": {
+    case "warning":
+    case "notice": {
       const warning = el("div", "notice warning");
       warning.append(icon("warning"), el("span", "", event.message));
       turn.node.insertBefore(warning, turn.footer);
@@ -370,6 +381,10 @@ function progress(event: ProgressEvent): void {
     }
     case "run_finished":
       setRunning(false);
+      if (event.stopReason === "cancelled" && turn.streaming) {
+        const block = turn.texts.get(turn.streaming);
+        if (block) markCancelled(block.node);
+      }
       for (const card of turn.cards.values()) {
         if (card.status === "pending" || card.status === "approval" || card.status === "in_progress") {
           clearApproval(card);
@@ -380,6 +395,14 @@ function progress(event: ProgressEvent): void {
     default:
       break;
   }
+}
+
+/** An answer cut short by a cancellation: its partial text, marked so. */
+function markCancelled(markdownNode: HTMLElement): void {
+  const message = markdownNode.parentElement;
+  if (!message || message.classList.contains("cancelled")) return;
+  message.classList.add("cancelled");
+  message.querySelector(".who")?.append(el("span", "badge", "cancelled"));
 }
 
 function clearApproval(card: Card): void {
@@ -410,7 +433,7 @@ function permission(message: Extract<ToWebview, { type: "permission" }>): void {
     command.append(highlighted(`$ ${message.command}`, "bash"));
     card.body.append(command);
   }
-  const answer = (outcome: "allow" | "allow_always" | "reject") => () => {
+  const answer = (outcome: PermissionOutcome) => () => {
     post({ type: "answer", requestId: message.requestId, outcome });
     card.actions.querySelectorAll("button").forEach((b) => (b.disabled = true));
   };
@@ -422,8 +445,10 @@ function permission(message: Extract<ToWebview, { type: "permission" }>): void {
     button("Allow", "check", "primary allow", answer("allow")),
     button("Always allow", "check-all", "secondary always", answer("allow_always")),
     button("Reject", "close", "secondary reject", answer("reject")),
+    button("Always reject", "circle-slash", "secondary never", answer("reject_always")),
   );
-  buttons[buttons.length - 2].title = `Allow ${message.title} and every later call of this tool in this session`;
+  buttons[buttons.length - 3].title = `Allow ${message.title} and every later call of this tool in this session`;
+  buttons[buttons.length - 1].title = `Reject ${message.title} and every later call of this tool in this session`;
   card.actions.replaceChildren(...buttons);
   scrollToEnd();
 }
@@ -437,28 +462,53 @@ function permissionClosed(requestId: string): void {
   if (card.status === "approval") setStatus(card, "pending");
 }
 
-function turnFinished(message: Extract<ToWebview, { type: "turnFinished" }>): void {
-  setRunning(false);
-  const turn = state.turn;
-  if (!turn) return;
+/** What a run that did not end normally says under its answer. */
+const STOP_NOTICES: Partial<Record<StopReason, { icon: string; text: string }>> = {
+  max_tokens: { icon: "warning", text: "The answer was cut off: the model reached its output token limit." },
+  refusal: { icon: "circle-slash", text: "The model refused to answer." },
+  max_iterations: { icon: "warning", text: "The run stopped after its maximum number of model calls." },
+  output_invalid: { icon: "warning", text: "The answer did not match the requested output schema." },
+};
+
+/** The line under a run's answer (live and rebuilt alike): model, tokens, how it ended. */
+function runFooter(
+  turn: Turn,
+  stopReason: StopReason | "error",
+  model: string | undefined,
+  usage: Usage | undefined,
+  error?: string,
+): void {
   const parts: string[] = [];
-  if (message.model) parts.push(message.model);
-  if (message.usage) {
-    parts.push(`${message.usage.inputTokens.toLocaleString()} in · ${message.usage.outputTokens.toLocaleString()} out tokens`);
+  if (model) parts.push(model);
+  if (usage) {
+    parts.push(`${usage.inputTokens.toLocaleString()} in · ${usage.outputTokens.toLocaleString()} out tokens`);
   }
-  if (message.stopReason !== "end_turn") parts.push(message.stopReason.replace("_", " "));
+  if (stopReason !== "end_turn") parts.push(stopReason.replace("_", " "));
   turn.footer.replaceChildren();
-  if (message.error) {
-    const error = el("div", "notice error");
-    error.append(icon("error"), el("span", "", message.error));
-    turn.footer.append(error);
+  if (error) {
+    const node = el("div", "notice error");
+    node.append(icon("error"), el("span", "", error));
+    turn.footer.append(node);
+  }
+  const notice = stopReason === "error" ? undefined : STOP_NOTICES[stopReason];
+  if (notice) {
+    const node = el("div", `notice warning stop-${stopReason}`);
+    node.append(icon(notice.icon), el("span", "", notice.text));
+    turn.footer.append(node);
   }
   if (parts.length > 0) {
     const meta = el("div", "meta");
     meta.append(icon("info"), el("span", "", parts.join(" · ")));
     turn.footer.append(meta);
   }
-  turn.node.dataset.stopReason = message.stopReason;
+  turn.node.dataset.stopReason = stopReason;
+}
+
+function turnFinished(message: Extract<ToWebview, { type: "turnFinished" }>): void {
+  setRunning(false);
+  const turn = state.turn;
+  if (!turn) return;
+  runFooter(turn, message.stopReason, message.model, message.usage, message.error);
   state.turn = undefined;
 }
 
@@ -510,11 +560,19 @@ function replay(item: TranscriptItem): void {
     const block = assistantBlock(turn, `stored-${turn.texts.size}`);
     block.text = item.text;
     renderMarkdown(block.node, item.text);
+    if (item.cancelled) markCancelled(block.node);
+    return;
+  }
+  if (item.type === "runEnd") {
+    runFooter(turn, item.stopReason, item.model, item.usage);
     return;
   }
   const card = toolCard(turn.node, turn.footer, item.toolCallId, item.title, item.toolKind, item.name);
   setStatus(card, item.status === "pending" ? "cancelled" : item.status);
-  if (item.output) setOutput(card, item.output, item.status === "failed" ? "Error" : "Output");
+  // As the live card: an edit's diff, else the output (an error's unfolded).
+  if (item.status === "completed" && item.diff) setOutput(card, item.diff, "Diff", "diff");
+  else if (item.status === "failed") setOutput(card, item.output ?? "failed", "Error", undefined, true);
+  else if (item.output && item.status === "completed") setOutput(card, item.output, "Output");
 }
 
 function chip(item: ContextItem, index?: number): HTMLElement {

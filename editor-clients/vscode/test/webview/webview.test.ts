@@ -193,6 +193,7 @@ describe("the chat view's webview script in headless Chromium", { timeout: 300_0
       "Allow",
       "Always allow",
       "Reject",
+      "Always reject",
     ]);
     await tab.screenshot({ path: join(ARTIFACTS, "webview-permission.png") });
     await card.locator("button.review").click();
@@ -225,11 +226,39 @@ describe("the chat view's webview script in headless Chromium", { timeout: 300_0
     await clean();
   });
 
-  test("a cancelled turn says so under the answer", async () => {
+  test("Always reject is posted as reject_always", async () => {
+    const stream = fixture("write-rejected");
+    const asked = stream.findIndex((m) => m.type === "permission");
+    await feed(stream.slice(0, asked + 1));
+    const never = tab.locator(".tool-card.asking button.never");
+    assert.match((await never.getAttribute("title")) ?? "", /every later call of this tool/);
+    await never.click();
+    const requestId = (stream[asked] as { requestId: string }).requestId;
+    assert.deepEqual((await posted()).at(-1), { type: "answer", requestId, outcome: "reject_always" });
+    await clean();
+  });
+
+  test("a cancelled turn says so under the answer, its partial text marked", async () => {
     await feed(fixture("cancelled"));
     assert.equal(await tab.getAttribute(".turn", "data-stop-reason"), "cancelled");
     assert.match((await tab.textContent(".turn-footer .meta")) ?? "", /cancelled/);
+    const answer = tab.locator(".message.assistant");
+    assert.equal(await answer.getAttribute("class"), "message assistant cancelled");
+    assert.equal(await answer.locator(".who .badge").textContent(), "cancelled");
     assert.equal(await tab.isVisible(".send"), true);
+    await clean();
+  });
+
+  test("a cut-off answer and a refusal are told apart from a normal end", async () => {
+    await feed(fixture("cut-off"));
+    assert.equal(await tab.getAttribute(".turn", "data-stop-reason"), "max_tokens");
+    assert.match((await tab.textContent(".turn-footer .stop-max_tokens")) ?? "", /cut off/);
+    assert.match((await tab.textContent(".turn-footer .meta")) ?? "", /4,096 out tokens · max tokens/);
+    await feed(fixture("refused"));
+    const refused = tab.locator(".turn").last();
+    assert.equal(await refused.getAttribute("data-stop-reason"), "refusal");
+    assert.match((await refused.locator(".turn-footer .stop-refusal").textContent()) ?? "", /refused/);
+    await tab.screenshot({ path: join(ARTIFACTS, "webview-stop-reasons.png") });
     await clean();
   });
 
@@ -276,6 +305,19 @@ describe("the chat view's webview script in headless Chromium", { timeout: 300_0
     assert.equal(await tab.locator(".tool-card").first().getAttribute("data-status"), "completed");
     const answers = await tab.locator(".message.assistant .markdown").allTextContents();
     assert.ok(answers.includes("Changed.\n"), answers.join(" | "));
+    // As the live turns showed them: the edit's diff, the kinds, each run's tokens, the cancel.
+    const edit = tab.locator('.tool-card[data-tool-call-id="e1"]');
+    assert.equal(await edit.getAttribute("data-kind"), "edit");
+    assert.equal(await edit.locator("details.tool-output summary").textContent(), "Diff");
+    assert.match((await edit.locator("details.tool-output pre").textContent()) ?? "", /\+\s+return 43/);
+    assert.equal(await tab.locator('.tool-card[data-tool-call-id="c1"]').getAttribute("data-kind"), "read");
+    const footers = await tab.locator(".turn-footer .meta").allTextContents();
+    assert.equal(footers[0], "scripted · 250 in · 50 out tokens");
+    assert.equal(footers[1], "scripted · 430 in · 25 out tokens");
+    const cancelled = tab.locator(".turn[data-stop-reason=cancelled]");
+    assert.equal(await cancelled.count(), 1);
+    assert.equal(await cancelled.locator(".message.assistant.cancelled .markdown").textContent(), "too\n");
+    assert.match((await cancelled.locator(".turn-footer .meta").textContent()) ?? "", /cancelled$/);
     await tab.screenshot({ path: join(ARTIFACTS, "webview-transcript.png"), fullPage: true });
     await clean();
   });
@@ -343,6 +385,20 @@ describe("the chat view's webview script in headless Chromium", { timeout: 300_0
     await tab.screenshot({ path: join(ARTIFACTS, "webview-plan.png"), fullPage: true });
     await feed([{ type: "session", items: [], running: false }]);
     assert.equal(await tab.locator(".plan").isHidden(), true);
+    await clean();
+  });
+
+  test("a notice shows as a notice, never as the answer's text", async () => {
+    await feed([
+      { type: "turnStarted", prompt: "hi", context: [], sessionId: "s", title: "t" },
+      {
+        type: "progress",
+        event: { kind: "notice", level: "warning", message: "MCP server 'broken' did not start" },
+      },
+      { type: "progress", event: { kind: "message_delta", messageId: "m1", text: "Answered." } },
+    ]);
+    assert.equal(await tab.textContent(".turn .notice.warning"), "MCP server 'broken' did not start");
+    assert.equal(await tab.textContent(".message.assistant .markdown"), "Answered.\n");
     await clean();
   });
 

@@ -1,0 +1,389 @@
+"""Running ``rg`` for the search tools: finding it, starting and stopping it, and the walk.
+
+``rg`` comes from the ``ripgrep`` wheel, a dependency installed beside tether's interpreter; a
+system ``rg`` on ``PATH`` is used instead when it is newer (:func:`ripgrep`). The engine of
+``search_text`` and ``list_files`` is chosen by ``tools.search`` (:data:`SearchEngine`): "auto"
+runs ``rg`` where it can and the Python walk elsewhere, "ripgrep" insists on ``rg``, "python"
+never runs it.
+
+What ``rg`` does here, and what tether still does itself so the answer is the one the Python
+walk (:mod:`tether.tools.walk`) gives:
+
+- the walk is ``rg --files`` from the start directory, with every ignore file of its own kind
+  turned off but ``.gitignore``, ``.ignore`` and ``.git/info/exclude`` (``--no-ignore-global``,
+  ``--no-ignore-parent``, ``--no-require-git``), hidden files in, :data:`IGNORED_DIRS` out,
+  symlinks never followed (``rg`` lists none). The rules of the directories above the start
+  (up to the workspace root, never above it) and the glob are applied here, as the Python walk
+  applies them; so are the sort and the entry cap.
+- an ignore file the Python walk leaves out (:mod:`tether.tools.ignores`: a FIFO, a device, a
+  symlink, over :data:`MAX_IGNORE_FILE_BYTES`) ``rg`` would read as it is: block on a FIFO for
+  good, read ``/dev/zero`` until memory runs out, apply a linked or huge file's rules. So the
+  walk's ``rg`` is watched (:func:`reads_what_no_walk_may`: it waits to open a FIFO, or holds a
+  FIFO, a device or a file too large open) and killed at once, and the ignore files of the
+  directories it listed files in are checked when it is done (:func:`_ignore_files_clean`);
+  either way the call walks with Python, which leaves the file out and says so. Left: a
+  directory none of whose files ``rg`` lists (its own linked or huge ignore file excludes them
+  all) is not checked.
+- ``rg`` is started in a session of its own, marked as commands are
+  (:data:`tether.tools.processes.MARK_VARIABLE`), and its tree is killed
+  (:func:`tether.tools.processes.kill_tree`) when the call is cancelled, at the deadline, or
+  once enough is read; it reads nothing from tether (stdin is ``/dev/null``).
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import os
+import re
+import shutil
+import stat as stats
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from tether.tools.base import SearchEngine, ToolError
+from tether.tools.ignores import IGNORE_FILES, MAX_IGNORE_FILE_BYTES, ignores_above
+from tether.tools.processes import MARK_VARIABLE, kill_tree, new_mark
+from tether.tools.walk import IGNORED_DIRS, Glob, Walk, WalkedFile, walk_files
+
+RG_FLAGS = ("--no-config", "--hidden", "--no-ignore-global")
+"""What every ``rg`` run starts with: no ``RIPGREP_CONFIG_PATH``, hidden files in, no user-wide
+excludes."""
+
+_VERSION = re.compile(rb"ripgrep (\d+)\.(\d+)\.(\d+)")
+GUARD_INTERVAL = 0.02  # seconds between two looks at what a walk's rg has open
+# where the kernel holds a thread opening a FIFO no one writes to (older kernels than 5.5 show
+# "pipe_wait", as for any pipe: such an rg is left to the deadline)
+_FIFO_WAITS = frozenset({"wait_for_partner", "fifo_open"})
+Killed = Literal["stop", "time", "unsafe"]
+
+
+@dataclass(frozen=True)
+class Ripgrep:
+    """An ``rg`` that runs here: its path and version."""
+
+    path: str
+    version: tuple[int, int, int]
+
+
+def _version(path: str) -> tuple[int, int, int] | None:
+    try:
+        done = subprocess.run(
+            [path, "--version"],
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = _VERSION.match(done.stdout)
+    if done.returncode != 0 or found is None:
+        return None
+    major, minor, patch = (int(part) for part in found.groups())
+    return (major, minor, patch)
+
+
+def _candidates() -> Iterator[str]:
+    """The wheel's ``rg`` (beside the interpreter's scripts), then the system's."""
+    for directory in (sysconfig.get_path("scripts"), os.path.dirname(sys.executable)):
+        path = os.path.join(directory, "rg")
+        if os.access(path, os.X_OK):
+            yield path
+    system = shutil.which("rg")
+    if system is not None:
+        yield system
+
+
+@functools.cache
+def ripgrep() -> Ripgrep | None:
+    """The ``rg`` to run (the newest of the wheel's and the system's), found once per process;
+    None where there is none that runs."""
+    best: Ripgrep | None = None
+    for path in dict.fromkeys(_candidates()):
+        version = _version(path)
+        if version is not None and (best is None or version > best.version):
+            best = Ripgrep(path, version)
+    return best
+
+
+def chosen(engine: SearchEngine, root: Path, start: Path) -> Ripgrep | None:
+    """The ``rg`` a call from ``start`` (inside ``root``) runs under ``engine``; None: the
+    Python engine. Under "ripgrep", a missing ``rg`` is an error the model reads. A walk below
+    the root whose ignore files ``rg`` cannot be told to read from the root down only (some lie
+    above the root: :func:`parents_clean`) runs on the Python engine."""
+    if engine == "python" or (start != root and not parents_clean(root)):
+        return None
+    found = ripgrep()
+    if found is None and engine == "ripgrep":
+        raise ToolError(
+            'tools.search is "ripgrep" but no rg runs here (install the ripgrep package, or '
+            'set tools.search = "auto")'
+        )
+    return found
+
+
+class RgProcess:
+    """One ``rg`` run whose output is read as it comes; killed (with anything it started) when
+    ``stop`` is set or ``deadline`` passes, and by :meth:`close`; with ``guard``, also as soon
+    as it reads what no walk may (:func:`reads_what_no_walk_may`)."""
+
+    def __init__(
+        self,
+        rg: Ripgrep,
+        args: Sequence[str],
+        *,
+        cwd: Path,
+        stop: threading.Event,
+        deadline: float,
+        guard: bool = False,
+    ) -> None:
+        self._mark = new_mark()
+        environ = {**os.environ, MARK_VARIABLE: self._mark}
+        self.process = subprocess.Popen(
+            [rg.path, *args],
+            cwd=cwd,
+            env=environ,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        self.killed: Killed | None = None
+        self._lock = threading.Lock()
+        watcher = threading.Thread(
+            target=self._watch, args=(stop, deadline, guard), daemon=True, name="rg-watch"
+        )
+        watcher.start()
+
+    @property
+    def stdout(self) -> io.BufferedReader:
+        assert isinstance(self.process.stdout, io.BufferedReader)
+        return self.process.stdout
+
+    def _watch(self, stop: threading.Event, deadline: float, guard: bool) -> None:
+        """Kill ``rg`` once the call is cancelled or over time, or (``guard``) once it reads
+        what no walk may (set ``stop`` ends this thread: the caller sets it when the call ends,
+        however it ends)."""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill("time")
+                return
+            if stop.wait(min(left, GUARD_INTERVAL) if guard else left):
+                self.kill("stop")
+                return
+            if guard:
+                if self.process.poll() is not None:
+                    return
+                if reads_what_no_walk_may(self.process.pid):
+                    self.kill("unsafe")
+                    return
+
+    def kill(self, why: Killed | None = None) -> None:
+        with self._lock:
+            if self.process.poll() is not None:
+                return
+            if self.killed is None:
+                self.killed = why
+            kill_tree(self.process.pid, self._mark)
+
+    def close(self) -> tuple[int, str]:
+        """Kill what still runs, reap it; its exit status and what it wrote on stderr."""
+        self.kill()
+        self.stdout.close()
+        assert self.process.stderr is not None
+        error = self.process.stderr.read().decode(errors="replace")
+        self.process.stderr.close()
+        return self.process.wait(), error
+
+
+def walk_args(include_ignored: bool, *, parents: bool) -> list[str]:
+    """The ``rg`` options that walk as :func:`tether.tools.walk.walk_files` does; with
+    ``parents``, the ignore files of the directories above the start apply (the caller has
+    made sure, with :func:`parents_clean`, that none lies above the workspace root)."""
+    args = [*RG_FLAGS, "--no-require-git", "--no-messages"]
+    if not parents:
+        args.append("--no-ignore-parent")
+    if include_ignored:
+        args.append("--no-ignore")
+    for name in sorted(IGNORED_DIRS):
+        args += ["--glob", f"!{_glob_literal(name)}/"]
+    return args
+
+
+def _glob_literal(name: str) -> str:
+    return "".join(f"[{char}]" if char in "*?[]{}\\!" else char for char in name)
+
+
+def rg_walk(
+    rg: Ripgrep,
+    root: Path,
+    start: Path,
+    *,
+    glob: Glob | None,
+    max_entries: int,
+    stop: threading.Event,
+    include_ignored: bool,
+    budget: float,
+    stat: bool,
+) -> Walk:
+    """:func:`tether.tools.walk.walk_files` on ``rg --files``: the same files, sorted by path.
+    With ``stat``, each file's size and links are read (``lstat``) for the search."""
+    deadline = time.monotonic() + budget
+    walk = Walk()
+    prefix = "" if start == root else start.relative_to(root).as_posix() + "/"
+    if not include_ignored and _start_ignored(root, start, walk):
+        return walk  # as the Python walk sees nothing below an ignored directory
+    args = [*walk_args(include_ignored, parents=start != root), "--files", "--null"]
+    run = RgProcess(rg, args, cwd=start, stop=stop, deadline=deadline, guard=not include_ignored)
+    try:
+        names = _read_names(run, max_entries, walk)
+    finally:
+        run.close()
+    if run.killed == "unsafe" or not (
+        include_ignored or run.killed or _ignore_files_clean(root, start, names)
+    ):
+        # an ignore file rg read as no walk may: the Python walk leaves it out and says so
+        return walk_files(
+            root,
+            start,
+            glob=glob,
+            max_entries=max_entries,
+            stop=stop,
+            include_ignored=include_ignored,
+            budget=max(0.0, deadline - time.monotonic()),
+        )
+    if run.killed == "time":
+        walk.stopped = "time"
+    walk.scanned = len(names)
+    for name in names:
+        rel = name.removeprefix("./")
+        try:
+            if glob is not None and not glob.matches(rel, deadline):
+                continue
+        except TimeoutError:
+            walk.stopped = "time"
+            break
+        path = os.path.join(start, rel)
+        walk.files.append(_walked(prefix + rel, path, stat))
+    walk.files = [file for file in walk.files if file.size >= 0]
+    walk.files.sort(key=lambda file: file.rel)
+    return walk
+
+
+def _read_names(run: RgProcess, max_entries: int, walk: Walk) -> list[str]:
+    names: list[str] = []
+    pending = b""
+    while chunk := run.stdout.read1(1 << 16):
+        parts = (pending + chunk).split(b"\0")
+        pending = parts.pop()
+        names += map(os.fsdecode, parts)
+        if len(names) > max_entries:
+            walk.stopped = "entries"
+            run.kill()
+            return names[:max_entries]
+    return names
+
+
+def _start_ignored(root: Path, start: Path, walk: Walk) -> bool:
+    """Whether the rules from the root down exclude ``start`` or a directory on the way to it
+    (``rg`` applies no rule to the directory it starts in)."""
+    if start == root:
+        return False
+    above = ignores_above(root, start, walk.ignore_files)
+    parts = start.relative_to(root).parts
+    return any(
+        above.ignored("/".join(parts[: depth + 1]), is_dir=True) for depth in range(len(parts))
+    )
+
+
+def parents_clean(root: Path) -> bool:
+    """Whether no directory above ``root`` holds an ignore file or a ``.git``: then ``rg``,
+    reading the ignore files of the directories above its start, reads those from ``root``
+    down only, as the Python walk does."""
+    names = (*IGNORE_FILES, ".git")
+    return not any(
+        os.path.lexists(os.path.join(directory, name))
+        for directory in root.parents
+        for name in names
+    )
+
+
+def _walked(rel: str, path: str, stat: bool) -> WalkedFile:
+    """The file as the walk lists it; size -1 when it vanished or is no longer a regular file
+    (left out, as the Python walk leaves out what vanishes under it)."""
+    if not stat:
+        return WalkedFile(rel, path, 0)
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return WalkedFile(rel, path, -1)
+    if not (info.st_mode & 0o170000 == 0o100000):  # S_ISREG
+        return WalkedFile(rel, path, -1)
+    return WalkedFile.of(rel, path, info)
+
+
+def reads_what_no_walk_may(pid: int) -> bool:
+    """Whether the walk's ``rg`` (process ``pid``) waits to open a FIFO, or holds a FIFO, a
+    device or a file larger than an ignore file may be open: ``rg --files`` opens nothing but
+    directories and ignore files, and past its standard streams, so such a file is an ignore
+    file no walk may read. False when ``/proc`` does not tell."""
+    proc = f"/proc/{pid}"
+    try:
+        for task in os.listdir(f"{proc}/task"):
+            with open(f"{proc}/task/{task}/wchan") as wchan:
+                if wchan.read().strip() in _FIFO_WAITS:
+                    return True
+        for fd in os.listdir(f"{proc}/fd"):
+            if int(fd) < 3:
+                continue
+            info = os.stat(f"{proc}/fd/{fd}")  # of what is open: nothing is opened here
+            if stats.S_ISDIR(info.st_mode):
+                continue
+            if not stats.S_ISREG(info.st_mode) or info.st_size > MAX_IGNORE_FILE_BYTES:
+                return True
+    except (OSError, ValueError):
+        return False
+    return False
+
+
+def _ignore_files_clean(root: Path, start: Path, names: list[str]) -> bool:
+    """Whether every ignore file of the directories ``rg`` listed files in, from ``root`` down,
+    is one a walk reads: a regular file (not a symlink) of at most
+    :data:`MAX_IGNORE_FILE_BYTES`."""
+    if not _readable_ignore_file(os.path.join(root, ".git", "info", "exclude")):
+        return False
+    directories = {str(root)}
+    directory = start
+    while directory != root:
+        directories.add(str(directory))
+        directory = directory.parent
+    for parent in {name.removeprefix("./").rpartition("/")[0] for name in names}:
+        while parent:
+            path = os.path.join(start, parent)
+            if path in directories:
+                break
+            directories.add(path)
+            parent = os.path.dirname(parent)
+    return all(
+        _readable_ignore_file(os.path.join(directory, name))
+        for directory in directories
+        for name in IGNORE_FILES
+    )
+
+
+def _readable_ignore_file(path: str) -> bool:
+    """Whether ``path`` is missing or an ignore file a walk reads."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return True
+    return stats.S_ISREG(info.st_mode) and info.st_size <= MAX_IGNORE_FILE_BYTES
