@@ -27,6 +27,7 @@ from tether.protocol.kernel import (
     ToolCallStatus,
     ToolCallUpdate,
 )
+from tether.protocol.plans import Plan, PlanEntry
 from tether.protocol.tools import ProposedChange, ToolKind
 
 
@@ -65,6 +66,13 @@ def every_progress_event() -> list[ProgressEvent]:
             status=ToolCallStatus.COMPLETED,
             result="edited a.py",
             diff="--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n",
+        ),
+        Plan(
+            entries=[
+                PlanEntry(content="Edit a.py", status="completed"),
+                PlanEntry(content="Run make", status="in_progress", priority="high"),
+                PlanEntry(content="Report", status="pending"),
+            ]
         ),
         ToolCallStarted(tool_call_id="t2", name="run_command", arguments="{}", title="Run make"),
         ToolCallUpdate(tool_call_id="t2", status=ToolCallStatus.FAILED, error=REJECTED_RESULT),

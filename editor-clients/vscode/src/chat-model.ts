@@ -25,6 +25,7 @@ const KINDS: Record<string, ToolKind> = {
   run_command: "execute",
   state_set: "edit",
   state_get: "read",
+  update_plan: "other",
 };
 
 const KIND_NAMES: Record<ToolKind, true> = { read: true, edit: true, execute: true, search: true, other: true };

@@ -350,7 +350,10 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
       return;
     }
     const connection = await this.host.server();
-    const messages = await connection.allMessages(session.sessionId);
+    const [messages, current] = await Promise.all([
+      connection.allMessages(session.sessionId),
+      connection.getSession(session.sessionId), // its plan as it is now
+    ]);
     const model = this.host.model(session);
     this.post({
       type: "session",
@@ -358,6 +361,7 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
       title: summary(session, firstPrompt(messages)).title,
       items: transcriptItems(messages).map((item) => (item.type === "runEnd" && model ? { ...item, model } : item)),
       running: this.run !== undefined,
+      plan: current.plan,
     });
   }
 

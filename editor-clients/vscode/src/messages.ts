@@ -58,7 +58,15 @@ export type ProgressEvent =
   | { kind: "iteration_finished"; iteration: number; toolCalls: number }
   | { kind: "run_finished"; stopReason: StopReason | "error"; iterations: number }
   | { kind: "warning"; code: number; message: string; data?: unknown }
-  | { kind: "notice"; level: "info" | "warning" | "error"; message: string; data?: unknown };
+  | { kind: "notice"; level: "info" | "warning" | "error"; message: string; data?: unknown }
+  | { kind: "plan"; entries: PlanEntry[] };
+
+/** A step of the session's plan (`update_plan`), as `session/get` and the `plan` event carry it. */
+export interface PlanEntry {
+  content: string;
+  status: "pending" | "in_progress" | "completed";
+  priority?: "high" | "medium" | "low";
+}
 
 /** Context attached to the next prompt (the selection, or a whole file), shown as a chip. */
 export interface ContextItem {
@@ -110,6 +118,8 @@ export type ToWebview =
       title?: string;
       items: TranscriptItem[];
       running: boolean;
+      /** The session's plan, shown above the prompt (absent: none). */
+      plan?: PlanEntry[];
     }
   | { type: "sessions"; sessions: SessionSummary[]; currentId?: string }
   | { type: "context"; items: ContextItem[] }

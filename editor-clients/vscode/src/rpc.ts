@@ -54,6 +54,7 @@ export interface Session {
   createdAt: string;
   updatedAt: string;
   running: boolean;
+  plan?: { content: string; status: "pending" | "in_progress" | "completed"; priority?: "high" | "medium" | "low" }[];
   mode?: SessionMode;
   [key: string]: unknown;
 }

@@ -95,6 +95,8 @@ function record(name: string, messages: ToWebview[]): void {
   writeFileSync(join(FIXTURES, `${name}.json`), `${JSON.stringify(messages, null, 1)}\n`);
 }
 
+const PLAN = [{ content: "Change the answer", status: "completed", priority: "high" }];
+
 describe("the chat view's extension side against the real server", { timeout: 300_000 }, () => {
   let ws: Workspace;
   let extension: Extension;
@@ -131,7 +133,8 @@ describe("the chat view's extension side against the real server", { timeout: 30
         toolCalls: [call("e1", "edit_file", { path: "src/app.py", oldString: "return 42", newString: "return 43" })],
         usage: usage(200, 20),
       },
-      { text: "Changed.", usage: usage(230, 5) },
+      { text: "Changed.", toolCalls: [call("p1", "update_plan", { entries: PLAN })], usage: usage(230, 5) },
+      { text: "Planned." },
       { toolCalls: [call("w1", "write_file", { path: "never.txt", content: "no\n" })] },
       { text: "Left it." },
       { text: "too slow", delay: 30 },
@@ -237,6 +240,8 @@ describe("the chat view's extension side against the real server", { timeout: 30
     assert.equal(readFileSync(join(ws.root, "src", "app.py"), "utf8"), "def main():\n    return 43\n");
     const closed = await webview.next("permissionClosed", from);
     assert.equal(closed.outcome, "allow");
+    const plans = webview.received.slice(from).flatMap((m) => (m.type === "progress" && m.event.kind === "plan" ? [m.event] : []));
+    assert.deepEqual(plans, [{ kind: "plan", entries: PLAN }]);
     record("edit-allowed", webview.received.slice(from));
   });
 
@@ -355,6 +360,7 @@ describe("the chat view's extension side against the real server", { timeout: 30
     const switched = await webview.next("session", from);
     assert.equal(switched.sessionId, only.sessionId);
     assert.ok(switched.items.some((item) => item.type === "assistant" && item.text === "Changed."));
+    assert.deepEqual(switched.plan, PLAN); // read from session/get: shown above the prompt
     record("switched", [switched]);
     // The rebuilt transcript is the live one: each run's end with its tokens, the edit's diff,
     // the cancelled answer's partial text, the kinds of the calls.
@@ -364,11 +370,10 @@ describe("the chat view's extension side against the real server", { timeout: 30
       rebuilt.map(({ usage, model }) => ({ usage, model })),
       live.map(({ usage, model }) => ({ usage, model })),
     );
-    // A cut-off or refused answer is told apart from a normal end only by the stop reason, which
-    // the store does not keep: rebuilt, those two runs read `end_turn`.
+    // A cut-off or refused answer keeps its stop reason in its metadata: rebuilt, it reads as live.
     assert.deepEqual(
       rebuilt.map((end) => end.stopReason),
-      live.map((end) => (end.stopReason === "max_tokens" || end.stopReason === "refusal" ? "end_turn" : end.stopReason)),
+      live.map((end) => end.stopReason),
     );
     assert.deepEqual(
       live.map((end) => end.stopReason),
@@ -385,6 +390,7 @@ describe("the chat view's extension side against the real server", { timeout: 30
       [
         ["c1", "read", "completed"],
         ["e1", "edit", "completed"],
+        ["p1", "other", "completed"],
         ["w1", "edit", "failed"],
         ["n1", "edit", "failed"],
         ["n2", "edit", "failed"],

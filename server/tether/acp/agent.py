@@ -187,7 +187,7 @@ class AcpAgent(Backend):
 
     async def load_session(self, params: Any) -> LoadSessionResponse:
         """Replays the whole history as ``session/update``\\ s, then answers."""
-        from tether.acp.updates import replay
+        from tether.acp.updates import plan_update, replay
 
         request = LoadSessionRequest.model_validate(params)
         session = await self._resume(request)
@@ -206,6 +206,8 @@ class AcpAgent(Backend):
         compaction = self._takes_compaction()
         for update in replay(messages, workspace, compaction=compaction, context_size=size):
             self._send(session.session_id, update)
+        if session.plan:  # the plan as it is now, after the history that made it
+            self._send(session.session_id, plan_update(session.plan))
         if session.title:
             self._state(session.session_id).title = session.title
             self._send(session.session_id, SessionInfoUpdate(title=session.title))

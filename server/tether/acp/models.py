@@ -402,6 +402,19 @@ class NoticeUpdate(AcpModel):
     description: str | None = None
 
 
+class PlanEntryOut(AcpModel):
+    content: str
+    priority: Literal["high", "medium", "low"]
+    status: Literal["pending", "in_progress", "completed"]
+
+
+class PlanUpdate(AcpModel):
+    """The whole plan of the session, replacing the one shown before."""
+
+    session_update: Literal["plan"] = "plan"
+    entries: list[PlanEntryOut]
+
+
 SessionUpdate = (
     ContentChunk
     | ToolCallStart
@@ -412,6 +425,7 @@ SessionUpdate = (
     | UsageUpdate
     | CompactionUpdate
     | NoticeUpdate
+    | PlanUpdate
 )
 
 

@@ -20,6 +20,8 @@ from tether.acp.models import (
     DiffContent,
     ImageOut,
     NoticeUpdate,
+    PlanEntryOut,
+    PlanUpdate,
     ResourceLinkOut,
     SessionUpdate,
     TerminalContent,
@@ -59,6 +61,7 @@ from tether.protocol.kernel import (
     Usage,
 )
 from tether.protocol.messages import DIFF_KEY, TOOL_KINDS_KEY, USAGE_KEY
+from tether.protocol.plans import Plan, PlanEntry
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +69,18 @@ Send = Callable[[SessionUpdate], None]
 Notify = Callable[[str, dict[str, Any]], None]
 NOTICE = "_tether/notice"  # the extension notification of a notice, for other clients
 MAX_PROGRESS_LINES = 100  # the last lines a running tool reported, shown as its content
+
+
+def plan_update(entries: Iterable[PlanEntry]) -> PlanUpdate:
+    """A plan as ACP's ``plan`` update (ACP requires a priority: ``medium`` when none is set)."""
+    return PlanUpdate(
+        entries=[
+            PlanEntryOut(
+                content=entry.content, priority=entry.priority or "medium", status=entry.status
+            )
+            for entry in entries
+        ]
+    )
 
 
 def text_content(text: str) -> list[ToolContent]:
@@ -120,6 +135,8 @@ class RunUpdates:
                 self._compaction(progress.run_id, event)
             case RunWarning() | Notice():
                 self._notice(progress.session_id, event)
+            case Plan(entries=entries):
+                self.send(plan_update(entries))
             case RunStarted() | IterationStarted() | IterationFinished():
                 pass  # ACP has no update for a run's or a model call's start or end
             case RunFinished():

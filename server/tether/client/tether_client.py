@@ -40,6 +40,7 @@ from tether.protocol.kernel import (
 )
 from tether.protocol.lifecycle import PROTOCOL_VERSION, InitializeResult
 from tether.protocol.messages import ContentBlock, Message, MessageInput
+from tether.protocol.plans import PlanEntry
 from tether.protocol.sessions import (
     AppendResult,
     ListSessionsResult,
@@ -194,6 +195,7 @@ class TetherClient:
         state: Mapping[str, Any] | None = None,
         mode: str | None = None,
         permissions: ToolPermissions | Mapping[str, Any] | None = None,
+        plan: Sequence[PlanEntry | Mapping[str, Any]] | None = None,
         mcp_servers: Sequence[McpServerSpec | Mapping[str, Any]] | None = None,
     ) -> Session:
         """``session/create``; ``workspace`` defaults to the client's workspace folder,
@@ -212,6 +214,7 @@ class TetherClient:
             state=None if state is None else dict(state),
             mode=mode,
             permissions=None if permissions is None else _wire(permissions),
+            plan=None if plan is None else [_wire(entry) for entry in plan],
             mcpServers=None if mcp_servers is None else [_wire(s) for s in mcp_servers],
         )
         return Session.model_validate(await self.request("session/create", params))
@@ -282,10 +285,11 @@ class TetherClient:
         state: Mapping[str, Any] | _Unset | None = UNSET,
         mode: str | _Unset | None = UNSET,
         permissions: ToolPermissions | Mapping[str, Any] | _Unset | None = UNSET,
+        plan: Sequence[PlanEntry | Mapping[str, Any]] | _Unset | None = UNSET,
     ) -> Session:
         """``session/configure``: a field left out stays as it is, ``None`` clears it (the
         mode back to ``ask``, the remembered answers forgotten); ``settings``, ``metadata``,
-        ``state`` and ``permissions`` are replaced whole."""
+        ``state``, ``permissions`` and ``plan`` are replaced whole."""
         fields = {
             "title": title,
             "model": model,
@@ -299,6 +303,7 @@ class TetherClient:
             "permissions": _wire(permissions)
             if isinstance(permissions, ToolPermissions | Mapping)
             else permissions,
+            "plan": plan if plan is None or isinstance(plan, _Unset) else [_wire(e) for e in plan],
         }
         params: dict[str, Any] = {"sessionId": session_id}
         params.update({name: v for name, v in fields.items() if not isinstance(v, _Unset)})
@@ -389,6 +394,7 @@ class TetherClient:
         output_schema: type[BaseModel] | Mapping[str, Any] | None = None,
         output_retries: int | None = None,
         author: str | None = None,
+        directory: Path | str | None = None,
         work_done_token: str | int | None = None,
     ) -> Run:
         """Send ``kernel/run`` now; the :class:`Run` iterates its progress events and awaits to its
@@ -397,8 +403,9 @@ class TetherClient:
         ``output_schema`` is a JSON Schema, or a pydantic model class: its schema is sent, and
         the result's ``output`` is then an instance of it (``None`` when the run ended without
         a valid answer: see ``stop_reason`` and ``output_errors``). ``author`` names who writes
-        the run's messages (default: the session's ``agentId``); with ``work_done_token`` the
-        server also reports LSP ``$/progress`` on that token."""
+        the run's messages (default: the session's ``agentId``); ``directory`` the folder of
+        the workspace the turn works in (its ``AGENTS.md`` files are read); with
+        ``work_done_token`` the server also reports LSP ``$/progress`` on that token."""
         model_class: type[BaseModel] | None = None
         schema: dict[str, Any] | None = None
         if isinstance(output_schema, type):
@@ -415,6 +422,7 @@ class TetherClient:
             outputSchema=schema,
             outputRetries=output_retries,
             author=author,
+            directory=None if directory is None else str(directory),
             workDoneToken=work_done_token,
         )
         request_id, future = self.connection.start_request("kernel/run", params)

@@ -30,12 +30,15 @@ from tether.kernel.approval import Approver, Gate, offered
 from tether.kernel.checkpoints import Checkpoints
 from tether.kernel.history import in_model_order
 from tether.kernel.hooks import Hooks
+from tether.kernel.plans import StorePlan
 from tether.kernel.run import Emit, LeaseState, Run, RunSetup, cancelling, not_cancelled
 from tether.kernel.state import StoreState
 from tether.kernel.window import EstimatingCounter, TokenCounter, window
 from tether.memory import Memory
+from tether.memory.instructions import InstructionLoader, Instructions
 from tether.protocol import (
     Content,
+    InvalidParams,
     Message,
     MessageInput,
     RequestCancelled,
@@ -105,6 +108,7 @@ class Kernel:
         counter: TokenCounter | None = None,
         warnings: WarningSource = lambda workspace: (),
         secrets: SecretsOf | None = None,
+        instructions: InstructionLoader | None = None,
         checkpoints: Checkpoints | None = None,
     ) -> None:
         """``config`` gives the configuration of a run from its session's workspace folder,
@@ -115,7 +119,8 @@ class Kernel:
         run), beside the memory files left out. ``memory`` runs on a thread, unless
         ``no_memory`` says there is none to load. ``secrets`` are what no command sees and every
         tool result has redacted (default: those of the configuration, with the API keys of
-        ``os.environ``)."""
+        ``os.environ``). ``instructions`` reads the instruction files (``AGENTS.md``; None: none
+        are read)."""
         self._store = store
         self._config = config
         self._load_config = load_config
@@ -123,6 +128,7 @@ class Kernel:
         self._tools = tools
         self._memory = memory
         self._no_memory = no_memory
+        self._instructions = instructions
         self._warnings = warnings
         self._secrets = secrets or _configured_secrets
         self._approver = approver
@@ -360,7 +366,9 @@ class Kernel:
         session: Session | None = None
         try:
             session = await self._store.get(params.session_id)
-            run = Run(await self._setup(session, params, run_id, emit, state))
+            plan = StorePlan(self._store, session.session_id)
+            run = Run(await self._setup(session, params, run_id, emit, state, plan))
+            plan.bind(run.emit)
             # A prompt a hook may refuse names no session before it is let in.
             title_later = session.title is None and run.prompt_screened
             if session.title is None and not title_later:
@@ -402,7 +410,13 @@ class Kernel:
             error.data = {**(error.data or {}), "warnings": [w.to_wire() for w in warnings]}
 
     async def _setup(
-        self, session: Session, params: RunParams, run_id: str, emit: Emit, state: LeaseState
+        self,
+        session: Session,
+        params: RunParams,
+        run_id: str,
+        emit: Emit,
+        state: LeaseState,
+        plan: StorePlan | None = None,
     ) -> RunSetup:
         folder = _local_workspace(session)
         config = await self._folder_config(folder)
@@ -414,16 +428,22 @@ class Kernel:
         check_access(session, params, provider_config.model)  # InvalidParams: nothing recorded
         provider = self._providers(provider_config)  # ConfigError when it is not configured
         workspace = _workspace_root(session)
+        directory = turn_directory(workspace, params.directory)  # InvalidParams: nothing started
         executor = await self._tools(config, session.session_id, workspace)
+        instructions = await self._load_instructions(workspace, directory, config)
         memory = await self._load_memory(workspace, config.memory.paths)
-        warnings += tuple(_memory_warning(problem) for problem in memory.problems)
-        system = _system_prompt(session.system_prompt or config.kernel.system_prompt, memory.text)
+        problems = (*instructions.problems, *memory.problems)
+        warnings += tuple(_memory_warning(problem) for problem in problems)
+        system = _system_prompt(
+            session.system_prompt or config.kernel.system_prompt, instructions.text, memory.text
+        )
         specs = offered(_allowed(executor.list(), session.tools, params.tools), session.mode)
         context = ToolContext(
             workspace=workspace,
             session_id=session.session_id,
             run_id=run_id,
             state=StoreState(self._store, session.session_id),
+            plan=plan,
             hidden_env=_hidden_env(config),
             secrets=self._secrets(config, session.session_id),
             sandbox=sandbox_policy(config),
@@ -465,6 +485,19 @@ class Kernel:
         if self._load_config is not None:
             await self._load_config(folder)
         return self._config(folder)
+
+    async def _load_instructions(
+        self, workspace: Path, directory: Path | None, config: TetherConfig
+    ) -> Instructions:
+        """The instruction files (``AGENTS.md``): from what was read before while no file
+        changed (a ``stat`` each, on the event loop), else read on a thread."""
+        if self._instructions is None or not config.instructions.enabled:
+            return Instructions()
+        names = config.instructions.files
+        cached = self._instructions.cached(workspace, directory, names)
+        if cached is not None:
+            return cached
+        return await asyncio.to_thread(self._instructions.load, workspace, directory, names)
 
     async def _load_memory(self, workspace: Path, paths: list[str]) -> Memory:
         """The memory: read on a thread, unless there is surely none (the usual case: no
@@ -527,9 +560,26 @@ def sandbox_policy(config: TetherConfig, *, mcp: bool = False) -> SandboxPolicy:
     )
 
 
-def _system_prompt(prompt: str | None, memory: str) -> str | None:
-    parts = [part for part in (prompt, memory) if part]
+def _system_prompt(prompt: str | None, instructions: str, memory: str) -> str | None:
+    parts = [part for part in (prompt, instructions, memory) if part]
     return "\n\n".join(parts) or None
+
+
+def turn_directory(workspace: Path, directory: str | None) -> Path | None:
+    """The real path of ``kernel/run``'s ``directory`` (relative to the workspace root, or
+    absolute), which must be a folder inside the workspace (``InvalidParams`` otherwise)."""
+    if directory is None:
+        return None
+    root = Path(os.path.realpath(workspace))
+    try:
+        real = Path(os.path.realpath(root / Path(directory).expanduser(), strict=True))
+    except (OSError, ValueError):
+        raise InvalidParams.field("directory", f"{directory!r} does not exist") from None
+    if not real.is_relative_to(root) or not real.is_dir():
+        raise InvalidParams.field(
+            "directory", f"{directory!r} is not a folder inside the workspace {root}"
+        )
+    return real
 
 
 def _allowed(

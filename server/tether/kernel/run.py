@@ -806,6 +806,10 @@ class Run:
         if self.usage.input_tokens or self.usage.output_tokens:
             await self._setup.store.add_usage(self._setup.session_id, self.usage)
 
+    def emit(self, event: ProgressEvent) -> None:
+        """Send an event of this run from outside its loop (the plan a tool stored)."""
+        self._emit(event)
+
     def _emit(self, event: ProgressEvent) -> None:
         self._seq += 1
         self._setup.emit(

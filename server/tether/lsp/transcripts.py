@@ -37,6 +37,7 @@ from tether.protocol.kernel import (
     ToolCallStatus,
     ToolCallUpdate,
 )
+from tether.protocol.plans import Plan
 
 SHOWN_PREFIX = "transcript-"
 
@@ -93,6 +94,8 @@ class Turn:
                 pass  # a block shows as the call's failure; a failed hook sends a notice
             case CheckpointRecorded():
                 pass  # the turn's edits are listed with its calls; `tether.undo` restores them
+            case Plan():
+                pass  # the plan is the session's, not the turn's: session/get gives it
             case _:
                 assert_never(event)
 

@@ -19,6 +19,7 @@ from tether.protocol.limits import (
     utf8_size,
 )
 from tether.protocol.messages import Message, MessageInput, Role
+from tether.protocol.plans import MAX_PLAN_ENTRIES, PlanEntry
 from tether.protocol.tools import McpServerSpec, unique_server_names
 
 SessionId = str
@@ -63,6 +64,9 @@ class Session(WireModel):
     permissions: ToolPermissions = Field(
         default_factory=ToolPermissions, description="the always answers the session remembers"
     )
+    plan: list[PlanEntry] | None = Field(
+        default=None, description="the steps `update_plan` last set (omitted: no plan yet)"
+    )
     parent_session_id: SessionId | None = None
     forked_from_message_id: str | None = None
     message_count: int = 0
@@ -70,6 +74,11 @@ class Session(WireModel):
     created_at: UtcDatetime
     updated_at: UtcDatetime
     running: bool = False
+    instructions: list[str] | None = Field(
+        default=None,
+        description="session/get only: the instruction files (AGENTS.md) a run at the workspace "
+        "root reads (omitted: none)",
+    )
 
 
 ShallowObject = Annotated[dict[str, Any] | None, BeforeValidator(shallow_json)]
@@ -94,6 +103,11 @@ class SessionFields(Params):
     mode: str | None = Field(default=None, description="ask, accept_edits or read_only")
     permissions: ToolPermissions | None = Field(
         default=None, description="the remembered always answers; replaced whole (null: none)"
+    )
+    plan: list[PlanEntry] | None = Field(
+        default=None,
+        max_length=MAX_PLAN_ENTRIES,
+        description="the session's plan; replaced whole (null: none); `update_plan` sets it",
     )
 
     @field_validator("mode")

@@ -203,6 +203,7 @@ class MemoryStore:
             state=_copy_json(params.state) if params.state else {},
             mode=params.mode or DEFAULT_MODE,
             permissions=params.permissions or ToolPermissions(),
+            plan=None if params.plan is None else list(params.plan),
             created_at=now,
             updated_at=now,
         )
@@ -221,6 +222,9 @@ class MemoryStore:
         if record.encoded is None:
             record.encoded = session_json(record.session)
         return record.encoded
+
+    def workspace_of(self, session_id: str) -> str:
+        return self._record(session_id).session.workspace
 
     async def list_sessions(
         self, *, workspace: str | None, cursor: str | None, limit: int
@@ -573,6 +577,7 @@ def _copy_session(session: Session) -> Session:
         allowed_models=None if session.allowed_models is None else list(session.allowed_models),
         state=_copy_json(session.state),
         permissions=_copy_permissions(session.permissions),
+        plan=None if session.plan is None else list(session.plan),  # entries are not changed
         usage=_shallow_copy(session.usage),
     )
 

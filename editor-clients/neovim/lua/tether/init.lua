@@ -169,6 +169,8 @@ local function on_progress(params)
     ui.proposed_diff(view, event.toolCallId, M.unified_diff(event.diff))
   elseif kind == 'tool_call_update' then
     ui.tool_update(view, event)
+  elseif kind == 'plan' then
+    ui.plan(view, event.entries)
   end
 end
 M._on_progress = on_progress -- for tests
@@ -274,6 +276,7 @@ local function open(session, empty, after)
     all_messages(session.sessionId, function(messages)
       view = ui.get(session.sessionId) or view
       ui.transcript(view, messages)
+      ui.plan(view, session.plan)
       if after then
         after(view)
       end

@@ -12,6 +12,7 @@ local views = {} -- sessionId -> view
 local by_buf = {} -- buffer -> view
 local ns = vim.api.nvim_create_namespace('tether_chat')
 local diff_ns = vim.api.nvim_create_namespace('tether_diff')
+local plan_ns = vim.api.nvim_create_namespace('tether_plan')
 
 M.SEPARATOR = '──── prompt ──── <CR> send · <C-c> cancel ────'
 local MAX_OUTPUT_LINES = 200
@@ -189,6 +190,51 @@ function M.text(view, text)
     set_lines(view, row, row, parts)
   end
   view.text_open = true
+end
+
+local PLAN_MARKS = { pending = '[ ]', in_progress = '[~]', completed = '[x]' }
+local PLAN_HIGHLIGHTS = { pending = 'Normal', in_progress = 'Identifier', completed = 'Comment' }
+
+--- The session's plan (update_plan): a checklist of virtual lines just above the separator, so
+--- it stays above the prompt area and is never part of the text; replaced whole each time.
+function M.plan(view, entries)
+  if not vim.api.nvim_buf_is_loaded(view.buf) then
+    return
+  end
+  vim.api.nvim_buf_clear_namespace(view.buf, plan_ns, 0, -1)
+  if type(entries) ~= 'table' or #entries == 0 then
+    return
+  end
+  local done = 0
+  for _, entry in ipairs(entries) do
+    if entry.status == 'completed' then
+      done = done + 1
+    end
+  end
+  local lines = { { { ('Plan · %d/%d done'):format(done, #entries), 'Title' } } }
+  for _, entry in ipairs(entries) do
+    local content = tostring(entry.content):gsub('[%c]', ' ')
+    local mark = PLAN_MARKS[entry.status] or '[?]'
+    table.insert(lines, { { '  ' .. mark .. ' ' .. content, PLAN_HIGHLIGHTS[entry.status] or 'Normal' } })
+  end
+  vim.api.nvim_buf_set_extmark(view.buf, plan_ns, end_row(view), 0, { virt_lines = lines, virt_lines_above = true })
+end
+
+--- The plan shown in the view, as text lines (for tests and :TetherPlan-like uses).
+function M.plan_lines(view)
+  local marks = vim.api.nvim_buf_get_extmarks(view.buf, plan_ns, 0, -1, { details = true })
+  local lines = {}
+  for _, mark in ipairs(marks) do
+    for _, chunks in ipairs(mark[4].virt_lines or {}) do
+      local line = ''
+      for _, chunk in ipairs(chunks) do
+        line = line .. chunk[1]
+      end
+      table.insert(lines, line)
+    end
+    table.insert(lines, 'row ' .. mark[2])
+  end
+  return lines
 end
 
 --- The title a person reads for a call, for calls that come without one (from session/messages):

@@ -12,6 +12,7 @@ import type {
   ContextItem,
   FromWebview,
   PermissionOutcome,
+  PlanEntry,
   ProgressEvent,
   SessionSummary,
   StopReason,
@@ -114,6 +115,7 @@ sessionsPanel.setAttribute("aria-label", "Sessions");
 const log = el("main", "log");
 log.setAttribute("aria-live", "polite");
 const empty = el("div", "empty");
+const planPanel = el("section", "plan hidden");
 const composer = el("footer", "composer");
 const chips = el("div", "chips");
 const input = el("textarea", "prompt");
@@ -155,7 +157,8 @@ function buildPage(): void {
   );
   composer.append(chips, input, tools);
   log.append(empty);
-  root.append(header, sessionsPanel, log, composer);
+  planPanel.setAttribute("aria-label", "Plan");
+  root.append(header, sessionsPanel, log, planPanel, composer);
 }
 
 // -- state -----------------------------------------------------------------------------------
@@ -366,6 +369,9 @@ function progress(event: ProgressEvent): void {
       }
       break;
     }
+    case "plan":
+      showPlan(event.entries);
+      break;
     case "warning":
     case "notice": {
       const warning = el("div", "notice warning");
@@ -517,7 +523,31 @@ function showSession(message: Extract<ToWebview, { type: "session" }>): void {
   for (const item of message.items) replay(item);
   state.turn = undefined;
   setRunning(message.running);
+  showPlan(message.plan ?? []);
   scrollToEnd();
+}
+
+const PLAN_ICONS: Record<PlanEntry["status"], string> = {
+  pending: "circle-large-outline",
+  in_progress: "arrow-circle-right",
+  completed: "pass-filled",
+};
+
+/** The session's plan as a checklist above the prompt (hidden when there is none). */
+function showPlan(entries: PlanEntry[]): void {
+  const done = entries.filter((entry) => entry.status === "completed").length;
+  const heading = el("div", "plan-heading");
+  heading.append(icon("checklist"), el("span", "", `Plan · ${done}/${entries.length} done`));
+  const list = el("ol", "plan-entries");
+  for (const entry of entries) {
+    const item = el("li", `plan-entry ${entry.status}`);
+    item.dataset.status = entry.status;
+    item.append(icon(PLAN_ICONS[entry.status]), el("span", "plan-content", entry.content));
+    if (entry.priority === "high") item.append(el("span", "plan-priority", "high"));
+    list.append(item);
+  }
+  planPanel.replaceChildren(heading, list);
+  planPanel.classList.toggle("hidden", entries.length === 0);
 }
 
 function replay(item: TranscriptItem): void {

@@ -345,6 +345,49 @@ describe("the chat view's webview script in headless Chromium", { timeout: 300_0
     await clean();
   });
 
+  test("the plan is a checklist above the prompt, replaced by each plan event, gone with the session", async () => {
+    assert.equal(await tab.locator(".plan").isHidden(), true);
+    await feed([
+      {
+        type: "session",
+        sessionId: "s",
+        title: "t",
+        items: [],
+        running: false,
+        plan: [{ content: "Read the code", status: "in_progress", priority: "high" }],
+      },
+    ]);
+    assert.equal(await tab.textContent(".plan-heading"), "Plan · 0/1 done");
+    await feed([
+      { type: "turnStarted", prompt: "go", context: [], sessionId: "s", title: "t" },
+      {
+        type: "progress",
+        event: {
+          kind: "plan",
+          entries: [
+            { content: "Read the code", status: "completed", priority: "high" },
+            { content: "<b>Fix</b> it", status: "in_progress" },
+            { content: "Test", status: "pending" },
+          ],
+        },
+      },
+    ]);
+    assert.equal(await tab.textContent(".plan-heading"), "Plan · 1/3 done");
+    assert.deepEqual(await tab.locator(".plan-entry").evaluateAll((items) => items.map((i) => i.getAttribute("data-status"))), [
+      "completed",
+      "in_progress",
+      "pending",
+    ]);
+    assert.deepEqual(await tab.locator(".plan-content").allTextContents(), ["Read the code", "<b>Fix</b> it", "Test"]);
+    assert.equal(await tab.locator(".plan b").count(), 0);
+    const [plan, composer] = await Promise.all([tab.locator(".plan").boundingBox(), tab.locator(".composer").boundingBox()]);
+    assert.ok(plan && composer && plan.y + plan.height <= composer.y + 1, "the plan is above the prompt");
+    await tab.screenshot({ path: join(ARTIFACTS, "webview-plan.png"), fullPage: true });
+    await feed([{ type: "session", items: [], running: false }]);
+    assert.equal(await tab.locator(".plan").isHidden(), true);
+    await clean();
+  });
+
   test("a notice shows as a notice, never as the answer's text", async () => {
     await feed([
       { type: "turnStarted", prompt: "hi", context: [], sessionId: "s", title: "t" },

@@ -34,7 +34,7 @@ from tether.protocol import (
     ConfigError,
 )
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 class _Micros(TypeDecorator[datetime]):
@@ -84,6 +84,7 @@ sessions_table = Table(
     Column("state", JSON, nullable=False),
     Column("mode", Text),  # version 6: NULL is "ask"
     Column("permissions", JSON(none_as_null=True)),  # version 6: the remembered answers
+    Column("plan", JSON(none_as_null=True)),  # version 7: the session's plan (NULL: none)
     Column("parent_session_id", _ID),
     Column("forked_from_message_id", _ID),
     Column("owner", _ID, nullable=False),
@@ -160,7 +161,10 @@ _V2_INDEXES = [Index("ix_messages_run", messages_table.c.run_id)]
 
 
 # added by the migrations after the first
-_LATER_COLUMNS = {("messages", name) for name in ("kind", "replaces", "output")}
+_LATER_COLUMNS = {
+    *(("messages", name) for name in ("kind", "replaces", "output")),
+    ("sessions", "plan"),
+}
 
 
 def _create_v1(connection: Connection) -> None:
@@ -212,6 +216,12 @@ def _add_mode(connection: Connection) -> None:
         connection.exec_driver_sql(f"ALTER TABLE sessions ADD COLUMN {column}")
 
 
+def _add_plan(connection: Connection) -> None:
+    """Sessions learn ``plan`` (the steps ``update_plan`` last set)."""
+    column = CreateColumn(sessions_table.c.plan).compile(dialect=connection.dialect)
+    connection.exec_driver_sql(f"ALTER TABLE sessions ADD COLUMN {column}")
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_v1,
     _add_run_index,
@@ -219,6 +229,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _add_compaction,
     _add_message_output,
     _add_mode,
+    _add_plan,
 ]
 """Step ``i`` moves the schema from version ``i`` to ``i + 1`` (0: an empty database)."""
 

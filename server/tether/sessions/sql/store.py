@@ -69,6 +69,7 @@ from tether.sessions.sql.rows import (
     _lease,
     _message_row,
     _permissions_json,
+    _plan_json,
     _session,
     _session_row,
 )
@@ -344,6 +345,7 @@ class SqlStore:
             "state": params.state or {},
             "mode": params.mode,
             "permissions": _permissions_json(params.permissions),
+            "plan": _plan_json(params.plan),
             "parent_session_id": None,
             "forked_from_message_id": None,
             # A chosen id might be the key of another session's messages (one it had before a
@@ -412,7 +414,11 @@ class SqlStore:
             value = getattr(changes, name)
             if name in ("settings", "metadata", "state") and value is None:
                 value = {}
-            values[name] = _permissions_json(value) if name == "permissions" else value
+            if name == "permissions":
+                value = _permissions_json(value)
+            elif name == "plan":
+                value = _plan_json(value)
+            values[name] = value
         values["updated_at"] = _later(literal(utcnow(), _Micros))
 
         def configure(connection: Connection) -> Session:
@@ -570,6 +576,7 @@ class SqlStore:
                     "state",
                     "mode",
                     "permissions",
+                    "plan",
                 )
             }
             values.update(given)
