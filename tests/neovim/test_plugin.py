@@ -915,3 +915,26 @@ def test_the_restore_key_off_a_prompt_line_says_where_to_put_the_cursor(
     editor.nvim.command("normal! 1G")
     editor.nvim.input("gR")
     editor.wait("_G.notes[#_G.notes] ~= nil and _G.notes[#_G.notes]:find('prompt line') ~= nil")
+
+
+def test_restoring_a_prompt_whose_own_turn_changed_nothing_lists_the_later_turns_files(
+    start_editor: StartEditor, project: Path
+) -> None:
+    editor = start_editor(
+        [{"text": "Hello."}, {"toolCalls": [WRITE_NOTES]}, {"text": "Noted."}], approval="auto"
+    )
+    editor.lua(ANSWER_IN_TURN, "Files")
+    editor.nvim.command("TetherAsk hi")
+    editor.wait_text("-- end_turn")
+    send_from_prompt_area(editor, "Write a note")
+    editor.wait(
+        "#vim.tbl_filter(function(l) return l:find('^%-%- end_turn') end,"
+        " vim.api.nvim_buf_get_lines(require('tether').buffer(), 0, -1, false)) == 2"
+    )
+
+    restore_at_prompt(editor, "> hi")
+    editor.wait("_G.notes[#_G.notes] == 'tether: removed notes.txt'")
+
+    [question] = editor.lua("return _G.questions")
+    assert "files it will change: notes.txt)" in question["prompt"]
+    assert not (project / "notes.txt").exists()

@@ -627,10 +627,10 @@ function M.restore(buf, row)
   end
   request('session/checkpoints', { sessionId = session_id }, function(result)
     -- This turn's files and every later turn's: what a rewind at this prompt puts back.
-    local files, seen, found = {}, {}, false
+    local from_here = ui.prompts_from(view, message_id)
+    local files, seen = {}, {}
     for _, checkpoint in ipairs(result.checkpoints) do
-      found = found or checkpoint.messageId == message_id
-      if found or seen[checkpoint.messageId] then
+      if from_here[checkpoint.messageId] then
         for _, path in ipairs(checkpoint.files) do
           if not seen[path] then
             seen[path] = true

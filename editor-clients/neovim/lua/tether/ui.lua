@@ -199,6 +199,18 @@ function M.prompt_at(view, row)
   end
 end
 
+--- The message ids of the prompt `message_id` and of every prompt after it, as a set.
+function M.prompts_from(view, message_id)
+  local ids, found = {}, false
+  for _, prompt in ipairs(view.prompts) do
+    found = found or prompt.message_id == message_id
+    if found and prompt.message_id then
+      ids[prompt.message_id] = true
+    end
+  end
+  return ids
+end
+
 --- Empty the transcript (to draw it again from session/messages after a rewind of the history).
 function M.clear(view)
   local row = end_row(view)
