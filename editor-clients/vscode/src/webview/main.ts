@@ -174,6 +174,10 @@ interface Card {
 
 interface Turn {
   node: HTMLElement;
+  /** The prompt's message: its header gets the Restore action once its turn changed files. */
+  user: HTMLElement;
+  /** The prompt's message id (`run_started.userMessageId`, or the stored message's). */
+  messageId?: string;
   /** messageId → its Markdown block and text so far. */
   texts: Map<string, { node: HTMLElement; text: string }>;
   /** The answer the current model call is streaming: a cancellation cuts it short. */
@@ -217,7 +221,7 @@ function renderMarkdown(node: HTMLElement, text: string): void {
   node.innerHTML = markdown.render(text);
 }
 
-function newTurn(prompt: string, context: ContextItem[]): Turn {
+function newTurn(prompt: string, context: ContextItem[], messageId?: string): Turn {
   empty.remove();
   const node = el("section", "turn");
   const user = el("div", "message user");
@@ -234,10 +238,34 @@ function newTurn(prompt: string, context: ContextItem[]): Turn {
   const footer = el("div", "turn-footer");
   node.append(user, footer);
   log.append(node);
-  const turn: Turn = { node, texts: new Map(), cards: new Map(), footer };
+  const turn: Turn = { node, user, texts: new Map(), cards: new Map(), footer };
+  if (messageId) setPromptId(turn, messageId);
   state.turn = turn;
   scrollToEnd();
   return turn;
+}
+
+function setPromptId(turn: Turn, messageId: string): void {
+  turn.messageId = messageId;
+  turn.user.dataset.messageId = messageId;
+}
+
+/**
+ * The Restore action on a prompt whose turn changed files (`files`, shown in its tooltip): the
+ * extension asks what to restore (files, conversation or both) and shows the files first.
+ */
+function offerRestore(turn: Turn, files: string[]): void {
+  const messageId = turn.messageId;
+  if (!messageId || files.length === 0) return;
+  const title = `Restore to before this prompt (changed: ${files.join(", ")})`;
+  let action = turn.user.querySelector<HTMLButtonElement>("button.restore");
+  if (!action) {
+    action = button("Restore", "discard", "icon-button restore", () => post({ type: "restore", messageId }));
+    turn.user.querySelector(".who")?.append(action);
+  }
+  action.title = title;
+  action.setAttribute("aria-label", title);
+  action.dataset.files = files.join("\n");
 }
 
 function assistantBlock(turn: Turn, messageId: string): { node: HTMLElement; text: string } {
@@ -323,6 +351,10 @@ function progress(event: ProgressEvent): void {
   switch (event.kind) {
     case "run_started":
       setRunning(true);
+      if (!turn.messageId) setPromptId(turn, event.userMessageId);
+      break;
+    case "checkpoint":
+      offerRestore(turn, event.files);
       break;
     case "iteration_started":
       turn.streaming = undefined;
@@ -552,7 +584,8 @@ function showPlan(entries: PlanEntry[]): void {
 
 function replay(item: TranscriptItem): void {
   if (item.type === "user") {
-    newTurn(item.text, item.context ?? []);
+    const turn = newTurn(item.text, item.context ?? [], item.messageId);
+    if (item.files) offerRestore(turn, item.files);
     return;
   }
   const turn = state.turn ?? newTurn("", []);

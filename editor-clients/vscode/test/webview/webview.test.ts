@@ -322,6 +322,45 @@ describe("the chat view's webview script in headless Chromium", { timeout: 300_0
     await clean();
   });
 
+  test("a prompt gets Restore once its run records a checkpoint; it posts restore with the prompt's id", async () => {
+    const stream = fixture("checkpoint");
+    const at = stream.findIndex((m) => m.type === "progress" && m.event.kind === "checkpoint");
+    const started = stream.find((m) => m.type === "progress" && m.event.kind === "run_started");
+    const messageId = started?.type === "progress" && started.event.kind === "run_started" ? started.event.userMessageId : "";
+    await feed(stream.slice(0, at));
+    const user = tab.locator(".message.user");
+    assert.equal(await user.getAttribute("data-message-id"), messageId);
+    assert.equal(await user.locator("button.restore").count(), 0, "no Restore before the turn changed a file");
+    await feed(stream.slice(at));
+    const restore = user.locator("button.restore");
+    assert.equal(await restore.textContent(), "Restore");
+    assert.equal(await restore.getAttribute("title"), "Restore to before this prompt (changed: src/app.py)");
+    await tab.screenshot({ path: join(ARTIFACTS, "webview-restore.png") });
+    await restore.click();
+    assert.deepEqual((await posted()).at(-1), { type: "restore", messageId });
+    await clean();
+  });
+
+  test("a rebuilt transcript offers Restore on the prompts whose turns changed files", async () => {
+    const [session] = fixture("restorable");
+    assert.ok(session.type === "session");
+    await feed([session]);
+    const users = tab.locator(".message.user");
+    assert.equal(await users.count(), 3);
+    const titles = await users.evaluateAll((nodes) =>
+      nodes.map((node) => node.querySelector("button.restore")?.getAttribute("title") ?? null),
+    );
+    assert.deepEqual(titles, [
+      "Restore to before this prompt (changed: notes.txt)",
+      "Restore to before this prompt (changed: src/app.py)",
+      null,
+    ]);
+    await users.first().locator("button.restore").click();
+    const first = session.items[0];
+    assert.deepEqual((await posted()).at(-1), { type: "restore", messageId: first.type === "user" ? first.messageId : "" });
+    await clean();
+  });
+
   test("Enter sends, Shift+Enter starts a new line; context buttons and chips post", async () => {
     const prompt = tab.locator(".prompt");
     await prompt.fill("first line");
