@@ -21,6 +21,9 @@ from tether.acp import modes
 from tether.acp.models import (
     PROTOCOL_VERSION,
     AgentCapabilities,
+    AvailableCommand,
+    AvailableCommandsUpdate,
+    CommandInput,
     ConfigOption,
     ConfigOptionUpdate,
     CurrentModeUpdate,
@@ -91,6 +94,7 @@ class AcpSessionState:
     written: dict[str, str] = field(default_factory=dict)  # path -> text the editor last wrote
     options: list[ConfigOption] | None = None  # the config options the client last got
     title: str | None = None  # the title the client was last told
+    commands: list[AvailableCommand] | None = None  # the slash commands the client last got
 
 
 class AcpAgent(Backend):
@@ -107,6 +111,7 @@ class AcpAgent(Backend):
         self.connection: AcpWire | None = None
         self.client: InitializeRequest | None = None
         self._states: dict[str, AcpSessionState] = {}
+        self._listings: set[asyncio.Task[None]] = set()  # available_commands_update on the way
         self._methods: dict[str, Method] = {
             "initialize": self.initialize,
             "authenticate": self.authenticate,
@@ -176,6 +181,7 @@ class AcpAgent(Backend):
         session = await self.sessions.create(
             CreateSessionParams(workspace=request.cwd, mcp_servers=mcp_servers(request.mcp_servers))
         )
+        self._list_commands(session.session_id)
         return NewSessionResponse(
             session_id=session.session_id,
             modes=self._modes(session),
@@ -206,10 +212,12 @@ class AcpAgent(Backend):
         if session.title:
             self._state(session.session_id).title = session.title
             self._send(session.session_id, SessionInfoUpdate(title=session.title))
+        self._list_commands(session.session_id)
         return self._loaded(session)
 
     async def resume_session(self, params: Any) -> LoadSessionResponse:
         session = await self._resume(LoadSessionRequest.model_validate(params))
+        self._list_commands(session.session_id)
         return self._loaded(session)
 
     async def _resume(self, request: LoadSessionRequest) -> Session:
@@ -251,6 +259,7 @@ class AcpAgent(Backend):
         servers = mcp_servers(request.mcp_servers)
         if servers:
             self.mcp.set_session_servers(session.session_id, servers)
+        self._list_commands(session.session_id)
         return NewSessionResponse(
             session_id=session.session_id,
             modes=self._modes(session),
@@ -294,6 +303,7 @@ class AcpAgent(Backend):
     async def prompt(self, params: Any) -> PromptResponse:
         from tether.acp.content import prompt_content
         from tether.acp.updates import RunUpdates
+        from tether.kernel.commands import invocation
         from tether.protocol.kernel import RunParams
 
         request = PromptRequest.model_validate(params)
@@ -331,11 +341,50 @@ class AcpAgent(Backend):
                 written=state.written,
             )
         )
+        self._list_commands(session_id)  # a command file added or edited since is listed
         result = await handle.result()
         self._usage(session, result.usage)
+        if invocation(run.prompt) is not None:  # a command may have changed the session
+            await self._commanded(session_id, state)
         if state.title is None:
             await self._titled(session_id, state)
         return PromptResponse(stop_reason=acp_stop_reason(result.stop_reason))
+
+    async def _commanded(self, session_id: str, state: AcpSessionState) -> None:
+        """Tell the client what a command changed of the session (``/mode``: its mode)."""
+        try:
+            session = await self.sessions.get(GetSessionParams(session_id=session_id))
+        except TetherError:  # deleted meanwhile, say: the turn itself went well
+            return
+        self._options_changed(session, state)
+
+    def _list_commands(self, session_id: str) -> None:
+        """Send ``available_commands_update`` once the commands are read, unless the client
+        has them already (after the answer being written: the client knows the session then)."""
+        task = asyncio.ensure_future(self._send_commands(session_id))
+        self._listings.add(task)
+        task.add_done_callback(self._listings.discard)
+
+    async def _send_commands(self, session_id: str) -> None:
+        from tether.protocol.commands import CommandsParams
+
+        try:
+            listing = await self._kernel().commands(CommandsParams(session_id=session_id))
+        except Exception as exc:  # a session deleted meanwhile, a store fault: no update
+            logger.info("no commands listed for session %s: %s", session_id, exc)
+            return
+        available = [
+            AvailableCommand(
+                name=command.name,
+                description=command.description,
+                input=CommandInput(hint=command.argument_hint) if command.argument_hint else None,
+            )
+            for command in listing.commands
+        ]
+        state = self._state(session_id)
+        if available != state.commands:
+            state.commands = available
+            self._send(session_id, AvailableCommandsUpdate(available_commands=available))
 
     def _usage(self, session: Session, usage: Usage | None) -> None:
         """A ``usage_update`` with the tokens the turn's model calls used, when the context
