@@ -195,6 +195,7 @@ class Client:
         self.asked = asyncio.Event()
         self.release = asyncio.Event()
         self.chunk = asyncio.Event()  # set by the first agent_message_chunk
+        self.commands = asyncio.Event()  # set by each available_commands_update
         self.buffers: dict[str, str] = {}  # the editor's unsaved text of a path
         self.reads: list[str] = []
         self.read_asked = asyncio.Event()
@@ -320,6 +321,8 @@ class Client:
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         if getattr(update, "session_update", None) == "agent_message_chunk":
             self.chunk.set()
+        if getattr(update, "session_update", None) == COMMANDS_UPDATE:
+            self.commands.set()
 
 
 @dataclass

@@ -341,7 +341,7 @@ class AcpAgent(Backend):
                 written=state.written,
             )
         )
-        self._list_commands(session_id)  # a command file added or edited since is listed
+        self._list_commands(session_id, changed=True)  # a command file added or edited since
         result = await handle.result()
         self._usage(session, result.usage)
         if invocation(run.prompt) is not None:  # a command may have changed the session
@@ -358,14 +358,15 @@ class AcpAgent(Backend):
             return
         self._options_changed(session, state)
 
-    def _list_commands(self, session_id: str) -> None:
-        """Send ``available_commands_update`` once the commands are read, unless the client
-        has them already (after the answer being written: the client knows the session then)."""
-        task = asyncio.ensure_future(self._send_commands(session_id))
+    def _list_commands(self, session_id: str, *, changed: bool = False) -> None:
+        """Send ``available_commands_update`` once the commands are read (after the answer is
+        written: the client knows the session then); with ``changed``, only when they differ
+        from what the client last got."""
+        task = asyncio.ensure_future(self._send_commands(session_id, changed))
         self._listings.add(task)
         task.add_done_callback(self._listings.discard)
 
-    async def _send_commands(self, session_id: str) -> None:
+    async def _send_commands(self, session_id: str, changed: bool) -> None:
         from tether.protocol.commands import CommandsParams
 
         try:
@@ -382,7 +383,7 @@ class AcpAgent(Backend):
             for command in listing.commands
         ]
         state = self._state(session_id)
-        if available != state.commands:
+        if not changed or available != state.commands:
             state.commands = available
             self._send(session_id, AvailableCommandsUpdate(available_commands=available))
 
