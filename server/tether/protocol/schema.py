@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from tether.protocol import kernel, lifecycle, messages, sessions
+from tether.protocol import commands, kernel, lifecycle, messages, sessions
 
 JsonSchemaMode = Literal["validation", "serialization"]
 
@@ -28,6 +28,7 @@ _INPUTS: list[type[BaseModel]] = [
     kernel.RunParams,
     kernel.CancelParams,
     kernel.CompactParams,
+    commands.CommandsParams,
     kernel.PermissionResult,
     messages.MessageInput,
 ]
@@ -43,6 +44,7 @@ _OUTPUTS: list[type[BaseModel]] = [
     kernel.RunResult,
     kernel.CancelResult,
     kernel.CompactResult,
+    commands.CommandsResult,
     kernel.ProgressParams,
     kernel.PermissionParams,
 ]
