@@ -304,3 +304,31 @@ def test_tether_run_answers_help(project: Path, user_config: Path, tmp_path: Pat
     )
     assert done.returncode == 0, done.stderr
     assert "- /compact:" in done.stdout and "- /help: List the commands" in done.stdout
+
+
+async def test_compact_summarizes_the_older_turns_within_the_commands_run(
+    project: Path, user_config: Path
+):
+    turns = [{"text": "First answer."}, {"text": "Second answer."}, {"text": "The summary."}]
+    connection = await scripted(project, user_config, turns)
+    try:
+        sid = (await connection.request("session/create", {}))["sessionId"]
+        for prompt in ("first question", "second question"):
+            await connection.request("kernel/run", {"sessionId": sid, "prompt": prompt})
+        progress(connection)
+        result = await connection.request("kernel/run", {"sessionId": sid, "prompt": "/compact"})
+        shown = progress(connection)
+        messages = (await connection.request("session/messages", {"sessionId": sid}))["messages"]
+    finally:
+        await connection.close()
+
+    assert result["response"] == "The older turns are now a summary."
+    assert [e["kind"] for e in shown] == [
+        "run_started",
+        "compaction_started",
+        "compaction_finished",
+        "message_delta",
+        "run_finished",
+    ]
+    assert shown[2]["summary"] == "The summary."
+    assert [m.get("kind") for m in messages].count("compaction") == 1

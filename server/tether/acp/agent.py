@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import Callable, Coroutine, Mapping
@@ -75,6 +76,7 @@ from tether.sessions.workspaces import local_path
 if TYPE_CHECKING:
     from tether.config import TetherConfig
     from tether.kernel.kernel import Kernel
+    from tether.protocol.commands import CommandInfo
     from tether.protocol.kernel import PermissionParams, PermissionResult, ProgressParams, Usage
     from tether.tools.base import ToolExecutor
 
@@ -374,14 +376,7 @@ class AcpAgent(Backend):
         except Exception as exc:  # a session deleted meanwhile, a store fault: no update
             logger.info("no commands listed for session %s: %s", session_id, exc)
             return
-        available = [
-            AvailableCommand(
-                name=command.name,
-                description=command.description,
-                input=CommandInput(hint=command.argument_hint) if command.argument_hint else None,
-            )
-            for command in listing.commands
-        ]
+        available = [_available(command) for command in listing.commands]
         state = self._state(session_id)
         if not changed or available != state.commands:
             state.commands = available
@@ -531,6 +526,17 @@ class _Deferred:
             emit(params)
         self._waiting.clear()
         self._emit = emit
+
+
+@functools.lru_cache(maxsize=256)
+def _available(command: CommandInfo) -> AvailableCommand:
+    """ACP's form of a command (the same built-ins for every session: made once)."""
+    hint = command.argument_hint
+    return AvailableCommand(
+        name=command.name,
+        description=command.description,
+        input=CommandInput(hint=hint) if hint else None,
+    )
 
 
 def _current_mode(options: list[ConfigOption]) -> str | None:

@@ -160,6 +160,7 @@ BUILTINS: tuple[Builtin, ...] = (
 )
 """The built-in commands, one line each (a new one: its line, and what it needs on the host)."""
 _BUILTIN_NAMES = {builtin.name: builtin for builtin in BUILTINS}
+_BUILTIN_INFOS = tuple(builtin.info() for builtin in BUILTINS)
 
 
 # -- custom commands ---------------------------------------------------------------------------
@@ -195,7 +196,7 @@ class Loaded:
     def listing(self) -> list[CommandInfo]:
         """Every command: the built-ins first, then the custom ones by name."""
         custom = sorted(self.commands.values(), key=lambda command: command.name)
-        return [builtin.info() for builtin in BUILTINS] + [command.info() for command in custom]
+        return [*_BUILTIN_INFOS, *(command.info() for command in custom)]
 
 
 class FrontMatterError(ValueError):
@@ -514,6 +515,7 @@ class SlashCommands:
     def __init__(self, store: SessionStore, compact: Compactor) -> None:
         self._store = store
         self._compact = compact
+        self._user_dir = user_commands_dir()  # the environment of the process, as it started
 
     async def listing(self, session: Session) -> CommandsResult:
         loaded = await self._load(session)
@@ -557,7 +559,24 @@ class SlashCommands:
         workspace = None
         if session.workspace.startswith("file://"):
             workspace = local_path(session.workspace)
-        loaded = await asyncio.to_thread(load_commands, user_commands_dir(), workspace)
+        user_dir = self._user_dir
+        if _surely_none(user_dir) and _surely_none(workspace and workspace / WORKSPACE_COMMANDS):
+            return Loaded()  # the usual case: no hop to a thread and back
+        loaded = await asyncio.to_thread(load_commands, user_dir, workspace)
         for warning in loaded.warnings:
             logger.warning("%s", warning.message)
         return loaded
+
+
+def _surely_none(folder: Path | None) -> bool:
+    """Whether there is surely no commands folder there (one ``lstat``, cheap enough for the
+    event loop); False means "look" (:func:`load_commands` decides the rest)."""
+    if folder is None:
+        return True
+    try:
+        os.lstat(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except (OSError, ValueError):
+        return False
+    return False

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from tether.protocol.base import Params, WireModel
 from tether.protocol.kernel import RunWarning
@@ -21,6 +21,8 @@ class CommandsParams(Params):
 
 
 class CommandInfo(WireModel):
+    model_config = ConfigDict(**WireModel.model_config, frozen=True)  # hashable, shared
+
     name: str = Field(description="typed after `/`; a nested file's is `dir:name`")
     description: str = ""
     argument_hint: str | None = Field(
