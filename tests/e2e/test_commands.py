@@ -159,11 +159,11 @@ async def test_a_workspace_command_is_expanded_with_its_arguments_and_narrows_th
     assert session["title"] == '/fix 42 "src/app.py"'  # what the user typed
 
 
-async def test_allowed_tools_cannot_bring_back_a_tool_the_request_left_out(
+async def test_allowed_tools_narrow_the_sessions_and_the_requests_tools_without_refusing(
     project: Path, user_config: Path, endpoint: ModelServer
 ):
     workspace_command(project, "look", "---\nallowed-tools: read_file, write_file\n---\nLook.\n")
-    endpoint.push(Reply(text="Looked."))
+    endpoint.push(Reply(text="Looked."), Reply(text="Looked."))
     connection = await Connection.spawn(
         SERVER, env={"XDG_CONFIG_HOME": str(user_config), "OPENAI_API_KEY": "sk-test"}
     )
@@ -177,14 +177,22 @@ async def test_allowed_tools_cannot_bring_back_a_tool_the_request_left_out(
             },
         )
         connection.notify("initialized", {})
-        sid = (await connection.request("session/create", {"tools": ["read_file"]}))["sessionId"]
-        params = {"sessionId": sid, "prompt": "/look", "tools": ["read_file", "list_files"]}
-        await connection.request("kernel/run", params)
+        session = {"tools": ["read_file", "list_files"]}
+        sid = (await connection.request("session/create", session))["sessionId"]
+        first = await connection.request("kernel/run", {"sessionId": sid, "prompt": "/look"})
+        params = {"sessionId": sid, "prompt": "/look", "tools": ["list_files"]}
+        second = await connection.request("kernel/run", params)
     finally:
         await connection.close()
 
-    [request] = endpoint.requests
-    assert [tool["function"]["name"] for tool in request.body["tools"]] == ["read_file"]
+    assert first["response"] == second["response"] == "Looked."
+    offered = [
+        [tool["function"]["name"] for tool in r.body.get("tools", [])] for r in endpoint.requests
+    ]
+    assert offered == [
+        ["read_file"],
+        [],
+    ]  # write_file is not the session's; list_files not the command's
 
 
 async def test_mode_read_only_changes_the_sessions_mode_without_a_model_call(

@@ -438,9 +438,15 @@ class Expanded:
     metadata: dict[str, Any] | None  # None: no command (the prompt as typed)
 
 
-def expanded(params: RunParams, command: CustomCommand, called: Invocation) -> Expanded:
+def expanded(
+    params: RunParams,
+    command: CustomCommand,
+    called: Invocation,
+    session_tools: list[str] | None = None,
+) -> Expanded:
     """``params`` with the command's text as the prompt (in place of the first text block's),
-    its model (unless the request named one) and its tools narrowed to ``allowed-tools``."""
+    its model (unless the request named one) and its tools narrowed to ``allowed-tools``: of
+    the request's tools, else of the session's, else those it names."""
     text = expand(command.body, called.arguments)
     prompt: Content
     if isinstance(params.prompt, str):
@@ -453,8 +459,10 @@ def expanded(params: RunParams, command: CustomCommand, called: Invocation) -> E
     tools = params.tools
     if command.allowed_tools is not None:
         allowed = set(command.allowed_tools)
-        offered = command.allowed_tools if tools is None else tools
-        tools = [name for name in offered if name in allowed]
+        narrowed = next(
+            names for names in (tools, session_tools, command.allowed_tools) if names is not None
+        )
+        tools = [name for name in narrowed if name in allowed]
     update = {"prompt": prompt, "tools": tools, "model": params.model or command.model}
     source = {"name": command.name, "arguments": called.arguments, "source": command.source}
     return Expanded(params.model_copy(update=update), {COMMAND_KEY: source})
@@ -534,7 +542,7 @@ class SlashCommands:
         command = (await self._load(session)).commands.get(called.name)
         if command is None:
             return Expanded(params, None)
-        return expanded(params, command, called)
+        return expanded(params, command, called, session.tools)
 
     async def answer(
         self, call: BuiltinCall, session: Session, run_id: str, emit: Emit
