@@ -377,7 +377,9 @@ class AcpAgent(Backend):
             logger.info("no commands listed for session %s: %s", session_id, exc)
             return
         available = [_available(command) for command in listing.commands]
-        state = self._state(session_id)
+        state = self._states.get(session_id)
+        if state is None:  # closed or deleted meanwhile
+            return
         if not changed or available != state.commands:
             state.commands = available
             self._send(session_id, AvailableCommandsUpdate(available_commands=available))
