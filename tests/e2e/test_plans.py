@@ -55,6 +55,7 @@ async def test_update_plan_sends_a_plan_event_and_session_get_keeps_the_plan_acr
     second = await _start(project, [], env, "second")
     try:
         after = await second.request("session/get", {"sessionId": sid})
+        shown = await second.request("kernel/run", {"sessionId": sid, "prompt": "/plan"})
         fork = await second.request("session/fork", {"sessionId": sid})
         cleared = await second.request("session/configure", {"sessionId": sid, "plan": None})
         forked = await second.request("session/get", {"sessionId": fork["sessionId"]})
@@ -76,6 +77,7 @@ async def test_update_plan_sends_a_plan_event_and_session_get_keeps_the_plan_acr
     )
     assert events.index(plans[0]) < update  # the plan is told before the call's result
     assert after["plan"] == SECOND_PLAN
+    assert shown["response"] == "Plan:\n[x] Read the README\n[x] Write the tests"  # no model call
     assert fork["plan"] == SECOND_PLAN == forked["plan"]
     assert "plan" not in cleared
 

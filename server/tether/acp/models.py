@@ -415,6 +415,26 @@ class PlanUpdate(AcpModel):
     entries: list[PlanEntryOut]
 
 
+class CommandInput(AcpModel):
+    """What to type after a command's name (ACP's unstructured input)."""
+
+    hint: str
+
+
+class AvailableCommand(AcpModel):
+    name: str
+    description: str
+    input: CommandInput | None = None
+
+
+class AvailableCommandsUpdate(AcpModel):
+    """The slash commands of the session (sent after ``session/new``, ``session/load`` and
+    whenever the set changes)."""
+
+    session_update: Literal["available_commands_update"] = "available_commands_update"
+    available_commands: list[AvailableCommand]
+
+
 SessionUpdate = (
     ContentChunk
     | ToolCallStart
@@ -426,6 +446,7 @@ SessionUpdate = (
     | CompactionUpdate
     | NoticeUpdate
     | PlanUpdate
+    | AvailableCommandsUpdate
 )
 
 

@@ -32,6 +32,7 @@ from tether.client.errors import InvalidParamsError, MethodNotFoundError, Sessio
 from tether.client.run import Run, RunRouter
 from tether.protocol.base import WireModel
 from tether.protocol.checkpoints import CheckpointInfo, CheckpointsResult, RewindResult
+from tether.protocol.commands import CommandsResult
 from tether.protocol.kernel import (
     CancelResult,
     CompactResult,
@@ -380,6 +381,11 @@ class TetherClient:
             sessionId=session_id, keepTokens=keep_tokens, workDoneToken=work_done_token
         )
         return CompactResult.model_validate(await self.request("session/compact", params))
+
+    async def commands(self, session_id: str) -> CommandsResult:
+        """``session/commands``: the slash commands a prompt of the session may start with."""
+        result = await self.request("session/commands", {"sessionId": session_id})
+        return CommandsResult.model_validate(result)
 
     # -- the kernel ------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.config import ProviderConfig, TetherConfig, data_home, user_config_path
+from tether.kernel import commands as slash
 from tether.kernel import compaction, structured
 from tether.kernel.access import check_access
 from tether.kernel.approval import Approver, Gate, offered
@@ -49,6 +51,7 @@ from tether.protocol import (
     TextBlock,
     WorkspaceError,
 )
+from tether.protocol.commands import CommandsParams, CommandsResult
 from tether.protocol.kernel import (
     CompactParams,
     CompactResult,
@@ -140,6 +143,7 @@ class Kernel:
         self._handles: dict[str, list[RunHandle]] = {}
         # session -> the ends of its runs in this process (each done once the lease is given back)
         self._ends: dict[str, list[asyncio.Future[None]]] = {}
+        self._slash = slash.SlashCommands(store, self._compact)
 
     def is_running(self, session_id: str) -> bool:
         return session_id in self._runs
@@ -366,8 +370,12 @@ class Kernel:
         session: Session | None = None
         try:
             session = await self._store.get(params.session_id)
+            command = await self._slash.resolve(session, params)
+            if isinstance(command, slash.BuiltinCall):  # answered without a model call
+                return await self._slash.answer(command, session, run_id, emit)
             plan = StorePlan(self._store, session.session_id)
-            run = Run(await self._setup(session, params, run_id, emit, state, plan))
+            setup = await self._setup(session, command.params, run_id, emit, state, plan)
+            run = Run(dataclasses.replace(setup, prompt_metadata=command.metadata))
             plan.bind(run.emit)
             # A prompt a hook may refuse names no session before it is let in.
             title_later = session.title is None and run.prompt_screened
@@ -385,10 +393,14 @@ class Kernel:
         except TetherError as exc:
             self._add_warnings(exc, None if session is None else _local_workspace(session))
             raise
-        result = await run.execute(params.prompt)
+        result = await run.execute(command.params.prompt)
         if title_later:
             await self._title(session.session_id, params.prompt)
         return result
+
+    async def commands(self, params: CommandsParams) -> CommandsResult:
+        """``session/commands``: the slash commands the session's prompts may start with."""
+        return await self._slash.listing(await self._store.get(params.session_id))
 
     async def _title(self, session_id: str, prompt: Content) -> None:
         """An untitled session is named after the first line of its first prompt (whichever

@@ -161,6 +161,7 @@ class RunSetup:
     author: str | None = None  # of the assistant and tool messages the run writes
     hooks: Hooks | None = None  # the user's [[hooks.*]]; None: none configured
     checkpoints: RunCheckpoints | None = None  # records what edit and execute calls change
+    prompt_metadata: dict[str, Any] | None = None  # of the user message (a slash command's)
 
 
 class Run:
@@ -237,7 +238,8 @@ class Run:
         after: Sequence[MessageInput] = (),
     ) -> None:
         """Store the prompt (with what hooks added around it), and start the view there."""
-        messages = [*before, MessageInput(role=Role.USER, content=prompt), *after]
+        user = MessageInput(role=Role.USER, content=prompt, metadata=self._setup.prompt_metadata)
+        messages = [*before, user, *after]
         ids = [uuid7() for _ in before] + [user_id] + [uuid7() for _ in after]
         stored = await self._persist(messages, ids=ids)
         self._view = compaction.compacted_view(self._history)

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from tether.protocol import checkpoints, kernel, lifecycle, messages, sessions
+from tether.protocol import checkpoints, commands, kernel, lifecycle, messages, sessions
 
 JsonSchemaMode = Literal["validation", "serialization"]
 
@@ -30,6 +30,7 @@ _INPUTS: list[type[BaseModel]] = [
     kernel.RunParams,
     kernel.CancelParams,
     kernel.CompactParams,
+    commands.CommandsParams,
     kernel.PermissionResult,
     messages.MessageInput,
 ]
@@ -47,6 +48,7 @@ _OUTPUTS: list[type[BaseModel]] = [
     kernel.RunResult,
     kernel.CancelResult,
     kernel.CompactResult,
+    commands.CommandsResult,
     kernel.ProgressParams,
     kernel.PermissionParams,
 ]

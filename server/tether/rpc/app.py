@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-KERNEL_METHODS = ("kernel/cancel", "kernel/run", "session/compact")
+KERNEL_METHODS = ("kernel/cancel", "kernel/run", "session/commands", "session/compact")
 
 RequestClient = Callable[[str, Any], Awaitable[Any]]
 """Sends a request to the client and returns its result (cancelling the await withdraws it)."""
