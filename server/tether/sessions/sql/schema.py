@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -187,10 +187,15 @@ def _add_run_index(connection: Connection) -> None:
         connection.execute(CreateIndex(index))
 
 
+def _add_columns(connection: Connection, table: Table, names: Sequence[str]) -> None:
+    """``ALTER TABLE ... ADD COLUMN`` for each of ``names``, as ``table`` defines them."""
+    for name in names:
+        column = CreateColumn(table.c[name]).compile(dialect=connection.dialect)
+        connection.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {column}")
+
+
 def _add_run_lease(connection: Connection) -> None:
-    for name in _LEASE_COLUMNS:
-        column = CreateColumn(sessions_table.c[name]).compile(dialect=connection.dialect)
-        connection.exec_driver_sql(f"ALTER TABLE sessions ADD COLUMN {column}")
+    _add_columns(connection, sessions_table, _LEASE_COLUMNS)
 
 
 _COMPACTION_COLUMNS = ("kind", "replaces")
@@ -198,28 +203,22 @@ _COMPACTION_COLUMNS = ("kind", "replaces")
 
 def _add_compaction(connection: Connection) -> None:
     """Messages learn ``kind`` and ``replaces`` (compaction summaries)."""
-    for name in _COMPACTION_COLUMNS:
-        column = CreateColumn(messages_table.c[name]).compile(dialect=connection.dialect)
-        connection.exec_driver_sql(f"ALTER TABLE messages ADD COLUMN {column}")
+    _add_columns(connection, messages_table, _COMPACTION_COLUMNS)
 
 
 def _add_message_output(connection: Connection) -> None:
     """Tool messages learn ``output`` (a structured result beside the text)."""
-    column = CreateColumn(messages_table.c.output).compile(dialect=connection.dialect)
-    connection.exec_driver_sql(f"ALTER TABLE messages ADD COLUMN {column}")
+    _add_columns(connection, messages_table, ["output"])
 
 
 def _add_mode(connection: Connection) -> None:
     """Sessions learn ``mode`` and ``permissions`` (the remembered always answers)."""
-    for name in _MODE_COLUMNS:
-        column = CreateColumn(sessions_table.c[name]).compile(dialect=connection.dialect)
-        connection.exec_driver_sql(f"ALTER TABLE sessions ADD COLUMN {column}")
+    _add_columns(connection, sessions_table, _MODE_COLUMNS)
 
 
 def _add_plan(connection: Connection) -> None:
     """Sessions learn ``plan`` (the steps ``update_plan`` last set)."""
-    column = CreateColumn(sessions_table.c.plan).compile(dialect=connection.dialect)
-    connection.exec_driver_sql(f"ALTER TABLE sessions ADD COLUMN {column}")
+    _add_columns(connection, sessions_table, ["plan"])
 
 
 MIGRATIONS: list[Callable[[Connection], None]] = [
