@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 ACP_TESTS := tests/acp
 ACP_STAMP := $(ACP_TESTS)/node_modules/.installed
 
-.PHONY: install compile test lint typecheck unit acp-schema acp-node-test lsp-node-test vscode-test vscode-package vscode-webview-test vscode-e2e run bench fuzz schema clean
+.PHONY: install compile test lint typecheck unit acp-schema acp-node-test lsp-node-test pygls-matrix vscode-test vscode-package vscode-webview-test vscode-e2e run bench fuzz schema clean
 
 install: $(STAMP)
 
@@ -55,6 +55,11 @@ $(LSP_NODE_STAMP): $(LSP_NODE)/package.json $(LSP_NODE)/package-lock.json
 
 lsp-node-test: compile $(LSP_NODE_STAMP)
 	cd $(LSP_NODE) && node --test lsp.test.mjs
+
+# The adapter's contract test, tests/lsp and tests/lsp/node under every pygls release the pin in
+# pyproject.toml allows, each in a throwaway venv (RELEASES="2.0.0 2.1.1" to pick some).
+pygls-matrix: compile $(LSP_NODE_STAMP)
+	$(BIN)/python tests/lsp/pygls_matrix.py $(RELEASES)
 
 # The VS Code extension (editor-clients/vscode): Node packages from its package-lock.json, then its
 # typecheck, build and `node --test` suite against the real server of this checkout.

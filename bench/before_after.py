@@ -60,8 +60,13 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=300)
     parser.add_argument("--append-bytes", type=int, default=10 * 1024)
     parser.add_argument("--trace", choices=sorted(TRACERS))
+    parser.add_argument(
+        "--agents-md", action="store_true", help="an AGENTS.md at the workspace root"
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="tether-before-after-"))
+    if args.agents_md:
+        (tmp / "AGENTS.md").write_text("Run make test before you commit.\n" * 100)
     env = dict(os.environ)
     servers = {
         "floor": (SERVERS["floor"], env),

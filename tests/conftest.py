@@ -21,6 +21,21 @@ settings.register_profile(
 settings.load_profile("tether")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def tether_data_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """tether's data directory (checkpoints of every run that edits, stores left at their
+    default) under the run's temporary directory, for the servers the tests start too: never the
+    machine's ``~/.local/share/tether``. A test that wants another sets its own."""
+    data = tmp_path_factory.mktemp("xdg-data")
+    before = os.environ.get("XDG_DATA_HOME")
+    os.environ["XDG_DATA_HOME"] = str(data)
+    yield data
+    if before is None:
+        os.environ.pop("XDG_DATA_HOME", None)
+    else:
+        os.environ["XDG_DATA_HOME"] = before
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A small workspace: a README and ``src/app.py`` whose ``main`` returns 42."""

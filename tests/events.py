@@ -8,6 +8,7 @@ from typing import get_args
 
 from tether.kernel.approval import REJECTED_RESULT
 from tether.protocol.kernel import (
+    CheckpointRecorded,
     CompactionFinished,
     CompactionStarted,
     HookRun,
@@ -26,6 +27,7 @@ from tether.protocol.kernel import (
     ToolCallStatus,
     ToolCallUpdate,
 )
+from tether.protocol.plans import Plan, PlanEntry
 from tether.protocol.tools import ProposedChange, ToolKind
 
 
@@ -65,6 +67,13 @@ def every_progress_event() -> list[ProgressEvent]:
             result="edited a.py",
             diff="--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n",
         ),
+        Plan(
+            entries=[
+                PlanEntry(content="Edit a.py", status="completed"),
+                PlanEntry(content="Run make", status="in_progress", priority="high"),
+                PlanEntry(content="Report", status="pending"),
+            ]
+        ),
         ToolCallStarted(tool_call_id="t2", name="run_command", arguments="{}", title="Run make"),
         ToolCallUpdate(tool_call_id="t2", status=ToolCallStatus.FAILED, error=REJECTED_RESULT),
         HookRun(
@@ -81,6 +90,7 @@ def every_progress_event() -> list[ProgressEvent]:
         ToolCallUpdate(tool_call_id="t3", status=ToolCallStatus.FAILED, error="exit 2"),
         ToolCallStarted(tool_call_id="t4", name="read_file", arguments="{}"),
         ToolCallUpdate(tool_call_id="t4", status=ToolCallStatus.CANCELLED),
+        CheckpointRecorded(checkpoint_id="k1", files=["a.py"], skipped=["big.bin"]),
         IterationFinished(iteration=1, tool_calls=4),
         IterationStarted(iteration=2),
         MessageDelta(message_id="m2", text="Done."),

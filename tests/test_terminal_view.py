@@ -19,6 +19,7 @@ from tether.protocol.kernel import (
     ToolCallStarted,
     ToolCallUpdate,
 )
+from tether.protocol.plans import Plan, PlanEntry
 from tether.protocol.tools import ProposedChange
 from tether.terminal import TerminalView, change_diff, diff_text
 
@@ -126,6 +127,24 @@ def test_a_carriage_return_that_ends_the_answer_or_the_reasoning_is_shown_not_ob
     assert "think\\r" in err.lines()[0] and err.lines()[-1] == "end"
 
 
+def test_a_plan_is_drawn_as_a_checklist_each_time_it_changes_with_its_text_inert():
+    first = Plan(
+        entries=[
+            PlanEntry(content="Read the code", status="completed"),
+            PlanEntry(content="Fix \x1b]52;c;evil\x07it", status="in_progress", priority="high"),
+            PlanEntry(content="Test", status="pending"),
+        ]
+    )
+    screen, _ = show(MessageDelta(message_id="m", text="Planning"), first)
+    assert screen.lines() == [
+        "Planning",
+        "Plan:",
+        "  [x] Read the code",
+        "  [~] Fix \\x1b]52;c;evil\\x07it",
+        "  [ ] Test",
+    ]
+
+
 def test_every_kind_of_event_is_drawn_or_left_out() -> None:
     from tests.events import every_progress_event
 
@@ -135,4 +154,5 @@ def test_every_kind_of_event_is_drawn_or_left_out() -> None:
     assert "tether: error: the MCP server 'x' did not start" in lines
     assert "→ Edit a.py" in lines and "✓ Edit a.py" in lines
     assert "✗ read_file" not in lines and "⊘ read_file" in lines
+    assert "  [~] Run make" in lines
     assert lines[-1] == "Done."

@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -33,7 +34,9 @@ if TYPE_CHECKING:
 
     from tether.config import ProviderConfig, TetherConfig
     from tether.kernel.approval import Approver
+    from tether.kernel.checkpoints import Checkpoints
     from tether.kernel.kernel import Kernel
+    from tether.memory.instructions import InstructionLoader
     from tether.protocol import CreateSessionParams, Session
     from tether.protocol.kernel import RunWarning
     from tether.protocol.sessions import SessionFields
@@ -43,6 +46,9 @@ if TYPE_CHECKING:
     from tether.tools.mcp import McpManager
 
 logger = logging.getLogger(__name__)
+
+INSTRUCTIONS_LISTED_FOR = 1.0
+"""Seconds ``session/get`` lists the instruction files it found without looking again."""
 
 
 def preload_http_client() -> None:
@@ -76,6 +82,7 @@ class Backend:
                 forked=self._fork_mcp_servers,
                 deleted=self._session_deleted,
                 check=self._check_fields,
+                instructions=self.instruction_paths,
             ),
         )
         self._store_given = store is not None
@@ -89,6 +96,11 @@ class Backend:
         self._http: httpx.AsyncClient | None = None
         self._providers: dict[str, Provider] = {}
         self._mcp: McpManager | None = None  # made when a session or a run first needs it
+        self._checkpoints: Checkpoints | None = None  # made on first use
+        self._instruction_loader: InstructionLoader | None = None
+        self._workspace_folders: dict[str, Path] = {}  # a session's workspace URI -> its folder
+        # a workspace URI -> its instruction files, and when they were looked at
+        self._instructions_listed: dict[str, tuple[list[str] | None, float]] = {}
 
     @property
     def environ(self) -> Mapping[str, str]:
@@ -105,6 +117,7 @@ class Backend:
         self._workspace = _local(self.sessions.default_workspace)
         self._init_options = init_options
         self._folders.clear()
+        self._checkpoints = None  # over the store configured now
         config = self.config()
         url = config.sessions.url(self._environ)
         if url is not None and not self._store_given:
@@ -141,8 +154,72 @@ class Backend:
             warnings=self.run_warnings,
             secrets=self.secrets,
             profiles=Profiles(self._environ),
+            instructions=self.instruction_loader,
+            checkpoints=self.checkpoints() if self.config().checkpoints.enabled else None,
         )
         return self.kernel
+
+    def checkpoints(self) -> Checkpoints:
+        """The checkpoints of sessions (``session/checkpoints``, ``session/rewind``), over this
+        backend's store and the checkpoint store of the configuration (made on first use)."""
+        if self._checkpoints is None:
+            from tether.checkpoints import CheckpointStore
+            from tether.kernel.checkpoints import Checkpoints
+
+            config = self.config()
+            store = CheckpointStore(
+                config.checkpoints.root(self._environ),
+                max_file_bytes=config.checkpoints.max_file_bytes,
+                max_checkpoint_bytes=config.checkpoints.max_checkpoint_bytes,
+            )
+            self._checkpoints = Checkpoints(
+                self.sessions.store, store, lambda: self.config().sessions.lease_delta()
+            )
+        return self._checkpoints
+
+    @property
+    def instruction_loader(self) -> InstructionLoader:
+        """Reads the instruction files (``AGENTS.md``) of runs and of ``session/get``."""
+        if self._instruction_loader is None:
+            from tether.config import user_config_path
+            from tether.memory.instructions import InstructionLoader
+
+            user = user_config_path(self._environ)
+            self._instruction_loader = InstructionLoader(None if user is None else user.parent)
+        return self._instruction_loader
+
+    async def instruction_paths(self, workspace: str) -> list[str] | None:
+        """``session/get``'s ``instructions``: the instruction files a run at the root of
+        ``workspace`` (a URI) reads; None when instructions are off or it is not local. Looked
+        at again at most every :data:`INSTRUCTIONS_LISTED_FOR` seconds: the ``stat`` of each
+        place was half the cost of a ``session/get`` (a run always looks again)."""
+        now = time.monotonic()
+        listed = self._instructions_listed.get(workspace)
+        if listed is not None and now - listed[1] < INSTRUCTIONS_LISTED_FOR:
+            return listed[0]
+        paths = await self._instruction_paths(workspace)
+        if len(self._instructions_listed) >= 1024:
+            self._instructions_listed.clear()
+        self._instructions_listed[workspace] = (paths, now)
+        return paths
+
+    async def _instruction_paths(self, workspace: str) -> list[str] | None:
+        folder = self._workspace_folders.get(workspace)
+        if folder is None:  # worked out once per workspace: ~25 µs a time
+            if len(self._workspace_folders) >= 1024:
+                self._workspace_folders.clear()
+            folder = self._workspace_folders[workspace] = _local(workspace) or _NOT_LOCAL
+        if folder is _NOT_LOCAL:
+            return None
+        await self.load_folder(folder)
+        config = self.config(folder).instructions
+        if not config.enabled:
+            return None
+        loader = self.instruction_loader
+        found = loader.cached(folder, None, config.files)
+        if found is None:
+            found = await asyncio.to_thread(loader.load, folder, None, config.files)
+        return found.paths
 
     def secrets(self, config: TetherConfig, session_id: str) -> Secrets:
         """The secrets of a run in ``session_id`` (:mod:`tether.secrets`): its configuration's
@@ -413,6 +490,9 @@ def _secrets_of(config: TetherConfig, environ: Mapping[str, str]) -> Secrets:
 
 def left_out(error: ConfigError) -> str:
     return f"the workspace config file was left out: {error.message}"
+
+
+_NOT_LOCAL = Path("/dev/null/not-local")  # a workspace that is not a local folder
 
 
 def _local(workspace: str | None) -> Path | None:

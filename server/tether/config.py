@@ -196,6 +196,25 @@ class MemoryConfig(_Section):
     paths: list[str] = Field(default_factory=lambda: [".tether/memory"])
 
 
+class InstructionsConfig(_Section):
+    """Project instructions: the ``AGENTS.md`` files (or the names in ``files``) of the user's
+    configuration directory and of the workspace, put in every run's system prompt."""
+
+    enabled: bool = Field(default=True, description="false: no instruction file is read")
+    files: list[str] = Field(
+        default_factory=lambda: ["AGENTS.md"],
+        description='the file names looked for, in order (e.g. "CLAUDE.md", "GEMINI.md")',
+    )
+
+    @field_validator("files")
+    @classmethod
+    def _plain_names(cls, files: list[str]) -> list[str]:
+        for name in files:
+            if not name.strip() or name in (".", "..") or any(c in name for c in "/\\\x00"):
+                raise ValueError(f"{name!r} is not a file name (no folder, no path)")
+        return files
+
+
 _TTL = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
 _TTL_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -347,11 +366,38 @@ class HooksConfig(_Section):
         return any(getattr(self, event) for event in HOOK_EVENTS)
 
 
+class CheckpointsConfig(_Section):
+    enabled: bool = Field(
+        default=True,
+        description="record what each run's edits and commands change, for session/rewind",
+    )
+    path: str | None = Field(
+        default=None,
+        description="the directory of the checkpoint store (default: the data directory's "
+        "`checkpoints`)",
+    )
+    max_file_bytes: int = Field(
+        default=10 * 1024 * 1024, ge=0, description="a larger file is not tracked (reported)"
+    )
+    max_checkpoint_bytes: int = Field(
+        default=200 * 1024 * 1024,
+        ge=0,
+        description="changed files beyond this total in one snapshot are not tracked (reported)",
+    )
+
+    def root(self, environ: Mapping[str, str]) -> Path:
+        """The checkpoint store's directory."""
+        if self.path is not None:
+            return Path(self.path).expanduser()
+        return data_home(environ) / "checkpoints"
+
+
 class TetherConfig(_Section):
     provider: ProviderConfig = Field(default_factory=ProviderConfig)
     kernel: KernelConfig = Field(default_factory=KernelConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    instructions: InstructionsConfig = Field(default_factory=InstructionsConfig)
     sessions: SessionsConfig = Field(default_factory=SessionsConfig)
     context: ContextConfig = Field(default_factory=ContextConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
@@ -359,6 +405,7 @@ class TetherConfig(_Section):
     lsp: LspConfig = Field(default_factory=LspConfig)
     mcp: McpConfig = Field(default_factory=McpConfig)
     hooks: HooksConfig = Field(default_factory=HooksConfig)
+    checkpoints: CheckpointsConfig = Field(default_factory=CheckpointsConfig)
 
     def overlay(self, layer: Mapping[str, Any] | None, *, source: str = "overlay") -> TetherConfig:
         """This config with ``layer`` merged on top (nested like the TOML), validated again.
@@ -570,11 +617,17 @@ WORKSPACE_REFUSED: Final[Mapping[str, str]] = MappingProxyType(
         "sessions.ttl": "a repository could delete your sessions of every workspace",
         "sessions.lease": "a repository could keep your sessions locked long after a crash",
         "acp.editor_terminal": "a repository could run commands outside tether's sandbox",
+        "instructions.files": "a repository could put other files of your configuration "
+        "directory in the prompt",
         "hooks.pre_tool_use": _HOOKS_REFUSED,
         "hooks.post_tool_use": _HOOKS_REFUSED,
         "hooks.user_prompt_submit": _HOOKS_REFUSED,
         "hooks.stop": _HOOKS_REFUSED,
         "hooks.session_start": _HOOKS_REFUSED,
+        "checkpoints.enabled": "a repository could take away the undo of what runs change",
+        "checkpoints.path": "a repository could send your checkpoints elsewhere",
+        "checkpoints.max_file_bytes": "a repository could keep its files out of the undo",
+        "checkpoints.max_checkpoint_bytes": "a repository could keep its files out of the undo",
     }
 )
 """Every key a workspace file may not set (dotted, snake_case; camelCase is refused as well), with

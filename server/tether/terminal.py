@@ -30,6 +30,7 @@ from rich.text import Text
 
 from tether.escapes import inert, printable
 from tether.protocol.kernel import (
+    CheckpointRecorded,
     CompactionFinished,
     CompactionStarted,
     HookRun,
@@ -48,9 +49,15 @@ from tether.protocol.kernel import (
     ToolCallStarted,
     ToolCallUpdate,
 )
+from tether.protocol.plans import Plan
 from tether.protocol.tools import ProposedChange
 
 _MARKS = {"completed": ("✓", "green"), "failed": ("✗", "red"), "cancelled": ("⊘", "yellow")}
+_PLAN_MARKS = {
+    "pending": ("[ ]", ""),
+    "in_progress": ("[~]", "cyan"),
+    "completed": ("[x]", "green"),
+}
 _LEVEL_STYLES = {"info": "", "warning": "yellow", "error": "red"}
 _MAX_DIFF_LINES = 40
 _ERASE_STATUS = Control((ControlType.CARRIAGE_RETURN,), (ControlType.ERASE_IN_LINE, 2))
@@ -92,6 +99,8 @@ class TerminalView:
                 self.note(f"tether: warning: {message}", "yellow")
             case Notice(level=level, message=message):
                 self.note(f"tether: {level}: {message}", _LEVEL_STYLES[level])
+            case Plan():
+                self._plan(event)
             case RunStarted() | IterationFinished() | RunFinished():
                 pass  # the run's end is drawn from its result (:meth:`result`)
             case CompactionStarted() | CompactionFinished():
@@ -100,6 +109,8 @@ class TerminalView:
                 self.note(f"tether: hook {name} blocked {hook_event}: {message or ''}", "yellow")
             case HookRun():
                 pass  # ran through; a failed or timed-out hook also sends a notice
+            case CheckpointRecorded():
+                pass  # the files can be restored (session/rewind); nothing to show meanwhile
             case _:
                 assert_never(event)
 
@@ -139,6 +150,13 @@ class TerminalView:
             ),
             end="",
         )
+
+    def _plan(self, plan: Plan) -> None:
+        """The plan as a checklist, whole each time it changes."""
+        self._line(Text("Plan:", style="bold"))
+        for entry in plan.entries:
+            mark, style = _PLAN_MARKS[entry.status]
+            self._line(Text.assemble(("  ", ""), (f"{mark} ", style), printable(entry.content)))
 
     def _finished_call(self, event: ToolCallUpdate) -> None:
         mark, style = _MARKS[event.status]

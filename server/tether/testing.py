@@ -18,12 +18,15 @@ Installed with tether (the ``pytest11`` entry point ``tether``), it gives these 
     The workspace folder: an empty directory under ``tmp_path`` by default.
 ``tether_options``
     The ``initializationOptions``: the scripted provider playing ``tether_script`` (written to a
-    file under ``tmp_path``). Override it to add configuration or to use another provider.
+    file under ``tmp_path``), and a checkpoint store under ``tmp_path``. Override it to add
+    configuration or to use another provider.
 ``tether_on_permission``
     The client's ``tool/requestPermission`` handler: ``None`` by default (the server's policy
     decides).
 
-:func:`tool_call` writes a tool call of a script turn.
+:func:`tool_call` writes a tool call of a script turn. :func:`rewind` puts the workspace back as
+it was before a session's turns changed it (``session/rewind``), so that cases sharing a workspace
+start from the same files.
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ import pytest
 
 if TYPE_CHECKING:  # tether itself is imported when a test needs it, not when pytest starts
     from tether.client import PermissionHandler, TetherClient
+    from tether.protocol.checkpoints import RewindResult
 
-__all__ = ["scripted_options", "tool_call"]
+__all__ = ["rewind", "scripted_options", "tool_call"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -54,6 +58,31 @@ def tool_call(name: str, call_id: str | None = None, /, **arguments: Any) -> dic
 def scripted_options(script: Path | str) -> dict[str, Any]:
     """``initializationOptions`` that make the server play the script file ``script``."""
     return {"provider": {"type": "scripted", "script": str(Path(script).resolve())}}
+
+
+async def rewind(
+    client: TetherClient,
+    session_id: str,
+    *,
+    message_id: str | None = None,
+    history: bool = False,
+    force: bool = False,
+) -> RewindResult | None:
+    """Put back the files the session's turns changed, as they were before the first of them
+    (``message_id``: before the turn whose prompt it is, and the turns after it); ``None`` when no
+    turn changed any file. ``history`` also removes those turns from the session; ``force``
+    overwrites files changed outside tether since it recorded them (else the server refuses with
+    ``InvalidParamsError`` naming them in ``data.paths``, and nothing is changed).
+
+    The workspace is reset through the server, as any client would do it (``session/checkpoints``,
+    then ``session/rewind``): files the ``.gitignore`` files exclude are not tracked, so not reset.
+    """
+    if message_id is None:
+        checkpoints = await client.checkpoints(session_id)
+        if not checkpoints:
+            return None
+        message_id = checkpoints[0].message_id
+    return await client.rewind(session_id, message_id, files=True, history=history, force=force)
 
 
 @pytest.fixture
@@ -72,7 +101,9 @@ def tether_workspace(tmp_path: Path) -> Path:
 def tether_options(tmp_path: Path, tether_script: list[dict[str, Any]]) -> dict[str, Any]:
     script = tmp_path / "tether-script.json"
     script.write_text(json.dumps(tether_script))
-    return scripted_options(script)
+    options = scripted_options(script)
+    options["checkpoints"] = {"path": str(tmp_path / "tether-checkpoints")}  # not the user's
+    return options
 
 
 @pytest.fixture

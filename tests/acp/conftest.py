@@ -71,7 +71,8 @@ PARAMS = {
     "terminal/kill": "KillTerminalRequest",
     "terminal/release": "ReleaseTerminalRequest",
 }
-UNSTABLE = {"session/fork"}  # methods only the unstable schema has
+UNSTABLE = {"session/fork"}
+COMMANDS_UPDATE = "available_commands_update"  # methods only the unstable schema has
 
 
 @cache
@@ -105,6 +106,8 @@ def schema_problems(message: dict[str, Any], sent: dict[Any, str]) -> list[str]:
         checks.append(("Error", message["error"]))
     elif method is None and sent.get(message.get("id")) in RESULTS:
         checks.append((RESULTS[sent[message["id"]]], message.get("result")))
+    elif method is None and str(sent.get(message.get("id"), "")).startswith("_tether/"):
+        pass  # the result of an extension method: tether's own
     elif method is None:
         return [f"a response to no request the client sent: {message}"]
     elif method.startswith("_tether/"):
@@ -141,12 +144,17 @@ class Wire:
             m for d, m in self.log if d == "in" and (method is None or m.get("method") == method)
         ]
 
-    def updates(self, session_id: str | None = None) -> list[dict[str, Any]]:
-        """The ``update`` of every ``session/update`` received (for one session, if given)."""
+    def updates(
+        self, session_id: str | None = None, *, commands: bool = False
+    ) -> list[dict[str, Any]]:
+        """The ``update`` of every ``session/update`` received (for one session, if given);
+        ``available_commands_update`` only with ``commands`` (it comes after a session's
+        new/load/resume/fork and each prompt, whenever the command files are read)."""
         return [
             m["params"]["update"]
             for m in self.received("session/update")
-            if session_id is None or m["params"]["sessionId"] == session_id
+            if (session_id is None or m["params"]["sessionId"] == session_id)
+            and (commands or m["params"]["update"]["sessionUpdate"] != COMMANDS_UPDATE)
         ]
 
 
@@ -189,6 +197,7 @@ class Client:
         self.asked = asyncio.Event()
         self.release = asyncio.Event()
         self.chunk = asyncio.Event()  # set by the first agent_message_chunk
+        self.commands = asyncio.Event()  # set by each available_commands_update
         self.buffers: dict[str, str] = {}  # the editor's unsaved text of a path
         self.reads: list[str] = []
         self.read_asked = asyncio.Event()
@@ -314,6 +323,8 @@ class Client:
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         if getattr(update, "session_update", None) == "agent_message_chunk":
             self.chunk.set()
+        if getattr(update, "session_update", None) == COMMANDS_UPDATE:
+            self.commands.set()
 
 
 @dataclass

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from acp import RequestError, text_block
 
-from tests.acp.conftest import Setup
+from tests.acp.conftest import COMMANDS_UPDATE, Setup
 from tests.fakes.sse import sse_server
 from tether.protocol import ErrorCode
 from tether.testing import tool_call
@@ -47,7 +47,13 @@ async def test_load_in_a_second_process_replays_the_whole_history_before_answeri
         for d, m in log[:answered]
         if d == "in" and m.get("method") == "session/update"
     ]
-    after = [m for d, m in log[answered:] if d == "in" and m.get("method") == "session/update"]
+    after = [
+        m
+        for d, m in log[answered:]
+        if d == "in"
+        and m.get("method") == "session/update"
+        and m["params"]["update"]["sessionUpdate"] != COMMANDS_UPDATE
+    ]
     assert after == []
     assert [_shown(update) for update in replay] == [
         ("user_message_chunk", "What is it?"),

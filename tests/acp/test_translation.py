@@ -322,9 +322,13 @@ def test_every_kind_of_event_is_translated_into_valid_updates(
     for progress in every_progress():
         updates(progress)
     kinds = [update["sessionUpdate"] for update in sent]
-    assert {"agent_message_chunk", "agent_thought_chunk", "tool_call", "tool_call_update"} <= set(
-        kinds
-    )
+    assert {
+        "agent_message_chunk",
+        "agent_thought_chunk",
+        "tool_call",
+        "tool_call_update",
+        "plan",
+    } <= set(kinds)
     assert ("compaction_update" in kinds) is extensions
     assert ("notice" in kinds) is extensions
     assert [method for method, _ in notified] == ([] if extensions else [NOTICE, NOTICE])

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.acp.conftest import AGENT, Setup, schema_problems
+from tests.acp.conftest import AGENT, COMMANDS_UPDATE, Setup, schema_problems
 from tether.protocol.limits import MAX_REQUEST_DEPTH
 
 TEXT = {"type": "text", "text": "hi"}
@@ -20,7 +20,8 @@ RESULT_OF = {1: "initialize", 3: "initialize"}
 
 
 async def exchange(lines: list[bytes], cwd: Path, home: Path) -> tuple[list[dict[str, Any]], int]:
-    """Send ``lines``, close stdin, and return every line the agent wrote and its exit code."""
+    """Send ``lines``, close stdin, and return every line the agent wrote (but the commands a
+    new session is told of) and its exit code."""
     process = await asyncio.create_subprocess_exec(
         *AGENT,
         stdin=asyncio.subprocess.PIPE,
@@ -29,7 +30,13 @@ async def exchange(lines: list[bytes], cwd: Path, home: Path) -> tuple[list[dict
         env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
     )
     out, _ = await asyncio.wait_for(process.communicate(b"".join(lines)), 30)
-    return [json.loads(line) for line in out.splitlines()], process.returncode or 0
+    written = [json.loads(line) for line in out.splitlines()]
+    return [m for m in written if not _commands_update(m)], process.returncode or 0
+
+
+def _commands_update(message: dict[str, Any]) -> bool:
+    update = message.get("params", {}).get("update") if message.get("method") else None
+    return isinstance(update, dict) and update.get("sessionUpdate") == COMMANDS_UPDATE
 
 
 def request(msg_id: int, method: str, params: Any = None) -> bytes:

@@ -19,8 +19,12 @@ from tether.protocol import (
     MessagesParams,
     Params,
 )
+from tether.protocol import checkpoints as checkpoints_protocol
+from tether.protocol import commands as commands_protocol
 from tether.protocol import kernel as kernel_protocol
 from tether.protocol import sessions as sessions_protocol
+from tether.protocol.checkpoints import CheckpointsParams, RewindParams
+from tether.protocol.commands import CommandsParams
 from tether.protocol.kernel import CancelParams, CompactParams, RunParams
 
 from .conftest import script
@@ -37,11 +41,15 @@ COVERED: dict[str, tuple[str, type[Params]]] = {
     "session/clear": ("clear", ClearSessionParams),
     "session/delete": ("delete", DeleteSessionParams),
     "session/compact": ("compact", CompactParams),
+    "session/commands": ("commands", CommandsParams),
     "kernel/run": ("run", RunParams),
     "kernel/cancel": ("cancel", CancelParams),
+    "session/checkpoints": ("checkpoints", CheckpointsParams),
+    "session/rewind": ("rewind", RewindParams),
 }
-# Params models that are parts of others, not the params of one request.
-PARTS = {"SessionFields", "SessionRef"}
+# Params models that are parts of others, not the params of one request (UndoParams: the params
+# of the faces' undo, an ACP extension method and an LSP command).
+PARTS = {"SessionFields", "SessionRef", "UndoParams"}
 
 
 def _parameters(method_name: str) -> set[str]:
@@ -61,7 +69,7 @@ async def test_every_request_method_the_server_answers_has_a_client_method(
 def test_every_params_model_of_the_protocol_is_the_params_of_a_covered_request() -> None:
     models = {
         name
-        for module in (sessions_protocol, kernel_protocol)
+        for module in (sessions_protocol, kernel_protocol, checkpoints_protocol, commands_protocol)
         for name, value in vars(module).items()
         if inspect.isclass(value)
         and issubclass(value, Params)

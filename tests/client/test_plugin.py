@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from tether.client import ProviderFailedError, TetherClient
+from tether.client import InvalidParamsError, PermissionHandler, ProviderFailedError, TetherClient
 from tether.protocol.kernel import StopReason
-from tether.testing import tool_call
+from tether.testing import rewind, tool_call
 
 from .conftest import uri_of
 
@@ -67,3 +67,73 @@ def test_the_plugin_is_registered_by_its_entry_point(pytestconfig: pytest.Config
     import tether.testing
 
     assert pytestconfig.pluginmanager.get_plugin("tether") is tether.testing
+
+
+class TestRewindBetweenCases:
+    """``tether.testing.rewind``: a harness puts the workspace back between cases."""
+
+    @pytest.fixture
+    def tether_script(self) -> list[dict[str, Any]]:
+        change = {
+            "toolCalls": [
+                tool_call("write_file", "w1", path="done.txt", content="milk\n"),
+                tool_call(
+                    "edit_file", "e1", path="todo.txt", old_string="buy", new_string="bought"
+                ),
+            ]
+        }
+        return [change, {"text": "Done."}]
+
+    @pytest.fixture
+    def tether_on_permission(self) -> PermissionHandler:
+        return lambda params: "allow"
+
+    async def test_the_files_a_case_changed_are_put_back(
+        self, tether_client: TetherClient, tether_workspace: Path
+    ):
+        sid = (await tether_client.create_session()).session_id
+        await tether_client.run(sid, "Mark the milk as bought")
+        assert (tether_workspace / "todo.txt").read_text() == "bought milk\n"
+
+        result = await rewind(tether_client, sid)
+
+        assert result is not None
+        assert (result.restored, result.removed, result.messages_removed) == (
+            ["todo.txt"],
+            ["done.txt"],
+            0,
+        )
+        assert (tether_workspace / "todo.txt").read_text() == "buy milk\n"
+        assert not (tether_workspace / "done.txt").exists()
+        assert await rewind(tether_client, sid) is not None  # the checkpoint stays: idempotent
+
+    async def test_with_history_the_turns_leave_the_session(self, tether_client: TetherClient):
+        sid = (await tether_client.create_session()).session_id
+        await tether_client.run(sid, "Mark the milk as bought")
+
+        result = await rewind(tether_client, sid, history=True)
+
+        assert result is not None and result.messages_removed > 0
+        assert (await tether_client.get_session(sid)).message_count == 0
+        assert await rewind(tether_client, sid) is None  # no turn of the session changed files
+
+    async def test_a_file_the_harness_changed_is_refused_unless_forced(
+        self, tether_client: TetherClient, tether_workspace: Path
+    ):
+        sid = (await tether_client.create_session()).session_id
+        await tether_client.run(sid, "Mark the milk as bought")
+        (tether_workspace / "todo.txt").write_text("changed by hand\n")
+
+        with pytest.raises(InvalidParamsError) as refused:
+            await rewind(tether_client, sid)
+        assert refused.value.data["paths"] == ["todo.txt"]
+        assert (tether_workspace / "todo.txt").read_text() == "changed by hand\n"
+
+        await rewind(tether_client, sid, force=True)
+        assert (tether_workspace / "todo.txt").read_text() == "buy milk\n"
+
+    async def test_a_session_that_changed_nothing_has_nothing_to_rewind(
+        self, tether_client: TetherClient
+    ):
+        sid = (await tether_client.create_session()).session_id
+        assert await rewind(tether_client, sid) is None

@@ -12,6 +12,7 @@ from tether.client import (
     workspace_uri,
 )
 from tether.protocol import InitializeResult, Message, MessageInput, Role, Session, ToolCall
+from tether.testing import tool_call
 
 from .conftest import script, uri_of
 
@@ -151,3 +152,23 @@ async def test_the_raw_request_escape_hatch_returns_plain_json(project: Path):
         created = await client.request("session/create", {"title": "raw"})
         typed = await client.get_session(created["sessionId"])
     assert typed.title == "raw" and created["title"] == "raw"
+
+
+async def test_checkpoints_and_rewind_put_a_turns_files_back(project: Path, tmp_path: Path):
+    turns = [
+        {"toolCalls": [tool_call("write_file", "w1", path="made.txt", content="made\n")]},
+        {"text": "done"},
+    ]
+    options = script(tmp_path, turns)
+    options["tools"] = {"approval": "auto"}
+    options["checkpoints"] = {"path": str(tmp_path / "checkpoints")}
+    async with TetherClient.spawn(workspace=project, options=options) as client:
+        session = await client.create_session()
+        await client.run(session.session_id, "make a file")
+        [checkpoint] = await client.checkpoints(session.session_id)
+        assert checkpoint.files == ["made.txt"]
+        rewound = await client.rewind(session.session_id, checkpoint.message_id, history=True)
+        assert (rewound.restored, rewound.removed) == ([], ["made.txt"])
+        assert rewound.messages_removed == 4
+        assert await client.checkpoints(session.session_id) == []
+    assert not (project / "made.txt").exists()

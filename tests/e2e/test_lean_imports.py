@@ -19,13 +19,13 @@ REFUSED = "jsonschema,pathspec,pygls,lsprotocol"
 SERVER = [sys.executable, "-P", str(Path(__file__).with_name("imports_refused.py")), REFUSED]
 
 
-async def run_in(project: Path, turns: list[Any], prompt: str) -> RunResult:
+async def run_in(project: Path, turns: list[Any], prompt: str, **options: Any) -> RunResult:
     """One run of ``turns`` on a server that may not import them, as an editor starts it."""
     script = project.parent / "script.json"
     script.write_text(json.dumps(turns))
     async with asyncio.timeout(30):
         async with TetherClient.spawn(
-            workspace=project, options=scripted_options(script), argv=SERVER
+            workspace=project, options=scripted_options(script) | options, argv=SERVER
         ) as client:
             client.connection.notify("initialized", {})
             session = await client.create_session()
@@ -48,11 +48,12 @@ async def test_a_run_that_reads_and_lists_files_imports_none_of_them(tmp_path: P
 
 
 async def test_a_run_that_needs_one_of_them_reports_it(tmp_path: Path) -> None:
-    """The refusal is real: an ignore file makes the walk import pathspec, which fails."""
+    """The refusal is real: an ignore file makes the Python walk import pathspec, which fails
+    (ripgrep's walk reads ignore files itself)."""
     project = tmp_path / "project"
     project.mkdir()
     (project / ".gitignore").write_text("*.log\n")
     turns = [{"toolCalls": [tool_call("list_files", "c1", path=".")]}, {"text": "done"}]
-    result = await run_in(project, turns, "list")
+    result = await run_in(project, turns, "list", tools={"search": "python"})
     assert result.tool_calls[0].is_error
     assert "pathspec" in str(result.tool_calls[0].result)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,54 +15,77 @@ from tether.kernel.agents import (
     list_profiles,
     require_profile,
 )
-from tether.kernel.frontmatter import FrontMatterError, parse_document
+from tether.kernel.frontmatter import (
+    FrontMatterError,
+    RawValue,
+    int_field,
+    list_field,
+    parse_document,
+    string_field,
+)
 from tether.protocol import ErrorCode, InvalidParams
 
 
-def test_front_matter_gives_strings_numbers_booleans_and_lists_and_the_body_follows():
+def test_front_matter_keeps_values_as_written_and_the_body_follows():
     document = parse_document(
         "---\n"
         "description: 'Reviews code: never edits'\n"
         'tools: [read_file, "search_text"]\n'
         "also:\n"
         "  - one\n"
-        "  - two\n"
+        "  - 'two'\n"
         "maxIterations: 8\n"
-        "quiet: true\n"
         "# a comment\n"
         "---\n"
         "\n"
         "You review.\n"
     )
-    assert document.fields == {
-        "description": "Reviews code: never edits",
-        "tools": ["read_file", "search_text"],
-        "also": ["one", "two"],
-        "maxIterations": 8,
-        "quiet": True,
-    }
-    assert document.body == "You review."
+    fields = document.fields
+    assert fields["also"] == ["one", "two"]
+    assert string_field(fields, "description") == "Reviews code: never edits"
+    assert list_field(fields, "tools") == ["read_file", "search_text"]
+    assert list_field(fields, "also") == ["one", "two"]
+    assert int_field(fields, "maxIterations", 1, 1000) == 8
+    assert string_field(fields, "missing") is None
+    assert document.body == "\nYou review.\n"
 
 
 def test_a_file_without_front_matter_is_all_body():
-    assert parse_document("Just a prompt.\n---\nmore\n").body == "Just a prompt.\n---\nmore"
+    assert parse_document("Just a prompt.\n---\nmore\n").body == "Just a prompt.\n---\nmore\n"
 
 
 @pytest.mark.parametrize(
     "front",
     [
-        "base: &anchor x",  # an anchor
-        "tools: *anchor",  # an alias
         "nested:\n  key: value",  # a map
-        "prompt: |",  # a block scalar
-        "tools: [a, b",  # an unclosed list
         "description: one\ndescription: two",  # a key twice
         "- stray",  # a list item outside a list
+        "tools:\n  - &anchor x",  # an anchor in a list
     ],
 )
-def test_front_matter_beyond_the_small_subset_is_refused(front: str):
+def test_front_matter_of_another_shape_is_refused(front: str):
     with pytest.raises(FrontMatterError):
         parse_document(f"---\n{front}\n---\nbody\n")
+
+
+@pytest.mark.parametrize(
+    ("front", "read"),
+    [
+        ("description: &anchor x", lambda f: string_field(f, "description")),
+        ("description: [a, b]", lambda f: string_field(f, "description")),
+        ("tools: *anchor", lambda f: list_field(f, "tools")),
+        ("tools: [a, b", lambda f: list_field(f, "tools")),
+        ("prompt: |", lambda f: string_field(f, "prompt")),
+        ("maxIterations: 1001", lambda f: int_field(f, "maxIterations", 1, 1000)),
+        ("maxIterations: eight", lambda f: int_field(f, "maxIterations", 1, 1000)),
+    ],
+)
+def test_a_value_beyond_the_small_subset_is_refused_when_read(
+    front: str, read: Callable[[dict[str, RawValue]], object]
+):
+    fields = parse_document(f"---\n{front}\n---\nbody\n").fields
+    with pytest.raises(FrontMatterError):
+        read(fields)
 
 
 def test_front_matter_that_never_closes_is_refused():

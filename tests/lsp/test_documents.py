@@ -7,8 +7,10 @@ import random
 from pathlib import Path
 
 import pytest
+from lsprotocol import types as lsp
+from pygls.workspace import Workspace
 
-from tether.lsp.documents import workspace_edit
+from tether.lsp.documents import Buffers, workspace_edit
 from tether.tools.base import ToolContext
 from tether.tools.read_file import ReadFile
 from tether.tools.search_text import SearchText
@@ -100,3 +102,24 @@ async def test_search_text_searches_the_open_buffer(workspace: Path) -> None:
     files = Buffer({workspace / "a.py": "unsaved = 3\n"})
     result = await SearchText().run({"pattern": "= [0-9]"}, context(workspace, files))
     assert result.content.splitlines() == ["a.py:1: unsaved = 3", "b.py:1: other = 2"]
+
+
+def test_a_buffer_in_a_folder_with_a_space_is_found_by_its_path(tmp_path: Path) -> None:
+    """Clients percent-encode the URI (``my%20project``); pygls 2.1 keys its documents by the
+    decoded URI, 2.0 by the URI as sent: tether finds a buffer by its path either way."""
+    folder = tmp_path / "my project"
+    folder.mkdir()
+    path = (folder / "app.py").resolve()
+    uri = path.as_uri()
+    assert "%20" in uri
+    workspace = Workspace(folder.as_uri(), lsp.TextDocumentSyncKind.Incremental)
+    buffers = Buffers(workspace)
+    workspace.put_text_document(lsp.TextDocumentItem(uri, "python", 1, "x = 1\n"))
+    change = lsp.TextDocumentContentChangePartial(
+        range=lsp.Range(lsp.Position(0, 4), lsp.Position(0, 5)), text="2"
+    )
+    workspace.update_text_document(lsp.VersionedTextDocumentIdentifier(2, uri), change)
+    assert buffers.text(path) == "x = 2\n"
+    assert buffers.uri(path) == uri
+    workspace.remove_text_document(uri)
+    assert buffers.text(path) is None

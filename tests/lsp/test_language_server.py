@@ -101,6 +101,7 @@ async def test_initialize_answers_the_standard_capabilities_beside_tethers(
         "tether.ask",
         "tether.cancel",
         "tether.newSession",
+        "tether.undo",
     ]
     assert "quickfix" in capabilities.code_action_provider.code_action_kinds
     folders = capabilities.workspace.workspace_folders
@@ -206,7 +207,7 @@ async def test_the_file_tools_read_the_open_buffer_not_the_disk(server: Server) 
     path = server.workspace / "app.py"
     path.write_text("on_disk = 1\n")
     open_document(server, path, "in_the_buffer = 2\n")
-    answer = await ask(server, {"prompt": "What does app.py say?"})
+    answer, _ = await answered(server, {"prompt": "What does app.py say?"})  # the turn has ended
     messages = await request(server, "session/messages", {"sessionId": answer["sessionId"]})
     results = [m for m in messages["messages"] if m["role"] == "tool"]
     assert "in_the_buffer = 2" in str(results) and "on_disk" not in str(results)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from .conftest import Server
-from .test_language_server import ask, open_document, request
+from .test_language_server import answered, open_document, request
 
 SEARCH = [
     {
@@ -33,7 +33,7 @@ async def test_search_text_searches_the_open_buffer_not_the_disk(
     opened.write_text("value = 2  # b, saved\n")
     (server.workspace / "c.py").write_text("value = 3  # c, saved\n")
     open_document(server, opened, "first = 0\nvalue = 20  # b, unsaved\n")
-    answer = await ask(server, {"prompt": "Where is value set?"})
+    answer, _ = await answered(server, {"prompt": "Where is value set?"})
     messages = await request(server, "session/messages", {"sessionId": answer["sessionId"]})
     [result] = [m for m in messages["messages"] if m["role"] == "tool"]
     assert "a.py:1: value = 1  # a, saved" in str(result)

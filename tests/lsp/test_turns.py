@@ -111,3 +111,21 @@ async def test_a_client_without_show_document_gets_the_text_of_every_model_call(
     (message,) = server.client.messages
     assert message.message == "Reading the file.\n\nIt sets x."
     assert message.type == lsp.MessageType.Info
+
+
+async def test_a_turn_about_a_document_reads_the_agents_md_of_its_folder(
+    server: Server, endpoint: ModelServer
+) -> None:
+    (server.workspace / "AGENTS.md").write_text("Root rules.\n")
+    (server.workspace / "pkg").mkdir()
+    (server.workspace / "pkg" / "AGENTS.md").write_text("Package rules.\n")
+    (server.workspace / "pkg" / "mod.py").write_text("x = 1\n")
+    endpoint.push(Reply(text="It sets x."), Reply(text="Hello."))
+    document = (server.workspace / "pkg" / "mod.py").as_uri()
+    await answered(server, {"prompt": "what is this?", "uri": document})
+    await answered(server, "hello")
+    about_document, plain = (request.body for request in endpoint.requests[-2:])
+    [system] = [m["content"] for m in about_document["messages"] if m["role"] == "system"]
+    assert system.endswith("## AGENTS.md\n\nRoot rules.\n\n## pkg/AGENTS.md\n\nPackage rules.")
+    [system] = [m["content"] for m in plain["messages"] if m["role"] == "system"]
+    assert system.endswith("## AGENTS.md\n\nRoot rules.")

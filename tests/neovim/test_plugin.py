@@ -652,6 +652,44 @@ def test_a_file_opened_in_the_chat_window_does_not_inherit_its_folds(
     assert editor.lua("return { vim.wo.foldmethod, vim.wo.linebreak }") == ["manual", False]
 
 
+PLAN_SHOWN = ["Plan · 1/2 done", "  [x] Read it", "  [~] Fix it"]
+
+
+def _plan_shown(editor: Editor) -> list[str]:
+    """The plan's virtual lines, then the row they are above (the separator's, 0-based)."""
+    shown: list[str] = editor.lua(
+        "local ui = require('tether.ui')"
+        " return ui.plan_lines(ui.by_buffer(require('tether').buffer()))"
+    )
+    return shown
+
+
+def test_the_plan_is_a_checklist_above_the_prompt_and_a_fork_shows_it(
+    start_editor: StartEditor,
+) -> None:
+    plan = [
+        {"content": "Read it", "status": "completed"},
+        {"content": "Fix\nit", "status": "in_progress", "priority": "high"},
+    ]
+    editor = start_editor(
+        [{"toolCalls": [call("p1", "update_plan", entries=plan)]}, {"text": "Planned."}]
+    )
+    editor.nvim.command("TetherNew plans")
+    editor.wait("require('tether').buffer() ~= nil")
+    editor.nvim.command("TetherAsk plan it")
+    editor.wait_text("-- end_turn")
+    separator = editor.lua("return require('tether.ui').SEPARATOR")
+    assert _plan_shown(editor) == [*PLAN_SHOWN, f"row {editor.lines().index(separator)}"]
+    assert not [line for line in editor.transcript() if "Plan ·" in line]  # never in the text
+
+    editor.nvim.command("TetherFork")
+    editor.wait(
+        "#vim.tbl_filter(function(n) return n:find('forked into', 1, true) end, _G.notes) > 0"
+    )
+    editor.wait_text("Planned.")
+    assert _plan_shown(editor) == [*PLAN_SHOWN, f"row {editor.lines().index(separator)}"]
+
+
 def test_a_rebuilt_transcript_equals_the_live_one_diffs_tokens_and_a_cancelled_answer(
     start_editor: StartEditor,
 ) -> None:
@@ -758,3 +796,183 @@ def test_a_notice_is_notified_not_written_into_the_answer(start_editor: StartEdi
     assert notes, editor.lua("return _G.notes")
     assert not any("broken" in line for line in editor.transcript())
     assert "Answered." in editor.transcript()
+
+
+# A user who answers the questions asked, in turn, with the items of these labels; what was asked.
+ANSWER_IN_TURN = """
+local labels = {...}
+_G.questions = {}
+vim.ui.select = function(items, opts, on_choice)
+  local shown = {}
+  for _, item in ipairs(items) do table.insert(shown, opts.format_item(item)) end
+  table.insert(_G.questions, { prompt = opts.prompt, labels = shown, kind = opts.kind })
+  local label = table.remove(labels, 1)
+  vim.schedule(function()
+    for _, item in ipairs(items) do
+      if opts.format_item(item) == label then return on_choice(item) end
+    end
+    on_choice(nil)
+  end)
+end
+"""
+
+EDIT_README = call("e1", "edit_file", path="README.md", old_string="small", new_string="big")
+
+
+def test_tether_undo_puts_back_the_last_turns_files_and_reloads_their_buffers(
+    start_editor: StartEditor, project: Path
+) -> None:
+    editor = start_editor(
+        [{"toolCalls": [EDIT_README, WRITE_NOTES]}, {"text": "Done."}], approval="auto"
+    )
+    editor.nvim.command("edit README.md")
+    editor.nvim.command("TetherAsk Make it big")
+    editor.wait_text("-- end_turn")
+    assert (project / "README.md").read_text() == "# Demo\nA big project.\n"
+    editor.nvim.command("checktime")
+    readme = "vim.api.nvim_buf_get_lines(vim.fn.bufnr('README.md'), 0, -1, false)[2]"
+    assert editor.lua(f"return {readme}") == "A big project."
+
+    editor.nvim.command("TetherUndo")
+    editor.wait(f"{readme} == 'A small project.'")
+
+    assert (project / "README.md").read_text() == "# Demo\nA small project.\n"
+    assert not (project / "notes.txt").exists()
+    assert "tether: restored README.md; removed notes.txt" in editor.lua("return _G.notes")
+    assert len(editor.history()) > 0  # files only: the conversation stays
+
+
+def test_tether_undo_without_a_turn_that_changed_files_says_so(start_editor: StartEditor) -> None:
+    editor = start_editor([{"text": "Hello."}])
+    editor.nvim.command("TetherAsk hi")
+    editor.wait_text("-- end_turn")
+    editor.nvim.command("TetherUndo")
+    editor.wait("vim.tbl_contains(_G.notes, 'tether: no turn of this session changed files')")
+
+
+def two_turns(editor: Editor) -> None:
+    editor.nvim.command("TetherAsk Write a note")
+    editor.wait_text("-- end_turn")
+    send_from_prompt_area(editor, "Make it big")
+    editor.wait(
+        "#vim.tbl_filter(function(l) return l:find('^%-%- end_turn') end,"
+        " vim.api.nvim_buf_get_lines(require('tether').buffer(), 0, -1, false)) == 2"
+    )
+
+
+TWO_TURNS = [
+    {"toolCalls": [WRITE_NOTES]},
+    {"text": "Noted."},
+    {"toolCalls": [EDIT_README]},
+    {"text": "Bigger."},
+]
+
+
+def restore_at_prompt(editor: Editor, prompt: str) -> None:
+    """Put the cursor on the prompt line and press the restore key."""
+    row = editor.transcript().index(prompt) + 1
+    editor.lua(
+        "local win = vim.fn.bufwinid(require('tether').buffer()) vim.api.nvim_set_current_win(win)"
+    )
+    editor.nvim.command(f"normal! {row}G")
+    editor.nvim.input("gR")
+
+
+def test_the_restore_key_on_a_prompt_puts_back_files_and_conversation_from_there(
+    start_editor: StartEditor, project: Path
+) -> None:
+    editor = start_editor(TWO_TURNS, approval="auto")
+    editor.lua(ANSWER_IN_TURN, "Files and conversation")
+    two_turns(editor)
+    assert (project / "notes.txt").exists()
+
+    restore_at_prompt(editor, "> Write a note")
+    editor.wait("(_G.notes[#_G.notes] or ''):find('messages removed') ~= nil")
+    editor.wait(
+        "#vim.tbl_filter(function(l) return l:find('^> ') end,"
+        " vim.api.nvim_buf_get_lines(require('tether').buffer(), 0, -1, false)) == 0"
+    )
+
+    [question] = editor.lua("return _G.questions")
+    assert question["kind"] == "tether.restore"
+    assert "files it will change: notes.txt, README.md" in question["prompt"]
+    assert question["labels"] == ["Files", "Conversation", "Files and conversation"]
+    assert not (project / "notes.txt").exists()
+    assert (project / "README.md").read_text() == "# Demo\nA small project.\n"
+    assert editor.history() == []
+    assert not [line for line in editor.transcript() if line.startswith(("> ", "  ["))]
+
+
+def test_restoring_a_later_prompts_files_keeps_the_earlier_turn_and_the_conversation(
+    start_editor: StartEditor, project: Path
+) -> None:
+    editor = start_editor(TWO_TURNS, approval="auto")
+    editor.lua(ANSWER_IN_TURN, "Files")
+    two_turns(editor)
+
+    restore_at_prompt(editor, "> Make it big")
+    editor.wait("_G.notes[#_G.notes] == 'tether: restored README.md'")
+
+    [question] = editor.lua("return _G.questions")
+    assert "files it will change: README.md)" in question["prompt"]
+    assert (project / "README.md").read_text() == "# Demo\nA small project.\n"
+    assert (project / "notes.txt").read_text() == "hello\nworld\n"
+    assert "> Make it big" in editor.transcript()
+
+
+def test_a_file_changed_by_hand_is_overwritten_only_when_the_user_says_so(
+    start_editor: StartEditor, project: Path
+) -> None:
+    editor = start_editor(TWO_TURNS, approval="auto")
+    editor.lua(ANSWER_IN_TURN, "Files", "Cancel", "Files", "Overwrite")
+    two_turns(editor)
+    (project / "README.md").write_text("mine\n")
+
+    restore_at_prompt(editor, "> Make it big")
+    editor.wait("#_G.questions == 2")
+    assert (project / "README.md").read_text() == "mine\n"
+    conflict = editor.lua("return _G.questions")[1]
+    assert conflict["kind"] == "tether.rewind_conflict"
+    assert "README.md" in conflict["prompt"]
+    assert conflict["labels"] == ["Overwrite", "Cancel"]
+
+    restore_at_prompt(editor, "> Make it big")
+    editor.wait("_G.notes[#_G.notes] == 'tether: restored README.md'")
+    assert (project / "README.md").read_text() == "# Demo\nA small project.\n"
+
+
+def test_the_restore_key_off_a_prompt_line_says_where_to_put_the_cursor(
+    start_editor: StartEditor,
+) -> None:
+    editor = start_editor([{"text": "Hello."}])
+    editor.nvim.command("TetherAsk hi")
+    editor.wait_text("-- end_turn")
+    editor.lua(
+        "local win = vim.fn.bufwinid(require('tether').buffer()) vim.api.nvim_set_current_win(win)"
+    )
+    editor.nvim.command("normal! 1G")
+    editor.nvim.input("gR")
+    editor.wait("_G.notes[#_G.notes] ~= nil and _G.notes[#_G.notes]:find('prompt line') ~= nil")
+
+
+def test_restoring_a_prompt_whose_own_turn_changed_nothing_lists_the_later_turns_files(
+    start_editor: StartEditor, project: Path
+) -> None:
+    editor = start_editor(
+        [{"text": "Hello."}, {"toolCalls": [WRITE_NOTES]}, {"text": "Noted."}], approval="auto"
+    )
+    editor.lua(ANSWER_IN_TURN, "Files")
+    editor.nvim.command("TetherAsk hi")
+    editor.wait_text("-- end_turn")
+    send_from_prompt_area(editor, "Write a note")
+    editor.wait(
+        "#vim.tbl_filter(function(l) return l:find('^%-%- end_turn') end,"
+        " vim.api.nvim_buf_get_lines(require('tether').buffer(), 0, -1, false)) == 2"
+    )
+
+    restore_at_prompt(editor, "> hi")
+    editor.wait("_G.notes[#_G.notes] == 'tether: removed notes.txt'")
+
+    [question] = editor.lua("return _G.questions")
+    assert "files it will change: notes.txt)" in question["prompt"]
+    assert not (project / "notes.txt").exists()

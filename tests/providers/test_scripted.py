@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.providers.streams import cancel_after_first_piece
+from tether.config import ProviderConfig
 from tether.protocol import ConfigError, ErrorCode, Message, ProviderError, Role
 from tether.providers import (
     Completion,
@@ -18,6 +19,7 @@ from tether.providers import (
     ScriptExhausted,
     ScriptNotUsedUp,
     TextDelta,
+    make_provider,
 )
 
 
@@ -154,3 +156,15 @@ def test_a_missing_script_file_is_a_config_error_naming_provider_script(tmp_path
         ScriptedProvider.from_file(tmp_path / "nowhere.json")
     assert caught.value.data == {"key": "provider.script"}
     assert "nowhere.json" in caught.value.message
+
+
+async def test_a_provider_made_from_the_configuration_keeps_no_requests(tmp_path: Path) -> None:
+    """A server's scripted provider records nothing: each recorded request holds the whole
+    history, so a long session would grow with the square of its length."""
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"text": "one"}, {"text": "two"}]))
+    provider = make_provider(ProviderConfig(type="scripted", script=str(script)))
+    assert isinstance(provider, ScriptedProvider)
+    await events_of(provider, ask("a"))
+    await events_of(provider, ask("b"))
+    assert provider.requests == [] and provider.remaining == 0

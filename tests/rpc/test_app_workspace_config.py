@@ -11,7 +11,7 @@ from typing import Any
 
 from tether.protocol import ErrorCode, InitializeParams
 from tether.protocol.sessions import CreateSessionParams, GetSessionParams
-from tether.rpc.app import App
+from tether.rpc.app import App, ClientChannel
 from tether.sessions.ids import utcnow
 
 
@@ -24,6 +24,10 @@ def repository(tmp_path: Path, config: str) -> Path:
     (folder / ".tether").mkdir(parents=True)
     (folder / ".tether" / "config.toml").write_text(config, encoding="utf-8")
     return folder
+
+
+async def refuse(method: str, params: Any) -> Any:
+    raise AssertionError(f"no request expected: {method}")
 
 
 async def test_a_repository_with_a_short_ttl_deletes_no_session_of_the_durable_store(
@@ -56,7 +60,7 @@ async def test_a_broken_workspace_file_is_reported_until_it_is_fixed(tmp_path: P
     repo = repository(tmp_path, "[kernel]\nmax_iterations = 0\n")
     notes: list[tuple[str, Any]] = []
     app = App(environ={"HOME": str(tmp_path)})
-    app.notify = lambda method, params: notes.append((method, params))
+    app.attach_client(ClientChannel(lambda method, params: notes.append((method, params)), refuse))
     app.initialize(init(repo))
     await asyncio.sleep(0)  # lets the post-handshake start run
     try:
@@ -146,7 +150,7 @@ async def test_each_workspace_folder_follows_its_own_file_read_and_trusted_alike
     broken = repository(tmp_path / "c", '[tools]\napproval = "auto"\n')  # looser: refused
     notes: list[tuple[str, Any]] = []
     app = App(environ={"HOME": str(tmp_path)})
-    app.notify = lambda method, params: notes.append((method, params))
+    app.attach_client(ClientChannel(lambda method, params: notes.append((method, params)), refuse))
     app.initialize(init(first))
     await asyncio.sleep(0)  # lets the post-handshake start run
     try:

@@ -80,6 +80,6 @@ def test_every_kind_of_event_has_a_value_and_the_run_begins_and_ends_once() -> N
     values = [value for e in every_progress_event() if (value := progress.value(e)) is not None]
     assert [value["kind"] for value in values[:1] + values[-1:]] == ["begin", "end"]
     assert all(value["kind"] == "report" for value in values[1:-1])
-    assert {"summarizing older turns", "rejected: Run make", "failed: exit 2"} <= {
+    assert {"summarizing older turns", "rejected: Run make", "failed: exit 2", "plan 1/3 done"} <= {
         value["message"] for value in values[1:-1]
     }

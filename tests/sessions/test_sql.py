@@ -18,6 +18,7 @@ from tether.protocol import (
     Role,
     ToolCall,
 )
+from tether.protocol.plans import PlanEntry
 from tether.protocol.sessions import CreateSessionParams, ForkSessionParams, ToolPermissions
 from tether.sessions.opening import url_kind
 from tether.sessions.sql import (
@@ -379,3 +380,46 @@ async def test_a_version_5_database_gets_the_mode_columns_and_its_sessions_read_
         await store.aclose()
     assert (old.mode, old.permissions) == ("ask", ToolPermissions())
     assert (changed.mode, changed.permissions) == ("read_only", permissions)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_version_6_database_gets_the_plan_column_and_its_sessions_have_no_plan(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = (
+        sqlite_url(tmp_path / "v6.db")
+        if kind == "sqlite"
+        else request.getfixturevalue("postgres_url")
+    )
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        migrate(connection, target=6)
+        assert "plan" not in {c["name"] for c in inspect(connection).get_columns("sessions")}
+        now = datetime.now(UTC)
+        connection.execute(
+            insert(sessions_table).values(
+                id="old",
+                workspace=WORKSPACE,
+                settings={},
+                metadata={},
+                state={},
+                owner="old",
+                base_count=0,
+                own_count=0,
+                input_tokens=0,
+                output_tokens=0,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+    engine.dispose()
+    store = await SqlStore.open(url)  # migrates
+    try:
+        old = await store.get("old")
+        plan = [PlanEntry(content="Migrate", status="in_progress", priority="low")]
+        changed = await store.configure("old", ConfigureSessionParams(session_id="old", plan=plan))
+        fork = await store.fork(ForkSessionParams(session_id="old"))
+    finally:
+        await store.aclose()
+    assert old.plan is None
+    assert changed.plan == plan == fork.plan

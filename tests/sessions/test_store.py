@@ -944,6 +944,45 @@ async def test_a_null_mode_is_ask_and_null_permissions_forget_every_answer(
     assert configured.permissions.reject_always == []
 
 
+async def test_the_plan_is_replaced_whole_kept_by_a_fork_and_cleared_with_null(
+    store: SessionStore, session: Session
+) -> None:
+    first = {"content": "Read", "status": "completed", "priority": "high"}
+    second = {"content": "Write", "status": "pending"}
+    planned = await store.configure(
+        session.session_id,
+        ConfigureSessionParams.model_validate(
+            {"sessionId": session.session_id, "plan": [first, second]}
+        ),
+    )
+    replaced = await store.configure(
+        session.session_id,
+        ConfigureSessionParams.model_validate({"sessionId": session.session_id, "plan": [second]}),
+    )
+    fork = await store.fork(ForkSessionParams(session_id=session.session_id))
+    cleared = await store.configure(
+        session.session_id,
+        ConfigureSessionParams.model_validate({"sessionId": session.session_id, "plan": None}),
+    )
+    got_fork = await store.get(fork.session_id)
+    assert session.plan is None
+    assert [e.to_wire() for e in planned.plan or []] == [first, second]
+    assert [e.to_wire() for e in replaced.plan or []] == [second]
+    assert cleared.plan is None
+    assert [e.to_wire() for e in got_fork.plan or []] == [second]  # the fork keeps its own
+
+
+def test_a_plan_of_unknown_statuses_or_too_many_entries_is_refused() -> None:
+    with pytest.raises(ValidationError):
+        ConfigureSessionParams.model_validate(
+            {"sessionId": "s", "plan": [{"content": "x", "status": "done"}]}
+        )
+    with pytest.raises(ValidationError):
+        ConfigureSessionParams.model_validate(
+            {"sessionId": "s", "plan": [{"content": "x", "status": "pending"}] * 101}
+        )
+
+
 def test_an_unknown_mode_is_refused_naming_it() -> None:
     with pytest.raises(ValidationError) as refused:
         ConfigureSessionParams.model_validate({"sessionId": "s", "mode": "yolo"})

@@ -242,6 +242,7 @@ def test_the_builtin_registry_offers_the_read_only_tools_first_then_edits_and_co
         "run_command": ToolKind.EXECUTE,
         "state_get": ToolKind.READ,
         "state_set": ToolKind.EDIT,
+        "update_plan": ToolKind.OTHER,
     }
     assert all(spec.description and "\n" not in spec.description for spec in specs)
 

@@ -36,6 +36,10 @@ vim.api.nvim_create_user_command('TetherChat', function()
   tether().chat()
 end, { desc = 'tether: open the chat buffer of the current session (a new session if none)' })
 
+vim.api.nvim_create_user_command('TetherUndo', function()
+  tether().undo()
+end, { desc = "tether: put back the files the session's last turn changed" })
+
 vim.api.nvim_create_user_command('TetherMode', function(opts)
   tether().mode(opts.args ~= '' and opts.args or nil)
 end, {

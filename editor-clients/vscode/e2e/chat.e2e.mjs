@@ -286,4 +286,28 @@ describe("the tether chat view in code-server", { timeout: 900_000 }, () => {
     );
     await screenshot("forked");
   });
+
+  test("Restore on the edit's prompt lists the file, then puts back the file and the conversation", async () => {
+    await chat().locator('.header button[title="Sessions"]').click(); // close the list
+    const turns = chat().locator(".turn");
+    const edited = turns.filter({ has: chat().locator(".message.user", { hasText: "Make it return 43" }) });
+    // Only the turn that changed a file offers Restore (its tooltip names the file).
+    assert.equal(await chat().locator(".message.user button.restore").count(), 1);
+    const restore = edited.locator("button.restore");
+    assert.match(await restore.getAttribute("title"), /changed: src\/app\.py/);
+    await restore.click();
+    const picker = page.locator(".quick-input-widget");
+    await picker.waitFor({ state: "visible", timeout: WAIT });
+    assert.match(await picker.locator("input").getAttribute("placeholder"), /Files it will change: src\/app\.py/);
+    await screenshot("restore-choices");
+    await picker.locator(".monaco-list-row", { hasText: "Files and conversation" }).click();
+    // The conversation from that prompt on is gone from the view, rebuilt from the server.
+    await chat().locator(".message.user", { hasText: "Make it return 43" }).waitFor({ state: "detached", timeout: WAIT });
+    assert.equal(await turns.count(), 1);
+    assert.equal(readFileSync(join(project, "src", "app.py"), "utf8"), "def main():\n    return 42\n");
+    await page
+      .locator(".notifications-toasts .notification-toast", { hasText: "restored src/app.py" })
+      .waitFor({ timeout: WAIT });
+    await screenshot("restored");
+  });
 });

@@ -14,7 +14,7 @@ import {
   type TranscriptItem,
   type Usage,
 } from "./messages";
-import type { Message, Session } from "./rpc";
+import type { Checkpoint, Message, Session } from "./rpc";
 
 const KINDS: Record<string, ToolKind> = {
   read_file: "read",
@@ -25,6 +25,7 @@ const KINDS: Record<string, ToolKind> = {
   run_command: "execute",
   state_set: "edit",
   state_get: "read",
+  update_plan: "other",
 };
 
 const KIND_NAMES: Record<ToolKind, true> = { read: true, edit: true, execute: true, search: true, other: true };
@@ -134,7 +135,8 @@ class RunEnd {
  * answers (a cancelled one's partial text marked), each call with its kind, its result or the diff
  * of its edit, and each run's end with the tokens it used.
  */
-export function transcriptItems(messages: Message[]): TranscriptItem[] {
+export function transcriptItems(messages: Message[], checkpoints: readonly Checkpoint[] = []): TranscriptItem[] {
+  const changed = new Map(checkpoints.map((checkpoint) => [checkpoint.messageId, checkpoint.files]));
   const items: TranscriptItem[] = [];
   const tools = new Map<string, Extract<TranscriptItem, { type: "tool" }>>();
   let run: { id: string; end: RunEnd } | undefined;
@@ -151,7 +153,11 @@ export function transcriptItems(messages: Message[]): TranscriptItem[] {
     }
     if (message.role === "user") {
       const { text, context } = splitContext(textOf(message.content));
-      items.push(context.length > 0 ? { type: "user", text, context } : { type: "user", text });
+      const item: Extract<TranscriptItem, { type: "user" }> = { type: "user", text, messageId: message.id };
+      if (context.length > 0) item.context = context;
+      const files = changed.get(message.id);
+      if (files && files.length > 0) item.files = files;
+      items.push(item);
     } else if (message.role === "assistant") {
       run?.end.add(message);
       const metadata = metadataOf(message);
@@ -183,6 +189,17 @@ export function transcriptItems(messages: Message[]): TranscriptItem[] {
   }
   closeRun();
   return items;
+}
+
+/**
+ * What a rewind at the prompt `messageId` puts back: the files its turn changed and those of every
+ * later turn (each once, in the order the checkpoints list them). Empty when no turn from there on
+ * changed a file.
+ */
+export function filesFrom(checkpoints: readonly Checkpoint[], messageId: string): string[] {
+  const start = checkpoints.findIndex((checkpoint) => checkpoint.messageId === messageId);
+  if (start < 0) return [];
+  return [...new Set(checkpoints.slice(start).flatMap((checkpoint) => checkpoint.files))];
 }
 
 /** The first line of a prompt, short enough for a list. */

@@ -7,7 +7,7 @@ import { randomBytes } from "node:crypto";
 
 import * as vscode from "vscode";
 
-import { firstPrompt, proposal, shortTitle, summary, transcriptItems, type Proposal } from "./chat-model";
+import { filesFrom, firstPrompt, proposal, shortTitle, summary, transcriptItems, type Proposal } from "./chat-model";
 import {
   promptWithContext,
   type ContextItem,
@@ -17,7 +17,19 @@ import {
   type ToWebview,
 } from "./messages";
 import { describe } from "./render";
-import type { PermissionParams, ProgressParams, RunHandle, Session, TetherConnection } from "./rpc";
+import {
+  conflictingPaths,
+  ErrorCodes,
+  ResponseError,
+  type Checkpoint,
+  type PermissionParams,
+  type ProgressParams,
+  type RewindParams,
+  type RewindResult,
+  type RunHandle,
+  type Session,
+  type TetherConnection,
+} from "./rpc";
 
 export const PROPOSAL_SCHEME = "tether-proposal";
 
@@ -164,6 +176,9 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
           break;
         case "deleteSession":
           await this.deleteSession(message.sessionId);
+          break;
+        case "restore":
+          await this.restore(message.messageId);
           break;
         default:
           break;
@@ -350,14 +365,19 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
       return;
     }
     const connection = await this.host.server();
-    const messages = await connection.allMessages(session.sessionId);
+    const [messages, current, checkpoints] = await Promise.all([
+      connection.allMessages(session.sessionId),
+      connection.getSession(session.sessionId), // its plan as it is now
+      checkpointsOf(connection, session.sessionId),
+    ]);
     const model = this.host.model(session);
     this.post({
       type: "session",
       sessionId: session.sessionId,
       title: summary(session, firstPrompt(messages)).title,
-      items: transcriptItems(messages).map((item) => (item.type === "runEnd" && model ? { ...item, model } : item)),
+      items: transcriptItems(messages, checkpoints).map((item) => (item.type === "runEnd" && model ? { ...item, model } : item)),
       running: this.run !== undefined,
+      plan: current.plan,
     });
   }
 
@@ -410,6 +430,54 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
     await this.listSessions();
   }
 
+  // -- checkpoints ---------------------------------------------------------------------------
+
+  /**
+   * The Restore action of a prompt: back to before its turn — the files (its turn's and the later
+   * turns' changes undone), the conversation (that prompt and every later message removed), or
+   * both. The pick lists the files it will change; a file changed outside tether since tether
+   * wrote it is overwritten only after "Overwrite". A rewound conversation is drawn again from
+   * session/messages.
+   */
+  async restore(messageId: string): Promise<RewindResult | undefined> {
+    if (this.run) throw new Error("a run is going: stop it before restoring");
+    const session = this.session;
+    if (!session) return undefined;
+    const connection = await this.host.server();
+    const files = filesFrom(await connection.checkpoints(session.sessionId), messageId);
+    const choice = await vscode.window.showQuickPick(restoreChoices(files), {
+      title: "Restore to before this prompt",
+      placeHolder: files.length > 0 ? `Files it will change: ${files.join(", ")}` : "No files to restore",
+    });
+    if (!choice) return undefined;
+    const params: RewindParams = { sessionId: session.sessionId, messageId, files: choice.files, history: choice.history };
+    const result = await this.rewind(connection, params);
+    if (!result) return undefined;
+    this.host.log(`[chat] restored ${describeRewind(result)}`);
+    void vscode.window.showInformationMessage(`Tether: ${describeRewind(result)}.`);
+    if (choice.history) {
+      this.session = await connection.getSession(session.sessionId);
+      await this.showCurrent();
+    }
+    return result;
+  }
+
+  /** `session/rewind`, asking before it overwrites files changed outside tether. */
+  private async rewind(connection: TetherConnection, params: RewindParams): Promise<RewindResult | undefined> {
+    try {
+      return await connection.rewind(params);
+    } catch (error) {
+      const paths = conflictingPaths(error);
+      if (!paths || params.force) throw error;
+      const overwrite = await vscode.window.showWarningMessage(
+        `Changed since tether wrote them: ${paths.join(", ")}. Overwrite them with the restored versions?`,
+        { modal: true },
+        "Overwrite",
+      );
+      return overwrite === "Overwrite" ? connection.rewind({ ...params, force: true }) : undefined;
+    }
+  }
+
   /** The server went away: its in-memory sessions with it. */
   serverStopped(): void {
     this.session = undefined;
@@ -419,6 +487,46 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
   dispose(): void {
     for (const question of this.questions.values()) question.resolve(undefined);
     for (const item of this.disposables) item.dispose();
+  }
+}
+
+interface RestoreChoice extends vscode.QuickPickItem {
+  files: boolean;
+  history: boolean;
+}
+
+/** Files, conversation or both; without files to restore, only the conversation. */
+function restoreChoices(files: string[]): RestoreChoice[] {
+  const conversation: RestoreChoice = {
+    label: "Conversation",
+    description: "remove this prompt and every later message",
+    files: false,
+    history: true,
+  };
+  if (files.length === 0) return [conversation];
+  const detail = files.join(", ");
+  return [
+    { label: "Files", description: `put back ${files.length} file${files.length === 1 ? "" : "s"}`, detail, files: true, history: false },
+    conversation,
+    { label: "Files and conversation", description: "both", detail, files: true, history: true },
+  ];
+}
+
+function describeRewind(result: RewindResult): string {
+  const parts: string[] = [];
+  if (result.restored.length > 0) parts.push(`restored ${result.restored.join(", ")}`);
+  if (result.removed.length > 0) parts.push(`removed ${result.removed.join(", ")}`);
+  if (result.messagesRemoved > 0) parts.push(`${result.messagesRemoved} messages removed`);
+  return parts.length > 0 ? parts.join("; ") : "nothing to restore";
+}
+
+/** The session's checkpoints; none from a server that does not keep them. */
+async function checkpointsOf(connection: TetherConnection, sessionId: string): Promise<Checkpoint[]> {
+  try {
+    return await connection.checkpoints(sessionId);
+  } catch (error) {
+    if (error instanceof ResponseError && error.code === ErrorCodes.MethodNotFound) return [];
+    throw error;
   }
 }
 

@@ -57,8 +57,18 @@ export type ProgressEvent =
     }
   | { kind: "iteration_finished"; iteration: number; toolCalls: number }
   | { kind: "run_finished"; stopReason: StopReason | "error"; iterations: number }
+  /** The run recorded what it changed in the workspace's files (a restore point for its prompt). */
+  | { kind: "checkpoint"; checkpointId: string; files: string[]; skipped?: string[] }
   | { kind: "warning"; code: number; message: string; data?: unknown }
-  | { kind: "notice"; level: "info" | "warning" | "error"; message: string; data?: unknown };
+  | { kind: "notice"; level: "info" | "warning" | "error"; message: string; data?: unknown }
+  | { kind: "plan"; entries: PlanEntry[] };
+
+/** A step of the session's plan (`update_plan`), as `session/get` and the `plan` event carry it. */
+export interface PlanEntry {
+  content: string;
+  status: "pending" | "in_progress" | "completed";
+  priority?: "high" | "medium" | "low";
+}
 
 /** Context attached to the next prompt (the selection, or a whole file), shown as a chip. */
 export interface ContextItem {
@@ -84,7 +94,11 @@ export interface SessionSummary {
 
 /** A past turn, rebuilt from `session/messages` when a session is opened. */
 export type TranscriptItem =
-  | { type: "user"; text: string; context?: ContextItem[] }
+  /**
+   * `messageId`: the prompt's message; `files`: what its turn changed, when it has a checkpoint
+   * (the user message then offers Restore).
+   */
+  | { type: "user"; text: string; context?: ContextItem[]; messageId?: string; files?: string[] }
   /** `cancelled`: the partial text of an answer cut short by a cancellation. */
   | { type: "assistant"; text: string; cancelled?: boolean }
   | {
@@ -110,6 +124,8 @@ export type ToWebview =
       title?: string;
       items: TranscriptItem[];
       running: boolean;
+      /** The session's plan, shown above the prompt (absent: none). */
+      plan?: PlanEntry[];
     }
   | { type: "sessions"; sessions: SessionSummary[]; currentId?: string }
   | { type: "context"; items: ContextItem[] }
@@ -156,7 +172,9 @@ export type FromWebview =
   | { type: "listSessions" }
   | { type: "switchSession"; sessionId: string }
   | { type: "forkSession"; sessionId: string }
-  | { type: "deleteSession"; sessionId: string };
+  | { type: "deleteSession"; sessionId: string }
+  /** Restore files, conversation or both to before the prompt `messageId` (the extension asks which). */
+  | { type: "restore"; messageId: string };
 
 /** The model text of a prompt with its context appended (what `kernel/run` is sent). */
 export function promptWithContext(text: string, context: ContextItem[]): string {

@@ -54,6 +54,7 @@ export interface Session {
   createdAt: string;
   updatedAt: string;
   running: boolean;
+  plan?: { content: string; status: "pending" | "in_progress" | "completed"; priority?: "high" | "medium" | "low" }[];
   mode?: SessionMode;
   [key: string]: unknown;
 }
@@ -98,6 +99,39 @@ export interface RunResult {
   iterations: number;
   toolCalls: ToolCallRecord[];
   usage?: Usage;
+}
+
+/** What one turn changed in the workspace's files (`session/checkpoints`). */
+export interface Checkpoint {
+  checkpointId: string;
+  /** The turn's prompt (`run_started.userMessageId`). */
+  messageId: string;
+  runId: string;
+  createdAt: string;
+  /** Workspace-relative, `/`-separated. */
+  files: string[];
+  skipped?: string[];
+}
+
+export interface RewindParams {
+  sessionId: string;
+  messageId: string;
+  files?: boolean;
+  history?: boolean;
+  force?: boolean;
+}
+
+export interface RewindResult {
+  restored: string[];
+  removed: string[];
+  messagesRemoved: number;
+}
+
+/** The paths a refused rewind names: files changed outside tether since it recorded them. */
+export function conflictingPaths(error: unknown): string[] | undefined {
+  if (!(error instanceof ResponseError) || error.code !== ErrorCodes.InvalidParams) return undefined;
+  const data = error.data as { paths?: unknown } | undefined;
+  return Array.isArray(data?.paths) ? data.paths.map(String) : undefined;
 }
 
 export interface ProgressParams {
@@ -411,6 +445,20 @@ export class TetherConnection implements Disposable {
   /** `session/fork`; a server that does not serve it yet rejects with code -32601. */
   fork(params: { sessionId: string; atMessageId?: string; title?: string }): Promise<Session> {
     return this.request("session/fork", params);
+  }
+
+  /** `session/checkpoints`: one per turn of the session that changed files, oldest first. */
+  async checkpoints(sessionId: string): Promise<Checkpoint[]> {
+    return (await this.request<{ checkpoints: Checkpoint[] }>("session/checkpoints", { sessionId })).checkpoints;
+  }
+
+  /**
+   * `session/rewind`: back to before the turn whose prompt is `messageId`. A file changed outside
+   * tether since it was recorded rejects with -32602 and `data.paths` (see `conflictingPaths`)
+   * unless `force`.
+   */
+  rewind(params: RewindParams): Promise<RewindResult> {
+    return this.request("session/rewind", params);
   }
 
   /** Send `kernel/run` now; its progress arrives through `onProgress`. */

@@ -95,6 +95,8 @@ function record(name: string, messages: ToWebview[]): void {
   writeFileSync(join(FIXTURES, `${name}.json`), `${JSON.stringify(messages, null, 1)}\n`);
 }
 
+const PLAN = [{ content: "Change the answer", status: "completed", priority: "high" }];
+
 describe("the chat view's extension side against the real server", { timeout: 300_000 }, () => {
   let ws: Workspace;
   let extension: Extension;
@@ -131,7 +133,8 @@ describe("the chat view's extension side against the real server", { timeout: 30
         toolCalls: [call("e1", "edit_file", { path: "src/app.py", oldString: "return 42", newString: "return 43" })],
         usage: usage(200, 20),
       },
-      { text: "Changed.", usage: usage(230, 5) },
+      { text: "Changed.", toolCalls: [call("p1", "update_plan", { entries: PLAN })], usage: usage(230, 5) },
+      { text: "Planned." },
       { toolCalls: [call("w1", "write_file", { path: "never.txt", content: "no\n" })] },
       { text: "Left it." },
       { text: "too slow", delay: 30 },
@@ -237,6 +240,8 @@ describe("the chat view's extension side against the real server", { timeout: 30
     assert.equal(readFileSync(join(ws.root, "src", "app.py"), "utf8"), "def main():\n    return 43\n");
     const closed = await webview.next("permissionClosed", from);
     assert.equal(closed.outcome, "allow");
+    const plans = webview.received.slice(from).flatMap((m) => (m.type === "progress" && m.event.kind === "plan" ? [m.event] : []));
+    assert.deepEqual(plans, [{ kind: "plan", entries: PLAN }]);
     record("edit-allowed", webview.received.slice(from));
   });
 
@@ -336,7 +341,9 @@ describe("the chat view's extension side against the real server", { timeout: 30
     assert.notEqual(forked.sessionId, only.sessionId);
     assert.equal(forked.title, "What does main return? (fork)");
     // The inherited history is shown: the first prompt and the read card.
-    assert.deepEqual(forked.items[0], { type: "user", text: "What does main return?", context: chips });
+    const { messageId: firstPromptId, ...firstPrompt } = forked.items[0] as { messageId?: string };
+    assert.deepEqual(firstPrompt, { type: "user", text: "What does main return?", context: chips });
+    assert.ok(firstPromptId, "a stored prompt carries its message id");
     assert.ok(forked.items.some((item) => item.type === "tool" && item.title === "Read src/app.py"));
     const after = await webview.next("sessions", from);
     assert.equal(after.sessions.length, 2);
@@ -355,6 +362,7 @@ describe("the chat view's extension side against the real server", { timeout: 30
     const switched = await webview.next("session", from);
     assert.equal(switched.sessionId, only.sessionId);
     assert.ok(switched.items.some((item) => item.type === "assistant" && item.text === "Changed."));
+    assert.deepEqual(switched.plan, PLAN); // read from session/get: shown above the prompt
     record("switched", [switched]);
     // The rebuilt transcript is the live one: each run's end with its tokens, the edit's diff,
     // the cancelled answer's partial text, the kinds of the calls.
@@ -365,10 +373,10 @@ describe("the chat view's extension side against the real server", { timeout: 30
       live.map(({ usage, model }) => ({ usage, model })),
     );
     // A cut-off or refused answer is told apart from a normal end only by the stop reason, which
-    // the store does not keep: rebuilt, those two runs read `end_turn`.
+    // the server keeps in the answer's metadata: rebuilt, those runs end as they did live.
     assert.deepEqual(
       rebuilt.map((end) => end.stopReason),
-      live.map((end) => (end.stopReason === "max_tokens" || end.stopReason === "refusal" ? "end_turn" : end.stopReason)),
+      live.map((end) => end.stopReason),
     );
     assert.deepEqual(
       live.map((end) => end.stopReason),
@@ -385,6 +393,7 @@ describe("the chat view's extension side against the real server", { timeout: 30
       [
         ["c1", "read", "completed"],
         ["e1", "edit", "completed"],
+        ["p1", "other", "completed"],
         ["w1", "edit", "failed"],
         ["n1", "edit", "failed"],
         ["n2", "edit", "failed"],
@@ -407,5 +416,124 @@ describe("the chat view's extension side against the real server", { timeout: 30
     assert.match(error.message, /No module named tether/);
     assert.doesNotMatch(error.message, /-32097|connection got disposed/);
     stub.settings["tether.serverCommand"] = SERVER_COMMAND;
+  });
+});
+
+describe("Restore on a prompt of the chat view against the real server", { timeout: 300_000 }, () => {
+  let ws: Workspace;
+  let extension: Extension;
+  let webview: FakeWebview;
+  const context = { subscriptions: [] as { dispose(): unknown }[], extensionUri: stub.Uri.file("/ext") };
+  const prompts: string[] = [];
+  const app = () => readFileSync(join(ws.root, "src", "app.py"), "utf8");
+
+  before(() => {
+    ws = workspace();
+    stub.setWorkspace(ws.root);
+    stub.settings["tether.serverCommand"] = SERVER_COMMAND;
+    stub.settings["tether.approval"] = "auto";
+    stub.settings["tether.provider"] = ws.provider([
+      { toolCalls: [call("w1", "write_file", { path: "notes.txt", content: "hello\n" })] },
+      { text: "Noted." },
+      { toolCalls: [call("e1", "edit_file", { path: "src/app.py", oldString: "return 42", newString: "return 43" })] },
+      { text: "Changed." },
+      { text: "Nothing to change." },
+    ]);
+    stub.commands.set("tether.chat.focus", () => undefined);
+    extension = require(join(__dirname, "..", "..", "dist", "extension.js")) as Extension;
+    extension.activate(context);
+    webview = new FakeWebview();
+    (stub.webviewProviders.get("tether.chat") as Provider).resolveWebviewView(webview.view());
+  });
+
+  after(async () => {
+    await within(extension.deactivate(), "deactivate", 15_000);
+    for (const item of context.subscriptions) item.dispose();
+    stub.settings["tether.approval"] = "ask";
+    stub.ui.quickPick = <T>(items: T[]) => items[0];
+    stub.ui.modal = (_message, ...buttons) => buttons[0];
+    ws.remove();
+  });
+
+  /** Send a prompt; its id (`run_started.userMessageId`) and what its run posted. */
+  async function turn(text: string): Promise<ToWebview[]> {
+    const from = webview.received.length;
+    webview.send({ type: "send", text });
+    await webview.next("turnFinished", from);
+    const stream = webview.received.slice(from);
+    const started = stream.find((m) => m.type === "progress" && m.event.kind === "run_started");
+    assert.ok(started?.type === "progress" && started.event.kind === "run_started");
+    prompts.push(started.event.userMessageId);
+    return stream;
+  }
+
+  function pick(label: string): void {
+    stub.ui.quickPick = <T>(items: T[]) => items.find((item) => (item as { label?: string }).label === label);
+  }
+
+  test("a turn that changed files announces its checkpoint; one that did not, none", { timeout: 60_000 }, async () => {
+    webview.send({ type: "ready" });
+    await turn("Write a note");
+    const stream = await turn("Make it 43");
+    record("checkpoint", stream);
+    const checkpoints = stream.flatMap((m) => (m.type === "progress" && m.event.kind === "checkpoint" ? [m.event] : []));
+    assert.deepEqual(
+      checkpoints.map((event) => event.files),
+      [["src/app.py"]],
+    );
+    const quiet = await turn("Anything else?");
+    assert.ok(!quiet.some((m) => m.type === "progress" && m.event.kind === "checkpoint"));
+    assert.equal(app(), "def main():\n    return 43\n");
+    // Opened again, the transcript marks the prompts whose turns changed files.
+    const from = webview.received.length;
+    webview.send({ type: "switchSession", sessionId: (webview.received.find((m) => m.type === "turnStarted") as { sessionId: string }).sessionId });
+    const session = await webview.next("session", from);
+    record("restorable", [session]);
+    assert.deepEqual(
+      session.items.flatMap((item) => (item.type === "user" ? [[item.messageId, item.files]] : [])),
+      [
+        [prompts[0], ["notes.txt"]],
+        [prompts[1], ["src/app.py"]],
+        [prompts[2], undefined],
+      ],
+    );
+  });
+
+  test("Files puts back that turn's files, listed first; the conversation stays", { timeout: 60_000 }, async () => {
+    pick("Files");
+    const picks = stub.shown.quickPicks.length;
+    const from = webview.received.length;
+    webview.send({ type: "restore", messageId: prompts[1] });
+    await within(stub.when(() => stub.shown.info.includes("Tether: restored src/app.py.")), "the restore");
+    assert.deepEqual(stub.shown.quickPicks.slice(picks), ["Files it will change: src/app.py"]);
+    assert.equal(app(), "def main():\n    return 42\n");
+    assert.equal(readFileSync(join(ws.root, "notes.txt"), "utf8"), "hello\n");
+    assert.ok(!webview.received.slice(from).some((m) => m.type === "session"), "the view is not rebuilt");
+  });
+
+  test("a file changed by hand is overwritten only after Overwrite; both rewinds the conversation", { timeout: 60_000 }, async () => {
+    writeFileSync(join(ws.root, "notes.txt"), "mine\n");
+    pick("Files and conversation");
+    const modals = stub.shown.modals.length;
+    stub.ui.modal = () => undefined; // the dialog closed: nothing changes
+    webview.send({ type: "restore", messageId: prompts[0] });
+    await within(stub.when(() => stub.shown.modals.length > modals), "the conflict question");
+    assert.match(stub.shown.modals.at(-1) ?? "", /^Changed since tether wrote them: notes\.txt\./);
+    assert.equal(readFileSync(join(ws.root, "notes.txt"), "utf8"), "mine\n");
+
+    let offered: string[] = [];
+    stub.ui.modal = (_message, ...buttons) => {
+      offered = buttons;
+      return "Overwrite";
+    };
+    const picks = stub.shown.quickPicks.length;
+    const from = webview.received.length;
+    webview.send({ type: "restore", messageId: prompts[0] });
+    const rebuilt = await webview.next("session", from);
+    assert.deepEqual(offered, ["Overwrite"]);
+    assert.deepEqual(stub.shown.quickPicks.slice(picks), ["Files it will change: notes.txt, src/app.py"]);
+    assert.equal(existsSync(join(ws.root, "notes.txt")), false);
+    assert.equal(app(), "def main():\n    return 42\n");
+    assert.deepEqual(rebuilt.items, []);
   });
 });

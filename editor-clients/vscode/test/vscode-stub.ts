@@ -65,6 +65,8 @@ export const shown = {
   modals: [] as string[],
   /** The detail text of each modal dialog. */
   modalDetails: [] as string[],
+  /** The placeholder of each quick pick. */
+  quickPicks: [] as string[],
 };
 
 type Shown = keyof typeof shown;
@@ -204,7 +206,10 @@ export const vscode = {
       return undefined;
     },
     showInputBox: async () => ui.inputBox(),
-    showQuickPick: async <T>(items: T[] | Promise<T[]>) => ui.quickPick(await items),
+    showQuickPick: async <T>(items: T[] | Promise<T[]>, options?: { placeHolder?: string }) => {
+      show("quickPicks", options?.placeHolder ?? "");
+      return ui.quickPick(await items);
+    },
     showTextDocument: async (document: { getText(): string; languageId?: string }) => {
       shown.languages.push(document.languageId ?? "markdown");
       show("documents", document.getText());

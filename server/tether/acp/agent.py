@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import Callable, Coroutine, Mapping
@@ -21,6 +22,9 @@ from tether.acp import modes
 from tether.acp.models import (
     PROTOCOL_VERSION,
     AgentCapabilities,
+    AvailableCommand,
+    AvailableCommandsUpdate,
+    CommandInput,
     ConfigOption,
     ConfigOptionUpdate,
     CurrentModeUpdate,
@@ -65,6 +69,7 @@ from tether.protocol import (
     Session,
     TetherError,
 )
+from tether.protocol.checkpoints import RewindParams, RewindResult, UndoParams
 from tether.protocol.kernel import StopReason
 from tether.sessions import SessionStore
 from tether.sessions.workspaces import local_path
@@ -72,12 +77,14 @@ from tether.sessions.workspaces import local_path
 if TYPE_CHECKING:
     from tether.config import TetherConfig
     from tether.kernel.kernel import Kernel
+    from tether.protocol.commands import CommandInfo
     from tether.protocol.kernel import PermissionParams, PermissionResult, ProgressParams, Usage
     from tether.tools.base import ToolExecutor
 
 logger = logging.getLogger(__name__)
 
 Method = Callable[[Any], Coroutine[Any, Any, Any]]  # a handler the wire starts (jsonrpc.router)
+REWIND = "_tether/rewind"  # tether's session/rewind, as an extension method
 AcpStopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
 
 
@@ -91,6 +98,7 @@ class AcpSessionState:
     written: dict[str, str] = field(default_factory=dict)  # path -> text the editor last wrote
     options: list[ConfigOption] | None = None  # the config options the client last got
     title: str | None = None  # the title the client was last told
+    commands: list[AvailableCommand] | None = None  # the slash commands the client last got
 
 
 class AcpAgent(Backend):
@@ -110,6 +118,7 @@ class AcpAgent(Backend):
         # a sub-agent's session -> the ACP session whose turn started it (the one the client
         # knows: its questions and its editor requests go there)
         self._roots: dict[str, str] = {}
+        self._listings: set[asyncio.Task[None]] = set()  # available_commands_update on the way
         self._methods: dict[str, Method] = {
             "initialize": self.initialize,
             "authenticate": self.authenticate,
@@ -123,6 +132,7 @@ class AcpAgent(Backend):
             "session/prompt": self.prompt,
             "session/set_mode": self.set_mode,
             "session/set_config_option": self.set_config_option,
+            REWIND: self.rewind,
         }
 
     # -- dispatch ---------------------------------------------------------------------------
@@ -179,6 +189,7 @@ class AcpAgent(Backend):
         session = await self.sessions.create(
             CreateSessionParams(workspace=request.cwd, mcp_servers=mcp_servers(request.mcp_servers))
         )
+        self._list_commands(session.session_id)
         return NewSessionResponse(
             session_id=session.session_id,
             modes=self._modes(session),
@@ -187,7 +198,7 @@ class AcpAgent(Backend):
 
     async def load_session(self, params: Any) -> LoadSessionResponse:
         """Replays the whole history as ``session/update``\\ s, then answers."""
-        from tether.acp.updates import replay
+        from tether.acp.updates import plan_update, replay
 
         request = LoadSessionRequest.model_validate(params)
         session = await self._resume(request)
@@ -206,13 +217,17 @@ class AcpAgent(Backend):
         compaction = self._takes_compaction()
         for update in replay(messages, workspace, compaction=compaction, context_size=size):
             self._send(session.session_id, update)
+        if session.plan:  # the plan as it is now, after the history that made it
+            self._send(session.session_id, plan_update(session.plan))
         if session.title:
             self._state(session.session_id).title = session.title
             self._send(session.session_id, SessionInfoUpdate(title=session.title))
+        self._list_commands(session.session_id)
         return self._loaded(session)
 
     async def resume_session(self, params: Any) -> LoadSessionResponse:
         session = await self._resume(LoadSessionRequest.model_validate(params))
+        self._list_commands(session.session_id)
         return self._loaded(session)
 
     async def _resume(self, request: LoadSessionRequest) -> Session:
@@ -254,11 +269,20 @@ class AcpAgent(Backend):
         servers = mcp_servers(request.mcp_servers)
         if servers:
             self.mcp.set_session_servers(session.session_id, servers)
+        self._list_commands(session.session_id)
         return NewSessionResponse(
             session_id=session.session_id,
             modes=self._modes(session),
             config_options=self._options(session),
         )
+
+    async def rewind(self, params: Any) -> RewindResult:
+        """``_tether/rewind``: tether's ``session/rewind`` (same params and result); without
+        ``messageId``, the files of the last turn that changed any (``/undo``)."""
+        if isinstance(params, dict) and "messageId" not in params:
+            request = UndoParams.model_validate(params)
+            return await self.checkpoints().undo(request.session_id, force=request.force)
+        return await self.checkpoints().rewind(RewindParams.model_validate(params))
 
     async def set_mode(self, params: Any) -> Empty:
         """Sets the session's mode, in the store; the client is told of the mode and of the
@@ -297,6 +321,7 @@ class AcpAgent(Backend):
     async def prompt(self, params: Any) -> PromptResponse:
         from tether.acp.content import prompt_content
         from tether.acp.updates import RunUpdates
+        from tether.kernel.commands import invocation
         from tether.protocol.kernel import RunParams
 
         request = PromptRequest.model_validate(params)
@@ -335,11 +360,46 @@ class AcpAgent(Backend):
                 spawned=partial(self._spawned, session_id),
             )
         )
+        self._list_commands(session_id, changed=True)  # a command file added or edited since
         result = await handle.result()
         self._usage(session, result.usage)
+        if invocation(run.prompt) is not None:  # a command may have changed the session
+            await self._commanded(session_id, state)
         if state.title is None:
             await self._titled(session_id, state)
         return PromptResponse(stop_reason=acp_stop_reason(result.stop_reason))
+
+    async def _commanded(self, session_id: str, state: AcpSessionState) -> None:
+        """Tell the client what a command changed of the session (``/mode``: its mode)."""
+        try:
+            session = await self.sessions.get(GetSessionParams(session_id=session_id))
+        except TetherError:  # deleted meanwhile, say: the turn itself went well
+            return
+        self._options_changed(session, state)
+
+    def _list_commands(self, session_id: str, *, changed: bool = False) -> None:
+        """Send ``available_commands_update`` once the commands are read (after the answer is
+        written: the client knows the session then); with ``changed``, only when they differ
+        from what the client last got."""
+        task = asyncio.ensure_future(self._send_commands(session_id, changed))
+        self._listings.add(task)
+        task.add_done_callback(self._listings.discard)
+
+    async def _send_commands(self, session_id: str, changed: bool) -> None:
+        from tether.protocol.commands import CommandsParams
+
+        try:
+            listing = await self._kernel().commands(CommandsParams(session_id=session_id))
+        except Exception as exc:  # a session deleted meanwhile, a store fault: no update
+            logger.info("no commands listed for session %s: %s", session_id, exc)
+            return
+        available = [_available(command) for command in listing.commands]
+        state = self._states.get(session_id)
+        if state is None:  # closed or deleted meanwhile
+            return
+        if not changed or available != state.commands:
+            state.commands = available
+            self._send(session_id, AvailableCommandsUpdate(available_commands=available))
 
     def _usage(self, session: Session, usage: Usage | None) -> None:
         """A ``usage_update`` with the tokens the turn's model calls used, when the context
@@ -493,6 +553,17 @@ class _Deferred:
             emit(params)
         self._waiting.clear()
         self._emit = emit
+
+
+@functools.lru_cache(maxsize=256)
+def _available(command: CommandInfo) -> AvailableCommand:
+    """ACP's form of a command (the same built-ins for every session: made once)."""
+    hint = command.argument_hint
+    return AvailableCommand(
+        name=command.name,
+        description=command.description,
+        input=CommandInput(hint=hint) if hint else None,
+    )
 
 
 def _current_mode(options: list[ConfigOption]) -> str | None:

@@ -402,6 +402,39 @@ class NoticeUpdate(AcpModel):
     description: str | None = None
 
 
+class PlanEntryOut(AcpModel):
+    content: str
+    priority: Literal["high", "medium", "low"]
+    status: Literal["pending", "in_progress", "completed"]
+
+
+class PlanUpdate(AcpModel):
+    """The whole plan of the session, replacing the one shown before."""
+
+    session_update: Literal["plan"] = "plan"
+    entries: list[PlanEntryOut]
+
+
+class CommandInput(AcpModel):
+    """What to type after a command's name (ACP's unstructured input)."""
+
+    hint: str
+
+
+class AvailableCommand(AcpModel):
+    name: str
+    description: str
+    input: CommandInput | None = None
+
+
+class AvailableCommandsUpdate(AcpModel):
+    """The slash commands of the session (sent after ``session/new``, ``session/load`` and
+    whenever the set changes)."""
+
+    session_update: Literal["available_commands_update"] = "available_commands_update"
+    available_commands: list[AvailableCommand]
+
+
 SessionUpdate = (
     ContentChunk
     | ToolCallStart
@@ -412,6 +445,8 @@ SessionUpdate = (
     | UsageUpdate
     | CompactionUpdate
     | NoticeUpdate
+    | PlanUpdate
+    | AvailableCommandsUpdate
 )
 
 

@@ -20,6 +20,8 @@ from tether.acp.models import (
     DiffContent,
     ImageOut,
     NoticeUpdate,
+    PlanEntryOut,
+    PlanUpdate,
     ResourceLinkOut,
     SessionUpdate,
     TerminalContent,
@@ -40,6 +42,7 @@ from tether.acp.tool_calls import (
 )
 from tether.protocol import ImageBlock, Message, ResourceLinkBlock, Role, TextBlock, is_blocks
 from tether.protocol.kernel import (
+    CheckpointRecorded,
     CompactionFinished,
     CompactionStarted,
     HookRun,
@@ -58,6 +61,7 @@ from tether.protocol.kernel import (
     Usage,
 )
 from tether.protocol.messages import DIFF_KEY, TOOL_KINDS_KEY, USAGE_KEY
+from tether.protocol.plans import Plan, PlanEntry
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +70,18 @@ Notify = Callable[[str, dict[str, Any]], None]
 NOTICE = "_tether/notice"  # the extension notification of a notice, for other clients
 MAX_PROGRESS_LINES = 100  # the last lines a running tool reported, shown as its content
 MAX_SUBAGENT_CHARS = 8000  # the end of what a sub-agent did, shown in its task call
+
+
+def plan_update(entries: Iterable[PlanEntry]) -> PlanUpdate:
+    """A plan as ACP's ``plan`` update (ACP requires a priority: ``medium`` when none is set)."""
+    return PlanUpdate(
+        entries=[
+            PlanEntryOut(
+                content=entry.content, priority=entry.priority or "medium", status=entry.status
+            )
+            for entry in entries
+        ]
+    )
 
 
 def text_content(text: str) -> list[ToolContent]:
@@ -126,6 +142,8 @@ class RunUpdates:
                 self._compaction(progress.run_id, event)
             case RunWarning() | Notice():
                 self._notice(progress.session_id, event)
+            case Plan(entries=entries):
+                self.send(plan_update(entries))
             case RunStarted() | IterationStarted() | IterationFinished():
                 pass  # ACP has no update for a run's or a model call's start or end
             case RunFinished():
@@ -133,6 +151,8 @@ class RunUpdates:
             case HookRun():
                 pass  # ACP has no hook update: a block shows as the call's failure or the
                 # refused prompt, a failed or timed-out hook as a notice
+            case CheckpointRecorded():
+                pass  # ACP has no checkpoint update: `_tether/rewind` restores the files
             case _:
                 assert_never(event)
 

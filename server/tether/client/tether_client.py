@@ -31,6 +31,8 @@ from tether.client.connection import Connection
 from tether.client.errors import InvalidParamsError, MethodNotFoundError, SessionNotFoundError
 from tether.client.run import Run, RunRouter
 from tether.protocol.base import WireModel
+from tether.protocol.checkpoints import CheckpointInfo, CheckpointsResult, RewindResult
+from tether.protocol.commands import CommandsResult
 from tether.protocol.kernel import (
     CancelResult,
     CompactResult,
@@ -39,6 +41,7 @@ from tether.protocol.kernel import (
 )
 from tether.protocol.lifecycle import PROTOCOL_VERSION, InitializeResult
 from tether.protocol.messages import ContentBlock, Message, MessageInput
+from tether.protocol.plans import PlanEntry
 from tether.protocol.sessions import (
     AppendResult,
     ListSessionsResult,
@@ -194,6 +197,7 @@ class TetherClient:
         mode: str | None = None,
         permissions: ToolPermissions | Mapping[str, Any] | None = None,
         agent: str | None = None,
+        plan: Sequence[PlanEntry | Mapping[str, Any]] | None = None,
         mcp_servers: Sequence[McpServerSpec | Mapping[str, Any]] | None = None,
     ) -> Session:
         """``session/create``; ``workspace`` defaults to the client's workspace folder,
@@ -213,6 +217,7 @@ class TetherClient:
             mode=mode,
             permissions=None if permissions is None else _wire(permissions),
             agent=agent,
+            plan=None if plan is None else [_wire(entry) for entry in plan],
             mcpServers=None if mcp_servers is None else [_wire(s) for s in mcp_servers],
         )
         return Session.model_validate(await self.request("session/create", params))
@@ -283,11 +288,13 @@ class TetherClient:
         state: Mapping[str, Any] | _Unset | None = UNSET,
         mode: str | _Unset | None = UNSET,
         permissions: ToolPermissions | Mapping[str, Any] | _Unset | None = UNSET,
+        plan: Sequence[PlanEntry | Mapping[str, Any]] | _Unset | None = UNSET,
         agent: str | _Unset | None = UNSET,
     ) -> Session:
         """``session/configure``: a field left out stays as it is, ``None`` clears it (the
         mode back to ``ask``, the remembered answers forgotten, no agent profile);
-        ``settings``, ``metadata``, ``state`` and ``permissions`` are replaced whole."""
+        ``settings``, ``metadata``, ``state``, ``permissions`` and ``plan`` are replaced
+        whole."""
         fields = {
             "title": title,
             "model": model,
@@ -302,6 +309,7 @@ class TetherClient:
             if isinstance(permissions, ToolPermissions | Mapping)
             else permissions,
             "agent": agent,
+            "plan": plan if plan is None or isinstance(plan, _Unset) else [_wire(e) for e in plan],
         }
         params: dict[str, Any] = {"sessionId": session_id}
         params.update({name: v for name, v in fields.items() if not isinstance(v, _Unset)})
@@ -315,16 +323,45 @@ class TetherClient:
         title: str | None = None,
         tools: Sequence[str] | None = None,
         allowed_models: Sequence[str] | None = None,
+        restore_files: bool = False,
     ) -> Session:
-        """``session/fork``: a new session sharing the history up to ``at_message_id``."""
+        """``session/fork``: a new session sharing the history up to ``at_message_id``; with
+        ``restore_files``, the workspace's files are put back to that point too."""
         params = _params(
             sessionId=session_id,
             atMessageId=at_message_id,
             title=title,
             tools=None if tools is None else list(tools),
             allowedModels=None if allowed_models is None else list(allowed_models),
+            restoreFiles=restore_files or None,
         )
         return Session.model_validate(await self.request("session/fork", params))
+
+    async def checkpoints(self, session_id: str) -> list[CheckpointInfo]:
+        """``session/checkpoints``: what each turn of the session changed in its files."""
+        result = await self.request("session/checkpoints", {"sessionId": session_id})
+        return CheckpointsResult.model_validate(result).checkpoints
+
+    async def rewind(
+        self,
+        session_id: str,
+        message_id: str,
+        *,
+        files: bool = True,
+        history: bool = False,
+        force: bool = False,
+    ) -> RewindResult:
+        """``session/rewind``: back to the state before the turn whose prompt is
+        ``message_id`` (``run_started.userMessageId``): its files and the later turns' put back,
+        with ``history`` that prompt and every later message removed."""
+        params = {
+            "sessionId": session_id,
+            "messageId": message_id,
+            "files": files,
+            "history": history,
+            "force": force,
+        }
+        return RewindResult.model_validate(await self.request("session/rewind", params))
 
     async def clear(self, session_id: str) -> Session:
         """``session/clear``: the session without its messages, settings kept."""
@@ -350,6 +387,11 @@ class TetherClient:
         )
         return CompactResult.model_validate(await self.request("session/compact", params))
 
+    async def commands(self, session_id: str) -> CommandsResult:
+        """``session/commands``: the slash commands a prompt of the session may start with."""
+        result = await self.request("session/commands", {"sessionId": session_id})
+        return CommandsResult.model_validate(result)
+
     # -- the kernel ------------------------------------------------------------------------
 
     def run(
@@ -363,6 +405,7 @@ class TetherClient:
         output_schema: type[BaseModel] | Mapping[str, Any] | None = None,
         output_retries: int | None = None,
         author: str | None = None,
+        directory: Path | str | None = None,
         work_done_token: str | int | None = None,
     ) -> Run:
         """Send ``kernel/run`` now; the :class:`Run` iterates its progress events and awaits to its
@@ -371,8 +414,9 @@ class TetherClient:
         ``output_schema`` is a JSON Schema, or a pydantic model class: its schema is sent, and
         the result's ``output`` is then an instance of it (``None`` when the run ended without
         a valid answer: see ``stop_reason`` and ``output_errors``). ``author`` names who writes
-        the run's messages (default: the session's ``agentId``); with ``work_done_token`` the
-        server also reports LSP ``$/progress`` on that token."""
+        the run's messages (default: the session's ``agentId``); ``directory`` the folder of
+        the workspace the turn works in (its ``AGENTS.md`` files are read); with
+        ``work_done_token`` the server also reports LSP ``$/progress`` on that token."""
         model_class: type[BaseModel] | None = None
         schema: dict[str, Any] | None = None
         if isinstance(output_schema, type):
@@ -389,6 +433,7 @@ class TetherClient:
             outputSchema=schema,
             outputRetries=output_retries,
             author=author,
+            directory=None if directory is None else str(directory),
             workDoneToken=work_done_token,
         )
         request_id, future = self.connection.start_request("kernel/run", params)

@@ -167,7 +167,7 @@ def _read_profile(
         tools = list_field(fields, "tools")
         return AgentProfile(
             name=name,
-            prompt=document.body,
+            prompt=document.body.strip(),
             source=source,
             path=path,
             description=string_field(fields, "description"),

@@ -1,21 +1,27 @@
-"""The front matter of a Markdown file tether reads (an agent profile, a custom command).
+"""The front matter of the Markdown files tether reads: agent profiles and slash commands.
 
 A file may begin with a block between two ``---`` lines of ``key: value`` pairs, the small part
-of YAML these files use: a value is a plain or quoted string, an integer, ``true``/``false``, a
-flow list ``[a, "b c"]``, or a block list of ``- item`` lines under a key with no value. Nothing
-else of YAML is understood (no anchors, tags, nested maps or multi-line strings): such a file is
-refused with :class:`FrontMatterError` rather than read some other way. Files may come from a
-repository, so the parser builds only strings, integers, booleans and lists of strings, and
-bounds the block it reads.
+of YAML these files use: a value is a plain or quoted string, an integer, a flow list
+``[a, "b"]`` or a block list of ``- item`` lines under a key with no value. Nothing else of YAML
+is understood (no anchors, tags, nested maps or multi-line strings). Files may come from a
+repository, so the block read is bounded and nothing in it is evaluated.
+
+:func:`parse_document` checks only the block's shape (``key: value`` lines, list items, no
+nested lines, no key twice) and keeps each value as written: a key nobody asks for is ignored
+whatever its value (Claude Code's own keys, say). The accessors read a value as what the caller
+needs, and raise :class:`FrontMatterError` when it is not that.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-FrontValue = str | int | bool | list[str]
+RawValue = str | list[str]
+"""An inline value as written (stripped), or the items of a block list."""
 MAX_FRONT_MATTER_LINES = 200
 _FENCE = "---"
+_YAML_ONLY = ("&", "*", "!", "{", "|", ">")  # anchors, aliases, tags, maps, block scalars
 
 
 class FrontMatterError(ValueError):
@@ -24,30 +30,28 @@ class FrontMatterError(ValueError):
 
 @dataclass(frozen=True)
 class Document:
-    """A Markdown file split into its front matter and its body."""
+    """A Markdown file split into its front matter and its body (as written)."""
 
-    fields: dict[str, FrontValue]
+    fields: dict[str, RawValue]
     body: str
 
 
 def parse_document(text: str) -> Document:
-    """``text`` split into front matter (none: empty) and body (stripped of blank edges)."""
+    """``text`` split into front matter (none: empty) and the body that follows it."""
     text = text.removeprefix("\ufeff")
-    lines = text.splitlines()
+    lines = text.splitlines(keepends=True)
     if not lines or lines[0].strip() != _FENCE:
-        return Document({}, text.strip())
-    try:
-        end = next(i for i, line in enumerate(lines[1:], 1) if line.strip() == _FENCE)
-    except StopIteration:
-        raise FrontMatterError("the front matter has no closing `---` line") from None
+        return Document({}, text)
+    end = next((i for i, line in enumerate(lines[1:], 1) if line.strip() == _FENCE), None)
+    if end is None:
+        raise FrontMatterError("the front matter has no closing `---` line")
     if end > MAX_FRONT_MATTER_LINES:
         raise FrontMatterError(f"the front matter is over {MAX_FRONT_MATTER_LINES} lines")
-    fields = _fields(lines[1:end])
-    return Document(fields, "\n".join(lines[end + 1 :]).strip())
+    return Document(_fields(lines[1:end]), "".join(lines[end + 1 :]))
 
 
-def _fields(lines: list[str]) -> dict[str, FrontValue]:
-    fields: dict[str, FrontValue] = {}
+def _fields(lines: list[str]) -> dict[str, RawValue]:
+    fields: dict[str, RawValue] = {}
     open_list: list[str] | None = None  # the block list being read, under its key
     for number, raw in enumerate(lines, 2):
         line = raw.rstrip()
@@ -67,86 +71,75 @@ def _fields(lines: list[str]) -> dict[str, FrontValue]:
             raise FrontMatterError(f"line {number}: expected `key: value`")
         if key in fields:
             raise FrontMatterError(f"line {number}: `{key}` is given twice")
-        value = value.strip()
-        if value:
-            fields[key] = _value(value, number)
-            open_list = None
-        else:
-            open_list = []
-            fields[key] = open_list
+        open_list = None if value.strip() else []
+        fields[key] = value.strip() if open_list is None else open_list
     return fields
 
 
-def _value(text: str, number: int) -> FrontValue:
-    if text.startswith("["):
-        if not text.endswith("]"):
-            raise FrontMatterError(f"line {number}: a list that does not end with `]`")
-        inner = text[1:-1].strip()
-        return [_string(item.strip(), number) for item in _split(inner, number)] if inner else []
-    if text in ("true", "false"):
-        return text == "true"
-    if text.lstrip("-").isdigit() and len(text) < 19:
-        return int(text)
-    return _string(text, number)
-
-
-def _split(text: str, number: int) -> list[str]:
-    """The items of a flow list, on commas outside quotes."""
-    items: list[str] = []
-    current: list[str] = []
-    quote: str | None = None
-    for char in text:
-        if quote is not None:
-            current.append(char)
-            if char == quote:
-                quote = None
-        elif char in "\"'":
-            quote = char
-            current.append(char)
-        elif char == ",":
-            items.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-    if quote is not None:
-        raise FrontMatterError(f"line {number}: a quote that is not closed")
-    items.append("".join(current))
-    return items
-
-
-def _string(text: str, number: int) -> str:
+def unquoted(text: str) -> str:
+    """``text`` without the quotes around it, if it has a pair."""
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
         return text[1:-1]
-    if text[:1] in ("&", "*", "!", "{", "|", ">", "[", '"', "'"):
-        raise FrontMatterError(f"line {number}: unsupported YAML value {text!r}")
     return text
 
 
-def string_field(fields: dict[str, FrontValue], name: str) -> str | None:
-    """A field that must be a string (None: not given)."""
+def _string(text: str, number: int | None = None) -> str:
+    """A plain or quoted string; YAML beyond that is refused (not read some other way)."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        return text[1:-1]
+    if text.startswith(_YAML_ONLY) or text[:1] in ("'", '"'):
+        where = "" if number is None else f"line {number}: "
+        raise FrontMatterError(f"{where}unsupported YAML value {text!r}")
+    return text
+
+
+def text_field(fields: dict[str, RawValue], name: str) -> str | None:
+    """A value as written, quotes removed (``argument-hint: [file]`` is the text ``[file]``);
+    None when not given."""
     value = fields.get(name)
     if value is None or isinstance(value, str):
-        return value
-    raise FrontMatterError(f"`{name}` must be a string")
+        return None if value is None else unquoted(value)
+    raise FrontMatterError(f"`{name}` must be a single value, not a list")
 
 
-def list_field(fields: dict[str, FrontValue], name: str) -> list[str] | None:
-    """A list of strings; a string is split on commas (Claude Code's ``tools: a, b``)."""
+def string_field(fields: dict[str, RawValue], name: str) -> str | None:
+    """A plain or quoted string (None: not given)."""
     value = fields.get(name)
     if value is None:
         return None
-    if isinstance(value, list):
+    if isinstance(value, list) or value.startswith("["):
+        raise FrontMatterError(f"`{name}` must be a string")
+    try:
+        return _string(value)
+    except FrontMatterError as exc:
+        raise FrontMatterError(f"`{name}`: {exc}") from None
+
+
+def list_field(fields: dict[str, RawValue], name: str) -> list[str] | None:
+    """A list of names: a block list, a flow list ``[a, b]``, or ``a, b`` / ``a b`` (Claude
+    Code's ``tools: a, b``); None when not given."""
+    value = fields.get(name)
+    if value is None or isinstance(value, list):
         return value
-    if isinstance(value, str):
-        return [part.strip() for part in value.split(",") if part.strip()]
-    raise FrontMatterError(f"`{name}` must be a list of names")
+    inner = value
+    if value.startswith("["):
+        if not value.endswith("]"):
+            raise FrontMatterError(f"`{name}`: a list that does not end with `]`")
+        inner = value[1:-1]
+    try:
+        names = (_string(part) for part in re.split(r"[,\s]+", inner))
+        return [item for item in names if item]
+    except FrontMatterError as exc:
+        raise FrontMatterError(f"`{name}`: {exc}") from None
 
 
-def int_field(fields: dict[str, FrontValue], name: str, low: int, high: int) -> int | None:
+def int_field(fields: dict[str, RawValue], name: str, low: int, high: int) -> int | None:
     """An integer in ``low..high`` (None: not given)."""
     value = fields.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise FrontMatterError(f"`{name}` must be a whole number from {low} to {high}")
-    return value
+    if isinstance(value, str) and re.fullmatch(r"-?\d{1,18}", value):
+        number = int(value)
+        if low <= number <= high:
+            return number
+    raise FrontMatterError(f"`{name}` must be a whole number from {low} to {high}")

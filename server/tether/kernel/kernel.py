@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -25,12 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from tether.config import ProviderConfig, TetherConfig, data_home, user_config_path
+from tether.kernel import commands as slash
 from tether.kernel import compaction, structured
 from tether.kernel.access import check_access
 from tether.kernel.agents import AgentProfile, Profiles
 from tether.kernel.approval import Approver, Gate, offered
+from tether.kernel.checkpoints import Checkpoints
 from tether.kernel.history import in_model_order
 from tether.kernel.hooks import Hooks
+from tether.kernel.plans import StorePlan
 from tether.kernel.run import Emit, LeaseState, Run, RunSetup, cancelling, not_cancelled
 from tether.kernel.state import StoreState
 from tether.kernel.subagents import (
@@ -45,9 +49,11 @@ from tether.kernel.subagents import (
 )
 from tether.kernel.window import EstimatingCounter, TokenCounter, window
 from tether.memory import Memory
+from tether.memory.instructions import InstructionLoader, Instructions
 from tether.protocol import (
     Content,
     CreateSessionParams,
+    InvalidParams,
     Message,
     MessageInput,
     RequestCancelled,
@@ -58,6 +64,7 @@ from tether.protocol import (
     TextBlock,
     WorkspaceError,
 )
+from tether.protocol.commands import CommandsParams, CommandsResult
 from tether.protocol.kernel import (
     CompactParams,
     CompactResult,
@@ -118,6 +125,8 @@ class Kernel:
         warnings: WarningSource = lambda workspace: (),
         secrets: SecretsOf | None = None,
         profiles: Profiles | None = None,
+        instructions: InstructionLoader | None = None,
+        checkpoints: Checkpoints | None = None,
     ) -> None:
         """``config`` gives the configuration of a run from its session's workspace folder,
         after ``load_config`` (when given) has read it off the event loop.
@@ -128,7 +137,8 @@ class Kernel:
         ``no_memory`` says there is none to load. ``secrets`` are what no command sees and every
         tool result has redacted (default: those of the configuration, with the API keys of
         ``os.environ``). ``profiles`` are the agent profiles sessions run under (default: those
-        of ``os.environ``'s user configuration directory and of each workspace)."""
+        of ``os.environ``'s user configuration directory and of each workspace).
+        ``instructions`` reads the instruction files (``AGENTS.md``; None: none are read)."""
         self._store = store
         self._config = config
         self._load_config = load_config
@@ -136,12 +146,14 @@ class Kernel:
         self._tools = tools
         self._memory = memory
         self._no_memory = no_memory
+        self._instructions = instructions
         self._warnings = warnings
         self._secrets = secrets or _configured_secrets
         self._approver = approver
         self._profiles = profiles or Profiles()
         # a sub-agent's session -> what it takes from its parent's run, while it runs
         self._lineages: dict[str, Lineage] = {}
+        self._checkpoints = checkpoints  # None: runs record none
         self._counter = counter or EstimatingCounter()  # for the history window
         self._runs: dict[str, asyncio.Task[RunResult]] = {}
         self._giving_back: set[asyncio.Future[None]] = set()  # leases of cancelled claims
@@ -149,6 +161,7 @@ class Kernel:
         self._handles: dict[str, list[RunHandle]] = {}
         # session -> the ends of its runs in this process (each done once the lease is given back)
         self._ends: dict[str, list[asyncio.Future[None]]] = {}
+        self._slash = slash.SlashCommands(store, self._compact)
 
     def is_running(self, session_id: str) -> bool:
         return session_id in self._runs
@@ -388,7 +401,13 @@ class Kernel:
         session: Session | None = None
         try:
             session = await self._store.get(params.session_id)
-            run = Run(await self._setup(session, params, run_id, emit, state))
+            command = await self._slash.resolve(session, params)
+            if isinstance(command, slash.BuiltinCall):  # answered without a model call
+                return await self._slash.answer(command, session, run_id, emit)
+            plan = StorePlan(self._store, session.session_id)
+            setup = await self._setup(session, command.params, run_id, emit, state, plan)
+            run = Run(dataclasses.replace(setup, prompt_metadata=command.metadata))
+            plan.bind(run.emit)
             # A prompt a hook may refuse names no session before it is let in.
             title_later = session.title is None and run.prompt_screened
             if session.title is None and not title_later:
@@ -405,10 +424,14 @@ class Kernel:
         except TetherError as exc:
             self._add_warnings(exc, None if session is None else _local_workspace(session))
             raise
-        result = await run.execute(params.prompt)
+        result = await run.execute(command.params.prompt)
         if title_later:
             await self._title(session.session_id, params.prompt)
         return result
+
+    async def commands(self, params: CommandsParams) -> CommandsResult:
+        """``session/commands``: the slash commands the session's prompts may start with."""
+        return await self._slash.listing(await self._store.get(params.session_id))
 
     async def _title(self, session_id: str, prompt: Content) -> None:
         """An untitled session is named after the first line of its first prompt (whichever
@@ -430,7 +453,13 @@ class Kernel:
             error.data = {**(error.data or {}), "warnings": [w.to_wire() for w in warnings]}
 
     async def _setup(
-        self, session: Session, params: RunParams, run_id: str, emit: Emit, state: LeaseState
+        self,
+        session: Session,
+        params: RunParams,
+        run_id: str,
+        emit: Emit,
+        state: LeaseState,
+        plan: StorePlan | None = None,
     ) -> RunSetup:
         folder = _local_workspace(session)
         config = await self._folder_config(folder)
@@ -445,12 +474,17 @@ class Kernel:
         check_access(session, params, provider_config.model)  # InvalidParams: nothing recorded
         provider = self._providers(provider_config)  # ConfigError when it is not configured
         workspace = _workspace_root(session)
+        directory = turn_directory(workspace, params.directory)  # InvalidParams: nothing started
         executor = await self._executor(config, session, workspace, lineage)
+        instructions = await self._load_instructions(workspace, directory, config)
         memory = await self._load_memory(workspace, config.memory.paths)
-        warnings += tuple(_memory_warning(problem) for problem in memory.problems)
+        problems = (*instructions.problems, *memory.problems)
+        warnings += tuple(_memory_warning(problem) for problem in problems)
         prompt = profile.prompt if profile is not None else None
         system = _system_prompt(
-            prompt or session.system_prompt or config.kernel.system_prompt, memory.text
+            prompt or session.system_prompt or config.kernel.system_prompt,
+            instructions.text,
+            memory.text,
         )
         specs = await self._specs(executor, session, params, config, profile, lineage)
         context = ToolContext(
@@ -458,6 +492,7 @@ class Kernel:
             session_id=session.session_id,
             run_id=run_id,
             state=StoreState(self._store, session.session_id),
+            plan=plan,
             hidden_env=_hidden_env(config),
             secrets=self._secrets(config, session.session_id),
             sandbox=sandbox_policy(config),
@@ -498,6 +533,9 @@ class Kernel:
             parent=None
             if lineage is None
             else (lineage.parent_run_id, lineage.parent_tool_call_id),
+            checkpoints=None
+            if self._checkpoints is None
+            else self._checkpoints.recorder(session.session_id, run_id, workspace),
         )
 
     async def _executor(
@@ -595,6 +633,19 @@ class Kernel:
             await self._load_config(folder)
         return self._config(folder)
 
+    async def _load_instructions(
+        self, workspace: Path, directory: Path | None, config: TetherConfig
+    ) -> Instructions:
+        """The instruction files (``AGENTS.md``): from what was read before while no file
+        changed (a ``stat`` each, on the event loop), else read on a thread."""
+        if self._instructions is None or not config.instructions.enabled:
+            return Instructions()
+        names = config.instructions.files
+        cached = self._instructions.cached(workspace, directory, names)
+        if cached is not None:
+            return cached
+        return await asyncio.to_thread(self._instructions.load, workspace, directory, names)
+
     async def _load_memory(self, workspace: Path, paths: list[str]) -> Memory:
         """The memory: read on a thread, unless there is surely none (the usual case: no
         ``.tether/memory``), which spares every run a hop to a thread and back (~70 µs of CPU).
@@ -676,12 +727,13 @@ def _hidden_env(config: TetherConfig) -> frozenset[str]:
 def sandbox_policy(config: TetherConfig, *, mcp: bool = False) -> SandboxPolicy:
     """The OS sandbox of commands (``tools.sandbox``), or with ``mcp`` of the MCP servers
     tether starts (``tools.mcp_sandbox``, network allowed). tether's user configuration
-    directory and data directory stay read-only to them, should ``tools.sandbox_writable``
-    hold one."""
+    directory, data directory and checkpoint store stay read-only to them, should
+    ``tools.sandbox_writable`` hold one."""
     tools = config.tools
     user_config = user_config_path(os.environ)
     state = ([str(user_config.parent)] if user_config is not None else []) + [
-        str(data_home(os.environ))
+        str(data_home(os.environ)),
+        str(config.checkpoints.root(os.environ)),  # a checkpoint store configured elsewhere
     ]
     return SandboxPolicy(
         mode=tools.mcp_sandbox if mcp else tools.sandbox,
@@ -692,9 +744,26 @@ def sandbox_policy(config: TetherConfig, *, mcp: bool = False) -> SandboxPolicy:
     )
 
 
-def _system_prompt(prompt: str | None, memory: str) -> str | None:
-    parts = [part for part in (prompt, memory) if part]
+def _system_prompt(prompt: str | None, instructions: str, memory: str) -> str | None:
+    parts = [part for part in (prompt, instructions, memory) if part]
     return "\n\n".join(parts) or None
+
+
+def turn_directory(workspace: Path, directory: str | None) -> Path | None:
+    """The real path of ``kernel/run``'s ``directory`` (relative to the workspace root, or
+    absolute), which must be a folder inside the workspace (``InvalidParams`` otherwise)."""
+    if directory is None:
+        return None
+    root = Path(os.path.realpath(workspace))
+    try:
+        real = Path(os.path.realpath(root / Path(directory).expanduser(), strict=True))
+    except (OSError, ValueError):
+        raise InvalidParams.field("directory", f"{directory!r} does not exist") from None
+    if not real.is_relative_to(root) or not real.is_dir():
+        raise InvalidParams.field(
+            "directory", f"{directory!r} is not a folder inside the workspace {root}"
+        )
+    return real
 
 
 def _allowed(

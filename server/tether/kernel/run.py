@@ -24,6 +24,7 @@ from typing import Any, NoReturn, assert_never
 
 from tether.kernel import compaction, structured
 from tether.kernel.approval import Gate
+from tether.kernel.checkpoints import RunCheckpoints
 from tether.kernel.history import in_model_order
 from tether.kernel.hooks import Hooks, tool_input
 from tether.kernel.subagents import TASK_TOOL, Subagents, add_child_usage
@@ -162,6 +163,8 @@ class RunSetup:
     hooks: Hooks | None = None  # the user's [[hooks.*]]; None: none configured
     subagents: Subagents | None = None  # runs the ``task`` calls; None: ``task`` is not offered
     parent: tuple[str, str] | None = None  # a sub-agent's: its parent's run and task call ids
+    checkpoints: RunCheckpoints | None = None  # records what edit and execute calls change
+    prompt_metadata: dict[str, Any] | None = None  # of the user message (a slash command's)
 
 
 class Run:
@@ -185,6 +188,7 @@ class Run:
         self._results: dict[str, ToolResult] = {}
         self._kinds: dict[str, ToolKind] = {}  # tool call id -> the kind its tool_call said
         self._streaming: tuple[str, list[str]] | None = None  # an answer not yet persisted
+        self._prompt_id = ""  # the run's user message
         self._hooks = setup.hooks
         self._hook_blocked: dict[str, ToolResult] = {}  # call id -> a pre_tool_use block
         self._hook_context: dict[str, str] = {}  # call id -> what pre_tool_use hooks added
@@ -199,7 +203,7 @@ class Run:
         """The whole run; cancellation ends it with ``stopReason: "cancelled"``."""
         await self._answer_dangling_calls()
         self._history = self._view = in_model_order(self._history)
-        user_id = uuid7()
+        user_id = self._prompt_id = uuid7()
         if self._hooks is None:  # stored before run_started (with hooks, once they let it in)
             await self._start_turn(prompt, user_id)
         self._emit(RunStarted(max_iterations=self._setup.max_iterations, user_message_id=user_id))
@@ -237,7 +241,8 @@ class Run:
         after: Sequence[MessageInput] = (),
     ) -> None:
         """Store the prompt (with what hooks added around it), and start the view there."""
-        messages = [*before, MessageInput(role=Role.USER, content=prompt), *after]
+        user = MessageInput(role=Role.USER, content=prompt, metadata=self._setup.prompt_metadata)
+        messages = [*before, user, *after]
         ids = [uuid7() for _ in before] + [user_id] + [uuid7() for _ in after]
         stored = await self._persist(messages, ids=ids)
         self._view = compaction.compacted_view(self._history)
@@ -512,9 +517,17 @@ class Run:
             self._announce(calls, {})  # each call is shown before its end (cancelled) is
             raise
         self._announce(calls, changes)
-        async with asyncio.TaskGroup() as group:  # one failing cancels the others
-            for call in calls:
-                group.create_task(self._call(call, changes.get(call.id)))
+        recorder = self._setup.checkpoints
+        if recorder is not None:
+            kinds = [self._kinds.get(call.id, ToolKind.OTHER) for call in calls]
+            await recorder.before(kinds, self._emit)
+        try:
+            async with asyncio.TaskGroup() as group:  # one failing cancels the others
+                for call in calls:
+                    group.create_task(self._call(call, changes.get(call.id)))
+        finally:
+            if recorder is not None:  # what the calls changed, even when cancelled
+                await asyncio.shield(recorder.after(self._prompt_id, self._emit))
 
     async def _before_tool(self, hooks: Hooks, call: ToolCall) -> ToolCall:
         """``pre_tool_use``: the call as its hooks leave it (``updatedInput``); a block is kept
@@ -807,6 +820,10 @@ class Run:
         """Add what the run used to the session's totals (whatever way it ended)."""
         if self.usage.input_tokens or self.usage.output_tokens:
             await self._setup.store.add_usage(self._setup.session_id, self.usage)
+
+    def emit(self, event: ProgressEvent) -> None:
+        """Send an event of this run from outside its loop (the plan a tool stored)."""
+        self._emit(event)
 
     def _emit(self, event: ProgressEvent) -> None:
         self._seq += 1

@@ -7,7 +7,8 @@ itself, with the standard capabilities beside its own: :mod:`tether.protocol.lif
   tools read (:mod:`tether.lsp.documents`); ``didSave``, configuration, watched files and other
   notifications are taken quietly;
 - ``textDocument/codeAction``: "Ask tether…", "Explain", "Fix" on a selection or a diagnostic;
-- ``workspace/executeCommand``: ``tether.ask``, ``tether.cancel``, ``tether.newSession``
+- ``workspace/executeCommand``: ``tether.ask``, ``tether.cancel``, ``tether.newSession``,
+  ``tether.undo``
   (:mod:`tether.lsp.runs`); an unknown command is -32602 naming it;
 - ``window/workDoneProgress/cancel`` stops the run that reports on that token, as
   ``kernel/cancel`` does (for ``kernel/run`` tokens and the turns' own);
@@ -60,10 +61,10 @@ def register(server: TetherServer) -> Runs:
     protocol = server.protocol
     app = server.app
     buffers = Buffers(_workspace(server))
-    protocol._workspace = buffers.workspace  # pygls makes it in its initialize, not run here
+    protocol.use_workspace(buffers.workspace)
     runs = Runs(app, buffers)
     for method in REPLACED:
-        protocol.fm.builtin_features.pop(method, None)
+        protocol.drop_builtin(method)
     _documents(server, buffers)
     server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION)(_code_actions(server))
     server.feature(lsp.WORKSPACE_EXECUTE_COMMAND)(_commands(runs))
@@ -111,7 +112,7 @@ def _documents(server: TetherServer, buffers: Buffers) -> None:
 
 
 def _code_actions(server: TetherServer) -> Callable[[lsp.CodeActionParams], list[dict[str, Any]]]:
-    converter = server.protocol._converter
+    converter = server.protocol.converter
 
     def code_action(params: lsp.CodeActionParams) -> list[dict[str, Any]]:
         selection = Range.model_validate(converter.unstructure(params.range))
@@ -131,6 +132,8 @@ def _commands(runs: Runs) -> Callable[[lsp.ExecuteCommandParams], Awaitable[Any]
             return await runs.cancel()
         if params.command == "tether.newSession":
             return await runs.new_session(_ask_arguments(params.arguments).uri)
+        if params.command == "tether.undo":
+            return await runs.undo(_ask_arguments(params.arguments).uri)
         raise InvalidParams(
             f"unknown command {params.command!r}: tether serves {', '.join(LSP_COMMANDS)}"
         )

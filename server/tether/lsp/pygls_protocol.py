@@ -13,6 +13,8 @@ futures and ``$/cancelRequest`` for them, and work-done progress. The wire does 
   standard LSP methods are structured into lsprotocol types;
 - coroutine handlers start eagerly, and only those that suspend become tasks;
 - everything pygls sends goes out through the wire, encoded with orjson.
+
+pygls's internals are reached only through :class:`~tether.lsp.pygls_adapter.PyglsAdapter`.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException
-from pygls.protocol import LanguageServerProtocol
 
+from tether.lsp.pygls_adapter import Callback, Handler, PyglsAdapter
 from tether.protocol import ErrorCode, TetherError
 from tether.rpc import eager
 from tether.rpc.errors import ClientError, error_from_exception, error_object
@@ -50,7 +52,7 @@ _TYPED_LSP = frozenset(lsp.METHOD_TO_TYPES) - {
 }
 
 
-class TetherProtocol(LanguageServerProtocol):
+class TetherProtocol(PyglsAdapter):
     """A :class:`tether.rpc.wire.Dispatcher` built from pygls's protocol."""
 
     def __init__(self, server: JsonRPCServer, converter: Converter) -> None:
@@ -58,7 +60,7 @@ class TetherProtocol(LanguageServerProtocol):
         self._coroutine_handlers: dict[Callable[..., Any], bool] = {}
         self._outgoing: dict[MsgId, Future[Any]] = {}  # our requests, waiting for the answer
         self._unsendable: BaseException | None = None  # why the request being sent was not
-        super().__init__(server, converter)  # type: ignore[arg-type]
+        super().__init__(server, converter)
 
     def bind(self, wire: Wire) -> None:
         self.wire = wire
@@ -78,7 +80,7 @@ class TetherProtocol(LanguageServerProtocol):
             except Exception as exc:
                 self._out().send_error(msg_id, _error_of(exc))
                 return
-        contextvars.copy_context().run(self._handle_request, msg_id, method, params)
+        contextvars.copy_context().run(self.run_request, msg_id, method, params)
 
     def notification(self, method: str, params: Any, message: Message) -> None:
         if method == lsp.CANCEL_REQUEST:
@@ -93,15 +95,15 @@ class TetherProtocol(LanguageServerProtocol):
             except Exception:
                 logger.warning("dropped malformed %r notification", method)
                 return
-        contextvars.copy_context().run(self._handle_notification, method, params)
+        contextvars.copy_context().run(self.run_notification, method, params)
 
     def _serves(self, method: str) -> bool:
         return method in self.fm.features or method in self.fm.builtin_features
 
-    def _check_handler_result(self, future: Any) -> None:
+    def notification_done(self, outcome: Any) -> None:
         """A notification handler that failed: the client's mistake (a :class:`TetherError`,
         such as an unknown session) is noted; anything else is a bug, logged with its traceback."""
-        exc = None if future.cancelled() else future.exception()
+        exc = None if outcome.cancelled() else outcome.exception()
         if isinstance(exc, TetherError):
             logger.info("a notification was refused: %s", exc.message)
         elif exc is not None:
@@ -114,12 +116,12 @@ class TetherProtocol(LanguageServerProtocol):
         if not isinstance(msg_id, str | int) or isinstance(msg_id, bool):
             logger.debug("ignored $/cancelRequest without a usable id: %.80r", params)
             return
-        self._handle_cancel_notification(msg_id)
+        self._cancel_request(msg_id)
 
-    def _handle_cancel_notification(self, msg_id: MsgId) -> None:
+    def _cancel_request(self, msg_id: MsgId) -> None:
         """Cancel a request still running. One that was answered already is no news: a cancel
         often crosses the answer on the wire."""
-        future = self._request_futures.pop(msg_id, None)
+        future = self.take_client_request(msg_id)
         if future is None:
             logger.debug("$/cancelRequest for no running request: id %r", msg_id)
         elif future.cancel():
@@ -156,14 +158,14 @@ class TetherProtocol(LanguageServerProtocol):
         wire = self._out()
         if msg_id is None:
             msg_id = wire.new_request_id()
-        theirs = self._request_futures.pop(msg_id, None)  # a request of the client's, same id
+        theirs = self.take_client_request(msg_id)  # a request of the client's, same id
         self._unsendable = None
         try:
             future = super().send_request(method, params, callback, msg_id)
         finally:  # pygls puts it in the table of the client's requests: it is ours
-            self._request_futures.pop(msg_id, None)
+            self.take_client_request(msg_id)
             if theirs is not None:
-                self._request_futures[msg_id] = theirs
+                self.track_client_request(msg_id, theirs)
         if self._unsendable is not None:  # never sent, so never answered: fail it now
             future.set_exception(self._unsendable)
             self._unsendable = None
@@ -172,8 +174,8 @@ class TetherProtocol(LanguageServerProtocol):
         wire.expect_response(msg_id, lambda message: self._response(future, message))
         return future
 
-    def _handle_response(
-        self, msg_id: MsgId, result: Any | None = None, error: lsp.ResponseError | None = None
+    def response_arrived(
+        self, msg_id: MsgId, result: Any | None, error: lsp.ResponseError | None
     ) -> None:
         future = self._outgoing.pop(msg_id, None)
         if future is None:
@@ -185,23 +187,23 @@ class TetherProtocol(LanguageServerProtocol):
 
     def _forget(self, msg_id: MsgId) -> None:
         self._outgoing.pop(msg_id, None)
-        self._result_types.pop(msg_id, None)
+        self.forget_result_type(msg_id)
 
     def cancel_requests(self) -> None:
         """Cancel the client's requests still running (our requests to it are left)."""
-        for future in list(self._request_futures.values()):
+        for future in self.client_requests():
             if isinstance(future, asyncio.Future):
                 future.cancel()
 
     # -- running handlers --------------------------------------------------------------------
 
-    def _execute_handler(
+    def execute_handler(
         self,
         msg_id: MsgId,
-        handler: Callable[..., Any],
-        callback: Callable[[Any], None],
-        args: tuple[Any, ...] | None = None,
-        kwargs: dict[str, Any] | None = None,
+        handler: Handler,
+        callback: Callback,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
     ) -> None:
         """Start coroutine handlers eagerly, as Python 3.12's eager tasks do.
 
@@ -213,13 +215,13 @@ class TetherProtocol(LanguageServerProtocol):
         if is_coroutine is None:
             is_coroutine = self._coroutine_handlers[handler] = inspect.iscoroutinefunction(handler)
         if not is_coroutine:
-            super()._execute_handler(msg_id, handler, callback, args, kwargs)
+            self.execute_as_pygls(msg_id, handler, callback, args, kwargs)
             return
-        started = eager.start(handler(*(args or ()), **(kwargs or {})))
+        started = eager.start(handler(*args, **kwargs))
         if isinstance(started, eager.Finished):
             callback(_Done(started.result, started.exception))
             return
-        self._request_futures[msg_id] = started  # type: ignore[assignment]  # pygls mixes both kinds
+        self.track_client_request(msg_id, started)
         started.add_done_callback(callback)
 
     # -- what pygls sends, through the wire --------------------------------------------------
@@ -229,26 +231,23 @@ class TetherProtocol(LanguageServerProtocol):
         assert self.wire is not None, "bind() the protocol to a wire first"
         return self.wire
 
-    def _send_handler_result(self, future: Any, *, msg_id: MsgId) -> None:
-        self._request_futures.pop(msg_id, None)
-        if future.cancelled():
+    def answer_request(self, msg_id: MsgId, outcome: Any) -> None:
+        if outcome.cancelled():
             self._out().send_error(
                 msg_id, error_object(ErrorCode.REQUEST_CANCELLED, "request cancelled")
             )
-        elif (exc := future.exception()) is not None:
+        elif (exc := outcome.exception()) is not None:
             self._out().send_error(msg_id, _error_of(exc))
         else:
-            self._out().send_result(msg_id, future.result(), self._to_json)
+            self._out().send_result(msg_id, outcome.result(), self._to_json)
 
-    def _send_response(
-        self, msg_id: MsgId, result: Any = None, error: lsp.ResponseError | None = None
-    ) -> None:
+    def send_response(self, msg_id: MsgId, result: Any, error: lsp.ResponseError | None) -> None:
         if error is not None:
             self._out().send_error(msg_id, error_object(error.code, error.message, error.data))
         else:
             self._out().send_result(msg_id, result, self._to_json)
 
-    def _send_data(self, data: Any) -> None:
+    def send_data(self, data: Any) -> None:
         if data:
             try:
                 self._out().send_message(data, self._to_json)
@@ -263,7 +262,7 @@ class TetherProtocol(LanguageServerProtocol):
 
     def _to_json(self, value: Any) -> Any:
         if attrs.has(type(value)):
-            return self._converter.unstructure(value)
+            return self.converter.unstructure(value)
         if hasattr(value, "model_dump"):
             return value.model_dump(mode="json", by_alias=True, exclude_none=True)
         raise TypeError(f"{type(value).__name__} is not JSON serializable")

@@ -76,6 +76,7 @@ class _Turn:
     record: Turn
     progress: WorkDoneProgress
     token: str | None = None  # its work-done token, once the client made it
+    directory: Path | None = None  # the folder of the document asked about (its AGENTS.md)
     # its reports while the token is being made (None: not being made)
     backlog: deque[dict[str, Any]] | None = None
     # the run's id once it has started (the kernel holds the session for it)
@@ -113,6 +114,7 @@ class Runs:
         self.app.load_kernel()  # a command may come before any kernel/* request
         progress = WorkDoneProgress(f"tether: {title}")
         turn = _Turn(session_id, root, Turn(title, prompt, utcnow()), progress)
+        turn.directory = _folder_inside(_local(arguments.uri), root)
         turn.began.add_done_callback(_retrieved)
         self.active.append(turn)
         task = asyncio.ensure_future(self._turn(turn))
@@ -144,7 +146,10 @@ class Runs:
         result: RunResult | None = None
         error: TetherError | None = None
         try:
-            params = RunParams(session_id=turn.session_id, prompt=turn.record.prompt)
+            directory = None if turn.directory is None else str(turn.directory)
+            params = RunParams(
+                session_id=turn.session_id, prompt=turn.record.prompt, directory=directory
+            )
             result = await kernel.run(params, lambda event: self._event(turn, event))
         except TetherError as exc:
             error = exc
@@ -215,6 +220,16 @@ class Runs:
         if session_id is None or self.app.kernel is None:
             return False
         return self.app.kernel.cancel(session_id)
+
+    async def undo(self, uri: str | None = None) -> dict[str, Any]:
+        """``tether.undo``: the files of the last turn that changed any, in the current session
+        of the workspace folder of the document ``uri``, put back (the kernel's undo)."""
+        session_id, _ = await self._session(self._folder_of(uri))
+        undone = await self.app.checkpoints().undo(session_id)
+        count = len(undone.restored) + len(undone.removed)
+        message = f"tether: the last turn's changes to {count} file(s) are undone"
+        self.app.notify("window/showMessage", {"type": _INFO, "message": message})
+        return undone.model_dump(mode="json", by_alias=True)
 
     async def new_session(self, uri: str | None = None) -> dict[str, Any]:
         """A new session for the next turns in the workspace folder of the document ``uri``
@@ -428,6 +443,15 @@ def _retrieved(future: asyncio.Future[str]) -> None:
     (its ``tether.ask`` was cancelled): no "never retrieved" warning."""
     if not future.cancelled():
         future.exception()
+
+
+def _folder_inside(document: Path | None, root: Path) -> Path | None:
+    """The folder of ``document`` when it is a folder inside ``root`` (the turn works there)."""
+    if document is None or not document.parent.is_relative_to(root):
+        return None
+    if not document.parent.is_dir():  # a document of a folder deleted since: the root's
+        return None
+    return document.parent
 
 
 def _local(uri: str | None) -> Path | None:

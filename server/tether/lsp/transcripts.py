@@ -18,6 +18,7 @@ from typing import assert_never
 
 from tether.kernel.approval import REJECTED_RESULT
 from tether.protocol.kernel import (
+    CheckpointRecorded,
     CompactionFinished,
     CompactionStarted,
     HookRun,
@@ -36,6 +37,7 @@ from tether.protocol.kernel import (
     ToolCallStatus,
     ToolCallUpdate,
 )
+from tether.protocol.plans import Plan
 
 SHOWN_PREFIX = "transcript-"
 
@@ -90,6 +92,10 @@ class Turn:
                 # (lsp/runs.py), a workspace file left out once by App.warn
             case HookRun():
                 pass  # a block shows as the call's failure; a failed hook sends a notice
+            case CheckpointRecorded():
+                pass  # the turn's edits are listed with its calls; `tether.undo` restores them
+            case Plan():
+                pass  # the plan is the session's, not the turn's: session/get gives it
             case _:
                 assert_never(event)
 

@@ -9,6 +9,7 @@ from pydantic import Field, JsonValue, field_validator
 
 from tether.protocol.base import Params, WireModel
 from tether.protocol.messages import Content, Message
+from tether.protocol.plans import Plan
 from tether.protocol.tools import ProposedChange, ToolKind
 
 
@@ -32,6 +33,11 @@ class RunParams(Params):
         default=None,
         min_length=1,
         description="the author of the messages the run writes; default: the session's agentId",
+    )
+    directory: str | None = Field(
+        default=None,
+        description="the folder inside the workspace the turn works in (relative to its root, or "
+        "absolute): the AGENTS.md files from the root down to it are read",
     )
     work_done_token: str | int | None = None
     output_schema: dict[str, Any] | None = Field(
@@ -266,6 +272,18 @@ class HookRun(WireModel):
     )
 
 
+class CheckpointRecorded(WireModel):
+    """The run changed the workspace's files and tether recorded it: ``session/rewind`` at its
+    prompt restores them. Sent again as a later step of the run widens ``files``."""
+
+    kind: Literal["checkpoint"] = "checkpoint"
+    checkpoint_id: str
+    files: list[str] = Field(default_factory=list, description="the paths changed so far")
+    skipped: list[str] | None = Field(
+        default=None, description="changed paths a size cap left untracked"
+    )
+
+
 class RunFinished(WireModel):
     kind: Literal["run_finished"] = "run_finished"
     stop_reason: StopReason
@@ -285,7 +303,9 @@ ProgressEvent = Annotated[
     | CompactionStarted
     | CompactionFinished
     | Notice
-    | HookRun,
+    | Plan
+    | HookRun
+    | CheckpointRecorded,
     Field(discriminator="kind"),
 ]
 

@@ -71,7 +71,7 @@ class SessionCapabilities(WireModel):
     durable: bool
 
 
-LSP_COMMANDS = ("tether.ask", "tether.cancel", "tether.newSession")
+LSP_COMMANDS = ("tether.ask", "tether.cancel", "tether.newSession", "tether.undo")
 """The commands of ``workspace/executeCommand`` (served by :mod:`tether.lsp`)."""
 
 LSP_CODE_ACTION_KINDS = ("quickfix", "refactor.rewrite", "source")

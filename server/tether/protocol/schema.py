@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from tether.protocol import kernel, lifecycle, messages, sessions
+from tether.protocol import checkpoints, commands, kernel, lifecycle, messages, sessions
 
 JsonSchemaMode = Literal["validation", "serialization"]
 
@@ -25,9 +25,12 @@ _INPUTS: list[type[BaseModel]] = [
     sessions.ForkSessionParams,
     sessions.ClearSessionParams,
     sessions.DeleteSessionParams,
+    checkpoints.CheckpointsParams,
+    checkpoints.RewindParams,
     kernel.RunParams,
     kernel.CancelParams,
     kernel.CompactParams,
+    commands.CommandsParams,
     kernel.PermissionResult,
     messages.MessageInput,
 ]
@@ -39,10 +42,13 @@ _OUTPUTS: list[type[BaseModel]] = [
     sessions.MessagesResult,
     sessions.AppendResult,
     sessions.DeleteResult,
+    checkpoints.CheckpointsResult,
+    checkpoints.RewindResult,
     messages.Message,
     kernel.RunResult,
     kernel.CancelResult,
     kernel.CompactResult,
+    commands.CommandsResult,
     kernel.ProgressParams,
     kernel.PermissionParams,
 ]

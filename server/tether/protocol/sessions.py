@@ -19,6 +19,7 @@ from tether.protocol.limits import (
     utf8_size,
 )
 from tether.protocol.messages import Message, MessageInput, Role
+from tether.protocol.plans import MAX_PLAN_ENTRIES, PlanEntry
 from tether.protocol.tools import McpServerSpec, unique_server_names
 
 SessionId = str
@@ -75,6 +76,9 @@ class Session(WireModel):
     permissions: ToolPermissions = Field(
         default_factory=ToolPermissions, description="the always answers the session remembers"
     )
+    plan: list[PlanEntry] | None = Field(
+        default=None, description="the steps `update_plan` last set (omitted: no plan yet)"
+    )
     parent_session_id: SessionId | None = None
     forked_from_message_id: str | None = None
     agent: str | None = Field(
@@ -88,6 +92,11 @@ class Session(WireModel):
     created_at: UtcDatetime
     updated_at: UtcDatetime
     running: bool = False
+    instructions: list[str] | None = Field(
+        default=None,
+        description="session/get only: the instruction files (AGENTS.md) a run at the workspace "
+        "root reads (omitted: none)",
+    )
 
 
 ShallowObject = Annotated[dict[str, Any] | None, BeforeValidator(shallow_json)]
@@ -112,6 +121,11 @@ class SessionFields(Params):
     mode: str | None = Field(default=None, description="ask, accept_edits or read_only")
     permissions: ToolPermissions | None = Field(
         default=None, description="the remembered always answers; replaced whole (null: none)"
+    )
+    plan: list[PlanEntry] | None = Field(
+        default=None,
+        max_length=MAX_PLAN_ENTRIES,
+        description="the session's plan; replaced whole (null: none); `update_plan` sets it",
     )
     agent: str | None = Field(
         default=None,
@@ -198,6 +212,10 @@ class ForkSessionParams(SessionRef):
     """The fork inherits the parent's fields; those given here replace them."""
 
     at_message_id: str | None = Field(default=None, description="inclusive; default: the last")
+    restore_files: bool = Field(
+        default=False,
+        description="also restore the workspace's files to that point (session/checkpoints)",
+    )
     title: str | None = None
     tools: list[str] | None = None
     allowed_models: list[str] | None = None

@@ -101,7 +101,9 @@ def _make(
     if kind == "scripted":
         if not config.script:
             raise _config_error("provider.script", "the scripted provider needs a script file")
-        return ScriptedProvider.from_file(config.script, model=config.model, sleep=pause)
+        return ScriptedProvider.from_file(
+            config.script, model=config.model, sleep=pause, record=False
+        )
     if not config.model:
         raise _config_error("provider.model", f"the {kind} provider needs a model name")
     retry = RetryPolicy(max_retries=config.max_retries, sleep=pause)

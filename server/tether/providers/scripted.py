@@ -17,8 +17,11 @@ A compaction's summary request (:mod:`tether.kernel.compaction`) takes the next 
 other, so a script plays a summary as the turn whose ``text`` is the summary; the recorded
 request tells it apart (its ``system`` is the summarizing prompt, and it offers no tools).
 
-Every request is recorded in ``requests``. A request past the end of the script raises
-:class:`ScriptExhausted`; :meth:`ScriptedProvider.assert_used_up` raises when turns are left.
+Every request is recorded in ``requests`` (``record=True``, the default, for tests that hold the
+provider; a server's own provider, which nobody can read, records none: a copy of each request's
+history would make a long session's memory grow with the square of its length). A request past
+the end of the script raises :class:`ScriptExhausted`; :meth:`ScriptedProvider.assert_used_up`
+raises when turns are left.
 """
 
 from __future__ import annotations
@@ -102,8 +105,10 @@ class ScriptedProvider(Provider):
         *,
         model: str | None = None,
         sleep: Sleep = asyncio.sleep,
+        record: bool = True,
     ) -> None:
         self.model = model
+        self.record = record
         self.turns = [
             turn if isinstance(turn, ScriptTurn) else ScriptTurn.model_validate(turn)
             for turn in turns
@@ -114,9 +119,14 @@ class ScriptedProvider(Provider):
 
     @classmethod
     def from_file(
-        cls, path: str | Path, *, model: str | None = None, sleep: Sleep = asyncio.sleep
+        cls,
+        path: str | Path,
+        *,
+        model: str | None = None,
+        sleep: Sleep = asyncio.sleep,
+        record: bool = True,
     ) -> ScriptedProvider:
-        return cls(load_script(path), model=model, sleep=sleep)
+        return cls(load_script(path), model=model, sleep=sleep, record=record)
 
     @property
     def remaining(self) -> int:
@@ -132,14 +142,15 @@ class ScriptedProvider(Provider):
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[TextDelta | Completion, None]:
         request = prepare(request, self.capabilities)
-        self.requests.append(
-            replace(
-                request,
-                messages=tuple(request.messages),
-                tools=tuple(request.tools),
-                settings=dict(request.settings),
+        if self.record:
+            self.requests.append(
+                replace(
+                    request,
+                    messages=tuple(request.messages),
+                    tools=tuple(request.tools),
+                    settings=dict(request.settings),
+                )
             )
-        )
         if self._next >= len(self.turns):
             raise ScriptExhausted(len(self.turns))
         number = self._next

@@ -27,6 +27,7 @@ from tether.protocol import (
 )
 from tether.protocol.limits import DEFAULT_LIMITS
 from tether.rpc import client_log
+from tether.rpc.checkpoint_methods import checkpoint_methods
 from tether.rpc.handlers import Handler, session_methods
 from tether.sessions import SessionStore
 from tether.sessions.ids import utcnow
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-KERNEL_METHODS = ("kernel/cancel", "kernel/run", "session/compact")
+KERNEL_METHODS = ("kernel/cancel", "kernel/run", "session/commands", "session/compact")
 
 RequestClient = Callable[[str, Any], Awaitable[Any]]
 """Sends a request to the client and returns its result (cancelling the await withdraws it)."""
@@ -52,6 +53,16 @@ buffers as the files' text)."""
 
 FaceApprover = Callable[["PermissionParams"], Awaitable["PermissionResult | None"]]
 """Asks the user about a call of a run the face started itself; None: not one of its runs."""
+
+
+@dataclass(frozen=True)
+class ClientChannel:
+    """How the App reaches the client, given once by the wire that carries it."""
+
+    notify: Notify
+    request: RequestClient
+    before_kernel: Callable[[], None] = lambda: None
+    """Called before the kernel is loaded (the background loader's imports must be done)."""
 
 
 @dataclass(frozen=True)
@@ -91,13 +102,30 @@ class App(Backend):
         self._face = face
         self.limits = DEFAULT_LIMITS  # the configuration's, once initialize has loaded it
         self.methods: dict[str, Handler] = session_methods(self.sessions, lambda: self.limits)
+        self.methods.update(
+            checkpoint_methods(self.checkpoints, self.sessions, lambda: self.limits)
+        )
         self.client: InitializeParams | None = None
-        self.notify: Notify = _nowhere
-        self.request_client: RequestClient = _no_client  # set by the wire
+        self._client: ClientChannel | None = None  # the wire's, once it is made
         self._kernel_loaded = False
-        self.before_kernel: Callable[[], None] = _nothing
-        """Called before the kernel is loaded (the background loader's imports must be done)."""
         self.run_tokens: dict[str | int, str] = {}  # work-done token -> session of its run
+
+    def attach_client(self, channel: ClientChannel) -> None:
+        """The wire's way to the client; one wire only."""
+        if self._client is not None:
+            raise RuntimeError("the App already has a wire to its client")
+        self._client = channel
+
+    def notify(self, method: str, params: Any) -> None:
+        """A notification to the client (dropped while no wire carries the App)."""
+        if self._client is not None:
+            self._client.notify(method, params)
+
+    async def request_client(self, method: str, params: Any) -> Any:
+        """A request to the client, its result (cancelling the await withdraws it)."""
+        if self._client is None:
+            raise RuntimeError(f"no client to send {method} to")
+        return await self._client.request(method, params)
 
     def attach_face(self, face: FaceHooks) -> None:
         """The hooks of a face made after the App (the LSP face, once pygls is loaded); one
@@ -157,11 +185,12 @@ class App(Backend):
         Once: later calls do nothing."""
         if self._kernel_loaded:
             return
-        self.before_kernel()
+        if self._client is not None:
+            self._client.before_kernel()
         from tether.rpc.kernel_methods import kernel_methods
 
         kernel = self.build_kernel(self._ask_permission)
-        self.methods.update(kernel_methods(kernel, self.sessions, self._notify, self.run_tokens))
+        self.methods.update(kernel_methods(kernel, self.sessions, self.notify, self.run_tokens))
         self._kernel_loaded = True
 
     async def _tools(self, config: TetherConfig, session_id: str, workspace: Path) -> ToolExecutor:
@@ -205,9 +234,6 @@ class App(Backend):
     def warn(self, message: str) -> None:
         self.notify("window/showMessage", {"type": _LSP_WARNING, "message": message})
 
-    def _notify(self, method: str, params: Any) -> None:
-        self.notify(method, params)
-
 
 _LSP_WARNING = 2  # MessageType.Warning of window/showMessage
 
@@ -216,15 +242,3 @@ def _first_workspace(params: InitializeParams) -> str | None:
     if params.workspace_folders:
         return params.workspace_folders[0].uri
     return params.root_uri or params.root_path
-
-
-def _nowhere(method: str, params: Any) -> None:
-    return None
-
-
-def _nothing() -> None:
-    return None
-
-
-async def _no_client(method: str, params: Any) -> Any:
-    raise RuntimeError(f"no client to send {method} to")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tether.kernel.kernel import Kernel
+from tether.protocol.commands import CommandsParams
 from tether.protocol.kernel import (
     CancelParams,
     CancelResult,
@@ -55,4 +56,5 @@ def kernel_methods(
         "kernel/run": handler(RunParams, run),
         "kernel/cancel": handler(CancelParams, cancel),
         "session/compact": handler(CompactParams, compact),
+        "session/commands": handler(CommandsParams, kernel.commands),
     }

@@ -13,6 +13,7 @@ from typing import Any, assert_never
 
 from tether.kernel.approval import REJECTED_RESULT
 from tether.protocol.kernel import (
+    CheckpointRecorded,
     CompactionFinished,
     CompactionStarted,
     HookRun,
@@ -30,6 +31,7 @@ from tether.protocol.kernel import (
     ToolCallStatus,
     ToolCallUpdate,
 )
+from tether.protocol.plans import Plan
 
 Notify = Callable[[str, Any], None]
 MAX_REPORT_CHARS = 80  # of a report's message: what a status line shows
@@ -39,8 +41,8 @@ class WorkDoneProgress:
     """The ``$/progress`` values of one run: ``begin`` (cancellable) at ``run_started``, a
     ``report`` per model call (``iteration N``), per line of its streamed text (the text of one
     model call never runs into the next's), per tool call (``tool <title>``) and per failed or
-    rejected call, at ``compaction_started``; ``end`` with the stop reason at ``run_finished``.
-    A report that would repeat the one before is left out."""
+    rejected call, at ``compaction_started``, per plan (``plan N/M done``); ``end`` with the stop
+    reason at ``run_finished``. A report that would repeat the one before is left out."""
 
     def __init__(self, title: str = "tether") -> None:
         self.title = title
@@ -89,12 +91,15 @@ class WorkDoneProgress:
                 return self.end(str(reason))
             case ThoughtDelta() | IterationFinished() | CompactionFinished():
                 return None  # a status line shows what is being written, not the reasoning
-            case RunWarning() | Notice():
+            case RunWarning() | Notice() | CheckpointRecorded():
                 return None  # not for a status line: kernel/progress carries them
             case HookRun(outcome="blocked", name=name):
                 return self._report(f"hook {name} blocked")
             case HookRun():
                 return None  # ran through, or failed and told with a notice
+            case Plan(entries=entries):
+                done = sum(entry.status == "completed" for entry in entries)
+                return self._report(f"plan {done}/{len(entries)} done")
             case _:
                 assert_never(event)
 

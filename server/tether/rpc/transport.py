@@ -82,11 +82,10 @@ _BACKGROUND_SWITCH_INTERVAL = 0.001
 def open_wire(app: App, lsp: LspFace) -> Wire:
     """A wire whose kernel modules are imported in the background after the handshake, and
     whose pygls server (``lsp``) is loaded in the background on first use."""
-    wire = Wire(app)
+    wire = Wire(app, before_kernel=lambda: loader.wait_for_kernel_modules())
     loader = _Loader(app, wire, lsp)
     wire.on_initialized = loader.start
     wire.on_waiting = loader.want_pygls
-    app.before_kernel = loader.wait_for_kernel_modules
     return wire
 
 

@@ -48,7 +48,7 @@ from tether.jsonrpc.router import Router
 from tether.protocol import ErrorCode, InitializeParams
 from tether.protocol.framing import Frame, FrameDecoder, FrameError
 from tether.rpc import splitparse
-from tether.rpc.app import KERNEL_METHODS, App
+from tether.rpc.app import KERNEL_METHODS, App, ClientChannel
 from tether.rpc.errors import (
     TETHER_ERRORS,
     ErrorObject,
@@ -78,12 +78,21 @@ class Dispatcher(Protocol):
 
 
 class Wire:
-    def __init__(self, app: App, on_initialized: Callable[[], None] | None = None) -> None:
-        """``on_initialized`` is called once ``initialize`` has been answered."""
+    def __init__(
+        self,
+        app: App,
+        on_initialized: Callable[[], None] | None = None,
+        before_kernel: Callable[[], None] | None = None,
+    ) -> None:
+        """``on_initialized`` is called once ``initialize`` has been answered, ``before_kernel``
+        before the App loads the kernel."""
         self._app = app
         self._methods = app.methods  # the same dict: the kernel's methods join it when loaded
-        app.notify = self.send_notification
-        app.request_client = self.request_client
+        app.attach_client(
+            ClientChannel(
+                self.send_notification, self.request_client, before_kernel or (lambda: None)
+            )
+        )
         self.on_initialized = on_initialized
         self.on_waiting: Callable[[Message], None] | None = None
         """Called with each message that waits for a dispatcher not attached yet."""

@@ -206,6 +206,7 @@ class MemoryStore:
             state=_copy_json(params.state) if params.state else {},
             mode=params.mode or DEFAULT_MODE,
             permissions=params.permissions or ToolPermissions(),
+            plan=None if params.plan is None else list(params.plan),
             agent=params.agent,
             spawned_by=spawned_by,
             created_at=now,
@@ -226,6 +227,9 @@ class MemoryStore:
         if record.encoded is None:
             record.encoded = session_json(record.session)
         return record.encoded
+
+    def workspace_of(self, session_id: str) -> str:
+        return self._record(session_id).session.workspace
 
     async def list_sessions(
         self, *, workspace: str | None, cursor: str | None, limit: int
@@ -393,6 +397,22 @@ class MemoryStore:
         record.session.updated_at = _later(record.session)
         record.encoded = None
         return self._copy(record)
+
+    async def truncate(self, session_id: str, message_id: str, *, run_id: str) -> int:
+        record = self._record(session_id)
+        self._check_writer(record, run_id)
+        keep = record.index_of(message_id)
+        if keep is None:
+            raise InvalidParams.field("messageId", "no such message in this session")
+        removed = record.total() - keep
+        # what is kept becomes an inherited prefix: forks that share the lists keep theirs
+        record.chain = cut_chain(record.chain, record.own(), len(record.messages), keep)
+        record.messages, record.positions, record.tool_call_ids = [], {}, {}
+        record.base_count = keep
+        record.session.message_count = keep
+        record.session.updated_at = _later(record.session)
+        record.encoded = None
+        return removed
 
     async def delete(self, session_id: str) -> None:
         self._check_writer(self._record(session_id), None)
@@ -563,6 +583,7 @@ def _copy_session(session: Session) -> Session:
         allowed_models=None if session.allowed_models is None else list(session.allowed_models),
         state=_copy_json(session.state),
         permissions=_copy_permissions(session.permissions),
+        plan=None if session.plan is None else list(session.plan),  # entries are not changed
         usage=_shallow_copy(session.usage),
     )
 

@@ -146,6 +146,9 @@ class OpeningStore:
     async def clear(self, session_id: str) -> SessionModel:
         return await (await self.store()).clear(session_id)
 
+    async def truncate(self, session_id: str, message_id: str, *, run_id: str) -> int:
+        return await (await self.store()).truncate(session_id, message_id, run_id=run_id)
+
     async def delete(self, session_id: str) -> None:
         await (await self.store()).delete(session_id)
 

@@ -26,7 +26,7 @@ from tether.protocol import (
     WorkspaceError,
 )
 from tether.protocol.sessions import SessionFields
-from tether.sessions.store import SessionStore, session_json
+from tether.sessions.store import SessionStore, session_json, with_instructions
 from tether.sessions.workspaces import canonical_workspace, existing_workspace
 
 
@@ -45,8 +45,8 @@ async def _all_fields_fine(workspace: str, fields: SessionFields) -> None:
 @dataclass(frozen=True, slots=True)
 class SessionHooks:
     """What the owner of the service does when a session is created, forked, or deleted (or
-    expired): release or copy what belongs to it, such as its MCP servers. Given once, when the
-    service is made."""
+    expired): release or copy what belongs to it, such as its MCP servers; and where
+    ``session/get`` finds a workspace's instruction files. Given once, when the service is made."""
 
     created: Callable[[Session, CreateSessionParams], None] = lambda session, params: None
     forked: Callable[[Session], None] = lambda session: None
@@ -54,6 +54,8 @@ class SessionHooks:
     # Refuses fields the store cannot judge (an agent profile that does not exist), before a
     # session of that workspace is created or configured with them.
     check: Callable[[str, SessionFields], Awaitable[None]] = _all_fields_fine
+    # session/get's ``instructions``: the instruction files of a workspace (none: left out)
+    instructions: Callable[[str], Awaitable[list[str] | None]] | None = None
 
 
 class SessionService:
@@ -99,11 +101,20 @@ class SessionService:
 
     async def session_json(self, session_id: str) -> bytes:
         """:meth:`get_json` of a session id (validated)."""
-        store = self.store
+        store, instructions = self.store, self._hooks.instructions
         get_json: Callable[[str], bytes] | None = getattr(store, "get_json", None)
         if get_json is not None:  # a JsonReads (isinstance of a runtime protocol costs ~7 µs)
-            return get_json(session_id)
-        return session_json(await store.get(session_id))
+            encoded = get_json(session_id)
+            if instructions is None:
+                return encoded
+            workspace: str = store.workspace_of(session_id)  # type: ignore[attr-defined]
+        else:
+            session = await store.get(session_id)
+            encoded, workspace = session_json(session), session.workspace
+            if instructions is None:
+                return encoded
+        paths = await instructions(workspace)
+        return with_instructions(encoded, paths) if paths else encoded
 
     async def list_sessions(self, params: ListSessionsParams) -> ListSessionsResult:
         workspace = canonical_workspace(params.workspace) if params.workspace else None

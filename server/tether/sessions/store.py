@@ -33,12 +33,21 @@ def session_json(session: Session) -> bytes:
     return orjson.dumps(dumped, option=orjson.OPT_UTC_Z)
 
 
+def with_instructions(encoded: bytes, paths: list[str]) -> bytes:
+    """An encoded session (a JSON object) with ``"instructions": paths`` added."""
+    return b"%s,%s:%s}" % (encoded[:-1], b'"instructions"', orjson.dumps(paths))
+
+
 class JsonReads(Protocol):
     """A store that can answer ``session/get`` already encoded (the memory store, which
     keeps the encoding of each session until it changes)."""
 
     def get_json(self, session_id: str) -> bytes:
         """``session_json(await get(session_id))``, without building the copy."""
+        ...
+
+    def workspace_of(self, session_id: str) -> str:
+        """The session's workspace (a session's never changes), without building a copy."""
         ...
 
 
@@ -133,6 +142,13 @@ class SessionStore(Protocol):
 
     async def clear(self, session_id: str) -> Session:
         """Empty the history (``SessionBusy`` while a run holds the lease)."""
+        ...
+
+    async def truncate(self, session_id: str, message_id: str, *, run_id: str) -> int:
+        """Remove ``message_id`` and every later message from the session's history; the
+        number removed. Forks keep theirs (a shared prefix never changes). A write of the holder
+        of the lease ``run_id`` (``RunLeaseLost`` otherwise, like a run's append); InvalidParams
+        on ``messageId`` when the message is not in the session."""
         ...
 
     async def delete(self, session_id: str) -> None:

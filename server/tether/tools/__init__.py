@@ -18,6 +18,7 @@ BUILTIN_TOOL_NAMES = (
     "run_command",
     "state_get",
     "state_set",
+    "update_plan",
 )
 
 _HOMES = {

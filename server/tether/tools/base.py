@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from tether.protocol.plans import PlanEntry
 from tether.protocol.tools import ProposedChange, ToolSpec
 from tether.secrets import Secrets
 from tether.tools.confinement import SandboxPolicy
@@ -35,6 +36,14 @@ class SessionStateHandle(Protocol):
 
     async def set(self, state: dict[str, Any]) -> None:
         """Replace the whole state."""
+        ...
+
+
+class SessionPlan(Protocol):
+    """The plan of the session a call runs in (``Session.plan``), for ``update_plan``."""
+
+    async def update(self, entries: list[PlanEntry]) -> None:
+        """Replace the whole plan (stored with the session; the client is told)."""
         ...
 
 
@@ -71,6 +80,7 @@ class ToolContext:
     tool_call_id: str | None = None
     progress: Callable[[str], None] = _no_progress
     state: SessionStateHandle | None = None  # the session's state, for state_get / state_set
+    plan: SessionPlan | None = None  # the session's plan, for update_plan
     # names of environment variables commands must not see (the provider's API key variable)
     hidden_env: frozenset[str] = frozenset()
     # the configured secrets: no command sees a variable whose value contains one

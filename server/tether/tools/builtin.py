@@ -9,6 +9,7 @@ from collections.abc import Collection, Sequence
 from tether.tools.base import Tool
 from tether.tools.edit_file import EditFile
 from tether.tools.list_files import ListFiles
+from tether.tools.plan import UpdatePlan
 from tether.tools.read_file import ReadFile
 from tether.tools.registry import ToolRegistry
 from tether.tools.run_command import RunCommand
@@ -19,7 +20,7 @@ from tether.tools.write_file import WriteFile
 
 def builtin_tools() -> list[Tool]:
     """A fresh instance of every built-in tool, in the order they are offered to the model
-    (read-only ones first, then the session state pair)."""
+    (read-only ones first, then the session state pair, then the plan)."""
     return [
         ReadFile(),
         ListFiles(),
@@ -28,6 +29,7 @@ def builtin_tools() -> list[Tool]:
         EditFile(),
         RunCommand(),
         *state_tools(),
+        UpdatePlan(),
     ]
 
 

@@ -164,6 +164,7 @@ test("a Fix code action runs a turn that asks, edits through applyEdit and shows
       "tether.ask",
       "tether.cancel",
       "tether.newSession",
+      "tether.undo",
     ]);
     const uri = pathToFileURL(join(project, "app.py")).href;
     const buffer = "import os\nx = 1\n";

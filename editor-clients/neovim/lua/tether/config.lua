@@ -19,6 +19,7 @@ M.defaults = {
   keymaps = {
     send = { n = '<CR>', i = '<C-s>' }, -- send the prompt area
     cancel = { n = '<C-c>' }, -- cancel the running turn
+    restore = { n = 'gR' }, -- on a prompt line: put back its turn's files, the conversation, or both
   },
 }
 

@@ -162,13 +162,17 @@ local function on_progress(params)
   if not view then
     return
   end
-  if kind == 'message_delta' then
+  if kind == 'run_started' then
+    ui.set_prompt_id(view, event.userMessageId)
+  elseif kind == 'message_delta' then
     ui.text(view, event.text)
   elseif kind == 'tool_call' then
     ui.tool_call(view, event)
     ui.proposed_diff(view, event.toolCallId, M.unified_diff(event.diff))
   elseif kind == 'tool_call_update' then
     ui.tool_update(view, event)
+  elseif kind == 'plan' then
+    ui.plan(view, event.entries)
   end
 end
 M._on_progress = on_progress -- for tests
@@ -274,6 +278,7 @@ local function open(session, empty, after)
     all_messages(session.sessionId, function(messages)
       view = ui.get(session.sessionId) or view
       ui.transcript(view, messages)
+      ui.plan(view, session.plan)
       if after then
         after(view)
       end
@@ -503,6 +508,164 @@ function M.fork(title)
   end)
 end
 
+-- Checkpoints -----------------------------------------------------------------------------
+
+--- Reload the buffers of the files a rewind wrote back or deleted (as :checktime does), so they
+--- show the disk; a buffer with unsaved changes is left to :checktime's own question.
+local function reload(paths, workspace)
+  local root = workspace and vim.uri_to_fname(workspace) or vim.fn.getcwd()
+  for _, path in ipairs(paths) do
+    local buf = vim.fn.bufnr(vim.fn.fnamemodify(root .. '/' .. path, ':p'))
+    if buf > 0 and vim.api.nvim_buf_is_loaded(buf) then
+      vim.cmd('checktime ' .. buf)
+    end
+  end
+end
+
+local function say_rewound(result)
+  local parts = {}
+  if #result.restored > 0 then
+    table.insert(parts, 'restored ' .. table.concat(result.restored, ', '))
+  end
+  if #result.removed > 0 then
+    table.insert(parts, 'removed ' .. table.concat(result.removed, ', '))
+  end
+  if (result.messagesRemoved or 0) > 0 then
+    table.insert(parts, string.format('%d messages removed', result.messagesRemoved))
+  end
+  notify(#parts > 0 and table.concat(parts, '; ') or 'nothing to restore')
+end
+
+--- session/rewind; a file changed outside tether since it was recorded (-32602 with
+--- `data.paths`) is overwritten only when the user picks "Overwrite". on_done(result) after.
+local function rewind(params, workspace, on_done)
+  with_client(function(client)
+    client:request('session/rewind', params, function(err, result)
+      local paths = err and err.code == -32602 and type(err.data) == 'table' and err.data.paths
+      if paths and not params.force then
+        vim.ui.select({ 'Overwrite', 'Cancel' }, {
+          prompt = 'tether: changed since tether wrote them: ' .. table.concat(paths, ', '),
+          kind = 'tether.rewind_conflict',
+          format_item = tostring,
+        }, function(choice)
+          if choice == 'Overwrite' then
+            rewind(vim.tbl_extend('force', params, { force = true }), workspace, on_done)
+          end
+        end)
+        return
+      elseif err then
+        notify('session/rewind: ' .. tostring(err.message), vim.log.levels.ERROR)
+        return
+      end
+      reload(vim.list_extend(vim.list_extend({}, result.restored), result.removed), workspace)
+      say_rewound(result)
+      on_done(result)
+    end)
+  end)
+end
+
+--- Draw a session's chat buffer again from session/messages (its history was rewound).
+local function redraw(session_id)
+  request('session/get', { sessionId = session_id }, function(session)
+    all_messages(session_id, function(messages)
+      local view = ui.get(session_id)
+      if view then
+        view.session = session
+        ui.clear(view)
+        ui.transcript(view, messages)
+      end
+      if state.session and state.session.sessionId == session_id then
+        state.session = session
+      end
+    end)
+  end)
+end
+
+--- :TetherUndo — put back the files the current session's last turn that changed any changed.
+function M.undo(on_done)
+  local session = state.session
+  if not session then
+    notify('no session', vim.log.levels.WARN)
+    return
+  end
+  if busy(session) then
+    return
+  end
+  request('session/checkpoints', { sessionId = session.sessionId }, function(result)
+    local last = result.checkpoints[#result.checkpoints]
+    if not last then
+      notify('no turn of this session changed files')
+      return
+    end
+    rewind({ sessionId = session.sessionId, messageId = last.messageId, files = true, history = false },
+      session.workspace, on_done or function() end)
+  end)
+end
+
+local restore_choices = {
+  { label = 'Files', files = true, history = false },
+  { label = 'Conversation', files = false, history = true },
+  { label = 'Files and conversation', files = true, history = true },
+}
+
+--- The restore key on a prompt line of a chat buffer: back to before that prompt's turn — its
+--- files (and the later turns'), the conversation from that prompt on, or both. The files it
+--- will change are listed in the question.
+function M.restore(buf, row)
+  buf = buf or vim.api.nvim_get_current_buf()
+  local view = ui.by_buffer(buf)
+  if not view then
+    notify('not a tether chat buffer', vim.log.levels.WARN)
+    return
+  end
+  row = row or (vim.api.nvim_win_get_cursor(0)[1] - 1)
+  local message_id = ui.prompt_at(view, row)
+  if not message_id then
+    notify('put the cursor on a prompt line (> ...) to restore to before it', vim.log.levels.WARN)
+    return
+  end
+  local session_id = view.session.sessionId
+  if busy(view.session) then
+    return
+  end
+  request('session/checkpoints', { sessionId = session_id }, function(result)
+    -- This turn's files and every later turn's: what a rewind at this prompt puts back.
+    local from_here = ui.prompts_from(view, message_id)
+    local files, seen = {}, {}
+    for _, checkpoint in ipairs(result.checkpoints) do
+      if from_here[checkpoint.messageId] then
+        for _, path in ipairs(checkpoint.files) do
+          if not seen[path] then
+            seen[path] = true
+            table.insert(files, path)
+          end
+        end
+      end
+    end
+    local choices = #files > 0 and restore_choices or { restore_choices[2] }
+    local what = #files > 0 and ('files it will change: ' .. table.concat(files, ', '))
+      or 'no files to restore'
+    vim.ui.select(choices, {
+      prompt = 'tether: restore to before this prompt (' .. what .. ')',
+      kind = 'tether.restore',
+      format_item = function(item)
+        return item.label
+      end,
+    }, function(choice)
+      if not choice then
+        return
+      end
+      local params = { sessionId = session_id, messageId = message_id, files = choice.files,
+        history = choice.history }
+      rewind(params, view.session.workspace, function()
+          if choice.history then
+            redraw(session_id)
+          end
+        end)
+    end)
+  end)
+end
+
 --- The chat buffer of the current session, if any.
 function M.buffer()
   local view = state.session and ui.get(state.session.sessionId)
@@ -548,6 +711,9 @@ ui.on_create = function(view)
   map(view.buf, keys.cancel, function()
     M.cancel(view.buf)
   end, 'tether: cancel the running turn')
+  map(view.buf, keys.restore, function()
+    M.restore(view.buf)
+  end, 'tether: restore to before the prompt under the cursor')
 end
 
 return M

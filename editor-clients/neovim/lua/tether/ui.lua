@@ -12,6 +12,7 @@ local views = {} -- sessionId -> view
 local by_buf = {} -- buffer -> view
 local ns = vim.api.nvim_create_namespace('tether_chat')
 local diff_ns = vim.api.nvim_create_namespace('tether_diff')
+local plan_ns = vim.api.nvim_create_namespace('tether_plan')
 
 M.SEPARATOR = '──── prompt ──── <CR> send · <C-c> cancel ────'
 local MAX_OUTPUT_LINES = 200
@@ -85,7 +86,7 @@ local function create(session)
   pcall(vim.api.nvim_buf_set_name, buf, name)
   local heading = session.title and ('# tether: ' .. session.title) or ('# tether session ' .. id:sub(1, 8))
   vim.api.nvim_buf_set_lines(buf, 0, -1, false, { heading, M.SEPARATOR, '' })
-  local view = { buf = buf, session = session, tools = {}, text_open = false }
+  local view = { buf = buf, session = session, tools = {}, prompts = {}, text_open = false }
   view.separator = vim.api.nvim_buf_set_extmark(buf, ns, 1, 0, { hl_group = 'Comment', end_col = #M.SEPARATOR })
   views[id] = view
   by_buf[buf] = view
@@ -168,13 +169,63 @@ function M.take_prompt(view)
   return text
 end
 
-function M.prompt(view, text)
+--- A prompt's `> ` lines. `message_id` is its message (session/messages' `id`); a live prompt
+--- gets it from run_started (`set_prompt_id`). The restore key finds it from any of its lines.
+function M.prompt(view, text, message_id)
   local lines = { '' }
   for _, line in ipairs(vim.split(text, '\n', { plain = true })) do
     table.insert(lines, '> ' .. line)
   end
   table.insert(lines, '')
-  append(view, lines)
+  local row = append(view, lines)
+  local mark = vim.api.nvim_buf_set_extmark(view.buf, ns, row + 1, 0, {})
+  table.insert(view.prompts, { mark = mark, count = #lines - 2, message_id = message_id })
+end
+
+--- The id of the last prompt, once its run says it (`run_started.userMessageId`).
+function M.set_prompt_id(view, message_id)
+  local last = view.prompts[#view.prompts]
+  if last and not last.message_id then
+    last.message_id = message_id
+  end
+end
+
+--- The message id of the prompt drawn on row (0-based), if that row is one of a prompt's lines.
+function M.prompt_at(view, row)
+  for _, prompt in ipairs(view.prompts) do
+    local first = mark_row(view, prompt.mark)
+    if row >= first and row < first + prompt.count then
+      return prompt.message_id
+    end
+  end
+end
+
+--- The message ids of the prompt `message_id` and of every prompt after it, as a set.
+function M.prompts_from(view, message_id)
+  local ids, found = {}, false
+  for _, prompt in ipairs(view.prompts) do
+    found = found or prompt.message_id == message_id
+    if found and prompt.message_id then
+      ids[prompt.message_id] = true
+    end
+  end
+  return ids
+end
+
+--- Empty the transcript (to draw it again from session/messages after a rewind of the history).
+function M.clear(view)
+  local row = end_row(view)
+  vim.api.nvim_buf_clear_namespace(view.buf, diff_ns, 0, row)
+  for _, item in pairs(view.tools) do
+    vim.api.nvim_buf_del_extmark(view.buf, ns, item.mark)
+  end
+  for _, prompt in ipairs(view.prompts) do
+    vim.api.nvim_buf_del_extmark(view.buf, ns, prompt.mark)
+  end
+  view.tools, view.prompts = {}, {}
+  fold_cache[view.buf] = nil
+  set_lines(view, 1, row, {})
+  view.text_open = false
 end
 
 --- Streamed text: the first piece continues the open text line, the rest become new lines.
@@ -189,6 +240,51 @@ function M.text(view, text)
     set_lines(view, row, row, parts)
   end
   view.text_open = true
+end
+
+local PLAN_MARKS = { pending = '[ ]', in_progress = '[~]', completed = '[x]' }
+local PLAN_HIGHLIGHTS = { pending = 'Normal', in_progress = 'Identifier', completed = 'Comment' }
+
+--- The session's plan (update_plan): a checklist of virtual lines just above the separator, so
+--- it stays above the prompt area and is never part of the text; replaced whole each time.
+function M.plan(view, entries)
+  if not vim.api.nvim_buf_is_loaded(view.buf) then
+    return
+  end
+  vim.api.nvim_buf_clear_namespace(view.buf, plan_ns, 0, -1)
+  if type(entries) ~= 'table' or #entries == 0 then
+    return
+  end
+  local done = 0
+  for _, entry in ipairs(entries) do
+    if entry.status == 'completed' then
+      done = done + 1
+    end
+  end
+  local lines = { { { ('Plan · %d/%d done'):format(done, #entries), 'Title' } } }
+  for _, entry in ipairs(entries) do
+    local content = tostring(entry.content):gsub('[%c]', ' ')
+    local mark = PLAN_MARKS[entry.status] or '[?]'
+    table.insert(lines, { { '  ' .. mark .. ' ' .. content, PLAN_HIGHLIGHTS[entry.status] or 'Normal' } })
+  end
+  vim.api.nvim_buf_set_extmark(view.buf, plan_ns, end_row(view), 0, { virt_lines = lines, virt_lines_above = true })
+end
+
+--- The plan shown in the view, as text lines (for tests and :TetherPlan-like uses).
+function M.plan_lines(view)
+  local marks = vim.api.nvim_buf_get_extmarks(view.buf, plan_ns, 0, -1, { details = true })
+  local lines = {}
+  for _, mark in ipairs(marks) do
+    for _, chunks in ipairs(mark[4].virt_lines or {}) do
+      local line = ''
+      for _, chunk in ipairs(chunks) do
+        line = line .. chunk[1]
+      end
+      table.insert(lines, line)
+    end
+    table.insert(lines, 'row ' .. mark[2])
+  end
+  return lines
 end
 
 --- The title a person reads for a call, for calls that come without one (from session/messages):
@@ -483,7 +579,7 @@ function M.transcript(view, messages)
       run = message.runId and new_run(message.runId) or nil
     end
     if message.role == 'user' then
-      M.prompt(view, content or '')
+      M.prompt(view, content or '', message.id)
     elseif message.role == 'assistant' then
       add_to_run(run, message, metadata)
       if content and content ~= '' then

@@ -12,6 +12,7 @@ import type {
   ContextItem,
   FromWebview,
   PermissionOutcome,
+  PlanEntry,
   ProgressEvent,
   SessionSummary,
   StopReason,
@@ -114,6 +115,7 @@ sessionsPanel.setAttribute("aria-label", "Sessions");
 const log = el("main", "log");
 log.setAttribute("aria-live", "polite");
 const empty = el("div", "empty");
+const planPanel = el("section", "plan hidden");
 const composer = el("footer", "composer");
 const chips = el("div", "chips");
 const input = el("textarea", "prompt");
@@ -155,7 +157,8 @@ function buildPage(): void {
   );
   composer.append(chips, input, tools);
   log.append(empty);
-  root.append(header, sessionsPanel, log, composer);
+  planPanel.setAttribute("aria-label", "Plan");
+  root.append(header, sessionsPanel, log, planPanel, composer);
 }
 
 // -- state -----------------------------------------------------------------------------------
@@ -171,6 +174,10 @@ interface Card {
 
 interface Turn {
   node: HTMLElement;
+  /** The prompt's message: its header gets the Restore action once its turn changed files. */
+  user: HTMLElement;
+  /** The prompt's message id (`run_started.userMessageId`, or the stored message's). */
+  messageId?: string;
   /** messageId → its Markdown block and text so far. */
   texts: Map<string, { node: HTMLElement; text: string }>;
   /** The answer the current model call is streaming: a cancellation cuts it short. */
@@ -214,7 +221,7 @@ function renderMarkdown(node: HTMLElement, text: string): void {
   node.innerHTML = markdown.render(text);
 }
 
-function newTurn(prompt: string, context: ContextItem[]): Turn {
+function newTurn(prompt: string, context: ContextItem[], messageId?: string): Turn {
   empty.remove();
   const node = el("section", "turn");
   const user = el("div", "message user");
@@ -231,10 +238,34 @@ function newTurn(prompt: string, context: ContextItem[]): Turn {
   const footer = el("div", "turn-footer");
   node.append(user, footer);
   log.append(node);
-  const turn: Turn = { node, texts: new Map(), cards: new Map(), footer };
+  const turn: Turn = { node, user, texts: new Map(), cards: new Map(), footer };
+  if (messageId) setPromptId(turn, messageId);
   state.turn = turn;
   scrollToEnd();
   return turn;
+}
+
+function setPromptId(turn: Turn, messageId: string): void {
+  turn.messageId = messageId;
+  turn.user.dataset.messageId = messageId;
+}
+
+/**
+ * The Restore action on a prompt whose turn changed files (`files`, shown in its tooltip): the
+ * extension asks what to restore (files, conversation or both) and shows the files first.
+ */
+function offerRestore(turn: Turn, files: string[]): void {
+  const messageId = turn.messageId;
+  if (!messageId || files.length === 0) return;
+  const title = `Restore to before this prompt (changed: ${files.join(", ")})`;
+  let action = turn.user.querySelector<HTMLButtonElement>("button.restore");
+  if (!action) {
+    action = button("Restore", "discard", "icon-button restore", () => post({ type: "restore", messageId }));
+    turn.user.querySelector(".who")?.append(action);
+  }
+  action.title = title;
+  action.setAttribute("aria-label", title);
+  action.dataset.files = files.join("\n");
 }
 
 function assistantBlock(turn: Turn, messageId: string): { node: HTMLElement; text: string } {
@@ -320,6 +351,10 @@ function progress(event: ProgressEvent): void {
   switch (event.kind) {
     case "run_started":
       setRunning(true);
+      if (!turn.messageId) setPromptId(turn, event.userMessageId);
+      break;
+    case "checkpoint":
+      offerRestore(turn, event.files);
       break;
     case "iteration_started":
       turn.streaming = undefined;
@@ -366,6 +401,9 @@ function progress(event: ProgressEvent): void {
       }
       break;
     }
+    case "plan":
+      showPlan(event.entries);
+      break;
     case "warning":
     case "notice": {
       const warning = el("div", "notice warning");
@@ -517,12 +555,37 @@ function showSession(message: Extract<ToWebview, { type: "session" }>): void {
   for (const item of message.items) replay(item);
   state.turn = undefined;
   setRunning(message.running);
+  showPlan(message.plan ?? []);
   scrollToEnd();
+}
+
+const PLAN_ICONS: Record<PlanEntry["status"], string> = {
+  pending: "circle-large-outline",
+  in_progress: "arrow-circle-right",
+  completed: "pass-filled",
+};
+
+/** The session's plan as a checklist above the prompt (hidden when there is none). */
+function showPlan(entries: PlanEntry[]): void {
+  const done = entries.filter((entry) => entry.status === "completed").length;
+  const heading = el("div", "plan-heading");
+  heading.append(icon("checklist"), el("span", "", `Plan · ${done}/${entries.length} done`));
+  const list = el("ol", "plan-entries");
+  for (const entry of entries) {
+    const item = el("li", `plan-entry ${entry.status}`);
+    item.dataset.status = entry.status;
+    item.append(icon(PLAN_ICONS[entry.status]), el("span", "plan-content", entry.content));
+    if (entry.priority === "high") item.append(el("span", "plan-priority", "high"));
+    list.append(item);
+  }
+  planPanel.replaceChildren(heading, list);
+  planPanel.classList.toggle("hidden", entries.length === 0);
 }
 
 function replay(item: TranscriptItem): void {
   if (item.type === "user") {
-    newTurn(item.text, item.context ?? []);
+    const turn = newTurn(item.text, item.context ?? [], item.messageId);
+    if (item.files) offerRestore(turn, item.files);
     return;
   }
   const turn = state.turn ?? newTurn("", []);

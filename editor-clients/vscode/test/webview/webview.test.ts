@@ -322,6 +322,45 @@ describe("the chat view's webview script in headless Chromium", { timeout: 300_0
     await clean();
   });
 
+  test("a prompt gets Restore once its run records a checkpoint; it posts restore with the prompt's id", async () => {
+    const stream = fixture("checkpoint");
+    const at = stream.findIndex((m) => m.type === "progress" && m.event.kind === "checkpoint");
+    const started = stream.find((m) => m.type === "progress" && m.event.kind === "run_started");
+    const messageId = started?.type === "progress" && started.event.kind === "run_started" ? started.event.userMessageId : "";
+    await feed(stream.slice(0, at));
+    const user = tab.locator(".message.user");
+    assert.equal(await user.getAttribute("data-message-id"), messageId);
+    assert.equal(await user.locator("button.restore").count(), 0, "no Restore before the turn changed a file");
+    await feed(stream.slice(at));
+    const restore = user.locator("button.restore");
+    assert.equal(await restore.textContent(), "Restore");
+    assert.equal(await restore.getAttribute("title"), "Restore to before this prompt (changed: src/app.py)");
+    await tab.screenshot({ path: join(ARTIFACTS, "webview-restore.png") });
+    await restore.click();
+    assert.deepEqual((await posted()).at(-1), { type: "restore", messageId });
+    await clean();
+  });
+
+  test("a rebuilt transcript offers Restore on the prompts whose turns changed files", async () => {
+    const [session] = fixture("restorable");
+    assert.ok(session.type === "session");
+    await feed([session]);
+    const users = tab.locator(".message.user");
+    assert.equal(await users.count(), 3);
+    const titles = await users.evaluateAll((nodes) =>
+      nodes.map((node) => node.querySelector("button.restore")?.getAttribute("title") ?? null),
+    );
+    assert.deepEqual(titles, [
+      "Restore to before this prompt (changed: notes.txt)",
+      "Restore to before this prompt (changed: src/app.py)",
+      null,
+    ]);
+    await users.first().locator("button.restore").click();
+    const first = session.items[0];
+    assert.deepEqual((await posted()).at(-1), { type: "restore", messageId: first.type === "user" ? first.messageId : "" });
+    await clean();
+  });
+
   test("Enter sends, Shift+Enter starts a new line; context buttons and chips post", async () => {
     const prompt = tab.locator(".prompt");
     await prompt.fill("first line");
@@ -342,6 +381,49 @@ describe("the chat view's webview script in headless Chromium", { timeout: 300_0
     assert.equal(await tab.textContent(".composer .chip"), "src/app.py");
     await tab.locator('.composer .chip button[title="Remove src/app.py"]').click();
     assert.deepEqual((await posted()).at(-1), { type: "detach", index: 0 });
+    await clean();
+  });
+
+  test("the plan is a checklist above the prompt, replaced by each plan event, gone with the session", async () => {
+    assert.equal(await tab.locator(".plan").isHidden(), true);
+    await feed([
+      {
+        type: "session",
+        sessionId: "s",
+        title: "t",
+        items: [],
+        running: false,
+        plan: [{ content: "Read the code", status: "in_progress", priority: "high" }],
+      },
+    ]);
+    assert.equal(await tab.textContent(".plan-heading"), "Plan · 0/1 done");
+    await feed([
+      { type: "turnStarted", prompt: "go", context: [], sessionId: "s", title: "t" },
+      {
+        type: "progress",
+        event: {
+          kind: "plan",
+          entries: [
+            { content: "Read the code", status: "completed", priority: "high" },
+            { content: "<b>Fix</b> it", status: "in_progress" },
+            { content: "Test", status: "pending" },
+          ],
+        },
+      },
+    ]);
+    assert.equal(await tab.textContent(".plan-heading"), "Plan · 1/3 done");
+    assert.deepEqual(await tab.locator(".plan-entry").evaluateAll((items) => items.map((i) => i.getAttribute("data-status"))), [
+      "completed",
+      "in_progress",
+      "pending",
+    ]);
+    assert.deepEqual(await tab.locator(".plan-content").allTextContents(), ["Read the code", "<b>Fix</b> it", "Test"]);
+    assert.equal(await tab.locator(".plan b").count(), 0);
+    const [plan, composer] = await Promise.all([tab.locator(".plan").boundingBox(), tab.locator(".composer").boundingBox()]);
+    assert.ok(plan && composer && plan.y + plan.height <= composer.y + 1, "the plan is above the prompt");
+    await tab.screenshot({ path: join(ARTIFACTS, "webview-plan.png"), fullPage: true });
+    await feed([{ type: "session", items: [], running: false }]);
+    assert.equal(await tab.locator(".plan").isHidden(), true);
     await clean();
   });
 

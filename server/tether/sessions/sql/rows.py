@@ -24,6 +24,7 @@ from tether.protocol import (
 )
 from tether.protocol.kernel import Usage
 from tether.protocol.messages import MessageContent, is_blocks
+from tether.protocol.plans import PlanEntry
 from tether.protocol.sessions import DEFAULT_MODE, SpawnedBy, ToolPermissions
 from tether.sessions.lease import Lease
 from tether.sessions.packed import trusted_message
@@ -91,6 +92,7 @@ def _session(row: Row[Any], now: datetime) -> Session:
         state=row.state,
         mode=row.mode or DEFAULT_MODE,
         permissions=ToolPermissions.model_validate(row.permissions or {}),
+        plan=None if row.plan is None else _PLAN.validate_python(row.plan),
         parent_session_id=row.parent_session_id,
         forked_from_message_id=row.forked_from_message_id,
         agent=row.agent,
@@ -101,6 +103,14 @@ def _session(row: Row[Any], now: datetime) -> Session:
         updated_at=row.updated_at,
         running=lease is not None and lease.blocks(now),
     )
+
+
+_PLAN: TypeAdapter[list[PlanEntry]] = TypeAdapter(list[PlanEntry])
+
+
+def _plan_json(plan: list[PlanEntry] | None) -> list[dict[str, Any]] | None:
+    """A plan as the ``plan`` column keeps it (None: no plan)."""
+    return None if plan is None else [entry.to_wire() for entry in plan]
 
 
 def _permissions_json(permissions: ToolPermissions | None) -> dict[str, Any] | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,7 +34,7 @@ from tether.protocol import (
     ConfigError,
 )
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 class _Micros(TypeDecorator[datetime]):
@@ -84,8 +84,9 @@ sessions_table = Table(
     Column("state", JSON, nullable=False),
     Column("mode", Text),  # version 6: NULL is "ask"
     Column("permissions", JSON(none_as_null=True)),  # version 6: the remembered answers
-    Column("agent", Text),  # version 7: the agent profile
-    Column("spawned_by", JSON(none_as_null=True)),  # version 7: a sub-agent's task call
+    Column("plan", JSON(none_as_null=True)),  # version 7: the session's plan (NULL: none)
+    Column("agent", Text),  # version 8: the agent profile
+    Column("spawned_by", JSON(none_as_null=True)),  # version 8: a sub-agent's task call
     Column("parent_session_id", _ID),
     Column("forked_from_message_id", _ID),
     Column("owner", _ID, nullable=False),
@@ -163,7 +164,11 @@ _V2_INDEXES = [Index("ix_messages_run", messages_table.c.run_id)]
 
 
 # added by the migrations after the first
-_LATER_COLUMNS = {("messages", name) for name in ("kind", "replaces", "output")}
+_LATER_COLUMNS = {
+    *(("messages", name) for name in ("kind", "replaces", "output")),
+    ("sessions", "plan"),
+    *(("sessions", name) for name in _AGENT_COLUMNS),
+}
 
 
 def _create_v1(connection: Connection) -> None:
@@ -174,8 +179,7 @@ def _create_v1(connection: Connection) -> None:
             for c in create.columns
             if (table.name, c.element.name) not in _LATER_COLUMNS
             and c.element.name not in _LEASE_COLUMNS
-            and (table.name, c.element.name)
-            not in {("sessions", n) for n in (*_MODE_COLUMNS, *_AGENT_COLUMNS)}
+            and (table.name, c.element.name) not in {("sessions", n) for n in _MODE_COLUMNS}
         ]
         connection.execute(create)
     for index in _V1_INDEXES:
@@ -187,10 +191,15 @@ def _add_run_index(connection: Connection) -> None:
         connection.execute(CreateIndex(index))
 
 
+def _add_columns(connection: Connection, table: Table, names: Sequence[str]) -> None:
+    """``ALTER TABLE ... ADD COLUMN`` for each of ``names``, as ``table`` defines them."""
+    for name in names:
+        column = CreateColumn(table.c[name]).compile(dialect=connection.dialect)
+        connection.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {column}")
+
+
 def _add_run_lease(connection: Connection) -> None:
-    for name in _LEASE_COLUMNS:
-        column = CreateColumn(sessions_table.c[name]).compile(dialect=connection.dialect)
-        connection.exec_driver_sql(f"ALTER TABLE sessions ADD COLUMN {column}")
+    _add_columns(connection, sessions_table, _LEASE_COLUMNS)
 
 
 _COMPACTION_COLUMNS = ("kind", "replaces")
@@ -198,29 +207,27 @@ _COMPACTION_COLUMNS = ("kind", "replaces")
 
 def _add_compaction(connection: Connection) -> None:
     """Messages learn ``kind`` and ``replaces`` (compaction summaries)."""
-    for name in _COMPACTION_COLUMNS:
-        column = CreateColumn(messages_table.c[name]).compile(dialect=connection.dialect)
-        connection.exec_driver_sql(f"ALTER TABLE messages ADD COLUMN {column}")
+    _add_columns(connection, messages_table, _COMPACTION_COLUMNS)
 
 
 def _add_message_output(connection: Connection) -> None:
     """Tool messages learn ``output`` (a structured result beside the text)."""
-    column = CreateColumn(messages_table.c.output).compile(dialect=connection.dialect)
-    connection.exec_driver_sql(f"ALTER TABLE messages ADD COLUMN {column}")
+    _add_columns(connection, messages_table, ["output"])
 
 
 def _add_mode(connection: Connection) -> None:
     """Sessions learn ``mode`` and ``permissions`` (the remembered always answers)."""
-    for name in _MODE_COLUMNS:
-        column = CreateColumn(sessions_table.c[name]).compile(dialect=connection.dialect)
-        connection.exec_driver_sql(f"ALTER TABLE sessions ADD COLUMN {column}")
+    _add_columns(connection, sessions_table, _MODE_COLUMNS)
+
+
+def _add_plan(connection: Connection) -> None:
+    """Sessions learn ``plan`` (the steps ``update_plan`` last set)."""
+    _add_columns(connection, sessions_table, ["plan"])
 
 
 def _add_agent(connection: Connection) -> None:
     """Sessions learn ``agent`` (their profile) and ``spawned_by`` (a sub-agent's origin)."""
-    for name in _AGENT_COLUMNS:
-        column = CreateColumn(sessions_table.c[name]).compile(dialect=connection.dialect)
-        connection.exec_driver_sql(f"ALTER TABLE sessions ADD COLUMN {column}")
+    _add_columns(connection, sessions_table, _AGENT_COLUMNS)
 
 
 MIGRATIONS: list[Callable[[Connection], None]] = [
@@ -230,6 +237,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _add_compaction,
     _add_message_output,
     _add_mode,
+    _add_plan,
     _add_agent,
 ]
 """Step ``i`` moves the schema from version ``i`` to ``i + 1`` (0: an empty database)."""

@@ -70,6 +70,7 @@ from tether.sessions.sql.rows import (
     _lease,
     _message_row,
     _permissions_json,
+    _plan_json,
     _session,
     _session_row,
 )
@@ -347,6 +348,7 @@ class SqlStore:
             "state": params.state or {},
             "mode": params.mode,
             "permissions": _permissions_json(params.permissions),
+            "plan": _plan_json(params.plan),
             "agent": params.agent,
             "spawned_by": None if spawned_by is None else spawned_by.to_wire(),
             "parent_session_id": None,
@@ -417,7 +419,11 @@ class SqlStore:
             value = getattr(changes, name)
             if name in ("settings", "metadata", "state") and value is None:
                 value = {}
-            values[name] = _permissions_json(value) if name == "permissions" else value
+            if name == "permissions":
+                value = _permissions_json(value)
+            elif name == "plan":
+                value = _plan_json(value)
+            values[name] = value
         values["updated_at"] = _later(literal(utcnow(), _Micros))
 
         def configure(connection: Connection) -> Session:
@@ -467,6 +473,43 @@ class SqlStore:
             return _session(_session_row(connection, session_id), self._clock())
 
         return await self._write(clear)
+
+    async def truncate(self, session_id: str, message_id: str, *, run_id: str) -> int:
+        def truncate(connection: Connection) -> int:
+            lease = self._locked_lease(connection, session_id)
+            if lease is None or lease.run_id != run_id:
+                _session_row(connection, session_id)  # an unknown session is SessionNotFound
+                raise RunLeaseLost(session_id, run_id)
+            row = _session_row(connection, session_id, "update")
+            chain = _chain(connection, session_id)
+            keep = _index_of(_Exec(connection), row, chain, message_id)
+            if keep is None:
+                raise InvalidParams.field("messageId", "no such message in this session")
+            # what is kept becomes an inherited prefix of the session itself, as a fork's would
+            kept = cut_chain(chain, row.owner, row.own_count, keep)
+            connection.execute(delete(segments_table).where(segments_table.c.session_id == row.id))
+            if kept:
+                connection.execute(
+                    insert(segments_table),
+                    [
+                        {"session_id": row.id, "seq": seq, "owner": owner, "upto": upto}
+                        for seq, (owner, upto) in enumerate(kept)
+                    ],
+                )
+            connection.execute(
+                update(sessions_table)
+                .where(sessions_table.c.id == session_id)
+                .values(
+                    owner=uuid7(),
+                    base_count=keep,
+                    own_count=0,
+                    updated_at=_later(literal(utcnow(), _Micros)),
+                )
+            )
+            _collect(connection, {row.owner, *(owner for owner, _ in chain)})
+            return int(row.base_count + row.own_count - keep)
+
+        return await self._write(truncate)
 
     async def delete(self, session_id: str) -> None:
         def delete(connection: Connection) -> None:
@@ -538,6 +581,7 @@ class SqlStore:
                     "state",
                     "mode",
                     "permissions",
+                    "plan",
                     "agent",
                 )
             }

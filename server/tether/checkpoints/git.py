@@ -1,0 +1,188 @@
+"""git plumbing over a checkpoint repository: a git directory of tether's own whose work tree is
+the workspace.
+
+Every command runs with ``GIT_DIR``, ``GIT_WORK_TREE`` and ``GIT_INDEX_FILE`` pointing at
+tether's files, without the user's or the system's configuration, without hooks, and with every
+``GIT_*`` variable of the environment left out: nothing of the workspace's own ``.git`` (HEAD,
+index, stash, refs, hooks, config) is read or written. The workspace's ``.gitattributes`` are
+overridden (no filter, no end-of-line conversion), so a blob is the file's bytes exactly.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tether.checkpoints.errors import CheckpointError
+
+GITLINK = "160000"
+SYMLINK = "120000"
+EXECUTABLE = "100755"
+REGULAR = "100644"
+
+_ATTRIBUTES = b"* -text -eol -filter -ident -working-tree-encoding -export-subst\n"
+_OPTIONS = (
+    ("core.hooksPath", "/dev/null"),
+    ("core.fsmonitor", "false"),
+    ("core.autocrlf", "false"),
+    ("core.safecrlf", "false"),
+    ("core.symlinks", "true"),
+    ("core.fileMode", "true"),
+    ("core.quotePath", "false"),
+    ("core.untrackedCache", "false"),
+    # every blob streamed into one pack per command (git's bulk check-in), not a file per blob:
+    # the first snapshot of 10,000 files costs ~5x less (bench/checkpoint_bench.py)
+    ("core.bigFileThreshold", "1"),
+    ("gc.auto", "0"),
+    ("maintenance.auto", "false"),
+)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A file in a tree: its git mode (``100644``, ``100755``, ``120000``) and blob id."""
+
+    mode: str
+    blob: str
+
+
+class Git:
+    """The commands of one workspace's checkpoint repository (synchronous: call on a thread)."""
+
+    def __init__(self, git_dir: Path, workspace: Path, index_file: Path) -> None:
+        self.git_dir = git_dir
+        self.workspace = workspace
+        self._env = _environment(git_dir, workspace, index_file)
+        options = list(_OPTIONS)
+        ignore = workspace / ".ignore"
+        if ignore.is_file():  # the workspace's own ignore file, beside its .gitignore files
+            options.append(("core.excludesFile", str(ignore)))
+        self._prefix = ["git"]
+        for key, value in options:
+            self._prefix += ["-c", f"{key}={value}"]
+
+    def ensure(self) -> None:
+        """Create the repository on first use (no template: no sample hooks)."""
+        if (self.git_dir / "HEAD").exists():
+            return
+        self.git_dir.mkdir(parents=True, exist_ok=True)
+        self.run(["init", "--quiet", "--template="])
+        info = self.git_dir / "info"
+        info.mkdir(exist_ok=True)
+        (info / "attributes").write_bytes(_ATTRIBUTES)
+
+    def run(self, args: Sequence[str], stdin: bytes | None = None) -> bytes:
+        """The command's stdout; CheckpointError with its stderr when it fails."""
+        try:
+            done = subprocess.run(
+                [*self._prefix, *args],
+                input=stdin,
+                capture_output=True,
+                env=self._env,
+                cwd=self.workspace,
+                check=False,
+            )
+        except FileNotFoundError as exc:
+            raise CheckpointError("git is not installed: checkpoints need it") from exc
+        if done.returncode != 0:
+            reason = done.stderr.decode(errors="replace").strip()
+            raise CheckpointError(f"git {args[0]} failed: {reason}")
+        return done.stdout
+
+    def changed_candidates(self) -> list[str]:
+        """Paths that may differ from the index: untracked ones that no ignore file excludes,
+        and tracked ones whose file changed or is gone (nested repositories left out)."""
+        out = self.run(["ls-files", "-z", "--others", "--modified", "--exclude-standard"])
+        return sorted({p for p in _split(out) if not p.endswith("/")})
+
+    def update_index(self, paths: Iterable[str]) -> None:
+        """Add each path's file to the index, or drop it when the file is gone."""
+        listing = b"".join(os.fsencode(p) + b"\0" for p in paths)
+        if listing:
+            self.run(["update-index", "--add", "--remove", "--replace", "-z", "--stdin"], listing)
+
+    def write_tree(self) -> str:
+        return self.run(["write-tree"]).decode().strip()
+
+    def read_tree(self, tree: str) -> None:
+        self.run(["read-tree", tree])
+
+    def set_entries(self, entries: Mapping[str, Entry | None]) -> None:
+        """Put these entries in the index as they are (None: removed), without any file."""
+        zero = "0" * 40
+        lines = []
+        for path, entry in entries.items():
+            if entry is None:
+                lines.append(f"0 {zero}\t{path}")
+            else:
+                lines.append(f"{entry.mode} {entry.blob}\t{path}")
+        if lines:
+            data = b"".join(os.fsencode(line) + b"\0" for line in lines)
+            self.run(["update-index", "-z", "--index-info"], data)
+
+    def tracked(self) -> list[str]:
+        return _split(self.run(["ls-files", "-z"]))
+
+    def changed_paths(self, before: str, after: str) -> list[str]:
+        """The paths whose content or mode differs between two trees (a rename is a removal
+        and an addition)."""
+        if before == after:
+            return []
+        out = self.run(["diff-tree", "-r", "-z", "--no-renames", "--name-only", before, after])
+        return sorted(_split(out))
+
+    def entries(self, tree: str, paths: Iterable[str]) -> dict[str, Entry]:
+        """The entries of ``tree`` among ``paths`` (a path not in the tree is absent)."""
+        wanted = sorted(set(paths))
+        if not wanted:
+            return {}
+        out = self.run(
+            ["--literal-pathspecs", "ls-tree", "-r", "-z", "--full-tree", tree, "--", *wanted]
+        )
+        found: dict[str, Entry] = {}
+        for record in _split(out):
+            meta, path = record.split("\t", 1)
+            mode, kind, blob = meta.split(" ")
+            if kind == "blob":
+                found[path] = Entry(mode, blob)
+        return found
+
+    def blobs(self, ids: Iterable[str]) -> dict[str, bytes]:
+        """The contents of these blobs, read in one command."""
+        wanted = sorted(set(ids))
+        if not wanted:
+            return {}
+        out = self.run(["cat-file", "--batch"], "".join(f"{b}\n" for b in wanted).encode())
+        found: dict[str, bytes] = {}
+        at = 0
+        for blob in wanted:
+            end = out.index(b"\n", at)
+            header = out[at:end].decode().split(" ")
+            if len(header) != 3:
+                raise CheckpointError(f"blob {blob} is missing from the checkpoint store")
+            size = int(header[2])
+            found[blob] = out[end + 1 : end + 1 + size]
+            at = end + 1 + size + 1
+        return found
+
+
+def _split(out: bytes) -> list[str]:
+    return [os.fsdecode(p) for p in out.split(b"\0") if p]
+
+
+def _environment(git_dir: Path, workspace: Path, index_file: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(
+        GIT_DIR=str(git_dir),
+        GIT_WORK_TREE=str(workspace),
+        GIT_INDEX_FILE=str(index_file),
+        GIT_CONFIG_GLOBAL="/dev/null",
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_TERMINAL_PROMPT="0",
+        GIT_OPTIONAL_LOCKS="0",
+        LC_ALL="C",
+    )
+    return env

@@ -1,0 +1,286 @@
+"""The checkpoint store: snapshots of a workspace's files in a git repository of tether's own, and
+the restoring of files to the state before a turn.
+
+One repository per workspace under ``<root>/workspaces/<key>/`` (its git directory, its private
+index, its lock file), one index of checkpoints for all (:mod:`tether.checkpoints.index`). Every
+tether process of the user shares them: a lock file serializes the writes of each workspace.
+Everything here is synchronous (git subprocesses, file I/O): the kernel calls it on a thread.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import stat
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tether.checkpoints.errors import CheckpointError, RewindConflict
+from tether.checkpoints.git import EXECUTABLE, GITLINK, REGULAR, SYMLINK, Entry, Git
+from tether.checkpoints.index import Checkpoint, Index
+
+DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
+DEFAULT_MAX_CHECKPOINT_BYTES = 200 * 1024 * 1024
+
+
+Stat = tuple[int, int]  # a file's size and modification time (ns)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A workspace's tracked files as a git tree; ``skipped``: files left out for a size cap,
+    with their stat; ``modes``: permission bits git does not keep (anything but 644 and 755),
+    by path."""
+
+    tree: str
+    skipped: dict[str, Stat] = field(default_factory=dict)
+    modes: dict[str, int] = field(default_factory=dict)
+
+    def skipped_since(self, before: Snapshot) -> list[str]:
+        """The files left out of either snapshot that changed between them (made, changed or
+        removed): what a rewind cannot put back."""
+        paths = self.skipped.keys() | before.skipped.keys()
+        return sorted(p for p in paths if self.skipped.get(p) != before.skipped.get(p))
+
+
+@dataclass(frozen=True)
+class Rewound:
+    restored: list[str]  # written back (edited or deleted since)
+    removed: list[str]  # created since: deleted
+
+
+class CheckpointStore:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
+    ) -> None:
+        self.root = root
+        self.max_file_bytes = max_file_bytes
+        self.max_checkpoint_bytes = max_checkpoint_bytes
+        self._index: Index | None = None
+
+    @property
+    def index(self) -> Index:
+        if self._index is None:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._index = Index(self.root / "index.db")
+        return self._index
+
+    def _git(self, workspace: Path) -> tuple[Git, Path]:
+        key = hashlib.sha256(os.fsencode(workspace)).hexdigest()[:24]
+        home = self.root / "workspaces" / key
+        home.mkdir(parents=True, exist_ok=True)
+        return Git(home / "git", workspace, home / "index"), home / "lock"
+
+    @contextmanager
+    def _locked(self, workspace: Path) -> Iterator[Git]:
+        """The workspace's repository (made on first use), its lock held: the other processes
+        wait for it."""
+        git, lock = self._git(workspace)
+        with open(lock, "a+b") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                git.ensure()
+                yield git
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    # -- recording -------------------------------------------------------------------------
+
+    def snapshot(self, workspace: Path, *, modes: bool = False) -> Snapshot:
+        """Record the workspace's files now. Only what changed since the last snapshot is read
+        (git's index keeps each file's stat). ``modes``: also note unusual permission bits."""
+        with self._locked(workspace) as git:
+            skipped = self._add_changes(git, workspace)
+            tree = git.write_tree()
+            self.index.set_last_tree(str(workspace), tree)
+            unusual = _unusual_modes(workspace, git.tracked()) if modes else {}
+        return Snapshot(tree, skipped, unusual)
+
+    def _add_changes(self, git: Git, workspace: Path) -> dict[str, Stat]:
+        """Update the index with the changed files within the caps; the paths left out."""
+        sizes: dict[str, int] = {}
+        stats: dict[str, Stat] = {}
+        for path in git.changed_candidates():
+            try:
+                info = (workspace / path).lstat()
+            except FileNotFoundError:
+                sizes[path] = 0  # gone: dropped from the index
+                continue
+            if stat.S_ISREG(info.st_mode):
+                sizes[path] = info.st_size
+                stats[path] = (info.st_size, info.st_mtime_ns)
+            elif stat.S_ISLNK(info.st_mode):
+                sizes[path] = 0
+            # anything else (a FIFO, a socket) is no file git can keep: left as it was
+        skipped = sorted(p for p, size in sizes.items() if size > self.max_file_bytes)
+        kept = {p: size for p, size in sizes.items() if size <= self.max_file_bytes}
+        total = 0
+        for path in sorted(kept, key=lambda p: kept[p]):  # the smallest first
+            total += kept[path]
+            if total > self.max_checkpoint_bytes:
+                skipped.append(path)
+        git.update_index(p for p in kept if p not in skipped)
+        return {path: stats[path] for path in sorted(skipped)}
+
+    def changed(self, workspace: Path, before: str, after: str) -> list[str]:
+        git, _ = self._git(workspace)
+        return git.changed_paths(before, after)
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        self.index.save(checkpoint)
+
+    def of_messages(self, message_ids: Sequence[str]) -> list[Checkpoint]:
+        return self.index.of_messages(message_ids)
+
+    # -- restoring -------------------------------------------------------------------------
+
+    def rewind(
+        self, workspace: Path, checkpoints: Sequence[Checkpoint], *, force: bool = False
+    ) -> Rewound:
+        """Put back every file ``checkpoints`` changed as it was before the first of them that
+        changed it. A file that differs from what tether last recorded of it is a conflict:
+        ``RewindConflict`` (nothing changed) unless ``force``."""
+        with self._locked(workspace) as git:
+            targets, modes = self._targets(git, checkpoints)
+            _refuse_outside(workspace, targets)
+            last = self.index.last_tree(str(workspace))
+            expected = git.entries(last, targets) if last is not None else {}
+            conflicts = [p for p in targets if _on_disk(workspace / p) != expected.get(p)]
+            if conflicts and not force:
+                raise RewindConflict(sorted(conflicts))
+            contents = git.blobs(e.blob for e in targets.values() if e is not None)
+            restored, removed = _apply(workspace, targets, contents, modes)
+            if last is not None:
+                git.read_tree(last)
+                git.set_entries(targets)
+                self.index.set_last_tree(str(workspace), git.write_tree())
+        return Rewound(restored, removed)
+
+    @staticmethod
+    def _targets(
+        git: Git, checkpoints: Sequence[Checkpoint]
+    ) -> tuple[dict[str, Entry | None], dict[str, int]]:
+        """Each path to put back, with its entry before the first checkpoint that changed it
+        (None: it did not exist), and the unusual modes noted then."""
+        targets: dict[str, Entry | None] = {}
+        modes: dict[str, int] = {}
+        left_out = {p for c in checkpoints for p in c.skipped}
+        for checkpoint in checkpoints:
+            fresh = [p for p in checkpoint.files if p not in targets and p not in left_out]
+            entries = git.entries(checkpoint.before, fresh)
+            for path in fresh:
+                entry = entries.get(path)
+                targets[path] = None if entry is not None and entry.mode == GITLINK else entry
+                if path in checkpoint.modes:
+                    modes[path] = checkpoint.modes[path]
+        return targets, modes
+
+
+def _refuse_outside(workspace: Path, paths: Iterable[str]) -> None:
+    """A path whose directory leads out of the workspace (through a symlink made since) is
+    never written: the rewind is refused whole."""
+    root = workspace.resolve()
+    outside = sorted(p for p in paths if not (workspace / p).parent.resolve().is_relative_to(root))
+    if outside:
+        raise CheckpointError(f"these paths lead outside the workspace: {', '.join(outside)}")
+
+
+def _on_disk(path: Path) -> Entry | None:
+    """The file at ``path`` as a tree entry (its blob id computed as git does); None when there
+    is none. A directory is an entry no tree has."""
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(info.st_mode):
+        return Entry(SYMLINK, _blob_id(os.fsencode(os.readlink(path))))
+    if not stat.S_ISREG(info.st_mode):
+        return Entry("040000", "")
+    mode = EXECUTABLE if info.st_mode & stat.S_IXUSR else REGULAR
+    return Entry(mode, _blob_id(path.read_bytes()))
+
+
+def _blob_id(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
+
+
+def _unusual_modes(workspace: Path, paths: list[str]) -> dict[str, int]:
+    """Permission bits of regular files that git would not give back (it keeps 644 or 755)."""
+    found: dict[str, int] = {}
+    for path in paths:
+        try:
+            info = (workspace / path).lstat()
+        except OSError:
+            continue
+        bits = stat.S_IMODE(info.st_mode)
+        if stat.S_ISREG(info.st_mode) and bits not in (0o644, 0o755):
+            found[path] = bits
+    return found
+
+
+def _apply(
+    workspace: Path,
+    targets: Mapping[str, Entry | None],
+    contents: Mapping[str, bytes],
+    modes: Mapping[str, int],
+) -> tuple[list[str], list[str]]:
+    restored: list[str] = []
+    removed: list[str] = []
+    for path, entry in sorted(targets.items()):
+        target = workspace / path
+        if entry is None:
+            if _remove(target):
+                removed.append(path)
+            continue
+        _write(target, entry, contents[entry.blob], modes.get(path))
+        restored.append(path)
+    for path in removed:
+        _prune_empty_parents(workspace, (workspace / path).parent)
+    return restored, removed
+
+
+def _remove(target: Path) -> bool:
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target)
+        return True
+    try:
+        target.unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _write(target: Path, entry: Entry, data: bytes, mode: int | None) -> None:
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target)
+    else:  # a new file, whatever was there (a read-only file, a symlink)
+        target.unlink(missing_ok=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if entry.mode == SYMLINK:
+        os.symlink(os.fsdecode(data), target)
+        return
+    target.write_bytes(data)
+    if mode is None:
+        mode = 0o755 if entry.mode == EXECUTABLE else 0o644
+    os.chmod(target, mode)
+
+
+def _prune_empty_parents(workspace: Path, directory: Path) -> None:
+    """Remove the directories a removed file leaves empty, up to the workspace."""
+    while directory != workspace and workspace in directory.parents:
+        try:
+            directory.rmdir()
+        except OSError:
+            return
+        directory = directory.parent
+
+
+__all__ = ["Checkpoint", "CheckpointError", "CheckpointStore", "Rewound", "Snapshot"]

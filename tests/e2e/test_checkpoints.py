@@ -1,0 +1,296 @@
+"""Checkpoints through real ``tether serve`` processes on a shared store (a SQLite file, a
+PostgreSQL database) and a shared checkpoint store: a turn's edits, new files and a command's
+changes are rewound exactly (bytes and modes), by the server that ran it or by another one; an
+older turn's rewind undoes the later ones; ``history`` removes the turn; a file changed outside
+tether is a conflict unless forced; the workspace's own ``.git`` never changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether.client import Connection, RpcError
+from tether.protocol import ErrorCode
+from tether.testing import tool_call
+
+from .conftest import SERVER, initialized, script_options
+from .test_leases import BLOCKING_TURNS, open_gate, start_blocked_run
+
+WAIT = 60.0
+
+pytestmark = pytest.mark.skipif(
+    subprocess.run(["git", "--version"], capture_output=True).returncode != 0,
+    reason="checkpoints need git",
+)
+
+FIRST_TURN = [
+    {
+        "toolCalls": [
+            tool_call("edit_file", "e1", path="app.py", old_string="1", new_string="2"),
+            tool_call("write_file", "w1", path="notes/new.md", content="# new\n"),
+        ]
+    },
+    {
+        "toolCalls": [
+            tool_call(
+                "run_command",
+                "c1",
+                command="mkdir -p build && echo out > build/out.txt && rm old.txt "
+                "&& chmod 600 run.sh && mv data.bin moved.bin",
+            )
+        ]
+    },
+    {"text": "done"},
+]
+SECOND_TURN = [
+    {"toolCalls": [tool_call("write_file", "w2", path="app.py", content="version = 3\n")]},
+    {"text": "again"},
+]
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A workspace that is a git repository of its own, with a commit, a stash and an index."""
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "app.py").write_text("version = 1\n")
+    (root / "old.txt").write_bytes(b"old\r\nbytes\x00\xff")
+    (root / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (root / "run.sh").chmod(0o750)
+    (root / "data.bin").write_bytes(bytes(range(256)))
+    (root / "private.txt").write_text("mine\n")
+    (root / "private.txt").chmod(0o600)
+    (root / ".gitignore").write_text("ignored/\n")
+    (root / "ignored").mkdir()
+    (root / "ignored" / "cache").write_text("not tracked\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    for args in (
+        ["init", "-q"],
+        ["add", "-A"],
+        ["commit", "-qm", "first"],
+    ):
+        subprocess.run([*git, *args], cwd=root, check=True)
+    (root / "app.py").write_text("version = 1  # stashed\n")
+    subprocess.run([*git, "stash", "-q"], cwd=root, check=True)
+    (root / "private.txt").write_text("mine\n")
+    subprocess.run([*git, "add", "private.txt"], cwd=root, check=True)
+    return root
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    if request.param == "sqlite":
+        return {"TETHER_SESSIONS_STORE": "sqlite", "TETHER_SESSIONS_PATH": str(tmp_path / "s.db")}
+    return {"TETHER_SESSIONS_STORE": request.getfixturevalue("postgres_url")}
+
+
+Spawn = Callable[[str, list[dict[str, Any]]], Awaitable[Connection]]
+
+
+@pytest.fixture
+async def spawn(project: Path, store_env: dict[str, str], tmp_path: Path) -> AsyncIterator[Spawn]:
+    """Servers on the shared session store and the shared checkpoint store."""
+    started: list[Connection] = []
+
+    async def start(name: str, turns: list[dict[str, Any]]) -> Connection:
+        connection = await Connection.spawn(SERVER, env=store_env)
+        started.append(connection)
+        options = script_options(
+            project,
+            turns,
+            name=name,
+            tools={"approval": "auto", "sandbox": "off"},
+            checkpoints={"path": str(tmp_path / "checkpoints")},
+        )
+        await initialized(connection, project, options)
+        return connection
+
+    yield start
+    for connection in started:
+        await connection.close()
+
+
+def files_of(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file outside ``.git`` with its bytes and permission bits."""
+    found: dict[str, tuple[bytes, int]] = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if rel == ".git" or rel.startswith(".git/") or not path.is_file():
+            continue
+        found[rel] = (path.read_bytes(), stat.S_IMODE(path.stat().st_mode))
+    return found
+
+
+def git_state(root: Path) -> dict[str, bytes]:
+    """The user's repository as bytes: HEAD, index, refs, stash, reflogs, config."""
+    git = root / ".git"
+    return {
+        path.relative_to(git).as_posix(): path.read_bytes()
+        for path in sorted(git.rglob("*"))
+        if path.is_file() and not path.relative_to(git).as_posix().startswith("objects/")
+    } | {"objects": "\n".join(sorted(p.name for p in (git / "objects").rglob("*"))).encode()}
+
+
+async def run_turn(server: Connection, sid: str, prompt: str) -> tuple[str, list[dict[str, Any]]]:
+    """Run a turn; its prompt's message id and its progress events."""
+    result = await asyncio.wait_for(
+        server.request("kernel/run", {"sessionId": sid, "prompt": prompt}), WAIT
+    )
+    events = []
+    while not server.notifications.empty():
+        method, params = server.notifications.get_nowait()
+        if method == "kernel/progress" and params["runId"] == result["runId"]:
+            events.append(params["event"])
+    [started] = [e for e in events if e["kind"] == "run_started"]
+    return started["userMessageId"], events
+
+
+async def test_a_turn_is_rewound_exactly_by_its_server_and_by_another_one(
+    spawn: Spawn, project: Path
+) -> None:
+    pristine, repository = files_of(project), git_state(project)
+    a = await spawn("a", FIRST_TURN)
+    sid = (await a.request("session/create", {}))["sessionId"]
+    prompt, events = await run_turn(a, sid, "change things")
+
+    [*_, recorded] = [e for e in events if e["kind"] == "checkpoint"]
+    changed = [
+        "app.py",
+        "build/out.txt",
+        "data.bin",
+        "moved.bin",
+        "notes/new.md",
+        "old.txt",
+        "run.sh",
+    ]
+    assert recorded["files"] == changed
+    [checkpoint] = (await a.request("session/checkpoints", {"sessionId": sid}))["checkpoints"]
+    assert checkpoint["checkpointId"] == recorded["checkpointId"]
+    assert (checkpoint["messageId"], checkpoint["files"]) == (prompt, changed)
+    assert files_of(project) != pristine
+    assert git_state(project) == repository
+
+    b = await spawn("b", [])
+    rewound = await b.request("session/rewind", {"sessionId": sid, "messageId": prompt})
+    assert rewound == {
+        "restored": ["app.py", "data.bin", "old.txt", "run.sh"],
+        "removed": ["build/out.txt", "moved.bin", "notes/new.md"],
+        "messagesRemoved": 0,
+    }
+    assert files_of(project) == pristine  # run.sh is 750 again
+    assert not (project / "build").exists() and not (project / "notes").exists()
+    assert (project / "ignored" / "cache").read_text() == "not tracked\n"
+    assert git_state(project) == repository
+    history = (await a.request("session/messages", {"sessionId": sid}))["messages"]
+    assert history[0]["id"] == prompt  # files only: the history stays
+
+
+async def test_rewinding_an_older_turn_undoes_the_later_ones_and_history_removes_them(
+    spawn: Spawn, project: Path
+) -> None:
+    pristine, repository = files_of(project), git_state(project)
+    a = await spawn("a", FIRST_TURN + SECOND_TURN)
+    sid = (await a.request("session/create", {}))["sessionId"]
+    first, _ = await run_turn(a, sid, "change things")
+    after_first = files_of(project)
+    second, _ = await run_turn(a, sid, "change again")
+    assert (project / "app.py").read_text() == "version = 3\n"
+    checkpoints = (await a.request("session/checkpoints", {"sessionId": sid}))["checkpoints"]
+    assert [c["messageId"] for c in checkpoints] == [first, second]
+
+    undone = await a.request("session/rewind", {"sessionId": sid, "messageId": second})
+    assert (undone["restored"], undone["removed"]) == (["app.py"], [])
+    assert files_of(project) == after_first
+
+    rewound = await a.request(
+        "session/rewind", {"sessionId": sid, "messageId": first, "history": True}
+    )
+    assert rewound["messagesRemoved"] == 7 + 4  # both turns
+    assert files_of(project) == pristine
+    session = await a.request("session/get", {"sessionId": sid})
+    assert session["messageCount"] == 0
+    assert (await a.request("session/checkpoints", {"sessionId": sid}))["checkpoints"] == []
+    assert git_state(project) == repository
+
+
+async def test_a_file_changed_outside_tether_is_a_conflict_unless_forced(
+    spawn: Spawn, project: Path
+) -> None:
+    a = await spawn("a", FIRST_TURN)
+    sid = (await a.request("session/create", {}))["sessionId"]
+    prompt, _ = await run_turn(a, sid, "change things")
+    (project / "app.py").write_text("edited by hand\n")
+    before = files_of(project)
+
+    with pytest.raises(RpcError) as refused:
+        await a.request("session/rewind", {"sessionId": sid, "messageId": prompt})
+    assert refused.value.code == ErrorCode.INVALID_PARAMS
+    assert refused.value.data["paths"] == ["app.py"]
+    assert files_of(project) == before  # nothing changed
+
+    forced = {"sessionId": sid, "messageId": prompt, "force": True}
+    assert "app.py" in (await a.request("session/rewind", forced))["restored"]
+    assert (project / "app.py").read_text() == "version = 1\n"
+
+
+async def test_rewind_errors_name_the_session_and_the_message(spawn: Spawn, project: Path) -> None:
+    a = await spawn("a", [{"text": "hello"}])
+    sid = (await a.request("session/create", {}))["sessionId"]
+    await run_turn(a, sid, "hi")
+    [_, answer] = (await a.request("session/messages", {"sessionId": sid}))["messages"]
+
+    with pytest.raises(RpcError) as unknown:
+        await a.request("session/rewind", {"sessionId": "nope", "messageId": answer["id"]})
+    assert unknown.value.code == ErrorCode.SESSION_NOT_FOUND
+    with pytest.raises(RpcError) as not_a_prompt:
+        await a.request("session/rewind", {"sessionId": sid, "messageId": answer["id"]})
+    assert not_a_prompt.value.code == ErrorCode.INVALID_PARAMS
+    assert not_a_prompt.value.data["fields"][0]["field"] == "messageId"
+
+
+async def test_a_fork_restoring_files_goes_back_to_its_fork_point(
+    spawn: Spawn, project: Path
+) -> None:
+    a = await spawn("a", FIRST_TURN + SECOND_TURN)
+    sid = (await a.request("session/create", {}))["sessionId"]
+    await run_turn(a, sid, "change things")
+    after_first = files_of(project)
+    second, _ = await run_turn(a, sid, "change again")
+    history = (await a.request("session/messages", {"sessionId": sid}))["messages"]
+    end_of_first = history[[m["id"] for m in history].index(second) - 1]
+
+    fork = await a.request(
+        "session/fork",
+        {"sessionId": sid, "atMessageId": end_of_first["id"], "restoreFiles": True},
+    )
+    assert fork["messageCount"] == len(history) - 4  # the second turn left out
+    assert files_of(project) == after_first
+
+
+async def test_a_rewind_is_refused_while_a_run_of_another_server_holds_the_session(
+    spawn: Spawn, project: Path
+) -> None:
+    os.mkfifo(project / "gate")
+    a = await spawn("a", FIRST_TURN + BLOCKING_TURNS)
+    b = await spawn("b", [])
+    sid = (await a.request("session/create", {}))["sessionId"]
+    prompt, _ = await run_turn(a, sid, "change things")
+    run, _ = await start_blocked_run(a, sid)
+    try:
+        with pytest.raises(RpcError) as busy:
+            await b.request("session/rewind", {"sessionId": sid, "messageId": prompt})
+        assert busy.value.code == ErrorCode.SESSION_BUSY
+        assert (project / "app.py").read_text() == "version = 2\n"  # nothing changed
+    finally:
+        await open_gate(project)
+    await asyncio.wait_for(run, WAIT)
+    rewound = await b.request("session/rewind", {"sessionId": sid, "messageId": prompt})
+    assert "app.py" in rewound["restored"]
