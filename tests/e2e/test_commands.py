@@ -83,11 +83,12 @@ async def test_session_commands_lists_the_built_ins_the_users_and_the_workspaces
         "compact",
         "mode",
         "plan",
+        "agent",
         "help",
         "git:commit",
         "review",
     ]
-    assert {c["source"] for c in result["commands"][:4]} == {"builtin"}
+    assert {c["source"] for c in result["commands"][:5]} == {"builtin"}
     assert listed["review"] == {
         "name": "review",
         "description": "Review a file",

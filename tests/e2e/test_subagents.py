@@ -4,6 +4,7 @@ endpoint (what each model request carried is what the test reads)."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -49,10 +50,10 @@ def config_home(tmp_path: Path) -> Path:
     return tmp_path / "config"
 
 
-@pytest.fixture
-async def connection(
-    endpoint: ModelServer, project: Path, config_home: Path
-) -> AsyncIterator[Connection]:
+async def start(
+    endpoint: ModelServer, project: Path, config_home: Path, **options: Any
+) -> Connection:
+    """A server on the loopback endpoint, with the editor's settings ``options`` added."""
     connection = await Connection.spawn(
         SERVER, env={"OPENAI_API_KEY": "sk-test", "XDG_CONFIG_HOME": str(config_home)}
     )
@@ -65,10 +66,19 @@ async def connection(
                 "provider": provider,
                 "kernel": {"systemPrompt": "You are the main agent."},
                 "tools": {"approval": "auto"},
+                **options,
             },
         },
     )
     connection.notify("initialized", {})
+    return connection
+
+
+@pytest.fixture
+async def connection(
+    endpoint: ModelServer, project: Path, config_home: Path
+) -> AsyncIterator[Connection]:
+    connection = await start(endpoint, project, config_home)
     yield connection
     await connection.close()
 
@@ -320,3 +330,120 @@ async def test_cancelling_a_sub_agent_s_session_stops_it_alone(
         "runId": call["output"]["runId"],
         "stopReason": "cancelled",
     }
+
+
+async def test_slash_agent_lists_the_profiles_and_sets_one_without_a_model_call(
+    connection: Connection, endpoint: ModelServer
+):
+    sid = (await connection.request("session/create", {}))["sessionId"]
+    listed = await connection.request("session/commands", {"sessionId": sid})
+    assert "agent" in [c["name"] for c in listed["commands"] if c["source"] == "builtin"]
+
+    shown = await connection.request("kernel/run", {"sessionId": sid, "prompt": "/agent"})
+    assert shown["response"].splitlines() == [
+        "The session runs under none. Agent profiles:",
+        "- reviewer: Reviews code, never edits it (user)",
+    ]
+    chosen = await connection.request("kernel/run", {"sessionId": sid, "prompt": "/agent reviewer"})
+    assert chosen["response"] == "The session now runs under the agent profile reviewer."
+    assert (await connection.request("session/get", {"sessionId": sid}))["agent"] == "reviewer"
+    shown = await connection.request("kernel/run", {"sessionId": sid, "prompt": "/agent"})
+    assert shown["response"].endswith("(user) (current)")
+
+    with pytest.raises(RpcError) as unknown:
+        await connection.request("kernel/run", {"sessionId": sid, "prompt": "/agent nobody"})
+    assert unknown.value.code == ErrorCode.INVALID_PARAMS
+    assert unknown.value.data["agent"] == "nobody"
+    assert "known: reviewer" in unknown.value.message
+    assert (await connection.request("session/get", {"sessionId": sid}))["agent"] == "reviewer"
+    assert endpoint.requests == []
+    messages = await connection.request("session/messages", {"sessionId": sid})
+    assert messages["messages"] == []  # a built-in stores nothing
+
+
+async def test_a_sub_agent_s_prompt_is_never_a_slash_command(
+    connection: Connection, endpoint: ModelServer
+):
+    endpoint.push(
+        Reply(tool_calls=[Call("task", {"prompt": "/agent reviewer"}, id="t1")]),
+        Reply(text="I was asked for /agent."),
+        Reply(text="done"),
+    )
+    sid = (await connection.request("session/create", {}))["sessionId"]
+    result = await connection.request("kernel/run", {"sessionId": sid, "prompt": "go"})
+    [call] = result["toolCalls"]
+    assert call["result"] == "I was asked for /agent."
+    assert user_texts(endpoint.requests[1]) == ["/agent reviewer"]
+    child = await connection.request("session/get", {"sessionId": call["output"]["sessionId"]})
+    assert "agent" not in child
+
+
+async def test_a_sub_agent_s_edit_is_checkpointed_in_its_session_and_rewinding_the_parent_undoes_it(
+    connection: Connection, endpoint: ModelServer, project: Path
+):
+    write = {"path": "notes.txt", "content": "the answer is 43\n"}
+    endpoint.push(
+        Reply(tool_calls=[Call("task", {"prompt": "fix the notes"}, id="t1")]),
+        Reply(tool_calls=[Call("write_file", write, id="w1")]),
+        Reply(text="fixed"),
+        Reply(text="the notes are fixed"),
+    )
+    sid = (await connection.request("session/create", {}))["sessionId"]
+    result = await connection.request("kernel/run", {"sessionId": sid, "prompt": "fix it"})
+    assert (project / "notes.txt").read_text() == "the answer is 43\n"
+    child_id = result["toolCalls"][0]["output"]["sessionId"]
+    events = progress_of(connection)
+    recorded = {p["sessionId"] for p in events if p["event"]["kind"] == "checkpoint"}
+    assert recorded == {sid, child_id}
+
+    [child_checkpoint] = (await connection.request("session/checkpoints", {"sessionId": child_id}))[
+        "checkpoints"
+    ]
+    [parent_checkpoint] = (await connection.request("session/checkpoints", {"sessionId": sid}))[
+        "checkpoints"
+    ]
+    assert child_checkpoint["files"] == parent_checkpoint["files"] == ["notes.txt"]
+    [started] = [
+        p["event"] for p in events if p["sessionId"] == sid and p["event"]["kind"] == "run_started"
+    ]
+    assert parent_checkpoint["messageId"] == started["userMessageId"]
+
+    rewound = await connection.request(
+        "session/rewind", {"sessionId": sid, "messageId": parent_checkpoint["messageId"]}
+    )
+    assert rewound["restored"] == ["notes.txt"]
+    assert (project / "notes.txt").read_text() == "the answer is 42\n"
+
+
+async def test_a_sub_agent_s_tool_calls_go_through_the_user_s_hooks(
+    endpoint: ModelServer, project: Path, config_home: Path, tmp_path: Path
+):
+    script = tmp_path / "blocker.py"
+    script.write_text(
+        "import json, sys\n"
+        "payload = json.load(sys.stdin)\n"
+        "print(f\"no writes from session {payload['session_id']}\", file=sys.stderr)\n"
+        "sys.exit(2)\n"
+    )
+    hooks = {"pre_tool_use": [{"matcher": "write_file", "command": f"{sys.executable} {script}"}]}
+    write = {"path": "notes.txt", "content": "overwritten\n"}
+    endpoint.push(
+        Reply(tool_calls=[Call("task", {"prompt": "overwrite the notes"}, id="t1")]),
+        Reply(tool_calls=[Call("write_file", write, id="w1")]),
+        Reply(text="I was not allowed to."),
+        Reply(text="it could not"),
+    )
+    connection = await start(endpoint, project, config_home, hooks=hooks)
+    try:
+        sid = (await connection.request("session/create", {}))["sessionId"]
+        result = await connection.request("kernel/run", {"sessionId": sid, "prompt": "go"})
+        events = progress_of(connection)
+    finally:
+        await connection.close()
+    child_id = result["toolCalls"][0]["output"]["sessionId"]
+    assert (project / "notes.txt").read_text() == "the answer is 42\n"
+    [blocked] = [p for p in events if p["event"]["kind"] == "hook"]
+    assert blocked["sessionId"] == child_id and blocked["parentRunId"] == result["runId"]
+    assert blocked["event"]["outcome"] == "blocked"
+    tool_results = [m for m in endpoint.requests[2].body["messages"] if m["role"] == "tool"]
+    assert tool_results[0]["content"] == f"no writes from session {child_id}"

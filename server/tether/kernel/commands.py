@@ -37,9 +37,10 @@ import shlex
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tether.config import user_config_path
+from tether.kernel.agents import AgentProfile
 from tether.kernel.frontmatter import (
     FrontMatterError,
     RawValue,
@@ -110,6 +111,8 @@ class CommandHost:
     store: SessionStore
     compact: Callable[[Emit], Awaitable[CompactResult]]  # session/compact, its events to Emit
     commands: Callable[[], Awaitable[list[CommandInfo]]]  # every command of the session
+    profiles: Callable[[], Awaitable[list[AgentProfile]]]  # those the session may run under
+    set_agent: Callable[[str], Awaitable[object]]  # runs the session under one (-32602)
     relay: Emit = _no_events  # into the command's run's events (set by answer)
 
 
@@ -162,6 +165,24 @@ async def _plan(host: CommandHost, arguments: str) -> str:
     return "Plan:\n" + checklist(entries)
 
 
+async def _agent(host: CommandHost, arguments: str) -> str:
+    name = arguments.strip()
+    if name:
+        await host.set_agent(name)  # -32602 naming it when there is no such profile
+        return f"The session now runs under the agent profile {name}."
+    profiles = await host.profiles()
+    current = host.session.agent
+    now = f"The session runs under {current}." if current else "The session runs under none."
+    if not profiles:
+        return f"{now} There is no agent profile (.tether/agents/NAME.md)."
+    lines = [f"{now} Agent profiles:"]
+    for profile in profiles:
+        mark = " (current)" if profile.name == current else ""
+        described = f": {profile.description}" if profile.description else ""
+        lines.append(f"- {profile.name}{described} ({profile.source}){mark}")
+    return "\n".join(lines)
+
+
 async def _compact(host: CommandHost, arguments: str) -> str:
     result = await host.compact(host.relay)
     if not result.compacted:
@@ -173,6 +194,7 @@ BUILTINS: tuple[Builtin, ...] = (
     Builtin("compact", "Summarize the older turns now, to free the context", _compact),
     Builtin("mode", "Show or set the session's mode", _mode, " | ".join(MODES)),
     Builtin("plan", "Show the session's plan", _plan),
+    Builtin("agent", "List the agent profiles, or run the session under one", _agent, "[name]"),
     Builtin("help", "List the commands", _help),
 )
 """The built-in commands, one line each (a new one: its line, and what it needs on the host)."""
@@ -503,12 +525,21 @@ Compactor = Callable[[CompactParams, Emit, str], Awaitable[CompactResult]]
 """The kernel's compaction of a session (params, emit, the run id), under a lease taken."""
 
 
+class AgentChoice(Protocol):
+    """The kernel's agent profiles, as ``/agent`` uses them."""
+
+    async def session_profiles(self, session: Session) -> list[AgentProfile]: ...
+
+    async def set_agent(self, session_id: str, agent: str | None) -> Session: ...
+
+
 class SlashCommands:
     """The commands of the kernel's sessions: listed, resolved from a prompt, answered."""
 
-    def __init__(self, store: SessionStore, compact: Compactor) -> None:
+    def __init__(self, store: SessionStore, compact: Compactor, agents: AgentChoice) -> None:
         self._store = store
         self._compact = compact
+        self._agents = agents
         self._user_dir = user_commands_dir()  # the environment of the process, as it started
 
     async def listing(self, session: Session) -> CommandsResult:
@@ -544,6 +575,8 @@ class SlashCommands:
             store=self._store,
             compact=lambda relay: self._compact(compact, relay, run_id),
             commands=listing,
+            profiles=lambda: self._agents.session_profiles(session),
+            set_agent=lambda name: self._agents.set_agent(session.session_id, name),
         )
         return await answer(call.builtin, call.called, host, emit, run_id)
 

@@ -161,7 +161,7 @@ class Kernel:
         self._handles: dict[str, list[RunHandle]] = {}
         # session -> the ends of its runs in this process (each done once the lease is given back)
         self._ends: dict[str, list[asyncio.Future[None]]] = {}
-        self._slash = slash.SlashCommands(store, self._compact)
+        self._slash = slash.SlashCommands(store, self._compact, self)
 
     def is_running(self, session_id: str) -> bool:
         return session_id in self._runs
@@ -321,6 +321,13 @@ class Kernel:
         """The profiles a session of ``workspace`` may run under (reads files)."""
         return self._profiles.list(workspace)
 
+    async def session_profiles(self, session: Session) -> list[AgentProfile]:
+        """The profiles ``session`` may run under (read on a thread, when there may be any)."""
+        folder = _local_workspace(session)
+        if self._profiles.surely_none(folder):
+            return []
+        return await asyncio.to_thread(self._profiles.list, folder)
+
     async def compact(self, params: CompactParams, emit: Emit) -> CompactResult:
         """``session/compact``: summarize the session's older turns now, under a lease like a
         run's (``SessionBusy`` while a run holds the session)."""
@@ -401,7 +408,7 @@ class Kernel:
         session: Session | None = None
         try:
             session = await self._store.get(params.session_id)
-            command = await self._slash.resolve(session, params)
+            command = await self._command(session, params)
             if isinstance(command, slash.BuiltinCall):  # answered without a model call
                 return await self._slash.answer(command, session, run_id, emit)
             plan = StorePlan(self._store, session.session_id)
@@ -428,6 +435,15 @@ class Kernel:
         if title_later:
             await self._title(session.session_id, params.prompt)
         return result
+
+    async def _command(
+        self, session: Session, params: RunParams
+    ) -> slash.BuiltinCall | slash.Expanded:
+        """What the prompt asks for (:meth:`SlashCommands.resolve`). A sub-agent's prompt is
+        the text its parent's model wrote, never a slash command."""
+        if session.session_id in self._lineages:
+            return slash.Expanded(params, None)
+        return await self._slash.resolve(session, params)
 
     async def commands(self, params: CommandsParams) -> CommandsResult:
         """``session/commands``: the slash commands the session's prompts may start with."""

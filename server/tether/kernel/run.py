@@ -519,8 +519,7 @@ class Run:
         self._announce(calls, changes)
         recorder = self._setup.checkpoints
         if recorder is not None:
-            kinds = [self._kinds.get(call.id, ToolKind.OTHER) for call in calls]
-            await recorder.before(kinds, self._emit)
+            await recorder.before([self._recorded_kind(call) for call in calls], self._emit)
         try:
             async with asyncio.TaskGroup() as group:  # one failing cancels the others
                 for call in calls:
@@ -528,6 +527,13 @@ class Run:
         finally:
             if recorder is not None:  # what the calls changed, even when cancelled
                 await asyncio.shield(recorder.after(self._prompt_id, self._emit))
+
+    def _recorded_kind(self, call: ToolCall) -> ToolKind:
+        """The call's kind as checkpoints see it: a ``task`` call's sub-agent may edit and
+        execute (its own session records that too; the parent's turn covers it as well)."""
+        if call.name == TASK_TOOL and self._setup.subagents is not None:
+            return ToolKind.EXECUTE
+        return self._kinds.get(call.id, ToolKind.OTHER)
 
     async def _before_tool(self, hooks: Hooks, call: ToolCall) -> ToolCall:
         """``pre_tool_use``: the call as its hooks leave it (``updatedInput``); a block is kept
