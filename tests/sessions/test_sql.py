@@ -423,3 +423,49 @@ async def test_a_version_6_database_gets_the_plan_column_and_its_sessions_have_n
         await store.aclose()
     assert old.plan is None
     assert changed.plan == plan == fork.plan
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_version_7_database_gets_the_agent_columns_and_keeps_its_plans(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = (
+        sqlite_url(tmp_path / "v7.db")
+        if kind == "sqlite"
+        else request.getfixturevalue("postgres_url")
+    )
+    engine = create_engine(url)
+    plan = [PlanEntry(content="Migrate", status="in_progress")]
+    with engine.begin() as connection:
+        migrate(connection, target=7)
+        columns = {c["name"] for c in inspect(connection).get_columns("sessions")}
+        assert "plan" in columns and not {"agent", "spawned_by"} & columns
+        now = datetime.now(UTC)
+        connection.execute(
+            insert(sessions_table).values(
+                id="old",
+                workspace=WORKSPACE,
+                settings={},
+                metadata={},
+                state={},
+                plan=[entry.to_wire() for entry in plan],
+                owner="old",
+                base_count=0,
+                own_count=0,
+                input_tokens=0,
+                output_tokens=0,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+    engine.dispose()
+    store = await SqlStore.open(url)  # migrates
+    try:
+        old = await store.get("old")
+        changed = await store.configure(
+            "old", ConfigureSessionParams(session_id="old", agent="reviewer")
+        )
+    finally:
+        await store.aclose()
+    assert (old.agent, old.spawned_by, old.plan) == (None, None, plan)
+    assert (changed.agent, changed.plan) == ("reviewer", plan)
