@@ -103,3 +103,27 @@ async def test_a_custom_command_prompt_reaches_the_model_expanded(
     assert response.stop_reason == "end_turn"
     replayed = [u["content"]["text"] for u in updates if u["sessionUpdate"] == "user_message_chunk"]
     assert replayed == ["Explain README.md in one line."]
+
+
+async def test_an_agent_command_lists_the_profiles_and_sets_one(
+    setup: Setup, project: Path
+) -> None:
+    write(
+        project / ".tether" / "agents" / "reviewer.md",
+        "---\ndescription: Reviews, never edits\n---\nYou review.\n",
+    )
+    setup.script([])  # a model call would fail the turn
+    async with setup.agent() as agent:
+        session = await agent.conn.new_session(cwd=str(project), mcp_servers=[])
+        sid = session.session_id
+        shown = await agent.conn.prompt(session_id=sid, prompt=[text_block("/agent")])
+        chosen = await agent.conn.prompt(session_id=sid, prompt=[text_block("/agent reviewer")])
+        updates = agent.wire.updates(sid)
+
+    assert shown.stop_reason == chosen.stop_reason == "end_turn"
+    chunks = [u["content"]["text"] for u in updates if u["sessionUpdate"] == "agent_message_chunk"]
+    assert chunks == [
+        "The session runs under none. Agent profiles:\n"
+        "- reviewer: Reviews, never edits (workspace)",
+        "The session now runs under the agent profile reviewer.",
+    ]
