@@ -229,3 +229,30 @@ def test_reasoning_is_folded_under_its_line_and_the_answer_follows(
         "Hello!",
     ]
     assert lines[1] == [3, 4, -1]
+
+
+def test_a_store_is_seen_however_config_toml_spells_it(
+    start_editor: StartEditor, tmp_path: Path
+) -> None:
+    editor = start_editor([])
+    files = {
+        "table": '[sessions]\nttl = "30d"\nstore = "sqlite:///x.db"\n',
+        "dotted": 'sessions.store = "memory"\n',
+        "inline": 'sessions = { store = "memory" }\n',
+        "other table": '[provider]\nstore = "x"\n[sessions]\nttl = "1d"\n',
+        "sub-table": '[sessions.extra]\nstore = "x"\n',
+        "commented": '[sessions]\n# store = "memory"\n',
+    }
+    seen = {}
+    for name, text in files.items():
+        path = tmp_path / f"{name}.toml"
+        path.write_text(text)
+        seen[name] = editor.lua("return require('tether.config').file_sets_store(...)", str(path))
+    assert seen == {
+        "table": True,
+        "dotted": True,
+        "inline": True,
+        "other table": False,
+        "sub-table": False,
+        "commented": False,
+    }
