@@ -18,7 +18,7 @@ import pytest
 pynvim = pytest.importorskip("pynvim", reason="pynvim is not installed (pip install -e '.[dev]')")
 
 REPO = Path(__file__).resolve().parents[2]
-PLUGIN = REPO / "editor-clients" / "neovim"
+PLUGIN = REPO  # lua/, plugin/, doc/, syntax/ at the root, as plugin managers want them
 SERVER = [sys.executable, "-m", "tether", "serve"]
 
 
@@ -146,7 +146,10 @@ def start_editor(
     editors: list[Editor] = []
 
     def start(
-        turns: list[dict[str, Any]], approval: str = "ask", cmd: list[str] | None = None
+        turns: list[dict[str, Any]],
+        approval: str = "ask",
+        cmd: list[str] | None = None,
+        options: dict[str, Any] | None = None,
     ) -> Editor:
         script = tmp_path / "script.json"
         script.write_text(json.dumps(turns))
@@ -168,18 +171,19 @@ def start_editor(
         editors.append(editor)
         editor.lua(
             """
-            local cmd, script, approval = ...
+            local cmd, script, approval, options = ...
             _G.notes = {}
             vim.notify = function(msg, level) table.insert(_G.notes, msg) end
-            require('tether').setup({
+            require('tether').setup(vim.tbl_extend('force', {
               cmd = cmd,
               provider = { type = 'scripted', script = script },
               approval = approval,
-            })
+            }, options))
             """,
             cmd or SERVER,
             str(script),
             approval,
+            options or {"notify": True},
         )
         return editor
 

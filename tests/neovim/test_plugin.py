@@ -233,8 +233,8 @@ def test_an_allowed_write_is_asked_with_its_title_and_diff_and_then_runs(
         return groups
         """
     )
-    assert groups["    +hello"] == "DiffAdd"
-    assert groups["    +++ b/notes.txt"] == "DiffText"
+    assert groups["    +hello"] == "TetherDiffAdd"
+    assert groups["    +++ b/notes.txt"] == "TetherDiffHeader"
 
 
 def test_an_edit_is_asked_with_the_diff_of_the_change_it_would_make(

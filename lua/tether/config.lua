@@ -10,6 +10,11 @@ M.defaults = {
   provider = nil,
   -- Any other configuration overlay for initializationOptions (same keys as the config file).
   init_options = nil,
+  -- Where the server keeps sessions, so conversations outlive Neovim and the server: 'sqlite'
+  -- (the user's SQLite file, $XDG_DATA_HOME/tether/sessions.db), 'memory', a database URL, or
+  -- false to leave it to the server's configuration. It is sent only when neither your
+  -- config.toml ([sessions] store), TETHER_SESSIONS_STORE nor init_options.sessions.store sets it.
+  store = 'sqlite',
   -- Tools that write or run something: 'ask' (a prompt for each call), 'auto' (run them without
   -- asking) or 'deny' (refuse them) — tether's `tools.approval`.
   approval = 'ask',
@@ -20,6 +25,7 @@ M.defaults = {
     send = { n = '<CR>', i = '<C-s>' }, -- send the prompt area
     cancel = { n = '<C-c>' }, -- cancel the running turn
     restore = { n = 'gR' }, -- on a prompt line: put back its turn's files, the conversation, or both
+    yank = { n = 'gy' }, -- in a code block of an answer: yank it (into the register given, "x gy)
   },
 }
 
@@ -50,10 +56,58 @@ function M.setup(opts)
   return M.options
 end
 
---- initializationOptions: init_options, with `provider` and, unless set there, `tools.approval`
---- (so the server itself applies 'auto' or 'deny', and still asks about protected paths).
+--- The user's tether config.toml, as the server finds it.
+function M.user_config_file()
+  local xdg = vim.env.XDG_CONFIG_HOME
+  if xdg and xdg:sub(1, 1) == '/' then
+    return xdg .. '/tether/config.toml'
+  end
+  return vim.env.HOME and (vim.env.HOME .. '/.config/tether/config.toml') or nil
+end
+
+--- Whether a config.toml sets the session store: `store = ...` in its [sessions] table, or a
+--- `sessions.store` / `sessions = { store = ... }` key (a line-by-line reading, not a TOML parser).
+function M.file_sets_store(path)
+  if not path or vim.fn.filereadable(path) == 0 then
+    return false
+  end
+  local table_name = ''
+  for _, line in ipairs(vim.fn.readfile(path)) do
+    local name = line:match('^%s*%[%s*([%w_.%-]+)%s*%]')
+    if name then
+      table_name = name
+    elseif line:match('^%s*store%s*=') and table_name == 'sessions' then
+      return true
+    elseif line:match('^%s*sessions%s*%.%s*store%s*=') or line:match('^%s*sessions%s*=%s*{.*store%s*=') then
+      return table_name == ''
+    end
+  end
+  return false
+end
+
+--- The store to ask the server for, or nil when the user's configuration decides.
+function M.store()
+  local store = M.options.store
+  local overlay = M.options.init_options or {}
+  if not store or (type(overlay.sessions) == 'table' and overlay.sessions.store ~= nil) then
+    return nil
+  end
+  if (vim.env.TETHER_SESSIONS_STORE or '') ~= '' or M.file_sets_store(M.user_config_file()) then
+    return nil
+  end
+  return store
+end
+
+--- initializationOptions: init_options, with `provider`, the session store (see `store`) and,
+--- unless set there, `tools.approval` (so the server itself applies 'auto' or 'deny', and still
+--- asks about protected paths).
 function M.init_options()
   local overlay = vim.deepcopy(M.options.init_options or {})
+  local store = M.store()
+  if store then
+    overlay.sessions = overlay.sessions or {}
+    overlay.sessions.store = store
+  end
   if M.options.provider then
     overlay.provider = vim.deepcopy(M.options.provider)
   end

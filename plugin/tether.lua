@@ -4,6 +4,9 @@ if vim.g.loaded_tether then
 end
 vim.g.loaded_tether = true
 
+-- The Tether* groups, linked to defaults, exist from the start (for colour schemes and :hi).
+require('tether.highlights').setup()
+
 local function tether()
   return require('tether')
 end
@@ -48,4 +51,33 @@ end, {
     return tether().modes
   end,
   desc = "tether: set the session's mode (ask, accept_edits, read_only)",
+})
+
+vim.api.nvim_create_user_command('TetherAdd', function(opts)
+  if opts.bang then
+    return tether().add(nil)
+  elseif opts.args ~= '' then
+    return tether().add({ path = opts.args })
+  end
+  local buf = vim.api.nvim_get_current_buf()
+  if opts.range > 0 then
+    return tether().add({ buf = buf, first = opts.line1, last = opts.line2 })
+  end
+  tether().add({ buf = buf })
+end, {
+  nargs = '?',
+  range = true,
+  bang = true,
+  complete = 'file',
+  desc = 'tether: add the buffer, the selected lines or a file to the next prompt (! clears)',
+})
+
+vim.api.nvim_create_user_command('TetherModel', function(opts)
+  tether().model(opts.args ~= '' and opts.args or nil)
+end, {
+  nargs = '?',
+  complete = function()
+    return tether().models()
+  end,
+  desc = "tether: set the model of the session's next runs",
 })

@@ -6,6 +6,8 @@
 -- server streams: the separator carries a mark whose row is the end of the transcript, and each
 -- tool line carries one at its start (lines inserted before it move it down; rewriting the line
 -- would move it to the next one, so it is put back after each rewrite).
+local highlights = require('tether.highlights')
+
 local M = {}
 
 local views = {} -- sessionId -> view
@@ -53,6 +55,7 @@ local function append(view, lines)
   local row = end_row(view)
   set_lines(view, row, row, lines)
   view.text_open = false
+  view.reasoning = nil
   return row
 end
 
@@ -69,13 +72,26 @@ local function set_window_options(win)
   end)
 end
 
+--- What a session is called in lists and headings: its title (the server titles a session after
+--- its first prompt), else `new session` (nothing asked yet) and the end of its id (the start
+--- of a UUIDv7 is a time, shared by sessions made together).
+function M.name(session)
+  if type(session.title) == 'string' and session.title ~= '' then
+    return session.title
+  end
+  return 'new session ' .. session.sessionId:sub(-8)
+end
+
 local function create(session)
   local id = session.sessionId
   local buf = vim.api.nvim_create_buf(false, true)
   vim.bo[buf].buftype = 'nofile'
   vim.bo[buf].bufhidden = 'hide'
   vim.bo[buf].swapfile = false
-  vim.bo[buf].filetype = 'markdown'
+  -- Its own filetype (syntax/tether-chat.vim includes markdown's): plugins for markdown buffers
+  -- (previewers, linters, formatters) do not attach to it.
+  highlights.setup()
+  vim.bo[buf].filetype = 'tether-chat'
   local name = 'tether://' .. id
   for _, old in ipairs(vim.api.nvim_list_bufs()) do
     -- The buffer :bdelete left behind (unloaded) still holds the name.
@@ -84,10 +100,10 @@ local function create(session)
     end
   end
   pcall(vim.api.nvim_buf_set_name, buf, name)
-  local heading = session.title and ('# tether: ' .. session.title) or ('# tether session ' .. id:sub(1, 8))
+  local heading = '# tether: ' .. M.name(session)
   vim.api.nvim_buf_set_lines(buf, 0, -1, false, { heading, M.SEPARATOR, '' })
   local view = { buf = buf, session = session, tools = {}, prompts = {}, text_open = false }
-  view.separator = vim.api.nvim_buf_set_extmark(buf, ns, 1, 0, { hl_group = 'Comment', end_col = #M.SEPARATOR })
+  view.separator = vim.api.nvim_buf_set_extmark(buf, ns, 1, 0, { hl_group = 'TetherSeparator', end_col = #M.SEPARATOR })
   views[id] = view
   by_buf[buf] = view
   local group = vim.api.nvim_create_augroup('tether_chat_' .. buf, { clear = true })
@@ -230,6 +246,7 @@ end
 
 --- Streamed text: the first piece continues the open text line, the rest become new lines.
 function M.text(view, text)
+  view.reasoning = nil
   local parts = vim.split(text, '\n', { plain = true })
   local row = end_row(view)
   if view.text_open then
@@ -243,7 +260,7 @@ function M.text(view, text)
 end
 
 local PLAN_MARKS = { pending = '[ ]', in_progress = '[~]', completed = '[x]' }
-local PLAN_HIGHLIGHTS = { pending = 'Normal', in_progress = 'Identifier', completed = 'Comment' }
+local PLAN_HIGHLIGHTS = { pending = 'TetherPlanPending', in_progress = 'TetherPlanActive', completed = 'TetherPlanDone' }
 
 --- The session's plan (update_plan): a checklist of virtual lines just above the separator, so
 --- it stays above the prompt area and is never part of the text; replaced whole each time.
@@ -261,11 +278,11 @@ function M.plan(view, entries)
       done = done + 1
     end
   end
-  local lines = { { { ('Plan · %d/%d done'):format(done, #entries), 'Title' } } }
+  local lines = { { { ('Plan · %d/%d done'):format(done, #entries), 'TetherPlanTitle' } } }
   for _, entry in ipairs(entries) do
     local content = tostring(entry.content):gsub('[%c]', ' ')
     local mark = PLAN_MARKS[entry.status] or '[?]'
-    table.insert(lines, { { '  ' .. mark .. ' ' .. content, PLAN_HIGHLIGHTS[entry.status] or 'Normal' } })
+    table.insert(lines, { { '  ' .. mark .. ' ' .. content, PLAN_HIGHLIGHTS[entry.status] or 'TetherPlanPending' } })
   end
   vim.api.nvim_buf_set_extmark(view.buf, plan_ns, end_row(view), 0, { virt_lines = lines, virt_lines_above = true })
 end
@@ -324,6 +341,9 @@ function M.title(name, arguments)
 end
 
 local function tool_line(tool)
+  if tool.line then
+    return tool.line
+  end
   local line = string.format('  [%s] %s', tool.status, tool.title)
   if tool.error then
     line = line .. ' — ' .. (vim.split(tool.error, '\n', { plain = true })[1])
@@ -333,13 +353,13 @@ local function tool_line(tool)
   return (line:gsub('\n', ' '))
 end
 
-local diff_groups = { ['+'] = 'DiffAdd', ['-'] = 'DiffDelete', ['@'] = 'DiffChange' }
+local diff_groups = { ['+'] = 'TetherDiffAdd', ['-'] = 'TetherDiffDelete', ['@'] = 'TetherDiffChange' }
 
 local function highlight_diff(view, first, lines)
   for i, line in ipairs(lines) do
     local group = diff_groups[line:sub(5, 5)]
     if line:sub(5, 7) == '+++' or line:sub(5, 7) == '---' then
-      group = 'DiffText'
+      group = 'TetherDiffHeader'
     end
     if group then
       vim.api.nvim_buf_set_extmark(view.buf, diff_ns, first + i - 1, 0, { end_col = #line, hl_group = group })
@@ -429,6 +449,22 @@ function M.tool_update(view, event)
   end
 end
 
+--- Streamed reasoning (`thought_delta`): a `  [reasoning]` line with the text folded under it,
+--- closed by the answer's text or anything else added after it.
+function M.thought(view, text)
+  local block = view.reasoning
+  if not block then
+    local row = append(view, { '  [reasoning]' })
+    view.reasoning_count = (view.reasoning_count or 0) + 1
+    block = { line = '  [reasoning]', kind = 'reasoning', text = '',
+      mark = vim.api.nvim_buf_set_extmark(view.buf, ns, row, 0, {}) }
+    view.tools['reasoning:' .. view.reasoning_count] = block
+  end
+  block.text = block.text .. text
+  set_body(view, block, 'output', block.text)
+  view.reasoning = block
+end
+
 --- The diff an edit would make, shown under its tool line while the user decides.
 function M.proposed_diff(view, call_id, diff)
   local tool = view.tools[call_id]
@@ -508,6 +544,24 @@ function M.finished(view, result)
     line = line .. ' (' .. table.concat(facts, ', ') .. ')'
   end
   append(view, { '', line })
+end
+
+--- Replace the heading (the first line) with the session's name, e.g. once the server titled it.
+function M.heading(view, name)
+  if not vim.api.nvim_buf_is_loaded(view.buf) then
+    return
+  end
+  local first = vim.api.nvim_buf_get_lines(view.buf, 0, 1, false)[1] or ''
+  if first:sub(1, 8) == '# tether' then
+    local open = view.text_open
+    vim.api.nvim_buf_set_lines(view.buf, 0, 1, false, { '# tether: ' .. name })
+    view.text_open = open
+  end
+end
+
+--- A line from tether itself (not the model) at the end of the transcript.
+function M.note(view, text)
+  append(view, { '', '-- ' .. text })
 end
 
 function M.error(view, err)
@@ -625,6 +679,25 @@ local function fold_levels(view)
   end
   fold_cache[view.buf] = { tick = tick, levels = levels }
   return levels
+end
+
+--- The code block (``` fences) around row (0-based) of the transcript: its lines, without the
+--- fences, or nil when row is not in one.
+function M.code_block_at(view, row)
+  local lines = vim.api.nvim_buf_get_lines(view.buf, 0, end_row(view), false)
+  local open
+  for i, line in ipairs(lines) do
+    if line:match('^%s*```') then
+      if open then
+        if row >= open - 1 and row <= i - 1 then
+          return vim.list_slice(lines, open + 1, i - 1)
+        end
+        open = nil
+      else
+        open = i
+      end
+    end
+  end
 end
 
 --- 'foldexpr' of the chat windows.

@@ -11,10 +11,14 @@ local state = {
   session = nil, -- the current Session
   runs = {}, -- sessionId -> true while a kernel/run is going
   prompts = {}, -- request id -> a permission question waiting for the user's answer
+  workspaces = {}, -- sessionId -> the workspace of a session that ran here (to reload its files)
+  edits = {}, -- toolCallId -> the path an edit call of a running turn writes
+  context = {}, -- what :TetherAdd added for the next prompt: { label, text }
 }
 M._state = state
 
 local luanil = { luanil = { object = true, array = true } }
+local SESSION_NOT_FOUND = -32010 -- the error of a request about a session the server does not have
 
 local function notify(msg, level)
   vim.notify('tether: ' .. msg, level or vim.log.levels.INFO)
@@ -146,10 +150,48 @@ end
 
 -- Progress ------------------------------------------------------------------------------------
 
+--- Reload the buffers of files tether wrote (an applied edit, a rewind) with :checktime, so they
+--- show the disk and a later :w does not write over tether's work; a buffer with unsaved changes
+--- is left to :checktime's own question. Paths are relative to the workspace (or absolute).
+local function reload(paths, workspace)
+  local root = workspace and vim.uri_to_fname(workspace) or vim.fn.getcwd()
+  for _, path in ipairs(paths) do
+    local full = path:sub(1, 1) == '/' and path or (root .. '/' .. path)
+    local buf = vim.fn.bufnr(vim.fn.fnamemodify(full, ':p'))
+    if buf > 0 and vim.api.nvim_buf_is_loaded(buf) then
+      vim.cmd('checktime ' .. buf)
+    end
+  end
+end
+M._reload = reload
+
+local function edited_path(event)
+  if event.toolKind ~= 'edit' then
+    return nil
+  end
+  local ok, args = pcall(vim.json.decode, event.arguments or '', luanil)
+  return ok and type(args) == 'table' and type(args.path) == 'string' and args.path or nil
+end
+
+--- An edit call's file, once the call completed (applied), is reloaded in its open buffers.
+local function reload_edited(params)
+  local event = params.event
+  if event.kind == 'tool_call' then
+    state.edits[event.toolCallId] = edited_path(event)
+  elseif event.kind == 'tool_call_update' and event.status ~= 'in_progress' then
+    local path = state.edits[event.toolCallId]
+    state.edits[event.toolCallId] = nil
+    if path and event.status == 'completed' then
+      reload({ path }, state.workspaces[params.sessionId])
+    end
+  end
+end
+
 local function on_progress(params)
   local event = params.event
   local kind = event.kind
   withdraw_settled(params)
+  reload_edited(params)
   if kind == 'iteration_started' then
     progress('iteration ' .. event.iteration)
   elseif kind == 'tool_call' then
@@ -166,6 +208,8 @@ local function on_progress(params)
     ui.set_prompt_id(view, event.userMessageId)
   elseif kind == 'message_delta' then
     ui.text(view, event.text)
+  elseif kind == 'thought_delta' then
+    ui.thought(view, event.text)
   elseif kind == 'tool_call' then
     ui.tool_call(view, event)
     ui.proposed_diff(view, event.toolCallId, M.unified_diff(event.diff))
@@ -236,11 +280,23 @@ local function with_client(fn)
       notify('the server did not start: ' .. tostring(err.message), vim.log.levels.ERROR)
       return
     end
+    if state.session then -- from an earlier server: is it still there?
+      M._check_resumable(started, state.session)
+    end
     for _, f in ipairs(waiting) do
       f(started)
     end
   end)
   state.client = started
+end
+
+--- After the server (re)started: is the current session still there? (Not with a memory store.)
+function M._check_resumable(client, session)
+  client:request('session/get', { sessionId = session.sessionId }, function(err)
+    if err and err.code == SESSION_NOT_FOUND and state.session == session then
+      M._unresumable(session, ui.get(session.sessionId))
+    end
+  end)
 end
 
 local function request(method, params, on_result)
@@ -299,29 +355,134 @@ function M.new_session(title, on_done)
   end)
 end
 
+local function buffer_label(buf)
+  local name = vim.api.nvim_buf_get_name(buf)
+  return name ~= '' and vim.fn.fnamemodify(name, ':.') or '[No Name]'
+end
+
+--- A context: { buf, first, last } (lines of a buffer; no first: all of it) or { path } (a
+--- file as it is on disk). Returns its label and the text sent: the label, then a fenced block.
+local function context_entry(context)
+  local label, lines, ft
+  if context.path then
+    local full = vim.fn.fnamemodify(context.path, ':p')
+    if vim.fn.filereadable(full) == 0 then
+      return nil, 'cannot read ' .. context.path
+    end
+    label, lines = vim.fn.fnamemodify(full, ':.'), vim.fn.readfile(full)
+    -- vim.filetype.match({filename}) is 0.8+; 0.7 gets the block without a language.
+    local ok, match = pcall(function()
+      return vim.filetype.match({ filename = full })
+    end)
+    ft = ok and type(match) == 'string' and match or ''
+  else
+    label, ft = buffer_label(context.buf), vim.bo[context.buf].filetype or ''
+    local first, last = context.first or 1, context.last or vim.api.nvim_buf_line_count(context.buf)
+    lines = vim.api.nvim_buf_get_lines(context.buf, first - 1, last, false)
+    if context.first then
+      label = string.format('%s lines %d-%d', label, first, last)
+    end
+  end
+  return label, string.format('%s:\n```%s\n%s\n```', label, ft or '', table.concat(lines, '\n'))
+end
+
 local function context_text(context)
-  local lines = vim.api.nvim_buf_get_lines(context.buf, context.first - 1, context.last, false)
-  local name = vim.api.nvim_buf_get_name(context.buf)
-  name = name ~= '' and vim.fn.fnamemodify(name, ':.') or '[No Name]'
-  local ft = vim.bo[context.buf].filetype or ''
-  return string.format('%s lines %d-%d:\n```%s\n%s\n```', name, context.first, context.last, ft,
-    table.concat(lines, '\n'))
+  local _, text = context_entry(context)
+  return text
+end
+
+--- The prompt with what :TetherAdd gathered after it; the gathered context is then used up.
+local function with_added_context(text)
+  if #state.context == 0 then
+    return text
+  end
+  local parts = { text }
+  for _, entry in ipairs(state.context) do
+    table.insert(parts, entry.text)
+  end
+  state.context = {}
+  return table.concat(parts, '\n\n')
+end
+
+--- :TetherAdd — add a buffer's lines (a range), the whole buffer, or a file to the next prompt.
+--- context: as for context_entry; nil clears what was added.
+function M.add(context)
+  if not context then
+    state.context = {}
+    notify('no context for the next prompt')
+    return
+  end
+  local label, text = context_entry(context)
+  if not label then
+    notify(text, vim.log.levels.ERROR)
+    return
+  end
+  table.insert(state.context, { label = label, text = text })
+  local labels = vim.tbl_map(function(entry)
+    return entry.label
+  end, state.context)
+  notify('context for the next prompt: ' .. table.concat(labels, ', '))
+end
+
+M.session_name = ui.name
+
+--- The session is gone from the server (a memory store and a restarted server, or deleted):
+--- say so where the user looks, and forget it, so that the next prompt starts a new session.
+local function unresumable(session, view)
+  if session.unresumable then
+    return -- said once
+  end
+  session.unresumable = true
+  local text = string.format("session '%s' cannot be resumed: the server no longer has it", M.session_name(session))
+  local server = state.client and state.client.server
+  local store = server and server.capabilities and server.capabilities.sessions
+  if store and store.durable == false then
+    text = text .. ' (sessions are kept in memory: set store = "sqlite" to keep them)'
+  end
+  if view then
+    ui.note(view, text .. '; the next prompt starts a new session')
+  end
+  notify(text, vim.log.levels.ERROR)
+  if state.session and state.session.sessionId == session.sessionId then
+    state.session = nil
+  end
+end
+M._unresumable = unresumable
+
+--- Show the session's title (given by its first prompt) in its chat buffer once a run ended.
+local function retitle(session_id)
+  request('session/get', { sessionId = session_id }, function(session)
+    if state.session and state.session.sessionId == session_id then
+      state.session = session
+    end
+    local view = ui.get(session_id)
+    if view then
+      view.session = session
+      ui.heading(view, M.session_name(session))
+    end
+  end)
 end
 
 local function run(session, prompt)
   state.runs[session.sessionId] = true
+  state.workspaces[session.sessionId] = session.workspace
   open(session, false, function(view)
     ui.prompt(view, prompt)
     progress('running')
     state.client:request('kernel/run', { sessionId = session.sessionId, prompt = prompt }, function(err, result)
       state.runs[session.sessionId] = nil
       view = ui.get(session.sessionId) or view
-      if err then
+      if err and err.code == SESSION_NOT_FOUND then
+        return unresumable(session, view)
+      elseif err then
         ui.error(view, err)
         notify('run failed: ' .. tostring(err.message), vim.log.levels.ERROR)
         return
       end
       ui.finished(view, result)
+      if not session.title then
+        retitle(session.sessionId)
+      end
       progress('run finished: ' .. result.stopReason)
       local cut = ui.STOP_NOTES[result.stopReason]
       if cut then
@@ -348,6 +509,7 @@ function M.ask(prompt, context)
     if context then
       text = text .. '\n\n' .. context_text(context)
     end
+    text = with_added_context(text)
     with_client(function()
       if state.session then
         if not busy(state.session) then
@@ -374,7 +536,9 @@ function M.send(buf)
     notify('not a tether chat buffer', vim.log.levels.WARN)
     return
   end
-  state.session = view.session
+  if not view.session.unresumable then
+    state.session = view.session
+  end
   if busy(view.session) then
     return
   end
@@ -383,7 +547,14 @@ function M.send(buf)
     notify('type a message under the prompt line first', vim.log.levels.WARN)
     return
   end
+  text = with_added_context(text)
   with_client(function()
+    if view.session.unresumable then
+      -- Said in the buffer: the session is gone, the conversation goes on in a new one.
+      return M.new_session(nil, function(session)
+        run(session, text)
+      end)
+    end
     run(view.session, text)
   end)
 end
@@ -474,6 +645,66 @@ function M.mode(mode, on_done)
   end
 end
 
+--- :TetherModel [model] — the model of the current session's next runs (session/configure
+--- {model}; a new session when there is none); without one, asked for (the current one offered).
+function M.model(model, on_done)
+  if not model or model == '' then
+    local current = state.session and state.session.model or ''
+    vim.ui.input({ prompt = 'tether model: ', default = current }, function(text)
+      if text and text ~= '' then
+        M.model(text, on_done)
+      end
+    end)
+    return
+  end
+  local function configure(session)
+    request('session/configure', { sessionId = session.sessionId, model = model }, function(updated)
+      if state.session and state.session.sessionId == updated.sessionId then
+        state.session = updated
+      end
+      local view = ui.get(updated.sessionId)
+      if view then
+        view.session = updated
+      end
+      notify('model ' .. tostring(updated.model))
+      if on_done then
+        on_done(updated)
+      end
+    end)
+  end
+  if state.session then
+    configure(state.session)
+  else
+    M.new_session(nil, configure)
+  end
+end
+
+--- The models to complete :TetherModel with: the session's allow-list and its current model.
+function M.models()
+  local session = state.session or {}
+  local models = vim.deepcopy(session.allowedModels or {})
+  if session.model and not vim.tbl_contains(models, session.model) then
+    table.insert(models, 1, session.model)
+  end
+  return models
+end
+
+--- The yank key in a chat buffer: the code block under the cursor into the register.
+function M.yank_code_block(buf, register)
+  local view = ui.by_buffer(buf or vim.api.nvim_get_current_buf())
+  if not view then
+    notify('not a tether chat buffer', vim.log.levels.WARN)
+    return
+  end
+  local lines = ui.code_block_at(view, vim.api.nvim_win_get_cursor(0)[1] - 1)
+  if not lines then
+    notify('put the cursor in a code block (``` … ```) to yank it', vim.log.levels.WARN)
+    return
+  end
+  vim.fn.setreg(register or '"', lines, 'l')
+  notify(string.format('yanked %d line%s', #lines, #lines == 1 and '' or 's'))
+end
+
 --- :TetherSessions — pick a session; its chat buffer opens and it becomes the current one.
 function M.sessions()
   request('session/list', {}, function(result)
@@ -484,8 +715,7 @@ function M.sessions()
     vim.ui.select(result.sessions, {
       prompt = 'tether sessions',
       format_item = function(s)
-        local title = s.title or ('untitled ' .. s.sessionId:sub(1, 8))
-        return string.format('%s  (%d messages, %s)', title, s.messageCount, M.ago(s.updatedAt))
+        return string.format('%s  (%d messages, %s)', M.session_name(s), s.messageCount, M.ago(s.updatedAt))
       end,
     }, function(session)
       if session then
@@ -504,23 +734,11 @@ function M.fork(title)
   end
   request('session/fork', { sessionId = session.sessionId, title = title }, function(fork)
     open(fork)
-    notify('forked into ' .. (fork.title or ('session ' .. fork.sessionId:sub(1, 8))))
+    notify('forked into ' .. M.session_name(fork))
   end)
 end
 
 -- Checkpoints -----------------------------------------------------------------------------
-
---- Reload the buffers of the files a rewind wrote back or deleted (as :checktime does), so they
---- show the disk; a buffer with unsaved changes is left to :checktime's own question.
-local function reload(paths, workspace)
-  local root = workspace and vim.uri_to_fname(workspace) or vim.fn.getcwd()
-  for _, path in ipairs(paths) do
-    local buf = vim.fn.bufnr(vim.fn.fnamemodify(root .. '/' .. path, ':p'))
-    if buf > 0 and vim.api.nvim_buf_is_loaded(buf) then
-      vim.cmd('checktime ' .. buf)
-    end
-  end
-end
 
 local function say_rewound(result)
   local parts = {}
@@ -711,6 +929,9 @@ ui.on_create = function(view)
   map(view.buf, keys.cancel, function()
     M.cancel(view.buf)
   end, 'tether: cancel the running turn')
+  map(view.buf, keys.yank, function()
+    M.yank_code_block(view.buf, vim.v.register)
+  end, 'tether: yank the code block under the cursor')
   map(view.buf, keys.restore, function()
     M.restore(view.buf)
   end, 'tether: restore to before the prompt under the cursor')
