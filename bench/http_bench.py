@@ -23,6 +23,10 @@ Clients and servers alternate within each round so outside load falls on all ali
     .venv/bin/python bench/http_bench.py
     .venv/bin/python bench/http_bench.py --server after=.venv/bin/python \\
         --server before=/path/to/main/.venv/bin/python    # tether before/after, same run
+    .venv/bin/python bench/http_bench.py --skip-transport --profile /tmp/stacks.txt
+
+``--profile`` runs the first server under ``sample_serve.py`` (CPU samples, not cProfile) and
+reports where its CPU went; the sampling costs it a few percent.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ import aiohttp
 import httpx
 import orjson
 
+from sample_serve import report
 from served import SYSTEM_PROMPT, Endpoint, Served, endpoint
 from tether.providers.client import make_client
 
@@ -225,9 +230,15 @@ async def measure_runs(args: argparse.Namespace, workspace: Path) -> dict[str, S
     got: dict[str, Samples] = {}
     async with endpoint(args.latency) as model, contextlib.AsyncExitStack() as stack:
         servers: dict[str, Served] = {}
-        for label, python in args.server:
+        for index, (label, python) in enumerate(args.server):
             servers[label] = await stack.enter_async_context(
-                Served.start(python, workspace, model.openai_url, max_iterations=4)
+                Served.start(
+                    python,
+                    workspace,
+                    model.openai_url,
+                    max_iterations=4,
+                    sample_into=args.profile if index == 0 else None,
+                )
             )
             got[label] = Samples()
             await one_run(servers[label])  # warm-up: imports, first connection
@@ -355,6 +366,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--server", type=server_arg, action="append", help="LABEL=PYTHON (repeatable)"
     )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="OUT",
+        help="sample the first server's CPU (sample_serve.py): stacks into OUT, then a report",
+    )
     parser.add_argument("--skip-transport", action="store_true")
     parser.add_argument("--skip-runs", action="store_true")
     args = parser.parse_args(argv)
@@ -363,6 +380,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         workspace = Path(tmp)
         (workspace / "README.md").write_text(FILE_TEXT)
         asyncio.run(bench(args, workspace))
+    if args.profile is not None and not args.skip_runs:
+        print(f"\nwhere the first server's CPU went ({args.profile}):")
+        print("\n".join(report(args.profile)))
     return 0
 
 

@@ -96,9 +96,14 @@ class Served:
         *,
         max_iterations: int = 10,
         provider: dict[str, Any] | None = None,
+        sample_into: Path | None = None,
     ) -> AsyncIterator[Served]:
+        """``sample_into``: run it under ``sample_serve.py``, its CPU's stacks into that file."""
+        command = [python, "-P", "-m", "tether", "serve"]
+        if sample_into is not None:
+            command = [python, "-P", str(HERE / "sample_serve.py"), str(sample_into)]
         connection = await Connection.spawn(
-            [python, "-P", "-m", "tether", "serve"],
+            command,
             env={"OPENAI_API_KEY": API_KEY},
             cwd=str(workspace),
             on_notification=lambda method, params: True,  # progress is read, then dropped

@@ -25,7 +25,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from tether.config import ProviderConfig, TetherConfig, data_home, user_config_path
+from tether.config import (
+    CheckpointsConfig,
+    ProviderConfig,
+    TetherConfig,
+    data_home,
+    user_config_path,
+)
 from tether.kernel import commands as slash
 from tether.kernel import compaction, structured
 from tether.kernel.access import check_access
@@ -746,18 +752,34 @@ def sandbox_policy(config: TetherConfig, *, mcp: bool = False) -> SandboxPolicy:
     directory, data directory and checkpoint store stay read-only to them, should
     ``tools.sandbox_writable`` hold one."""
     tools = config.tools
-    user_config = user_config_path(os.environ)
-    state = ([str(user_config.parent)] if user_config is not None else []) + [
-        str(data_home(os.environ)),
-        str(config.checkpoints.root(os.environ)),  # a checkpoint store configured elsewhere
-    ]
+    environ = {name: os.environ[name] for name in _STATE_ENVIRON if name in os.environ}
     return SandboxPolicy(
         mode=tools.mcp_sandbox if mcp else tools.sandbox,
         network=mcp or tools.sandbox_network,
         readable=tuple(tools.sandbox_readable),
         writable=tuple(tools.sandbox_writable),
-        state=tuple(state),
+        state=_state_paths(config.checkpoints.path, tuple(environ.items())),
     )
+
+
+_STATE_ENVIRON = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "HOME")
+"""The variables tether's own directories are found by (:func:`_state_paths`)."""
+
+
+@functools.lru_cache(maxsize=32)
+def _state_paths(
+    checkpoints_path: str | None, environ: tuple[tuple[str, str], ...]
+) -> tuple[str, ...]:
+    """tether's user configuration directory, data directory and checkpoint store (at
+    ``checkpoints.path``), for the variables of :data:`_STATE_ENVIRON` that are set
+    (``environ``). Kept: building the paths anew cost ~40 µs of every run."""
+    variables = dict(environ)
+    user_config = user_config_path(variables)
+    state = [str(user_config.parent)] if user_config is not None else []
+    state.append(str(data_home(variables)))
+    checkpoints = CheckpointsConfig(path=checkpoints_path)
+    state.append(str(checkpoints.root(variables)))  # a checkpoint store configured elsewhere
+    return tuple(state)
 
 
 def _system_prompt(prompt: str | None, instructions: str, memory: str) -> str | None:
