@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -63,7 +64,12 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("schema", help="print the protocol's JSON Schema")
     commands.add_parser("acp", help="serve the Agent Client Protocol (v1, NDJSON) on stdio")
     run = commands.add_parser("run", help="run one turn of the kernel without an editor")
-    run.add_argument("prompt")
+    run.add_argument("prompt", nargs="?", help=f"what to ask (with --demo: {DEMO_PROMPT!r})")
+    run.add_argument(
+        "--demo",
+        action="store_true",
+        help="play the demo script shipped with tether (no model, no key; a read-only tool call)",
+    )
     run.add_argument("--workspace", type=Path, default=Path.cwd())
     run.add_argument(
         "--session",
@@ -120,14 +126,26 @@ def _schema() -> int:
     return 0
 
 
+DEMO_PROMPT = "What is in this folder?"
+
+
+def demo_script() -> Path:
+    """The demo script shipped in the package (``tether run --demo``)."""
+    return Path(str(resources.files("tether") / "demo" / "script.json"))
+
+
 def _run(args: argparse.Namespace) -> int:
     from tether.headless import RunOptions, run_headless
 
+    if args.demo and args.script is not None:
+        _parser().error("tether run: --demo plays its own script; leave out --script")
+    if args.prompt is None and not args.demo:
+        _parser().error("tether run: a prompt is needed (or --demo)")
     options = RunOptions(
-        prompt=args.prompt,
+        prompt=args.prompt or DEMO_PROMPT,
         workspace=args.workspace,
         session=args.session,
-        script=args.script,
+        script=demo_script() if args.demo else args.script,
         max_iterations=args.max_iterations,
         model=args.model,
         json=args.json,
