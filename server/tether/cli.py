@@ -29,6 +29,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tether.secrets import redact_logs
 
     redact_logs()  # the secrets a run knows never reach the log
+    command_handler = getattr(args, "handler", None)  # the commands that set one (doctor, ...)
+    if command_handler is not None:
+        return int(command_handler(args))
     command: str = args.command or "serve"
     if command == "serve":
         return _serve(args.tcp)
@@ -84,6 +87,7 @@ def _parser() -> argparse.ArgumentParser:
         choices=("ask", "auto", "deny"),
         help="tools.approval for writes and commands (ask: on a terminal, asks you; else refuses)",
     )
+    _add_setup_commands(commands)
     return parser
 
 
@@ -152,3 +156,80 @@ def _run(args: argparse.Namespace) -> int:
         approval=args.approval,
     )
     return asyncio.run(run_headless(options))
+
+
+# --- setup: doctor, config show -------------------------------------------------------------------
+
+
+def _add_setup_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    doctor = commands.add_parser(
+        "doctor", help="check the provider, key, endpoint, model, store, sandbox and MCP servers"
+    )
+    doctor.add_argument("--workspace", type=Path, default=Path.cwd())
+    doctor.add_argument("--json", action="store_true", help="print the verdicts as JSON lines")
+    doctor.set_defaults(handler=_doctor)
+    config = commands.add_parser("config", help="show the configuration in force")
+    config_commands = config.add_subparsers(dest="config_command", required=True)
+    show = config_commands.add_parser(
+        "show", help="every key with its value (secrets masked) and the layer that set it"
+    )
+    show.add_argument("--workspace", type=Path, default=Path.cwd())
+    show.add_argument("--json", action="store_true", help="print the keys as JSON lines")
+    show.add_argument("--model", help="as `tether run --model` would set it (source: flag)")
+    show.add_argument("--approval", choices=("ask", "auto", "deny"), help="as `tether run` would")
+    show.set_defaults(handler=_config_show)
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    import orjson
+
+    from tether.doctor import diagnose, failed, summary
+
+    verdicts = asyncio.run(diagnose(args.workspace.resolve()))
+    for verdict in verdicts:
+        if args.json:
+            print(orjson.dumps(verdict.as_json()).decode(), flush=True)
+        else:
+            print(inert(verdict.line()), flush=True)
+    if not args.json:
+        print(summary(verdicts))
+    return 1 if failed(verdicts) else 0
+
+
+def _workspace_file_left_out(error: Exception) -> None:
+    print(f"tether config show: left out: {inert(str(error))}", file=sys.stderr)
+
+
+def _config_show(args: argparse.Namespace) -> int:
+    import orjson
+
+    from tether.config import explain_config
+    from tether.protocol import ConfigError
+
+    flags: dict[str, dict[str, str]] = {}
+    if args.model:
+        flags["provider"] = {"model": args.model}
+    if args.approval:
+        flags["tools"] = {"approval": args.approval}
+    try:
+        entries = explain_config(
+            workspace=args.workspace.resolve(),
+            overlay=flags or None,
+            overlay_source="flag",
+            on_workspace_error=_workspace_file_left_out,
+        )
+    except ConfigError as exc:
+        print(f"tether config show: {inert(exc.message)}", file=sys.stderr)
+        return 1
+    width = max(len(entry.key) for entry in entries)
+    for entry in entries:
+        value = orjson.dumps(entry.value).decode()
+        if args.json:
+            print(
+                orjson.dumps(
+                    {"key": entry.key, "value": entry.value, "source": entry.source}
+                ).decode()
+            )
+        else:
+            print(inert(f"{entry.key:<{width}} = {value}  # {entry.source}"))
+    return 0
