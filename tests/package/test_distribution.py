@@ -126,3 +126,44 @@ def test_the_installed_tether_plays_its_demo_in_any_folder(installed: Path, tmp_
     out = _run(installed / "tether", "run", "--demo", cwd=tmp_path, HOME=str(tmp_path))
     assert "List" in out
     assert "That was tether's demo" in out
+
+
+def test_the_installed_doctor_passes_against_a_healthy_endpoint(
+    installed: Path, tmp_path: Path
+) -> None:
+    from tests.cli.test_doctor import KEY, clean_environment
+    from tests.fakes.model_server import ModelServer
+
+    with ModelServer.in_thread(api_key=KEY) as endpoint:
+        env = clean_environment(
+            tmp_path,
+            PATH=f"{installed}{os.pathsep}{os.environ.get('PATH', '')}",
+            TETHER_PROVIDER="openai",
+            TETHER_MODEL="fake-model",
+            TETHER_BASE_URL=endpoint.openai_url,
+            OPENAI_API_KEY=KEY,
+        )
+        done = subprocess.run(
+            [installed / "tether", "doctor"], env=env, capture_output=True, text=True
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"ok    editors: VS Code and Neovim start {installed / 'tether'} serve" in done.stdout
+
+
+def _first_answer(command: list[str | Path], frame: bytes, cwd: Path) -> bytes:
+    """What the server writes to stdout for ``frame``, up to its end of input."""
+    done = subprocess.run(command, input=frame, capture_output=True, cwd=cwd, timeout=60)
+    return done.stdout
+
+
+def test_the_editors_default_command_and_tether_acp_answer_initialize(
+    installed: Path, tmp_path: Path
+) -> None:
+    body = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{}}}'
+    framed = b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    served = _first_answer([installed / "tether", "serve"], framed, tmp_path)
+    assert b'"id":1' in served
+    assert b'"result"' in served
+    acp = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n'
+    answered = _first_answer([installed / "tether", "acp"], acp, tmp_path)
+    assert b'"protocolVersion":1' in answered
