@@ -178,6 +178,13 @@ def _add_setup_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     show.add_argument("--model", help="as `tether run --model` would set it (source: flag)")
     show.add_argument("--approval", choices=("ask", "auto", "deny"), help="as `tether run` would")
     show.set_defaults(handler=_config_show)
+    completion = commands.add_parser(
+        "completion",
+        help="print the shell completion script (e.g. tether completion bash > "
+        "~/.local/share/bash-completion/completions/tether)",
+    )
+    completion.add_argument("shell", choices=("bash", "zsh", "fish"))
+    completion.set_defaults(handler=_completion)
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -233,3 +240,30 @@ def _config_show(args: argparse.Namespace) -> int:
         else:
             print(inert(f"{entry.key:<{width}} = {value}  # {entry.source}"))
     return 0
+
+
+_PATH_ARGUMENTS = {"workspace": "DIRECTORY", "script": "FILE"}
+
+
+def _completion(args: argparse.Namespace) -> int:
+    """shtab's script for the shell, generated from this parser; paths complete as paths."""
+    import shtab
+
+    parser = _parser()
+    for action in _actions(parser):
+        kind = _PATH_ARGUMENTS.get(action.dest)
+        if kind is not None:
+            action.complete = getattr(shtab, kind)  # type: ignore[attr-defined]
+    sys.stdout.write(shtab.complete(parser, shell=args.shell))
+    return 0
+
+
+def _actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """Every action of ``parser`` and of its subcommands, at any depth."""
+    found: list[argparse.Action] = []
+    for action in parser._actions:
+        found.append(action)
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                found += _actions(child)
+    return found
