@@ -167,3 +167,15 @@ def test_the_editors_default_command_and_tether_acp_answer_initialize(
     acp = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n'
     answered = _first_answer([installed / "tether", "acp"], acp, tmp_path)
     assert b'"protocolVersion":1' in answered
+
+
+def test_the_readme_links_are_absolute_so_they_work_on_the_package_index() -> None:
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    relative = [
+        link
+        for link in re.findall(r"\]\(([^)\s]+)\)", readme)
+        if not link.startswith(("https://", "http://", "#"))
+    ]
+    assert relative == []
