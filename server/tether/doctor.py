@@ -20,7 +20,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from tether.config import (
     McpServerConfig,
@@ -32,6 +32,10 @@ from tether.config import (
 )
 from tether.protocol import ConfigError
 from tether.secrets import PROVIDER_KEY_VARIABLES, Secrets, url_secrets
+
+if TYPE_CHECKING:
+    from tether.providers.http import ModelListing
+    from tether.tools.confinement import McpSandbox
 
 Status = Literal["ok", "warn", "fail", "skip"]
 
@@ -156,10 +160,19 @@ async def _endpoint_verdicts(config: ProviderConfig, environ: Mapping[str, str])
     import httpx
 
     from tether.providers import make_provider
-    from tether.providers.http import HttpProvider, ModelListing
+    from tether.providers.http import HttpProvider
 
     variables = _key_variables(config)
     key_variable = next((name for name in variables if environ.get(name)), None)
+    if config.api_key_env and key_variable is None:
+        return [
+            Verdict(
+                check="key",
+                status="fail",
+                detail=f"provider.api_key_env names {config.api_key_env}, which is not set",
+                fix=f"set {config.api_key_env} to your API key, or change provider.api_key_env",
+            )
+        ]
     try:
         provider = make_provider(config, environ=environ)
     except ConfigError as exc:
@@ -216,7 +229,7 @@ def _key_verdict(found: str | None, variables: Sequence[str], status: int | None
     return Verdict(check="key", status="ok", detail=f"{found} is set{accepted}")
 
 
-def _listing_verdict(listing: Any) -> Verdict:
+def _listing_verdict(listing: ModelListing) -> Verdict:
     if listing.status >= 500:
         return Verdict(
             check="endpoint",
@@ -235,10 +248,10 @@ def _listing_verdict(listing: Any) -> Verdict:
     )
 
 
-def _model_verdict(model: str, listing: Any) -> Verdict:
+def _model_verdict(model: str, listing: ModelListing) -> Verdict:
     if listing.status >= 300:
         return Verdict(check="model", status="skip", detail="not checked: no model list")
-    models: tuple[str, ...] = listing.models
+    models = listing.models
     wanted = model.removeprefix("models/")
     if wanted in models:
         return Verdict(check="model", status="ok", detail=f"{model} is listed by the endpoint")
@@ -347,16 +360,25 @@ def _sandbox_verdicts(tools: ToolsConfig) -> list[Verdict]:
 
 
 async def _mcp_verdicts(config: TetherConfig, workspace: Path) -> list[Verdict]:
+    """Each configured server started as a run starts it: in its working directory, inside
+    ``tools.mcp_sandbox``."""
+    from tether.kernel.kernel import sandbox_policy
+    from tether.tools.confinement import McpSandbox
+
     servers = config.tools.mcp_servers
     if not servers:
         return [Verdict(check="mcp", status="skip", detail="no MCP server is configured")]
-    return [await _mcp_verdict(spec, workspace, config.mcp.start_timeout) for spec in servers]
+    sandbox = McpSandbox(sandbox_policy(config, mcp=True), workspace)
+    seconds = config.mcp.start_timeout
+    return [await _mcp_verdict(spec, workspace, sandbox, seconds) for spec in servers]
 
 
-async def _mcp_verdict(spec: McpServerConfig, workspace: Path, seconds: float) -> Verdict:
-    from tether.tools.mcp.manager import McpServer
+async def _mcp_verdict(
+    spec: McpServerConfig, workspace: Path, sandbox: McpSandbox, seconds: float
+) -> Verdict:
+    from tether.tools.mcp.manager import McpServer, server_cwd
 
-    server = McpServer(spec, workspace)
+    server = McpServer(spec, server_cwd(spec, workspace), sandbox)
     try:
         tools = await server.refresh(seconds)
     finally:

@@ -207,3 +207,17 @@ def test_an_mcp_server_that_cannot_start_fails_and_one_that_starts_lists_its_too
     assert "lists" in verdicts["mcp good"]["detail"]
     assert verdicts["mcp broken"]["status"] == "fail"
     assert "tools.mcp_servers" in verdicts["mcp broken"]["fix"]
+
+
+def test_an_api_key_env_naming_an_unset_variable_fails_the_key_check(
+    tmp_path: Path, openai_env: dict[str, str]
+) -> None:
+    config = tmp_path / ".config" / "tether" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('[provider]\napi_key_env = "MY_TEAM_KEY"\n')
+    code, verdicts, _ = doctor(tmp_path, openai_env)
+    assert code == 1
+    assert verdicts["key"]["status"] == "fail"
+    assert "MY_TEAM_KEY, which is not set" in verdicts["key"]["detail"]
+    code, verdicts, _ = doctor(tmp_path, {**openai_env, "MY_TEAM_KEY": KEY})
+    assert (code, verdicts["key"]["status"]) == (0, "ok")
