@@ -3,10 +3,11 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
 ACP_TESTS := tests/acp
 ACP_STAMP := $(ACP_TESTS)/node_modules/.installed
 
-.PHONY: install compile test lint typecheck unit acp-schema acp-node-test lsp-node-test pygls-matrix vscode-test vscode-package vscode-webview-test vscode-e2e run bench fuzz schema clean
+.PHONY: install compile test package-test lint typecheck unit acp-schema acp-node-test lsp-node-test pygls-matrix vscode-test vscode-package vscode-webview-test vscode-e2e run bench fuzz schema clean
 
 install: $(STAMP)
 
@@ -15,11 +16,19 @@ install: $(STAMP)
 compile: install
 	$(BIN)/python -m compileall -q server/tether
 
+# pip 25.1 or later installs dependency groups (--group); the upgrade brings it on any machine.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	$(BIN)/python -m pip install --quiet --upgrade 'pip>=25.1'
+	$(BIN)/python -m pip install --quiet -e '.[postgres]' --group dev
+	touch $(STAMP) $(RUN_STAMP)
+
+# What running needs and nothing more (no dev group): `make run` on a fresh machine.
+$(RUN_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade 'pip>=25.1'
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(RUN_STAMP)
 
 lint: install
 	$(BIN)/ruff check server tests bench
@@ -101,7 +110,13 @@ vscode-e2e: compile vscode-package vscode-webview-test $(E2E_STAMP)
 
 test: lint typecheck unit acp-node-test lsp-node-test vscode-test
 
-run: compile
+# The sdist and wheel of a clean checkout (git archive: nothing untracked slips in), checked by
+# twine and check-wheel-contents, the wheel installed in a fresh venv without the dev group.
+package-test: install
+	$(BIN)/pytest -q tests/package
+
+run: $(RUN_STAMP)
+	$(BIN)/python -m compileall -q server/tether
 	$(BIN)/tether run "What is this project?" --workspace . --script examples/demo-script.json
 
 bench: compile
@@ -122,7 +137,7 @@ schema: install
 	$(BIN)/python -m tether schema > docs/protocol.schema.json
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
+	rm -rf $(VENV) dist .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
 	rm -rf $(VSCODE)/node_modules $(VSCODE)/dist $(VSCODE)/out $(VSCODE)/tether.vsix
 	rm -rf $(E2E)/node_modules $(E2E)/artifacts
 	rm -rf $(ACP_TESTS)/node_modules $(LSP_NODE)/node_modules

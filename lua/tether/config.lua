@@ -3,7 +3,8 @@ local M = {}
 
 M.defaults = {
   -- The server command (a list, as for vim.system / jobstart).
-  cmd = { 'python3', '-P', '-m', 'tether', 'serve' }, -- -P: the workspace is not on sys.path
+  -- nil: `tether serve` when tether is on PATH, else the configured Python (see server_cmd).
+  cmd = nil,
   -- Working directory of the server; nil is Neovim's current directory.
   cwd = nil,
   -- Provider settings, sent as initializationOptions.provider (nil: the server's own config).
@@ -38,6 +39,19 @@ local function deprecated(old, new)
   vim.schedule(function()
     vim.notify(string.format("tether: approval = '%s' is deprecated; use '%s'", old, new), vim.log.levels.WARN)
   end)
+end
+
+-- The server command: `cmd` when set, else `tether serve` when tether is on PATH (where
+-- `uv tool install` and `pipx install` put it), else `-m tether serve` with the configured Python
+-- (g:python3_host_prog, else python3; -P: the workspace is not on sys.path).
+function M.server_cmd()
+  if M.options.cmd then
+    return M.options.cmd
+  end
+  if vim.fn.executable('tether') == 1 then
+    return { 'tether', 'serve' }
+  end
+  return { vim.g.python3_host_prog or 'python3', '-P', '-m', 'tether', 'serve' }
 end
 
 function M.setup(opts)

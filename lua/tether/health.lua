@@ -14,7 +14,7 @@ function M.check()
   local config = require('tether.config')
   local rpc = require('tether.rpc')
   start('tether')
-  local cmd = config.options.cmd
+  local cmd = config.server_cmd()
   info('server command: ' .. table.concat(cmd, ' '))
   info('approval: ' .. config.options.approval)
   if vim.fn.executable(cmd[1]) ~= 1 then

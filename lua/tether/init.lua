@@ -264,7 +264,7 @@ local function with_client(fn)
   state.starting = { fn }
   local started
   started = rpc.start({
-    cmd = config.options.cmd,
+    cmd = config.server_cmd(),
     cwd = config.options.cwd,
     init_options = config.init_options(),
     capabilities = { tether = { permissions = true } },

@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tether.secrets import redact_logs
 
     redact_logs()  # the secrets a run knows never reach the log
+    command_handler = getattr(args, "handler", None)  # the commands that set one (doctor, ...)
+    if command_handler is not None:
+        return int(command_handler(args))
     command: str = args.command or "serve"
     if command == "serve":
         return _serve(args.tcp)
@@ -63,7 +67,12 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("schema", help="print the protocol's JSON Schema")
     commands.add_parser("acp", help="serve the Agent Client Protocol (v1, NDJSON) on stdio")
     run = commands.add_parser("run", help="run one turn of the kernel without an editor")
-    run.add_argument("prompt")
+    run.add_argument("prompt", nargs="?", help=f"what to ask (with --demo: {DEMO_PROMPT!r})")
+    run.add_argument(
+        "--demo",
+        action="store_true",
+        help="play the demo script shipped with tether (no model, no key; a read-only tool call)",
+    )
     run.add_argument("--workspace", type=Path, default=Path.cwd())
     run.add_argument(
         "--session",
@@ -78,6 +87,7 @@ def _parser() -> argparse.ArgumentParser:
         choices=("ask", "auto", "deny"),
         help="tools.approval for writes and commands (ask: on a terminal, asks you; else refuses)",
     )
+    _add_setup_commands(commands)
     return parser
 
 
@@ -120,17 +130,140 @@ def _schema() -> int:
     return 0
 
 
+DEMO_PROMPT = "What is in this folder?"
+
+
+def demo_script() -> Path:
+    """The demo script shipped in the package (``tether run --demo``)."""
+    return Path(str(resources.files("tether") / "demo" / "script.json"))
+
+
 def _run(args: argparse.Namespace) -> int:
     from tether.headless import RunOptions, run_headless
 
+    if args.demo and args.script is not None:
+        _parser().error("tether run: --demo plays its own script; leave out --script")
+    if args.prompt is None and not args.demo:
+        _parser().error("tether run: a prompt is needed (or --demo)")
     options = RunOptions(
-        prompt=args.prompt,
+        prompt=args.prompt or DEMO_PROMPT,
         workspace=args.workspace,
         session=args.session,
-        script=args.script,
+        script=demo_script() if args.demo else args.script,
         max_iterations=args.max_iterations,
         model=args.model,
         json=args.json,
         approval=args.approval,
     )
     return asyncio.run(run_headless(options))
+
+
+# --- setup: doctor, config show -------------------------------------------------------------------
+
+
+def _add_setup_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    doctor = commands.add_parser(
+        "doctor", help="check the provider, key, endpoint, model, store, sandbox and MCP servers"
+    )
+    doctor.add_argument("--workspace", type=Path, default=Path.cwd())
+    doctor.add_argument("--json", action="store_true", help="print the verdicts as JSON lines")
+    doctor.set_defaults(handler=_doctor)
+    config = commands.add_parser("config", help="show the configuration in force")
+    config_commands = config.add_subparsers(dest="config_command", required=True)
+    show = config_commands.add_parser(
+        "show", help="every key with its value (secrets masked) and the layer that set it"
+    )
+    show.add_argument("--workspace", type=Path, default=Path.cwd())
+    show.add_argument("--json", action="store_true", help="print the keys as JSON lines")
+    show.add_argument("--model", help="as `tether run --model` would set it (source: flag)")
+    show.add_argument("--approval", choices=("ask", "auto", "deny"), help="as `tether run` would")
+    show.set_defaults(handler=_config_show)
+    completion = commands.add_parser(
+        "completion",
+        help="print the shell completion script (e.g. tether completion bash > "
+        "~/.local/share/bash-completion/completions/tether)",
+    )
+    completion.add_argument("shell", choices=("bash", "zsh", "fish"))
+    completion.set_defaults(handler=_completion)
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    import orjson
+
+    from tether.doctor import diagnose, failed, summary
+
+    verdicts = asyncio.run(diagnose(args.workspace.resolve()))
+    for verdict in verdicts:
+        if args.json:
+            print(orjson.dumps(verdict.as_json()).decode(), flush=True)
+        else:
+            print(inert(verdict.line()), flush=True)
+    if not args.json:
+        print(summary(verdicts))
+    return 1 if failed(verdicts) else 0
+
+
+def _workspace_file_left_out(error: Exception) -> None:
+    print(f"tether config show: left out: {inert(str(error))}", file=sys.stderr)
+
+
+def _config_show(args: argparse.Namespace) -> int:
+    import orjson
+
+    from tether.config import explain_config
+    from tether.protocol import ConfigError
+
+    flags: dict[str, dict[str, str]] = {}
+    if args.model:
+        flags["provider"] = {"model": args.model}
+    if args.approval:
+        flags["tools"] = {"approval": args.approval}
+    try:
+        entries = explain_config(
+            workspace=args.workspace.resolve(),
+            overlay=flags or None,
+            overlay_source="flag",
+            on_workspace_error=_workspace_file_left_out,
+        )
+    except ConfigError as exc:
+        print(f"tether config show: {inert(exc.message)}", file=sys.stderr)
+        return 1
+    width = max(len(entry.key) for entry in entries)
+    for entry in entries:
+        value = orjson.dumps(entry.value).decode()
+        if args.json:
+            print(
+                orjson.dumps(
+                    {"key": entry.key, "value": entry.value, "source": entry.source}
+                ).decode()
+            )
+        else:
+            print(inert(f"{entry.key:<{width}} = {value}  # {entry.source}"))
+    return 0
+
+
+_PATH_ARGUMENTS = {"workspace": "DIRECTORY", "script": "FILE"}
+
+
+def _completion(args: argparse.Namespace) -> int:
+    """shtab's script for the shell, generated from this parser; paths complete as paths."""
+    import shtab
+
+    parser = _parser()
+    for action in _actions(parser):
+        kind = _PATH_ARGUMENTS.get(action.dest)
+        if kind is not None:
+            action.complete = getattr(shtab, kind)  # type: ignore[attr-defined]
+    sys.stdout.write(shtab.complete(parser, shell=args.shell))
+    return 0
+
+
+def _actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """Every action of ``parser`` and of its subcommands, at any depth."""
+    found: list[argparse.Action] = []
+    for action in parser._actions:
+        found.append(action)
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                found += _actions(child)
+    return found

@@ -28,6 +28,7 @@ import os
 import re
 import tomllib
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from functools import cache
 from pathlib import Path
@@ -739,6 +740,123 @@ def _environment_layers(environ: Mapping[str, str]) -> Iterator[tuple[str, dict[
         if value:
             section, key = dotted.split(".")
             yield f"environment {var}", {section: {key: value}}
+
+
+# --- where each key comes from (`tether config show`) ---------------------------------------------
+
+
+DEFAULT_SOURCE: Final = "default"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfigEntry:
+    """One key of the configuration in force: its value (secrets masked) and the layer that set it
+    (``default``, ``user file PATH``, ``workspace file PATH``, ``environment VAR``, or the name
+    the caller gave its overlay)."""
+
+    key: str
+    value: Any
+    source: str
+
+
+def explain_config(
+    *,
+    workspace: Path | None,
+    environ: Mapping[str, str] = os.environ,
+    overlay: Mapping[str, Any] | None = None,
+    overlay_source: str = INIT_OPTIONS_SOURCE,
+    on_workspace_error: Callable[[ConfigError], None] | None = None,
+) -> list[ConfigEntry]:
+    """Every key of :func:`load_config`'s configuration (``overlay`` as its
+    ``initializationOptions``), each with the last layer that set it. The layers are read as
+    :func:`load_config` reads them, so a workspace file it leaves out is no key's source."""
+    refused: list[ConfigError] = []
+
+    def workspace_refused(error: ConfigError) -> None:
+        refused.append(error)
+        if on_workspace_error is not None:
+            on_workspace_error(error)
+
+    config = load_config(
+        workspace=workspace,
+        environ=environ,
+        init_options=overlay,
+        on_workspace_error=workspace_refused if on_workspace_error is not None else None,
+    )
+    layers: list[tuple[str, Mapping[str, Any]]] = []
+    user_file = user_config_path(environ)
+    if user_file is not None and (layer := _read_toml(user_file)) is not None:
+        layers.append((f"user file {user_file}", layer))
+    if workspace is not None and not refused:
+        path = workspace_config_path(workspace)
+        if (layer := _read_toml(path, inside=workspace)) is not None:
+            layers.append((f"workspace file {path}", layer))
+    layers.extend(_environment_layers(environ))
+    if overlay:
+        layers.append((overlay_source, overlay))
+    sources: dict[str, str] = {}
+    for source, given in layers:
+        for key in _keys_set(given, TetherConfig, ()):
+            sources[key] = source
+    return [
+        ConfigEntry(key=key, value=_masked(key, value), source=sources.get(key, DEFAULT_SOURCE))
+        for key, value in _leaves(config.model_dump(mode="json"), TetherConfig, ())
+    ]
+
+
+def _keys_set(
+    layer: Mapping[str, Any], model: type[BaseModel], path: tuple[str, ...]
+) -> Iterator[str]:
+    """The dotted keys (snake_case) of the leaves ``layer`` gives a value (None is absent)."""
+    names = _field_names(model)
+    for key, value in layer.items():
+        name = names.get(key) if isinstance(key, str) else None
+        if name is None or value is None:
+            continue
+        section = _section_of(model, name)
+        if section is not None and isinstance(value, Mapping):
+            yield from _keys_set(value, section, (*path, name))
+        elif section is None:
+            yield _dotted((*path, name))
+
+
+def _leaves(
+    values: Mapping[str, Any], model: type[BaseModel], path: tuple[str, ...]
+) -> Iterator[tuple[str, Any]]:
+    for name in model.model_fields:
+        section = _section_of(model, name)
+        if section is not None:
+            yield from _leaves(values[name], section, (*path, name))
+        else:
+            yield _dotted((*path, name)), values[name]
+
+
+MASK: Final = "********"
+_URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@/\s]+@")
+
+
+def _masked(key: str, value: Any) -> Any:
+    """``value`` with what may be a secret replaced by :data:`MASK`: a URL's password, the
+    environment and headers of MCP servers, and a key named like a secret (``api_key_env`` names
+    a variable: it is shown)."""
+    last = key.rsplit(".", 1)[-1]
+    if last != "api_key_env" and any(word in last for word in _SECRET_WORDS) and value:
+        return MASK
+    if isinstance(value, str):
+        return _URL_PASSWORD.sub(rf"\g<1>{MASK}@", value)
+    if key == "tools.mcp_servers" and isinstance(value, list):
+        return [_masked_server(server) for server in value]
+    return value
+
+
+def _masked_server(server: Any) -> Any:
+    if not isinstance(server, dict):
+        return server
+    masked = {name: _masked(name, value) for name, value in server.items()}
+    for table in ("env", "headers"):
+        if isinstance(server.get(table), dict):
+            masked[table] = dict.fromkeys(server[table], MASK)
+    return masked
 
 
 # --- merging ------------------------------------------------------------------------------------

@@ -20,6 +20,10 @@ the stream), :class:`Truncate` (the stream ends in the middle of an event), and 
 call is a :class:`Call` whose ``arguments`` are broken JSON. ``latency`` delays
 every answer. When the queue is empty, ``default`` answers, or a 400 that names the problem.
 
+``GET .../models`` lists ``models`` in a body every provider's format reads (``data[].id`` for
+OpenAI-compatible and Anthropic, ``models[].name`` for Gemini); with ``api_key`` set, a listing
+asked with another key (bearer, ``x-api-key`` or ``x-goog-api-key``) gets a 401.
+
 For a subprocess (the real ``tether serve``), run it in a thread::
 
     with ModelServer.in_thread(latency=0.05) as server:
@@ -567,9 +571,18 @@ class ModelServer:
     """The fake endpoint. ``url`` is its root; ``openai_url``, ``anthropic_url`` and
     ``gemini_url`` are the base URLs the providers take."""
 
-    def __init__(self, *, latency: float = 0.0, default: Response | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        latency: float = 0.0,
+        default: Response | None = None,
+        models: Sequence[str] = ("fake-model",),
+        api_key: str | None = None,
+    ) -> None:
         self.latency = latency
         self.default = default
+        self.models = tuple(models)
+        self.api_key = api_key
         self.requests: list[RecordedRequest] = []
         self._queue: deque[Response] = deque()
         self._lock = threading.Condition()
@@ -720,6 +733,9 @@ class ModelServer:
     async def _answer(self, request: RecordedRequest, writer: asyncio.StreamWriter) -> bool:
         """Write the answer; False when the connection must not be reused."""
         kind = request.format
+        if request.method == "GET" and request.path.split("?", 1)[0].endswith("/models"):
+            await self._list_models(request, writer)
+            return True
         if request.method != "POST" or kind is None:
             await _send(writer, 404, b'{"error": "not found"}')
             return True
@@ -739,6 +755,22 @@ class ModelServer:
             return True
         keep = await self._respond(response, request, wire, writer)
         return keep and request.headers.get("connection", "").lower() != "close"
+
+    async def _list_models(self, request: RecordedRequest, writer: asyncio.StreamWriter) -> None:
+        headers = request.headers
+        given = {
+            headers.get("authorization", "").removeprefix("Bearer "),
+            headers.get("x-api-key", ""),
+            headers.get("x-goog-api-key", ""),
+        }
+        if self.api_key is not None and self.api_key not in given:
+            await _send(writer, 401, b'{"error": {"message": "invalid api key"}}')
+            return
+        body = {
+            "data": [{"id": model, "object": "model"} for model in self.models],
+            "models": [{"name": f"models/{model}"} for model in self.models],
+        }
+        await _send(writer, 200, json.dumps(body).encode())
 
     async def _respond(
         self,

@@ -18,7 +18,9 @@ from tether.testing import scripted_options
 
 from ..neovim.conftest import NVIMS
 
-pynvim = pytest.importorskip("pynvim", reason="pynvim is not installed (pip install -e '.[dev]')")
+pynvim = pytest.importorskip(
+    "pynvim", reason="pynvim is not installed (pip install -e . --group dev)"
+)
 
 SERVER = [sys.executable, "-m", "tether", "serve"]
 # Lua: whether the current buffer is a transcript shown by tether

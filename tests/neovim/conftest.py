@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-pynvim = pytest.importorskip("pynvim", reason="pynvim is not installed (pip install -e '.[dev]')")
+pynvim = pytest.importorskip(
+    "pynvim", reason="pynvim is not installed (pip install -e . --group dev)"
+)
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGIN = REPO  # lua/, plugin/, doc/, syntax/ at the root, as plugin managers want them

@@ -976,3 +976,23 @@ def test_restoring_a_prompt_whose_own_turn_changed_nothing_lists_the_later_turns
     [question] = editor.lua("return _G.questions")
     assert "files it will change: notes.txt)" in question["prompt"]
     assert not (project / "notes.txt").exists()
+
+
+def test_without_cmd_the_server_is_tether_on_path_else_the_configured_python(
+    start_editor: StartEditor, tmp_path: Path
+) -> None:
+    editor = start_editor([])
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    server_cmd = """
+        local bin = ...
+        vim.env.PATH = bin
+        vim.g.python3_host_prog = '/opt/python/bin/python3'
+        require('tether').setup({})
+        return require('tether.config').server_cmd()
+    """
+    python = ["/opt/python/bin/python3", "-P", "-m", "tether", "serve"]
+    assert editor.lua(server_cmd, str(bin_dir)) == python
+    (bin_dir / "tether").write_text("#!/bin/sh\n")
+    (bin_dir / "tether").chmod(0o755)
+    assert editor.lua(server_cmd, str(bin_dir)) == ["tether", "serve"]

@@ -114,7 +114,14 @@ async def test_no_match_is_not_an_error(call: Call, tree: Path) -> None:
     assert result.content == "no files match"
 
 
-@pytest.mark.parametrize("glob", ["[abc", "*.{py", "{a,{b}}", "", "/abs/*", "a//b", "[z-a]"])
+async def test_nested_braces_pick_files_in_any_alternative(call: Call, tree: Path) -> None:
+    expected = await call("list_files", {"glob": "**/*.py"})
+    nested = await call("list_files", {"glob": "{**/*.{py,pyc},nothing/{x,y}}"})
+    assert not nested.is_error
+    assert nested.content == expected.content
+
+
+@pytest.mark.parametrize("glob", ["[abc", "*.{py", "{a,../b}", "", "/abs/*", "a//b", "[z-a]"])
 async def test_a_bad_glob_is_an_error(call: Call, tree: Path, glob: str) -> None:
     result = await call("list_files", {"glob": glob})
     assert result.is_error

@@ -52,6 +52,17 @@ from tether.tools.walk import Glob, run_in_thread, walk_files
         ("a+b.txt", "aab.txt", False),
         ("*/*.md", "docs/x.md", True),
         ("*/*.md", "x.md", False),
+        ("{a,b{c,d}}.txt", "bd.txt", True),
+        ("{a,b{c,d}}.txt", "b.txt", False),
+        ("{src,tests}/**/*.py", "tests/x/a.py", True),
+        ("{src,tests}/**/*.py", "lib/a.py", False),
+        ("{*.md,docs/*.txt}", "x/y/README.md", True),
+        ("{*.md,docs/*.txt}", "docs/a.txt", True),
+        ("{*.md,docs/*.txt}", "x/docs/a.txt", False),
+        ("f{1..3}.txt", "f2.txt", True),
+        ("f{1..3}.txt", "f4.txt", False),
+        ("a\\{b,c}", "a{b,c}", True),
+        ("a\\{b,c}", "ab", False),
     ],
 )
 def test_globs_match_relative_paths(pattern: str, path: str, matches: bool) -> None:
@@ -59,7 +70,8 @@ def test_globs_match_relative_paths(pattern: str, path: str, matches: bool) -> N
 
 
 @pytest.mark.parametrize(
-    "pattern", ["", "[ab", "{a,b", "{a,{b}}", "/etc/*", "../x", "a//b", "\x00"]
+    "pattern",
+    ["", "[ab", "{a,b", "/etc/*", "../x", "{x,../y}", "{a,/b}", "a//b", "\x00", "{a,b}" * 11],
 )
 def test_malformed_globs_are_tool_errors(pattern: str) -> None:
     with pytest.raises(ToolError):

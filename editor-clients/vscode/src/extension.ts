@@ -4,7 +4,7 @@ import { ChatView } from "./chatView";
 import { relativeTime } from "./relative-time";
 import { describe, diffFile, kindMarker, permissionDetail, transcript } from "./render";
 import {
-  DEFAULT_COMMAND,
+  defaultCommand,
   ErrorCodes,
   TetherConnection,
   errorCode,
@@ -109,7 +109,9 @@ class TetherExtension implements vscode.Disposable {
 
   private async startServer(): Promise<TetherConnection> {
     const config = vscode.workspace.getConfiguration("tether");
-    const command = config.get<string[]>("serverCommand") ?? [...DEFAULT_COMMAND];
+    const configured = config.get<string[]>("serverCommand") ?? [];
+    const python = vscode.workspace.getConfiguration("python").get<string>("defaultInterpreterPath");
+    const command = configured.length > 0 ? configured : defaultCommand(python || undefined);
     const provider = config.get<Record<string, unknown>>("provider") ?? {};
     const approval = config.get<string>("approval") ?? "ask";
     const initializationOptions: Record<string, unknown> = { tools: { approval } };

@@ -4,6 +4,8 @@
  * This module does not import `vscode`: it runs, and is tested, under plain Node.
  */
 import { spawn, type ChildProcess } from "node:child_process";
+import { accessSync, constants, statSync } from "node:fs";
+import { delimiter, join } from "node:path";
 import {
   createMessageConnection,
   Emitter,
@@ -226,6 +228,25 @@ export interface TetherOptions {
 
 export const DEFAULT_COMMAND: readonly string[] = ["python3", "-P", "-m", "tether", "serve"];
 
+/**
+ * The command when none is configured: `tether serve` when `tether` is on `path` (where
+ * `uv tool install` and `pipx install` put it), else `python -P -m tether serve` with the
+ * configured Python (`python3` by default).
+ */
+export function defaultCommand(python = "python3", path = process.env.PATH ?? ""): string[] {
+  const onPath = path.split(delimiter).some((dir) => dir !== "" && isExecutable(join(dir, "tether")));
+  return onPath ? ["tether", "serve"] : [python, ...DEFAULT_COMMAND.slice(1)];
+}
+
+function isExecutable(file: string): boolean {
+  try {
+    accessSync(file, constants.X_OK);
+    return statSync(file).isFile();
+  } catch {
+    return false;
+  }
+}
+
 /** vscode-jsonrpc's code for requests left unanswered when the connection closes. */
 const PENDING_RESPONSE_REJECTED = -32097;
 /** How much of the server's stderr a startup failure quotes. */
@@ -252,7 +273,7 @@ export class TetherConnection implements Disposable {
   readonly onExit: Event<ExitInfo> = this.exitEmitter.event;
 
   private constructor(private readonly options: TetherOptions) {
-    const [program, ...args] = options.command ?? DEFAULT_COMMAND;
+    const [program, ...args] = options.command ?? defaultCommand();
     if (program === undefined) throw new Error("tether: the server command is empty");
     this.process = spawn(program, args, {
       cwd: options.cwd,
@@ -348,7 +369,7 @@ export class TetherConnection implements Disposable {
       }),
     ]);
     clearTimeout(timer);
-    const command = (this.options.command ?? DEFAULT_COMMAND).join(" ");
+    const command = (this.options.command ?? defaultCommand()).join(" ");
     if (this.spawnError) {
       return new Error(`cannot start the server command \`${command}\`: ${this.spawnError.message}`);
     }

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { existsSync, readFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 
@@ -7,6 +8,7 @@ import {
   ErrorCodes,
   ResponseError,
   TetherConnection,
+  defaultCommand,
   errorCode,
   type PermissionParams,
   type ProgressParams,
@@ -300,5 +302,17 @@ describe("edits and permission requests against the real server", { timeout: 300
     } finally {
       await within(tether.shutdown(), "shutdown", 15_000);
     }
+  });
+});
+
+describe("the default command", () => {
+  test("is tether serve when tether is on PATH, else the configured Python with -m tether", () => {
+    const bin = mkdtempSync(join(tmpdir(), "tether-path-"));
+    const python = "/opt/python/bin/python3";
+    assert.deepEqual(defaultCommand(python, bin), [python, "-P", "-m", "tether", "serve"]);
+    writeFileSync(join(bin, "tether"), "#!/bin/sh\n", { mode: 0o644 });
+    assert.deepEqual(defaultCommand(python, bin), [python, "-P", "-m", "tether", "serve"]);
+    chmodSync(join(bin, "tether"), 0o755);
+    assert.deepEqual(defaultCommand(python, bin), ["tether", "serve"]);
   });
 });

@@ -101,6 +101,12 @@ class AnthropicProvider(HttpProvider):
             retry=retry,
         )
 
+    def models_url(self) -> str:
+        return self.url.removesuffix("/messages") + "/models"
+
+    def model_names(self, body: Any) -> tuple[str, ...]:
+        return tuple(str(model["id"]) for model in body["data"])
+
     def payload(self, request: ModelRequest) -> dict[str, Any]:
         system, messages = anthropic_messages(request.system, request.messages)
         settings = request.settings

@@ -127,6 +127,12 @@ class GeminiProvider(HttpProvider):
     def request_url(self, request: ModelRequest) -> str:
         return self.model_url(request.model, stream=True)
 
+    def models_url(self) -> str:
+        return f"{self.url}/models?pageSize=1000"
+
+    def model_names(self, body: Any) -> tuple[str, ...]:
+        return tuple(str(model["name"]).removeprefix("models/") for model in body["models"])
+
     async def request(self, request: ModelRequest) -> Completion:
         """The whole turn from ``generateContent``, without streaming it."""
         url = self.model_url(request.model, stream=False)

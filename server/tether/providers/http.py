@@ -20,6 +20,7 @@ import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing, asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, cast
 
 import httpx
@@ -38,6 +39,16 @@ from tether.providers.errors import AttemptFailed
 from tether.providers.prepare import prepare
 from tether.providers.retry import BODY_LIMIT, RetryPolicy, parse_retry_after, with_retries
 from tether.providers.sse import EventDecoder, ServerSentEvent
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelListing:
+    """What the endpoint's model list answered (:meth:`HttpProvider.list_models`)."""
+
+    url: str
+    status: int
+    models: tuple[str, ...] = ()  # the model names, when it answered with a list
+
 
 FINISH_SECONDS = 0.5  # the most a finished turn waits for the rest of its body
 URLS_KEPT = 64  # parsed request URLs a provider keeps
@@ -210,6 +221,30 @@ class HttpProvider(Provider):
     def request_url(self, request: ModelRequest) -> str:
         """Where ``request`` is POSTed: ``url``, unless the wire format names the model in it."""
         return self.url
+
+    @abstractmethod
+    def models_url(self) -> str:
+        """Where the endpoint lists its models (``GET``)."""
+
+    @abstractmethod
+    def model_names(self, body: Any) -> tuple[str, ...]:
+        """The model names of a model list, as ``provider.model`` spells them."""
+
+    async def list_models(self, *, seconds: float) -> ModelListing:
+        """The endpoint's model list, asked once (no retries), with the provider's key: how
+        ``tether doctor`` tells an unreachable endpoint, a refused key and an unknown model apart.
+        Raises ``httpx.HTTPError`` when the endpoint cannot be reached."""
+        url = self.models_url()
+        headers = {k: v for k, v in self._headers.items() if k != "content-type"}
+        headers["accept"] = "application/json"
+        response = await self._client.get(url, headers=headers, timeout=seconds)
+        if not response.is_success:
+            return ModelListing(url=url, status=response.status_code)
+        try:
+            names = self.model_names(decode_json(response.content))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            names = ()
+        return ModelListing(url=url, status=response.status_code, models=names)
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         async with aclosing(

@@ -89,6 +89,12 @@ class OpenAIProvider(HttpProvider):
             retry=retry,
         )
 
+    def models_url(self) -> str:
+        return self.url.removesuffix("/chat/completions") + "/models"
+
+    def model_names(self, body: Any) -> tuple[str, ...]:
+        return tuple(str(model["id"]) for model in body["data"])
+
     def payload(self, request: ModelRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": request.model,

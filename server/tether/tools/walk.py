@@ -26,7 +26,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Final, Literal, TypeVar
+
+import bracex
 
 from tether.tools.base import ToolError
 from tether.tools.ignores import IgnoreFiles, Ignores, ignores_above
@@ -78,12 +80,20 @@ class Glob:
     """A glob over '/'-separated paths relative to where the walk starts.
 
     ``*`` and ``?`` stay inside one path segment, ``**`` spans any number of segments, ``[a-z]``
-    and ``[!a-z]`` are classes, ``{py,pyi}`` alternatives, and a backslash escapes the next
-    character. A pattern without '/' matches the file name at any depth (``*.py``).
+    and ``[!a-z]`` are classes, and a backslash escapes the next character. Braces are expanded
+    first, as wcmatch expands them (its ``bracex``): ``{py,pyi}`` alternatives, nested
+    (``{a,b{c,d}}``), across '/' (``{src,tests}/**``) and ranges (``{1..3}``), at most
+    :data:`MAX_GLOB_EXPANSIONS` patterns. A pattern (or an alternative) without '/' matches the
+    file name at any depth (``*.py``).
+
+    Each expansion is translated to one regular expression here, rather than by wcmatch's own
+    translation: its expressions (which guard every ``**`` segment against ``.`` and ``..``
+    with a lookahead per character) made walks 1.2 to 5.6 times slower (``bench``-style timing of
+    ``walk_files`` over a site-packages tree).
     """
 
     pattern: str
-    regex: TimedRegex
+    regexes: tuple[TimedRegex, ...]  # one per alternative: each backtracks as little as it can
     name_only: bool
 
     @classmethod
@@ -91,21 +101,48 @@ class Glob:
         text = pattern.removeprefix("./")
         if not text or "\x00" in text:
             raise ToolError(f"invalid glob {pattern!r}: it is empty or contains a NUL byte")
-        segments = text.split("/")
-        if text.startswith("/") or ".." in segments or "" in segments:
-            raise ToolError(
-                f"invalid glob {pattern!r}: it must be relative, without '..' or empty segments"
-            )
+        alternatives = [alternative.split("/") for alternative in _expand(text, pattern)]
+        for segments in alternatives:
+            if segments[0] == "" or ".." in segments or "" in segments:
+                raise ToolError(
+                    f"invalid glob {pattern!r}: it must be relative, without '..' or empty segments"
+                )
+        name_only = all(len(segments) == 1 for segments in alternatives)
+        parts = [
+            ("" if name_only or len(segments) > 1 else "(?:[^/]+/)*")
+            + _translate(segments, pattern)
+            for segments in alternatives
+        ]
         try:
-            regex = TimedRegex(re.compile(_translate(segments, pattern)))
+            regexes = tuple(TimedRegex(re.compile(part)) for part in parts)
         except re.error as exc:
             raise ToolError(f"invalid glob {pattern!r}: {exc}") from None
-        return cls(pattern=pattern, regex=regex, name_only=len(segments) == 1)
+        return cls(pattern=pattern, regexes=regexes, name_only=name_only)
 
     def matches(self, rel: str, deadline: float = math.inf) -> bool:
         """Whether ``rel`` matches; :class:`TimeoutError` when ``deadline`` passes first."""
         target = rel.rpartition("/")[2] if self.name_only else rel
-        return self.regex.fullmatch(target, deadline)
+        for regex in self.regexes:  # a loop, not any(): a generator costs more than a match
+            if regex.fullmatch(target, deadline):
+                return True
+        return False
+
+
+MAX_GLOB_EXPANSIONS: Final = 1000
+"""The most patterns a glob's braces may expand to (``{a,b}{c,d}`` is four)."""
+
+
+def _expand(text: str, pattern: str) -> list[str]:
+    """``text`` with its braces expanded (escapes kept for the translation); a '{' that does
+    not close is refused rather than read as the character (escape it for that)."""
+    try:
+        expanded = bracex.expand(text, keep_escapes=True, limit=MAX_GLOB_EXPANSIONS)
+    except bracex.ExpansionLimitException:
+        raise ToolError(
+            f"invalid glob {pattern!r}: its braces expand to more than {MAX_GLOB_EXPANSIONS} "
+            "patterns"
+        ) from None
+    return list(dict.fromkeys(expanded))  # {a,a} once
 
 
 def _translate(segments: list[str], pattern: str) -> str:

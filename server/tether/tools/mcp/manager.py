@@ -337,7 +337,7 @@ class McpManager:
         sandbox = McpSandbox(policy, workspace) if policy is not None else None
         by_name: dict[str, McpServer] = {}
         for spec in configured:
-            cwd = _cwd(spec, workspace)
+            cwd = server_cwd(spec, workspace)
             key = (spec.model_dump_json(), cwd, policy)
             by_name[spec.name] = self._shared.get(key) or self._shared.setdefault(
                 key, McpServer(spec, cwd, sandbox)
@@ -346,7 +346,7 @@ class McpManager:
         for spec in self._session_specs.get(session_id, []):
             server = own.get(spec.name)
             if server is None:
-                server = own[spec.name] = McpServer(spec, _cwd(spec, workspace), sandbox)
+                server = own[spec.name] = McpServer(spec, server_cwd(spec, workspace), sandbox)
             by_name[spec.name] = server
         if not own:
             del self._session_servers[session_id]
@@ -394,7 +394,7 @@ def _mcp_tools(server: McpServer, listing: list[types.Tool], taken: set[str]) ->
     return tools
 
 
-def _cwd(spec: McpServerSpec, workspace: Path) -> Path:
+def server_cwd(spec: McpServerSpec, workspace: Path) -> Path:
     """The server's working directory: ``cwd`` (relative to the workspace), else the workspace."""
     if spec.cwd is None:
         return workspace
