@@ -83,11 +83,13 @@ async def test_session_commands_lists_the_built_ins_the_users_and_the_workspaces
         "compact",
         "mode",
         "plan",
+        "undo",
+        "rewind",
         "help",
         "git:commit",
         "review",
     ]
-    assert {c["source"] for c in result["commands"][:4]} == {"builtin"}
+    assert {c["source"] for c in result["commands"][:6]} == {"builtin"}
     assert listed["review"] == {
         "name": "review",
         "description": "Review a file",

@@ -18,7 +18,7 @@ import contextlib
 import dataclasses
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, assert_never
 
@@ -517,7 +517,7 @@ class Run:
         recorder = self._setup.checkpoints
         if recorder is not None:
             kinds = [self._kinds.get(call.id, ToolKind.OTHER) for call in calls]
-            await recorder.before(kinds, self._emit)
+            await recorder.before(kinds, self._emit, self._written_paths(kinds, changes))
         try:
             async with asyncio.TaskGroup() as group:  # one failing cancels the others
                 for call in calls:
@@ -525,6 +525,16 @@ class Run:
         finally:
             if recorder is not None:  # what the calls changed, even when cancelled
                 await asyncio.shield(recorder.after(self._prompt_id, self._emit))
+
+    def _written_paths(
+        self, kinds: Sequence[ToolKind], changes: Mapping[str, ProposedChange]
+    ) -> set[str] | None:
+        """The only files a step's calls can write, when that is known: every call that may
+        change files is an edit, whose proposed change names its file (an edit without one
+        writes none, or fails), and no hook runs a command around them. None otherwise."""
+        if ToolKind.EXECUTE in kinds or self._hooks is not None:
+            return None
+        return {change.path for change in changes.values()}
 
     async def _before_tool(self, hooks: Hooks, call: ToolCall) -> ToolCall:
         """``pre_tool_use``: the call as its hooks leave it (``updatedInput``); a block is kept
