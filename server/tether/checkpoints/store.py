@@ -73,6 +73,7 @@ class CheckpointStore:
         self.max_checkpoint_bytes = max_checkpoint_bytes
         self._index: Index | None = None
         self._prewarmed: set[Path] = set()
+        self._trees: dict[Path, tuple[tuple[int, ...] | None, str]] = {}  # by git directory
         self._prewarm_lock = threading.Lock()
 
     @property
@@ -113,12 +114,23 @@ class CheckpointStore:
         only, when given)."""
         with self._locked(workspace) as git:
             skipped = self._add_changes(git, workspace, paths)
-            tree = git.write_tree()
+            tree = self._tree(git)
             self.index.set_last_tree(str(workspace), tree)
             unusual = {}
             if modes:
                 unusual = _unusual_modes(workspace, git.tracked() if paths is None else paths)
         return Snapshot(tree, skipped, unusual)
+
+    def _tree(self, git: Git) -> str:
+        """The index as a tree: the one this process last wrote while the index file is the
+        same file (git replaces it on every write), else written now."""
+        index_file = git.git_dir.parent / "index"
+        known = self._trees.get(git.git_dir)
+        if known is not None and _identity(index_file) == known[0]:
+            return known[1]
+        tree = git.write_tree()  # may rewrite the index (its cached trees)
+        self._trees[git.git_dir] = (_identity(index_file), tree)
+        return tree
 
     def prewarm(self, workspace: Path) -> None:
         """Take the workspace's first snapshot (every file read and hashed: seconds on a large
@@ -282,6 +294,14 @@ class CheckpointStore:
                 if path in checkpoint.modes:
                     modes[path] = checkpoint.modes[path]
         return targets, modes
+
+
+def _identity(path: Path) -> tuple[int, ...] | None:
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return None
+    return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 def _refuse_outside(workspace: Path, paths: Iterable[str]) -> None:

@@ -126,10 +126,11 @@ class RunCheckpoints:
         """The run's checkpoint brought up to date; None when it did not change."""
         store, workspace = self._store, self._workspace
         after = store.snapshot(workspace, paths=paths)
-        changed = store.changed(workspace, before.tree, after.tree)
+        every = store.changed(workspace, before.tree, after.tree)
         skipped = after.skipped_since(before)
+        changed = every
         if paths is not None:  # another session's files, recorded meanwhile, are not ours
-            changed = [p for p in changed if p in paths]
+            changed = [p for p in every if p in paths]
             skipped = [p for p in skipped if p in paths]
         self._skipped.update(skipped)
         self._join(before, changed)
@@ -137,7 +138,10 @@ class RunCheckpoints:
             if not self._skipped:
                 return None
             self._base = before.tree  # files over a cap only: reported all the same
-        files = sorted(set(store.changed(workspace, self._base, after.tree)) & self._files)
+        since = (
+            every if self._base == before.tree else store.changed(workspace, self._base, after.tree)
+        )
+        files = sorted(set(since) & self._files)
         previous = self._checkpoint
         skipped = sorted(self._skipped)
         if previous is None and not files and not skipped:
