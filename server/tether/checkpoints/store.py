@@ -4,7 +4,11 @@ the restoring of files to the state before a turn.
 One repository per workspace under ``<root>/workspaces/<key>/`` (its git directory, its private
 index, its lock file), one index of checkpoints for all (:mod:`tether.checkpoints.index`). Every
 tether process of the user shares them: a lock file serializes the writes of each workspace.
-Everything here is synchronous (git subprocesses, file I/O): the kernel calls it on a thread.
+Everything here is synchronous (git subprocesses, file I/O): the kernel calls it on a thread;
+the first snapshot of a workspace (:meth:`CheckpointStore.prewarm`) and the pruning of objects
+no checkpoint refers to any more (:meth:`CheckpointStore.collect`) run on threads of their own.
+Git objects are referenced by the trees in the index of checkpoints, not by refs: a collection
+points temporary refs at those trees for the time of its ``git gc``.
 """
 
 from __future__ import annotations

@@ -1,16 +1,19 @@
 """Checkpoints of a session's turns: recording what each run changed in the workspace, and
 rewinding a session to the state before one of its turns.
 
-A run records through :class:`RunCheckpoints`: before its first call of a tool that edits or
-executes, a snapshot of the workspace's files; after each such step, another, and the paths that
-differ from the first make the run's checkpoint (one per run that changed files, sent as a
-``checkpoint`` event). Snapshots run on a thread: the event stream never waits for them. A failure
-to record is told once (a ``notice``) and never fails the run.
+A run records through :class:`RunCheckpoints`: around each step with calls of a tool that edits
+or executes, a snapshot of the workspace's files before and after it; the paths every step
+changed make the run's checkpoint (one per run that changed files, sent as a ``checkpoint``
+event). Snapshots run on a thread: the event stream never waits for them. A failure to record is
+told once (a ``notice``) and never fails the run. The store takes a workspace's first snapshot
+in the background as a run starts (:meth:`CheckpointStore.prewarm`).
 
 :class:`Checkpoints` answers ``session/checkpoints``, ``session/rewind`` and ``session/fork``
-with ``restoreFiles``. A turn is known by its prompt, the first user message of a run; the
-checkpoints of a session are those whose prompt is in its history (a fork sees those of the
-prefix it inherits). A rewind holds the session's lease like a run, so no run starts meanwhile.
+with ``restoreFiles``, and gives ``/undo`` and ``/rewind`` their rewind under the lease their
+run holds. A turn is known by its prompt, the first user message of a run; the checkpoints of a
+session are those whose prompt is in its history (a fork sees those of the prefix it inherits).
+A rewind holds the session's lease like a run, so no run starts meanwhile. A deleted session's
+checkpoints are dropped, and the store pruned now and then (:meth:`Checkpoints.session_deleted`).
 """
 
 from __future__ import annotations
