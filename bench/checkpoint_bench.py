@@ -4,12 +4,16 @@ On a generated workspace of ``--files`` files (10,000 by default: 100 directorie
 of 200 B to 8 KiB, a ``.gitignore`` and an ignored build directory), with the checkpoint store a
 run uses (:class:`tether.checkpoints.CheckpointStore`, a git directory of its own):
 
-- **first checkpoint**: the snapshot before a run's first edit in a workspace tether never saw
-  (every file read and hashed into the store; the permission bits noted), then the snapshot
-  after its step (10 files edited, 5 created, 5 deleted) and the diff of the two;
-- **later checkpoint**: the same for the next run, the store warm (git's stat cache: only the
-  changed files are read);
-- **rewind**: putting those 20 files back (conflict check included).
+- **first snapshot**: what a workspace tether never saw costs once (every file read and hashed
+  into the store; the permission bits noted): the pre-warm a new session starts in the
+  background, or, without it, the wait of the run's first edit;
+- **command step** (``run_command``): the snapshot before the step and the one after with the
+  diff, each a scan of the whole tree (git's stat cache: only the changed files are read), the
+  step making 10 files edited, 5 created, 5 deleted; this is also what every step cost before
+  file tools recorded only their own paths;
+- **write_file step**: the same around a step of one ``write_file``, whose snapshots look only at
+  the file it names;
+- **rewind**: putting the command step's 20 files back (conflict check included).
 
 Beside them, one model call: a streamed Chat Completions answer (~300 characters) from the loopback
 endpoint of the test suite (``tests/fakes/model_server.py``) over httpx, no latency added: the
@@ -31,6 +35,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -96,15 +101,20 @@ def one_step(root: Path, paths: list[str], rng: random.Random, round_: int) -> N
         paths.append(rel)
 
 
-def checkpoint_of(
-    store: CheckpointStore, root: Path, paths: list[str], rng: random.Random, round_: int
+def step(
+    store: CheckpointStore,
+    root: Path,
+    change: Callable[[], None],
+    paths: set[str] | None,
+    round_: int,
 ) -> tuple[tuple[float, float], tuple[float, float], Checkpoint]:
-    """(before-snapshot times, after-snapshot + diff times, the checkpoint)."""
-    before_s, before = timed(lambda: store.snapshot(root, modes=True))
-    one_step(root, paths, rng, round_)
+    """(before-snapshot times, after-snapshot + diff times, the checkpoint) of one step that
+    makes ``change`` (``paths``: the only files it writes, None: unknown)."""
+    before_s, before = timed(lambda: store.snapshot(root, modes=True, paths=paths))
+    change()
 
     def after_and_diff() -> tuple[str, list[str]]:
-        after = store.snapshot(root)
+        after = store.snapshot(root, paths=paths)
         return after.tree, store.changed(root, before.tree, after.tree)
 
     after_s, (after_tree, files) = timed(after_and_diff)
@@ -121,6 +131,11 @@ def checkpoint_of(
         created_at="2026-01-01T00:00:00+00:00",
     )
     return before_s, after_s, made
+
+
+def append(file: Path, text: str) -> None:
+    """What a write_file step does: one file written."""
+    file.write_text(file.read_text() + text)
 
 
 async def model_call(server: ModelServer, client: httpx.AsyncClient) -> float:
@@ -153,31 +168,35 @@ def main() -> None:
         paths = generate(root, args.files, rng)
         for round_ in range(args.rounds):
             store = CheckpointStore(Path(tmp) / f"store{round_}")
-            first = checkpoint_of(store, root, paths, rng, round_ * 2)
-            later = checkpoint_of(store, root, paths, rng, round_ * 2 + 1)
-            rewind_s, rewound = timed(lambda s=store, c=later[2]: s.rewind(root, [c]))
+            first_s, _ = timed(partial(store.snapshot, root, modes=True))
+            command = step(store, root, partial(one_step, root, paths, rng, round_), None, 0)
+            target = rng.choice([p for p in paths if p not in command[2].files])
+            written = partial(append, root / target, f"# written in round {round_}\n")
+            file_step = step(store, root, written, {target}, 1)  # the next step of the run
+            rewind_s, rewound = timed(partial(store.rewind, root, [command[2]]))
             changed = len(rewound.restored) + len(rewound.removed)
-            for name, value in (
-                ("first: before", first[0]),
-                ("first: after + diff", first[1]),
-                ("later: before", later[0]),
-                ("later: after + diff", later[1]),
-                ("rewind", rewind_s),
-            ):
-                results.setdefault(name, []).append(value)
             paths = sorted(
                 p.relative_to(root).as_posix() for p in root.rglob("*.py") if p.is_file()
             )
+            for name, value in (
+                ("first snapshot", first_s),
+                ("command step: before", command[0]),
+                ("command step: after + diff", command[1]),
+                ("write_file step: before", file_step[0]),
+                ("write_file step: after + diff", file_step[1]),
+                ("rewind", rewind_s),
+            ):
+                results.setdefault(name, []).append(value)
         calls = asyncio.run(model_calls(args.rounds))
     print(
         f"checkpoints on {args.files:,} files (+200 ignored), {args.rounds} rounds, "
         f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; medians in ms"
     )
-    print(f"  {'':<22} {'wall':>9} {'CPU':>9}")
+    print(f"  {'':<30} {'wall':>9} {'CPU':>9}")
     for name, values in results.items():
         wall = statistics.median(v[0] for v in values) * 1000
         used = statistics.median(v[1] for v in values) * 1000
-        print(f"  {name:<22} {wall:9.1f} {used:9.1f}")
+        print(f"  {name:<30} {wall:9.1f} {used:9.1f}")
     print(f"  (rewind of {changed} files)")
     print(f"  one model call (loopback, streamed) {statistics.median(calls) * 1000:7.1f}")
 

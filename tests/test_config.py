@@ -807,6 +807,7 @@ REFUSED_VALUES = {
     "checkpoints.path": '"/tmp/elsewhere"',
     "checkpoints.max_file_bytes": "0",
     "checkpoints.max_checkpoint_bytes": "0",
+    "checkpoints.gc_interval": "0",
 }
 
 

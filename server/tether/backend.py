@@ -32,6 +32,7 @@ from tether.sessions.workspaces import canonical_workspace, local_path
 if TYPE_CHECKING:
     import httpx
 
+    from tether.checkpoints import CheckpointStore
     from tether.config import ProviderConfig, TetherConfig
     from tether.kernel.approval import Approver
     from tether.kernel.checkpoints import Checkpoints
@@ -78,8 +79,8 @@ class Backend:
         self.sessions = SessionService(
             store or MemoryStore(),
             SessionHooks(
-                created=self._remember_mcp_servers,
-                forked=self._fork_mcp_servers,
+                created=self._session_created,
+                forked=self._session_forked,
                 deleted=self._session_deleted,
                 check=self._check_fields,
                 instructions=self.instruction_paths,
@@ -97,6 +98,8 @@ class Backend:
         self._providers: dict[str, Provider] = {}
         self._mcp: McpManager | None = None  # made when a session or a run first needs it
         self._checkpoints: Checkpoints | None = None  # made on first use
+        self._checkpoint_store: CheckpointStore | None = None
+        self._background: set[asyncio.Future[None]] = set()  # kept until done
         self._instruction_loader: InstructionLoader | None = None
         self._workspace_folders: dict[str, Path] = {}  # a session's workspace URI -> its folder
         # a workspace URI -> its instruction files, and when they were looked at
@@ -118,6 +121,7 @@ class Backend:
         self._init_options = init_options
         self._folders.clear()
         self._checkpoints = None  # over the store configured now
+        self._checkpoint_store = None
         config = self.config()
         url = config.sessions.url(self._environ)
         if url is not None and not self._store_given:
@@ -163,19 +167,39 @@ class Backend:
         """The checkpoints of sessions (``session/checkpoints``, ``session/rewind``), over this
         backend's store and the checkpoint store of the configuration (made on first use)."""
         if self._checkpoints is None:
-            from tether.checkpoints import CheckpointStore
             from tether.kernel.checkpoints import Checkpoints
 
+            self._checkpoints = Checkpoints(
+                self.sessions.store,
+                self.checkpoint_store(),
+                lambda: self.config().sessions.lease_delta(),
+            )
+        return self._checkpoints
+
+    def checkpoint_store(self) -> CheckpointStore:
+        """The checkpoint store of the configuration (made on first use, light to import)."""
+        if self._checkpoint_store is None:
+            from tether.checkpoints import CheckpointStore
+
             config = self.config()
-            store = CheckpointStore(
+            self._checkpoint_store = CheckpointStore(
                 config.checkpoints.root(self._environ),
                 max_file_bytes=config.checkpoints.max_file_bytes,
                 max_checkpoint_bytes=config.checkpoints.max_checkpoint_bytes,
             )
-            self._checkpoints = Checkpoints(
-                self.sessions.store, store, lambda: self.config().sessions.lease_delta()
-            )
-        return self._checkpoints
+        return self._checkpoint_store
+
+    def _prewarm_checkpoints(self, session: Session) -> None:
+        """A session opens in a workspace: the checkpoint store takes the workspace's first
+        snapshot in the background, after this request is answered (see
+        :meth:`CheckpointStore.prewarm`), so that its first run's first edit does not wait."""
+        folder = _local(session.workspace)
+        if folder is None or not self.config().checkpoints.enabled:
+            return
+        try:
+            asyncio.get_running_loop().call_soon(self.checkpoint_store().prewarm, folder)
+        except RuntimeError:  # no event loop: nothing runs in the background
+            pass
 
     @property
     def instruction_loader(self) -> InstructionLoader:
@@ -424,22 +448,39 @@ class Backend:
             start_timeout=config.mcp.start_timeout,
         )
 
-    def _remember_mcp_servers(self, session: Session, params: CreateSessionParams) -> None:
+    def _session_created(self, session: Session, params: CreateSessionParams) -> None:
+        """A session was made: the checkpoint store prepared for its workspace, its MCP
+        servers remembered."""
+        self._prewarm_checkpoints(session)
         if params.mcp_servers:
             from tether.secrets import Secrets, register, server_secrets
 
             self.mcp.set_session_servers(session.session_id, params.mcp_servers)
             register(Secrets.of(server_secrets(params.mcp_servers)))
 
-    def _fork_mcp_servers(self, session: Session) -> None:
+    def _session_forked(self, session: Session) -> None:
+        """A session was forked: like a new one, and it shares its parent's MCP servers."""
+        self._prewarm_checkpoints(session)
         if self._mcp is not None and session.parent_session_id is not None:
             self._mcp.share_session_servers(session.parent_session_id, session.session_id)
 
     async def _session_deleted(self, session_id: str) -> None:
-        """A session was deleted or has expired: release its MCP servers. A face that keeps
-        something of its own per session extends this to forget it."""
+        """A session was deleted or has expired: release its MCP servers, drop its checkpoints
+        (in the background: the answer does not wait). A face that keeps something of its own
+        per session extends this to forget it."""
         if self._mcp is not None:
             await self._mcp.close_session(session_id)
+        config = self.config().checkpoints
+        if config.enabled:
+            forget = self.checkpoints().session_deleted(session_id, interval=config.gc_interval)
+            task = asyncio.ensure_future(forget)
+            self._background.add(task)
+            task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Future[None]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.warning("checkpoints of a deleted session: %s", task.exception())
 
 
 _Identity = tuple[tuple[int, ...] | None, ...]

@@ -386,6 +386,13 @@ class CheckpointsConfig(_Section):
         description="changed files beyond this total in one snapshot are not tracked (reported)",
     )
 
+    gc_interval: float = Field(
+        default=86400.0,
+        ge=0,
+        description="seconds between two prunings of a workspace's checkpoint store after "
+        "sessions are deleted (0: at every deletion)",
+    )
+
     def root(self, environ: Mapping[str, str]) -> Path:
         """The checkpoint store's directory."""
         if self.path is not None:
@@ -629,6 +636,7 @@ WORKSPACE_REFUSED: Final[Mapping[str, str]] = MappingProxyType(
         "checkpoints.path": "a repository could send your checkpoints elsewhere",
         "checkpoints.max_file_bytes": "a repository could keep its files out of the undo",
         "checkpoints.max_checkpoint_bytes": "a repository could keep its files out of the undo",
+        "checkpoints.gc_interval": "a repository could make every deletion repack the store",
     }
 )
 """Every key a workspace file may not set (dotted, snake_case; camelCase is refused as well), with

@@ -48,3 +48,25 @@ async def test_rewind_without_a_message_undoes_the_last_turns_files(
                 "_tether/rewind", {"sessionId": session.session_id, "messageId": "no-such"}
             )
         assert not_a_prompt.value.code == -32602
+
+
+async def test_the_undo_command_answers_what_it_restored(setup: Setup, project: Path) -> None:
+    setup.script(
+        [
+            {"toolCalls": [tool_call("write_file", "w1", path="notes/new.txt", content="hi\n")]},
+            {"text": "Done."},
+        ],
+        approval="auto",
+    )
+    async with setup.agent() as agent:
+        session = await agent.conn.new_session(cwd=str(project), mcp_servers=[])
+        sid = session.session_id
+        await agent.conn.prompt(session_id=sid, prompt=[text_block("Write")])
+        assert (project / "notes" / "new.txt").exists()
+        response = await agent.conn.prompt(session_id=sid, prompt=[text_block("/undo")])
+        updates = agent.wire.updates(sid)
+
+    assert response.stop_reason == "end_turn"
+    chunks = [u["content"]["text"] for u in updates if u["sessionUpdate"] == "agent_message_chunk"]
+    assert chunks[-1] == "Undid the changes of the last turn to the files:\n- removed notes/new.txt"
+    assert not (project / "notes").exists()

@@ -51,7 +51,16 @@ async def test_commands_are_sent_after_new_and_load_and_again_when_they_change(
         changed = await listed(agent, sid)
 
     assert after_new == after_load
-    assert [c["name"] for c in after_new] == ["compact", "mode", "plan", "agent", "help", "review"]
+    assert [c["name"] for c in after_new] == [
+        "compact",
+        "mode",
+        "plan",
+        "agent",
+        "undo",
+        "rewind",
+        "help",
+        "review",
+    ]
     review = after_new[-1]
     assert review == {
         "name": "review",
@@ -63,6 +72,8 @@ async def test_commands_are_sent_after_new_and_load_and_again_when_they_change(
         "mode",
         "plan",
         "agent",
+        "undo",
+        "rewind",
         "help",
         "git:commit",
         "review",

@@ -148,3 +148,55 @@ def test_a_rewind_never_writes_through_a_symlink_out_of_the_workspace(
         store.rewind(workspace, [made], force=True)
     assert (outside / "f").read_text() == "not tether's"
     assert (workspace / "kept").read_text() == "2"  # nothing changed
+
+
+def test_a_snapshot_of_named_paths_looks_at_them_only_and_still_ignores_what_is_ignored(
+    tmp_path: Path, workspace: Path
+) -> None:
+    (workspace / ".gitignore").write_text("*.log\n")
+    (workspace / "a").write_text("1")
+    (workspace / "other").write_text("1")
+    store = CheckpointStore(tmp_path / "store")
+    base = store.snapshot(workspace)
+    (workspace / "other").write_text("changed, not named")
+    (workspace / "a").write_text("2")
+    (workspace / "new").write_text("new")
+    (workspace / "x.log").write_text("ignored")
+
+    named = store.snapshot(workspace, paths={"a", "new", "x.log", "gone"}, modes=True)
+    assert store.changed(workspace, base.tree, named.tree) == ["a", "new"]
+    full = store.snapshot(workspace)
+    assert store.changed(workspace, named.tree, full.tree) == ["other"]
+
+
+def test_a_collection_prunes_what_no_checkpoint_refers_to(tmp_path: Path, workspace: Path) -> None:
+    (workspace / "a").write_text("first")
+    (workspace / "b").write_text("b1")
+    store = CheckpointStore(tmp_path / "store")
+    kept = checkpoint(store, workspace, lambda: (workspace / "a").write_text("second"))
+    store.save(kept)
+    dropped = checkpoint(store, workspace, lambda: (workspace / "b").write_text("b2"))
+    dropped.checkpoint_id = "dropped"
+    store.save(dropped)
+    (workspace / "b").write_text("b3")
+    store.snapshot(workspace)  # b2 is now in the dropped checkpoint only
+    git = ["git", "--git-dir", str(next((tmp_path / "store").glob("workspaces/*/git")))]
+
+    def stored(data: bytes) -> bool:
+        blob = (
+            subprocess.run(
+                [*git, "hash-object", "--stdin"], input=data, capture_output=True, check=True
+            )
+            .stdout.decode()
+            .strip()
+        )
+        return subprocess.run([*git, "cat-file", "-e", blob]).returncode == 0
+
+    assert stored(b"b2")
+    store.index.drop(["dropped"])
+    assert store.collect(workspace, interval=0)
+    assert not stored(b"b2")
+    assert stored(b"first") and stored(b"second") and stored(b"b3")
+    assert store.rewind(workspace, [kept]).restored == ["a"]
+    assert (workspace / "a").read_text() == "first"
+    assert not store.collect(workspace, interval=3600)  # not due again so soon

@@ -8,12 +8,13 @@ tether is a conflict unless forced; the workspace's own ``.git`` never changes.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import stat
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -92,15 +93,19 @@ def store_env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
     return {"TETHER_SESSIONS_STORE": request.getfixturevalue("postgres_url")}
 
 
-Spawn = Callable[[str, list[dict[str, Any]]], Awaitable[Connection]]
+class Spawn(Protocol):
+    def __call__(
+        self, name: str, turns: list[dict[str, Any]], **checkpoints: Any
+    ) -> Awaitable[Connection]: ...
 
 
 @pytest.fixture
 async def spawn(project: Path, store_env: dict[str, str], tmp_path: Path) -> AsyncIterator[Spawn]:
-    """Servers on the shared session store and the shared checkpoint store."""
+    """Servers on the shared session store and the shared checkpoint store (``checkpoints``:
+    more of that section's settings)."""
     started: list[Connection] = []
 
-    async def start(name: str, turns: list[dict[str, Any]]) -> Connection:
+    async def start(name: str, turns: list[dict[str, Any]], **checkpoints: Any) -> Connection:
         connection = await Connection.spawn(SERVER, env=store_env)
         started.append(connection)
         options = script_options(
@@ -108,7 +113,7 @@ async def spawn(project: Path, store_env: dict[str, str], tmp_path: Path) -> Asy
             turns,
             name=name,
             tools={"approval": "auto", "sandbox": "off"},
-            checkpoints={"path": str(tmp_path / "checkpoints")},
+            checkpoints={"path": str(tmp_path / "checkpoints"), **checkpoints},
         )
         await initialized(connection, project, options)
         return connection
@@ -294,3 +299,144 @@ async def test_a_rewind_is_refused_while_a_run_of_another_server_holds_the_sessi
     await asyncio.wait_for(run, WAIT)
     rewound = await b.request("session/rewind", {"sessionId": sid, "messageId": prompt})
     assert "app.py" in rewound["restored"]
+
+
+def store_git(tmp_path: Path) -> list[str]:
+    """A git command over the one workspace repository of the shared checkpoint store."""
+    [git_dir] = (tmp_path / "checkpoints" / "workspaces").glob("*/git")
+    return ["git", "--git-dir", str(git_dir)]
+
+
+def has_object(tmp_path: Path, data: bytes) -> bool:
+    """Whether the checkpoint store holds a blob of these bytes."""
+    blob = hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
+    check = [*store_git(tmp_path), "cat-file", "-e", blob]
+    return subprocess.run(check, capture_output=True).returncode == 0
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait for what a server does in the background (within WAIT seconds)."""
+    async with asyncio.timeout(WAIT):
+        while not condition():  # noqa: ASYNC110 - nothing to wait on but the other process
+            await asyncio.sleep(0.05)
+
+
+async def test_a_new_session_prepares_the_store_before_any_run(
+    spawn: Spawn, project: Path, tmp_path: Path
+) -> None:
+    a = await spawn("a", [])
+    await a.request("session/create", {})
+    home = tmp_path / "checkpoints" / "workspaces"
+    await until(lambda: any(home.glob("*/index")))  # the first snapshot, in the background
+    await until(lambda: has_object(tmp_path, (project / "data.bin").read_bytes()))
+
+
+async def test_each_session_of_a_workspace_lists_only_what_its_own_turns_changed(
+    spawn: Spawn, project: Path
+) -> None:
+    """A turn of another session (another process) writes a file between two steps of a
+    turn of this one: that file is the other turn's, not this one's."""
+    slow = [
+        {"toolCalls": [tool_call("write_file", "a1", path="a.txt", content="a\n")]},
+        # B's turn runs during this model call (or during the step it asks for)
+        {"toolCalls": [tool_call("write_file", "a2", path="a2.txt", content="a2\n")], "delay": 3},
+        {"text": "done"},
+    ]
+    a = await spawn("a", slow)
+    b = await spawn(
+        "b",
+        [
+            {"toolCalls": [tool_call("write_file", "b1", path="b.txt", content="b\n")]},
+            {"text": "b"},
+        ],
+    )
+    first = (await a.request("session/create", {}))["sessionId"]
+    second = (await b.request("session/create", {}))["sessionId"]
+    run = a.start_request("kernel/run", {"sessionId": first, "prompt": "write a"})[1]
+    while True:  # A's first step is recorded
+        method, params = await asyncio.wait_for(a.notifications.get(), WAIT)
+        if method == "kernel/progress" and params["event"]["kind"] == "checkpoint":
+            break
+    await run_turn(b, second, "write b")
+    await asyncio.wait_for(run, WAIT)
+
+    [of_a] = (await a.request("session/checkpoints", {"sessionId": first}))["checkpoints"]
+    [of_b] = (await b.request("session/checkpoints", {"sessionId": second}))["checkpoints"]
+    assert of_a["files"] == ["a.txt", "a2.txt"]
+    assert of_b["files"] == ["b.txt"]
+    rewound = await a.request(
+        "session/rewind", {"sessionId": first, "messageId": of_a["messageId"]}
+    )
+    assert rewound["removed"] == ["a.txt", "a2.txt"]
+    assert (project / "b.txt").read_text() == "b\n"
+
+
+async def test_undo_and_rewind_are_commands_of_the_session(spawn: Spawn, project: Path) -> None:
+    pristine = files_of(project)
+    a = await spawn("a", FIRST_TURN + SECOND_TURN)
+    sid = (await a.request("session/create", {}))["sessionId"]
+
+    async def command(text: str) -> str:
+        result = await a.request("kernel/run", {"sessionId": sid, "prompt": text})
+        answer: str = result["response"]
+        return answer
+
+    assert await command("/undo") == "Nothing to undo: no turn of this session changed files."
+    await run_turn(a, sid, "change things")
+    after_first = files_of(project)
+    await run_turn(a, sid, "change again")
+
+    listing = await command("/rewind")
+    assert listing.splitlines()[0] == "Turns that changed files (/rewind N undoes the last N):"
+    assert listing.splitlines()[1].endswith(": app.py")  # the last turn is 1
+    assert "notes/new.md" in listing.splitlines()[2]
+    assert (
+        await command("/undo")
+        == "Undid the changes of the last turn to the files:\n- restored app.py"
+    )
+    assert files_of(project) == after_first
+
+    (project / "moved.bin").write_bytes(b"by hand")
+    refused = await command("/rewind 2")
+    assert refused == (
+        "Nothing was changed: these files changed outside tether since it recorded them: "
+        "moved.bin. session/rewind with force: true overwrites them."
+    )
+    (project / "moved.bin").write_bytes(bytes(range(256)))  # as the turn left it
+    undone = await command("/rewind 2")
+    assert undone.splitlines()[0] == "Undid the changes of the last 2 turns to the files:"
+    assert "- removed notes/new.md" in undone.splitlines()
+    assert files_of(project) == pristine
+    messages = (await a.request("session/messages", {"sessionId": sid}))["messages"]
+    assert len(messages) == 7 + 4  # the conversation stays; the commands' answers are not kept
+    with pytest.raises(RpcError) as out_of_range:
+        await command("/rewind 3")
+    assert out_of_range.value.code == ErrorCode.INVALID_PARAMS
+
+
+async def test_a_deleted_sessions_checkpoints_are_dropped_and_its_objects_pruned(
+    spawn: Spawn, project: Path, tmp_path: Path
+) -> None:
+    edit = [
+        {"toolCalls": [tool_call("write_file", "w", path="private.txt", content="theirs\n")]},
+        {"text": "done"},
+    ]
+    a = await spawn("a", FIRST_TURN + edit, gc_interval=0)
+    kept = (await a.request("session/create", {}))["sessionId"]
+    first, _ = await run_turn(a, kept, "change things")
+    fork = (await a.request("session/fork", {"sessionId": kept}))["sessionId"]
+    await a.request("session/delete", {"sessionId": kept})  # the fork has its turn
+
+    gone = (await a.request("session/create", {}))["sessionId"]
+    await run_turn(a, gone, "edit private.txt")
+    (project / "private.txt").write_text("mine again\n")
+    c = await spawn("c", [], gc_interval=0)
+    await c.request("session/create", {})  # its first snapshot records "mine again"
+    await until(lambda: has_object(tmp_path, b"mine again\n"))
+    assert has_object(tmp_path, b"theirs\n")  # only the turn of `gone` refers to it now
+    await c.request("session/delete", {"sessionId": gone})
+    await until(lambda: not has_object(tmp_path, b"theirs\n"))
+
+    [inherited] = (await a.request("session/checkpoints", {"sessionId": fork}))["checkpoints"]
+    assert inherited["messageId"] == first
+    assert has_object(tmp_path, b"version = 1\n")  # what a rewind of the fork's turn needs

@@ -84,11 +84,13 @@ async def test_session_commands_lists_the_built_ins_the_users_and_the_workspaces
         "mode",
         "plan",
         "agent",
+        "undo",
+        "rewind",
         "help",
         "git:commit",
         "review",
     ]
-    assert {c["source"] for c in result["commands"][:5]} == {"builtin"}
+    assert {c["source"] for c in result["commands"][:7]} == {"builtin"}
     assert listed["review"] == {
         "name": "review",
         "description": "Review a file",

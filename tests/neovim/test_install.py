@@ -1,5 +1,5 @@
-"""The plugin installed as lazy.nvim installs ``{ 'tether-dev/tether', opts = {...} }``, from a clean
-configuration: the repository's root on the runtimepath (``lua/``, ``plugin/``, ``doc/``,
+"""The plugin installed as lazy.nvim installs ``{ 'tether-dev/tether', opts = {...} }``, from a
+clean configuration: the repository's root on the runtimepath (``lua/``, ``plugin/``, ``doc/``,
 ``syntax/``), its help tagged, its ``plugin/`` files sourced, then ``require('tether').setup``.
 On Neovim 0.11 and 0.7: the commands, ``:help tether``, the highlight groups and the chat
 buffer's own filetype."""

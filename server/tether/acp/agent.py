@@ -232,6 +232,7 @@ class AcpAgent(Backend):
 
     async def _resume(self, request: LoadSessionRequest) -> Session:
         session = await self.sessions.get(GetSessionParams(session_id=request.session_id))
+        self._prewarm_checkpoints(session)  # its next run's first edit need not wait
         servers = mcp_servers(request.mcp_servers)
         if servers:
             self.mcp.set_session_servers(session.session_id, servers)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,10 +92,16 @@ class Git:
             raise CheckpointError(f"git {args[0]} failed: {reason}")
         return done.stdout
 
-    def changed_candidates(self) -> list[str]:
+    def changed_candidates(self, paths: Collection[str] | None = None) -> list[str]:
         """Paths that may differ from the index: untracked ones that no ignore file excludes,
-        and tracked ones whose file changed or is gone (nested repositories left out)."""
-        out = self.run(["ls-files", "-z", "--others", "--modified", "--exclude-standard"])
+        and tracked ones whose file changed or is gone (nested repositories left out). With
+        ``paths``, only among them: git then reads only their directories, not the whole tree."""
+        args = ["ls-files", "-z", "--others", "--modified", "--exclude-standard"]
+        if paths is not None:
+            if not paths:
+                return []
+            args = ["--literal-pathspecs", *args, "--", *sorted(paths)]
+        out = self.run(args)
         return sorted({p for p in _split(out) if not p.endswith("/")})
 
     def update_index(self, paths: Iterable[str]) -> None:
@@ -122,6 +128,20 @@ class Git:
         if lines:
             data = b"".join(os.fsencode(line) + b"\0" for line in lines)
             self.run(["update-index", "-z", "--index-info"], data)
+
+    def with_index(self, index_file: Path) -> Git:
+        """The same repository over another index file (a scratch one: the shared index and
+        its stat cache are left alone)."""
+        return Git(self.git_dir, self.workspace, index_file)
+
+    def update_refs(self, refs: Mapping[str, str | None]) -> None:
+        """Point these refs at these objects (None: delete the ref), in one command."""
+        lines = [
+            f"update {ref} {target}" if target is not None else f"delete {ref}"
+            for ref, target in refs.items()
+        ]
+        if lines:
+            self.run(["update-ref", "--stdin"], "".join(f"{line}\n" for line in lines).encode())
 
     def tracked(self) -> list[str]:
         return _split(self.run(["ls-files", "-z"]))

@@ -27,9 +27,14 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     created_at TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS checkpoints_by_message ON checkpoints (message_id);
+CREATE INDEX IF NOT EXISTS checkpoints_by_session ON checkpoints (session_id);
 CREATE TABLE IF NOT EXISTS workspaces (
     workspace TEXT PRIMARY KEY,
     last_tree TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS collections (
+    workspace TEXT PRIMARY KEY,
+    collected_at REAL NOT NULL
 );
 """
 _COLUMNS = (
@@ -102,6 +107,48 @@ class Index:
                 query = f"SELECT {_COLUMNS} FROM checkpoints WHERE message_id IN ({marks})"
                 found.extend(_checkpoint(row) for row in db.execute(query, chunk))
         return sorted(found, key=lambda c: (c.created_at, c.checkpoint_id))
+
+    def of_session(self, session_id: str) -> list[Checkpoint]:
+        """The checkpoints the runs of this session recorded."""
+        query = f"SELECT {_COLUMNS} FROM checkpoints WHERE session_id = ?"
+        with self._connect() as db:
+            return [_checkpoint(row) for row in db.execute(query, (session_id,))]
+
+    def drop(self, checkpoint_ids: Collection[str]) -> None:
+        ids = list(checkpoint_ids)
+        with self._connect() as db:
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                db.execute(f"DELETE FROM checkpoints WHERE id IN ({marks})", chunk)
+
+    def trees(self, workspace: str) -> set[str]:
+        """Every tree the workspace's checkpoints, and its last recorded state, refer to."""
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT before_tree, after_tree FROM checkpoints WHERE workspace = ? "
+                "UNION SELECT last_tree, last_tree FROM workspaces WHERE workspace = ?",
+                (workspace, workspace),
+            ).fetchall()
+        return {tree for row in rows for tree in row}
+
+    def start_collection(self, workspace: str, now: float, interval: float) -> bool:
+        """Whether the workspace's store is due for a collection (none for ``interval``
+        seconds); if so, it is noted as collected ``now``."""
+        with self._connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            row = db.execute(
+                "SELECT collected_at FROM collections WHERE workspace = ?", (workspace,)
+            ).fetchone()
+            # the first deletion starts the clock: a store is not repacked for nothing
+            due = interval <= 0 if row is None else now - float(row[0]) >= interval
+            if due or row is None:
+                db.execute(
+                    "INSERT OR REPLACE INTO collections (workspace, collected_at) VALUES (?, ?)",
+                    (workspace, now),
+                )
+            db.execute("COMMIT")
+        return due
 
     def last_tree(self, workspace: str) -> str | None:
         with self._connect() as db:

@@ -4,17 +4,26 @@ the restoring of files to the state before a turn.
 One repository per workspace under ``<root>/workspaces/<key>/`` (its git directory, its private
 index, its lock file), one index of checkpoints for all (:mod:`tether.checkpoints.index`). Every
 tether process of the user shares them: a lock file serializes the writes of each workspace.
-Everything here is synchronous (git subprocesses, file I/O): the kernel calls it on a thread.
+Everything here is synchronous (git subprocesses, file I/O): the kernel calls it on a thread;
+the first snapshot of a workspace (:meth:`CheckpointStore.prewarm`) and the pruning of objects
+no checkpoint refers to any more (:meth:`CheckpointStore.collect`) run on threads of their own.
+Git objects are referenced by the trees in the index of checkpoints, not by refs: a collection
+points temporary refs at those trees for the time of its ``git gc``.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import logging
 import os
 import shutil
+import sqlite3
 import stat
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import tempfile
+import threading
+import time
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +31,8 @@ from pathlib import Path
 from tether.checkpoints.errors import CheckpointError, RewindConflict
 from tether.checkpoints.git import EXECUTABLE, GITLINK, REGULAR, SYMLINK, Entry, Git
 from tether.checkpoints.index import Checkpoint, Index
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
 DEFAULT_MAX_CHECKPOINT_BYTES = 200 * 1024 * 1024
@@ -65,6 +76,9 @@ class CheckpointStore:
         self.max_file_bytes = max_file_bytes
         self.max_checkpoint_bytes = max_checkpoint_bytes
         self._index: Index | None = None
+        self._prewarmed: set[Path] = set()
+        self._trees: dict[Path, tuple[tuple[int, ...] | None, str]] = {}  # by git directory
+        self._prewarm_lock = threading.Lock()
 
     @property
     def index(self) -> Index:
@@ -94,21 +108,62 @@ class CheckpointStore:
 
     # -- recording -------------------------------------------------------------------------
 
-    def snapshot(self, workspace: Path, *, modes: bool = False) -> Snapshot:
+    def snapshot(
+        self, workspace: Path, *, modes: bool = False, paths: Collection[str] | None = None
+    ) -> Snapshot:
         """Record the workspace's files now. Only what changed since the last snapshot is read
-        (git's index keeps each file's stat). ``modes``: also note unusual permission bits."""
+        (git's index keeps each file's stat). ``paths``: only these files are looked at (what a
+        file tool is about to write, or wrote): the rest of the tree stays as last recorded,
+        and nothing else is scanned. ``modes``: also note unusual permission bits (of ``paths``
+        only, when given)."""
         with self._locked(workspace) as git:
-            skipped = self._add_changes(git, workspace)
-            tree = git.write_tree()
+            skipped = self._add_changes(git, workspace, paths)
+            tree = self._tree(git)
             self.index.set_last_tree(str(workspace), tree)
-            unusual = _unusual_modes(workspace, git.tracked()) if modes else {}
+            unusual = {}
+            if modes:
+                unusual = _unusual_modes(workspace, git.tracked() if paths is None else paths)
         return Snapshot(tree, skipped, unusual)
 
-    def _add_changes(self, git: Git, workspace: Path) -> dict[str, Stat]:
+    def _tree(self, git: Git) -> str:
+        """The index as a tree: the one this process last wrote while the index file is the
+        same file (git replaces it on every write), else written now."""
+        index_file = git.git_dir.parent / "index"
+        known = self._trees.get(git.git_dir)
+        if known is not None and _identity(index_file) == known[0]:
+            return known[1]
+        tree = git.write_tree()  # may rewrite the index (its cached trees)
+        self._trees[git.git_dir] = (_identity(index_file), tree)
+        return tree
+
+    def prewarm(self, workspace: Path) -> None:
+        """Take the workspace's first snapshot (every file read and hashed: seconds on a large
+        tree) on a thread of its own, once per workspace in this process, so that a run's first
+        edit finds the store warm, or waits on the store's lock for what is left of it. Other
+        processes wait on the same lock and then find the store warm. Never raises: a failure
+        is logged (the run's own snapshot reports it)."""
+        with self._prewarm_lock:
+            if workspace in self._prewarmed:
+                return
+            self._prewarmed.add(workspace)
+        threading.Thread(
+            target=self._prewarm, args=(workspace,), name="tether-checkpoints", daemon=True
+        ).start()
+
+    def _prewarm(self, workspace: Path) -> None:
+        try:
+            if workspace.is_dir():
+                self.snapshot(workspace)
+        except (CheckpointError, OSError) as exc:
+            logger.info("checkpoints of %s not prepared: %s", workspace, exc)
+
+    def _add_changes(
+        self, git: Git, workspace: Path, paths: Collection[str] | None
+    ) -> dict[str, Stat]:
         """Update the index with the changed files within the caps; the paths left out."""
         sizes: dict[str, int] = {}
         stats: dict[str, Stat] = {}
-        for path in git.changed_candidates():
+        for path in git.changed_candidates(paths):
             try:
                 info = (workspace / path).lstat()
             except FileNotFoundError:
@@ -134,11 +189,72 @@ class CheckpointStore:
         git, _ = self._git(workspace)
         return git.changed_paths(before, after)
 
+    def entries(self, workspace: Path, tree: str, paths: Iterable[str]) -> dict[str, Entry]:
+        """The entries of ``tree`` among ``paths`` (a path not in the tree is absent)."""
+        git, _ = self._git(workspace)
+        return git.entries(tree, paths)
+
+    def patched(self, workspace: Path, tree: str, entries: Mapping[str, Entry | None]) -> str:
+        """``tree`` with these entries in place of its own (None: left out), written through a
+        scratch index: the workspace's index is not touched."""
+        git, _ = self._git(workspace)
+        with tempfile.TemporaryDirectory(dir=git.git_dir.parent) as scratch:
+            other = git.with_index(Path(scratch) / "index")
+            other.read_tree(tree)
+            other.set_entries(entries)
+            return other.write_tree()
+
     def save(self, checkpoint: Checkpoint) -> None:
         self.index.save(checkpoint)
 
     def of_messages(self, message_ids: Sequence[str]) -> list[Checkpoint]:
         return self.index.of_messages(message_ids)
+
+    # -- collecting ------------------------------------------------------------------------
+
+    def of_session(self, session_id: str) -> list[Checkpoint]:
+        """The checkpoints of a session's runs (none without a store: none is made)."""
+        if self._index is None and not (self.root / "index.db").exists():
+            return []
+        return self.index.of_session(session_id)
+
+    def forget(self, checkpoints: Collection[Checkpoint], *, interval: float) -> None:
+        """Drop these checkpoints from the index; then, in the background, collect the stores
+        of their workspaces when they are due (see :meth:`collect`)."""
+        self.index.drop([c.checkpoint_id for c in checkpoints])
+        for workspace in sorted({c.workspace for c in checkpoints}):
+            threading.Thread(
+                target=self._collect_quietly,
+                args=(Path(workspace), interval),
+                name="tether-checkpoints-gc",
+                daemon=True,
+            ).start()
+
+    def _collect_quietly(self, workspace: Path, interval: float) -> None:
+        try:
+            self.collect(workspace, interval=interval)
+        except (CheckpointError, OSError, sqlite3.Error) as exc:
+            logger.warning("checkpoint store of %s not collected: %s", workspace, exc)
+
+    def collect(self, workspace: Path, *, interval: float) -> bool:
+        """Prune the objects of the workspace's store that no checkpoint refers to any more,
+        at most once every ``interval`` seconds (every process of the user agrees, through the
+        index); whether it ran. Objects younger than ``interval`` (an hour at most) are kept:
+        a run of another process may be about to refer to them."""
+        if not self.index.start_collection(str(workspace), time.time(), interval):
+            return False
+        with self._locked(workspace) as git:
+            trees = sorted(self.index.trees(str(workspace)))
+            keep = [f"refs/tether/keep/{i}" for i in range(len(trees))]
+            git.update_refs(dict(zip(keep, trees, strict=True)))
+            grace = int(min(interval, 3600))
+            try:
+                git.run(
+                    ["gc", "--quiet", f"--prune={grace}.seconds.ago" if grace else "--prune=now"]
+                )
+            finally:
+                git.update_refs(dict.fromkeys(keep))
+        return True
 
     # -- restoring -------------------------------------------------------------------------
 
@@ -184,6 +300,14 @@ class CheckpointStore:
         return targets, modes
 
 
+def _identity(path: Path) -> tuple[int, ...] | None:
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return None
+    return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
 def _refuse_outside(workspace: Path, paths: Iterable[str]) -> None:
     """A path whose directory leads out of the workspace (through a symlink made since) is
     never written: the rewind is refused whole."""
@@ -212,7 +336,7 @@ def _blob_id(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
 
 
-def _unusual_modes(workspace: Path, paths: list[str]) -> dict[str, int]:
+def _unusual_modes(workspace: Path, paths: Iterable[str]) -> dict[str, int]:
     """Permission bits of regular files that git would not give back (it keeps 644 or 755)."""
     found: dict[str, int] = {}
     for path in paths:

@@ -37,7 +37,7 @@ import shlex
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tether.config import user_config_path
 from tether.kernel.agents import AgentProfile
@@ -49,6 +49,12 @@ from tether.kernel.frontmatter import (
     text_field,
 )
 from tether.protocol import Content, ErrorCode, InvalidParams, TextBlock
+from tether.protocol.checkpoints import (
+    CheckpointInfo,
+    CheckpointsParams,
+    RewindParams,
+    RewindResult,
+)
 from tether.protocol.commands import COMMAND_KEY, CommandInfo, CommandSource, CommandsResult
 from tether.protocol.kernel import (
     CompactParams,
@@ -69,6 +75,9 @@ from tether.sessions.ids import uuid7
 from tether.sessions.store import SessionStore
 from tether.sessions.workspaces import local_path
 from tether.tools.plan import checklist
+
+if TYPE_CHECKING:
+    from tether.kernel.checkpoints import Checkpoints
 
 logger = logging.getLogger(__name__)
 Emit = Callable[[ProgressParams], None]
@@ -113,6 +122,10 @@ class CommandHost:
     commands: Callable[[], Awaitable[list[CommandInfo]]]  # every command of the session
     profiles: Callable[[], Awaitable[list[AgentProfile]]]  # those the session may run under
     set_agent: Callable[[str], Awaitable[object]]  # runs the session under one (-32602)
+    # the session's turns that changed files, oldest first (None: checkpoints are off)
+    turns: Callable[[], Awaitable[list[CheckpointInfo]]] | None = None
+    # the files of the last N of them put back, under the command's lease
+    rewind: Callable[[int], Awaitable[RewindResult]] | None = None
     relay: Emit = _no_events  # into the command's run's events (set by answer)
 
 
@@ -190,11 +203,65 @@ async def _compact(host: CommandHost, arguments: str) -> str:
     return "The older turns are now a summary."
 
 
+async def _undo(host: CommandHost, arguments: str) -> str:
+    if arguments.strip():
+        raise InvalidParams.field("prompt", "/undo takes no argument (/rewind N goes further)")
+    return await _rewind(host, "1")
+
+
+async def _rewind(host: CommandHost, arguments: str) -> str:
+    """``/rewind``: the turns that changed files, numbered from the last; ``/rewind N``: the
+    files of the last N of them put back (the conversation stays)."""
+    if host.turns is None or host.rewind is None:
+        return "Checkpoints are off (checkpoints.enabled): there is nothing to undo."
+    turns = await host.turns()
+    if not turns:
+        return "Nothing to undo: no turn of this session changed files."
+    count = arguments.strip()
+    if not count:
+        return _turn_listing(turns)
+    if not count.isdigit() or not 1 <= int(count) <= len(turns):
+        raise InvalidParams.field(
+            "prompt", f"/rewind takes a number of turns, from 1 to {len(turns)}"
+        )
+    try:
+        rewound = await host.rewind(int(count))
+    except InvalidParams as exc:
+        if not isinstance(exc.data, dict) or "paths" not in exc.data:
+            raise
+        paths = ", ".join(exc.data["paths"])
+        return (
+            f"Nothing was changed: these files changed outside tether since it recorded them: "
+            f"{paths}. session/rewind with force: true overwrites them."
+        )
+    return _rewound(rewound, int(count))
+
+
+def _turn_listing(turns: list[CheckpointInfo]) -> str:
+    lines = ["Turns that changed files (/rewind N undoes the last N):"]
+    for number, turn in enumerate(reversed(turns), 1):
+        shown = ", ".join(turn.files[:5]) + (", …" if len(turn.files) > 5 else "")
+        lines.append(f"{number}. {turn.created_at:%Y-%m-%d %H:%M}: {shown or '(no file)'}")
+    return "\n".join(lines)
+
+
+def _rewound(rewound: RewindResult, count: int) -> str:
+    turns = "the last turn" if count == 1 else f"the last {count} turns"
+    if not rewound.restored and not rewound.removed:
+        return f"The files of {turns} were already as before."
+    lines = [f"Undid the changes of {turns} to the files:"]
+    lines += [f"- restored {path}" for path in rewound.restored]
+    lines += [f"- removed {path}" for path in rewound.removed]
+    return "\n".join(lines)
+
+
 BUILTINS: tuple[Builtin, ...] = (
     Builtin("compact", "Summarize the older turns now, to free the context", _compact),
     Builtin("mode", "Show or set the session's mode", _mode, " | ".join(MODES)),
     Builtin("plan", "Show the session's plan", _plan),
     Builtin("agent", "List the agent profiles, or run the session under one", _agent, "[name]"),
+    Builtin("undo", "Undo the file changes of the last turn that changed files", _undo),
+    Builtin("rewind", "List the turns that changed files, or undo the last N", _rewind, "[N]"),
     Builtin("help", "List the commands", _help),
 )
 """The built-in commands, one line each (a new one: its line, and what it needs on the host)."""
@@ -536,10 +603,18 @@ class AgentChoice(Protocol):
 class SlashCommands:
     """The commands of the kernel's sessions: listed, resolved from a prompt, answered."""
 
-    def __init__(self, store: SessionStore, compact: Compactor, agents: AgentChoice) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        compact: Compactor,
+        agents: AgentChoice,
+        checkpoints: Checkpoints | None = None,
+    ) -> None:
+        """``checkpoints``: what ``/undo`` and ``/rewind`` use (None: checkpoints are off)."""
         self._store = store
         self._compact = compact
         self._agents = agents
+        self._checkpoints = checkpoints
         self._user_dir = user_commands_dir()  # the environment of the process, as it started
 
     async def listing(self, session: Session) -> CommandsResult:
@@ -578,6 +653,19 @@ class SlashCommands:
             profiles=lambda: self._agents.session_profiles(session),
             set_agent=lambda name: self._agents.set_agent(session.session_id, name),
         )
+        checkpoints = self._checkpoints
+        if checkpoints is not None:
+
+            async def turns() -> list[CheckpointInfo]:
+                listed = CheckpointsParams(session_id=session.session_id)
+                return (await checkpoints.list_checkpoints(listed)).checkpoints
+
+            async def rewind(count: int) -> RewindResult:
+                prompt = await checkpoints.last_turn(session.session_id, count)
+                params = RewindParams(session_id=session.session_id, message_id=prompt)
+                return await checkpoints.rewind_held(session, params, run_id)
+
+            host.turns, host.rewind = turns, rewind
         return await answer(call.builtin, call.called, host, emit, run_id)
 
     async def _load(self, session: Session) -> Loaded:

@@ -167,7 +167,7 @@ class Kernel:
         self._handles: dict[str, list[RunHandle]] = {}
         # session -> the ends of its runs in this process (each done once the lease is given back)
         self._ends: dict[str, list[asyncio.Future[None]]] = {}
-        self._slash = slash.SlashCommands(store, self._compact, self)
+        self._slash = slash.SlashCommands(store, self._compact, self, checkpoints)
 
     def is_running(self, session_id: str) -> bool:
         return session_id in self._runs

@@ -18,7 +18,7 @@ import contextlib
 import dataclasses
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, assert_never
 
@@ -519,7 +519,8 @@ class Run:
         self._announce(calls, changes)
         recorder = self._setup.checkpoints
         if recorder is not None:
-            await recorder.before([self._recorded_kind(call) for call in calls], self._emit)
+            kinds = [self._recorded_kind(call) for call in calls]
+            await recorder.before(kinds, self._emit, self._written_paths(kinds, changes))
         try:
             async with asyncio.TaskGroup() as group:  # one failing cancels the others
                 for call in calls:
@@ -534,6 +535,16 @@ class Run:
         if call.name == TASK_TOOL and self._setup.subagents is not None:
             return ToolKind.EXECUTE
         return self._kinds.get(call.id, ToolKind.OTHER)
+
+    def _written_paths(
+        self, kinds: Sequence[ToolKind], changes: Mapping[str, ProposedChange]
+    ) -> set[str] | None:
+        """The only files a step's calls can write, when that is known: every call that may
+        change files is an edit, whose proposed change names its file (an edit without one
+        writes none, or fails), and no hook runs a command around them. None otherwise."""
+        if ToolKind.EXECUTE in kinds or self._hooks is not None:
+            return None
+        return {change.path for change in changes.values()}
 
     async def _before_tool(self, hooks: Hooks, call: ToolCall) -> ToolCall:
         """``pre_tool_use``: the call as its hooks leave it (``updatedInput``); a block is kept
