@@ -200,3 +200,24 @@ def test_a_collection_prunes_what_no_checkpoint_refers_to(tmp_path: Path, worksp
     assert store.rewind(workspace, [kept]).restored == ["a"]
     assert (workspace / "a").read_text() == "first"
     assert not store.collect(workspace, interval=3600)  # not due again so soon
+
+
+def test_the_home_folder_and_the_root_are_not_prepared_ahead_but_a_project_is(
+    tmp_path: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    store = CheckpointStore(tmp_path / "store")
+    snapshots: list[Path] = []
+    monkeypatch.setattr(store, "snapshot", lambda folder, **_: snapshots.append(folder))
+
+    for folder in (home, Path("/"), workspace):
+        store.prewarm(folder)
+    for thread in threading.enumerate():
+        if thread.name == "tether-checkpoints":
+            thread.join(10)
+
+    assert snapshots == [workspace]

@@ -141,7 +141,11 @@ class CheckpointStore:
         tree) on a thread of its own, once per workspace in this process, so that a run's first
         edit finds the store warm, or waits on the store's lock for what is left of it. Other
         processes wait on the same lock and then find the store warm. Never raises: a failure
-        is logged (the run's own snapshot reports it)."""
+        is logged (the run's own snapshot reports it). The filesystem's root and the user's
+        home (an editor opened there) are never prepared ahead: far more than any project to
+        read for a session that may edit nothing; a run that edits there records it then."""
+        if _too_wide(workspace):
+            return
         with self._prewarm_lock:
             if workspace in self._prewarmed:
                 return
@@ -408,3 +412,11 @@ def _prune_empty_parents(workspace: Path, directory: Path) -> None:
 
 
 __all__ = ["Checkpoint", "CheckpointError", "CheckpointStore", "Rewound", "Snapshot"]
+
+
+def _too_wide(folder: Path) -> bool:
+    """Whether ``folder`` is the filesystem's root or the user's home."""
+    try:
+        return folder == Path(folder.anchor) or folder.samefile(Path.home())
+    except (OSError, RuntimeError):  # gone, or no home directory known
+        return False
