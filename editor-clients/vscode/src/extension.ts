@@ -19,6 +19,16 @@ import {
 const TRANSCRIPT_SCHEME = "tether-transcript";
 const MAX_RESTARTS = 3;
 
+/**
+ * The settings the server reads when it starts (its command line and `initializationOptions`): a
+ * change restarts it, and the chat view resumes its session on the new one. The server takes
+ * `workspace/didChangeConfiguration` without acting on it (docs/protocol.md), so none of these can
+ * be changed on a running server.
+ */
+const RESTART_SETTINGS = ["tether.serverCommand", "tether.provider", "tether.approval", "tether.sessions.store"];
+/** The workspace state key of the chat view's session, resumed when VS Code opens the workspace again. */
+const CHAT_SESSION_KEY = "tether.chatSession";
+
 /** The permission dialog's answers besides its close button (Reject). */
 const DIALOG_ANSWERS: { title: string; outcome: PermissionOutcome }[] = [
   { title: "Allow", outcome: "allow" },
@@ -45,9 +55,13 @@ class TetherExtension implements vscode.Disposable {
   private readonly transcripts = new Map<string, string>();
   private readonly transcriptChanged = new vscode.EventEmitter<vscode.Uri>();
   private connection: Promise<TetherConnection> | undefined;
+  /** The server in use; the exit of one replaced already (a restart for a setting) changes nothing. */
+  private live: TetherConnection | undefined;
   private session: Session | undefined;
   private active: ActiveRun | undefined;
   private restarts = 0;
+  /** A setting that needs a restart changed while the chat view ran a turn: restart once it ends. */
+  private restartPending = false;
   private disposed = false;
   private diffs = 0;
   /** "sessionId toolCallId" → what log lines call it (its title, with the kind marker), for every run. */
@@ -61,7 +75,17 @@ class TetherExtension implements vscode.Disposable {
       server: () => this.server(),
       model: (session) => this.model(session),
       log: (line) => this.output.appendLine(line),
-      sessionChanged: (session) => this.showMode(session),
+      sessionChanged: (session) => {
+        this.showMode(session);
+        if (session) void context.workspaceState?.update(CHAT_SESSION_KEY, session.sessionId);
+      },
+      turnEnded: () => {
+        if (!this.restartPending) return;
+        this.restartPending = false;
+        void this.restartForSettings();
+      },
+      sessionForgotten: () => void context.workspaceState?.update(CHAT_SESSION_KEY, undefined),
+      lastSessionId: context.workspaceState?.get<string>(CHAT_SESSION_KEY),
     });
     this.modeItem.command = "tether.pickMode";
     this.showMode(undefined);
@@ -91,7 +115,7 @@ class TetherExtension implements vscode.Disposable {
         provideTextDocumentContent: (uri) => this.transcripts.get(uri.path) ?? "",
       }),
       vscode.workspace.onDidChangeConfiguration((event) => {
-        if (event.affectsConfiguration("tether")) void this.stopServer();
+        if (RESTART_SETTINGS.some((name) => event.affectsConfiguration(name))) void this.restartForSettings();
       }),
       this,
     );
@@ -112,8 +136,11 @@ class TetherExtension implements vscode.Disposable {
     const command = config.get<string[]>("serverCommand") ?? [...DEFAULT_COMMAND];
     const provider = config.get<Record<string, unknown>>("provider") ?? {};
     const approval = config.get<string>("approval") ?? "ask";
+    const store = config.get<string>("sessions.store") ?? "sqlite";
     const initializationOptions: Record<string, unknown> = { tools: { approval } };
     if (Object.keys(provider).length > 0) initializationOptions.provider = provider;
+    // Empty: the store tether's own configuration names (config.toml, TETHER_SESSIONS_STORE).
+    if (store.trim()) initializationOptions.sessions = { store: store.trim() };
     const folders = vscode.workspace.workspaceFolders ?? [];
     this.output.appendLine(`[tether] starting ${command.join(" ")}`);
     const connection = await TetherConnection.start({
@@ -135,6 +162,8 @@ class TetherExtension implements vscode.Disposable {
       this.chat?.onProgress(params);
     });
     connection.onExit((info) => {
+      if (this.live !== connection) return;
+      this.live = undefined;
       this.connection = undefined;
       this.session = undefined;
       this.chat?.serverStopped();
@@ -148,14 +177,20 @@ class TetherExtension implements vscode.Disposable {
         return;
       }
       this.restarts += 1;
+      const durable = connection.initializeResult?.capabilities.sessions?.durable === true;
       void vscode.window.showErrorMessage(
-        `Tether: the server stopped unexpectedly (${why}); restarting it. The sessions it held are gone.`,
+        `Tether: the server stopped unexpectedly (${why}); restarting it.` +
+          (durable ? "" : " The sessions it held are gone (they were kept in memory)."),
       );
       this.server().then(
-        () => this.output.appendLine("[tether] the server is running again"),
+        () => {
+          this.output.appendLine("[tether] the server is running again");
+          void this.chat?.resume();
+        },
         (error: unknown) => this.output.appendLine(`[tether] restart failed: ${describe(error)}`),
       );
     });
+    this.live = connection;
     const info = connection.initializeResult?.serverInfo;
     this.output.appendLine(
       `[tether] ${info?.name ?? "tether"} ${info?.version ?? ""} ready (pid ${String(connection.process.pid)})`,
@@ -163,9 +198,33 @@ class TetherExtension implements vscode.Disposable {
     return connection;
   }
 
+  /**
+   * A setting the server reads at start changed: stop it, start it again with the new settings and
+   * resume the chat view's session there (or say in the view why it cannot be). A turn in flight
+   * finishes first.
+   */
+  private async restartForSettings(): Promise<void> {
+    if (this.chat?.running) {
+      this.restartPending = true;
+      this.output.appendLine("[tether] settings changed: the server restarts when this turn ends");
+      return;
+    }
+    const wasRunning = this.connection !== undefined;
+    // First, so that a prompt sent while the old server stops resumes the session on the new one.
+    this.chat?.serverStopped();
+    await this.stopServer();
+    if (!wasRunning || this.disposed) return;
+    this.output.appendLine("[tether] settings changed: restarting the server");
+    await this.guard(async () => {
+      await this.server();
+      await this.chat?.resume();
+    });
+  }
+
   private async stopServer(): Promise<void> {
     const pending = this.connection;
     this.connection = undefined;
+    this.live = undefined;
     this.session = undefined;
     if (pending) await (await pending.catch(() => undefined))?.shutdown();
   }

@@ -35,6 +35,8 @@ export type ProgressEvent =
   | { kind: "run_started"; maxIterations: number; userMessageId: string }
   | { kind: "iteration_started"; iteration: number }
   | { kind: "message_delta"; messageId: string; text: string }
+  /** Streamed reasoning of the model call `messageId` (not part of its answer). */
+  | { kind: "thought_delta"; messageId: string; text: string }
   | {
       kind: "tool_call";
       toolCallId: string;
@@ -157,7 +159,9 @@ export type ToWebview =
     }
   /** The question is answered (here or elsewhere) or withdrawn by the server. */
   | { type: "permissionClosed"; requestId: string; outcome?: PermissionOutcome }
-  | { type: "error"; message: string };
+  | { type: "error"; message: string }
+  /** Something the user should know about the view's conversation (e.g. it could not be resumed). */
+  | { type: "notice"; level: "info" | "warning"; message: string };
 
 /** Webview → extension. */
 export type FromWebview =
@@ -174,7 +178,13 @@ export type FromWebview =
   | { type: "forkSession"; sessionId: string }
   | { type: "deleteSession"; sessionId: string }
   /** Restore files, conversation or both to before the prompt `messageId` (the extension asks which). */
-  | { type: "restore"; messageId: string };
+  | { type: "restore"; messageId: string }
+  /** Send the prompt of the turn that ended in an error again (that turn's messages are dropped first). */
+  | { type: "retry" }
+  /** A code block's Copy: put `text` on the clipboard. */
+  | { type: "copy"; text: string }
+  /** A code block's Insert: put `text` at the cursor of the editor (replacing its selection). */
+  | { type: "insert"; text: string };
 
 /** The model text of a prompt with its context appended (what `kernel/run` is sent). */
 export function promptWithContext(text: string, context: ContextItem[]): string {

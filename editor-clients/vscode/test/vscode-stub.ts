@@ -107,9 +107,11 @@ export const commands = new Map<string, (...args: unknown[]) => unknown>();
 const providers = new Map<string, ContentProvider>();
 const configurationChanged = new EventEmitter<{ affectsConfiguration(section: string): boolean }>();
 
-/** Tell the extension that settings under `section` changed. */
+/** Tell the extension that the setting `section` changed (as VS Code: its parents are affected too). */
 export function changeConfiguration(section: string): void {
-  configurationChanged.fire({ affectsConfiguration: (name: string) => name === section });
+  configurationChanged.fire({
+    affectsConfiguration: (name: string) => name === section || section.startsWith(`${name}.`),
+  });
 }
 let workspaceFolders: { uri: Uri; name: string; index: number }[] = [];
 
@@ -135,7 +137,18 @@ interface StatusBarItem {
 }
 export const statusBarItems: StatusBarItem[] = [];
 
+/** What the extension put on the clipboard, in order. */
+export const clipboard: string[] = [];
+
 export const vscode = {
+  env: {
+    clipboard: {
+      writeText: async (text: string) => {
+        clipboard.push(text);
+      },
+      readText: async () => clipboard.at(-1) ?? "",
+    },
+  },
   EventEmitter,
   Uri,
   StatusBarAlignment: { Left: 1, Right: 2 },
@@ -153,7 +166,7 @@ export const vscode = {
     },
   },
   window: {
-    activeTextEditor: undefined,
+    activeTextEditor: undefined as unknown,
     visibleTextEditors: [],
     registerWebviewViewProvider(id: string, provider: unknown) {
       webviewProviders.set(id, provider);
