@@ -121,6 +121,7 @@ const chips = el("div", "chips");
 const input = el("textarea", "prompt");
 const sendButton = button("Send", "send", "primary send", () => send());
 const stopButton = button("Stop", "debug-stop", "secondary stop hidden", () => post({ type: "stop" }));
+const jumpButton = button("Latest", "arrow-down", "secondary jump-latest hidden", () => scrollToEnd(true));
 
 function buildPage(): void {
   headerActions.append(
@@ -158,7 +159,8 @@ function buildPage(): void {
   composer.append(chips, input, tools);
   log.append(empty);
   planPanel.setAttribute("aria-label", "Plan");
-  root.append(header, sessionsPanel, log, planPanel, composer);
+  log.addEventListener("scroll", () => noteScroll());
+  root.append(header, sessionsPanel, log, jumpButton, planPanel, composer);
 }
 
 // -- state -----------------------------------------------------------------------------------
@@ -180,6 +182,10 @@ interface Turn {
   messageId?: string;
   /** messageId → its Markdown block and text so far. */
   texts: Map<string, { node: HTMLElement; text: string }>;
+  /** messageId → its reasoning (`thought_delta`), folded. */
+  thoughts: Map<string, { node: HTMLElement; text: string }>;
+  /** The answer's "tether" header is drawn once per turn, not once per model call. */
+  headed?: boolean;
   /** The answer the current model call is streaming: a cancellation cuts it short. */
   streaming?: string;
   cards: Map<string, Card>;
@@ -211,7 +217,30 @@ function send(): void {
   post({ type: "send", text });
 }
 
-function scrollToEnd(): void {
+/**
+ * Whether the view follows the conversation: true while the user is at the bottom of the log. A
+ * user who scrolls up to read is left there while the answer streams on (the Latest button takes
+ * them back down); sending a prompt follows again.
+ */
+let following = true;
+/** How far from the bottom (px) still counts as at the bottom. */
+const BOTTOM_SLACK = 40;
+
+function atBottom(): boolean {
+  return log.scrollHeight - log.scrollTop - log.clientHeight <= BOTTOM_SLACK;
+}
+
+/** Where the user scrolled to decides whether the view follows (and whether Latest is offered). */
+function noteScroll(): void {
+  following = atBottom();
+  jumpButton.classList.toggle("hidden", following);
+}
+
+/** Keep the newest part in view, if the user follows the conversation (or `force`). */
+function scrollToEnd(force = false): void {
+  if (!force && !following) return;
+  following = true;
+  jumpButton.classList.add("hidden");
   log.scrollTop = log.scrollHeight;
 }
 
@@ -219,6 +248,29 @@ function scrollToEnd(): void {
 
 function renderMarkdown(node: HTMLElement, text: string): void {
   node.innerHTML = markdown.render(text);
+  for (const pre of node.querySelectorAll<HTMLElement>("pre.hljs")) decorateCodeBlock(pre);
+}
+
+/**
+ * A code block of an answer gets Copy and Insert (at the cursor of the editor), which post its text
+ * to the extension; the block scrolls sideways rather than being cut at the view's edge.
+ */
+function decorateCodeBlock(pre: HTMLElement): void {
+  const block = el("div", "code-block");
+  const bar = el("div", "code-actions");
+  const code = (): string => (pre.textContent ?? "").replace(/\n$/, "");
+  bar.append(
+    iconButton("Copy", "copy", () => {
+      post({ type: "copy", text: code() });
+      const copied = bar.querySelector(".copy-done") ?? el("span", "copy-done", "Copied");
+      bar.prepend(copied);
+    }),
+    iconButton("Insert at cursor", "insert", () => post({ type: "insert", text: code() })),
+  );
+  bar.children[bar.children.length - 2]?.classList.add("copy");
+  bar.lastElementChild?.classList.add("insert");
+  pre.replaceWith(block);
+  block.append(bar, pre);
 }
 
 function newTurn(prompt: string, context: ContextItem[], messageId?: string): Turn {
@@ -238,7 +290,7 @@ function newTurn(prompt: string, context: ContextItem[], messageId?: string): Tu
   const footer = el("div", "turn-footer");
   node.append(user, footer);
   log.append(node);
-  const turn: Turn = { node, user, texts: new Map(), cards: new Map(), footer };
+  const turn: Turn = { node, user, texts: new Map(), thoughts: new Map(), cards: new Map(), footer };
   if (messageId) setPromptId(turn, messageId);
   state.turn = turn;
   scrollToEnd();
@@ -268,20 +320,73 @@ function offerRestore(turn: Turn, files: string[]): void {
   action.dataset.files = files.join("\n");
 }
 
+/** The element of one model call's answer (its reasoning, then its text), made on first use. */
+function assistantMessage(turn: Turn, messageId: string): HTMLElement {
+  const existing = turn.node.querySelector<HTMLElement>(`.message.assistant[data-message-id="${CSS.escape(messageId)}"]`);
+  if (existing) return existing;
+  const message = el("div", "message assistant");
+  message.dataset.messageId = messageId;
+  if (!turn.headed) {
+    const who = el("div", "who");
+    who.append(icon("sparkle"), el("span", "", "tether"));
+    message.append(who);
+    turn.headed = true;
+  }
+  turn.node.insertBefore(message, turn.footer);
+  return message;
+}
+
 function assistantBlock(turn: Turn, messageId: string): { node: HTMLElement; text: string } {
   let block = turn.texts.get(messageId);
   if (!block) {
-    const message = el("div", "message assistant");
-    message.dataset.messageId = messageId;
-    const who = el("div", "who");
-    who.append(icon("sparkle"), el("span", "", "tether"));
     const node = el("div", "markdown");
-    message.append(who, node);
-    turn.node.insertBefore(message, turn.footer);
+    assistantMessage(turn, messageId).append(node);
     block = { node, text: "" };
     turn.texts.set(messageId, block);
   }
   return block;
+}
+
+/** The reasoning of a model call: folded under "Thinking…" while it streams, "Reasoning" after. */
+function reasoningBlock(turn: Turn, messageId: string): { node: HTMLElement; text: string } {
+  let block = turn.thoughts.get(messageId);
+  if (!block) {
+    const details = el("details", "reasoning streaming");
+    const summary = el("summary");
+    summary.append(icon("chevron-right", "twisty"), icon("lightbulb"), el("span", "reasoning-label", "Thinking…"));
+    const node = el("div", "reasoning-text");
+    details.append(summary, node);
+    const message = assistantMessage(turn, messageId);
+    message.insertBefore(details, message.querySelector(".markdown"));
+    block = { node, text: "" };
+    turn.thoughts.set(messageId, block);
+  }
+  return block;
+}
+
+/** Reasoning that stopped streaming (its answer began, or the run ended) is labelled as such. */
+function settleReasoning(turn: Turn): void {
+  for (const details of turn.node.querySelectorAll<HTMLElement>("details.reasoning.streaming")) {
+    details.classList.remove("streaming");
+    const label = details.querySelector(".reasoning-label");
+    if (label) label.textContent = "Reasoning";
+  }
+}
+
+/** "Working…" at the end of a running turn while nothing streams: the model is thinking. */
+function showWorking(turn: Turn, label = "Working…"): void {
+  let node = turn.node.querySelector<HTMLElement>(".working");
+  if (!node) {
+    node = el("div", "working");
+    node.setAttribute("role", "status");
+  }
+  node.replaceChildren(icon("loading", "codicon-modifier-spin"), el("span", "", label));
+  turn.node.insertBefore(node, turn.footer);
+  scrollToEnd();
+}
+
+function hideWorking(turn: Turn): void {
+  turn.node.querySelector(".working")?.remove();
 }
 
 let pendingRender = new Set<{ node: HTMLElement; text: string }>();
@@ -352,14 +457,25 @@ function progress(event: ProgressEvent): void {
     case "run_started":
       setRunning(true);
       if (!turn.messageId) setPromptId(turn, event.userMessageId);
+      showWorking(turn);
       break;
     case "checkpoint":
       offerRestore(turn, event.files);
       break;
     case "iteration_started":
       turn.streaming = undefined;
+      showWorking(turn);
       break;
+    case "thought_delta": {
+      const block = reasoningBlock(turn, event.messageId);
+      block.text += event.text;
+      block.node.textContent = block.text;
+      showWorking(turn, "Thinking…");
+      break;
+    }
     case "message_delta": {
+      hideWorking(turn);
+      settleReasoning(turn);
       turn.streaming = event.messageId;
       const block = assistantBlock(turn, event.messageId);
       block.text += event.text;
@@ -376,6 +492,8 @@ function progress(event: ProgressEvent): void {
         event.name,
       );
       turn.cards.set(event.toolCallId, card);
+      hideWorking(turn);
+      settleReasoning(turn);
       scrollToEnd();
       break;
     }
@@ -413,6 +531,8 @@ function progress(event: ProgressEvent): void {
     }
     case "run_finished":
       setRunning(false);
+      hideWorking(turn);
+      settleReasoning(turn);
       if (event.stopReason === "cancelled" && turn.streaming) {
         const block = turn.texts.get(turn.streaming);
         if (block) markCancelled(block.node);
@@ -434,7 +554,11 @@ function markCancelled(markdownNode: HTMLElement): void {
   const message = markdownNode.parentElement;
   if (!message || message.classList.contains("cancelled")) return;
   message.classList.add("cancelled");
-  message.querySelector(".who")?.append(el("span", "badge", "cancelled"));
+  const badge = el("span", "badge", "cancelled");
+  // The answer's header is on its first model call only: a later one carries the badge itself.
+  const who = message.querySelector(".who");
+  if (who) who.append(badge);
+  else message.prepend(badge);
 }
 
 function clearApproval(card: Card): void {
@@ -519,7 +643,11 @@ function runFooter(
   turn.footer.replaceChildren();
   if (error) {
     const node = el("div", "notice error");
-    node.append(icon("error"), el("span", "", error));
+    const retry = button("Retry", "refresh", "secondary retry", () => {
+      retry.disabled = true;
+      post({ type: "retry" });
+    });
+    node.append(icon("error"), el("span", "", error), retry);
     turn.footer.append(node);
   }
   const notice = stopReason === "error" ? undefined : STOP_NOTICES[stopReason];
@@ -540,7 +668,11 @@ function turnFinished(message: Extract<ToWebview, { type: "turnFinished" }>): vo
   setRunning(false);
   const turn = state.turn;
   if (!turn) return;
+  hideWorking(turn);
+  settleReasoning(turn);
   runFooter(turn, message.stopReason, message.model, message.usage, message.error);
+  // An error ends the log: it is brought into view wherever the user had scrolled to.
+  scrollToEnd(message.error !== undefined);
   state.turn = undefined;
 }
 
@@ -663,15 +795,16 @@ function showSessions(sessions: SessionSummary[], currentId?: string): void {
   sessionsPanel.replaceChildren(heading, list);
 }
 
-function showError(message: string): void {
-  const error = el("div", "notice error");
-  error.append(icon("error"), el("span", "", message));
+function showError(message: string, level: "error" | "warning" | "info" = "error"): void {
+  const error = el("div", `notice ${level}`);
+  error.append(icon(level === "info" ? "info" : level), el("span", "", message));
   if (state.turn) state.turn.node.insertBefore(error, state.turn.footer);
   else {
     empty.remove();
     log.append(error);
   }
-  scrollToEnd();
+  error.scrollIntoView({ block: "nearest" });
+  noteScroll();
 }
 
 function receive(message: ToWebview): void {
@@ -686,7 +819,12 @@ function receive(message: ToWebview): void {
       showContext(message.items);
       break;
     case "turnStarted":
+      if (state.sessionId && state.sessionId !== message.sessionId) {
+        // The session shown could not go on (it was not resumed): what follows is another one.
+        log.append(el("div", "session-divider", "New session"));
+      }
       state.sessionId = message.sessionId;
+      following = true;
       titleNode.textContent = message.title;
       newTurn(message.prompt, message.context);
       setRunning(true);
@@ -705,6 +843,9 @@ function receive(message: ToWebview): void {
       break;
     case "error":
       showError(message.message);
+      break;
+    case "notice":
+      showError(message.message, message.level);
       break;
     default:
       break;
