@@ -199,6 +199,9 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
         case "retry":
           await this.retry();
           break;
+        case "commands":
+          await this.commands();
+          break;
         case "copy":
           await vscode.env.clipboard.writeText(message.text);
           break;
@@ -297,6 +300,21 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
     await this.showCurrent();
     this.context = last.context;
     await this.send(last.text);
+  }
+
+  /**
+   * The slash commands of the view's session, for `/` completion. The session is made now when the
+   * view has none yet: the prompt being typed will run in it.
+   */
+  async commands(): Promise<void> {
+    const connection = await this.host.server();
+    if (this.resumeId && !this.current) await this.resume();
+    this.session ??= await connection.createSession({});
+    const commands = await connection.commands(this.session.sessionId);
+    this.post({
+      type: "commands",
+      commands: commands.map(({ name, description, argumentHint }) => ({ name, description, argumentHint })),
+    });
   }
 
   /** A code block's Insert: its text at the cursor of the editor, replacing the selection. */
@@ -491,6 +509,15 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
   async deleteSession(sessionId: string): Promise<void> {
     if (this.run?.sessionId === sessionId) throw new Error("this session is running: stop it first");
     const connection = await this.host.server();
+    const session = await connection.getSession(sessionId);
+    const messages = session.title ? [] : await connection.allMessages(sessionId);
+    const title = summary(session, firstPrompt(messages)).title;
+    const confirmed = await vscode.window.showWarningMessage(
+      `Delete the session "${title}"?`,
+      { modal: true, detail: `Its ${session.messageCount} messages are deleted for good, in every client of the store.` },
+      "Delete",
+    );
+    if (confirmed !== "Delete") return;
     await connection.deleteSession(sessionId);
     if (this.session?.sessionId === sessionId) {
       this.session = undefined;

@@ -160,6 +160,8 @@ export type ToWebview =
   /** The question is answered (here or elsewhere) or withdrawn by the server. */
   | { type: "permissionClosed"; requestId: string; outcome?: PermissionOutcome }
   | { type: "error"; message: string }
+  /** The slash commands of the view's session (`session/commands`), for `/` completion. */
+  | { type: "commands"; commands: { name: string; description: string; argumentHint?: string }[] }
   /** Something the user should know about the view's conversation (e.g. it could not be resumed). */
   | { type: "notice"; level: "info" | "warning"; message: string };
 
@@ -181,6 +183,8 @@ export type FromWebview =
   | { type: "restore"; messageId: string }
   /** Send the prompt of the turn that ended in an error again (that turn's messages are dropped first). */
   | { type: "retry" }
+  /** The slash commands, asked when the user first types `/` in a session. */
+  | { type: "commands" }
   /** A code block's Copy: put `text` on the clipboard. */
   | { type: "copy"; text: string }
   /** A code block's Insert: put `text` at the cursor of the editor (replacing its selection). */

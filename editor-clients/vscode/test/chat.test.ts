@@ -285,6 +285,16 @@ describe("the chat view's extension side against the real server", { timeout: 30
     const after = await webview.next("sessions", from);
     assert.equal(after.sessions.length, 2);
     record("sessions", [after]);
+    // Delete asks first; dismissed, nothing is deleted.
+    const modals = stub.shown.modals.length;
+    stub.ui.modal = () => undefined;
+    webview.send({ type: "deleteSession", sessionId: forked.sessionId ?? "" });
+    await within(stub.when(() => stub.shown.modals.length > modals), "the question");
+    assert.equal(stub.shown.modals.at(-1), 'Delete the session "What does main return? (fork)"?');
+    stub.ui.modal = (_message, ...buttons) => buttons[0];
+    from = webview.received.length;
+    webview.send({ type: "listSessions" });
+    assert.equal((await webview.next("sessions", from)).sessions.length, 2);
     from = webview.received.length;
     webview.send({ type: "deleteSession", sessionId: forked.sessionId ?? "" });
     const emptied = await webview.next("session", from);

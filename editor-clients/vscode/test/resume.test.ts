@@ -175,4 +175,13 @@ describe("the chat view keeps its conversation when the server restarts", { time
       stub.vscode.window.activeTextEditor = undefined;
     }
   });
+
+  test("`/` asks for the session's slash commands (session/commands)", { timeout: 60_000 }, async () => {
+    const from = webview.received.length;
+    webview.send({ type: "commands" });
+    const { commands } = await webview.next("commands", from);
+    const names = commands.map((command) => command.name);
+    for (const name of ["help", "compact"]) assert.ok(names.includes(name), names.join(", "));
+    assert.ok(commands.every((command) => command.description.length > 0));
+  });
 });

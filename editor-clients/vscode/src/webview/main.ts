@@ -121,6 +121,9 @@ const chips = el("div", "chips");
 const input = el("textarea", "prompt");
 const sendButton = button("Send", "send", "primary send", () => send());
 const stopButton = button("Stop", "debug-stop", "secondary stop hidden", () => post({ type: "stop" }));
+const commandMenu = el("ul", "command-menu hidden");
+commandMenu.setAttribute("role", "listbox");
+commandMenu.setAttribute("aria-label", "Commands");
 const jumpButton = button("Latest", "arrow-down", "secondary jump-latest hidden", () => scrollToEnd(true));
 
 function buildPage(): void {
@@ -140,7 +143,12 @@ function buildPage(): void {
   input.placeholder = "Ask tether… (Enter to send, Shift+Enter for a new line)";
   input.rows = 3;
   input.setAttribute("aria-label", "Prompt");
+  input.addEventListener("input", () => updateCommandMenu());
   input.addEventListener("keydown", (event) => {
+    if (commandKey(event)) {
+      event.preventDefault();
+      return;
+    }
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
       event.preventDefault();
       send();
@@ -156,7 +164,7 @@ function buildPage(): void {
     stopButton,
     sendButton,
   );
-  composer.append(chips, input, tools);
+  composer.append(commandMenu, chips, input, tools);
   log.append(empty);
   planPanel.setAttribute("aria-label", "Plan");
   log.addEventListener("scroll", () => noteScroll());
@@ -242,6 +250,93 @@ function scrollToEnd(force = false): void {
   following = true;
   jumpButton.classList.add("hidden");
   log.scrollTop = log.scrollHeight;
+}
+
+// -- slash commands --------------------------------------------------------------------------
+
+type Command = Extract<ToWebview, { type: "commands" }>["commands"][number];
+
+/** The session's commands (`session/commands`), asked once per session when `/` is first typed. */
+const commands: { list?: Command[]; asked: boolean; shown: Command[]; active: number } = {
+  asked: false,
+  shown: [],
+  active: 0,
+};
+
+function forgetCommands(): void {
+  commands.list = undefined;
+  commands.asked = false;
+  hideCommandMenu();
+}
+
+/** While the prompt is `/` and a partial name, the commands that start so, to complete. */
+function updateCommandMenu(): void {
+  const typed = /^\/(\S*)$/.exec(input.value);
+  if (!typed) return hideCommandMenu();
+  if (!commands.list) {
+    if (!commands.asked) post({ type: "commands" });
+    commands.asked = true;
+    return;
+  }
+  const prefix = typed[1].toLowerCase();
+  commands.shown = commands.list.filter((command) => command.name.toLowerCase().startsWith(prefix));
+  commands.active = 0;
+  if (commands.shown.length === 0) return hideCommandMenu();
+  drawCommandMenu();
+}
+
+function drawCommandMenu(): void {
+  commandMenu.replaceChildren(
+    ...commands.shown.map((command, index) => {
+      const item = el("li", index === commands.active ? "command active" : "command");
+      item.setAttribute("role", "option");
+      item.setAttribute("aria-selected", String(index === commands.active));
+      item.dataset.name = command.name;
+      item.append(el("span", "command-name", `/${command.name}`));
+      if (command.argumentHint) item.append(el("span", "command-hint", command.argumentHint));
+      item.append(el("span", "command-description", command.description));
+      item.addEventListener("mousedown", (event) => {
+        event.preventDefault(); // keep the focus in the prompt
+        completeCommand(command);
+      });
+      return item;
+    }),
+  );
+  commandMenu.classList.remove("hidden");
+}
+
+function hideCommandMenu(): void {
+  commandMenu.classList.add("hidden");
+  commands.shown = [];
+}
+
+function completeCommand(command: Command): void {
+  input.value = `/${command.name} `;
+  hideCommandMenu();
+  input.focus();
+  input.setSelectionRange(input.value.length, input.value.length);
+}
+
+/** The keys of the open menu: arrows move, Tab or Enter completes, Escape closes. Whether it took the key. */
+function commandKey(event: KeyboardEvent): boolean {
+  if (commands.shown.length === 0 || event.isComposing) return false;
+  const count = commands.shown.length;
+  switch (event.key) {
+    case "ArrowDown":
+    case "ArrowUp":
+      commands.active = (commands.active + (event.key === "ArrowDown" ? 1 : count - 1)) % count;
+      drawCommandMenu();
+      return true;
+    case "Tab":
+    case "Enter":
+      completeCommand(commands.shown[commands.active]);
+      return true;
+    case "Escape":
+      hideCommandMenu();
+      return true;
+    default:
+      return false;
+  }
 }
 
 // -- rendering -------------------------------------------------------------------------------
@@ -677,6 +772,7 @@ function turnFinished(message: Extract<ToWebview, { type: "turnFinished" }>): vo
 }
 
 function showSession(message: Extract<ToWebview, { type: "session" }>): void {
+  if (state.sessionId !== message.sessionId) forgetCommands();
   state.sessionId = message.sessionId;
   state.turn = undefined;
   state.cards.clear();
@@ -846,6 +942,10 @@ function receive(message: ToWebview): void {
       break;
     case "notice":
       showError(message.message, message.level);
+      break;
+    case "commands":
+      commands.list = message.commands;
+      updateCommandMenu();
       break;
     default:
       break;

@@ -579,4 +579,40 @@ describe("the chat view's webview script in headless Chromium", { timeout: 300_0
     assert.match((await tab.textContent(".log")) ?? "", /What does main return\?/, "the old transcript stays");
     await clean();
   });
+
+  test("`/` completes the session's commands: asked once, filtered as typed, picked with the keys", async () => {
+    await feed(fixture("answer"));
+    const prompt = tab.locator(".composer .prompt");
+    await prompt.click();
+    await tab.keyboard.type("/");
+    assert.deepEqual((await posted()).at(-1), { type: "commands" });
+    await feed([
+      {
+        type: "commands",
+        commands: [
+          { name: "help", description: "lists the commands" },
+          { name: "compact", description: "summarizes the older turns" },
+          { name: "cost", description: "tokens used so far" },
+          { name: "model", description: "shows or sets the model", argumentHint: "[model]" },
+        ],
+      },
+    ]);
+    const menu = tab.locator(".command-menu");
+    assert.equal(await menu.isVisible(), true);
+    assert.equal(await menu.locator(".command").count(), 4);
+    await tab.keyboard.type("co");
+    assert.deepEqual(await menu.locator(".command-name").allTextContents(), ["/compact", "/cost"]);
+    await tab.screenshot({ path: join(ARTIFACTS, "webview-commands.png") });
+    await tab.keyboard.press("ArrowDown");
+    await tab.keyboard.press("Enter");
+    assert.equal(await prompt.inputValue(), "/cost ");
+    assert.equal(await menu.isVisible(), false);
+    assert.equal((await posted()).filter((m) => m.type === "commands").length, 1, "asked once");
+    assert.ok(!(await posted()).some((m) => m.type === "send"), "Enter completed, did not send");
+    await prompt.fill("");
+    await tab.keyboard.type("/he");
+    await tab.keyboard.press("Tab");
+    assert.equal(await prompt.inputValue(), "/help ");
+    await clean();
+  });
 });
