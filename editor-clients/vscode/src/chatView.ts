@@ -28,6 +28,7 @@ import {
   type RewindParams,
   type RewindResult,
   type RunHandle,
+  type RunResult,
   type Session,
   type TetherConnection,
 } from "./rpc";
@@ -234,12 +235,20 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
     this.post({ type: "progress", event: params.event });
   }
 
-  /** Send a prompt (with the attached context) in the current session, creating one if needed. */
-  async send(text: string): Promise<void> {
+  /** Put the keyboard focus in the prompt (after Send Selection to Chat). */
+  focusPrompt(): void {
+    this.post({ type: "focus" });
+  }
+
+  /**
+   * Send a prompt (with the attached context) in the current session, creating one if needed. The
+   * run's result (undefined: it failed, as the view then says).
+   */
+  async send(text: string): Promise<RunResult | undefined> {
     if (this.run) throw new Error("a run is already going: stop it first");
     const connection = await this.host.server();
     // After a restart the prompt goes on in the session the view shows, never silently elsewhere.
-    if (this.resumeId && !this.current && !(await this.resume())) return;
+    if (this.resumeId && !this.current) await this.resume();
     let session = this.session ?? (await connection.createSession({}));
     if (!session.title && session.messageCount === 0) {
       session = await connection.configure({ sessionId: session.sessionId, title: shortTitle(text) });
@@ -267,9 +276,12 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
         model: this.host.model(session),
         usage: result.usage,
       });
+      return result;
     } catch (error) {
       if (this.lastPrompt) this.lastPrompt.failed = true;
+      this.host.log(`[chat] ${describe(error)}`);
       this.post({ type: "turnFinished", stopReason: "error", model: this.host.model(session), error: describe(error) });
+      return undefined;
     } finally {
       this.run = undefined;
       const updated = await connection.getSession(session.sessionId).catch(() => session);
@@ -339,6 +351,18 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
     const connection = await this.host.server();
     const session = this.session ?? (await connection.createSession({}));
     this.session = await connection.configure({ sessionId: session.sessionId, mode });
+    return this.session;
+  }
+
+  /**
+   * `session/configure {model}` on the view's session (a new one when there is none yet): its later
+   * runs use that model; `null` goes back to the configured provider's.
+   */
+  async setModel(model: string | null): Promise<Session> {
+    const connection = await this.host.server();
+    if (this.resumeId && !this.current) await this.resume();
+    const session = this.session ?? (await connection.createSession({}));
+    this.session = await connection.configure({ sessionId: session.sessionId, model });
     return this.session;
   }
 
@@ -418,8 +442,8 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
 
   // -- context -------------------------------------------------------------------------------
 
-  attach(what: "selection" | "file"): void {
-    const editor = vscode.window.activeTextEditor ?? vscode.window.visibleTextEditors[0];
+  attach(what: "selection" | "file", from?: vscode.TextEditor): void {
+    const editor = from ?? vscode.window.activeTextEditor ?? vscode.window.visibleTextEditors[0];
     if (!editor) {
       this.post({ type: "error", message: "Open a file first: there is no editor to take context from." });
       return;

@@ -11,7 +11,7 @@ import {
   type PermissionOutcome,
   type PermissionParams,
   type ProgressParams,
-  type RunHandle,
+  type RunResult,
   type Session,
   type SessionMode,
 } from "./rpc";
@@ -43,13 +43,6 @@ const MODES: { mode: SessionMode; label: string; detail: string }[] = [
   { mode: "read_only", label: "Read only", detail: "Only tools that read: nothing is written or run" },
 ];
 
-/** What a run in flight reports to: its progress notification and the output channel. */
-interface ActiveRun {
-  handle: RunHandle;
-  report(message: string): void;
-  iteration: number;
-}
-
 class TetherExtension implements vscode.Disposable {
   private readonly output = vscode.window.createOutputChannel("Tether");
   private readonly transcripts = new Map<string, string>();
@@ -58,7 +51,6 @@ class TetherExtension implements vscode.Disposable {
   /** The server in use; the exit of one replaced already (a restart for a setting) changes nothing. */
   private live: TetherConnection | undefined;
   private session: Session | undefined;
-  private active: ActiveRun | undefined;
   private restarts = 0;
   /** A setting that needs a restart changed while the chat view ran a turn: restart once it ends. */
   private restartPending = false;
@@ -102,10 +94,15 @@ class TetherExtension implements vscode.Disposable {
     command("tether.newSession", () => this.newSession());
     command("tether.ask", () => this.ask());
     command("tether.cancel", () => this.cancel());
+    command("tether.sendSelection", () => this.sendSelection());
     command("tether.showSessions", () => this.showSessions());
     command("tether.forkSession", () => this.forkSession());
-    command("tether.openChat", () => this.chat?.reveal());
+    command("tether.openChat", async () => {
+      await this.chat?.reveal();
+      this.chat?.focusPrompt();
+    });
     command("tether.pickMode", () => this.pickMode());
+    command("tether.pickModel", () => this.pickModel());
     context.subscriptions.push(
       this.output,
       this.modeItem,
@@ -272,47 +269,42 @@ class TetherExtension implements vscode.Disposable {
     });
   }
 
-  async ask(): Promise<unknown> {
-    if (this.active) {
+  /**
+   * Tether: Ask: a question, with the editor's selection as context, sent into the chat view (the
+   * one place conversations happen), which is brought up for it.
+   */
+  async ask(): Promise<RunResult | undefined> {
+    const chat = this.chat;
+    if (!chat) return undefined;
+    if (chat.running) {
       void vscode.window.showWarningMessage("Tether: a run is already going (Tether: Cancel stops it).");
       return undefined;
     }
+    const editor = vscode.window.activeTextEditor;
     const question = await vscode.window.showInputBox({
       title: "Tether: Ask",
       prompt: "What should tether do?",
       ignoreFocusOut: true,
     });
     if (!question) return undefined;
-    const prompt = question + selectionContext();
     return this.guard(async () => {
-      const connection = await this.server();
-      this.session ??= await connection.createSession({});
-      const session = this.session;
-      this.output.show(true);
-      this.output.appendLine(`\n> ${question}`);
-      return vscode.window.withProgress(
-        { location: vscode.ProgressLocation.Notification, title: "Tether", cancellable: true },
-        async (progress, token) => {
-          const handle = connection.run({ sessionId: session.sessionId, prompt });
-          this.active = {
-            handle,
-            iteration: 0,
-            report: (message) => progress.report({ message }),
-          };
-          const cancelling = token.onCancellationRequested(() => void this.cancel());
-          try {
-            const result = await handle.result;
-            this.output.appendLine(
-              `\n[${result.stopReason}] ${result.iterations} iteration(s), ${result.toolCalls.length} tool call(s)`,
-            );
-            return result;
-          } finally {
-            cancelling.dispose();
-            this.active = undefined;
-          }
-        },
-      );
+      await chat.reveal();
+      if (editor && !editor.selection.isEmpty) chat.attach("selection", editor);
+      return chat.send(question);
     });
+  }
+
+  /** Send Selection to Chat: the selection (else the whole file) becomes context of the next prompt. */
+  async sendSelection(): Promise<void> {
+    const chat = this.chat;
+    const editor = vscode.window.activeTextEditor;
+    if (!chat || !editor) {
+      void vscode.window.showInformationMessage("Tether: open a file and select what to send.");
+      return;
+    }
+    await chat.reveal();
+    chat.attach("selection", editor);
+    chat.focusPrompt();
   }
 
   /** The mode of the chat view's session in the status bar (a session not started yet: `ask`). */
@@ -344,13 +336,45 @@ class TetherExtension implements vscode.Disposable {
     });
   }
 
+  /**
+   * Tether: Set Model: the model of the chat view's session (`session/configure {model}`), picked
+   * among the session's allowed models and the configured one, or typed.
+   */
+  async pickModel(): Promise<Session | undefined> {
+    const chat = this.chat;
+    if (!chat) return undefined;
+    const current = this.model(chat.session);
+    const allowed = Array.isArray(chat.session?.allowedModels) ? (chat.session.allowedModels as unknown[]) : [];
+    const configured = this.model(undefined);
+    const known = [...new Set([current, configured, ...allowed].filter((m): m is string => typeof m === "string" && m !== ""))];
+    const OTHER = "Another model…";
+    const RESET = "The configured model";
+    const items: vscode.QuickPickItem[] = [
+      ...known.map((label) => ({ label, description: label === current ? "current" : undefined })),
+      { label: OTHER, description: "type its name" },
+    ];
+    if (chat.session?.model) items.push({ label: RESET, description: configured ? `back to ${configured}` : undefined });
+    const picked = await vscode.window.showQuickPick(items, { placeHolder: "The model of the chat session" });
+    if (!picked) return undefined;
+    let model: string | null | undefined = picked.label === RESET ? null : picked.label;
+    if (picked.label === OTHER) {
+      model = await vscode.window.showInputBox({ title: "Tether: Set Model", prompt: "The model's name, as the provider knows it" });
+      if (!model) return undefined;
+    }
+    return this.guard(async () => {
+      const session = await chat.setModel(model ?? null);
+      this.output.appendLine(`[chat] model: ${this.model(session) ?? "the configured one"}`);
+      return session;
+    });
+  }
+
+  /** Tether: Cancel: stop the chat view's run. */
   async cancel(): Promise<boolean> {
-    const active = this.active;
-    if (!active) {
+    if (!this.chat?.running) {
       void vscode.window.showInformationMessage("Tether: no run is going.");
       return false;
     }
-    return this.guard(() => active.handle.cancel()).then((cancelled) => cancelled ?? false);
+    return this.guard(() => this.chat?.stop() ?? Promise.resolve(false)).then((cancelled) => cancelled ?? false);
   }
 
   async showSessions(): Promise<Session | undefined> {
@@ -421,12 +445,7 @@ class TetherExtension implements vscode.Disposable {
   }
 
   private progress({ sessionId, event }: ProgressParams): void {
-    const active = this.active?.handle.sessionId === sessionId ? this.active : undefined;
     switch (event.kind) {
-      case "iteration_started":
-        if (active) active.iteration = event.iteration;
-        active?.report(`iteration ${event.iteration}`);
-        break;
       case "message_delta":
         this.output.append(event.text);
         break;
@@ -434,7 +453,6 @@ class TetherExtension implements vscode.Disposable {
         const label = `${kindMarker(event.toolKind)}${event.title ?? event.name}`;
         this.toolLabels.set(`${sessionId} ${event.toolCallId}`, label);
         this.output.appendLine(`\n[tool] ${label} ${event.arguments}`);
-        active?.report(`iteration ${active.iteration} · tool ${label}`);
         break;
       }
       case "tool_call_update": {
@@ -444,7 +462,6 @@ class TetherExtension implements vscode.Disposable {
         if (event.status === "in_progress") {
           if (event.progress) {
             this.output.appendLine(`[tool] ${label}: ${event.progress}`);
-            active?.report(`iteration ${active.iteration} · ${label}: ${event.progress}`);
           }
           break;
         }
@@ -509,17 +526,6 @@ class TetherExtension implements vscode.Disposable {
     this.disposed = true;
     await this.stopServer();
   }
-}
-
-/** The current selection as context for the prompt, or "". */
-function selectionContext(): string {
-  const editor = vscode.window.activeTextEditor;
-  if (!editor || editor.selection.isEmpty) return "";
-  const text = editor.document.getText(editor.selection);
-  const file = vscode.workspace.asRelativePath(editor.document.uri);
-  const first = editor.selection.start.line + 1;
-  const last = editor.selection.end.line + 1;
-  return `\n\nContext: ${file}, lines ${first}-${last}:\n\`\`\`\n${text}\n\`\`\``;
 }
 
 let extension: TetherExtension | undefined;

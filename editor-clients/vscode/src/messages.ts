@@ -160,6 +160,8 @@ export type ToWebview =
   /** The question is answered (here or elsewhere) or withdrawn by the server. */
   | { type: "permissionClosed"; requestId: string; outcome?: PermissionOutcome }
   | { type: "error"; message: string }
+  /** Put the keyboard focus in the prompt. */
+  | { type: "focus" }
   /** The slash commands of the view's session (`session/commands`), for `/` completion. */
   | { type: "commands"; commands: { name: string; description: string; argumentHint?: string }[] }
   /** Something the user should know about the view's conversation (e.g. it could not be resumed). */

@@ -184,4 +184,25 @@ describe("the chat view keeps its conversation when the server restarts", { time
     for (const name of ["help", "compact"]) assert.ok(names.includes(name), names.join(", "));
     assert.ok(commands.every((command) => command.description.length > 0));
   });
+
+  test("Tether: Set Model sets the model of the chat's session (session/configure)", { timeout: 60_000 }, async () => {
+    stub.ui.quickPick = <T>(items: T[]) => items.find((item) => (item as { label: string }).label === "Another model…");
+    stub.ui.inputBox = () => "my-model";
+    const session = (await within(
+      Promise.resolve(stub.vscode.commands.executeCommand("tether.pickModel")),
+      "tether.pickModel",
+    )) as { sessionId: string; model?: string } | undefined;
+    assert.equal(session?.model, "my-model", stub.shown.errors.join("; "));
+    // Offered again, the session's model is the current one, and the configured one is a way back.
+    let offered: { label: string; description?: string }[] = [];
+    stub.ui.quickPick = <T>(items: T[]) => {
+      offered = items as { label: string; description?: string }[];
+      return items.find((item) => (item as { label: string }).label === "The configured model");
+    };
+    const reset = (await stub.vscode.commands.executeCommand("tether.pickModel")) as { model?: string } | undefined;
+    assert.deepEqual(offered[0], { label: "my-model", description: "current" });
+    assert.equal(reset?.model, undefined);
+    stub.ui.quickPick = <T>(items: T[]) => items[0];
+    stub.ui.inputBox = () => undefined;
+  });
 });

@@ -149,6 +149,11 @@ function buildPage(): void {
       event.preventDefault();
       return;
     }
+    if (event.key === "Escape" && state.running) {
+      event.preventDefault();
+      post({ type: "stop" });
+      return;
+    }
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
       event.preventDefault();
       send();
@@ -942,6 +947,9 @@ function receive(message: ToWebview): void {
       break;
     case "notice":
       showError(message.message, message.level);
+      break;
+    case "focus":
+      input.focus();
       break;
     case "commands":
       commands.list = message.commands;
