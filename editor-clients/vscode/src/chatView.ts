@@ -610,9 +610,9 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
    * Show the session the view had before the server stopped (or VS Code closed), read again from
    * the server (`session/get` + `session/messages`). A session the server no longer has (an
    * in-memory store, a deleted session) is said so in the view, whose next prompt then starts a new
-   * session. Whether it was resumed.
+   * session. Whether it was resumed. `announce`: what the view says once it shows it again.
    */
-  async resume(): Promise<boolean> {
+  async resume(announce?: string): Promise<boolean> {
     const sessionId = this.resumeId;
     if (!sessionId) return this.current !== undefined;
     const connection = await this.host.server();
@@ -637,6 +637,7 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
     this.resumeId = undefined;
     this.host.log(`[chat] resumed session ${sessionId}`);
     await this.showCurrent();
+    if (announce) this.post({ type: "notice", level: "info", message: announce });
     return true;
   }
 

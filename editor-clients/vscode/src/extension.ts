@@ -182,7 +182,7 @@ class TetherExtension implements vscode.Disposable {
       this.server().then(
         () => {
           this.output.appendLine("[tether] the server is running again");
-          void this.chat?.resume();
+          void this.chat?.resume("The server restarted after it stopped: this conversation goes on.");
         },
         (error: unknown) => this.output.appendLine(`[tether] restart failed: ${describe(error)}`),
       );
@@ -214,7 +214,7 @@ class TetherExtension implements vscode.Disposable {
     this.output.appendLine("[tether] settings changed: restarting the server");
     await this.guard(async () => {
       await this.server();
-      await this.chat?.resume();
+      await this.chat?.resume("The server restarted with the new settings: this conversation goes on.");
     });
   }
 

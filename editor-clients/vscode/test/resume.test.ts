@@ -94,7 +94,12 @@ describe("the chat view keeps its conversation when the server restarts", { time
       ["Remember 7.", "Noted: 7."],
     );
     assert.equal(serverPids().length, pids + 1, "a new server");
-    assert.ok(!webview.received.slice(from).some((m) => m.type === "notice"));
+    const notice = await webview.next("notice", from);
+    assert.deepEqual(notice, {
+      type: "notice",
+      level: "info",
+      message: "The server restarted with the new settings: this conversation goes on.",
+    });
 
     webview.send({ type: "send", text: "What did I say?" });
     assert.equal((await webview.next("turnStarted", from)).sessionId, sessionId);
