@@ -35,6 +35,9 @@ import {
 
 export const PROPOSAL_SCHEME = "tether-proposal";
 
+/** What `@` never offers: dependencies, build output, version control. */
+const MENTION_EXCLUDE = "{**/node_modules/**,**/.git/**,**/.venv/**,**/dist/**,**/out/**,**/__pycache__/**}";
+
 /** What the chat view needs from the extension. */
 export interface ChatHost {
   server(): Promise<TetherConnection>;
@@ -202,6 +205,12 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
           break;
         case "commands":
           await this.commands();
+          break;
+        case "mentions":
+          await this.mentions(message.query);
+          break;
+        case "attachFile":
+          await this.attachFile(message.path);
           break;
         case "copy":
           await vscode.env.clipboard.writeText(message.text);
@@ -462,6 +471,28 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
     } else {
       this.context.push({ label: file, file, text: document.getText() });
     }
+    this.post({ type: "context", items: this.context });
+  }
+
+  /** Files of the workspace whose path contains `query` (at most 20, shortest first), for `@`. */
+  async mentions(query: string): Promise<void> {
+    const pattern = query ? `**/*${query.replace(/[[\]{}*?!]/g, "")}*` : "**/*";
+    const found = await vscode.workspace.findFiles(pattern, MENTION_EXCLUDE, 200);
+    const needle = query.toLowerCase();
+    const files = found
+      .map((uri) => vscode.workspace.asRelativePath(uri, false))
+      .filter((path) => path.toLowerCase().includes(needle))
+      .sort((a, b) => a.length - b.length || a.localeCompare(b))
+      .slice(0, 20);
+    this.post({ type: "mentions", query, files });
+  }
+
+  /** A file picked after `@`: its text, as a chip, goes with the next prompt. */
+  async attachFile(path: string): Promise<void> {
+    const folder = vscode.workspace.workspaceFolders?.[0]?.uri;
+    if (!folder) throw new Error("Open a folder first: files are attached from the workspace.");
+    const bytes = await vscode.workspace.fs.readFile(vscode.Uri.joinPath(folder, path));
+    this.context.push({ label: path, file: path, text: new TextDecoder().decode(bytes) });
     this.post({ type: "context", items: this.context });
   }
 

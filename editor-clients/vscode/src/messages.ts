@@ -160,6 +160,8 @@ export type ToWebview =
   /** The question is answered (here or elsewhere) or withdrawn by the server. */
   | { type: "permissionClosed"; requestId: string; outcome?: PermissionOutcome }
   | { type: "error"; message: string }
+  /** The workspace's files whose path matches `query` (the `@` word being typed), for completion. */
+  | { type: "mentions"; query: string; files: string[] }
   /** Put the keyboard focus in the prompt. */
   | { type: "focus" }
   /** The slash commands of the view's session (`session/commands`), for `/` completion. */
@@ -185,6 +187,10 @@ export type FromWebview =
   | { type: "restore"; messageId: string }
   /** Send the prompt of the turn that ended in an error again (that turn's messages are dropped first). */
   | { type: "retry" }
+  /** Files for the `@` word being typed. */
+  | { type: "mentions"; query: string }
+  /** Attach a workspace file (picked after `@`) as context of the next prompt. */
+  | { type: "attachFile"; path: string }
   /** The slash commands, asked when the user first types `/` in a session. */
   | { type: "commands" }
   /** A code block's Copy: put `text` on the clipboard. */

@@ -210,4 +210,16 @@ describe("the chat view keeps its conversation when the server restarts", { time
     stub.ui.quickPick = <T>(items: T[]) => items[0];
     stub.ui.inputBox = () => undefined;
   });
+
+  test("`@` offers the workspace's files; a picked one is attached as context", { timeout: 60_000 }, async () => {
+    let from = webview.received.length;
+    webview.send({ type: "mentions", query: "app" });
+    const offered = await webview.next("mentions", from);
+    assert.deepEqual(offered, { type: "mentions", query: "app", files: ["src/app.py"] });
+    from = webview.received.length;
+    webview.send({ type: "attachFile", path: "src/app.py" });
+    const { items } = await webview.next("context", from);
+    assert.deepEqual(items.at(-1), { label: "src/app.py", file: "src/app.py", text: "def main():\n    return 42\n" });
+    webview.send({ type: "detach", index: items.length - 1 });
+  });
 });

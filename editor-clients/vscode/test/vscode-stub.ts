@@ -3,7 +3,9 @@
  * run its commands under plain Node. Tests script the user's answers through `ui` and read what
  * the extension showed from `shown`.
  */
+import { readdirSync, readFileSync } from "node:fs";
 import Module from "node:module";
+import { join, relative } from "node:path";
 
 type Listener<T> = (value: T) => unknown;
 
@@ -270,7 +272,22 @@ export const vscode = {
       const text = provider.provideTextDocumentContent(uri);
       return { uri, languageId: uri.path.endsWith(".diff") ? "diff" : undefined, getText: () => text };
     },
-    asRelativePath: (uri: Uri) => uri.path,
+    asRelativePath: (uri: Uri) => {
+      const root = workspaceFolders[0]?.uri.path;
+      return root && uri.path.startsWith(`${root}/`) ? relative(root, uri.path) : uri.path;
+    },
+    /** Every file of the workspace folder (the glob is left to the caller's own filtering). */
+    async findFiles(_include: string, _exclude?: string, max = Infinity) {
+      const root = workspaceFolders[0]?.uri.path;
+      if (!root) return [];
+      const files = (readdirSync(root, { recursive: true, withFileTypes: true }) as { name: string; parentPath: string; isFile(): boolean }[])
+        .filter((entry) => entry.isFile())
+        .map((entry) => Uri.file(join(entry.parentPath, entry.name)));
+      return files.slice(0, max);
+    },
+    fs: {
+      readFile: async (uri: Uri) => new Uint8Array(readFileSync(uri.fsPath)),
+    },
   },
   Disposable: { from: () => disposable },
 };

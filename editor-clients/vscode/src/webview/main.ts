@@ -138,7 +138,7 @@ function buildPage(): void {
   empty.append(
     el("h2", "", "Ask tether"),
     el("p", "", "Ask about this workspace or ask for a change. Edits are shown as a diff and wait for your approval."),
-    el("p", "hint", "Enter sends, Shift+Enter starts a new line. Attach the selection or the current file as context."),
+    el("p", "hint", "Enter sends, Shift+Enter starts a new line. / lists commands, @ attaches a file; or attach the selection or the current file."),
   );
   input.placeholder = "Ask tether… (Enter to send, Shift+Enter for a new line)";
   input.rows = 3;
@@ -257,16 +257,26 @@ function scrollToEnd(force = false): void {
   log.scrollTop = log.scrollHeight;
 }
 
-// -- slash commands --------------------------------------------------------------------------
+// -- completion: `/` commands, `@` files ---------------------------------------------------
 
 type Command = Extract<ToWebview, { type: "commands" }>["commands"][number];
 
 /** The session's commands (`session/commands`), asked once per session when `/` is first typed. */
-const commands: { list?: Command[]; asked: boolean; shown: Command[]; active: number } = {
-  asked: false,
-  shown: [],
-  active: 0,
-};
+const commands: { list?: Command[]; asked: boolean } = { asked: false };
+
+/** A choice of the completion menu. */
+interface Choice {
+  name: string;
+  label: string;
+  hint?: string;
+  description?: string;
+  pick(): void;
+}
+
+const menu: { shown: Choice[]; active: number } = { shown: [], active: 0 };
+
+/** The `@` word being typed (at the end of the prompt) and the files last offered for it. */
+const mentions: { query?: string } = {};
 
 function forgetCommands(): void {
   commands.list = undefined;
@@ -274,35 +284,86 @@ function forgetCommands(): void {
   hideCommandMenu();
 }
 
-/** While the prompt is `/` and a partial name, the commands that start so, to complete. */
+/** What the prompt's end asks to complete: `/name` (the whole prompt) or an `@file` word. */
 function updateCommandMenu(): void {
   const typed = /^\/(\S*)$/.exec(input.value);
-  if (!typed) return hideCommandMenu();
+  if (typed) return offerCommands(typed[1]);
+  const mention = /(?:^|\s)@([^\s@]*)$/.exec(input.value);
+  if (mention) {
+    if (mention[1] !== mentions.query) {
+      mentions.query = mention[1];
+      hideCommandMenu(); // until the files for the word as it is now arrive
+      post({ type: "mentions", query: mention[1] });
+    }
+    return;
+  }
+  mentions.query = undefined;
+  hideCommandMenu();
+}
+
+function offerCommands(prefix: string): void {
   if (!commands.list) {
     if (!commands.asked) post({ type: "commands" });
     commands.asked = true;
     return;
   }
-  const prefix = typed[1].toLowerCase();
-  commands.shown = commands.list.filter((command) => command.name.toLowerCase().startsWith(prefix));
-  commands.active = 0;
-  if (commands.shown.length === 0) return hideCommandMenu();
+  const wanted = prefix.toLowerCase();
+  showMenu(
+    commands.list
+      .filter((command) => command.name.toLowerCase().startsWith(wanted))
+      .map((command) => ({
+        name: command.name,
+        label: `/${command.name}`,
+        hint: command.argumentHint,
+        description: command.description,
+        pick: () => replacePrompt(/^\/\S*$/, `/${command.name} `),
+      })),
+  );
+}
+
+/** The files the extension found for the `@` word being typed. */
+function offerFiles(query: string, files: string[]): void {
+  if (query !== mentions.query) return; // typed on meanwhile: a newer answer comes
+  showMenu(
+    files.map((file) => ({
+      name: file,
+      label: `@${file}`,
+      pick: () => {
+        replacePrompt(/@[^\s@]*$/, `@${file} `);
+        post({ type: "attachFile", path: file });
+      },
+    })),
+  );
+}
+
+function replacePrompt(pattern: RegExp, text: string): void {
+  input.value = input.value.replace(pattern, text);
+  hideCommandMenu();
+  mentions.query = undefined;
+  input.focus();
+  input.setSelectionRange(input.value.length, input.value.length);
+}
+
+function showMenu(choices: Choice[]): void {
+  menu.shown = choices;
+  menu.active = 0;
+  if (choices.length === 0) return hideCommandMenu();
   drawCommandMenu();
 }
 
 function drawCommandMenu(): void {
   commandMenu.replaceChildren(
-    ...commands.shown.map((command, index) => {
-      const item = el("li", index === commands.active ? "command active" : "command");
+    ...menu.shown.map((choice, index) => {
+      const item = el("li", index === menu.active ? "command active" : "command");
       item.setAttribute("role", "option");
-      item.setAttribute("aria-selected", String(index === commands.active));
-      item.dataset.name = command.name;
-      item.append(el("span", "command-name", `/${command.name}`));
-      if (command.argumentHint) item.append(el("span", "command-hint", command.argumentHint));
-      item.append(el("span", "command-description", command.description));
+      item.setAttribute("aria-selected", String(index === menu.active));
+      item.dataset.name = choice.name;
+      item.append(el("span", "command-name", choice.label));
+      if (choice.hint) item.append(el("span", "command-hint", choice.hint));
+      if (choice.description) item.append(el("span", "command-description", choice.description));
       item.addEventListener("mousedown", (event) => {
         event.preventDefault(); // keep the focus in the prompt
-        completeCommand(command);
+        choice.pick();
       });
       return item;
     }),
@@ -312,29 +373,22 @@ function drawCommandMenu(): void {
 
 function hideCommandMenu(): void {
   commandMenu.classList.add("hidden");
-  commands.shown = [];
-}
-
-function completeCommand(command: Command): void {
-  input.value = `/${command.name} `;
-  hideCommandMenu();
-  input.focus();
-  input.setSelectionRange(input.value.length, input.value.length);
+  menu.shown = [];
 }
 
 /** The keys of the open menu: arrows move, Tab or Enter completes, Escape closes. Whether it took the key. */
 function commandKey(event: KeyboardEvent): boolean {
-  if (commands.shown.length === 0 || event.isComposing) return false;
-  const count = commands.shown.length;
+  if (menu.shown.length === 0 || event.isComposing) return false;
+  const count = menu.shown.length;
   switch (event.key) {
     case "ArrowDown":
     case "ArrowUp":
-      commands.active = (commands.active + (event.key === "ArrowDown" ? 1 : count - 1)) % count;
+      menu.active = (menu.active + (event.key === "ArrowDown" ? 1 : count - 1)) % count;
       drawCommandMenu();
       return true;
     case "Tab":
     case "Enter":
-      completeCommand(commands.shown[commands.active]);
+      menu.shown[menu.active].pick();
       return true;
     case "Escape":
       hideCommandMenu();
@@ -954,6 +1008,9 @@ function receive(message: ToWebview): void {
     case "commands":
       commands.list = message.commands;
       updateCommandMenu();
+      break;
+    case "mentions":
+      offerFiles(message.query, message.files);
       break;
     default:
       break;

@@ -615,4 +615,25 @@ describe("the chat view's webview script in headless Chromium", { timeout: 300_0
     assert.equal(await prompt.inputValue(), "/help ");
     await clean();
   });
+
+  test("`@` completes a workspace file: asked as typed, picked with Enter, attached", async () => {
+    const prompt = tab.locator(".composer .prompt");
+    await prompt.click();
+    await tab.keyboard.type("Explain @ap");
+    assert.deepEqual((await posted()).at(-1), { type: "mentions", query: "ap" });
+    await feed([{ type: "mentions", query: "ap", files: ["src/app.py", "src/apply.py"] }]);
+    const menu = tab.locator(".command-menu");
+    assert.deepEqual(await menu.locator(".command-name").allTextContents(), ["@src/app.py", "@src/apply.py"]);
+    // An answer for an older word is not shown over the newer one.
+    await tab.keyboard.type("p");
+    await feed([{ type: "mentions", query: "ap", files: ["stale.py"] }]);
+    assert.equal(await menu.isVisible(), false);
+    await feed([{ type: "mentions", query: "app", files: ["src/app.py"] }]);
+    await tab.screenshot({ path: join(ARTIFACTS, "webview-mention.png") });
+    await tab.keyboard.press("Enter");
+    assert.equal(await prompt.inputValue(), "Explain @src/app.py ");
+    assert.deepEqual((await posted()).at(-1), { type: "attachFile", path: "src/app.py" });
+    assert.ok(!(await posted()).some((m) => m.type === "send"), "Enter picked, did not send");
+    await clean();
+  });
 });
