@@ -550,15 +550,28 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
     await this.showCurrent();
   }
 
-  async forkSession(sessionId: string): Promise<void> {
+  /** Tether: New Session: a session made now (`session/create`) and shown in the view. */
+  async startSession(): Promise<Session> {
+    if (this.run) throw new Error("a run is going: stop it before starting another session");
+    const connection = await this.host.server();
+    this.resumeId = undefined;
+    const session = await connection.createSession({});
+    this.session = session;
+    await this.showCurrent();
+    return session;
+  }
+
+  async forkSession(sessionId: string): Promise<Session> {
     if (this.run) throw new Error("a run is going: stop it before forking");
     const connection = await this.host.server();
     const source = await connection.getSession(sessionId);
     const messages = source.title ? [] : await connection.allMessages(sessionId);
     const title = `${summary(source, firstPrompt(messages)).title} (fork)`;
-    this.session = await connection.fork({ sessionId, title });
+    const fork = await connection.fork({ sessionId, title });
+    this.session = fork;
     await this.showCurrent();
     await this.listSessions();
+    return fork;
   }
 
   async deleteSession(sessionId: string): Promise<void> {

@@ -50,7 +50,6 @@ class TetherExtension implements vscode.Disposable {
   private connection: Promise<TetherConnection> | undefined;
   /** The server in use; the exit of one replaced already (a restart for a setting) changes nothing. */
   private live: TetherConnection | undefined;
-  private session: Session | undefined;
   private restarts = 0;
   /** A setting that needs a restart changed while the chat view ran a turn: restart once it ends. */
   private restartPending = false;
@@ -162,7 +161,6 @@ class TetherExtension implements vscode.Disposable {
       if (this.live !== connection) return;
       this.live = undefined;
       this.connection = undefined;
-      this.session = undefined;
       this.chat?.serverStopped();
       if (info.expected || this.disposed) return;
       const why = info.signal ? `signal ${info.signal}` : `exit code ${String(info.code)}`;
@@ -222,7 +220,6 @@ class TetherExtension implements vscode.Disposable {
     const pending = this.connection;
     this.connection = undefined;
     this.live = undefined;
-    this.session = undefined;
     if (pending) await (await pending.catch(() => undefined))?.shutdown();
   }
 
@@ -260,12 +257,14 @@ class TetherExtension implements vscode.Disposable {
 
   // -- commands --------------------------------------------------------------------------
 
+  /** Tether: New Session: a new session in the chat view. */
   async newSession(): Promise<Session | undefined> {
+    const chat = this.chat;
+    if (!chat) return undefined;
     return this.guard(async () => {
-      const connection = await this.server();
-      this.session = await connection.createSession({});
-      void vscode.window.showInformationMessage(`Tether: new session ${this.session.sessionId}`);
-      return this.session;
+      const session = await chat.startSession();
+      void vscode.window.showInformationMessage(`Tether: new session ${session.sessionId}`);
+      return session;
     });
   }
 
@@ -389,7 +388,8 @@ class TetherExtension implements vscode.Disposable {
       this.transcriptChanged.fire(uri);
       const document = await vscode.workspace.openTextDocument(uri);
       await vscode.window.showTextDocument(document, { preview: true });
-      this.session = picked;
+      // The picked session becomes the chat's (unless a turn runs there now).
+      if (!this.chat?.running) await this.chat?.switchSession(picked.sessionId);
       return picked;
     });
   }
@@ -397,19 +397,22 @@ class TetherExtension implements vscode.Disposable {
   async forkSession(): Promise<Session | undefined> {
     return this.guard(async () => {
       const connection = await this.server();
-      const source = this.session ?? (await this.pickSession(connection, "Fork which session?"));
+      const chat = this.chat;
+      if (!chat) return undefined;
+      const source = chat.session ?? (await this.pickSession(connection, "Fork which session?"));
       if (!source) return undefined;
+      let fork: Session;
       try {
-        this.session = await connection.fork({ sessionId: source.sessionId });
+        fork = await chat.forkSession(source.sessionId);
       } catch (error) {
         if (errorCode(error) !== ErrorCodes.MethodNotFound) throw error;
         void vscode.window.showWarningMessage("Tether: this server cannot fork sessions yet.");
         return undefined;
       }
       void vscode.window.showInformationMessage(
-        `Tether: forked ${source.sessionId} into ${this.session.sessionId}`,
+        `Tether: forked ${source.sessionId} into ${fork.sessionId}`,
       );
-      return this.session;
+      return fork;
     });
   }
 
