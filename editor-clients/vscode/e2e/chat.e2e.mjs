@@ -70,6 +70,8 @@ const SCRIPT_AFTER_RESTART = [
   // "Try the endpoint" (the endpoint fails; Retry)
   { error: "Incorrect API key provided", status: 401 },
   { text: "Recovered after the retry." },
+  // Tether: Ask from the command palette
+  { text: "Asked from the palette, answered in the chat." },
 ];
 
 function freePort() {
@@ -455,6 +457,35 @@ describe("the tether chat view in code-server", { timeout: 900_000 }, () => {
     await finishedTurn();
     assert.equal(await chat().locator(".message.user", { hasText: "Try the endpoint" }).count(), 1);
     assert.equal(await chat().locator(".notice.error", { hasText: "Incorrect API key" }).count(), 0);
+  });
+
+  test("Tether: Ask from the command palette sends into the chat view", async () => {
+    const turns = await chat().locator(".turn").count();
+    await runCommand("Tether: Ask");
+    const input = page.locator(".quick-input-widget input");
+    await page.locator(".quick-input-widget", { hasText: "What should tether do?" }).waitFor({ timeout: WAIT });
+    await input.fill("Where does this go?");
+    await input.press("Enter");
+    await chat().locator(".turn").nth(turns).locator(".message.user", { hasText: "Where does this go?" }).waitFor({ timeout: WAIT });
+    const turn = await finishedTurn();
+    assert.match(await turn.locator(".message.assistant .markdown").textContent(), /answered in the chat/);
+    // One UI: no progress notification of its own.
+    assert.equal(await page.locator(".notifications-toasts .notification-toast", { hasText: "Tether" }).count(), 0);
+  });
+
+  test("@ lists the workspace's files; the picked one is attached", async () => {
+    const prompt = chat().locator("textarea.prompt");
+    await prompt.click();
+    await prompt.pressSequentially("Explain @app");
+    const menu = chat().locator(".command-menu");
+    await menu.locator(".command-name", { hasText: "@src/app.py" }).waitFor({ timeout: WAIT });
+    await screenshot("mention-menu");
+    await prompt.press("Enter");
+    await chat().locator(".composer .chips .chip", { hasText: "src/app.py" }).waitFor({ timeout: WAIT });
+    assert.equal(await prompt.inputValue(), "Explain @src/app.py ");
+    await chat().locator('.composer .chips .chip button[title="Remove src/app.py"]').click();
+    await chat().locator(".composer .chips .chip").waitFor({ state: "detached", timeout: WAIT });
+    await prompt.fill("");
   });
 
   test("light and dark themes", async () => {
