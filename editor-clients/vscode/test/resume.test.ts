@@ -121,6 +121,17 @@ describe("the chat view keeps its conversation when the server restarts", { time
     assert.equal(shown.items.filter((item) => item.type === "user").length, 2);
   });
 
+  test("a server that crashes is started again and the view shows its session again", { timeout: 60_000 }, async () => {
+    const [pid] = serverPids().slice(-1);
+    const from = webview.received.length;
+    process.kill(pid, "SIGKILL");
+    const notice = await webview.next("notice", from);
+    assert.equal(notice.message, "The server restarted after it stopped: this conversation goes on.");
+    const shown = await webview.next("session", from);
+    assert.equal(shown.sessionId, sessionId);
+    assert.ok(!stub.shown.errors.some((m) => m.includes("gone")), "a durable store keeps the sessions");
+  });
+
   test("a session the new store does not have is said so; the next prompt starts another", { timeout: 60_000 }, async () => {
     const from = webview.received.length;
     stub.settings["tether.sessions.store"] = "memory";
