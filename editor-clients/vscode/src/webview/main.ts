@@ -917,6 +917,26 @@ function toggleSessions(show = !state.sessionsShown): void {
   if (show) post({ type: "listSessions" });
 }
 
+/** The session list's search: what it is filtered by, kept while the list is refreshed. */
+const sessionSearch = el("input", "session-search");
+sessionSearch.type = "search";
+sessionSearch.placeholder = "Search sessions";
+sessionSearch.setAttribute("aria-label", "Search sessions");
+sessionSearch.addEventListener("input", () => filterSessions());
+
+/** Hide the listed sessions whose title does not contain every word searched (case aside). */
+function filterSessions(): void {
+  const words = sessionSearch.value.toLowerCase().split(/\s+/).filter(Boolean);
+  let shown = 0;
+  for (const item of sessionsPanel.querySelectorAll<HTMLElement>(".session-item")) {
+    const title = (item.querySelector(".session-name")?.textContent ?? "").toLowerCase();
+    const match = words.every((word) => title.includes(word));
+    item.classList.toggle("hidden", !match);
+    if (match) shown += 1;
+  }
+  sessionsPanel.querySelector(".session-nomatch")?.classList.toggle("hidden", shown > 0 || words.length === 0);
+}
+
 function showSessions(sessions: SessionSummary[], currentId?: string): void {
   const heading = el("div", "sessions-heading");
   heading.append(el("span", "", "Sessions"), iconButton("Close", "close", () => toggleSessions(false)));
@@ -947,7 +967,9 @@ function showSessions(sessions: SessionSummary[], currentId?: string): void {
     list.append(item);
   }
   if (sessions.length === 0) list.append(el("li", "session-none", "No sessions yet."));
-  sessionsPanel.replaceChildren(heading, list);
+  list.append(el("li", "session-nomatch hidden", "No session matches."));
+  sessionsPanel.replaceChildren(heading, sessionSearch, list);
+  filterSessions();
 }
 
 function showError(message: string, level: "error" | "warning" | "info" = "error"): void {

@@ -636,4 +636,23 @@ describe("the chat view's webview script in headless Chromium", { timeout: 300_0
     assert.ok(!(await posted()).some((m) => m.type === "send"), "Enter picked, did not send");
     await clean();
   });
+
+  test("the session list is searched by title, kept when the list is refreshed", async () => {
+    await tab.locator('button[title="Sessions"]').click();
+    const [sessions] = fixture("sessions");
+    await feed([sessions]);
+    const search = tab.locator(".sessions input.session-search");
+    await search.fill("FORK main");
+    const visible = () => tab.locator(".session-item:not(.hidden) .session-name").allTextContents();
+    assert.deepEqual(await visible(), ["What does main return? (fork)"]);
+    await feed([sessions]); // refreshed (after a fork or delete): still searched
+    assert.deepEqual(await visible(), ["What does main return? (fork)"]);
+    await search.fill("nothing like it");
+    assert.deepEqual(await visible(), []);
+    assert.equal(await tab.isVisible(".session-nomatch"), true);
+    await search.fill("");
+    assert.equal((await visible()).length, 2);
+    assert.equal(await tab.isVisible(".session-nomatch"), false);
+    await clean();
+  });
 });
