@@ -112,13 +112,31 @@ describe("the chat view keeps its conversation when the server restarts", { time
     );
   });
 
+  test("a setting changed while a turn runs restarts the server once the turn has ended", { timeout: 60_000 }, async () => {
+    stub.settings["tether.provider"] = ws.provider([{ text: "Slow answer.", delay: 1.5 }]);
+    stub.changeConfiguration("tether.provider");
+    let from = webview.received.length;
+    webview.send({ type: "send", text: "Take a moment." });
+    await webview.next("progress", from, (m) => m.event.kind === "message_delta");
+    const pids = serverPids().length;
+    stub.settings["tether.provider"] = ws.provider([{ text: "After the restart." }]);
+    stub.changeConfiguration("tether.provider");
+    const finished = await webview.next("turnFinished", from);
+    assert.equal(finished.stopReason, "end_turn", "the turn was not cut short");
+    from = webview.received.length;
+    await webview.next("notice", from);
+    assert.equal(serverPids().length, pids + 1);
+    const shown = await webview.next("session", from);
+    assert.equal(shown.sessionId, sessionId);
+  });
+
   test("VS Code opening the workspace again shows the same conversation", { timeout: 60_000 }, async () => {
     await close();
     open();
     webview.send({ type: "ready" });
     const shown = await webview.next("session");
     assert.equal(shown.sessionId, sessionId);
-    assert.equal(shown.items.filter((item) => item.type === "user").length, 2);
+    assert.equal(shown.items.filter((item) => item.type === "user").length, 3);
   });
 
   test("a server that crashes is started again and the view shows its session again", { timeout: 60_000 }, async () => {
