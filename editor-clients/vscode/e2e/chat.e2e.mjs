@@ -4,6 +4,10 @@
  * driven by Debian's Chromium through playwright-core. Assertions are on the DOM of the workbench
  * and of the view's webview (iframes: frameLocator). Screenshots: e2e/artifacts/.
  *
+ * The server keeps its sessions in the SQLite store the extension asks for by default, in the test's
+ * own data directory (XDG_DATA_HOME). Screenshots of the chat in the light and the dark theme:
+ * e2e/artifacts/NN-theme-light.png and NN-theme-dark.png.
+ *
  * Run with `make vscode-e2e`. Environment: CHROMIUM (default /usr/bin/chromium), TETHER_PYTHON
  * (default the checkout's .venv/bin/python), E2E_KEEP=1 keeps the temporary directory.
  */
@@ -52,6 +56,24 @@ const SCRIPT = [
   { text: "Hello! This is a **new** session." },
 ];
 
+const paragraphs = (count, what) =>
+  Array.from({ length: count }, (_, index) => `${what} paragraph ${index + 1}: the story goes on.`).join("\n\n");
+
+/** The script of the server that a settings change starts mid-chat (tether.provider points to it). */
+const SCRIPT_AFTER_RESTART = [
+  // "Do you remember?" (the session resumed on the new server)
+  { text: "Yes: you asked what is in app.py." },
+  // "Tell me a long story"
+  { text: paragraphs(60, "Long") },
+  // "And another one" (streams on while the user reads above)
+  { text: `Another story.\n\n${paragraphs(80, "More")}`, delay: 4 },
+  // "Try the endpoint" (the endpoint fails; Retry)
+  { error: "Incorrect API key provided", status: 401 },
+  { text: "Recovered after the retry." },
+  // Tether: Ask from the command palette
+  { text: "Asked from the palette, answered in the chat." },
+];
+
 function freePort() {
   return new Promise((resolve, reject) => {
     const server = createServer();
@@ -86,6 +108,45 @@ describe("the tether chat view in code-server", { timeout: 900_000 }, () => {
   let browser;
   let page;
   let shot = 0;
+  let userData;
+  let settings;
+  let script2;
+
+  /** The user's settings.json before code-server starts (`changes` on top). */
+  const writeSettings = (changes) => {
+    settings = { ...settings, ...changes };
+    writeFileSync(join(userData, "User", "settings.json"), JSON.stringify(settings, null, 2));
+  };
+
+  /** Runs a command from the command palette (F1), by its title. */
+  const runCommand = async (title) => {
+    await page.locator(".statusbar").click({ position: { x: 5, y: 5 } }); // the workbench has the keys
+    await page.keyboard.press("F1");
+    const input = page.locator(".quick-input-widget input");
+    await input.waitFor({ state: "visible", timeout: WAIT });
+    await input.fill(`>${title}`);
+    await page.locator(".quick-input-widget .monaco-list-row", { hasText: title }).first().waitFor({ timeout: WAIT });
+    await input.press("Enter");
+  };
+
+  /**
+   * Changes settings as a user does while VS Code runs: Preferences: Open User Settings (JSON),
+   * the new text, save (code-server does not watch the file for changes made behind its back).
+   */
+  const changeSettings = async (changes) => {
+    settings = { ...settings, ...changes };
+    await runCommand("Preferences: Open User Settings (JSON)");
+    const tab = page.locator('.tabs-container .tab[aria-label*="settings.json"]').first();
+    await tab.waitFor({ timeout: WAIT });
+    await page.locator(".editor-instance .monaco-editor .view-lines").first().click();
+    await page.keyboard.press("Control+A");
+    await page.keyboard.press("Delete");
+    await page.keyboard.type(JSON.stringify(settings));
+    await page.keyboard.press("Control+S");
+    await page.locator(".tabs-container .tab.dirty").waitFor({ state: "detached", timeout: WAIT });
+    await runCommand("View: Close Editor");
+    await tab.waitFor({ state: "detached", timeout: WAIT });
+  };
 
   const screenshot = async (name) => {
     shot += 1;
@@ -124,27 +185,38 @@ describe("the tether chat view in code-server", { timeout: 900_000 }, () => {
     writeFileSync(join(project, "src", "app.py"), "def main():\n    return 42\n");
     const script = join(base, "script.json");
     writeFileSync(script, JSON.stringify(SCRIPT));
-    const userData = join(base, "user-data");
+    script2 = join(base, "script-after-restart.json");
+    writeFileSync(script2, JSON.stringify(SCRIPT_AFTER_RESTART));
+    userData = join(base, "user-data");
     const extensions = join(base, "extensions");
     mkdirSync(join(userData, "User"), { recursive: true });
-    writeFileSync(
-      join(userData, "User", "settings.json"),
-      JSON.stringify({
-        "tether.serverCommand": [PYTHON, "-m", "tether", "serve"],
-        "tether.provider": { type: "scripted", script },
-        "tether.approval": "ask",
-        "workbench.startupEditor": "none",
-        "workbench.tips.enabled": false,
-        "security.workspace.trust.enabled": false,
-        "telemetry.telemetryLevel": "off",
-        "extensions.autoUpdate": false,
-        "extensions.autoCheckUpdates": false,
-      }),
-    );
+    settings = {
+      "tether.serverCommand": [PYTHON, "-m", "tether", "serve"],
+      "tether.provider": { type: "scripted", script },
+      "tether.approval": "ask",
+      "workbench.startupEditor": "none",
+      "workbench.tips.enabled": false,
+      "workbench.colorTheme": "Default Light Modern",
+      // Typed into the settings editor as it is (changeSettings).
+      "editor.autoClosingBrackets": "never",
+      "editor.autoClosingQuotes": "never",
+      "editor.autoSurround": "never",
+      "editor.formatOnType": false,
+      "editor.quickSuggestions": { other: false, comments: false, strings: false },
+      "editor.suggestOnTriggerCharacters": false,
+      "editor.acceptSuggestionOnCommitCharacter": false,
+      "security.workspace.trust.enabled": false,
+      "telemetry.telemetryLevel": "off",
+      "extensions.autoUpdate": false,
+      "extensions.autoCheckUpdates": false,
+    };
+    writeSettings({});
     const config = join(base, "config.yaml");
     writeFileSync(config, "auth: none\ncert: false\n");
     const common = ["--config", config, "--user-data-dir", userData, "--extensions-dir", extensions];
-    const installed = spawnSync(CODE_SERVER, [...common, "--install-extension", VSIX], { encoding: "utf8" });
+    // Every tether process of the test keeps its data (the SQLite session store) here.
+    const env = { ...process.env, PASSWORD: undefined, XDG_DATA_HOME: join(base, "data") };
+    const installed = spawnSync(CODE_SERVER, [...common, "--install-extension", VSIX], { encoding: "utf8", env });
     assert.equal(installed.status, 0, `--install-extension failed:\n${installed.stdout}\n${installed.stderr}`);
     assert.match(installed.stdout, /tether/i);
     const port = await freePort();
@@ -160,14 +232,16 @@ describe("the tether chat view in code-server", { timeout: 900_000 }, () => {
         "--disable-getting-started-override",
         project,
       ],
-      { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, PASSWORD: undefined } },
+      { stdio: ["ignore", "pipe", "pipe"], env },
     );
     codeServer.stdout.on("data", (chunk) => (serverLog += chunk));
     codeServer.stderr.on("data", (chunk) => (serverLog += chunk));
     const url = `http://127.0.0.1:${port}/?folder=${encodeURIComponent(project)}`;
     await waitForHttp(`http://127.0.0.1:${port}/healthz`, codeServer, () => serverLog);
     browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox"] });
-    page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+    const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
+    await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: `http://127.0.0.1:${port}` });
+    page = await context.newPage();
     page.setDefaultTimeout(WAIT);
     await page.goto(url);
     await page.locator(".monaco-workbench").waitFor({ timeout: WAIT });
@@ -309,5 +383,116 @@ describe("the tether chat view in code-server", { timeout: 900_000 }, () => {
       .locator(".notifications-toasts .notification-toast", { hasText: "restored src/app.py" })
       .waitFor({ timeout: WAIT });
     await screenshot("restored");
+  });
+
+  test("a setting changed mid-chat restarts the server and keeps the conversation", async () => {
+    const title = await chat().locator(".session-title").textContent();
+    const turns = await chat().locator(".turn").count();
+    await chat().locator('.header button[title="Sessions"]').click();
+    await chat().locator(".session-item").first().waitFor({ timeout: WAIT });
+    const sessions = await chat().locator(".session-item").count();
+    await chat().locator('.sessions button[title="Close"]').click();
+    // The user points tether.provider elsewhere (settings.json): the server restarts.
+    await changeSettings({ "tether.provider": { type: "scripted", script: script2 } });
+    await chat().locator(".notice.info", { hasText: "restarted with the new settings" }).waitFor({ timeout: WAIT });
+    await sendPrompt("Do you remember?");
+    const turn = await finishedTurn();
+    assert.match(await turn.locator(".message.assistant .markdown").textContent(), /you asked what is in app\.py/);
+    // The same session, shown whole; no new one in the list; no "could not be resumed".
+    assert.equal(await chat().locator(".session-title").textContent(), title);
+    assert.equal(await chat().locator(".turn").count(), turns + 1);
+    assert.equal(await chat().locator(".notice", { hasText: "could not be resumed" }).count(), 0);
+    await chat().locator('.header button[title="Sessions"]').click();
+    await chat().locator(".session-item").first().waitFor({ timeout: WAIT });
+    assert.equal(await chat().locator(".session-item").count(), sessions);
+    await chat().locator('.sessions button[title="Close"]').click();
+    await screenshot("resumed-after-setting-change");
+  });
+
+  test("the view stays where the user reads while an answer streams on", async () => {
+    await sendPrompt("Tell me a long story");
+    await finishedTurn();
+    const log = chat().locator(".log");
+    const distance = () => log.evaluate((node) => node.scrollHeight - node.scrollTop - node.clientHeight);
+    assert.ok((await distance()) <= 40, "followed to the end");
+    await sendPrompt("And another one");
+    // The first words are in; the rest waits a few seconds: the user scrolls up to read meanwhile.
+    await chat().locator(".message.assistant .markdown", { hasText: "Another" }).waitFor({ timeout: WAIT });
+    await log.hover();
+    await page.mouse.wheel(0, -2500);
+    await chat().locator("button.jump-latest").waitFor({ state: "visible", timeout: WAIT });
+    const reading = await log.evaluate((node) => node.scrollTop);
+    await chat().locator(".message.assistant .markdown", { hasText: "More paragraph 80" }).waitFor({ timeout: WAIT });
+    await finishedTurn();
+    assert.equal(await log.evaluate((node) => node.scrollTop), reading, "not pulled down");
+    assert.ok((await distance()) > 1000);
+    await screenshot("reading-above-while-streaming");
+    await chat().locator("button.jump-latest").click();
+    assert.ok((await distance()) <= 40);
+  });
+
+  test("Copy on a code block puts its code on the clipboard", async () => {
+    const block = chat().locator(".code-block", { hasText: "def main" }).first();
+    await block.scrollIntoViewIfNeeded();
+    await block.hover();
+    await block.locator("button.copy").click();
+    await block.locator(".copy-done").waitFor({ timeout: WAIT });
+    await page.waitForFunction(
+      async () => (await navigator.clipboard.readText()) === "def main():\n    return 42",
+      undefined,
+      { timeout: WAIT },
+    );
+    await screenshot("code-block-copied");
+  });
+
+  test("an endpoint error is shown in view with Retry; Retry answers, the prompt kept once", async () => {
+    await sendPrompt("Try the endpoint");
+    const error = chat().locator(".turn-footer .notice.error").last();
+    await error.waitFor({ timeout: WAIT });
+    assert.match(await error.textContent(), /Incorrect API key provided/);
+    assert.equal(await error.locator("button.retry").isVisible(), true);
+    await screenshot("endpoint-error-with-retry");
+    await error.locator("button.retry").click();
+    await chat().locator(".message.assistant .markdown", { hasText: "Recovered after the retry." }).waitFor({ timeout: WAIT });
+    await finishedTurn();
+    assert.equal(await chat().locator(".message.user", { hasText: "Try the endpoint" }).count(), 1);
+    assert.equal(await chat().locator(".notice.error", { hasText: "Incorrect API key" }).count(), 0);
+  });
+
+  test("Tether: Ask from the command palette sends into the chat view", async () => {
+    const turns = await chat().locator(".turn").count();
+    await runCommand("Tether: Ask");
+    const input = page.locator(".quick-input-widget input");
+    await page.locator(".quick-input-widget", { hasText: "What should tether do?" }).waitFor({ timeout: WAIT });
+    await input.fill("Where does this go?");
+    await input.press("Enter");
+    await chat().locator(".turn").nth(turns).locator(".message.user", { hasText: "Where does this go?" }).waitFor({ timeout: WAIT });
+    const turn = await finishedTurn();
+    assert.match(await turn.locator(".message.assistant .markdown").textContent(), /answered in the chat/);
+    // One UI: no progress notification of its own.
+    assert.equal(await page.locator(".notifications-toasts .notification-toast", { hasText: "Tether" }).count(), 0);
+  });
+
+  test("@ lists the workspace's files; the picked one is attached", async () => {
+    const prompt = chat().locator("textarea.prompt");
+    await prompt.click();
+    await prompt.pressSequentially("Explain @app");
+    const menu = chat().locator(".command-menu");
+    await menu.locator(".command-name", { hasText: "@src/app.py" }).waitFor({ timeout: WAIT });
+    await screenshot("mention-menu");
+    await prompt.press("Enter");
+    await chat().locator(".composer .chips .chip", { hasText: "src/app.py" }).waitFor({ timeout: WAIT });
+    assert.equal(await prompt.inputValue(), "Explain @src/app.py ");
+    await chat().locator('.composer .chips .chip button[title="Remove src/app.py"]').click();
+    await chat().locator(".composer .chips .chip").waitFor({ state: "detached", timeout: WAIT });
+    await prompt.fill("");
+  });
+
+  test("light and dark themes", async () => {
+    await chat().locator(".log").evaluate((node) => (node.scrollTop = 0));
+    await screenshot("theme-light");
+    await changeSettings({ "workbench.colorTheme": "Default Dark Modern" });
+    await page.locator(".monaco-workbench.vs-dark").waitFor({ timeout: WAIT });
+    await screenshot("theme-dark");
   });
 });

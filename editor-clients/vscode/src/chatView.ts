@@ -19,6 +19,7 @@ import {
 import { describe } from "./render";
 import {
   conflictingPaths,
+  errorCode,
   ErrorCodes,
   ResponseError,
   type Checkpoint,
@@ -27,11 +28,15 @@ import {
   type RewindParams,
   type RewindResult,
   type RunHandle,
+  type RunResult,
   type Session,
   type TetherConnection,
 } from "./rpc";
 
 export const PROPOSAL_SCHEME = "tether-proposal";
+
+/** What `@` never offers: dependencies, build output, version control. */
+const MENTION_EXCLUDE = "{**/node_modules/**,**/.git/**,**/.venv/**,**/dist/**,**/out/**,**/__pycache__/**}";
 
 /** What the chat view needs from the extension. */
 export interface ChatHost {
@@ -41,6 +46,12 @@ export interface ChatHost {
   log(line: string): void;
   /** The view's current session changed (or was updated): its mode is shown outside the view. */
   sessionChanged?(session: Session | undefined): void;
+  /** A turn of the view ended (the extension may restart the server it waited for). */
+  turnEnded?(): void;
+  /** The view left its session for good (a new one, deleted, or gone from the store). */
+  sessionForgotten?(): void;
+  /** The session the view showed when VS Code last closed this workspace: resumed when it opens. */
+  lastSessionId?: string;
 }
 
 interface Question {
@@ -54,8 +65,15 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
 
   private view: vscode.WebviewView | undefined;
   private current: Session | undefined;
+  /**
+   * The session to resume on the next server: the one shown when the server stopped (a restart for
+   * a setting, a crash) or when VS Code last closed the workspace.
+   */
+  private resumeId: string | undefined;
   private run: RunHandle | undefined;
   private context: ContextItem[] = [];
+  /** The last prompt sent: Retry sends it again after a run that ended in an error. */
+  private lastPrompt: { text: string; context: ContextItem[]; messageId?: string; failed: boolean } | undefined;
   private readonly questions = new Map<string, Question>();
   private readonly documents = new Map<string, string>();
   private readonly documentChanged = new vscode.EventEmitter<vscode.Uri>();
@@ -66,6 +84,7 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
     private readonly extensionUri: vscode.Uri,
     private readonly host: ChatHost,
   ) {
+    this.resumeId = host.lastSessionId;
     this.disposables.push(
       this.documentChanged,
       vscode.workspace.registerTextDocumentContentProvider(PROPOSAL_SCHEME, {
@@ -140,7 +159,8 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
     try {
       switch (message.type) {
         case "ready":
-          await this.showCurrent();
+          if (this.resumeId && !this.current) await this.resume();
+          else await this.showCurrent();
           this.post({ type: "context", items: this.context });
           break;
         case "send":
@@ -180,6 +200,24 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
         case "restore":
           await this.restore(message.messageId);
           break;
+        case "retry":
+          await this.retry();
+          break;
+        case "commands":
+          await this.commands();
+          break;
+        case "mentions":
+          await this.mentions(message.query);
+          break;
+        case "attachFile":
+          await this.attachFile(message.path);
+          break;
+        case "copy":
+          await vscode.env.clipboard.writeText(message.text);
+          break;
+        case "insert":
+          await this.insert(message.text);
+          break;
         default:
           break;
       }
@@ -201,13 +239,25 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
   }
 
   onProgress(params: ProgressParams): void {
-    if (this.owns(params.sessionId)) this.post({ type: "progress", event: params.event });
+    if (!this.owns(params.sessionId)) return;
+    if (params.event.kind === "run_started" && this.lastPrompt) this.lastPrompt.messageId = params.event.userMessageId;
+    this.post({ type: "progress", event: params.event });
   }
 
-  /** Send a prompt (with the attached context) in the current session, creating one if needed. */
-  async send(text: string): Promise<void> {
+  /** Put the keyboard focus in the prompt (after Send Selection to Chat). */
+  focusPrompt(): void {
+    this.post({ type: "focus" });
+  }
+
+  /**
+   * Send a prompt (with the attached context) in the current session, creating one if needed. The
+   * run's result (undefined: it failed, as the view then says).
+   */
+  async send(text: string): Promise<RunResult | undefined> {
     if (this.run) throw new Error("a run is already going: stop it first");
     const connection = await this.host.server();
+    // After a restart the prompt goes on in the session the view shows, never silently elsewhere.
+    if (this.resumeId && !this.current) await this.resume();
     let session = this.session ?? (await connection.createSession({}));
     if (!session.title && session.messageCount === 0) {
       session = await connection.configure({ sessionId: session.sessionId, title: shortTitle(text) });
@@ -215,6 +265,7 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
     this.session = session;
     const context = this.context;
     this.context = [];
+    this.lastPrompt = { text, context, failed: false };
     this.post({ type: "context", items: [] });
     this.post({
       type: "turnStarted",
@@ -234,12 +285,67 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
         model: this.host.model(session),
         usage: result.usage,
       });
+      return result;
     } catch (error) {
+      if (this.lastPrompt) this.lastPrompt.failed = true;
+      this.host.log(`[chat] ${describe(error)}`);
       this.post({ type: "turnFinished", stopReason: "error", model: this.host.model(session), error: describe(error) });
+      return undefined;
     } finally {
       this.run = undefined;
-      this.session = await connection.getSession(session.sessionId).catch(() => session);
+      const updated = await connection.getSession(session.sessionId).catch(() => session);
+      // Unless the user moved on meanwhile (New session, another session, a restart).
+      if (this.current?.sessionId === session.sessionId) this.session = updated;
+      this.host.turnEnded?.();
     }
+  }
+
+  /**
+   * Retry: the prompt of the turn that ended in an error, sent again with its context. What that
+   * turn stored (its prompt, a partial answer) is rewound first, so the conversation holds the
+   * prompt once.
+   */
+  async retry(): Promise<void> {
+    const last = this.lastPrompt;
+    if (!last?.failed) throw new Error("nothing to retry: the last turn did not fail");
+    const session = this.session;
+    if (session && last.messageId) {
+      const connection = await this.host.server();
+      try {
+        await connection.rewind({ sessionId: session.sessionId, messageId: last.messageId, files: false, history: true });
+        this.session = await connection.getSession(session.sessionId);
+      } catch (error) {
+        this.host.log(`[chat] retry: the failed turn stays in the conversation (${describe(error)})`);
+      }
+    }
+    await this.showCurrent();
+    this.context = last.context;
+    await this.send(last.text);
+  }
+
+  /**
+   * The slash commands of the view's session, for `/` completion. The session is made now when the
+   * view has none yet: the prompt being typed will run in it.
+   */
+  async commands(): Promise<void> {
+    const connection = await this.host.server();
+    if (this.resumeId && !this.current) await this.resume();
+    this.session ??= await connection.createSession({});
+    const commands = await connection.commands(this.session.sessionId);
+    this.post({
+      type: "commands",
+      commands: commands.map(({ name, description, argumentHint }) => ({ name, description, argumentHint })),
+    });
+  }
+
+  /** A code block's Insert: its text at the cursor of the editor, replacing the selection. */
+  async insert(text: string): Promise<void> {
+    const editor = vscode.window.activeTextEditor ?? vscode.window.visibleTextEditors[0];
+    if (!editor) throw new Error("Open a file first: there is no editor to insert into.");
+    await editor.edit((edit) => {
+      for (const selection of editor.selections) edit.replace(selection, text);
+    });
+    await vscode.window.showTextDocument(editor.document, editor.viewColumn);
   }
 
   async stop(): Promise<boolean> {
@@ -254,6 +360,18 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
     const connection = await this.host.server();
     const session = this.session ?? (await connection.createSession({}));
     this.session = await connection.configure({ sessionId: session.sessionId, mode });
+    return this.session;
+  }
+
+  /**
+   * `session/configure {model}` on the view's session (a new one when there is none yet): its later
+   * runs use that model; `null` goes back to the configured provider's.
+   */
+  async setModel(model: string | null): Promise<Session> {
+    const connection = await this.host.server();
+    if (this.resumeId && !this.current) await this.resume();
+    const session = this.session ?? (await connection.createSession({}));
+    this.session = await connection.configure({ sessionId: session.sessionId, model });
     return this.session;
   }
 
@@ -333,8 +451,8 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
 
   // -- context -------------------------------------------------------------------------------
 
-  attach(what: "selection" | "file"): void {
-    const editor = vscode.window.activeTextEditor ?? vscode.window.visibleTextEditors[0];
+  attach(what: "selection" | "file", from?: vscode.TextEditor): void {
+    const editor = from ?? vscode.window.activeTextEditor ?? vscode.window.visibleTextEditors[0];
     if (!editor) {
       this.post({ type: "error", message: "Open a file first: there is no editor to take context from." });
       return;
@@ -353,6 +471,28 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
     } else {
       this.context.push({ label: file, file, text: document.getText() });
     }
+    this.post({ type: "context", items: this.context });
+  }
+
+  /** Files of the workspace whose path contains `query` (at most 20, shortest first), for `@`. */
+  async mentions(query: string): Promise<void> {
+    const pattern = query ? `**/*${query.replace(/[[\]{}*?!]/g, "")}*` : "**/*";
+    const found = await vscode.workspace.findFiles(pattern, MENTION_EXCLUDE, 200);
+    const needle = query.toLowerCase();
+    const files = found
+      .map((uri) => vscode.workspace.asRelativePath(uri, false))
+      .filter((path) => path.toLowerCase().includes(needle))
+      .sort((a, b) => a.length - b.length || a.localeCompare(b))
+      .slice(0, 20);
+    this.post({ type: "mentions", query, files });
+  }
+
+  /** A file picked after `@`: its text, as a chip, goes with the next prompt. */
+  async attachFile(path: string): Promise<void> {
+    const folder = vscode.workspace.workspaceFolders?.[0]?.uri;
+    if (!folder) throw new Error("Open a folder first: files are attached from the workspace.");
+    const bytes = await vscode.workspace.fs.readFile(vscode.Uri.joinPath(folder, path));
+    this.context.push({ label: path, file: path, text: new TextDecoder().decode(bytes) });
     this.post({ type: "context", items: this.context });
   }
 
@@ -384,6 +524,8 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
   async newSession(): Promise<void> {
     if (this.run) throw new Error("a run is going: stop it before starting another session");
     this.session = undefined;
+    this.resumeId = undefined;
+    this.host.sessionForgotten?.();
     await this.showCurrent();
   }
 
@@ -408,23 +550,46 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
     await this.showCurrent();
   }
 
-  async forkSession(sessionId: string): Promise<void> {
+  /** Tether: New Session: a session made now (`session/create`) and shown in the view. */
+  async startSession(): Promise<Session> {
+    if (this.run) throw new Error("a run is going: stop it before starting another session");
+    const connection = await this.host.server();
+    this.resumeId = undefined;
+    const session = await connection.createSession({});
+    this.session = session;
+    await this.showCurrent();
+    return session;
+  }
+
+  async forkSession(sessionId: string): Promise<Session> {
     if (this.run) throw new Error("a run is going: stop it before forking");
     const connection = await this.host.server();
     const source = await connection.getSession(sessionId);
     const messages = source.title ? [] : await connection.allMessages(sessionId);
     const title = `${summary(source, firstPrompt(messages)).title} (fork)`;
-    this.session = await connection.fork({ sessionId, title });
+    const fork = await connection.fork({ sessionId, title });
+    this.session = fork;
     await this.showCurrent();
     await this.listSessions();
+    return fork;
   }
 
   async deleteSession(sessionId: string): Promise<void> {
     if (this.run?.sessionId === sessionId) throw new Error("this session is running: stop it first");
     const connection = await this.host.server();
+    const session = await connection.getSession(sessionId);
+    const messages = session.title ? [] : await connection.allMessages(sessionId);
+    const title = summary(session, firstPrompt(messages)).title;
+    const confirmed = await vscode.window.showWarningMessage(
+      `Delete the session "${title}"?`,
+      { modal: true, detail: `Its ${session.messageCount} messages are deleted for good, in every client of the store.` },
+      "Delete",
+    );
+    if (confirmed !== "Delete") return;
     await connection.deleteSession(sessionId);
     if (this.session?.sessionId === sessionId) {
       this.session = undefined;
+      this.host.sessionForgotten?.();
       await this.showCurrent();
     }
     await this.listSessions();
@@ -478,10 +643,46 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
     }
   }
 
-  /** The server went away: its in-memory sessions with it. */
+  /** The server went away: the view's session is resumed on the next one (`resume`). */
   serverStopped(): void {
-    this.session = undefined;
+    this.resumeId = this.current?.sessionId ?? this.resumeId;
+    this.current = undefined;
     for (const question of this.questions.values()) question.resolve(undefined);
+  }
+
+  /**
+   * Show the session the view had before the server stopped (or VS Code closed), read again from
+   * the server (`session/get` + `session/messages`). A session the server no longer has (an
+   * in-memory store, a deleted session) is said so in the view, whose next prompt then starts a new
+   * session. Whether it was resumed. `announce`: what the view says once it shows it again.
+   */
+  async resume(announce?: string): Promise<boolean> {
+    const sessionId = this.resumeId;
+    if (!sessionId) return this.current !== undefined;
+    const connection = await this.host.server();
+    try {
+      this.session = await connection.getSession(sessionId);
+    } catch (error) {
+      if (errorCode(error) !== ErrorCodes.SessionNotFound) throw error;
+      this.resumeId = undefined;
+      this.host.sessionForgotten?.();
+      const durable = connection.initializeResult?.capabilities.sessions?.durable === true;
+      const why = durable
+        ? "the session store no longer has it (deleted, or expired)"
+        : "the server keeps sessions in memory (setting tether.sessions.store), so they end with it";
+      this.host.log(`[chat] session ${sessionId} could not be resumed: ${why}`);
+      this.post({
+        type: "notice",
+        level: "warning",
+        message: `This conversation could not be resumed: ${why}. The next prompt starts a new session.`,
+      });
+      return false;
+    }
+    this.resumeId = undefined;
+    this.host.log(`[chat] resumed session ${sessionId}`);
+    await this.showCurrent();
+    if (announce) this.post({ type: "notice", level: "info", message: announce });
+    return true;
   }
 
   dispose(): void {

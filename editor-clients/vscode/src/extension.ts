@@ -11,13 +11,23 @@ import {
   type PermissionOutcome,
   type PermissionParams,
   type ProgressParams,
-  type RunHandle,
+  type RunResult,
   type Session,
   type SessionMode,
 } from "./rpc";
 
 const TRANSCRIPT_SCHEME = "tether-transcript";
 const MAX_RESTARTS = 3;
+
+/**
+ * The settings the server reads when it starts (its command line and `initializationOptions`): a
+ * change restarts it, and the chat view resumes its session on the new one. The server takes
+ * `workspace/didChangeConfiguration` without acting on it (docs/protocol.md), so none of these can
+ * be changed on a running server.
+ */
+const RESTART_SETTINGS = ["tether.serverCommand", "tether.provider", "tether.approval", "tether.sessions.store"];
+/** The workspace state key of the chat view's session, resumed when VS Code opens the workspace again. */
+const CHAT_SESSION_KEY = "tether.chatSession";
 
 /** The permission dialog's answers besides its close button (Reject). */
 const DIALOG_ANSWERS: { title: string; outcome: PermissionOutcome }[] = [
@@ -33,21 +43,16 @@ const MODES: { mode: SessionMode; label: string; detail: string }[] = [
   { mode: "read_only", label: "Read only", detail: "Only tools that read: nothing is written or run" },
 ];
 
-/** What a run in flight reports to: its progress notification and the output channel. */
-interface ActiveRun {
-  handle: RunHandle;
-  report(message: string): void;
-  iteration: number;
-}
-
 class TetherExtension implements vscode.Disposable {
   private readonly output = vscode.window.createOutputChannel("Tether");
   private readonly transcripts = new Map<string, string>();
   private readonly transcriptChanged = new vscode.EventEmitter<vscode.Uri>();
   private connection: Promise<TetherConnection> | undefined;
-  private session: Session | undefined;
-  private active: ActiveRun | undefined;
+  /** The server in use; the exit of one replaced already (a restart for a setting) changes nothing. */
+  private live: TetherConnection | undefined;
   private restarts = 0;
+  /** A setting that needs a restart changed while the chat view ran a turn: restart once it ends. */
+  private restartPending = false;
   private disposed = false;
   private diffs = 0;
   /** "sessionId toolCallId" → what log lines call it (its title, with the kind marker), for every run. */
@@ -61,7 +66,17 @@ class TetherExtension implements vscode.Disposable {
       server: () => this.server(),
       model: (session) => this.model(session),
       log: (line) => this.output.appendLine(line),
-      sessionChanged: (session) => this.showMode(session),
+      sessionChanged: (session) => {
+        this.showMode(session);
+        if (session) void context.workspaceState?.update(CHAT_SESSION_KEY, session.sessionId);
+      },
+      turnEnded: () => {
+        if (!this.restartPending) return;
+        this.restartPending = false;
+        void this.restartForSettings();
+      },
+      sessionForgotten: () => void context.workspaceState?.update(CHAT_SESSION_KEY, undefined),
+      lastSessionId: context.workspaceState?.get<string>(CHAT_SESSION_KEY),
     });
     this.modeItem.command = "tether.pickMode";
     this.showMode(undefined);
@@ -78,10 +93,15 @@ class TetherExtension implements vscode.Disposable {
     command("tether.newSession", () => this.newSession());
     command("tether.ask", () => this.ask());
     command("tether.cancel", () => this.cancel());
+    command("tether.sendSelection", () => this.sendSelection());
     command("tether.showSessions", () => this.showSessions());
     command("tether.forkSession", () => this.forkSession());
-    command("tether.openChat", () => this.chat?.reveal());
+    command("tether.openChat", async () => {
+      await this.chat?.reveal();
+      this.chat?.focusPrompt();
+    });
     command("tether.pickMode", () => this.pickMode());
+    command("tether.pickModel", () => this.pickModel());
     context.subscriptions.push(
       this.output,
       this.modeItem,
@@ -91,7 +111,7 @@ class TetherExtension implements vscode.Disposable {
         provideTextDocumentContent: (uri) => this.transcripts.get(uri.path) ?? "",
       }),
       vscode.workspace.onDidChangeConfiguration((event) => {
-        if (event.affectsConfiguration("tether")) void this.stopServer();
+        if (RESTART_SETTINGS.some((name) => event.affectsConfiguration(name))) void this.restartForSettings();
       }),
       this,
     );
@@ -114,8 +134,11 @@ class TetherExtension implements vscode.Disposable {
     const command = configured.length > 0 ? configured : defaultCommand(python || undefined);
     const provider = config.get<Record<string, unknown>>("provider") ?? {};
     const approval = config.get<string>("approval") ?? "ask";
+    const store = config.get<string>("sessions.store") ?? "sqlite";
     const initializationOptions: Record<string, unknown> = { tools: { approval } };
     if (Object.keys(provider).length > 0) initializationOptions.provider = provider;
+    // Empty: the store tether's own configuration names (config.toml, TETHER_SESSIONS_STORE).
+    if (store.trim()) initializationOptions.sessions = { store: store.trim() };
     const folders = vscode.workspace.workspaceFolders ?? [];
     this.output.appendLine(`[tether] starting ${command.join(" ")}`);
     const connection = await TetherConnection.start({
@@ -137,8 +160,9 @@ class TetherExtension implements vscode.Disposable {
       this.chat?.onProgress(params);
     });
     connection.onExit((info) => {
+      if (this.live !== connection) return;
+      this.live = undefined;
       this.connection = undefined;
-      this.session = undefined;
       this.chat?.serverStopped();
       if (info.expected || this.disposed) return;
       const why = info.signal ? `signal ${info.signal}` : `exit code ${String(info.code)}`;
@@ -150,14 +174,20 @@ class TetherExtension implements vscode.Disposable {
         return;
       }
       this.restarts += 1;
+      const durable = connection.initializeResult?.capabilities.sessions?.durable === true;
       void vscode.window.showErrorMessage(
-        `Tether: the server stopped unexpectedly (${why}); restarting it. The sessions it held are gone.`,
+        `Tether: the server stopped unexpectedly (${why}); restarting it.` +
+          (durable ? "" : " The sessions it held are gone (they were kept in memory)."),
       );
       this.server().then(
-        () => this.output.appendLine("[tether] the server is running again"),
+        () => {
+          this.output.appendLine("[tether] the server is running again");
+          void this.chat?.resume("The server restarted after it stopped: this conversation goes on.");
+        },
         (error: unknown) => this.output.appendLine(`[tether] restart failed: ${describe(error)}`),
       );
     });
+    this.live = connection;
     const info = connection.initializeResult?.serverInfo;
     this.output.appendLine(
       `[tether] ${info?.name ?? "tether"} ${info?.version ?? ""} ready (pid ${String(connection.process.pid)})`,
@@ -165,10 +195,33 @@ class TetherExtension implements vscode.Disposable {
     return connection;
   }
 
+  /**
+   * A setting the server reads at start changed: stop it, start it again with the new settings and
+   * resume the chat view's session there (or say in the view why it cannot be). A turn in flight
+   * finishes first.
+   */
+  private async restartForSettings(): Promise<void> {
+    if (this.chat?.running) {
+      this.restartPending = true;
+      this.output.appendLine("[tether] settings changed: the server restarts when this turn ends");
+      return;
+    }
+    const wasRunning = this.connection !== undefined;
+    // First, so that a prompt sent while the old server stops resumes the session on the new one.
+    this.chat?.serverStopped();
+    await this.stopServer();
+    if (!wasRunning || this.disposed) return;
+    this.output.appendLine("[tether] settings changed: restarting the server");
+    await this.guard(async () => {
+      await this.server();
+      await this.chat?.resume("The server restarted with the new settings: this conversation goes on.");
+    });
+  }
+
   private async stopServer(): Promise<void> {
     const pending = this.connection;
     this.connection = undefined;
-    this.session = undefined;
+    this.live = undefined;
     if (pending) await (await pending.catch(() => undefined))?.shutdown();
   }
 
@@ -206,56 +259,53 @@ class TetherExtension implements vscode.Disposable {
 
   // -- commands --------------------------------------------------------------------------
 
+  /** Tether: New Session: a new session in the chat view. */
   async newSession(): Promise<Session | undefined> {
+    const chat = this.chat;
+    if (!chat) return undefined;
     return this.guard(async () => {
-      const connection = await this.server();
-      this.session = await connection.createSession({});
-      void vscode.window.showInformationMessage(`Tether: new session ${this.session.sessionId}`);
-      return this.session;
+      const session = await chat.startSession();
+      void vscode.window.showInformationMessage(`Tether: new session ${session.sessionId}`);
+      return session;
     });
   }
 
-  async ask(): Promise<unknown> {
-    if (this.active) {
+  /**
+   * Tether: Ask: a question, with the editor's selection as context, sent into the chat view (the
+   * one place conversations happen), which is brought up for it.
+   */
+  async ask(): Promise<RunResult | undefined> {
+    const chat = this.chat;
+    if (!chat) return undefined;
+    if (chat.running) {
       void vscode.window.showWarningMessage("Tether: a run is already going (Tether: Cancel stops it).");
       return undefined;
     }
+    const editor = vscode.window.activeTextEditor;
     const question = await vscode.window.showInputBox({
       title: "Tether: Ask",
       prompt: "What should tether do?",
       ignoreFocusOut: true,
     });
     if (!question) return undefined;
-    const prompt = question + selectionContext();
     return this.guard(async () => {
-      const connection = await this.server();
-      this.session ??= await connection.createSession({});
-      const session = this.session;
-      this.output.show(true);
-      this.output.appendLine(`\n> ${question}`);
-      return vscode.window.withProgress(
-        { location: vscode.ProgressLocation.Notification, title: "Tether", cancellable: true },
-        async (progress, token) => {
-          const handle = connection.run({ sessionId: session.sessionId, prompt });
-          this.active = {
-            handle,
-            iteration: 0,
-            report: (message) => progress.report({ message }),
-          };
-          const cancelling = token.onCancellationRequested(() => void this.cancel());
-          try {
-            const result = await handle.result;
-            this.output.appendLine(
-              `\n[${result.stopReason}] ${result.iterations} iteration(s), ${result.toolCalls.length} tool call(s)`,
-            );
-            return result;
-          } finally {
-            cancelling.dispose();
-            this.active = undefined;
-          }
-        },
-      );
+      await chat.reveal();
+      if (editor && !editor.selection.isEmpty) chat.attach("selection", editor);
+      return chat.send(question);
     });
+  }
+
+  /** Send Selection to Chat: the selection (else the whole file) becomes context of the next prompt. */
+  async sendSelection(): Promise<void> {
+    const chat = this.chat;
+    const editor = vscode.window.activeTextEditor;
+    if (!chat || !editor) {
+      void vscode.window.showInformationMessage("Tether: open a file and select what to send.");
+      return;
+    }
+    await chat.reveal();
+    chat.attach("selection", editor);
+    chat.focusPrompt();
   }
 
   /** The mode of the chat view's session in the status bar (a session not started yet: `ask`). */
@@ -287,13 +337,45 @@ class TetherExtension implements vscode.Disposable {
     });
   }
 
+  /**
+   * Tether: Set Model: the model of the chat view's session (`session/configure {model}`), picked
+   * among the session's allowed models and the configured one, or typed.
+   */
+  async pickModel(): Promise<Session | undefined> {
+    const chat = this.chat;
+    if (!chat) return undefined;
+    const current = this.model(chat.session);
+    const allowed = Array.isArray(chat.session?.allowedModels) ? (chat.session.allowedModels as unknown[]) : [];
+    const configured = this.model(undefined);
+    const known = [...new Set([current, configured, ...allowed].filter((m): m is string => typeof m === "string" && m !== ""))];
+    const OTHER = "Another model…";
+    const RESET = "The configured model";
+    const items: vscode.QuickPickItem[] = [
+      ...known.map((label) => ({ label, description: label === current ? "current" : undefined })),
+      { label: OTHER, description: "type its name" },
+    ];
+    if (chat.session?.model) items.push({ label: RESET, description: configured ? `back to ${configured}` : undefined });
+    const picked = await vscode.window.showQuickPick(items, { placeHolder: "The model of the chat session" });
+    if (!picked) return undefined;
+    let model: string | null | undefined = picked.label === RESET ? null : picked.label;
+    if (picked.label === OTHER) {
+      model = await vscode.window.showInputBox({ title: "Tether: Set Model", prompt: "The model's name, as the provider knows it" });
+      if (!model) return undefined;
+    }
+    return this.guard(async () => {
+      const session = await chat.setModel(model ?? null);
+      this.output.appendLine(`[chat] model: ${this.model(session) ?? "the configured one"}`);
+      return session;
+    });
+  }
+
+  /** Tether: Cancel: stop the chat view's run. */
   async cancel(): Promise<boolean> {
-    const active = this.active;
-    if (!active) {
+    if (!this.chat?.running) {
       void vscode.window.showInformationMessage("Tether: no run is going.");
       return false;
     }
-    return this.guard(() => active.handle.cancel()).then((cancelled) => cancelled ?? false);
+    return this.guard(() => this.chat?.stop() ?? Promise.resolve(false)).then((cancelled) => cancelled ?? false);
   }
 
   async showSessions(): Promise<Session | undefined> {
@@ -308,7 +390,8 @@ class TetherExtension implements vscode.Disposable {
       this.transcriptChanged.fire(uri);
       const document = await vscode.workspace.openTextDocument(uri);
       await vscode.window.showTextDocument(document, { preview: true });
-      this.session = picked;
+      // The picked session becomes the chat's (unless a turn runs there now).
+      if (!this.chat?.running) await this.chat?.switchSession(picked.sessionId);
       return picked;
     });
   }
@@ -316,19 +399,22 @@ class TetherExtension implements vscode.Disposable {
   async forkSession(): Promise<Session | undefined> {
     return this.guard(async () => {
       const connection = await this.server();
-      const source = this.session ?? (await this.pickSession(connection, "Fork which session?"));
+      const chat = this.chat;
+      if (!chat) return undefined;
+      const source = chat.session ?? (await this.pickSession(connection, "Fork which session?"));
       if (!source) return undefined;
+      let fork: Session;
       try {
-        this.session = await connection.fork({ sessionId: source.sessionId });
+        fork = await chat.forkSession(source.sessionId);
       } catch (error) {
         if (errorCode(error) !== ErrorCodes.MethodNotFound) throw error;
         void vscode.window.showWarningMessage("Tether: this server cannot fork sessions yet.");
         return undefined;
       }
       void vscode.window.showInformationMessage(
-        `Tether: forked ${source.sessionId} into ${this.session.sessionId}`,
+        `Tether: forked ${source.sessionId} into ${fork.sessionId}`,
       );
-      return this.session;
+      return fork;
     });
   }
 
@@ -364,12 +450,7 @@ class TetherExtension implements vscode.Disposable {
   }
 
   private progress({ sessionId, event }: ProgressParams): void {
-    const active = this.active?.handle.sessionId === sessionId ? this.active : undefined;
     switch (event.kind) {
-      case "iteration_started":
-        if (active) active.iteration = event.iteration;
-        active?.report(`iteration ${event.iteration}`);
-        break;
       case "message_delta":
         this.output.append(event.text);
         break;
@@ -377,7 +458,6 @@ class TetherExtension implements vscode.Disposable {
         const label = `${kindMarker(event.toolKind)}${event.title ?? event.name}`;
         this.toolLabels.set(`${sessionId} ${event.toolCallId}`, label);
         this.output.appendLine(`\n[tool] ${label} ${event.arguments}`);
-        active?.report(`iteration ${active.iteration} · tool ${label}`);
         break;
       }
       case "tool_call_update": {
@@ -387,7 +467,6 @@ class TetherExtension implements vscode.Disposable {
         if (event.status === "in_progress") {
           if (event.progress) {
             this.output.appendLine(`[tool] ${label}: ${event.progress}`);
-            active?.report(`iteration ${active.iteration} · ${label}: ${event.progress}`);
           }
           break;
         }
@@ -452,17 +531,6 @@ class TetherExtension implements vscode.Disposable {
     this.disposed = true;
     await this.stopServer();
   }
-}
-
-/** The current selection as context for the prompt, or "". */
-function selectionContext(): string {
-  const editor = vscode.window.activeTextEditor;
-  if (!editor || editor.selection.isEmpty) return "";
-  const text = editor.document.getText(editor.selection);
-  const file = vscode.workspace.asRelativePath(editor.document.uri);
-  const first = editor.selection.start.line + 1;
-  const last = editor.selection.end.line + 1;
-  return `\n\nContext: ${file}, lines ${first}-${last}:\n\`\`\`\n${text}\n\`\`\``;
 }
 
 let extension: TetherExtension | undefined;

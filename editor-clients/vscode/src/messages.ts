@@ -35,6 +35,8 @@ export type ProgressEvent =
   | { kind: "run_started"; maxIterations: number; userMessageId: string }
   | { kind: "iteration_started"; iteration: number }
   | { kind: "message_delta"; messageId: string; text: string }
+  /** Streamed reasoning of the model call `messageId` (not part of its answer). */
+  | { kind: "thought_delta"; messageId: string; text: string }
   | {
       kind: "tool_call";
       toolCallId: string;
@@ -157,7 +159,15 @@ export type ToWebview =
     }
   /** The question is answered (here or elsewhere) or withdrawn by the server. */
   | { type: "permissionClosed"; requestId: string; outcome?: PermissionOutcome }
-  | { type: "error"; message: string };
+  | { type: "error"; message: string }
+  /** The workspace's files whose path matches `query` (the `@` word being typed), for completion. */
+  | { type: "mentions"; query: string; files: string[] }
+  /** Put the keyboard focus in the prompt. */
+  | { type: "focus" }
+  /** The slash commands of the view's session (`session/commands`), for `/` completion. */
+  | { type: "commands"; commands: { name: string; description: string; argumentHint?: string }[] }
+  /** Something the user should know about the view's conversation (e.g. it could not be resumed). */
+  | { type: "notice"; level: "info" | "warning"; message: string };
 
 /** Webview → extension. */
 export type FromWebview =
@@ -174,7 +184,19 @@ export type FromWebview =
   | { type: "forkSession"; sessionId: string }
   | { type: "deleteSession"; sessionId: string }
   /** Restore files, conversation or both to before the prompt `messageId` (the extension asks which). */
-  | { type: "restore"; messageId: string };
+  | { type: "restore"; messageId: string }
+  /** Send the prompt of the turn that ended in an error again (that turn's messages are dropped first). */
+  | { type: "retry" }
+  /** Files for the `@` word being typed. */
+  | { type: "mentions"; query: string }
+  /** Attach a workspace file (picked after `@`) as context of the next prompt. */
+  | { type: "attachFile"; path: string }
+  /** The slash commands, asked when the user first types `/` in a session. */
+  | { type: "commands" }
+  /** A code block's Copy: put `text` on the clipboard. */
+  | { type: "copy"; text: string }
+  /** A code block's Insert: put `text` at the cursor of the editor (replacing its selection). */
+  | { type: "insert"; text: string };
 
 /** The model text of a prompt with its context appended (what `kernel/run` is sent). */
 export function promptWithContext(text: string, context: ContextItem[]): string {

@@ -45,6 +45,14 @@ export const ErrorCodes = {
   StoreError: -32015,
 } as const;
 
+/** A slash command of `session/commands`. */
+export interface SlashCommand {
+  name: string;
+  description: string;
+  argumentHint?: string;
+  source: "builtin" | "user" | "workspace";
+}
+
 export interface Session {
   sessionId: string;
   workspace: string;
@@ -457,6 +465,11 @@ export class TetherConnection implements Disposable {
     mode?: SessionMode | null;
   }): Promise<Session> {
     return this.request("session/configure", params);
+  }
+
+  /** `session/commands`: the slash commands a prompt of the session may start with. */
+  async commands(sessionId: string): Promise<SlashCommand[]> {
+    return (await this.request<{ commands: SlashCommand[] }>("session/commands", { sessionId })).commands;
   }
 
   deleteSession(sessionId: string): Promise<{ deleted: boolean }> {

@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 
 import type { ContextItem, FromWebview, ToWebview } from "../src/messages";
+import { FakeWebview } from "./fake-webview";
 import { SERVER_COMMAND, call, within, workspace, type Workspace } from "./helpers";
 import * as stub from "./vscode-stub";
 
@@ -21,70 +22,6 @@ interface Extension {
 
 interface Provider {
   resolveWebviewView(view: unknown): void;
-}
-
-/** A webview that records what it is posted and lets the test speak for the user. */
-class FakeWebview {
-  readonly received: ToWebview[] = [];
-  private readonly fromUser = new stub.EventEmitter<FromWebview>();
-  private readonly posted = new stub.EventEmitter<void>();
-  html = "";
-
-  view() {
-    const recorder = this;
-    return {
-      webview: {
-        options: {},
-        cspSource: "vscode-webview:",
-        asWebviewUri: (uri: unknown) => uri,
-        postMessage: async (message: ToWebview) => {
-          recorder.received.push(JSON.parse(JSON.stringify(message)) as ToWebview);
-          recorder.posted.fire();
-          return true;
-        },
-        onDidReceiveMessage: recorder.fromUser.event,
-        set html(value: string) {
-          recorder.html = value;
-        },
-        get html() {
-          return recorder.html;
-        },
-      },
-      visible: true,
-      show: () => undefined,
-      onDidDispose: () => ({ dispose: () => undefined }),
-    };
-  }
-
-  send(message: FromWebview): void {
-    this.fromUser.fire(message);
-  }
-
-  /** Resolves with the first message from index `from` on that satisfies `predicate`. */
-  next<T extends ToWebview["type"]>(
-    type: T,
-    from = 0,
-    predicate: (message: Extract<ToWebview, { type: T }>) => boolean = () => true,
-  ): Promise<Extract<ToWebview, { type: T }>> {
-    const find = () =>
-      this.received
-        .slice(from)
-        .find((m): m is Extract<ToWebview, { type: T }> => m.type === type && predicate(m as Extract<ToWebview, { type: T }>));
-    return within(
-      new Promise((resolve) => {
-        const found = find();
-        if (found) return resolve(found);
-        const listener = this.posted.event(() => {
-          const hit = find();
-          if (hit) {
-            listener.dispose();
-            resolve(hit);
-          }
-        });
-      }),
-      `a ${type} message`,
-    );
-  }
 }
 
 const FIXTURES = join(__dirname, "..", "..", "test", "webview", "fixtures");
@@ -348,6 +285,16 @@ describe("the chat view's extension side against the real server", { timeout: 30
     const after = await webview.next("sessions", from);
     assert.equal(after.sessions.length, 2);
     record("sessions", [after]);
+    // Delete asks first; dismissed, nothing is deleted.
+    const modals = stub.shown.modals.length;
+    stub.ui.modal = () => undefined;
+    webview.send({ type: "deleteSession", sessionId: forked.sessionId ?? "" });
+    await within(stub.when(() => stub.shown.modals.length > modals), "the question");
+    assert.equal(stub.shown.modals.at(-1), 'Delete the session "What does main return? (fork)"?');
+    stub.ui.modal = (_message, ...buttons) => buttons[0];
+    from = webview.received.length;
+    webview.send({ type: "listSessions" });
+    assert.equal((await webview.next("sessions", from)).sessions.length, 2);
     from = webview.received.length;
     webview.send({ type: "deleteSession", sessionId: forked.sessionId ?? "" });
     const emptied = await webview.next("session", from);
@@ -408,7 +355,7 @@ describe("the chat view's extension side against the real server", { timeout: 30
   test("a server command that fails to start shows its exit and stderr in the view", { timeout: 60_000 }, async () => {
     const failing = [process.execPath, "-e", "process.stderr.write('No module named tether\\n'); process.exit(1)"];
     stub.settings["tether.serverCommand"] = failing;
-    stub.changeConfiguration("tether");
+    stub.changeConfiguration("tether.serverCommand");
     const from = webview.received.length;
     webview.send({ type: "send", text: "Anyone there?" });
     const error = await webview.next("error", from);

@@ -3,6 +3,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 
+import { FakeWebview } from "./fake-webview";
 import { SERVER_COMMAND, call, within, workspace, type Workspace } from "./helpers";
 import * as stub from "./vscode-stub";
 
@@ -13,6 +14,24 @@ interface Extension {
   deactivate(): Promise<void>;
 }
 
+/**
+ * `tether.chat.focus` as VS Code answers it: the chat view is resolved into the stand-in webview
+ * returned here, the first time the command runs.
+ */
+function chatViewOnFocus(): FakeWebview {
+  const webview = new FakeWebview();
+  let shown = false;
+  stub.commands.set("tether.chat.focus", () => {
+    if (shown) return;
+    shown = true;
+    (stub.webviewProviders.get("tether.chat") as { resolveWebviewView(view: unknown): void }).resolveWebviewView(
+      webview.view(),
+    );
+    webview.send({ type: "ready" });
+  });
+  return webview;
+}
+
 interface SessionLike {
   sessionId: string;
   workspace: string;
@@ -21,7 +40,7 @@ interface SessionLike {
 describe("activate() with a stand-in vscode module", { timeout: 300_000 }, () => {
   let ws: Workspace;
   let extension: Extension;
-  const context = { subscriptions: [] as { dispose(): unknown }[] };
+  const context = { subscriptions: [] as { dispose(): unknown }[], extensionUri: stub.Uri.file("/ext") };
 
   before(() => {
     ws = workspace();
@@ -43,18 +62,26 @@ describe("activate() with a stand-in vscode module", { timeout: 300_000 }, () =>
     ws.remove();
   });
 
-  test("registers the seven commands and the chat view", () => {
+  test("registers the commands and the chat view; package.json declares them, with keybindings", () => {
+    const registered = [...stub.commands.keys()].filter((id) => id.startsWith("tether.") && id !== "tether.chat.focus");
+    assert.deepEqual(registered.sort(), [
+      "tether.ask",
+      "tether.cancel",
+      "tether.forkSession",
+      "tether.newSession",
+      "tether.openChat",
+      "tether.pickMode",
+      "tether.pickModel",
+      "tether.sendSelection",
+      "tether.showSessions",
+    ]);
+    const manifest = JSON.parse(readFileSync(join(__dirname, "..", "..", "package.json"), "utf8")) as {
+      contributes: { commands: { command: string }[]; keybindings: { command: string; key: string }[] };
+    };
+    assert.deepEqual(manifest.contributes.commands.map((c) => c.command).sort(), registered.sort());
     assert.deepEqual(
-      [...stub.commands.keys()].sort(),
-      [
-        "tether.ask",
-        "tether.cancel",
-        "tether.forkSession",
-        "tether.newSession",
-        "tether.openChat",
-        "tether.pickMode",
-        "tether.showSessions",
-      ],
+      manifest.contributes.keybindings.map((k) => k.command).sort(),
+      ["tether.cancel", "tether.openChat", "tether.sendSelection"],
     );
     assert.deepEqual([...stub.webviewProviders.keys()], ["tether.chat"]);
   });
@@ -69,36 +96,34 @@ describe("activate() with a stand-in vscode module", { timeout: 300_000 }, () =>
     assert.ok(stub.shown.info.some((m) => m.includes(session.sessionId)));
   });
 
-  test("Tether: Ask streams the answer and tool calls into the output channel", { timeout: 60_000 }, async () => {
+  test("Tether: Ask sends the question into the chat view, which shows the turn", { timeout: 60_000 }, async () => {
+    const webview = chatViewOnFocus();
     stub.ui.inputBox = () => "What is this?";
     const result = (await within(stub.vscode.commands.executeCommand("tether.ask"), "tether.ask")) as {
       stopReason: string;
     };
     assert.equal(result?.stopReason, "end_turn", `errors: ${stub.shown.errors.join("; ")}`);
+    assert.equal((await webview.next("turnStarted")).prompt, "What is this?");
+    assert.equal((await webview.next("turnFinished")).stopReason, "end_turn");
+    assert.ok(
+      webview.received.some((m) => m.type === "progress" && m.event.kind === "tool_call" && m.event.title === "Read README.md"),
+    );
+    // No second UI: no progress notification; the output channel keeps its log.
+    assert.deepEqual(stub.shown.progress, []);
     const output = stub.outputText();
-    assert.match(output, /> What is this\?/);
-    assert.match(output, /Let me look\./);
+    assert.match(output, /\[chat\] > What is this\?/);
     assert.match(output, /\[tool\] Read README.md \{"path": ?"README.md"\}/);
-    assert.match(output, /\[tool\] Read README.md: completed/);
     assert.match(output, /It is a demo project\./);
-    assert.match(output, /\[end_turn\] 2 iteration\(s\), 1 tool call\(s\)/);
-    assert.deepEqual(stub.shown.progress, ["iteration 1", "iteration 1 · tool Read README.md", "iteration 2"]);
   });
 
-  test("cancelling the progress notification sends kernel/cancel", { timeout: 60_000 }, async () => {
+  test("Tether: Cancel stops the chat view's run", { timeout: 60_000 }, async () => {
     stub.ui.inputBox = () => "Take your time";
-    let cancel: (() => void) | undefined;
-    stub.ui.progressStarted = (cancelProgress) => {
-      cancel = cancelProgress;
-    };
-    const before = stub.shown.progress.length;
+    const outputBefore = stub.outputText().length;
     const asking = stub.vscode.commands.executeCommand("tether.ask");
-    // Cancel once the run has started (its first iteration is reported).
-    await within(stub.when(() => cancel !== undefined && stub.shown.progress.length > before), "run started");
-    cancel?.();
+    await within(stub.when(() => stub.outputText().slice(outputBefore).includes("> Take your time")), "run started");
+    assert.equal(await stub.vscode.commands.executeCommand("tether.cancel"), true);
     const result = (await within(asking, "tether.ask")) as { stopReason: string };
     assert.equal(result?.stopReason, "cancelled", `errors: ${stub.shown.errors.join("; ")}`);
-    assert.match(stub.outputText(), /\[cancelled\]/);
   });
 
   test("Tether: Show Sessions opens a transcript from session/messages", { timeout: 60_000 }, async () => {
@@ -159,7 +184,7 @@ describe("activate() with a stand-in vscode module", { timeout: 300_000 }, () =>
 describe("edits and withdrawn permission prompts in the extension", { timeout: 300_000 }, () => {
   let ws: Workspace;
   let extension: Extension;
-  const context = { subscriptions: [] as { dispose(): unknown }[] };
+  const context = { subscriptions: [] as { dispose(): unknown }[], extensionUri: stub.Uri.file("/ext") };
 
   before(() => {
     ws = workspace();
@@ -171,6 +196,7 @@ describe("edits and withdrawn permission prompts in the extension", { timeout: 3
       { text: "Written." },
       { toolCalls: [call("w2", "write_file", { path: "never.txt", content: "no\n" })] },
     ]);
+    stub.commands.set("vscode.diff", () => undefined); // the proposal opened beside the question
     extension = require(join(__dirname, "..", "..", "dist", "extension.js")) as Extension;
     extension.activate(context);
   });
@@ -183,58 +209,38 @@ describe("edits and withdrawn permission prompts in the extension", { timeout: 3
     ws.remove();
   });
 
-  test("Allow on the prompt writes the file; the kind and the diff are shown", { timeout: 60_000 }, async () => {
-    const modals = stub.shown.modals.length;
+  test("Allow in the chat view's card writes the file; the kind and the diff are logged", { timeout: 60_000 }, async () => {
+    const webview = chatViewOnFocus();
     stub.ui.inputBox = () => "Write a note";
-    let offered: string[] = [];
-    stub.ui.modal = (_message, ...buttons) => {
-      offered = buttons;
-      return buttons.includes("Allow") ? "Allow" : undefined;
-    };
-    stub.ui.info = (_message, ...items) => (items.includes("Open Diff") ? "Open Diff" : undefined);
-    const documents = stub.shown.documents.length;
-    const result = (await within(stub.vscode.commands.executeCommand("tether.ask"), "tether.ask")) as {
-      stopReason: string;
-    };
+    const asking = stub.vscode.commands.executeCommand("tether.ask");
+    const question = await webview.next("permission");
+    assert.equal(question.title, "Write notes.txt");
+    assert.match(question.diff ?? "", /\+hello/);
+    webview.send({ type: "answer", requestId: question.requestId, outcome: "allow" });
+    const result = (await within(asking, "tether.ask")) as { stopReason: string };
     assert.equal(result?.stopReason, "end_turn", `errors: ${stub.shown.errors.join("; ")}`);
     assert.equal(readFileSync(join(ws.root, "notes.txt"), "utf8"), "hello\n");
-    assert.deepEqual(stub.shown.modals.slice(modals), ["Tether wants to: Write notes.txt"]);
-    assert.deepEqual(offered, ["Allow", "Always allow", "Always reject", "Reject"]);
-    // The change the server proposes, as a unified diff: no raw JSON with \n escapes.
-    const detail = stub.shown.modalDetails.at(-1) ?? "";
-    assert.match(detail, /^--- \/dev\/null\n\+\+\+ b\/notes\.txt\n@@ -0,0 \+1(,1)? @@\n\+hello\n/);
+    assert.equal(stub.shown.modals.length, 0, "asked in the view, never in a dialog");
     const output = stub.outputText();
     assert.match(output, /\[tool\] \(edit\) Write notes.txt \{"path": ?"notes.txt"/);
     assert.match(output, /\[permission\] Write notes.txt: allow/);
     assert.match(output, /\[tool\] \(edit\) Write notes.txt: completed\n(.*\n)*\+\+\+ b\/notes\.txt\n(.*\n)*\+hello\n/);
-    assert.ok(
-      stub.shown.progress.includes("iteration 1 · tool (edit) Write notes.txt"),
-      stub.shown.progress.join("; "),
-    );
-    assert.ok(stub.shown.info.includes("Tether changed notes.txt."));
-    // "Open Diff" opens the diff as a read-only virtual document in the diff language.
-    await within(stub.when(() => stub.shown.documents.length > documents), "the diff document");
-    assert.match(stub.shown.documents.at(-1) ?? "", /^\+hello$/m);
-    assert.equal(stub.shown.languages.at(-1), "diff");
     // The session's transcript keeps the edit's diff (stored with the tool message).
+    stub.ui.quickPick = <T>(items: T[]) => items[0];
     await within(Promise.resolve(stub.vscode.commands.executeCommand("tether.showSessions")), "showSessions");
     assert.match(stub.shown.documents.at(-1) ?? "", /\(result of w1\)\n\n```diff\n--- \/dev\/null\n\+\+\+ b\/notes\.txt\n(.*\n)*\+hello\n```/);
   });
 
-  test("a prompt withdrawn when the run is cancelled is no longer waited for", { timeout: 60_000 }, async () => {
-    const modals = stub.shown.modals.length;
+  test("a question left unanswered is withdrawn when the run is cancelled", { timeout: 60_000 }, async () => {
     stub.ui.inputBox = () => "Write another";
-    // A user who never answers the modal.
-    stub.ui.modal = () => new Promise<string | undefined>(() => undefined);
-    let cancel: (() => void) | undefined;
-    stub.ui.progressStarted = (cancelProgress) => {
-      cancel = cancelProgress;
-    };
+    const webview = chatViewOnFocus();
+    const from = webview.received.length;
     const asking = stub.vscode.commands.executeCommand("tether.ask");
-    await within(stub.when(() => stub.shown.modals.length > modals), "the permission prompt");
-    cancel?.();
+    await webview.next("permission", from);
+    assert.equal(await stub.vscode.commands.executeCommand("tether.cancel"), true);
     const result = (await within(asking, "tether.ask")) as { stopReason: string };
     assert.equal(result?.stopReason, "cancelled", `errors: ${stub.shown.errors.join("; ")}`);
+    await webview.next("permissionClosed", from);
     assert.match(stub.outputText(), /\[permission\] Write never.txt: withdrawn by the server/);
     assert.match(stub.outputText(), /\[tool\] \(edit\) Write never.txt: cancelled/);
     assert.equal(existsSync(join(ws.root, "never.txt")), false);

@@ -21,6 +21,9 @@ export interface Turn {
   usage?: { inputTokens: number; outputTokens: number };
   /** The provider's finish reason: `length` (cut at the token limit), `content_filter` (refused). */
   finishReason?: string;
+  /** Fail this request with this message, as an endpoint that answers `status`. */
+  error?: string;
+  status?: number;
 }
 
 export interface Workspace {
@@ -30,9 +33,14 @@ export interface Workspace {
   remove(): void;
 }
 
-/** A temporary project (README.md, src/app.py) and scripts for the scripted provider. */
+/**
+ * A temporary project (README.md, src/app.py) and scripts for the scripted provider. The servers
+ * started from then on keep their data (the SQLite session store the extension asks for by
+ * default, checkpoints) beside it, never in the user's data directory.
+ */
 export function workspace(): Workspace {
   const base = mkdtempSync(join(tmpdir(), "tether-vscode-"));
+  process.env.XDG_DATA_HOME = join(base, "data");
   const root = join(base, "project");
   mkdirSync(join(root, "src"), { recursive: true });
   writeFileSync(join(root, "README.md"), "# Demo\nA small project.\n");

@@ -3,7 +3,9 @@
  * run its commands under plain Node. Tests script the user's answers through `ui` and read what
  * the extension showed from `shown`.
  */
+import { readdirSync, readFileSync } from "node:fs";
 import Module from "node:module";
+import { join, relative } from "node:path";
 
 type Listener<T> = (value: T) => unknown;
 
@@ -107,9 +109,11 @@ export const commands = new Map<string, (...args: unknown[]) => unknown>();
 const providers = new Map<string, ContentProvider>();
 const configurationChanged = new EventEmitter<{ affectsConfiguration(section: string): boolean }>();
 
-/** Tell the extension that settings under `section` changed. */
+/** Tell the extension that the setting `section` changed (as VS Code: its parents are affected too). */
 export function changeConfiguration(section: string): void {
-  configurationChanged.fire({ affectsConfiguration: (name: string) => name === section });
+  configurationChanged.fire({
+    affectsConfiguration: (name: string) => name === section || section.startsWith(`${name}.`),
+  });
 }
 let workspaceFolders: { uri: Uri; name: string; index: number }[] = [];
 
@@ -135,7 +139,18 @@ interface StatusBarItem {
 }
 export const statusBarItems: StatusBarItem[] = [];
 
+/** What the extension put on the clipboard, in order. */
+export const clipboard: string[] = [];
+
 export const vscode = {
+  env: {
+    clipboard: {
+      writeText: async (text: string) => {
+        clipboard.push(text);
+      },
+      readText: async () => clipboard.at(-1) ?? "",
+    },
+  },
   EventEmitter,
   Uri,
   StatusBarAlignment: { Left: 1, Right: 2 },
@@ -153,7 +168,7 @@ export const vscode = {
     },
   },
   window: {
-    activeTextEditor: undefined,
+    activeTextEditor: undefined as unknown,
     visibleTextEditors: [],
     registerWebviewViewProvider(id: string, provider: unknown) {
       webviewProviders.set(id, provider);
@@ -257,7 +272,22 @@ export const vscode = {
       const text = provider.provideTextDocumentContent(uri);
       return { uri, languageId: uri.path.endsWith(".diff") ? "diff" : undefined, getText: () => text };
     },
-    asRelativePath: (uri: Uri) => uri.path,
+    asRelativePath: (uri: Uri) => {
+      const root = workspaceFolders[0]?.uri.path;
+      return root && uri.path.startsWith(`${root}/`) ? relative(root, uri.path) : uri.path;
+    },
+    /** Every file of the workspace folder (the glob is left to the caller's own filtering). */
+    async findFiles(_include: string, _exclude?: string, max = Infinity) {
+      const root = workspaceFolders[0]?.uri.path;
+      if (!root) return [];
+      const files = (readdirSync(root, { recursive: true, withFileTypes: true }) as { name: string; parentPath: string; isFile(): boolean }[])
+        .filter((entry) => entry.isFile())
+        .map((entry) => Uri.file(join(entry.parentPath, entry.name)));
+      return files.slice(0, max);
+    },
+    fs: {
+      readFile: async (uri: Uri) => new Uint8Array(readFileSync(uri.fsPath)),
+    },
   },
   Disposable: { from: () => disposable },
 };

@@ -121,6 +121,10 @@ const chips = el("div", "chips");
 const input = el("textarea", "prompt");
 const sendButton = button("Send", "send", "primary send", () => send());
 const stopButton = button("Stop", "debug-stop", "secondary stop hidden", () => post({ type: "stop" }));
+const commandMenu = el("ul", "command-menu hidden");
+commandMenu.setAttribute("role", "listbox");
+commandMenu.setAttribute("aria-label", "Commands");
+const jumpButton = button("Latest", "arrow-down", "secondary jump-latest hidden", () => scrollToEnd(true));
 
 function buildPage(): void {
   headerActions.append(
@@ -134,12 +138,22 @@ function buildPage(): void {
   empty.append(
     el("h2", "", "Ask tether"),
     el("p", "", "Ask about this workspace or ask for a change. Edits are shown as a diff and wait for your approval."),
-    el("p", "hint", "Enter sends, Shift+Enter starts a new line. Attach the selection or the current file as context."),
+    el("p", "hint", "Enter sends, Shift+Enter starts a new line. / lists commands, @ attaches a file; or attach the selection or the current file."),
   );
   input.placeholder = "Ask tether… (Enter to send, Shift+Enter for a new line)";
   input.rows = 3;
   input.setAttribute("aria-label", "Prompt");
+  input.addEventListener("input", () => updateCommandMenu());
   input.addEventListener("keydown", (event) => {
+    if (commandKey(event)) {
+      event.preventDefault();
+      return;
+    }
+    if (event.key === "Escape" && state.running) {
+      event.preventDefault();
+      post({ type: "stop" });
+      return;
+    }
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
       event.preventDefault();
       send();
@@ -155,10 +169,11 @@ function buildPage(): void {
     stopButton,
     sendButton,
   );
-  composer.append(chips, input, tools);
+  composer.append(commandMenu, chips, input, tools);
   log.append(empty);
   planPanel.setAttribute("aria-label", "Plan");
-  root.append(header, sessionsPanel, log, planPanel, composer);
+  log.addEventListener("scroll", () => noteScroll());
+  root.append(header, sessionsPanel, log, jumpButton, planPanel, composer);
 }
 
 // -- state -----------------------------------------------------------------------------------
@@ -180,6 +195,10 @@ interface Turn {
   messageId?: string;
   /** messageId → its Markdown block and text so far. */
   texts: Map<string, { node: HTMLElement; text: string }>;
+  /** messageId → its reasoning (`thought_delta`), folded. */
+  thoughts: Map<string, { node: HTMLElement; text: string }>;
+  /** The answer's "tether" header is drawn once per turn, not once per model call. */
+  headed?: boolean;
   /** The answer the current model call is streaming: a cancellation cuts it short. */
   streaming?: string;
   cards: Map<string, Card>;
@@ -211,14 +230,201 @@ function send(): void {
   post({ type: "send", text });
 }
 
-function scrollToEnd(): void {
+/**
+ * Whether the view follows the conversation: true while the user is at the bottom of the log. A
+ * user who scrolls up to read is left there while the answer streams on (the Latest button takes
+ * them back down); sending a prompt follows again.
+ */
+let following = true;
+/** How far from the bottom (px) still counts as at the bottom. */
+const BOTTOM_SLACK = 40;
+
+function atBottom(): boolean {
+  return log.scrollHeight - log.scrollTop - log.clientHeight <= BOTTOM_SLACK;
+}
+
+/** Where the user scrolled to decides whether the view follows (and whether Latest is offered). */
+function noteScroll(): void {
+  following = atBottom();
+  jumpButton.classList.toggle("hidden", following);
+}
+
+/** Keep the newest part in view, if the user follows the conversation (or `force`). */
+function scrollToEnd(force = false): void {
+  if (!force && !following) return;
+  following = true;
+  jumpButton.classList.add("hidden");
   log.scrollTop = log.scrollHeight;
+}
+
+// -- completion: `/` commands, `@` files ---------------------------------------------------
+
+type Command = Extract<ToWebview, { type: "commands" }>["commands"][number];
+
+/** The session's commands (`session/commands`), asked once per session when `/` is first typed. */
+const commands: { list?: Command[]; asked: boolean } = { asked: false };
+
+/** A choice of the completion menu. */
+interface Choice {
+  name: string;
+  label: string;
+  hint?: string;
+  description?: string;
+  pick(): void;
+}
+
+const menu: { shown: Choice[]; active: number } = { shown: [], active: 0 };
+
+/** The `@` word being typed (at the end of the prompt) and the files last offered for it. */
+const mentions: { query?: string } = {};
+
+function forgetCommands(): void {
+  commands.list = undefined;
+  commands.asked = false;
+  hideCommandMenu();
+}
+
+/** What the prompt's end asks to complete: `/name` (the whole prompt) or an `@file` word. */
+function updateCommandMenu(): void {
+  const typed = /^\/(\S*)$/.exec(input.value);
+  if (typed) return offerCommands(typed[1]);
+  const mention = /(?:^|\s)@([^\s@]*)$/.exec(input.value);
+  if (mention) {
+    if (mention[1] !== mentions.query) {
+      mentions.query = mention[1];
+      hideCommandMenu(); // until the files for the word as it is now arrive
+      post({ type: "mentions", query: mention[1] });
+    }
+    return;
+  }
+  mentions.query = undefined;
+  hideCommandMenu();
+}
+
+function offerCommands(prefix: string): void {
+  if (!commands.list) {
+    if (!commands.asked) post({ type: "commands" });
+    commands.asked = true;
+    return;
+  }
+  const wanted = prefix.toLowerCase();
+  showMenu(
+    commands.list
+      .filter((command) => command.name.toLowerCase().startsWith(wanted))
+      .map((command) => ({
+        name: command.name,
+        label: `/${command.name}`,
+        hint: command.argumentHint,
+        description: command.description,
+        pick: () => replacePrompt(/^\/\S*$/, `/${command.name} `),
+      })),
+  );
+}
+
+/** The files the extension found for the `@` word being typed. */
+function offerFiles(query: string, files: string[]): void {
+  if (query !== mentions.query) return; // typed on meanwhile: a newer answer comes
+  showMenu(
+    files.map((file) => ({
+      name: file,
+      label: `@${file}`,
+      pick: () => {
+        replacePrompt(/@[^\s@]*$/, `@${file} `);
+        post({ type: "attachFile", path: file });
+      },
+    })),
+  );
+}
+
+function replacePrompt(pattern: RegExp, text: string): void {
+  input.value = input.value.replace(pattern, text);
+  hideCommandMenu();
+  mentions.query = undefined;
+  input.focus();
+  input.setSelectionRange(input.value.length, input.value.length);
+}
+
+function showMenu(choices: Choice[]): void {
+  menu.shown = choices;
+  menu.active = 0;
+  if (choices.length === 0) return hideCommandMenu();
+  drawCommandMenu();
+}
+
+function drawCommandMenu(): void {
+  commandMenu.replaceChildren(
+    ...menu.shown.map((choice, index) => {
+      const item = el("li", index === menu.active ? "command active" : "command");
+      item.setAttribute("role", "option");
+      item.setAttribute("aria-selected", String(index === menu.active));
+      item.dataset.name = choice.name;
+      item.append(el("span", "command-name", choice.label));
+      if (choice.hint) item.append(el("span", "command-hint", choice.hint));
+      if (choice.description) item.append(el("span", "command-description", choice.description));
+      item.addEventListener("mousedown", (event) => {
+        event.preventDefault(); // keep the focus in the prompt
+        choice.pick();
+      });
+      return item;
+    }),
+  );
+  commandMenu.classList.remove("hidden");
+}
+
+function hideCommandMenu(): void {
+  commandMenu.classList.add("hidden");
+  menu.shown = [];
+}
+
+/** The keys of the open menu: arrows move, Tab or Enter completes, Escape closes. Whether it took the key. */
+function commandKey(event: KeyboardEvent): boolean {
+  if (menu.shown.length === 0 || event.isComposing) return false;
+  const count = menu.shown.length;
+  switch (event.key) {
+    case "ArrowDown":
+    case "ArrowUp":
+      menu.active = (menu.active + (event.key === "ArrowDown" ? 1 : count - 1)) % count;
+      drawCommandMenu();
+      return true;
+    case "Tab":
+    case "Enter":
+      menu.shown[menu.active].pick();
+      return true;
+    case "Escape":
+      hideCommandMenu();
+      return true;
+    default:
+      return false;
+  }
 }
 
 // -- rendering -------------------------------------------------------------------------------
 
 function renderMarkdown(node: HTMLElement, text: string): void {
   node.innerHTML = markdown.render(text);
+  for (const pre of node.querySelectorAll<HTMLElement>("pre.hljs")) decorateCodeBlock(pre);
+}
+
+/**
+ * A code block of an answer gets Copy and Insert (at the cursor of the editor), which post its text
+ * to the extension; the block scrolls sideways rather than being cut at the view's edge.
+ */
+function decorateCodeBlock(pre: HTMLElement): void {
+  const block = el("div", "code-block");
+  const bar = el("div", "code-actions");
+  const code = (): string => (pre.textContent ?? "").replace(/\n$/, "");
+  bar.append(
+    iconButton("Copy", "copy", () => {
+      post({ type: "copy", text: code() });
+      const copied = bar.querySelector(".copy-done") ?? el("span", "copy-done", "Copied");
+      bar.prepend(copied);
+    }),
+    iconButton("Insert at cursor", "insert", () => post({ type: "insert", text: code() })),
+  );
+  bar.children[bar.children.length - 2]?.classList.add("copy");
+  bar.lastElementChild?.classList.add("insert");
+  pre.replaceWith(block);
+  block.append(bar, pre);
 }
 
 function newTurn(prompt: string, context: ContextItem[], messageId?: string): Turn {
@@ -238,7 +444,7 @@ function newTurn(prompt: string, context: ContextItem[], messageId?: string): Tu
   const footer = el("div", "turn-footer");
   node.append(user, footer);
   log.append(node);
-  const turn: Turn = { node, user, texts: new Map(), cards: new Map(), footer };
+  const turn: Turn = { node, user, texts: new Map(), thoughts: new Map(), cards: new Map(), footer };
   if (messageId) setPromptId(turn, messageId);
   state.turn = turn;
   scrollToEnd();
@@ -268,20 +474,73 @@ function offerRestore(turn: Turn, files: string[]): void {
   action.dataset.files = files.join("\n");
 }
 
+/** The element of one model call's answer (its reasoning, then its text), made on first use. */
+function assistantMessage(turn: Turn, messageId: string): HTMLElement {
+  const existing = turn.node.querySelector<HTMLElement>(`.message.assistant[data-message-id="${CSS.escape(messageId)}"]`);
+  if (existing) return existing;
+  const message = el("div", "message assistant");
+  message.dataset.messageId = messageId;
+  if (!turn.headed) {
+    const who = el("div", "who");
+    who.append(icon("sparkle"), el("span", "", "tether"));
+    message.append(who);
+    turn.headed = true;
+  }
+  turn.node.insertBefore(message, turn.footer);
+  return message;
+}
+
 function assistantBlock(turn: Turn, messageId: string): { node: HTMLElement; text: string } {
   let block = turn.texts.get(messageId);
   if (!block) {
-    const message = el("div", "message assistant");
-    message.dataset.messageId = messageId;
-    const who = el("div", "who");
-    who.append(icon("sparkle"), el("span", "", "tether"));
     const node = el("div", "markdown");
-    message.append(who, node);
-    turn.node.insertBefore(message, turn.footer);
+    assistantMessage(turn, messageId).append(node);
     block = { node, text: "" };
     turn.texts.set(messageId, block);
   }
   return block;
+}
+
+/** The reasoning of a model call: folded under "Thinking…" while it streams, "Reasoning" after. */
+function reasoningBlock(turn: Turn, messageId: string): { node: HTMLElement; text: string } {
+  let block = turn.thoughts.get(messageId);
+  if (!block) {
+    const details = el("details", "reasoning streaming");
+    const summary = el("summary");
+    summary.append(icon("chevron-right", "twisty"), icon("lightbulb"), el("span", "reasoning-label", "Thinking…"));
+    const node = el("div", "reasoning-text");
+    details.append(summary, node);
+    const message = assistantMessage(turn, messageId);
+    message.insertBefore(details, message.querySelector(".markdown"));
+    block = { node, text: "" };
+    turn.thoughts.set(messageId, block);
+  }
+  return block;
+}
+
+/** Reasoning that stopped streaming (its answer began, or the run ended) is labelled as such. */
+function settleReasoning(turn: Turn): void {
+  for (const details of turn.node.querySelectorAll<HTMLElement>("details.reasoning.streaming")) {
+    details.classList.remove("streaming");
+    const label = details.querySelector(".reasoning-label");
+    if (label) label.textContent = "Reasoning";
+  }
+}
+
+/** "Working…" at the end of a running turn while nothing streams: the model is thinking. */
+function showWorking(turn: Turn, label = "Working…"): void {
+  let node = turn.node.querySelector<HTMLElement>(".working");
+  if (!node) {
+    node = el("div", "working");
+    node.setAttribute("role", "status");
+  }
+  node.replaceChildren(icon("loading", "codicon-modifier-spin"), el("span", "", label));
+  turn.node.insertBefore(node, turn.footer);
+  scrollToEnd();
+}
+
+function hideWorking(turn: Turn): void {
+  turn.node.querySelector(".working")?.remove();
 }
 
 let pendingRender = new Set<{ node: HTMLElement; text: string }>();
@@ -352,14 +611,25 @@ function progress(event: ProgressEvent): void {
     case "run_started":
       setRunning(true);
       if (!turn.messageId) setPromptId(turn, event.userMessageId);
+      showWorking(turn);
       break;
     case "checkpoint":
       offerRestore(turn, event.files);
       break;
     case "iteration_started":
       turn.streaming = undefined;
+      showWorking(turn);
       break;
+    case "thought_delta": {
+      const block = reasoningBlock(turn, event.messageId);
+      block.text += event.text;
+      block.node.textContent = block.text;
+      showWorking(turn, "Thinking…");
+      break;
+    }
     case "message_delta": {
+      hideWorking(turn);
+      settleReasoning(turn);
       turn.streaming = event.messageId;
       const block = assistantBlock(turn, event.messageId);
       block.text += event.text;
@@ -376,6 +646,8 @@ function progress(event: ProgressEvent): void {
         event.name,
       );
       turn.cards.set(event.toolCallId, card);
+      hideWorking(turn);
+      settleReasoning(turn);
       scrollToEnd();
       break;
     }
@@ -413,6 +685,8 @@ function progress(event: ProgressEvent): void {
     }
     case "run_finished":
       setRunning(false);
+      hideWorking(turn);
+      settleReasoning(turn);
       if (event.stopReason === "cancelled" && turn.streaming) {
         const block = turn.texts.get(turn.streaming);
         if (block) markCancelled(block.node);
@@ -434,7 +708,11 @@ function markCancelled(markdownNode: HTMLElement): void {
   const message = markdownNode.parentElement;
   if (!message || message.classList.contains("cancelled")) return;
   message.classList.add("cancelled");
-  message.querySelector(".who")?.append(el("span", "badge", "cancelled"));
+  const badge = el("span", "badge", "cancelled");
+  // The answer's header is on its first model call only: a later one carries the badge itself.
+  const who = message.querySelector(".who");
+  if (who) who.append(badge);
+  else message.prepend(badge);
 }
 
 function clearApproval(card: Card): void {
@@ -519,7 +797,11 @@ function runFooter(
   turn.footer.replaceChildren();
   if (error) {
     const node = el("div", "notice error");
-    node.append(icon("error"), el("span", "", error));
+    const retry = button("Retry", "refresh", "secondary retry", () => {
+      retry.disabled = true;
+      post({ type: "retry" });
+    });
+    node.append(icon("error"), el("span", "", error), retry);
     turn.footer.append(node);
   }
   const notice = stopReason === "error" ? undefined : STOP_NOTICES[stopReason];
@@ -540,11 +822,16 @@ function turnFinished(message: Extract<ToWebview, { type: "turnFinished" }>): vo
   setRunning(false);
   const turn = state.turn;
   if (!turn) return;
+  hideWorking(turn);
+  settleReasoning(turn);
   runFooter(turn, message.stopReason, message.model, message.usage, message.error);
+  // An error ends the log: it is brought into view wherever the user had scrolled to.
+  scrollToEnd(message.error !== undefined);
   state.turn = undefined;
 }
 
 function showSession(message: Extract<ToWebview, { type: "session" }>): void {
+  if (state.sessionId !== message.sessionId) forgetCommands();
   state.sessionId = message.sessionId;
   state.turn = undefined;
   state.cards.clear();
@@ -630,6 +917,26 @@ function toggleSessions(show = !state.sessionsShown): void {
   if (show) post({ type: "listSessions" });
 }
 
+/** The session list's search: what it is filtered by, kept while the list is refreshed. */
+const sessionSearch = el("input", "session-search");
+sessionSearch.type = "search";
+sessionSearch.placeholder = "Search sessions";
+sessionSearch.setAttribute("aria-label", "Search sessions");
+sessionSearch.addEventListener("input", () => filterSessions());
+
+/** Hide the listed sessions whose title does not contain every word searched (case aside). */
+function filterSessions(): void {
+  const words = sessionSearch.value.toLowerCase().split(/\s+/).filter(Boolean);
+  let shown = 0;
+  for (const item of sessionsPanel.querySelectorAll<HTMLElement>(".session-item")) {
+    const title = (item.querySelector(".session-name")?.textContent ?? "").toLowerCase();
+    const match = words.every((word) => title.includes(word));
+    item.classList.toggle("hidden", !match);
+    if (match) shown += 1;
+  }
+  sessionsPanel.querySelector(".session-nomatch")?.classList.toggle("hidden", shown > 0 || words.length === 0);
+}
+
 function showSessions(sessions: SessionSummary[], currentId?: string): void {
   const heading = el("div", "sessions-heading");
   heading.append(el("span", "", "Sessions"), iconButton("Close", "close", () => toggleSessions(false)));
@@ -660,18 +967,21 @@ function showSessions(sessions: SessionSummary[], currentId?: string): void {
     list.append(item);
   }
   if (sessions.length === 0) list.append(el("li", "session-none", "No sessions yet."));
-  sessionsPanel.replaceChildren(heading, list);
+  list.append(el("li", "session-nomatch hidden", "No session matches."));
+  sessionsPanel.replaceChildren(heading, sessionSearch, list);
+  filterSessions();
 }
 
-function showError(message: string): void {
-  const error = el("div", "notice error");
-  error.append(icon("error"), el("span", "", message));
+function showError(message: string, level: "error" | "warning" | "info" = "error"): void {
+  const error = el("div", `notice ${level}`);
+  error.append(icon(level === "info" ? "info" : level), el("span", "", message));
   if (state.turn) state.turn.node.insertBefore(error, state.turn.footer);
   else {
     empty.remove();
     log.append(error);
   }
-  scrollToEnd();
+  error.scrollIntoView({ block: "nearest" });
+  noteScroll();
 }
 
 function receive(message: ToWebview): void {
@@ -686,7 +996,12 @@ function receive(message: ToWebview): void {
       showContext(message.items);
       break;
     case "turnStarted":
+      if (state.sessionId && state.sessionId !== message.sessionId) {
+        // The session shown could not go on (it was not resumed): what follows is another one.
+        log.append(el("div", "session-divider", "New session"));
+      }
       state.sessionId = message.sessionId;
+      following = true;
       titleNode.textContent = message.title;
       newTurn(message.prompt, message.context);
       setRunning(true);
@@ -705,6 +1020,19 @@ function receive(message: ToWebview): void {
       break;
     case "error":
       showError(message.message);
+      break;
+    case "notice":
+      showError(message.message, message.level);
+      break;
+    case "focus":
+      input.focus();
+      break;
+    case "commands":
+      commands.list = message.commands;
+      updateCommandMenu();
+      break;
+    case "mentions":
+      offerFiles(message.query, message.files);
       break;
     default:
       break;

@@ -451,4 +451,208 @@ describe("the chat view's webview script in headless Chromium", { timeout: 300_0
     assert.match((await tab.textContent(".message.assistant")) ?? "", /<script>/);
     assert.equal(await tab.evaluate(() => (globalThis as unknown as { __pwned?: number }).__pwned), undefined);
   });
+
+  // -- following, working, reasoning, code blocks, errors -------------------------------------
+
+  /** A turn whose answer streams `lines` lines, one delta each. */
+  function streamed(lines: number, from = 0): ToWebview[] {
+    return Array.from({ length: lines }, (_, index) => ({
+      type: "progress" as const,
+      event: { kind: "message_delta" as const, messageId: "m1", text: `Line ${from + index} of a long answer.\n\n` },
+    }));
+  }
+
+  const started: ToWebview[] = [
+    { type: "turnStarted", prompt: "Explain at length.", context: [], sessionId: "s1", title: "Explain" },
+    { type: "progress", event: { kind: "run_started", maxIterations: 10, userMessageId: "u1" } },
+    { type: "progress", event: { kind: "iteration_started", iteration: 1 } },
+  ];
+
+  test("the view follows the stream only while the user is at the bottom; Latest goes back down", async () => {
+    await feed([...started, ...streamed(60)]);
+    const log = tab.locator(".log");
+    const bottom = () => log.evaluate((node) => node.scrollHeight - node.scrollTop - node.clientHeight);
+    assert.ok((await bottom()) <= 40, "at the bottom while following");
+    // The user scrolls up to read; the answer goes on: the view stays where they read.
+    await log.evaluate((node) => {
+      node.scrollTop = 100;
+      node.dispatchEvent(new Event("scroll"));
+    });
+    await feed(streamed(40, 60));
+    assert.equal(await log.evaluate((node) => node.scrollTop), 100);
+    assert.equal(await tab.isVisible("button.jump-latest"), true);
+    await tab.screenshot({ path: join(ARTIFACTS, "webview-reading-above.png") });
+    await tab.locator("button.jump-latest").click();
+    assert.ok((await bottom()) <= 40, "back at the bottom");
+    assert.equal(await tab.isVisible("button.jump-latest"), false);
+    await feed(streamed(10, 100));
+    assert.ok((await bottom()) <= 40, "following again");
+    await clean();
+  });
+
+  test("a working indicator while the model thinks; its reasoning folded, then labelled Reasoning", async () => {
+    await feed(started);
+    assert.equal(await tab.isVisible(".turn .working"), true);
+    assert.match((await tab.textContent(".turn .working")) ?? "", /Working/);
+    await feed([
+      { type: "progress", event: { kind: "thought_delta", messageId: "m1", text: "The user wants " } },
+      { type: "progress", event: { kind: "thought_delta", messageId: "m1", text: "a long answer." } },
+    ]);
+    const reasoning = tab.locator(".message.assistant details.reasoning");
+    assert.equal(await reasoning.count(), 1);
+    assert.equal(await reasoning.getAttribute("open"), null, "folded");
+    assert.equal(await reasoning.locator("summary").textContent(), "Thinking…");
+    assert.match((await tab.textContent(".turn .working")) ?? "", /Thinking/);
+    await feed(streamed(1));
+    assert.equal(await tab.locator(".turn .working").count(), 0, "gone once the answer streams");
+    assert.equal(await reasoning.locator("summary").textContent(), "Reasoning");
+    await reasoning.locator("summary").click();
+    assert.equal(await reasoning.locator(".reasoning-text").textContent(), "The user wants a long answer.");
+    // The reasoning is not part of the answer's text.
+    assert.doesNotMatch((await tab.textContent(".message.assistant .markdown")) ?? "", /user wants/);
+    await feed([{ type: "progress", event: { kind: "run_finished", stopReason: "end_turn", iterations: 1 } }]);
+    assert.equal(await tab.locator(".turn .working").count(), 0);
+    await clean();
+  });
+
+  test("one tether header per answer, however many model calls it took", async () => {
+    await feed(fixture("answer"));
+    assert.ok((await tab.locator(".message.assistant").count()) >= 2, "two model calls");
+    assert.equal(await tab.locator(".message.assistant .who").count(), 1);
+    await clean();
+  });
+
+  test("code blocks: Copy and Insert post the code; a wide block scrolls instead of being cut", async () => {
+    await feed(fixture("answer"));
+    const block = tab.locator(".message.assistant .code-block").last();
+    await block.hover();
+    await block.locator("button.copy").click();
+    assert.deepEqual((await posted()).at(-1), { type: "copy", text: "def main():\n    return 42" });
+    assert.equal(await block.locator(".copy-done").textContent(), "Copied");
+    await block.locator("button.insert").click();
+    assert.deepEqual((await posted()).at(-1), { type: "insert", text: "def main():\n    return 42" });
+    const wide = `\`\`\`python\nx = ${"1 + ".repeat(120)}1\n\`\`\`\n`;
+    await feed([...started, { type: "progress", event: { kind: "message_delta", messageId: "w1", text: wide } }]);
+    const pre = tab.locator(".code-block pre").last();
+    const sizes = await pre.evaluate((node) => ({
+      scroll: node.scrollWidth,
+      client: node.clientWidth,
+      right: node.getBoundingClientRect().right,
+      view: node.closest(".log")?.getBoundingClientRect().right ?? 0,
+    }));
+    assert.ok(sizes.scroll > sizes.client, "it scrolls sideways");
+    assert.ok(sizes.right <= sizes.view, "inside the view");
+    await pre.evaluate((node) => (node.scrollLeft = node.scrollWidth));
+    assert.ok((await pre.evaluate((node) => node.scrollLeft)) > 0);
+    await clean();
+  });
+
+  test("an error is scrolled into view with Retry, which posts retry", async () => {
+    await feed([...started, ...streamed(60)]);
+    await tab.locator(".log").evaluate((node) => {
+      node.scrollTop = 0;
+      node.dispatchEvent(new Event("scroll"));
+    });
+    await feed([{ type: "turnFinished", stopReason: "error", error: "HTTP 401: Incorrect API key provided (-32012)" }]);
+    const retry = tab.locator(".turn-footer .notice.error button.retry");
+    assert.equal(await retry.isVisible(), true);
+    const inView = await retry.evaluate((node) => {
+      const box = node.getBoundingClientRect();
+      const log = node.closest(".log")?.getBoundingClientRect();
+      return log !== undefined && box.top >= log.top && box.bottom <= log.bottom;
+    });
+    assert.equal(inView, true, "the error is where the user looks");
+    assert.equal(await tab.isVisible("button.jump-latest"), false, "nothing covers it");
+    await tab.screenshot({ path: join(ARTIFACTS, "webview-error-retry.png") });
+    await retry.click();
+    assert.deepEqual((await posted()).at(-1), { type: "retry" });
+    assert.equal(await retry.isDisabled(), true);
+    await clean();
+  });
+
+  test("a session that could not be resumed is said so; the next one starts below a line", async () => {
+    await feed(fixture("answer"));
+    await feed([{ type: "notice", level: "warning", message: "This conversation could not be resumed: gone." }]);
+    assert.match((await tab.textContent(".notice.warning")) ?? "", /could not be resumed/);
+    await feed([{ type: "turnStarted", prompt: "Hello", context: [], sessionId: "another", title: "Hello" }]);
+    assert.equal(await tab.textContent(".session-divider"), "New session");
+    assert.match((await tab.textContent(".log")) ?? "", /What does main return\?/, "the old transcript stays");
+    await clean();
+  });
+
+  test("`/` completes the session's commands: asked once, filtered as typed, picked with the keys", async () => {
+    await feed(fixture("answer"));
+    const prompt = tab.locator(".composer .prompt");
+    await prompt.click();
+    await tab.keyboard.type("/");
+    assert.deepEqual((await posted()).at(-1), { type: "commands" });
+    await feed([
+      {
+        type: "commands",
+        commands: [
+          { name: "help", description: "lists the commands" },
+          { name: "compact", description: "summarizes the older turns" },
+          { name: "cost", description: "tokens used so far" },
+          { name: "model", description: "shows or sets the model", argumentHint: "[model]" },
+        ],
+      },
+    ]);
+    const menu = tab.locator(".command-menu");
+    assert.equal(await menu.isVisible(), true);
+    assert.equal(await menu.locator(".command").count(), 4);
+    await tab.keyboard.type("co");
+    assert.deepEqual(await menu.locator(".command-name").allTextContents(), ["/compact", "/cost"]);
+    await tab.screenshot({ path: join(ARTIFACTS, "webview-commands.png") });
+    await tab.keyboard.press("ArrowDown");
+    await tab.keyboard.press("Enter");
+    assert.equal(await prompt.inputValue(), "/cost ");
+    assert.equal(await menu.isVisible(), false);
+    assert.equal((await posted()).filter((m) => m.type === "commands").length, 1, "asked once");
+    assert.ok(!(await posted()).some((m) => m.type === "send"), "Enter completed, did not send");
+    await prompt.fill("");
+    await tab.keyboard.type("/he");
+    await tab.keyboard.press("Tab");
+    assert.equal(await prompt.inputValue(), "/help ");
+    await clean();
+  });
+
+  test("`@` completes a workspace file: asked as typed, picked with Enter, attached", async () => {
+    const prompt = tab.locator(".composer .prompt");
+    await prompt.click();
+    await tab.keyboard.type("Explain @ap");
+    assert.deepEqual((await posted()).at(-1), { type: "mentions", query: "ap" });
+    await feed([{ type: "mentions", query: "ap", files: ["src/app.py", "src/apply.py"] }]);
+    const menu = tab.locator(".command-menu");
+    assert.deepEqual(await menu.locator(".command-name").allTextContents(), ["@src/app.py", "@src/apply.py"]);
+    // An answer for an older word is not shown over the newer one.
+    await tab.keyboard.type("p");
+    await feed([{ type: "mentions", query: "ap", files: ["stale.py"] }]);
+    assert.equal(await menu.isVisible(), false);
+    await feed([{ type: "mentions", query: "app", files: ["src/app.py"] }]);
+    await tab.screenshot({ path: join(ARTIFACTS, "webview-mention.png") });
+    await tab.keyboard.press("Enter");
+    assert.equal(await prompt.inputValue(), "Explain @src/app.py ");
+    assert.deepEqual((await posted()).at(-1), { type: "attachFile", path: "src/app.py" });
+    assert.ok(!(await posted()).some((m) => m.type === "send"), "Enter picked, did not send");
+    await clean();
+  });
+
+  test("the session list is searched by title, kept when the list is refreshed", async () => {
+    await tab.locator('button[title="Sessions"]').click();
+    const [sessions] = fixture("sessions");
+    await feed([sessions]);
+    const search = tab.locator(".sessions input.session-search");
+    await search.fill("FORK main");
+    const visible = () => tab.locator(".session-item:not(.hidden) .session-name").allTextContents();
+    assert.deepEqual(await visible(), ["What does main return? (fork)"]);
+    await feed([sessions]); // refreshed (after a fork or delete): still searched
+    assert.deepEqual(await visible(), ["What does main return? (fork)"]);
+    await search.fill("nothing like it");
+    assert.deepEqual(await visible(), []);
+    assert.equal(await tab.isVisible(".session-nomatch"), true);
+    await search.fill("");
+    assert.equal((await visible()).length, 2);
+    assert.equal(await tab.isVisible(".session-nomatch"), false);
+    await clean();
+  });
 });
