@@ -817,7 +817,7 @@ REFUSED_VALUES = {
     "log.level": '"debug"',
     "log.file": '"/tmp/captured.log"',
     "log.max_bytes": "4096",
-    "log.backups": "0",
+    "log.backups": "1",
 }
 
 

@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails
 
+from tether.paths import user_config_path as user_config_path
 from tether.protocol import ConfigError
 from tether.protocol.limits import DEFAULT_LIMITS, Limits
 from tether.protocol.tools import McpServerSpec, unique_server_names
@@ -417,7 +418,7 @@ class LogConfig(_Section):
         ge=4096,
         description="the size at which log.file is rotated (renamed .1, .2, ...)",
     )
-    backups: int = Field(default=3, ge=0, le=100, description="rotated log files kept")
+    backups: int = Field(default=3, ge=1, le=100, description="rotated log files kept")
 
     @field_validator("level", mode="before")
     @classmethod
@@ -498,21 +499,6 @@ def _with_workspace_file(trusted: TetherConfig, workspace: Path) -> TetherConfig
     config = trusted.overlay(layer, source=str(path))
     _refuse_loosening(trusted, config, str(path))
     return config
-
-
-def user_config_path(environ: Mapping[str, str] = os.environ) -> Path | None:
-    """``$XDG_CONFIG_HOME/tether/config.toml``, else ``$HOME/.config/tether/config.toml``.
-
-    A relative ``XDG_CONFIG_HOME`` is ignored, as the XDG spec says. None without either.
-    """
-    xdg = environ.get("XDG_CONFIG_HOME", "")
-    if xdg and Path(xdg).is_absolute():
-        base = Path(xdg)
-    elif home := environ.get("HOME", ""):
-        base = Path(home) / ".config"
-    else:
-        return None
-    return base / "tether" / "config.toml"
 
 
 def workspace_config_path(workspace: Path) -> Path:
