@@ -52,7 +52,8 @@ def setup_logging(flag: str | None, environ: Mapping[str, str] = os.environ) -> 
     """stderr, and ``log.file`` when set, at one level: ``--log-level``, else ``log.level``
     (its variable ``TETHER_LOG_LEVEL``, or the user file), else warning."""
     settings = _log_settings(environ)
-    level = (flag or (settings.level if settings is not None else "warning")).upper()
+    configured = settings.level if settings is not None else _environment_level(environ)
+    level = (flag or configured or "warning").upper()
     formatter = InertFormatter(LOG_FORMAT)
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if settings is not None and settings.file:
@@ -67,25 +68,25 @@ def setup_logging(flag: str | None, environ: Mapping[str, str] = os.environ) -> 
         logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLevelName(level)))
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LEVEL_VARIABLE = "TETHER_LOG_LEVEL"
 _LOG_SETTING = re.compile(
     r"""^\s*(\[\s*["']?log["']?\s*[\].]|["']?log["']?\s*[.=])""", re.MULTILINE
 )
 
 
+def _environment_level(environ: Mapping[str, str]) -> str | None:
+    """``TETHER_LOG_LEVEL`` when it names a level (the configuration reports it otherwise)."""
+    level = environ.get(LEVEL_VARIABLE, "").strip().lower()
+    return level if level in LOG_LEVELS else None
+
+
 def _log_settings(environ: Mapping[str, str]) -> LogConfig | None:
-    """``[log]`` of the user file and the environment; None when neither may set it, known
-    without loading the configuration (which costs a few hundred ms a command need not wait
-    for). A configuration that does not load is reported, and the log is set up without it."""
-    user_file = _user_file(environ)
-    mentioned = any(
-        var.startswith("TETHER_LOG_") and value.strip() for var, value in environ.items()
-    )
-    if not mentioned and user_file is not None:
-        try:
-            mentioned = _LOG_SETTING.search(user_file.read_text("utf-8", "replace")) is not None
-        except OSError:
-            mentioned = False
-    if not mentioned:
+    """``[log]`` of the user file and the environment; None when they set nothing but a valid
+    ``TETHER_LOG_LEVEL``, known without loading the configuration (its models cost a few
+    hundred ms that a command's start need not wait for). A configuration that does not load
+    is reported, and the log is set up without it."""
+    if not _log_mentioned(environ):
         return None
     from tether.config import load_config
     from tether.protocol import ConfigError
@@ -95,6 +96,20 @@ def _log_settings(environ: Mapping[str, str]) -> LogConfig | None:
     except ConfigError as exc:
         print(f"tether: the log is set up without log.*: {inert(exc.message)}", file=sys.stderr)
         return None
+
+
+def _log_mentioned(environ: Mapping[str, str]) -> bool:
+    for var, value in environ.items():
+        if var.startswith("TETHER_LOG_") and value.strip():
+            if var != LEVEL_VARIABLE or _environment_level(environ) is None:
+                return True
+    user_file = _user_file(environ)
+    if user_file is None:
+        return False
+    try:
+        return _LOG_SETTING.search(user_file.read_text("utf-8", "replace")) is not None
+    except OSError:
+        return False
 
 
 def _user_file(environ: Mapping[str, str]) -> Path | None:
@@ -137,7 +152,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tether {__version__}")
     parser.add_argument(
         "--log-level",
-        choices=["debug", "info", "warning", "error"],
+        choices=LOG_LEVELS,
         help="log level (logs go to stderr, and to log.file when set; default: log.level, "
         "$TETHER_LOG_LEVEL, or warning)",
     )
