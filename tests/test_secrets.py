@@ -17,6 +17,7 @@ from tether.secrets import (
     header_secrets,
     redact_logs,
     register,
+    shown_url,
     url_secrets,
 )
 from tether.tools.run_command import child_environment
@@ -123,3 +124,19 @@ def test_registered_secrets_are_redacted_from_log_records_and_their_tracebacks(
     assert "logged-secret-1" not in text
     assert "postgresql://u:[redacted]@db" in text and "ValueError: bad password [redacted]" in text
     assert sys.exc_info() == (None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://api.example.com/v1/chat", "https://api.example.com/v1/chat"),
+        ("https://u:pass123456@db.example:5432/t", "https://db.example:5432/t"),
+        (
+            "https://g.example/v1/models/m:gen?key=AIzaSecret&alt=sse",
+            "https://g.example/v1/models/m:gen?…",
+        ),
+        ("http://[::1]:8080/v1#frag", "http://[::1]:8080/v1?…"),
+    ],
+)
+def test_a_url_in_a_log_line_has_no_credentials_or_query(url: str, shown: str) -> None:
+    assert shown_url(url) == shown

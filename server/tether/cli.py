@@ -7,8 +7,9 @@ import argparse
 import asyncio
 import logging
 import os
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,15 +18,14 @@ from tether import __version__
 from tether.escapes import inert
 
 if TYPE_CHECKING:
+    from tether.config import LogConfig
     from tether.rpc.app import App
     from tether.rpc.wire import Wire
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(InertFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
+    setup_logging(args.log_level)
     from tether.secrets import redact_logs
 
     redact_logs()  # the secrets a run knows never reach the log
@@ -40,6 +40,101 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "acp":
         return _acp()
     return _run(args)
+
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+QUIET_LIBRARIES = ("httpx", "httpcore")
+"""Loggers kept at warning: tether logs each provider request itself (without its query), and
+httpcore's debug lines are one per socket event."""
+
+
+def setup_logging(flag: str | None, environ: Mapping[str, str] = os.environ) -> None:
+    """stderr, and ``log.file`` when set, at one level: ``--log-level``, else ``log.level``
+    (its variable ``TETHER_LOG_LEVEL``, or the user file), else warning."""
+    settings = _log_settings(environ)
+    configured = settings.level if settings is not None else _environment_level(environ)
+    level = (flag or configured or "warning").upper()
+    formatter = InertFormatter(LOG_FORMAT)
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if settings is not None and settings.file:
+        file_handler = _log_file(settings.file, settings.max_bytes, settings.backups)
+        if file_handler is not None:
+            handlers.append(file_handler)
+    for handler in handlers:
+        handler.setFormatter(formatter)
+        handler.setLevel(level)  # fixed: a client's $/setTrace does not reach them
+    logging.basicConfig(level=level, handlers=handlers, force=True)
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLevelName(level)))
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LEVEL_VARIABLE = "TETHER_LOG_LEVEL"
+_LOG_SETTING = re.compile(
+    r"""^\s*(\[\s*["']?log["']?\s*[\].]|["']?log["']?\s*[.=])""", re.MULTILINE
+)
+
+
+def _environment_level(environ: Mapping[str, str]) -> str | None:
+    """``TETHER_LOG_LEVEL`` when it names a level (the configuration reports it otherwise)."""
+    level = environ.get(LEVEL_VARIABLE, "").strip().lower()
+    return level if level in LOG_LEVELS else None
+
+
+def _log_settings(environ: Mapping[str, str]) -> LogConfig | None:
+    """``[log]`` of the user file and the environment; None when they set nothing but a valid
+    ``TETHER_LOG_LEVEL``, known without loading the configuration (its models cost a few
+    hundred ms that a command's start need not wait for). A configuration that does not load
+    is reported, and the log is set up without it."""
+    if not _log_mentioned(environ):
+        return None
+    from tether.config import load_config
+    from tether.protocol import ConfigError
+
+    try:
+        return load_config(workspace=None, environ=environ).log
+    except ConfigError as exc:
+        print(f"tether: the log is set up without log.*: {inert(exc.message)}", file=sys.stderr)
+        return None
+
+
+def _log_mentioned(environ: Mapping[str, str]) -> bool:
+    for var, value in environ.items():
+        if var.startswith("TETHER_LOG_") and value.strip():
+            if var != LEVEL_VARIABLE or _environment_level(environ) is None:
+                return True
+    user_file = _user_file(environ)
+    if user_file is None:
+        return False
+    try:
+        return _LOG_SETTING.search(user_file.read_text("utf-8", "replace")) is not None
+    except OSError:
+        return False
+
+
+def _user_file(environ: Mapping[str, str]) -> Path | None:
+    from tether.paths import user_config_path
+
+    path = user_config_path(environ)
+    return path if path is not None and path.is_file() else None
+
+
+def _log_file(name: str, max_bytes: int, backups: int) -> logging.Handler | None:
+    """A rotating handler of ``log.file``; None (and a line on stderr) when it cannot be opened."""
+    from logging.handlers import RotatingFileHandler
+
+    path = Path(name).expanduser()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return RotatingFileHandler(path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        print(
+            f"tether: log.file {inert(str(path))} cannot be opened ({reason}); "
+            "logging to stderr only",
+            file=sys.stderr,
+        )
+        return None
 
 
 class InertFormatter(logging.Formatter):
@@ -57,9 +152,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tether {__version__}")
     parser.add_argument(
         "--log-level",
-        default=os.environ.get("TETHER_LOG_LEVEL", "warning"),
-        choices=["debug", "info", "warning", "error"],
-        help="log level (logs go to stderr; default: $TETHER_LOG_LEVEL or warning)",
+        choices=LOG_LEVELS,
+        help="log level (logs go to stderr, and to log.file when set; default: log.level, "
+        "$TETHER_LOG_LEVEL, or warning)",
     )
     commands = parser.add_subparsers(dest="command")
     serve = commands.add_parser("serve", help="serve JSON-RPC on stdio (the default)")

@@ -24,6 +24,7 @@ environment variable the provider reads.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tomllib
@@ -32,19 +33,20 @@ from dataclasses import dataclass
 from datetime import timedelta
 from functools import cache
 from pathlib import Path
-from types import MappingProxyType
-from typing import Any, Final, Literal, get_args
+from types import MappingProxyType, UnionType
+from typing import Any, Final, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails
 
+from tether.paths import user_config_path as user_config_path
 from tether.protocol import ConfigError
 from tether.protocol.limits import DEFAULT_LIMITS, Limits
 from tether.protocol.tools import McpServerSpec, unique_server_names
 from tether.repofiles import RepoFileError, read_repo_file
 
-ENV_VARS: Final[Mapping[str, str]] = MappingProxyType(
+ENV_ALIASES: Final[Mapping[str, str]] = MappingProxyType(
     {
         "TETHER_PROVIDER": "provider.type",
         "TETHER_MODEL": "provider.model",
@@ -53,14 +55,11 @@ ENV_VARS: Final[Mapping[str, str]] = MappingProxyType(
         "TETHER_APPROVAL": "tools.approval",
         "TETHER_SANDBOX": "tools.sandbox",
         "TETHER_SANDBOX_NETWORK": "tools.sandbox_network",
-        "TETHER_SESSIONS_STORE": "sessions.store",
-        "TETHER_SESSIONS_PATH": "sessions.path",
-        "TETHER_SESSIONS_TTL": "sessions.ttl",
-        "TETHER_SESSIONS_LEASE": "sessions.lease",
         "TETHER_MAX_FRAME_BYTES": "limits.max_frame_bytes",
     }
 )
-"""The environment variables tether reads, each with the dotted key it sets."""
+"""Short names of a few keys, read besides their :func:`env_var` names (which win when both are
+set): the variables tether read before every key had one."""
 
 INIT_OPTIONS_SOURCE: Final = "initializationOptions"
 
@@ -400,6 +399,33 @@ class CheckpointsConfig(_Section):
         return data_home(environ) / "checkpoints"
 
 
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+class LogConfig(_Section):
+    """tether's own log: read once as a command starts (the user file and the environment only,
+    before any workspace), so a workspace file may not set it."""
+
+    level: LogLevel = Field(
+        default="warning", description="the least severe lines logged (`--log-level` wins)"
+    )
+    file: str | None = Field(
+        default=None,
+        description="a file the log lines go to as well as stderr, rotated by size (`~` expands)",
+    )
+    max_bytes: int = Field(
+        default=10 * 1024 * 1024,
+        ge=4096,
+        description="the size at which log.file is rotated (renamed .1, .2, ...)",
+    )
+    backups: int = Field(default=3, ge=1, le=100, description="rotated log files kept")
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _lower_level(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+
 class TetherConfig(_Section):
     provider: ProviderConfig = Field(default_factory=ProviderConfig)
     kernel: KernelConfig = Field(default_factory=KernelConfig)
@@ -414,6 +440,7 @@ class TetherConfig(_Section):
     mcp: McpConfig = Field(default_factory=McpConfig)
     hooks: HooksConfig = Field(default_factory=HooksConfig)
     checkpoints: CheckpointsConfig = Field(default_factory=CheckpointsConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
 
     def overlay(self, layer: Mapping[str, Any] | None, *, source: str = "overlay") -> TetherConfig:
         """This config with ``layer`` merged on top (nested like the TOML), validated again.
@@ -438,7 +465,8 @@ def load_config(
     """Defaults < user file < workspace file < environment < ``initializationOptions``.
 
     Files that do not exist are skipped. ``environ`` is read for the user file's location
-    (``XDG_CONFIG_HOME``, ``HOME``) and the ``TETHER_*`` variables of :data:`ENV_VARS`.
+    (``XDG_CONFIG_HOME``, ``HOME``) and the ``TETHER_*`` variables of :data:`ENV_VARS` (each
+    key's :func:`env_var`, and the short names of :data:`ENV_ALIASES`).
 
     A workspace file that is invalid, or sets what a workspace file may not, is a
     :class:`ConfigError`; with ``on_workspace_error`` it is handed there instead and the file is
@@ -471,21 +499,6 @@ def _with_workspace_file(trusted: TetherConfig, workspace: Path) -> TetherConfig
     config = trusted.overlay(layer, source=str(path))
     _refuse_loosening(trusted, config, str(path))
     return config
-
-
-def user_config_path(environ: Mapping[str, str] = os.environ) -> Path | None:
-    """``$XDG_CONFIG_HOME/tether/config.toml``, else ``$HOME/.config/tether/config.toml``.
-
-    A relative ``XDG_CONFIG_HOME`` is ignored, as the XDG spec says. None without either.
-    """
-    xdg = environ.get("XDG_CONFIG_HOME", "")
-    if xdg and Path(xdg).is_absolute():
-        base = Path(xdg)
-    elif home := environ.get("HOME", ""):
-        base = Path(home) / ".config"
-    else:
-        return None
-    return base / "tether" / "config.toml"
 
 
 def workspace_config_path(workspace: Path) -> Path:
@@ -606,6 +619,10 @@ def _value_depth(value: object) -> int:
 _HOOKS_REFUSED: Final = (
     "a repository could run any command outside the sandbox, or change or remove your own hooks"
 )
+_LOG_REFUSED: Final = (
+    "a repository could write your log anywhere; the log is set up as tether starts, before any "
+    "workspace"
+)
 WORKSPACE_REFUSED: Final[Mapping[str, str]] = MappingProxyType(
     {
         "provider.type": "a repository could choose which of your API keys is used",
@@ -637,6 +654,10 @@ WORKSPACE_REFUSED: Final[Mapping[str, str]] = MappingProxyType(
         "checkpoints.max_file_bytes": "a repository could keep its files out of the undo",
         "checkpoints.max_checkpoint_bytes": "a repository could keep its files out of the undo",
         "checkpoints.gc_interval": "a repository could make every deletion repack the store",
+        "log.level": _LOG_REFUSED,
+        "log.file": _LOG_REFUSED,
+        "log.max_bytes": _LOG_REFUSED,
+        "log.backups": _LOG_REFUSED,
     }
 )
 """Every key a workspace file may not set (dotted, snake_case; camelCase is refused as well), with
@@ -741,13 +762,108 @@ def _refuse_longer_waits(trusted: TetherConfig, config: TetherConfig, source: st
             )
 
 
+# --- the environment ----------------------------------------------------------------------------
+
+
+def env_var(dotted: str) -> str:
+    """The variable that sets a key: ``TETHER_`` and the dotted key, dots as ``_``, upper-cased
+    (``provider.max_retries`` → ``TETHER_PROVIDER_MAX_RETRIES``). Section names hold no ``_``, so
+    no two keys share a variable."""
+    return "TETHER_" + dotted.replace(".", "_").upper()
+
+
+def config_keys() -> list[str]:
+    """Every key of :class:`TetherConfig`, dotted, in the models' order."""
+    return [key for key, _ in _leaf_fields(TetherConfig, ())]
+
+
+def _leaf_fields(model: type[BaseModel], path: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
+    for name, field in model.model_fields.items():
+        section = _section_of(model, name)
+        if section is not None:
+            yield from _leaf_fields(section, (*path, name))
+        else:
+            yield _dotted((*path, name)), field.annotation
+
+
+EnvKind = Literal["scalar", "list", "json"]
+
+
+def _env_kind(annotation: Any) -> EnvKind:
+    """How a variable's text becomes the key's value: as is (pydantic parses numbers, booleans
+    and choices from text), as a list of strings (a JSON array, or comma-separated), or as JSON
+    (lists of tables: MCP servers, hooks)."""
+    types = _alternatives(annotation)
+    if any(get_origin(kind) is list for kind in types):
+        items = [arg for kind in types for arg in get_args(kind)]
+        return "list" if items == [str] else "json"
+    return "scalar"
+
+
+def _alternatives(annotation: Any) -> list[Any]:
+    """The types of a union, None left out (``list[str] | None`` → ``[list[str]]``)."""
+    if get_origin(annotation) in (Union, UnionType):
+        return [arg for arg in get_args(annotation) if arg is not type(None)]
+    return [annotation]
+
+
+def _env_value(var: str, dotted: str, text: str, kind: EnvKind) -> Any:
+    if kind == "scalar":
+        return text
+    if kind == "list" and not text.startswith("["):
+        return [item.strip() for item in text.split(",") if item.strip()]
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        expected = "a JSON array or a comma-separated list" if kind == "list" else "JSON"
+        raise _error(
+            f"environment {var}", dotted, f"expected {expected} ({exc.msg} at {exc.pos})"
+        ) from None
+
+
+def _env_vars() -> Mapping[str, tuple[str, EnvKind]]:
+    """Every variable the loader reads (the short names first, so that the full name of the same
+    key, applied later, wins), each with its key and how its text is parsed."""
+    kinds = {key: _env_kind(annotation) for key, annotation in _leaf_fields(TetherConfig, ())}
+    found = {var: (key, kinds[key]) for var, key in ENV_ALIASES.items()}
+    found |= {env_var(key): (key, kind) for key, kind in kinds.items()}
+    return MappingProxyType(found)
+
+
 def _environment_layers(environ: Mapping[str, str]) -> Iterator[tuple[str, dict[str, Any]]]:
     """One layer per ``TETHER_*`` variable that is set and not empty, named after it."""
-    for var, dotted in ENV_VARS.items():
-        value = environ.get(var, "").strip()
-        if value:
+    for var, (dotted, kind) in ENV_VARS.items():
+        text = environ.get(var, "").strip()
+        if text:
             section, key = dotted.split(".")
-            yield f"environment {var}", {section: {key: value}}
+            yield f"environment {var}", {section: {key: _env_value(var, dotted, text, kind)}}
+
+
+def environment_table() -> str:
+    """The Markdown table of docs/configuration.md's environment variables (a test keeps the
+    docs equal to it)."""
+    aliases: dict[str, list[str]] = {}
+    for var, key in ENV_ALIASES.items():
+        aliases.setdefault(key, []).append(f"`{var}`")
+    rows = ["| variable | key | value | also |", "|---|---|---|---|"]
+    for key, annotation in _leaf_fields(TetherConfig, ()):
+        also = ", ".join(aliases.get(key, []))
+        rows.append(f"| `{env_var(key)}` | `{key}` | {_value_text(annotation)} | {also} |")
+    return "\n".join(rows) + "\n"
+
+
+def _value_text(annotation: Any) -> str:
+    kind = _env_kind(annotation)
+    if kind == "list":
+        return "a comma-separated list, or a JSON array"
+    if kind == "json":
+        return "a JSON array of tables"
+    types = _alternatives(annotation)
+    choices = [arg for kind in types if get_origin(kind) is Literal for arg in get_args(kind)]
+    if choices:
+        return " \\| ".join(f"`{choice}`" for choice in choices)
+    names = {bool: "`true` \\| `false`", int: "an integer", float: "a number", str: "text"}
+    return next((names[kind] for kind in types if kind in names), "text")
 
 
 # --- where each key comes from (`tether config show`) ---------------------------------------------
@@ -992,3 +1108,8 @@ def _echoable(key: str, value: object) -> bool:
 
 def _shorten(text: str) -> str:
     return text if len(text) <= _MAX_ECHO else text[: _MAX_ECHO - 1] + "…"
+
+
+# after the helpers it needs
+ENV_VARS: Final[Mapping[str, tuple[str, EnvKind]]] = _env_vars()
+"""The environment variables tether reads, each with the dotted key it sets and its parsing."""

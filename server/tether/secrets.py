@@ -107,6 +107,21 @@ def url_secrets(url: str | None) -> list[str]:
     return [password, unquote(password)] if password else []
 
 
+def shown_url(url: str) -> str:
+    """``url`` as a log line may show it: no user or password, and ``?…`` for a query or
+    fragment (a key may be carried there)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:
+        return "(an invalid URL)"
+    if ":" in host:
+        host = f"[{host}]"
+    rest = "?…" if parts.query or parts.fragment else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}{rest}"
+
+
 def header_secrets(value: str) -> list[str]:
     """A secret header's value, and its credentials without the scheme (``Bearer abc`` →
     ``abc``), which a result may show alone."""

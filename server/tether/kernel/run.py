@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, assert_never
@@ -179,6 +180,7 @@ class Run:
         self._allowed = {spec.name: spec for spec in setup.tool_specs}
         self._seq = 0
         self.iterations = 0
+        self._started = time.perf_counter()  # set again as the run starts
         self.response = ""
         self.records: list[ToolCallRecord] = []
         self.usage = Usage()
@@ -206,6 +208,14 @@ class Run:
         user_id = self._prompt_id = uuid7()
         if self._hooks is None:  # stored before run_started (with hooks, once they let it in)
             await self._start_turn(prompt, user_id)
+        self._started = time.perf_counter()
+        logger.debug(
+            "run %s of session %s started (model %s, at most %d iterations)",
+            self.run_id,
+            self._setup.session_id,
+            self._setup.model,
+            self._setup.max_iterations,
+        )
         self._emit(RunStarted(max_iterations=self._setup.max_iterations, user_message_id=user_id))
         for warning in self._setup.warnings:
             self._emit(warning)
@@ -230,8 +240,20 @@ class Run:
         except BaseException as exc:
             await self._fail(exc)
         await self._add_usage()
+        self._log_end(stop.value)
         self._emit(RunFinished(stop_reason=stop, iterations=self.iterations))
         return self.result(stop)
+
+    def _log_end(self, stop: str, error: BaseException | None = None) -> None:
+        logger.debug(
+            "run %s of session %s ended: %s after %d iterations in %.0f ms%s",
+            self.run_id,
+            self._setup.session_id,
+            stop,
+            self.iterations,
+            (time.perf_counter() - self._started) * 1000,
+            f" ({type(error).__name__})" if error is not None else "",
+        )
 
     async def _start_turn(
         self,
@@ -304,6 +326,7 @@ class Run:
             except RunLeaseLost as lost:
                 error = lost
         await self._add_usage()
+        self._log_end(StopReason.ERROR.value, error)
         self._emit(RunFinished(stop_reason=StopReason.ERROR, iterations=self.iterations))
         raise error
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing, asynccontextmanager
@@ -39,6 +41,7 @@ from tether.providers.errors import AttemptFailed
 from tether.providers.prepare import prepare
 from tether.providers.retry import BODY_LIMIT, RetryPolicy, parse_retry_after, with_retries
 from tether.providers.sse import EventDecoder, ServerSentEvent
+from tether.secrets import shown_url
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +52,8 @@ class ModelListing:
     status: int
     models: tuple[str, ...] = ()  # the model names, when it answered with a list
 
+
+log = logging.getLogger(__name__)
 
 FINISH_SECONDS = 0.5  # the most a finished turn waits for the rest of its body
 URLS_KEPT = 64  # parsed request URLs a provider keeps
@@ -96,6 +101,10 @@ def obj(value: Any) -> dict[str, Any]:
 def index_of(value: Any, default: int) -> int:
     """A block or call index, or ``default`` when the server sent none (or nonsense)."""
     return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _millis(since: float) -> float:
+    return (time.perf_counter() - since) * 1000
 
 
 def transport_failure(exc: httpx.HTTPError) -> AttemptFailed:
@@ -237,7 +246,25 @@ class HttpProvider(Provider):
         url = self.models_url()
         headers = {k: v for k, v in self._headers.items() if k != "content-type"}
         headers["accept"] = "application/json"
-        response = await self._client.get(url, headers=headers, timeout=seconds)
+        started = time.perf_counter()
+        try:
+            response = await self._client.get(url, headers=headers, timeout=seconds)
+        except httpx.HTTPError as exc:
+            log.debug(
+                "%s: GET %s failed after %.0f ms: %s",
+                self.name,
+                shown_url(url),
+                _millis(started),
+                type(exc).__name__,
+            )
+            raise
+        log.debug(
+            "%s: GET %s -> %d in %.0f ms",
+            self.name,
+            shown_url(url),
+            response.status_code,
+            _millis(started),
+        )
         if not response.is_success:
             return ModelListing(url=url, status=response.status_code)
         try:
@@ -273,6 +300,7 @@ class HttpProvider(Provider):
 
     async def _attempt(self, url: str, body: bytes) -> AsyncGenerator[StreamEvent, None]:
         reader = self.reader()
+        started = time.perf_counter()
         try:
             async with self._open(url, body) as response:
                 if "json" not in response.headers.get("content-type", ""):
@@ -296,7 +324,18 @@ class HttpProvider(Provider):
                     if completion.content:
                         yield TextDelta(text=completion.content)
         except httpx.HTTPError as exc:
-            raise transport_failure(exc) from exc
+            failure = transport_failure(exc)
+            log.debug(
+                "%s: POST %s failed after %.0f ms: %s",
+                self.name,
+                shown_url(url),
+                _millis(started),
+                failure.message,
+            )
+            raise failure from exc
+        log.debug(
+            "%s: POST %s: the turn was read in %.0f ms", self.name, shown_url(url), _millis(started)
+        )
         yield completion  # after the response is closed: a caller may stop at the completion
 
     def _request(self, url: httpx.URL, body: bytes) -> httpx.Request:
@@ -323,7 +362,17 @@ class HttpProvider(Provider):
             if len(self._urls) >= URLS_KEPT:  # a format that names the model in the URL
                 self._urls.clear()
             parsed = self._urls[url] = httpx.URL(url)
+        started = time.perf_counter()
         response = await self._client.send(self._request(parsed, body), stream=True)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "%s: POST %s (%d bytes) -> %d in %.0f ms",
+                self.name,
+                shown_url(str(parsed)),
+                len(body),
+                response.status_code,
+                _millis(started),
+            )
         try:
             if not response.is_success:
                 status = response.status_code

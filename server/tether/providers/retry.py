@@ -95,6 +95,14 @@ def give_up(
     return ProviderError(f"{provider}: {message}", data)
 
 
+def _why_final(failure: AttemptFailed, *, started: bool, retries: int, policy: RetryPolicy) -> str:
+    if started:
+        return "part of the turn was already passed on"
+    if not failure.retryable:
+        return "not retryable"
+    return f"{retries} of {policy.max_retries} retries done"
+
+
 async def with_retries(
     attempt: Callable[[], AsyncGenerator[T, None]],
     policy: RetryPolicy,
@@ -114,6 +122,12 @@ async def with_retries(
             return
         except AttemptFailed as failure:
             if started or not failure.retryable or retry >= policy.max_retries:
+                log.debug(
+                    "%s: %s; no retry (%s)",
+                    provider,
+                    redact(failure.message, secret),
+                    _why_final(failure, started=started, retries=retry, policy=policy),
+                )
                 raise give_up(failure, provider=provider, tries=retry + 1, secret=secret) from None
             wait = policy.delay(retry, failure.retry_after)
             log.warning(

@@ -84,9 +84,11 @@ class McpServer:
     async def _start(self, seconds: float) -> list[types.Tool]:
         from tether.tools.mcp.connection import McpConnection
 
+        logger.debug("starting MCP server %s (%s)", self.name, self._described())
         connection = McpConnection(self.spec, self.cwd, self.sandbox)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds  # for the start and the listing together
+        started = loop.time()
+        deadline = started + seconds  # for the start and the listing together
         try:
             await connection.start(seconds)
         except BaseException as exc:
@@ -102,8 +104,26 @@ class McpServer:
                 raise
             return self._failed(exc, "did not list its tools", "did not list its tools", seconds)
         self._connection, self.error = connection, None
-        logger.info("MCP server %s started with %d tools", self.name, len(self._tools))
+        logger.info(
+            "MCP server %s started with %d tools in %.0f ms",
+            self.name,
+            len(self._tools),
+            (loop.time() - started) * 1000,
+        )
         return self._tools
+
+    def _described(self) -> str:
+        """How the server is reached, for the log: the program (not its arguments, which may
+        carry a token) or the URL without credentials or query; never its env or headers."""
+        from tether.secrets import shown_url
+
+        spec = self.spec
+        if spec.url is not None:
+            return f"{spec.transport or 'streamable-http'} {shown_url(spec.url)}"
+        mode = self.sandbox.policy.mode if self.sandbox is not None else "off"
+        sandbox = f", sandbox {mode}"
+        program = Path(spec.command or "").name
+        return f"stdio {program}, {len(spec.args)} args, cwd {self.cwd}{sandbox}"
 
     def _failed(
         self, exc: Exception, timed_out: str, failed: str, timeout: float
@@ -190,6 +210,7 @@ class McpServer:
 
     def _stop(self, connection: McpConnection) -> None:
         """Stop ``connection`` in the background (it takes seconds); :meth:`aclose` awaits it."""
+        logger.debug("stopping MCP server %s", self.name)
         connection.stopped = True
         if self._connection is connection:
             self._connection = None
@@ -202,7 +223,9 @@ class McpServer:
             self._closed = True
             connection, self._connection = self._connection, None
             if connection is not None:
+                logger.debug("stopping MCP server %s", self.name)
                 await connection.aclose()
+                logger.debug("MCP server %s stopped", self.name)
         if self._stopping:
             await asyncio.gather(*self._stopping, return_exceptions=True)
 
