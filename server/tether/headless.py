@@ -12,14 +12,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import threading
+import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from tether.client import Run, TetherClient, TetherClientError
+from tether.client import Run, SessionNotFoundError, TetherClient, TetherClientError
 from tether.client.tether_client import PermissionOutcome
+from tether.config import user_config_path
 from tether.escapes import printable
 from tether.protocol.kernel import PermissionParams, ProgressParams, RunResult, StopReason
 from tether.terminal import TerminalView
@@ -35,6 +39,7 @@ class RunOptions:
     model: str | None = None
     json: bool = False
     approval: str | None = None  # tools.approval for this run; None: as configured
+    log_level: str | None = None  # the spawned server's; None: as this process's environment
 
 
 async def run_headless(
@@ -44,12 +49,13 @@ async def run_headless(
     try:
         async with TetherClient.spawn(
             workspace=options.workspace,
-            options=_initialization_options(options),
+            options=initialization_options(options.script, options.approval),
+            env=server_env(options.log_level),
             client_name="tether-run",
-            on_permission=view.ask if sys.stdin.isatty() else _refuse_without_terminal,
+            on_permission=view.ask if sys.stdin.isatty() else view.refuse_without_terminal,
         ) as client:
-            if options.session:  # continued, or created under that id when there is none
-                session_id = (await client.open_session(options.session)).session_id
+            if options.session:  # continued; an unknown id is an error, not a fresh start
+                session_id = (await client.get_session(options.session)).session_id
             else:
                 session_id = (await client.create_session()).session_id
             run = client.run(
@@ -59,6 +65,9 @@ async def run_headless(
                 model=options.model or None,
             )
             result = await _follow(client, view, run)
+    except SessionNotFoundError:
+        view.error(unknown_session(options.session or ""))
+        return 1
     except TetherClientError as exc:
         view.error(exc)
         return 1
@@ -69,28 +78,48 @@ async def run_headless(
     return 130 if result.stop_reason is StopReason.CANCELLED else 0
 
 
-def _initialization_options(options: RunOptions) -> dict[str, Any] | None:
+def initialization_options(script: Path | None, approval: str | None) -> dict[str, Any]:
+    """The configuration layer ``tether run`` and ``tether chat`` send: the scripted provider
+    and the approval policy when asked for, and the user's SQLite store unless they chose one."""
     layer: dict[str, Any] = {}
-    if options.script is not None:
-        layer["provider"] = {"type": "scripted", "script": str(options.script.resolve())}
-    if options.approval is not None:
-        layer["tools"] = {"approval": options.approval}
-    return layer or None
+    if script is not None:
+        layer["provider"] = {"type": "scripted", "script": str(script.resolve())}
+    if approval is not None:
+        layer["tools"] = {"approval": approval}
+    if not _store_chosen():
+        layer["sessions"] = {"store": "sqlite"}
+    return layer
 
 
-_ANSWERS: dict[str, PermissionOutcome] = {"y": "allow", "a": "allow_always"}
+def _store_chosen(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the user's environment or config file names a session store: the terminal's
+    conversations then go there; else to the SQLite file in tether's data directory (the
+    server's own default stays the memory store, as documented)."""
+    if environ.get("TETHER_SESSIONS_STORE"):
+        return True
+    path = user_config_path(environ)
+    try:
+        settings = tomllib.loads(path.read_text(encoding="utf-8")) if path else {}
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False  # the server reports the file's problem
+    sessions = settings.get("sessions")
+    return isinstance(sessions, dict) and sessions.get("store") is not None
 
 
-def _refuse_without_terminal(params: PermissionParams) -> PermissionOutcome:
-    """Without a terminal nobody can be asked: refuse, and tell the person how to allow."""
-    print(
-        f"tether run: {printable(params.tool_call.title or params.tool_call.name)} needs "
-        "approval and there is no terminal to ask on; refused (pass --approval auto to allow "
-        "writes and commands)",
-        file=sys.stderr,
-        flush=True,
+def server_env(log_level: str | None) -> dict[str, str]:
+    """The spawned server's environment on top of this one: its log level."""
+    return {"TETHER_LOG_LEVEL": log_level} if log_level else {}
+
+
+def unknown_session(session_id: str) -> TetherClientError:
+    return SessionNotFoundError(
+        f"there is no session {printable(session_id)} in the session store (a new session "
+        "starts without --session)"
     )
-    return "reject"
+
+
+NEEDS_A_TERMINAL = "refused: approval needs a terminal (use --approval auto)"
+_ANSWERS: dict[str, PermissionOutcome] = {"y": "allow", "a": "allow_always"}
 
 
 async def _ask_on_terminal(params: PermissionParams) -> PermissionOutcome:
@@ -147,6 +176,10 @@ class _View:
     async def ask(self, params: PermissionParams) -> PermissionOutcome:
         return await _ask_on_terminal(params)
 
+    def refuse_without_terminal(self, params: PermissionParams) -> PermissionOutcome:
+        """Without a terminal nobody can be asked: refused, and the call's line says so."""
+        return "reject"
+
     def result(self, result: RunResult) -> None: ...
 
     def error(self, exc: TetherClientError) -> None: ...
@@ -172,6 +205,10 @@ class _Terminal(_View):
 
     def __init__(self, out: TextIO, err: TextIO, workspace: Path) -> None:
         self._view = TerminalView(out, err, workspace)
+
+    def refuse_without_terminal(self, params: PermissionParams) -> PermissionOutcome:
+        self._view.explain_failure(params.tool_call.id, NEEDS_A_TERMINAL)
+        return "reject"
 
     def event(self, progress: ProgressParams) -> None:
         self._view.event(progress)
