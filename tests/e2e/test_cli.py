@@ -210,3 +210,17 @@ def test_bare_tether_on_a_pipe_serves(project: Path) -> None:
     done = tether(cwd=project, stdin=frame)
     assert '"serverInfo"' in done.stdout
     assert "Traceback" not in done.stderr
+
+
+def test_the_demo_runs_the_script_tether_ships(project: Path) -> None:
+    done = tether("run", "What is this?", "--demo", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Let me look around the project first.")
+
+
+def test_chat_without_a_terminal_is_one_line(project: Path) -> None:
+    done = tether("chat", cwd=project)
+    assert done.returncode == 2
+    assert one_line_error(done) == (
+        "tether chat: error: needs a terminal (tether run answers one prompt anywhere)"
+    )
