@@ -161,7 +161,7 @@ class _Chat:
                 session = await self._client.get_session(options.resume)
             except SessionNotFoundError:
                 error = unknown_session(options.resume)
-                print(f"tether chat: {error.message.replace('--session', '--resume')}")
+                print(f"tether chat: {error.message}", file=sys.stderr)
                 return False
         elif options.resume is not None:
             session = await self._choose_session()

@@ -54,10 +54,7 @@ async def run_headless(
             client_name="tether-run",
             on_permission=view.ask if sys.stdin.isatty() else view.refuse_without_terminal,
         ) as client:
-            if options.session:  # continued; an unknown id is an error, not a fresh start
-                session_id = (await client.get_session(options.session)).session_id
-            else:
-                session_id = (await client.create_session()).session_id
+            session_id = await _session(client, options.session, err)
             run = client.run(
                 session_id,
                 options.prompt,
@@ -65,9 +62,6 @@ async def run_headless(
                 model=options.model or None,
             )
             result = await _follow(client, view, run)
-    except SessionNotFoundError:
-        view.error(unknown_session(options.session or ""))
-        return 1
     except TetherClientError as exc:
         view.error(exc)
         return 1
@@ -111,11 +105,28 @@ def server_env(log_level: str | None) -> dict[str, str]:
     return {"TETHER_LOG_LEVEL": log_level} if log_level else {}
 
 
-def unknown_session(session_id: str) -> TetherClientError:
-    return SessionNotFoundError(
-        f"there is no session {printable(session_id)} in the session store (a new session "
-        "starts without --session)"
+async def _session(client: TetherClient, requested: str | None, err: TextIO) -> str:
+    """The session ``--session`` names, started under that id when the store has none (and
+    said so: a mistyped id, or a store other than the one meant, is not a silent fresh start);
+    without it a new one."""
+    if not requested:
+        return (await client.create_session()).session_id
+    try:
+        return (await client.get_session(requested)).session_id
+    except SessionNotFoundError:
+        pass
+    session = await client.open_session(requested)
+    print(
+        f"tether: there was no session {printable(requested)} in the session store: it starts "
+        "now, under that id",
+        file=err,
+        flush=True,
     )
+    return session.session_id
+
+
+def unknown_session(session_id: str) -> TetherClientError:
+    return SessionNotFoundError(f"there is no session {printable(session_id)} in the session store")
 
 
 NEEDS_A_TERMINAL = "refused: approval needs a terminal (use --approval auto)"

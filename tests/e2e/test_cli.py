@@ -159,13 +159,15 @@ def test_a_run_keeps_its_session_in_the_user_store_to_go_on_with(
     assert "There is no plan yet" in again.stdout
 
 
-def test_an_unknown_session_is_said_not_started_fresh(project: Path, script: Path) -> None:
-    done = tether("run", "hi", "--session", "nope", "--script", str(script), cwd=project)
-    assert done.returncode == 1
+def test_an_unknown_session_is_said_when_it_starts(project: Path, script: Path) -> None:
+    done = tether("run", "hi", "--session", "mine", "--script", str(script), cwd=project)
+    assert done.returncode == 0
     assert one_line_error(done) == (
-        "tether: error -32010: there is no session nope in the session store (a new session "
-        "starts without --session)"
+        "tether: there was no session mine in the session store: it starts now, under that id"
     )
+    again = tether("run", "/plan", "--session", "mine", "--script", str(script), cwd=project)
+    assert again.returncode == 0
+    assert again.stderr == ""
 
 
 def test_a_write_without_a_terminal_says_it_needs_one(project: Path, tmp_path: Path) -> None:
