@@ -175,7 +175,14 @@ def test_a_markdown_answer_is_rendered_block_by_block_as_it_streams():
     lines, _ = show_markdown(
         "# Title\n\nSome **bold", "** text.\n", "\n```python\nx = 1\n", "\ny = 2\n```\n\n- a\n- b"
     )
-    assert lines == ["Title", "Some bold text.", " x = 1", " y = 2", " • a", " • b"]
+    assert [line.strip() for line in lines] == [
+        "Title",  # centred
+        "Some bold text.",
+        "x = 1",
+        "y = 2",
+        "• a",
+        "• b",
+    ]
 
 
 def test_markdown_blocks_end_at_blank_lines_outside_code_fences():

@@ -83,6 +83,9 @@ class TerminalView:
     ) -> None:
         self._out, self._err = console(out), console(err)
         self._blocks = MarkdownBlocks() if markdown else None
+        # Markdown wraps its own lines to the width: a block redrawn in place must know its
+        # height, and a soft-wrapped line would be cut at the edge instead
+        self._rendered = Console(file=out, highlight=False, markup=False, emoji=False)
         self._streaming: Live | None = None  # the Markdown block being streamed
         self._workspace = workspace
         self._live = self._err.is_terminal
@@ -237,14 +240,14 @@ class TerminalView:
             else:
                 self._clear_status()
                 self._end_thought()
-                self._out.print(_markdown(block))
+                self._rendered.print(_markdown(block))
 
     def _stream_block(self, text: str) -> None:
         if self._streaming is None:
             self._clear_status()
             self._end_thought()
             self._streaming = Live(
-                console=self._out,
+                console=self._rendered,
                 auto_refresh=False,
                 vertical_overflow="ellipsis",
                 redirect_stdout=False,

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyte
 import pytest
 
 from .pty_terminal import PtyTerminal
@@ -204,3 +205,33 @@ def test_bare_tether_on_a_terminal_starts_a_chat(
     assert screen[-1] == "(no model configured) · 0 tokens"
     say(terminal, "/exit")
     assert terminal.wait() == 0
+
+
+def test_a_long_answer_taller_than_the_screen_is_shown_whole_and_once(
+    terminals: list[PtyTerminal], project: Path, environment: dict[str, str]
+) -> None:
+    words = " ".join(f"word{i}" for i in range(120))
+    code = "\n".join(f"line {i}" for i in range(30))
+    turns = [{"text": f"{words}\n\n```\n{code}\n```\n\nEnd."}]
+    script = project.parent / "long.json"
+    script.write_text(json.dumps(turns))
+    terminal = PtyTerminal(
+        [sys.executable, "-m", "tether", "chat", "--script", str(script)],
+        cwd=project,
+        env=environment,
+        lines=20,
+        columns=80,
+    )
+    terminals.append(terminal)
+    say(terminal, "hi")
+    terminal.wait_for("End.")
+    say(terminal, "/exit")
+    assert terminal.wait() == 0
+    screen = pyte.HistoryScreen(80, 20, history=500)
+    pyte.ByteStream(screen).feed(bytes(terminal.output))
+    scrolled = ["".join(char.data for char in line.values()) for line in screen.history.top]
+    lines = [line.strip() for line in [*scrolled, *screen.display] if line.strip()]
+    said = lines.index("> hi")
+    shown = lines[said + 1 : lines.index("End.")]
+    assert " ".join(shown[:-30]) == words  # wrapped at the width, every word once
+    assert shown[-30:] == code.splitlines()  # the code block once, though it outgrew the screen
