@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -244,6 +245,7 @@ def _serve(tcp: tuple[str, int] | None) -> int:
     lsp = LspFace(load=_load_lsp, attach=_attach_lsp)
     logger.debug("tether %s serving on %s", __version__, "stdio" if tcp is None else "TCP")
     if tcp is None:
+        _check_stdin_is_a_stream()
         return asyncio.run(serve_stdio(App(), lsp))
     host, port = tcp
     try:
@@ -252,6 +254,20 @@ def _serve(tcp: tuple[str, int] | None) -> int:
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         print(f"tether serve: error: cannot listen on {host}:{port}: {reason}", file=sys.stderr)
         return 1
+
+
+def _check_stdin_is_a_stream() -> None:
+    """stdio serving reads stdin as a stream (a pipe, a socket, a terminal): a file or
+    ``/dev/null`` cannot be waited on, and would fail deep in the event loop."""
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError):
+        raise UsageError("tether serve: error: stdin is closed") from None
+    if stat.S_ISREG(mode) or (stat.S_ISCHR(mode) and not sys.stdin.isatty()):
+        raise UsageError(
+            "tether serve: error: stdin is a file, not a stream: an editor starts tether serve "
+            "with pipes (or use --tcp HOST:PORT)"
+        )
 
 
 def _load_lsp() -> None:

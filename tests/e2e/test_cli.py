@@ -226,3 +226,12 @@ def test_chat_without_a_terminal_is_one_line(project: Path) -> None:
     assert one_line_error(done) == (
         "tether chat: error: needs a terminal (tether run answers one prompt anywhere)"
     )
+
+
+def test_serving_from_a_file_instead_of_a_pipe_is_one_line(project: Path) -> None:
+    with open(os.devnull) as nothing:
+        done = subprocess.run(
+            [*TETHER, "serve"], stdin=nothing, capture_output=True, text=True, timeout=30
+        )
+    assert done.returncode == 2
+    assert one_line_error(done).startswith("tether serve: error: stdin is a file, not a stream")
