@@ -189,6 +189,11 @@ def test_slash_commands_complete_and_the_kernel_answers_its_own(
     terminal.wait_for("There is no plan yet")
     say(terminal, "/mode")
     terminal.wait_for("ask")
+    say(terminal, "/model other-model")
+    terminal.wait_for("model: other-model")
+    assert terminal.wait_until(at_prompt, "the prompt")[-1] == "other-model · 0 tokens"
+    say(terminal, "/help")
+    terminal.wait_for("  /cost  The tokens this chat has spent so far")  # after the kernel's
     say(terminal, "/fork")
     terminal.wait_for("(a fork of ")
     say(terminal, "/sessions")
