@@ -1,10 +1,13 @@
 """``tether run``: one turn of the kernel without an editor, through a real ``tether serve``.
 
 Streamed text goes to stdout as it arrives, with a line per tool call; on a terminal a status
-line on stderr shows the iteration and the tool at work. ``--json`` prints the raw events as JSON
-lines instead (and the result last). The exit code is 0 when the run ends, 1 on an error, and 130
-when it was interrupted (Ctrl-C cancels the run, which then shows how it ended). On a terminal,
-``tool/requestPermission`` is answered by asking the person at it.
+line on stderr shows the iteration and the tool at work. Sessions go to the user's SQLite store
+unless another store is configured, so ``--session ID`` continues one. ``--json`` prints the raw
+events as JSON lines instead (and the result last). The exit code is 0 when the run ends, 1 on
+an error, and 130 when it was interrupted (Ctrl-C cancels the run, which then shows how it
+ended). On a terminal,
+``tool/requestPermission`` is answered by asking the person at it; without one a write or a
+command is refused, and the call's line says it needs a terminal.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ class RunOptions:
 async def run_headless(
     options: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr
 ) -> int:
-    view: _View = _JsonLines(out) if options.json else _Terminal(out, err, options.workspace)
+    view: _View = _JsonLines(out, err) if options.json else _Terminal(out, err, options.workspace)
     try:
         async with TetherClient.spawn(
             workspace=options.workspace,
@@ -197,8 +200,14 @@ class _View:
 
 
 class _JsonLines(_View):
-    def __init__(self, out: TextIO) -> None:
-        self._out = out
+    def __init__(self, out: TextIO, err: TextIO) -> None:
+        self._out, self._err = out, err
+
+    def refuse_without_terminal(self, params: PermissionParams) -> PermissionOutcome:
+        """The events say the call was rejected; stderr says why, and how to allow it."""
+        title = printable(params.tool_call.title or params.tool_call.name)
+        print(f"tether: {title}: {NEEDS_A_TERMINAL}", file=self._err, flush=True)
+        return "reject"
 
     def event(self, progress: ProgressParams) -> None:
         print(json.dumps(progress.to_wire()), file=self._out, flush=True)

@@ -235,3 +235,15 @@ def test_serving_from_a_file_instead_of_a_pipe_is_one_line(project: Path) -> Non
         )
     assert done.returncode == 2
     assert one_line_error(done).startswith("tether serve: error: stdin is a file, not a stream")
+
+
+def test_a_write_without_a_terminal_in_json_says_why_on_stderr(project: Path, tmp_path: Path):
+    script = tmp_path / "write.json"
+    write = call("c1", "write_file", path="new.txt", content="x")
+    script.write_text(json.dumps([{"toolCalls": [write]}, {"text": "Could not."}]))
+    done = tether("run", "write it", "--json", "--script", str(script), cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert one_line_error(done) == (
+        "tether: Write new.txt: refused: approval needs a terminal (use --approval auto)"
+    )
+    assert all(json.loads(line) for line in done.stdout.splitlines())  # stdout: JSON only
