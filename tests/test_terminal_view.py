@@ -14,6 +14,7 @@ from tether.protocol.kernel import (
     MessageDelta,
     Notice,
     ProgressParams,
+    RunResult,
     RunWarning,
     ThoughtDelta,
     ToolCallStarted,
@@ -21,7 +22,7 @@ from tether.protocol.kernel import (
 )
 from tether.protocol.plans import Plan, PlanEntry
 from tether.protocol.tools import ProposedChange
-from tether.terminal import TerminalView, change_diff, diff_text
+from tether.terminal import MarkdownBlocks, TerminalView, change_diff, diff_text
 
 
 class Screen(io.StringIO):
@@ -156,3 +157,47 @@ def test_every_kind_of_event_is_drawn_or_left_out() -> None:
     assert "✗ read_file" not in lines and "⊘ read_file" in lines
     assert "  [~] Run make" in lines
     assert lines[-1] == "Done."
+
+
+def show_markdown(*pieces: str) -> tuple[list[str], str]:
+    """The answer streamed in ``pieces`` as ``tether chat`` draws it: the screen, and every
+    character written."""
+    screen = Screen()
+    view = TerminalView(screen, screen, Path.cwd(), markdown=True)
+    for seq, piece in enumerate(pieces, 1):
+        event = MessageDelta(message_id="m", text=piece)
+        view.event(ProgressParams(session_id="s", run_id="r", seq=seq, event=event))
+    view.result(RunResult(run_id="r", session_id="s", stop_reason="end_turn", iterations=1))
+    return screen.lines(), screen.getvalue()
+
+
+def test_a_markdown_answer_is_rendered_block_by_block_as_it_streams():
+    lines, _ = show_markdown(
+        "# Title\n\nSome **bold", "** text.\n", "\n```python\nx = 1\n", "\ny = 2\n```\n\n- a\n- b"
+    )
+    assert [line.strip() for line in lines] == [
+        "Title",  # centred
+        "Some bold text.",
+        "x = 1",
+        "y = 2",
+        "• a",
+        "• b",
+    ]
+
+
+def test_markdown_blocks_end_at_blank_lines_outside_code_fences():
+    blocks = MarkdownBlocks()
+    assert blocks.feed("one\ntwo\n\n```\na\n\nb\n") == ["one\ntwo"]
+    assert blocks.pending() == "```\na\n\nb\n"
+    assert blocks.feed("```\n\nlast") == ["```\na\n\nb\n```"]
+    assert blocks.flush() == ["last"]
+    assert blocks.flush() == []
+
+
+def test_a_markdown_answer_is_shown_inert_and_its_links_are_not_made_clickable():
+    hostile = "Copied!\x1b]52;c;SGVsbG8=\x07 [docs](https://e.example/) \x1b[2J\x9b31m\n\nnext\r"
+    lines, written = show_markdown(hostile)
+    for sequence in ("\x1b]52", "\x1b]8;", "\x1b[2J", "\x9b", "\x07"):
+        assert sequence not in written
+    assert lines[0].startswith("Copied!\\x1b]52;c;SGVsbG8=\\x07 docs")
+    assert lines[-1] == "next\\r"

@@ -1,10 +1,13 @@
 """``tether run``: one turn of the kernel without an editor, through a real ``tether serve``.
 
 Streamed text goes to stdout as it arrives, with a line per tool call; on a terminal a status
-line on stderr shows the iteration and the tool at work. ``--json`` prints the raw events as JSON
-lines instead (and the result last). The exit code is 0 when the run ends, 1 on an error, and 130
-when it was interrupted (Ctrl-C cancels the run, which then shows how it ended). On a terminal,
-``tool/requestPermission`` is answered by asking the person at it.
+line on stderr shows the iteration and the tool at work. Sessions go to the user's SQLite store
+unless another store is configured, so ``--session ID`` continues one. ``--json`` prints the raw
+events as JSON lines instead (and the result last). The exit code is 0 when the run ends, 1 on
+an error, and 130 when it was interrupted (Ctrl-C cancels the run, which then shows how it
+ended). On a terminal,
+``tool/requestPermission`` is answered by asking the person at it; without one a write or a
+command is refused, and the call's line says it needs a terminal.
 """
 
 from __future__ import annotations
@@ -12,14 +15,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import threading
+import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from tether.client import Run, TetherClient, TetherClientError
+from tether.client import Run, SessionNotFoundError, TetherClient, TetherClientError
 from tether.client.tether_client import PermissionOutcome
+from tether.config import user_config_path
 from tether.escapes import printable
 from tether.protocol.kernel import PermissionParams, ProgressParams, RunResult, StopReason
 from tether.terminal import TerminalView
@@ -35,23 +42,22 @@ class RunOptions:
     model: str | None = None
     json: bool = False
     approval: str | None = None  # tools.approval for this run; None: as configured
+    log_level: str | None = None  # the spawned server's; None: as this process's environment
 
 
 async def run_headless(
     options: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr
 ) -> int:
-    view: _View = _JsonLines(out) if options.json else _Terminal(out, err, options.workspace)
+    view: _View = _JsonLines(out, err) if options.json else _Terminal(out, err, options.workspace)
     try:
         async with TetherClient.spawn(
             workspace=options.workspace,
-            options=_initialization_options(options),
+            options=initialization_options(options.script, options.approval),
+            env=server_env(options.log_level),
             client_name="tether-run",
-            on_permission=view.ask if sys.stdin.isatty() else _refuse_without_terminal,
+            on_permission=view.ask if sys.stdin.isatty() else view.refuse_without_terminal,
         ) as client:
-            if options.session:  # continued, or created under that id when there is none
-                session_id = (await client.open_session(options.session)).session_id
-            else:
-                session_id = (await client.create_session()).session_id
+            session_id = await _session(client, options.session, err)
             run = client.run(
                 session_id,
                 options.prompt,
@@ -69,28 +75,65 @@ async def run_headless(
     return 130 if result.stop_reason is StopReason.CANCELLED else 0
 
 
-def _initialization_options(options: RunOptions) -> dict[str, Any] | None:
+def initialization_options(script: Path | None, approval: str | None) -> dict[str, Any]:
+    """The configuration layer ``tether run`` and ``tether chat`` send: the scripted provider
+    and the approval policy when asked for, and the user's SQLite store unless they chose one."""
     layer: dict[str, Any] = {}
-    if options.script is not None:
-        layer["provider"] = {"type": "scripted", "script": str(options.script.resolve())}
-    if options.approval is not None:
-        layer["tools"] = {"approval": options.approval}
-    return layer or None
+    if script is not None:
+        layer["provider"] = {"type": "scripted", "script": str(script.resolve())}
+    if approval is not None:
+        layer["tools"] = {"approval": approval}
+    if not _store_chosen():
+        layer["sessions"] = {"store": "sqlite"}
+    return layer
 
 
-_ANSWERS: dict[str, PermissionOutcome] = {"y": "allow", "a": "allow_always"}
+def _store_chosen(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the user's environment or config file names a session store: the terminal's
+    conversations then go there; else to the SQLite file in tether's data directory (the
+    server's own default stays the memory store, as documented)."""
+    if environ.get("TETHER_SESSIONS_STORE"):
+        return True
+    path = user_config_path(environ)
+    try:
+        settings = tomllib.loads(path.read_text(encoding="utf-8")) if path else {}
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False  # the server reports the file's problem
+    sessions = settings.get("sessions")
+    return isinstance(sessions, dict) and sessions.get("store") is not None
 
 
-def _refuse_without_terminal(params: PermissionParams) -> PermissionOutcome:
-    """Without a terminal nobody can be asked: refuse, and tell the person how to allow."""
+def server_env(log_level: str | None) -> dict[str, str]:
+    """The spawned server's environment on top of this one: its log level."""
+    return {"TETHER_LOG_LEVEL": log_level} if log_level else {}
+
+
+async def _session(client: TetherClient, requested: str | None, err: TextIO) -> str:
+    """The session ``--session`` names, started under that id when the store has none (and
+    said so: a mistyped id, or a store other than the one meant, is not a silent fresh start);
+    without it a new one."""
+    if not requested:
+        return (await client.create_session()).session_id
+    try:
+        return (await client.get_session(requested)).session_id
+    except SessionNotFoundError:
+        pass
+    session = await client.open_session(requested)
     print(
-        f"tether run: {printable(params.tool_call.title or params.tool_call.name)} needs "
-        "approval and there is no terminal to ask on; refused (pass --approval auto to allow "
-        "writes and commands)",
-        file=sys.stderr,
+        f"tether: there was no session {printable(requested)} in the session store: it starts "
+        "now, under that id",
+        file=err,
         flush=True,
     )
-    return "reject"
+    return session.session_id
+
+
+def unknown_session(session_id: str) -> TetherClientError:
+    return SessionNotFoundError(f"there is no session {printable(session_id)} in the session store")
+
+
+NEEDS_A_TERMINAL = "refused: approval needs a terminal (use --approval auto)"
+_ANSWERS: dict[str, PermissionOutcome] = {"y": "allow", "a": "allow_always"}
 
 
 async def _ask_on_terminal(params: PermissionParams) -> PermissionOutcome:
@@ -147,14 +190,24 @@ class _View:
     async def ask(self, params: PermissionParams) -> PermissionOutcome:
         return await _ask_on_terminal(params)
 
+    def refuse_without_terminal(self, params: PermissionParams) -> PermissionOutcome:
+        """Without a terminal nobody can be asked: refused, and the call's line says so."""
+        return "reject"
+
     def result(self, result: RunResult) -> None: ...
 
     def error(self, exc: TetherClientError) -> None: ...
 
 
 class _JsonLines(_View):
-    def __init__(self, out: TextIO) -> None:
-        self._out = out
+    def __init__(self, out: TextIO, err: TextIO) -> None:
+        self._out, self._err = out, err
+
+    def refuse_without_terminal(self, params: PermissionParams) -> PermissionOutcome:
+        """The events say the call was rejected; stderr says why, and how to allow it."""
+        title = printable(params.tool_call.title or params.tool_call.name)
+        print(f"tether: {title}: {NEEDS_A_TERMINAL}", file=self._err, flush=True)
+        return "reject"
 
     def event(self, progress: ProgressParams) -> None:
         print(json.dumps(progress.to_wire()), file=self._out, flush=True)
@@ -172,6 +225,10 @@ class _Terminal(_View):
 
     def __init__(self, out: TextIO, err: TextIO, workspace: Path) -> None:
         self._view = TerminalView(out, err, workspace)
+
+    def refuse_without_terminal(self, params: PermissionParams) -> PermissionOutcome:
+        self._view.explain_failure(params.tool_call.id, NEEDS_A_TERMINAL)
+        return "reject"
 
     def event(self, progress: ProgressParams) -> None:
         self._view.event(progress)

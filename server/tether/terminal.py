@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import re
 from pathlib import Path
 from typing import TextIO, assert_never
 
 from rich.console import Console
 from rich.control import Control
+from rich.live import Live
+from rich.markdown import Markdown
 from rich.segment import ControlType
 from rich.text import Text
 
@@ -69,14 +72,28 @@ def console(stream: TextIO) -> Console:
 
 
 class TerminalView:
-    def __init__(self, out: TextIO, err: TextIO, workspace: Path) -> None:
+    """A run drawn on a terminal. With ``markdown`` (``tether chat``, stdout a terminal) the
+    answer is rendered as Markdown block by block: the block being streamed (a paragraph, a list,
+    a code block) is redrawn in place as it grows (``rich.live``, cut to the screen's height
+    meanwhile), and once complete (at a blank line outside a code fence, or when anything else
+    is drawn) it is printed whole and left alone: nothing above it is ever redrawn or erased."""
+
+    def __init__(
+        self, out: TextIO, err: TextIO, workspace: Path, *, markdown: bool = False
+    ) -> None:
         self._out, self._err = console(out), console(err)
+        self._blocks = MarkdownBlocks() if markdown else None
+        # Markdown wraps its own lines to the width: a block redrawn in place must know its
+        # height, and a soft-wrapped line would be cut at the edge instead
+        self._rendered = Console(file=out, highlight=False, markup=False, emoji=False)
+        self._streaming: Live | None = None  # the Markdown block being streamed
         self._workspace = workspace
         self._live = self._err.is_terminal
         self._mid_line = False
         self._thinking = False  # a line of reasoning is open on stderr
         self._status_shown = False
         self._titles: dict[str, str] = {}  # tool call id -> its title
+        self._explained: dict[str, str] = {}  # tool call id -> why it failed, said by the face
         self._answer = InertStream()
         self._reasoning = InertStream()
 
@@ -84,7 +101,7 @@ class TerminalView:
         event = progress.event
         match event:
             case MessageDelta(text=text):
-                self._answer_text(self._answer.feed(text))
+                self._message(text)
             case ThoughtDelta(text=text):
                 self._thought(text)
             case ToolCallStarted():
@@ -158,12 +175,18 @@ class TerminalView:
             mark, style = _PLAN_MARKS[entry.status]
             self._line(Text.assemble(("  ", ""), (f"{mark} ", style), printable(entry.content)))
 
+    def explain_failure(self, tool_call_id: str, why: str) -> None:
+        """Show ``why`` instead of the error the call ends with (the front end refused it, and
+        knows better than the kernel's words for the model)."""
+        self._explained[tool_call_id] = why
+
     def _finished_call(self, event: ToolCallUpdate) -> None:
         mark, style = _MARKS[event.status]
         title = self._titles.get(event.tool_call_id, event.tool_call_id)
         line = Text.assemble((f"{mark} ", style), title)
-        if event.error:
-            line.append(f": {printable(event.error)}", style=style)
+        error = self._explained.pop(event.tool_call_id, None) or event.error
+        if error:
+            line.append(f": {printable(error)}", style=style)
         self._line(line)
         if event.diff:
             self._out.print(diff_text(event.diff))
@@ -195,10 +218,50 @@ class TerminalView:
             with contextlib.suppress(OSError):
                 self._err.print()
 
+    def _message(self, text: str) -> None:
+        shown = self._answer.feed(text)
+        if self._blocks is None:
+            self._answer_text(shown)
+            return
+        self._markdown(self._blocks.feed(shown))
+        pending = self._blocks.pending()
+        if pending.strip():
+            self._stream_block(pending)
+
+    def _markdown(self, blocks: list[str]) -> None:
+        """Complete blocks of the answer, rendered (links not made clickable: their targets are
+        the model's)."""
+        for block in blocks:
+            if self._streaming is not None:
+                self._streaming.update(_markdown(block))
+                self._streaming.vertical_overflow = "visible"
+                self._streaming.stop()  # drawn whole one last time, and left as it is
+                self._streaming = None
+            else:
+                self._clear_status()
+                self._end_thought()
+                self._rendered.print(_markdown(block))
+
+    def _stream_block(self, text: str) -> None:
+        if self._streaming is None:
+            self._clear_status()
+            self._end_thought()
+            self._streaming = Live(
+                console=self._rendered,
+                auto_refresh=False,
+                vertical_overflow="ellipsis",
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
+            self._streaming.start()
+        self._streaming.update(_markdown(text), refresh=True)
+
     def _end_line(self) -> None:
         """Erase the status and finish a partial line of the answer or of the reasoning."""
         self._clear_status()
         self._end_thought()
+        if self._blocks is not None:
+            self._markdown(self._blocks.feed(self._answer.flush()) + self._blocks.flush())
         self._answer_text(self._answer.flush())
         if self._mid_line:
             self._write("\n")
@@ -215,7 +278,7 @@ class TerminalView:
         self._out.file.flush()
 
     def _status(self, text: str) -> None:
-        if not self._live or self._mid_line:
+        if not self._live or self._mid_line or self._streaming is not None:
             return
         self._clear_status()
         with contextlib.suppress(OSError):
@@ -227,6 +290,10 @@ class TerminalView:
             self._status_shown = False
             with contextlib.suppress(OSError):
                 self._err.control(_ERASE_STATUS)
+
+
+def _markdown(text: str) -> Markdown:
+    return Markdown(text, hyperlinks=False)
 
 
 def diff_text(diff: str) -> Text:
@@ -291,3 +358,47 @@ class InertStream:
             return ""
         self._held_cr = False
         return "\\r"
+
+
+_FENCE = re.compile(r"^ {0,3}(```|~~~)")
+
+
+class MarkdownBlocks:
+    """Streamed Markdown (already inert) cut into the blocks that are complete: a block ends at a
+    blank line outside a code fence. :meth:`flush` gives what is left at the message's end."""
+
+    def __init__(self) -> None:
+        self._lines: list[str] = []  # the complete lines of the block being streamed
+        self._partial = ""
+        self._fence: str | None = None  # the open fence's marker
+
+    def feed(self, text: str) -> list[str]:
+        blocks: list[str] = []
+        *complete, self._partial = (self._partial + text).split("\n")
+        for line in complete:
+            if self._ends_block(line):
+                blocks.append("\n".join(self._lines))
+                self._lines = []
+            elif line.strip() or self._lines:
+                self._lines.append(line)
+        return blocks
+
+    def _ends_block(self, line: str) -> bool:
+        fence = _FENCE.match(line)
+        if fence is not None:
+            marker = fence.group(1)
+            if self._fence is None:
+                self._fence = marker
+            elif marker == self._fence:
+                self._fence = None
+        return self._fence is None and not line.strip() and bool(self._lines)
+
+    def pending(self) -> str:
+        """The block being streamed, as far as it has come."""
+        return "\n".join([*self._lines, self._partial])
+
+    def flush(self) -> list[str]:
+        if self._partial.strip():
+            self._lines.append(self._partial)
+        text, self._lines, self._partial, self._fence = "\n".join(self._lines), [], "", None
+        return [text] if text.strip() else []

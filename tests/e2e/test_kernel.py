@@ -289,7 +289,8 @@ def test_tether_run_refuses_writes_when_nobody_can_be_asked_and_allows_them_with
     script = write_script(project, "refused.txt")
     refused = tether_run("write", "--workspace", str(project), "--script", str(script))
     assert refused.returncode == 0, refused.stderr
-    assert "✗ Write refused.txt" in refused.stdout and "--approval auto" in refused.stderr
+    refusal = "✗ Write refused.txt: refused: approval needs a terminal (use --approval auto)"
+    assert refusal in refused.stdout.splitlines()
     assert not (project / "refused.txt").exists()
 
     script = write_script(project, "allowed.txt")

@@ -57,3 +57,24 @@ async def test_a_run_that_needs_one_of_them_reports_it(tmp_path: Path) -> None:
     result = await run_in(project, turns, "list", tools={"search": "python"})
     assert result.tool_calls[0].is_error
     assert "pathspec" in str(result.tool_calls[0].result)
+
+
+async def test_the_server_never_imports_the_terminal_packages(tmp_path: Path) -> None:
+    """prompt_toolkit and rich are tether chat's and tether run's: a server refused them runs."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "notes.txt").write_text("hi\n")
+    script = project.parent / "script.json"
+    turns = [{"toolCalls": [tool_call("read_file", "c1", path="notes.txt")]}, {"text": "hi"}]
+    script.write_text(json.dumps(turns))
+    argv = [sys.executable, "-P", str(Path(__file__).with_name("imports_refused.py"))]
+    async with asyncio.timeout(30):
+        async with TetherClient.spawn(
+            workspace=project,
+            options=scripted_options(script),
+            argv=[*argv, "prompt_toolkit,rich"],
+        ) as client:
+            session = await client.create_session()
+            result = await client.run(session.session_id, "read it")
+    assert result.response == "hi"
+    assert [call.is_error for call in result.tool_calls] == [False]

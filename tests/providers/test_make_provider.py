@@ -89,8 +89,9 @@ async def test_a_configured_base_url_wins_over_the_environment_and_api_key_env_n
 
 
 async def test_the_default_endpoints_are_the_public_apis() -> None:
-    openai = make_provider(ProviderConfig(type="openai", model="m"), None, environ={})
-    anthropic = make_provider(ProviderConfig(type="anthropic", model="m"), None, environ={})
+    keys = {"OPENAI_API_KEY": "k", "ANTHROPIC_API_KEY": "k"}
+    openai = make_provider(ProviderConfig(type="openai", model="m"), None, environ=keys)
+    anthropic = make_provider(ProviderConfig(type="anthropic", model="m"), None, environ=keys)
     try:
         assert isinstance(openai, OpenAIProvider) and isinstance(anthropic, AnthropicProvider)
         assert openai.url == "https://api.openai.com/v1/chat/completions"
@@ -98,6 +99,29 @@ async def test_the_default_endpoints_are_the_public_apis() -> None:
     finally:
         await openai.aclose()
         await anthropic.aclose()
+
+
+@pytest.mark.parametrize(
+    ("kind", "variable"),
+    [
+        ("openai", "OPENAI_API_KEY"),
+        ("anthropic", "ANTHROPIC_API_KEY"),
+        ("gemini", "GEMINI_API_KEY"),
+    ],
+)
+def test_a_hosted_endpoint_without_an_api_key_is_a_config_error_before_any_request(
+    kind: str, variable: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        make_provider(ProviderConfig.model_validate({"type": kind, "model": "m"}), environ={})
+    assert caught.value.data["key"] == "provider.api_key_env"
+    assert caught.value.message.startswith("provider.api_key_env: no API key: set " + variable)
+
+
+async def test_a_local_endpoint_needs_no_api_key() -> None:
+    config = ProviderConfig(type="openai", model="m", base_url="http://127.0.0.1:11434/v1")
+    provider = make_provider(config, None, environ={})
+    await provider.aclose()
 
 
 def test_a_scripted_provider_is_made_from_its_script_file(tmp_path: Path) -> None:

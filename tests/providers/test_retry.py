@@ -62,6 +62,29 @@ def test_giving_up_keeps_status_provider_and_body_and_blanks_the_key() -> None:
     assert "gave up after 3 tries" in error.message
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}}',
+        '{"type": "error", "error": {"type": "authentication_error", '
+        '"message": "Incorrect API key provided"}}',
+        '[{"error": {"code": 401, "message": "Incorrect API key provided"}}]',
+        '{"detail": "Incorrect API key provided"}',
+        "Incorrect API key provided\n",
+    ],
+)
+def test_giving_up_says_what_the_endpoint_said_after_the_status(body: str) -> None:
+    failure = AttemptFailed("HTTP 401", retryable=False, status=401, body=body)
+    error = give_up(failure, provider="openai", tries=1, secret=None)
+    assert error.message == "openai: HTTP 401: Incorrect API key provided"
+
+
+def test_an_html_error_page_is_left_out_of_the_message() -> None:
+    failure = AttemptFailed("HTTP 502", retryable=True, status=502, body="<html>Bad</html>")
+    error = give_up(failure, provider="openai", tries=1, secret=None)
+    assert error.message == "openai: HTTP 502"
+
+
 def test_giving_up_without_a_status_or_body_leaves_them_out() -> None:
     error = give_up(
         AttemptFailed("timed out", retryable=True), provider="anthropic", tries=1, secret=None

@@ -113,8 +113,13 @@ def _make(
         from tether.providers import openai
 
         return openai.OpenAIProvider(
-            base_url=_base_url(config, env, "OPENAI_BASE_URL", openai.DEFAULT_BASE_URL),
-            api_key=_api_key(config, env, *PROVIDER_KEY_VARIABLES["openai"]),
+            base_url=(url := _base_url(config, env, "OPENAI_BASE_URL", openai.DEFAULT_BASE_URL)),
+            api_key=_api_key(
+                config,
+                env,
+                *PROVIDER_KEY_VARIABLES["openai"],
+                needed=url == openai.DEFAULT_BASE_URL,
+            ),
             client=client,
             model=config.model,
             timeout=config.timeout,
@@ -124,8 +129,15 @@ def _make(
         from tether.providers import anthropic
 
         return anthropic.AnthropicProvider(
-            base_url=_base_url(config, env, "ANTHROPIC_BASE_URL", anthropic.DEFAULT_BASE_URL),
-            api_key=_api_key(config, env, *PROVIDER_KEY_VARIABLES["anthropic"]),
+            base_url=(
+                url := _base_url(config, env, "ANTHROPIC_BASE_URL", anthropic.DEFAULT_BASE_URL)
+            ),
+            api_key=_api_key(
+                config,
+                env,
+                *PROVIDER_KEY_VARIABLES["anthropic"],
+                needed=url == anthropic.DEFAULT_BASE_URL,
+            ),
             client=client,
             model=config.model,
             timeout=config.timeout,
@@ -135,8 +147,15 @@ def _make(
         from tether.providers import gemini
 
         return gemini.GeminiProvider(
-            base_url=_base_url(config, env, "GOOGLE_GEMINI_BASE_URL", gemini.DEFAULT_BASE_URL),
-            api_key=_api_key(config, env, *PROVIDER_KEY_VARIABLES["gemini"]),
+            base_url=(
+                url := _base_url(config, env, "GOOGLE_GEMINI_BASE_URL", gemini.DEFAULT_BASE_URL)
+            ),
+            api_key=_api_key(
+                config,
+                env,
+                *PROVIDER_KEY_VARIABLES["gemini"],
+                needed=url == gemini.DEFAULT_BASE_URL,
+            ),
             client=client,
             model=config.model,
             timeout=config.timeout,
@@ -157,8 +176,14 @@ def _base_url(config: ProviderConfig, env: Mapping[str, str], variable: str, def
     return url
 
 
-def _api_key(config: ProviderConfig, env: Mapping[str, str], *default_variables: str) -> str | None:
-    """The key from ``provider.api_key_env``, else from the first default variable that is set."""
+def _api_key(
+    config: ProviderConfig, env: Mapping[str, str], *default_variables: str, needed: bool
+) -> str | None:
+    """The key from ``provider.api_key_env``, else from the first default variable that is set.
+
+    ``needed`` (the provider's own hosted endpoint, which refuses every request without a key):
+    a missing key is a ConfigError now, said before any request is sent, rather than the
+    endpoint's 401. A local or proxied endpoint may need none."""
     if config.api_key_env:
         key = env.get(config.api_key_env)
         if not key:
@@ -166,4 +191,11 @@ def _api_key(config: ProviderConfig, env: Mapping[str, str], *default_variables:
                 "provider.api_key_env", f"the environment variable {config.api_key_env} is not set"
             )
         return key
-    return next((env[name] for name in default_variables if env.get(name)), None)
+    key = next((env[name] for name in default_variables if env.get(name)), None)
+    if key is None and needed:
+        variables = " or ".join(default_variables)
+        raise _config_error(
+            "provider.api_key_env",
+            f"no API key: set {variables} (or name another variable in provider.api_key_env)",
+        )
+    return key

@@ -5,12 +5,14 @@ stream is cut before anything of the turn reached the caller (once a text piece 
 on, trying again would stream it twice, so the error is final). Any other 4xx is final at once.
 After the last try the caller gets a :class:`~tether.protocol.ProviderError` whose ``data`` is
 ``{"status"?, "provider", "body"?}``: the HTTP status when there was one, and the first 2 KB of
-the error body with the API key blanked out.
+the error body with the API key blanked out; its message carries the status and what the endpoint
+said (``openai: HTTP 401: Incorrect API key provided``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
@@ -80,11 +82,48 @@ def redact(text: str, secret: str | None) -> str:
     return text.replace(secret, "[redacted]") if secret else text
 
 
+MESSAGE_LIMIT = 300  # characters of the endpoint's own message put in the error's message
+
+
+def endpoint_message(body: str) -> str | None:
+    """What the endpoint said in an error body, one line: ``error.message`` of a JSON body
+    (OpenAI, Anthropic and Gemini alike), or ``message``, ``detail`` or ``error`` as a string;
+    else the body itself when it is short plain text. None for HTML and the like."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        text = body.strip()
+        if not text or text.startswith("<") or len(text) > MESSAGE_LIMIT:
+            return None
+        return " ".join(text.split())
+    return _message_in(parsed)
+
+
+def _message_in(parsed: object) -> str | None:
+    if isinstance(parsed, list) and parsed:  # Gemini has sent [{"error": {...}}]
+        parsed = parsed[0]
+    if not isinstance(parsed, dict):
+        return None
+    error = parsed.get("error")
+    candidates = (
+        error.get("message") if isinstance(error, dict) else error,
+        parsed.get("message"),
+        parsed.get("detail"),
+    )
+    for candidate in candidates:
+        if isinstance(candidate, str) and candidate.strip():
+            return " ".join(candidate.split())[:MESSAGE_LIMIT]
+    return None
+
+
 def give_up(
     failure: AttemptFailed, *, provider: str, tries: int, secret: str | None
 ) -> ProviderError:
     """The error the caller sees once ``failure`` is final."""
     message = redact(failure.message, secret)
+    said = endpoint_message(failure.body) if failure.body else None
+    if said:
+        message = f"{message}: {redact(said, secret)}"
     if tries > 1:
         message = f"{message} (gave up after {tries} tries)"
     data: dict[str, Any] = {"provider": provider}
