@@ -32,7 +32,7 @@ from tether.sessions.workspaces import canonical_workspace, local_path
 if TYPE_CHECKING:
     import httpx
 
-    from tether.config import ProviderConfig, TetherConfig
+    from tether.config import ProviderConfig, ProviderType, TetherConfig
     from tether.kernel.approval import Approver
     from tether.kernel.checkpoints import Checkpoints
     from tether.kernel.kernel import Kernel
@@ -50,18 +50,22 @@ INSTRUCTIONS_LISTED_FOR = 1.0
 """Seconds ``session/get`` lists the instruction files it found without looking again."""
 
 
-def preload_http_client() -> None:
-    """Import the providers' HTTP stack (httpx, aiohttp and their TLS set-up, a few hundred ms)
-    on a daemon thread, so that the first run does not wait for it; a run that needs it first
-    waits on the import lock rather than importing twice."""
-    if "tether.providers.client" in sys.modules:
+def preload_provider(kind: ProviderType | None) -> None:
+    """Load the configured provider's stack (its module, httpx, aiohttp, the TLS context: a few
+    hundred ms) on a daemon thread, so that the first run does not wait for it; a run that needs
+    it first waits on the import lock rather than importing twice."""
+    if kind is None or kind == "scripted" or f"tether.providers.{kind}" in sys.modules:
         return
     threading.Thread(
-        target=importlib.import_module,
-        args=("tether.providers.client",),
-        name="tether-preload-http",
-        daemon=True,
+        target=_warm_provider, args=(kind,), name="tether-preload-provider", daemon=True
     ).start()
+
+
+def _warm_provider(kind: ProviderType) -> None:
+    try:
+        importlib.import_module("tether.providers").warm(kind)
+    except Exception:  # loaded again by the first run, which reports the error there
+        logger.exception("could not load the %s provider in the background", kind)
 
 
 class Backend:
@@ -326,8 +330,7 @@ class Backend:
             self._tell(self.workspace_error)
         if self.config().sessions.ttl is not None and self._sweeper is None:
             self._sweeper = asyncio.ensure_future(self._sweep_forever())
-        if self.config().provider.type not in (None, "scripted"):  # a provider over HTTP
-            preload_http_client()
+        preload_provider(self.config().provider.type)
 
     async def sweep(self) -> list[str]:
         """Delete the sessions idle for longer than ``sessions.ttl`` (none without a TTL)."""
