@@ -16,11 +16,11 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from tether.protocol import ConfigError
 from tether.sessions import MemoryStore, SessionService, SessionStore
@@ -39,9 +39,11 @@ if TYPE_CHECKING:
     from tether.memory.instructions import InstructionLoader
     from tether.protocol import CreateSessionParams, Session
     from tether.protocol.kernel import RunWarning
+    from tether.protocol.tools import McpServerSpec
     from tether.providers.base import Provider
     from tether.secrets import Secrets
     from tether.tools.base import ToolExecutor
+    from tether.tools.confinement import SandboxPolicy
     from tether.tools.mcp import McpManager
 
 logger = logging.getLogger(__name__)
@@ -81,7 +83,7 @@ class Backend:
         self.sessions = SessionService(
             store or MemoryStore(),
             SessionHooks(
-                created=self._remember_mcp_servers,
+                created=self._session_created,
                 forked=self._fork_mcp_servers,
                 deleted=self._session_deleted,
                 instructions=self.instruction_paths,
@@ -98,6 +100,7 @@ class Backend:
         self._http: httpx.AsyncClient | None = None
         self._providers: dict[str, Provider] = {}
         self._mcp: McpManager | None = None  # made when a session or a run first needs it
+        self._mcp_starts: dict[str, asyncio.Task[None]] = {}  # a new session's servers starting
         self._checkpoints: Checkpoints | None = None  # made on first use
         self._instruction_loader: InstructionLoader | None = None
         self._workspace_folders: dict[str, Path] = {}  # a session's workspace URI -> its folder
@@ -358,6 +361,8 @@ class Backend:
         the store."""
         if self._sweeper is not None:
             self._sweeper.cancel()
+        for starting in list(self._mcp_starts.values()):
+            starting.cancel()
         if self._mcp is not None:
             await self._mcp.aclose()
         for provider in self._providers.values():
@@ -399,14 +404,25 @@ class Backend:
         return self._mcp
 
     async def _tools(self, config: TetherConfig, session_id: str, workspace: Path) -> ToolExecutor:
-        from tether.kernel.kernel import sandbox_policy
         from tether.tools import builtin_registry, shared_builtin_tools
 
-        own = self._mcp is not None and self._mcp.has_session_servers(session_id)
-        if not config.tools.mcp_servers and not own:
+        if not self._has_mcp_servers(config, session_id):
             return builtin_registry(config.tools.enabled)
         return await self.mcp.executor(
-            shared_builtin_tools(),
+            shared_builtin_tools(), **self._mcp_arguments(config, session_id, workspace)
+        )
+
+    def _has_mcp_servers(self, config: TetherConfig, session_id: str) -> bool:
+        own = self._mcp is not None and self._mcp.has_session_servers(session_id)
+        return bool(config.tools.mcp_servers) or own
+
+    def _mcp_arguments(
+        self, config: TetherConfig, session_id: str, workspace: Path
+    ) -> _McpArguments:
+        """What picks and starts a run's MCP servers (:meth:`McpManager.executor`)."""
+        from tether.kernel.kernel import sandbox_policy
+
+        return _McpArguments(
             servers=config.tools.mcp_servers,
             enabled=config.tools.enabled,
             session_id=session_id,
@@ -414,6 +430,37 @@ class Backend:
             sandbox=sandbox_policy(config, mcp=True),
             start_timeout=config.mcp.start_timeout,
         )
+
+    def _session_created(self, session: Session, params: CreateSessionParams) -> None:
+        self._remember_mcp_servers(session, params)
+        self._start_mcp_servers_soon(session.session_id, session.workspace)
+
+    def _start_mcp_servers_soon(self, session_id: str, workspace: str) -> None:
+        """Start the MCP servers of a session just made in the background, once its creation
+        is answered, so that its first run waits only for those still starting (a server takes
+        one to a few seconds to start). Runs need a local workspace: none for another."""
+        folder = _local(workspace)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop: the first run starts them
+            return
+        if folder is None:
+            return
+        task = loop.create_task(self._start_mcp_servers(session_id, folder))
+        self._mcp_starts[session_id] = task
+        task.add_done_callback(lambda _: self._mcp_starts.pop(session_id, None))
+
+    async def _start_mcp_servers(self, session_id: str, workspace: Path) -> None:
+        try:
+            await self.load_folder(workspace)
+            config = self.config(workspace)
+            if not self._has_mcp_servers(config, session_id):
+                return
+            # The MCP SDK takes a few hundred ms to import: not on the event loop.
+            await asyncio.to_thread(importlib.import_module, "tether.tools.mcp.connection")
+            await self.mcp.start(**self._mcp_arguments(config, session_id, workspace))
+        except Exception:  # the first run starts them, and reports what fails then
+            logger.exception("could not start the MCP servers of session %s", session_id)
 
     def _remember_mcp_servers(self, session: Session, params: CreateSessionParams) -> None:
         if params.mcp_servers:
@@ -429,8 +476,27 @@ class Backend:
     async def _session_deleted(self, session_id: str) -> None:
         """A session was deleted or has expired: release its MCP servers. A face that keeps
         something of its own per session extends this to forget it."""
+        await self.close_mcp_servers(session_id)
+
+    async def close_mcp_servers(self, session_id: str) -> None:
+        """Stop the session's own MCP servers (those still starting in the background too) and
+        forget them."""
+        starting = self._mcp_starts.pop(session_id, None)
+        if starting is not None:
+            starting.cancel()
         if self._mcp is not None:
             await self._mcp.close_session(session_id)
+
+
+class _McpArguments(TypedDict):
+    """What picks and starts a session's MCP servers (:meth:`McpManager.start`, ``executor``)."""
+
+    servers: Sequence[McpServerSpec]
+    enabled: Collection[str] | None
+    session_id: str
+    workspace: Path
+    sandbox: SandboxPolicy | None
+    start_timeout: float
 
 
 _Identity = tuple[tuple[int, ...] | None, ...]

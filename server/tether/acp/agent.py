@@ -255,8 +255,7 @@ class AcpAgent(Backend):
         request = SessionRequest.model_validate(params)
         await self.sessions.get(GetSessionParams(session_id=request.session_id))
         self._cancel(request.session_id)
-        if self._mcp is not None:
-            await self._mcp.close_session(request.session_id)
+        await self.close_mcp_servers(request.session_id)
         self._states.pop(request.session_id, None)
         return Empty()
 
