@@ -57,3 +57,25 @@ async def test_a_run_that_needs_one_of_them_reports_it(tmp_path: Path) -> None:
     result = await run_in(project, turns, "list", tools={"search": "python"})
     assert result.tool_calls[0].is_error
     assert "pathspec" in str(result.tool_calls[0].result)
+
+
+HANDSHAKE_REFUSED = (
+    "tether.kernel,tether.protocol.kernel,tether.providers,tether.tools.mcp,httpx,aiohttp,mcp,"
+    "pygls,lsprotocol,jsonschema,pathspec"
+)
+
+
+async def test_the_handshake_imports_neither_the_kernel_nor_its_models_nor_a_provider_stack(
+    tmp_path: Path,
+) -> None:
+    """``initialize`` waits only for what it needs: the kernel, the ``kernel/*`` models, the
+    providers and MCP load after it (in the background, or when a run needs them)."""
+    script = tmp_path / "script.json"
+    script.write_text("[]")
+    argv = [sys.executable, "-P", str(Path(__file__).with_name("imports_refused.py"))]
+    async with asyncio.timeout(30):
+        async with TetherClient.spawn(
+            workspace=tmp_path, options=scripted_options(script), argv=[*argv, HANDSHAKE_REFUSED]
+        ) as client:
+            session = await client.create_session()
+    assert session.session_id

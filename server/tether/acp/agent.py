@@ -78,7 +78,12 @@ if TYPE_CHECKING:
     from tether.config import TetherConfig
     from tether.kernel.kernel import Kernel
     from tether.protocol.commands import CommandInfo
-    from tether.protocol.kernel import PermissionParams, PermissionResult, ProgressParams, Usage
+    from tether.protocol.kernel import (
+        PermissionParams,
+        PermissionResult,
+        ProgressParams,
+    )
+    from tether.protocol.usage import Usage
     from tether.tools.base import ToolExecutor
 
 logger = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ from tether.protocol import (
     MessagesResult,
     Session,
 )
-from tether.protocol.kernel import Usage
 from tether.protocol.sessions import CreateSessionParams, ForkSessionParams, SessionFields
+from tether.protocol.usage import Usage
 
 Order = Literal["asc", "desc"]
 

@@ -37,13 +37,13 @@ from tether.protocol import (
     SessionBusy,
     SessionNotFound,
 )
-from tether.protocol.kernel import Usage
 from tether.protocol.sessions import (
     CreateSessionParams,
     ForkSessionParams,
     SessionFields,
     session_exists,
 )
+from tether.protocol.usage import Usage
 from tether.sessions.cursors import decode_cursor, encode_cursor
 from tether.sessions.faults import FaultLog
 from tether.sessions.forks import ALLOW_LISTS, check_fork_point, cut_chain, forked_fields
