@@ -433,22 +433,29 @@ class Backend:
 
     def _session_created(self, session: Session, params: CreateSessionParams) -> None:
         self._remember_mcp_servers(session, params)
-        self._start_mcp_servers_soon(session.session_id, session.workspace)
+        self.start_mcp_servers_soon(session.session_id, session.workspace)
 
-    def _start_mcp_servers_soon(self, session_id: str, workspace: str) -> None:
-        """Start the MCP servers of a session just made in the background, once its creation
-        is answered, so that its first run waits only for those still starting (a server takes
-        one to a few seconds to start). Runs need a local workspace: none for another."""
+    def start_mcp_servers_soon(self, session_id: str, workspace: str) -> None:
+        """Start the MCP servers of a session just made (or given servers again) in the
+        background, once the request is answered, so that its first run waits only for those
+        still starting (a server takes one to a few seconds to start). Runs need a local
+        workspace: nothing for another, nor without an event loop (the first run starts them)."""
         folder = _local(workspace)
         try:
             loop = asyncio.get_running_loop()
-        except RuntimeError:  # no event loop: the first run starts them
+        except RuntimeError:
             return
         if folder is None:
             return
+        if not self._stale(folder) and not self._has_mcp_servers(self.config(folder), session_id):
+            return  # the usual case, known without a task
         task = loop.create_task(self._start_mcp_servers(session_id, folder))
         self._mcp_starts[session_id] = task
-        task.add_done_callback(lambda _: self._mcp_starts.pop(session_id, None))
+        task.add_done_callback(lambda done: self._started_mcp_servers(session_id, done))
+
+    def _started_mcp_servers(self, session_id: str, task: asyncio.Task[None]) -> None:
+        if self._mcp_starts.get(session_id) is task:
+            del self._mcp_starts[session_id]
 
     async def _start_mcp_servers(self, session_id: str, workspace: Path) -> None:
         try:

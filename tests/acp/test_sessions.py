@@ -233,6 +233,28 @@ async def test_a_sessions_mcp_servers_start_before_its_first_prompt(
     assert len(pids.read_text().split()) == 1  # the prompt used the server started before it
 
 
+async def test_servers_given_to_session_load_start_before_its_next_prompt(
+    durable: Setup, project: Path
+) -> None:
+    fake = Path(__file__).parents[1] / "fakes" / "mcp_server.py"
+    pids = project.parent / "pids"
+    durable.script([{"text": "Hello."}])
+    server = {
+        "name": "fake",
+        "command": sys.executable,
+        "args": [str(fake)],
+        "env": [{"name": "TETHER_MCP_PIDS", "value": str(pids)}],
+    }
+    async with durable.agent() as first:
+        session = await first.conn.new_session(cwd=str(project), mcp_servers=[])
+    async with durable.agent() as second:
+        await second.request(
+            "session/load",
+            {"sessionId": session.session_id, "cwd": str(project), "mcpServers": [server]},
+        )
+        await eventually(lambda: pids.exists() and bool(pids.read_text().strip()), "it started")
+
+
 async def test_an_sse_mcp_server_is_given_to_the_sessions_runs(
     setup: Setup, project: Path, tmp_path: Path
 ) -> None:

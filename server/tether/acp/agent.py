@@ -237,6 +237,7 @@ class AcpAgent(Backend):
         servers = mcp_servers(request.mcp_servers)
         if servers:
             self.mcp.set_session_servers(session.session_id, servers)
+            self.start_mcp_servers_soon(session.session_id, session.workspace)
         return session
 
     async def list_sessions(self, params: Any) -> ListSessionsResponse:
