@@ -3,25 +3,31 @@ Client Protocol agent), ``run`` (headless), ``schema``."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from tether import __version__
 from tether.escapes import inert
 
 if TYPE_CHECKING:
+    import argparse
+
     from tether.rpc.app import App
     from tether.rpc.wire import Wire
 
 
+EDITOR_COMMANDS = ("serve", "acp")
+"""What editors spawn, without options: read without building the parser."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _arguments(sys.argv[1:] if argv is None else argv)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(InertFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
@@ -48,7 +54,19 @@ class InertFormatter(logging.Formatter):
         return inert(super().format(record))
 
 
+def _arguments(argv: Sequence[str]) -> SimpleNamespace:
+    """The command line's arguments. ``tether serve`` and ``tether acp`` without options, as
+    editors spawn them, are read without argparse: importing it and building the parser is
+    ~10 ms of every start, which the editor waits for before ``initialize`` is answered."""
+    if len(argv) <= 1 and all(command in EDITOR_COMMANDS for command in argv):
+        level = os.environ.get("TETHER_LOG_LEVEL", "warning")
+        return SimpleNamespace(command=argv[0] if argv else None, log_level=level, tcp=None)
+    return SimpleNamespace(**vars(_parser().parse_args(argv)))
+
+
 def _parser() -> argparse.ArgumentParser:
+    import argparse
+
     parser = argparse.ArgumentParser(prog="tether", description=__doc__)
     parser.add_argument("--version", action="version", version=f"tether {__version__}")
     parser.add_argument(
@@ -120,7 +138,7 @@ def _schema() -> int:
     return 0
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: SimpleNamespace) -> int:
     from tether.headless import RunOptions, run_headless
 
     options = RunOptions(
