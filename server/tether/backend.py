@@ -16,11 +16,11 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from tether.protocol import ConfigError
 from tether.sessions import MemoryStore, SessionService, SessionStore
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import httpx
 
     from tether.checkpoints import CheckpointStore
-    from tether.config import ProviderConfig, TetherConfig
+    from tether.config import ProviderConfig, ProviderType, TetherConfig
     from tether.kernel.approval import Approver
     from tether.kernel.checkpoints import Checkpoints
     from tether.kernel.kernel import Kernel
@@ -41,9 +41,11 @@ if TYPE_CHECKING:
     from tether.protocol import CreateSessionParams, Session
     from tether.protocol.kernel import RunWarning
     from tether.protocol.sessions import SessionFields
+    from tether.protocol.tools import McpServerSpec
     from tether.providers.base import Provider
     from tether.secrets import Secrets
     from tether.tools.base import ToolExecutor
+    from tether.tools.confinement import SandboxPolicy
     from tether.tools.mcp import McpManager
 
 logger = logging.getLogger(__name__)
@@ -52,18 +54,22 @@ INSTRUCTIONS_LISTED_FOR = 1.0
 """Seconds ``session/get`` lists the instruction files it found without looking again."""
 
 
-def preload_http_client() -> None:
-    """Import the providers' HTTP stack (httpx, aiohttp and their TLS set-up, a few hundred ms)
-    on a daemon thread, so that the first run does not wait for it; a run that needs it first
-    waits on the import lock rather than importing twice."""
-    if "tether.providers.client" in sys.modules:
+def preload_provider(kind: ProviderType | None) -> None:
+    """Load the configured provider's stack (its module, httpx, aiohttp, the TLS context: a few
+    hundred ms) on a daemon thread, so that the first run does not wait for it; a run that needs
+    it first waits on the import lock rather than importing twice."""
+    if kind is None or kind == "scripted" or f"tether.providers.{kind}" in sys.modules:
         return
     threading.Thread(
-        target=importlib.import_module,
-        args=("tether.providers.client",),
-        name="tether-preload-http",
-        daemon=True,
+        target=_warm_provider, args=(kind,), name="tether-preload-provider", daemon=True
     ).start()
+
+
+def _warm_provider(kind: ProviderType) -> None:
+    try:
+        importlib.import_module("tether.providers").warm(kind)
+    except Exception:  # loaded again by the first run, which reports the error there
+        logger.exception("could not load the %s provider in the background", kind)
 
 
 class Backend:
@@ -97,6 +103,7 @@ class Backend:
         self._http: httpx.AsyncClient | None = None
         self._providers: dict[str, Provider] = {}
         self._mcp: McpManager | None = None  # made when a session or a run first needs it
+        self._mcp_starts: dict[str, asyncio.Task[None]] = {}  # a new session's servers starting
         self._checkpoints: Checkpoints | None = None  # made on first use
         self._checkpoint_store: CheckpointStore | None = None
         self._background: set[asyncio.Future[None]] = set()  # kept until done
@@ -362,8 +369,7 @@ class Backend:
             self._tell(self.workspace_error)
         if self.config().sessions.ttl is not None and self._sweeper is None:
             self._sweeper = asyncio.ensure_future(self._sweep_forever())
-        if self.config().provider.type not in (None, "scripted"):  # a provider over HTTP
-            preload_http_client()
+        preload_provider(self.config().provider.type)
 
     async def sweep(self) -> list[str]:
         """Delete the sessions idle for longer than ``sessions.ttl`` (none without a TTL)."""
@@ -391,6 +397,8 @@ class Backend:
         the store."""
         if self._sweeper is not None:
             self._sweeper.cancel()
+        for starting in list(self._mcp_starts.values()):
+            starting.cancel()
         if self._mcp is not None:
             await self._mcp.aclose()
         for provider in self._providers.values():
@@ -432,14 +440,25 @@ class Backend:
         return self._mcp
 
     async def _tools(self, config: TetherConfig, session_id: str, workspace: Path) -> ToolExecutor:
-        from tether.kernel.kernel import sandbox_policy
         from tether.tools import builtin_registry, shared_builtin_tools
 
-        own = self._mcp is not None and self._mcp.has_session_servers(session_id)
-        if not config.tools.mcp_servers and not own:
+        if not self._has_mcp_servers(config, session_id):
             return builtin_registry(config.tools.enabled)
         return await self.mcp.executor(
-            shared_builtin_tools(),
+            shared_builtin_tools(), **self._mcp_arguments(config, session_id, workspace)
+        )
+
+    def _has_mcp_servers(self, config: TetherConfig, session_id: str) -> bool:
+        own = self._mcp is not None and self._mcp.has_session_servers(session_id)
+        return bool(config.tools.mcp_servers) or own
+
+    def _mcp_arguments(
+        self, config: TetherConfig, session_id: str, workspace: Path
+    ) -> _McpArguments:
+        """What picks and starts a run's MCP servers (:meth:`McpManager.executor`)."""
+        from tether.kernel.kernel import sandbox_policy
+
+        return _McpArguments(
             servers=config.tools.mcp_servers,
             enabled=config.tools.enabled,
             session_id=session_id,
@@ -450,8 +469,46 @@ class Backend:
 
     def _session_created(self, session: Session, params: CreateSessionParams) -> None:
         """A session was made: the checkpoint store prepared for its workspace, its MCP
-        servers remembered."""
+        servers remembered and started in the background."""
         self._prewarm_checkpoints(session)
+        self._remember_mcp_servers(session, params)
+        self.start_mcp_servers_soon(session.session_id, session.workspace)
+
+    def start_mcp_servers_soon(self, session_id: str, workspace: str) -> None:
+        """Start the MCP servers of a session just made (or given servers again) in the
+        background, once the request is answered, so that its first run waits only for those
+        still starting (a server takes one to a few seconds to start). Runs need a local
+        workspace: nothing for another, nor without an event loop (the first run starts them)."""
+        folder = _local(workspace)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if folder is None:
+            return
+        if not self._stale(folder) and not self._has_mcp_servers(self.config(folder), session_id):
+            return  # the usual case, known without a task
+        task = loop.create_task(self._start_mcp_servers(session_id, folder))
+        self._mcp_starts[session_id] = task
+        task.add_done_callback(lambda done: self._started_mcp_servers(session_id, done))
+
+    def _started_mcp_servers(self, session_id: str, task: asyncio.Task[None]) -> None:
+        if self._mcp_starts.get(session_id) is task:
+            del self._mcp_starts[session_id]
+
+    async def _start_mcp_servers(self, session_id: str, workspace: Path) -> None:
+        try:
+            await self.load_folder(workspace)
+            config = self.config(workspace)
+            if not self._has_mcp_servers(config, session_id):
+                return
+            # The MCP SDK takes a few hundred ms to import: not on the event loop.
+            await asyncio.to_thread(importlib.import_module, "tether.tools.mcp.connection")
+            await self.mcp.start(**self._mcp_arguments(config, session_id, workspace))
+        except Exception:  # the first run starts them, and reports what fails then
+            logger.exception("could not start the MCP servers of session %s", session_id)
+
+    def _remember_mcp_servers(self, session: Session, params: CreateSessionParams) -> None:
         if params.mcp_servers:
             from tether.secrets import Secrets, register, server_secrets
 
@@ -468,8 +525,7 @@ class Backend:
         """A session was deleted or has expired: release its MCP servers, drop its checkpoints
         (in the background: the answer does not wait). A face that keeps something of its own
         per session extends this to forget it."""
-        if self._mcp is not None:
-            await self._mcp.close_session(session_id)
+        await self.close_mcp_servers(session_id)
         config = self.config().checkpoints
         if config.enabled:
             forget = self.checkpoints().session_deleted(session_id, interval=config.gc_interval)
@@ -481,6 +537,26 @@ class Backend:
         self._background.discard(task)
         if not task.cancelled() and task.exception() is not None:
             logger.warning("checkpoints of a deleted session: %s", task.exception())
+
+    async def close_mcp_servers(self, session_id: str) -> None:
+        """Stop the session's own MCP servers (those still starting in the background too) and
+        forget them."""
+        starting = self._mcp_starts.pop(session_id, None)
+        if starting is not None:
+            starting.cancel()
+        if self._mcp is not None:
+            await self._mcp.close_session(session_id)
+
+
+class _McpArguments(TypedDict):
+    """What picks and starts a session's MCP servers (:meth:`McpManager.start`, ``executor``)."""
+
+    servers: Sequence[McpServerSpec]
+    enabled: Collection[str] | None
+    session_id: str
+    workspace: Path
+    sandbox: SandboxPolicy | None
+    start_timeout: float
 
 
 _Identity = tuple[tuple[int, ...] | None, ...]

@@ -39,9 +39,10 @@ from tether.config import data_home, load_config
 from tether.escapes import printable
 from tether.headless import initialization_options, server_env, unknown_session
 from tether.protocol.commands import CommandInfo
-from tether.protocol.kernel import PermissionParams, Usage
+from tether.protocol.kernel import PermissionParams
 from tether.protocol.messages import Message, Role
 from tether.protocol.sessions import Session
+from tether.protocol.usage import Usage
 from tether.terminal import TerminalView
 
 if TYPE_CHECKING:

@@ -14,7 +14,6 @@ import re
 import stat
 import sys
 from collections.abc import Mapping, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -51,14 +50,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
+    spawned = _editor_command(arguments)
+    if spawned is not None:
+        _start(None)
+        return _serve(None) if spawned == "serve" else _acp()
     parser = _parser()
     args = parser.parse_args(arguments)
     log_level: str | None = getattr(args, "log_level", None)  # before or after the command
-    _check_level_variable(os.environ)
-    setup_logging(log_level)
-    from tether.secrets import redact_logs
-
-    redact_logs()  # the secrets a run knows never reach the log
+    _start(log_level)
     command_handler = getattr(args, "handler", None)  # the commands that set one (doctor, ...)
     if command_handler is not None:
         return int(command_handler(args))
@@ -76,6 +75,26 @@ def _main(argv: Sequence[str] | None) -> int:
     if command == "chat":
         return _chat(args, log_level)
     return _run(args, log_level)
+
+
+EDITOR_COMMANDS = ("serve", "acp")
+
+
+def _editor_command(arguments: Sequence[str]) -> str | None:
+    """``serve`` or ``acp`` as editors spawn them (no option; bare ``tether`` on a pipe), known
+    without building the parser: the editor waits for every ms before ``initialize``."""
+    if len(arguments) == 1 and arguments[0] in EDITOR_COMMANDS:
+        return arguments[0]
+    return "serve" if not arguments and not _on_terminal() else None
+
+
+def _start(log_level: str | None) -> None:
+    """What every command does first: the log set up, the secrets it will know kept out of it."""
+    _check_level_variable(os.environ)
+    setup_logging(log_level)
+    from tether.secrets import redact_logs
+
+    redact_logs()  # the secrets a run knows never reach the log
 
 
 def _on_terminal() -> bool:
@@ -455,6 +474,8 @@ DEMO_PROMPT = "What is in this folder?"
 
 def demo_script() -> Path:
     """The demo script shipped in the package (``tether run --demo``)."""
+    from importlib import resources
+
     return Path(str(resources.files("tether") / "demo" / "script.json"))
 
 

@@ -426,21 +426,29 @@ class LogConfig(_Section):
         return value.strip().lower() if isinstance(value, str) else value
 
 
+def _empty_table() -> Any:
+    """A section's default: validated into the section (``validate_default``)."""
+    return {}
+
+
 class TetherConfig(_Section):
-    provider: ProviderConfig = Field(default_factory=ProviderConfig)
-    kernel: KernelConfig = Field(default_factory=KernelConfig)
-    tools: ToolsConfig = Field(default_factory=ToolsConfig)
-    memory: MemoryConfig = Field(default_factory=MemoryConfig)
-    instructions: InstructionsConfig = Field(default_factory=InstructionsConfig)
-    sessions: SessionsConfig = Field(default_factory=SessionsConfig)
-    context: ContextConfig = Field(default_factory=ContextConfig)
-    limits: LimitsConfig = Field(default_factory=LimitsConfig)
-    acp: AcpConfig = Field(default_factory=AcpConfig)
-    lsp: LspConfig = Field(default_factory=LspConfig)
-    mcp: McpConfig = Field(default_factory=McpConfig)
-    hooks: HooksConfig = Field(default_factory=HooksConfig)
-    checkpoints: CheckpointsConfig = Field(default_factory=CheckpointsConfig)
-    log: LogConfig = Field(default_factory=LogConfig)
+    # Each section defaults to an empty table validated by this model (``validate_default``),
+    # not to an instance made by its own class: that would build a validator per section class
+    # (28 of them) besides this model's at the first load, in every server's handshake.
+    provider: ProviderConfig = Field(default_factory=_empty_table)
+    kernel: KernelConfig = Field(default_factory=_empty_table)
+    tools: ToolsConfig = Field(default_factory=_empty_table)
+    memory: MemoryConfig = Field(default_factory=_empty_table)
+    instructions: InstructionsConfig = Field(default_factory=_empty_table)
+    sessions: SessionsConfig = Field(default_factory=_empty_table)
+    context: ContextConfig = Field(default_factory=_empty_table)
+    limits: LimitsConfig = Field(default_factory=_empty_table)
+    acp: AcpConfig = Field(default_factory=_empty_table)
+    lsp: LspConfig = Field(default_factory=_empty_table)
+    mcp: McpConfig = Field(default_factory=_empty_table)
+    hooks: HooksConfig = Field(default_factory=_empty_table)
+    checkpoints: CheckpointsConfig = Field(default_factory=_empty_table)
+    log: LogConfig = Field(default_factory=_empty_table)
 
     def overlay(self, layer: Mapping[str, Any] | None, *, source: str = "overlay") -> TetherConfig:
         """This config with ``layer`` merged on top (nested like the TOML), validated again.

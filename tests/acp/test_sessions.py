@@ -12,6 +12,7 @@ from acp import RequestError, text_block
 
 from tests.acp.conftest import COMMANDS_UPDATE, Setup
 from tests.fakes.sse import sse_server
+from tests.tools.test_mcp import eventually
 from tether.protocol import ErrorCode
 from tether.testing import tool_call
 
@@ -206,6 +207,52 @@ async def test_a_sessions_mcp_servers_are_given_to_its_runs(setup: Setup, projec
     last = [u for u in updates if u["sessionUpdate"] == "tool_call_update"][-1]
     assert last["status"] == "completed" and last["rawOutput"] == "hello"
     assert (project.parent / "pids").read_text().strip()
+
+
+async def test_a_sessions_mcp_servers_start_before_its_first_prompt(
+    setup: Setup, project: Path
+) -> None:
+    fake = Path(__file__).parents[1] / "fakes" / "mcp_server.py"
+    pids = project.parent / "pids"
+    setup.script(
+        [{"toolCalls": [tool_call("my_fake__echo", "m1", text="early")]}, {"text": "Echoed."}]
+    )
+    server = {
+        "name": "my fake",
+        "command": sys.executable,
+        "args": [str(fake)],
+        "env": [{"name": "TETHER_MCP_PIDS", "value": str(pids)}],
+    }
+    async with setup.agent() as agent:
+        session = await agent.request("session/new", {"cwd": str(project), "mcpServers": [server]})
+        await eventually(lambda: pids.exists() and bool(pids.read_text().strip()), "it started")
+        await agent.conn.prompt(session_id=session["sessionId"], prompt=[text_block("echo")])
+        updates = agent.wire.updates(session["sessionId"])
+    last = [u for u in updates if u["sessionUpdate"] == "tool_call_update"][-1]
+    assert last["status"] == "completed" and last["rawOutput"] == "early"
+    assert len(pids.read_text().split()) == 1  # the prompt used the server started before it
+
+
+async def test_servers_given_to_session_load_start_before_its_next_prompt(
+    durable: Setup, project: Path
+) -> None:
+    fake = Path(__file__).parents[1] / "fakes" / "mcp_server.py"
+    pids = project.parent / "pids"
+    durable.script([{"text": "Hello."}])
+    server = {
+        "name": "fake",
+        "command": sys.executable,
+        "args": [str(fake)],
+        "env": [{"name": "TETHER_MCP_PIDS", "value": str(pids)}],
+    }
+    async with durable.agent() as first:
+        session = await first.conn.new_session(cwd=str(project), mcp_servers=[])
+    async with durable.agent() as second:
+        await second.request(
+            "session/load",
+            {"sessionId": session.session_id, "cwd": str(project), "mcpServers": [server]},
+        )
+        await eventually(lambda: pids.exists() and bool(pids.read_text().strip()), "it started")
 
 
 async def test_an_sse_mcp_server_is_given_to_the_sessions_runs(

@@ -1,5 +1,6 @@
 """``tether serve`` in a process where importing the packages named in ``argv[1]`` (comma
-separated) fails, as if they were not installed; the rest of ``argv`` goes to ``serve``.
+separated: top-level packages, or modules by their full name) fails, as if they were not
+installed; the rest of ``argv`` goes to ``serve``.
 
 Whatever a client gets answered from such a server did not import them.
 """
@@ -20,7 +21,7 @@ class RefusingFinder(importlib.abc.MetaPathFinder):
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> Any:
-        if fullname.partition(".")[0] in self.refused:
+        if fullname in self.refused or fullname.partition(".")[0] in self.refused:
             raise ImportError(f"imports_refused: {fullname} may not be imported here")
         return None
 

@@ -78,3 +78,25 @@ async def test_the_server_never_imports_the_terminal_packages(tmp_path: Path) ->
             result = await client.run(session.session_id, "read it")
     assert result.response == "hi"
     assert [call.is_error for call in result.tool_calls] == [False]
+
+
+HANDSHAKE_REFUSED = (
+    "tether.kernel,tether.protocol.kernel,tether.providers,tether.tools.mcp,httpx,aiohttp,mcp,"
+    "pygls,lsprotocol,jsonschema,pathspec"
+)
+
+
+async def test_the_handshake_imports_neither_the_kernel_nor_its_models_nor_a_provider_stack(
+    tmp_path: Path,
+) -> None:
+    """``initialize`` waits only for what it needs: the kernel, the ``kernel/*`` models, the
+    providers and MCP load after it (in the background, or when a run needs them)."""
+    script = tmp_path / "script.json"
+    script.write_text("[]")
+    argv = [sys.executable, "-P", str(Path(__file__).with_name("imports_refused.py"))]
+    async with asyncio.timeout(30):
+        async with TetherClient.spawn(
+            workspace=tmp_path, options=scripted_options(script), argv=[*argv, HANDSHAKE_REFUSED]
+        ) as client:
+            session = await client.create_session()
+    assert session.session_id

@@ -94,6 +94,57 @@ async def test_a_sessions_own_mcp_server_serves_its_runs_and_stops_when_it_is_de
     assert [(c["name"], c["result"]) for c in result["toolCalls"]] == [("mine__echo", "just mine")]
 
 
+async def test_a_sessions_mcp_servers_start_when_it_is_created_and_its_first_run_uses_them(
+    project: Path, tmp_path: Path
+):
+    configured, own = tmp_path / "configured", tmp_path / "own"
+    configured.mkdir(), own.mkdir()
+    turns = [
+        {
+            "toolCalls": [
+                call("c1", "fake__echo", text="shared"),
+                call("c2", "mine__echo", text="own"),
+            ]
+        },
+        {"text": "Done."},
+    ]
+    connection = await start(project, turns, mcpServers=[fake_server(configured)])
+    try:
+        created = await connection.request(
+            "session/create", {"mcpServers": [fake_server(own, "mine")]}
+        )
+        # No run yet: both servers start in the background once the session is made.
+        await eventually(lambda: bool(pids(configured) and pids(own)), "both servers started")
+        result = await connection.request(
+            "kernel/run", {"sessionId": created["sessionId"], "prompt": "echo"}
+        )
+    finally:
+        await connection.close()
+    assert [(c["name"], c["result"]) for c in result["toolCalls"]] == [
+        ("fake__echo", "shared"),
+        ("mine__echo", "own"),
+    ]
+    assert len(pids(configured)) == len(pids(own)) == 1  # the run used them, none started again
+
+
+async def test_a_server_that_fails_to_start_with_its_session_is_reported_by_the_first_run(
+    project: Path, tmp_path: Path
+):
+    turns = [{"toolCalls": [call("c1", "broken__anything")]}, {"text": "Done."}]
+    broken = {"name": "broken", "command": str(tmp_path / "no-such-program")}
+    connection = await start(project, turns)
+    try:
+        created = await connection.request("session/create", {"mcpServers": [broken]})
+        result = await connection.request(
+            "kernel/run", {"sessionId": created["sessionId"], "prompt": "go"}
+        )
+    finally:
+        await connection.close()
+    [failed] = result["toolCalls"]
+    assert failed["isError"]
+    assert "MCP server 'broken' is not running (it failed to start" in failed["result"]
+
+
 async def test_cancelling_a_run_cancels_its_mcp_call_at_the_server(project: Path, tmp_path: Path):
     marker = tmp_path / "marker.txt"
     server = fake_server(tmp_path)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import ssl
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -200,19 +201,52 @@ async def test_closing_the_client_closes_its_idle_connections(server: ModelServe
     await server.wait_for_closed(1)
 
 
-def test_preloading_imports_the_http_stack_on_a_thread_of_its_own() -> None:
+def test_preloading_loads_the_configured_provider_on_a_thread_of_its_own() -> None:
     code = (
         "import sys, threading\n"
-        "from tether.backend import preload_http_client\n"
+        "from tether.backend import preload_provider\n"
         "assert 'aiohttp' not in sys.modules\n"
-        "preload_http_client()\n"
-        "[t.join(30) for t in threading.enumerate() if t.name == 'tether-preload-http']\n"
-        "print('tether.providers.client' in sys.modules, 'aiohttp' in sys.modules)\n"
+        "preload_provider('openai')\n"
+        "[t.join(30) for t in threading.enumerate() if t.name == 'tether-preload-provider']\n"
+        "import tether.providers.client as client\n"
+        "print('tether.providers.openai' in sys.modules, 'aiohttp' in sys.modules,\n"
+        "      client._tls_context is not None, 'tether.providers.anthropic' in sys.modules)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
-    assert done.stdout.split() == ["True", "True"]
+    assert done.stdout.split() == ["True", "True", "True", "False"]
+
+
+def test_the_scripted_provider_preloads_nothing() -> None:
+    code = (
+        "import sys, threading\n"
+        "from tether.backend import preload_provider\n"
+        "preload_provider('scripted')\n"
+        "print([t.name for t in threading.enumerate() if t.name == 'tether-preload-provider'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split() == ["[]"]
+
+
+def test_the_providers_do_not_import_httpx_command_line_client() -> None:
+    code = (
+        "import sys\n"
+        "import tether.providers.client\n"
+        "print(sys.modules.get('httpx._main'), 'rich' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split() == ["None", "False"]
+
+
+def test_every_client_shares_one_tls_context() -> None:
+    first, second = make_client(), make_client(5)
+    assert first._transport.ssl_context is second._transport.ssl_context  # type: ignore[attr-defined]
+    assert first._transport.ssl_context.verify_mode == ssl.CERT_REQUIRED  # type: ignore[attr-defined]
 
 
 async def failure_of(provider: OpenAIProvider) -> ProviderError:

@@ -198,6 +198,60 @@ async def test_a_server_that_fails_to_start_is_a_clear_error_and_the_others_stil
     assert (await call(tools, context, "read_file", path="nothing.txt")).is_error  # a real tool
 
 
+async def start_early(manager: McpManager, workspace: Path, *servers: McpServerSpec) -> None:
+    await manager.start(servers=servers, enabled=None, session_id="s1", workspace=workspace)
+
+
+async def test_servers_started_early_serve_the_next_run_without_starting_again(
+    manager: McpManager, workspace: Path, fake: Fake, context: ToolContext
+):
+    await start_early(manager, workspace, fake.spec())
+    assert len(fake.pids()) == 1
+    tools = await executor(manager, workspace, fake.spec())
+    assert await call(tools, context, "fake__echo", text="ok") == ToolResult(
+        "ok", output={"result": "ok"}
+    )
+    assert len(fake.pids()) == 1
+
+
+async def test_a_run_while_a_server_is_starting_early_waits_for_that_start(
+    manager: McpManager, workspace: Path, fake: Fake
+):
+    starting = asyncio.ensure_future(start_early(manager, workspace, fake.spec()))
+    await asyncio.sleep(0)  # the start is under way
+    tools = await executor(manager, workspace, fake.spec())
+    await starting
+    assert "fake__echo" in [spec.name for spec in tools.list()]
+    assert len(fake.pids()) == 1
+
+
+async def test_an_early_start_that_failed_is_the_next_runs_failure_and_the_run_after_retries(
+    manager: McpManager, workspace: Path, context: ToolContext, caplog: pytest.LogCaptureFixture
+):
+    program = workspace / "server-later"
+    broken = McpServerSpec(name="broken", command=str(program))
+    await start_early(manager, workspace, broken)
+    program.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE}\n")
+    program.chmod(0o755)  # would start now: the next run still reports the early failure
+    first = await executor(manager, workspace, broken)
+    assert "broken" in [failure.prefix.removesuffix("__") for failure in first.failures()]
+    result = await call(first, context, "broken__echo", text="x")
+    assert "MCP server 'broken' is not running (it failed to start" in result.content
+    second = await executor(manager, workspace, broken)
+    assert await call(second, context, "broken__echo", text="x") == ToolResult(
+        "x", output={"result": "x"}
+    )
+
+
+async def test_closing_the_manager_stops_a_server_started_early(
+    manager: McpManager, workspace: Path, fake: Fake
+):
+    await start_early(manager, workspace, fake.spec())
+    [pid] = fake.pids()
+    await manager.aclose()
+    await eventually(lambda: not alive(pid), "the server process is gone")
+
+
 async def test_cancelling_a_call_cancels_it_at_the_server(
     manager: McpManager, workspace: Path, fake: Fake, context: ToolContext
 ):

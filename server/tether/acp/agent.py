@@ -78,7 +78,12 @@ if TYPE_CHECKING:
     from tether.config import TetherConfig
     from tether.kernel.kernel import Kernel
     from tether.protocol.commands import CommandInfo
-    from tether.protocol.kernel import PermissionParams, PermissionResult, ProgressParams, Usage
+    from tether.protocol.kernel import (
+        PermissionParams,
+        PermissionResult,
+        ProgressParams,
+    )
+    from tether.protocol.usage import Usage
     from tether.tools.base import ToolExecutor
 
 logger = logging.getLogger(__name__)
@@ -236,6 +241,7 @@ class AcpAgent(Backend):
         servers = mcp_servers(request.mcp_servers)
         if servers:
             self.mcp.set_session_servers(session.session_id, servers)
+            self.start_mcp_servers_soon(session.session_id, session.workspace)
         return session
 
     async def list_sessions(self, params: Any) -> ListSessionsResponse:
@@ -259,8 +265,7 @@ class AcpAgent(Backend):
         request = SessionRequest.model_validate(params)
         await self.sessions.get(GetSessionParams(session_id=request.session_id))
         self._cancel(request.session_id)
-        if self._mcp is not None:
-            await self._mcp.close_session(request.session_id)
+        await self.close_mcp_servers(request.session_id)
         self._states.pop(request.session_id, None)
         return Empty()
 

@@ -58,10 +58,10 @@ from tether.protocol.kernel import (
     ToolCallStarted,
     ToolCallStatus,
     ToolCallUpdate,
-    Usage,
 )
 from tether.protocol.messages import DIFF_KEY, TOOL_KINDS_KEY, USAGE_KEY
 from tether.protocol.plans import Plan, PlanEntry
+from tether.protocol.usage import Usage
 
 logger = logging.getLogger(__name__)
 

@@ -36,9 +36,9 @@ from tether.protocol.kernel import (
     CompactionFinished,
     CompactionStarted,
     ProgressEvent,
-    Usage,
 )
 from tether.protocol.messages import is_blocks
+from tether.protocol.usage import Usage
 from tether.providers.base import ModelRequest, Provider
 from tether.providers.content import flatten_text
 from tether.sessions.ids import utcnow, uuid7

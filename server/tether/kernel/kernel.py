@@ -80,10 +80,10 @@ from tether.protocol.kernel import (
     RunResult,
     RunWarning,
     StopReason,
-    Usage,
 )
 from tether.protocol.sessions import SessionFields, SpawnedBy
 from tether.protocol.tools import ToolSpec
+from tether.protocol.usage import Usage
 from tether.providers.base import Provider
 from tether.secrets import Secrets, configured_secrets
 from tether.sessions.ids import uuid7

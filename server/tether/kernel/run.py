@@ -56,7 +56,6 @@ from tether.protocol.kernel import (
     ToolCallStarted,
     ToolCallStatus,
     ToolCallUpdate,
-    Usage,
 )
 from tether.protocol.kernel import ThoughtDelta as Thought
 from tether.protocol.messages import (
@@ -68,6 +67,7 @@ from tether.protocol.messages import (
     USAGE_KEY,
 )
 from tether.protocol.tools import ProposedChange, ToolKind, ToolSpec
+from tether.protocol.usage import Usage
 from tether.providers.base import Completion, ModelRequest, Provider, TextDelta, ThoughtDelta
 from tether.sessions.ids import uuid7
 from tether.sessions.store import SessionStore

@@ -25,8 +25,9 @@ from typing import Any
 
 from tether.kernel.agents import AgentProfile
 from tether.protocol import TetherError
-from tether.protocol.kernel import RunResult, StopReason, Usage
+from tether.protocol.kernel import RunResult, StopReason
 from tether.protocol.tools import ToolKind, ToolSpec
+from tether.protocol.usage import Usage
 from tether.tools.base import ToolContext, ToolExecutor, ToolResult
 
 TASK_TOOL = "task"

@@ -11,6 +11,7 @@ from tether.protocol.base import Params, WireModel
 from tether.protocol.messages import Content, Message
 from tether.protocol.plans import Plan
 from tether.protocol.tools import ProposedChange, ToolKind
+from tether.protocol.usage import Usage
 
 
 class StopReason(StrEnum):
@@ -81,26 +82,6 @@ class CancelParams(Params):
 
 class CancelResult(WireModel):
     cancelled: bool
-
-
-class Usage(WireModel):
-    """Tokens as the endpoint reported them. The optional counts are omitted when unknown.
-
-    ``output_tokens`` includes ``reasoning_tokens``; ``input_tokens`` includes ``cached_tokens``.
-    """
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int | None = Field(
-        default=None, description="output tokens the model spent thinking, when reported"
-    )
-    cached_tokens: int | None = Field(
-        default=None, description="input tokens read from the provider's prompt cache"
-    )
-    context_tokens: int | None = Field(
-        default=None,
-        description="the size of the context the last model call read (its input tokens)",
-    )
 
 
 class ToolCallRecord(WireModel):

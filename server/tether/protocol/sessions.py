@@ -9,7 +9,6 @@ from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, fie
 
 from tether.protocol.base import Params, UtcDatetime, WireModel
 from tether.protocol.errors import InvalidParams
-from tether.protocol.kernel import Usage
 from tether.protocol.limits import (
     Limits,
     content_size,
@@ -21,6 +20,7 @@ from tether.protocol.limits import (
 from tether.protocol.messages import Message, MessageInput, Role
 from tether.protocol.plans import MAX_PLAN_ENTRIES, PlanEntry
 from tether.protocol.tools import McpServerSpec, unique_server_names
+from tether.protocol.usage import Usage
 
 SessionId = str
 SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib
 import os
+import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, assert_never
 
-from tether.config import ProviderConfig
+from tether.config import ProviderConfig, ProviderType
 from tether.protocol import ConfigError
 from tether.providers.base import (
     Completion,
@@ -42,6 +44,12 @@ from tether.secrets import PROVIDER_KEY_VARIABLES
 if TYPE_CHECKING:
     import httpx
 
+if "httpx" not in sys.modules and "httpx._main" not in sys.modules:
+    # httpx imports its command-line client when click, rich and pygments are installed (~80 ms
+    # of a cold first request here); tether never runs it. A None entry makes that import fail,
+    # which httpx expects (it then defines a ``main`` that explains what is missing).
+    sys.modules["httpx._main"] = None  # type: ignore[assignment]
+
 __all__ = [
     "Completion",
     "ModelRequest",
@@ -55,7 +63,21 @@ __all__ = [
     "TextDelta",
     "ThoughtDelta",
     "make_provider",
+    "warm",
 ]
+
+
+def warm(kind: ProviderType | None) -> None:
+    """Load what the first request of a ``kind`` provider would: its module, the HTTP stack
+    (httpx, aiohttp) and the TLS context with its root certificates. Blocking; a server calls
+    it on a thread of its own right after its handshake, so that the first run does not pay for
+    it (a run that needs a module still loading waits on the import lock, not twice)."""
+    if kind is None or kind == "scripted":
+        return
+    from tether.providers.client import tls_context
+
+    tls_context()
+    importlib.import_module(f"tether.providers.{kind}")
 
 
 def make_provider(

@@ -15,8 +15,8 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tether.protocol import Message, ToolCall
-from tether.protocol.kernel import Usage
 from tether.protocol.tools import ToolSpec
+from tether.protocol.usage import Usage
 
 
 @dataclass(frozen=True, kw_only=True)

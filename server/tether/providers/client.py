@@ -25,6 +25,7 @@ How the transport maps what the providers rely on:
 from __future__ import annotations
 
 import ssl
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -35,6 +36,21 @@ from httpx_aiohttp import AiohttpTransport
 DEFAULT_MAX_CONNECTIONS = 100
 KEEPALIVE_SECONDS = 15.0  # idle connections are closed after this long (aiohttp's default)
 DEFAULT_LIMITS = httpx.Limits(max_connections=DEFAULT_MAX_CONNECTIONS)
+
+_tls_context: ssl.SSLContext | None = None
+_tls_lock = threading.Lock()
+
+
+def tls_context() -> ssl.SSLContext:
+    """The TLS context every provider connection verifies servers with, made once per process:
+    httpx's default (certifi's roots, or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` when set). Loading
+    the roots costs 20-40 ms, which a transport made per client (and per proxy) would pay again.
+    Safe from any thread (:func:`tether.providers.warm` makes it on one of its own)."""
+    global _tls_context
+    with _tls_lock:
+        if _tls_context is None:
+            _tls_context = httpx.create_ssl_context()
+        return _tls_context
 
 
 def make_client(
@@ -51,7 +67,7 @@ def make_client(
         max_keepalive_connections=max_connections,
         keepalive_expiry=keepalive,
     )
-    return Client(limits=limits)
+    return Client(limits=limits, verify=tls_context())
 
 
 def lost_connection(exc: httpx.ConnectTimeout) -> httpx.TransportError:

@@ -39,9 +39,9 @@ from pydantic import ValidationError
 
 from tether.protocol import ImageBlock, Message, ResourceLinkBlock, Role, TextBlock
 from tether.protocol import ToolCall as CanonicalCall
-from tether.protocol.kernel import Usage
 from tether.protocol.messages import MessageContent, is_blocks
 from tether.protocol.tools import ToolSpec
+from tether.protocol.usage import Usage
 from tether.providers import output
 from tether.providers.base import Completion, ModelRequest, OutputSpec
 from tether.providers.content import (

@@ -33,8 +33,8 @@ from tether.protocol import (
     ToolCall,
     is_blocks,
 )
-from tether.protocol.kernel import Usage
 from tether.protocol.tools import ToolSpec
+from tether.protocol.usage import Usage
 from tether.providers.base import Completion, ModelRequest
 from tether.providers.content import (
     arguments_json,

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic.alias_generators import to_camel
 
 from tether.protocol import ConfigError, ProviderError, ToolCall
-from tether.protocol.kernel import Usage
+from tether.protocol.usage import Usage
 from tether.providers.base import Completion, ModelRequest, Provider, TextDelta
 from tether.providers.content import arguments_json
 from tether.providers.errors import ScriptExhausted, ScriptNotUsedUp

@@ -31,7 +31,6 @@ from tether.protocol import (
     Session,
     SessionNotFound,
 )
-from tether.protocol.kernel import Usage
 from tether.protocol.sessions import (
     DEFAULT_MODE,
     CreateSessionParams,
@@ -41,6 +40,7 @@ from tether.protocol.sessions import (
     ToolPermissions,
     session_exists,
 )
+from tether.protocol.usage import Usage
 from tether.sessions.cursors import decode_cursor, encode_cursor
 from tether.sessions.forks import ALLOW_LISTS, check_fork_point, cut_chain, forked_fields
 from tether.sessions.ids import utcnow, uuid7

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 
 from tether.protocol import ConfigError, ListSessionsResult, Message, MessageInput, MessagesResult
 from tether.protocol import Session as SessionModel
-from tether.protocol.kernel import Usage
 from tether.protocol.sessions import (
     CreateSessionParams,
     ForkSessionParams,
     SessionFields,
     SpawnedBy,
 )
+from tether.protocol.usage import Usage
 from tether.secrets import Secrets, url_secrets
 from tether.sessions.store import Order, SessionStore
 

@@ -15,13 +15,13 @@ from tether.protocol import (
     MessagesResult,
     Session,
 )
-from tether.protocol.kernel import Usage
 from tether.protocol.sessions import (
     CreateSessionParams,
     ForkSessionParams,
     SessionFields,
     SpawnedBy,
 )
+from tether.protocol.usage import Usage
 
 Order = Literal["asc", "desc"]
 

@@ -22,10 +22,10 @@ from tether.protocol import (
     SessionNotFound,
     ToolCall,
 )
-from tether.protocol.kernel import Usage
 from tether.protocol.messages import MessageContent, is_blocks
 from tether.protocol.plans import PlanEntry
 from tether.protocol.sessions import DEFAULT_MODE, SpawnedBy, ToolPermissions
+from tether.protocol.usage import Usage
 from tether.sessions.lease import Lease
 from tether.sessions.packed import trusted_message
 from tether.sessions.sql.schema import _from_micros, sessions_table

@@ -37,7 +37,6 @@ from tether.protocol import (
     SessionBusy,
     SessionNotFound,
 )
-from tether.protocol.kernel import Usage
 from tether.protocol.sessions import (
     CreateSessionParams,
     ForkSessionParams,
@@ -45,6 +44,7 @@ from tether.protocol.sessions import (
     SpawnedBy,
     session_exists,
 )
+from tether.protocol.usage import Usage
 from tether.sessions.cursors import decode_cursor, encode_cursor
 from tether.sessions.faults import FaultLog
 from tether.sessions.forks import ALLOW_LISTS, check_fork_point, cut_chain, forked_fields

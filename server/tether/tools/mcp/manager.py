@@ -5,11 +5,13 @@ plus those it was created with (``session/create {mcpServers}``, which win on a 
 latter are kept here, in memory, for the life of the process: they never enter the session or
 the store, since their ``env`` and ``headers`` may hold credentials.
 
-A server starts when a run first needs the tool list, and is asked for its tools at the start of
-every run. A server that fails to start (or does not initialize within ``mcp.start_timeout``),
-or that stopped (it crashed), is logged and restarted at the next run; meanwhile its tools (as
-last listed) answer with an error result saying so, and the run goes on with the other tools.
-Nothing here raises but cancellation.
+A session's servers start in the background when the session is made (:meth:`McpManager.start`),
+or else when a run first needs the tool list; each is asked for its tools at the start of every
+run, but for the first run after a start in the background, which takes what that start listed
+(waiting for it when it is still under way). A server that fails to start (or does not
+initialize within ``mcp.start_timeout``), or that stopped (it crashed), is logged and restarted
+at the next run; meanwhile its tools (as last listed) answer with an error result saying so,
+and the run goes on with the other tools. Nothing here raises but cancellation.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class McpServer:
         self._lock = asyncio.Lock()
         self._closed = False
         self._stopping: set[asyncio.Future[None]] = set()  # connections being stopped
+        self._started_early = False  # by start_early, and no run has listed its tools since
 
     @property
     def name(self) -> str:
@@ -69,6 +72,10 @@ class McpServer:
         async with self._lock:
             if self._closed:
                 return []
+            if self._started_early:  # its listing (or why it failed) is this run's
+                self._started_early = False
+                if self.running or self.error is not None:
+                    return self._tools
             connection = self._connection
             if connection is not None and not connection.stopped:
                 try:
@@ -80,6 +87,16 @@ class McpServer:
                 logger.info("restarting MCP server %s", self.name)
                 self._stop(connection)
             return await self._start(start_timeout)
+
+    async def start_early(self, start_timeout: float = DEFAULT_START_TIMEOUT) -> None:
+        """Start the server before a run needs it (when its session is made), within
+        ``start_timeout`` seconds; the next :meth:`refresh` takes what it listed, or the reason
+        it failed, rather than asking (or trying) again. Nothing when it runs already."""
+        async with self._lock:
+            if self._closed or self.running:
+                return
+            await self._start(start_timeout)
+            self._started_early = True
 
     async def _start(self, seconds: float) -> list[types.Tool]:
         from tether.tools.mcp.connection import McpConnection
@@ -321,6 +338,22 @@ class McpManager:
         self._session_specs.clear()
         await asyncio.gather(*(server.aclose() for server in servers))
 
+    async def start(
+        self,
+        *,
+        servers: Sequence[McpServerSpec],
+        enabled: Collection[str] | None,
+        session_id: str,
+        workspace: Path,
+        sandbox: SandboxPolicy | None = None,
+        start_timeout: float = DEFAULT_START_TIMEOUT,
+    ) -> None:
+        """Start the servers a run of ``session_id`` would (:meth:`executor`'s arguments)
+        that do not run yet, each within ``start_timeout`` seconds: the session's first run
+        then waits only for those still starting."""
+        chosen = self._chosen(servers, enabled, session_id, workspace, sandbox)
+        await asyncio.gather(*(server.start_early(start_timeout) for server in chosen))
+
     async def executor(
         self,
         builtin: Iterable[Tool],
@@ -335,11 +368,7 @@ class McpManager:
         """The built-in tools and those of the session's servers (started as needed, each
         within ``start_timeout`` seconds), limited to ``enabled`` (``tools.enabled``; ``None``:
         all). A server none of whose tools could be enabled is not started."""
-        chosen = [
-            server
-            for server in self._servers(servers, session_id, workspace, sandbox)
-            if enabled is None or any(name.startswith(f"{server.name}__") for name in enabled)
-        ]
+        chosen = self._chosen(servers, enabled, session_id, workspace, sandbox)
         tools: list[Tool] = list(builtin)
         taken = {tool.spec.name for tool in tools}
         listings = await asyncio.gather(*(server.refresh(start_timeout) for server in chosen))
@@ -349,6 +378,21 @@ class McpManager:
                 failures[server.name] = server.error
             tools.extend(_mcp_tools(server, listing, taken))
         return McpExecutor(ToolRegistry(tools).restricted(enabled), failures)
+
+    def _chosen(
+        self,
+        configured: Sequence[McpServerSpec],
+        enabled: Collection[str] | None,
+        session_id: str,
+        workspace: Path,
+        policy: SandboxPolicy | None,
+    ) -> list[McpServer]:
+        """The session's servers, but those none of whose tools could be enabled."""
+        return [
+            server
+            for server in self._servers(configured, session_id, workspace, policy)
+            if enabled is None or any(name.startswith(f"{server.name}__") for name in enabled)
+        ]
 
     def _servers(
         self,
