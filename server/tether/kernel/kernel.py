@@ -33,6 +33,7 @@ from tether.kernel.checkpoints import Checkpoints
 from tether.kernel.history import in_model_order
 from tether.kernel.hooks import Hooks
 from tether.kernel.plans import StorePlan
+from tether.kernel.resources import attach_resources
 from tether.kernel.run import Emit, LeaseState, Run, RunSetup, cancelling, not_cancelled
 from tether.kernel.state import StoreState
 from tether.kernel.window import EstimatingCounter, TokenCounter, window
@@ -70,7 +71,7 @@ from tether.secrets import Secrets, configured_secrets
 from tether.sessions.ids import uuid7
 from tether.sessions.store import SessionStore
 from tether.sessions.workspaces import local_path
-from tether.tools.base import ToolContext, ToolExecutor
+from tether.tools.base import SourcePrompt, ToolContext, ToolExecutor
 from tether.tools.confinement import SandboxPolicy
 
 logger = logging.getLogger(__name__)
@@ -143,7 +144,7 @@ class Kernel:
         self._handles: dict[str, list[RunHandle]] = {}
         # session -> the ends of its runs in this process (each done once the lease is given back)
         self._ends: dict[str, list[asyncio.Future[None]]] = {}
-        self._slash = slash.SlashCommands(store, self._compact)
+        self._slash = slash.SlashCommands(store, self._compact, self._source_prompts)
 
     def is_running(self, session_id: str) -> bool:
         return session_id in self._runs
@@ -375,6 +376,7 @@ class Kernel:
                 return await self._slash.answer(command, session, run_id, emit)
             plan = StorePlan(self._store, session.session_id)
             setup = await self._setup(session, command.params, run_id, emit, state, plan)
+            prompt = await attach_resources(command.params.prompt, setup.tools)
             run = Run(dataclasses.replace(setup, prompt_metadata=command.metadata))
             plan.bind(run.emit)
             # A prompt a hook may refuse names no session before it is let in.
@@ -393,10 +395,17 @@ class Kernel:
         except TetherError as exc:
             self._add_warnings(exc, None if session is None else _local_workspace(session))
             raise
-        result = await run.execute(command.params.prompt)
+        result = await run.execute(prompt)
         if title_later:
             await self._title(session.session_id, params.prompt)
         return result
+
+    async def _source_prompts(self, session: Session) -> Sequence[SourcePrompt]:
+        """The prompts of the session's MCP servers (started as a run would start them)."""
+        folder = _local_workspace(session)
+        config = await self._folder_config(folder)
+        executor = await self._tools(config, session.session_id, _workspace_root(session))
+        return executor.prompts()
 
     async def commands(self, params: CommandsParams) -> CommandsResult:
         """``session/commands``: the slash commands the session's prompts may start with."""
@@ -449,7 +458,11 @@ class Kernel:
         system = _system_prompt(
             session.system_prompt or config.kernel.system_prompt, instructions.text, memory.text
         )
-        specs = offered(_allowed(executor.list(), session.tools, params.tools), session.mode)
+
+        def offer(specs: list[ToolSpec]) -> list[ToolSpec]:
+            return offered(_allowed(specs, session.tools, params.tools), session.mode)
+
+        specs = offer(executor.list())
         context = ToolContext(
             workspace=workspace,
             session_id=session.session_id,
@@ -467,6 +480,7 @@ class Kernel:
             provider=provider,
             tools=executor,
             tool_specs=specs,
+            offer=offer,
             context=context,
             model=provider_config.model or "",
             system=system,
