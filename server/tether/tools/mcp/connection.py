@@ -285,8 +285,13 @@ class McpConnection:
                 yield streams
             return
         if spec.url is not None:
+            auth = None
+            if spec.oauth:
+                from tether.tools.mcp.oauth import oauth_provider
+
+                auth = await stack.enter_async_context(oauth_provider(spec.name, spec.url))
             http = await stack.enter_async_context(
-                httpx2.AsyncClient(headers=spec.headers, timeout=HTTP_TIMEOUT)
+                httpx2.AsyncClient(headers=spec.headers, timeout=HTTP_TIMEOUT, auth=auth)
             )
             async with streamable_http_client(spec.url, http_client=http) as streams:
                 yield streams

@@ -113,6 +113,10 @@ class McpServer:
 
         connection = McpConnection(self.spec, self.cwd, self.sandbox)
         connection.on_tools_changed = self._note_tools_changed
+        if self.spec.oauth:  # a person may have to sign in first
+            from tether.tools.mcp.oauth import SIGN_IN_TIMEOUT
+
+            seconds = max(seconds, SIGN_IN_TIMEOUT)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds  # for the start and the listing together
         try:
