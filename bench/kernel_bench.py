@@ -139,6 +139,15 @@ class Tools:
     def failures(self) -> Sequence[SourceFailure]:
         return ()  # no source of tools that could fail
 
+    async def refreshed(self) -> None:
+        return None  # the list never changes
+
+    def prompts(self) -> tuple[()]:
+        return ()
+
+    async def read_resource(self, uri: str) -> None:
+        return None
+
 
 WORDS = (
     "the session store kernel provider model tool call result message history workspace file "

@@ -98,6 +98,10 @@ class ProviderConfig(_Section):
         description="connections to model endpoints open at once, shared by every run",
     )
     script: str | None = Field(default=None, description="scripted provider: path of the script")
+    function: str | None = Field(
+        default=None,
+        description='scripted provider: the Python function that decides each turn ("module:name")',
+    )
     supports_tools: bool | None = Field(
         default=None, description="whether the model takes tools; unset: as its provider declares"
     )
@@ -637,6 +641,7 @@ WORKSPACE_REFUSED: Final[Mapping[str, str]] = MappingProxyType(
         "provider.base_url": "a repository could send your API key to a server of its choosing",
         "provider.api_key_env": "a repository could send any of your variables as the API key",
         "provider.script": "a repository could play the model and make any tool call",
+        "provider.function": "a repository could run any Python code in tether",
         "provider.max_connections": "one client serves every workspace's runs: a repository "
         "could stall your other sessions' model calls",
         "tools.mcp_servers": "a repository could run any command, or reach any server",

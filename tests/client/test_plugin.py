@@ -9,7 +9,8 @@ import pytest
 
 from tether.client import InvalidParamsError, PermissionHandler, ProviderFailedError, TetherClient
 from tether.protocol.kernel import StopReason
-from tether.testing import rewind, tool_call
+from tether.providers import ModelRequest
+from tether.testing import function_spec, rewind, tool_call
 
 from .conftest import uri_of
 
@@ -137,3 +138,59 @@ class TestRewindBetweenCases:
     ):
         sid = (await tether_client.create_session()).session_id
         assert await rewind(tether_client, sid) is None
+
+
+def read_then_answer(request: ModelRequest) -> dict[str, Any] | str:
+    """A turn function: reads the list when the user asks, then answers from the tool's result."""
+    last = request.messages[-1]
+    if last.role == "user":
+        return {"toolCalls": [tool_call("read_file", path="todo.txt")]}
+    offered = "read_file" in [tool.name for tool in request.tools]
+    return f"offered read_file: {offered}; the file says: {last.content}"
+
+
+class TestATurnFunction:
+    """``tether_function``: a function decides each turn from the request the model would get."""
+
+    @pytest.fixture
+    def tether_function(self) -> Any:
+        return read_then_answer
+
+    async def test_it_sees_the_request_and_its_turns_drive_the_run(
+        self, tether_client: TetherClient
+    ):
+        session = await tether_client.create_session()
+        result = await tether_client.run(session.session_id, "What is on my list?")
+
+        assert [call.name for call in result.tool_calls] == ["read_file"]
+        assert result.response.startswith("offered read_file: True; the file says: ")
+        assert "buy milk" in result.response
+        assert result.stop_reason is StopReason.END_TURN
+
+    async def test_it_is_asked_again_on_every_run(self, tether_client: TetherClient):
+        sid = (await tether_client.create_session()).session_id
+        first = await tether_client.run(sid, "a")
+        second = await tether_client.run(sid, "b")
+        assert first.response == second.response != ""
+
+
+def failing_turn(request: ModelRequest) -> str:
+    raise LookupError("no turn for this")
+
+
+@pytest.mark.parametrize("tether_function", [f"{__name__}:failing_turn"])
+async def test_a_function_that_fails_fails_the_run_with_its_reason(tether_client: TetherClient):
+    session = await tether_client.create_session()
+    with pytest.raises(ProviderFailedError) as raised:
+        await tether_client.run(session.session_id, "hi")
+    assert "failing_turn failed: LookupError: no turn for this" in raised.value.message
+
+
+def test_a_function_the_server_cannot_import_by_name_is_refused_at_once():
+    def nested(request: ModelRequest) -> str:
+        return "never"
+
+    for function in (nested, lambda request: "never"):
+        with pytest.raises(TypeError, match="cannot be imported by name"):
+            function_spec(function)
+    assert function_spec(read_then_answer) == f"{__name__}:read_then_answer"

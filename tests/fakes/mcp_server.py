@@ -7,7 +7,12 @@ Run it as ``python tests/fakes/mcp_server.py [--http PORT]`` (stdio by default).
 - ``fail``: answers with an ``isError`` result;
 - ``slow``: writes ``started`` to the file named by ``TETHER_MCP_MARKER``, waits until it is
   cancelled, then writes ``cancelled`` there;
-- ``crash`` (destructive): ends the process at once (``os._exit``).
+- ``crash`` (destructive): ends the process at once (``os._exit``);
+- ``grow``: adds the tool ``grown`` (which says ``grown``) and tells the client
+  (``notifications/tools/list_changed``).
+
+Prompts: ``review(path, focus="bugs")`` (a user message asking to review ``path``) and
+``greet()`` (no arguments). Resources: ``notes://today`` (text) and ``notes://logo`` (binary).
 
 On start it appends its pid to the file named by ``TETHER_MCP_PIDS``, when that is set, and with
 ``TETHER_MCP_DETACH=SECONDS`` starts a process that tries to outlive it: in a session of its own,
@@ -23,6 +28,7 @@ import sys
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.prompts.base import AssistantMessage, UserMessage
 from mcp.types import ToolAnnotations
 
 server = MCPServer("fake")
@@ -68,6 +74,43 @@ async def slow() -> str:
 def crash() -> str:
     """Ends the server process."""
     os._exit(3)
+
+
+def grown() -> str:
+    """Added by grow."""
+    return "grown"
+
+
+@server.tool()
+async def grow(ctx: Context) -> str:
+    """Adds the tool grown, and says so to the client."""
+    server.add_tool(grown)
+    await ctx.session.send_tool_list_changed()
+    return "grew a tool"
+
+
+@server.prompt(description="Review a file")
+def review(path: str, focus: str = "bugs") -> list[UserMessage | AssistantMessage]:
+    return [
+        UserMessage(f"Review {path}, looking for {focus}."),
+        AssistantMessage("I will read it first."),
+    ]
+
+
+@server.prompt()
+def greet() -> str:
+    """Say hello."""
+    return "Hello from the prompt."
+
+
+@server.resource("notes://today", mime_type="text/plain", description="Today's notes")
+def today() -> str:
+    return "Ship on Friday."
+
+
+@server.resource("notes://logo", mime_type="image/png")
+def logo() -> bytes:
+    return b"\x89PNG fake"
 
 
 DETACHED = (

@@ -13,8 +13,10 @@ from tether.kernel.commands import (
     expand,
     invocation,
     load_commands,
+    prompt_arguments,
 )
-from tether.protocol import ImageBlock, TextBlock
+from tether.protocol import ImageBlock, InvalidParams, TextBlock
+from tether.tools.base import PromptArgument, SourcePrompt
 
 
 @pytest.mark.parametrize(
@@ -159,3 +161,41 @@ def test_a_workspace_commands_folder_that_leads_outside_is_refused(tmp_path: Pat
     loaded = load_commands(None, workspace)
     assert loaded.commands == {}
     assert [w.data["reason"] for w in loaded.warnings if w.data] == ["outside"]
+
+
+# -- MCP prompts' arguments ---------------------------------------------------------------------
+
+
+def review_prompt(*arguments: tuple[str, bool]) -> SourcePrompt:
+    async def render(values: object) -> str:
+        return ""
+
+    declared = tuple(PromptArgument(name=name, required=required) for name, required in arguments)
+    return SourcePrompt(name="mcp__gh__review", description="", arguments=declared, render=render)
+
+
+@pytest.mark.parametrize(
+    ("typed", "expected"),
+    [
+        ("456", {"pr": "456"}),
+        ("456 tests", {"pr": "456", "focus": "tests"}),
+        ("456 the tests and docs", {"pr": "456", "focus": "the tests and docs"}),
+        ("focus=docs 456", {"pr": "456", "focus": "docs"}),
+        ("'4 5 6' focus='a b'", {"pr": "4 5 6", "focus": "a b"}),
+        ("pr=1 2", {"pr": "1", "focus": "2"}),
+        ("x=1", {"pr": "x=1"}),  # not an argument's name: a word like any other
+    ],
+)
+def test_a_prompts_arguments_come_by_position_or_by_name(typed: str, expected: dict[str, str]):
+    prompt = review_prompt(("pr", True), ("focus", False))
+    assert prompt_arguments(prompt, typed) == expected
+
+
+def test_a_missing_required_argument_or_extra_words_are_refused_with_the_usage():
+    prompt = review_prompt(("pr", True), ("focus", False))
+    with pytest.raises(InvalidParams) as raised:
+        prompt_arguments(prompt, "focus=docs")
+    assert raised.value.message.endswith("needs pr (usage: /mcp__gh__review <pr> [focus])")
+    with pytest.raises(InvalidParams):
+        prompt_arguments(review_prompt(), "words")
+    assert prompt_arguments(review_prompt(), "") == {}

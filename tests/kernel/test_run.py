@@ -65,6 +65,15 @@ class Tools:
     def failures(self) -> tuple[()]:
         return ()
 
+    async def refreshed(self) -> None:
+        return None  # the list never changes
+
+    def prompts(self) -> tuple[()]:
+        return ()
+
+    async def read_resource(self, uri: str) -> None:
+        return None
+
     async def proposed_change(
         self, name: str, arguments: str, context: ToolContext
     ) -> ProposedChange | None:

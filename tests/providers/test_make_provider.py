@@ -9,7 +9,7 @@ import pytest
 
 from tether.config import ProviderConfig
 from tether.protocol import ConfigError, ErrorCode
-from tether.providers import ScriptedProvider, make_provider
+from tether.providers import FunctionProvider, ScriptedProvider, make_provider
 from tether.providers.anthropic import AnthropicProvider
 from tether.providers.openai import OpenAIProvider
 
@@ -130,3 +130,34 @@ def test_a_scripted_provider_is_made_from_its_script_file(tmp_path: Path) -> Non
     provider = make_provider(ProviderConfig(type="scripted", script=str(script)), None)
     assert isinstance(provider, ScriptedProvider)
     assert provider.remaining == 1
+
+
+def test_a_scripted_provider_with_a_function_asks_that_function() -> None:
+    provider = make_provider(
+        ProviderConfig(type="scripted", function="tests.providers.test_scripted:echo"), None
+    )
+    assert isinstance(provider, FunctionProvider)
+    assert provider.function.__name__ == "echo"
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "no_colon_here",
+        "tests.providers.no_such_module:echo",
+        "tests.providers.test_scripted:no_such_function",
+        "tests.providers.test_scripted:__doc__.upper.nothing",
+        "tests.providers.test_scripted:__name__",  # a string: not callable
+    ],
+)
+def test_a_function_that_cannot_be_loaded_is_a_config_error_naming_provider_function(
+    spec: str,
+) -> None:
+    assert config_error(ProviderConfig(type="scripted", function=spec)) == "provider.function"
+
+
+def test_a_script_and_a_function_together_are_a_config_error(tmp_path: Path) -> None:
+    config = ProviderConfig(
+        type="scripted", script=str(tmp_path / "s.json"), function="tests.providers:x"
+    )
+    assert config_error(config) == "provider.function"

@@ -12,8 +12,10 @@ import pytest
 from tests.providers.streams import cancel_after_first_piece
 from tether.config import ProviderConfig
 from tether.protocol import ConfigError, ErrorCode, Message, ProviderError, Role
+from tether.protocol.tools import ToolSpec
 from tether.providers import (
     Completion,
+    FunctionProvider,
     ModelRequest,
     ScriptedProvider,
     ScriptExhausted,
@@ -168,3 +170,69 @@ async def test_a_provider_made_from_the_configuration_keeps_no_requests(tmp_path
     await events_of(provider, ask("a"))
     await events_of(provider, ask("b"))
     assert provider.requests == [] and provider.remaining == 0
+
+
+# --- a function deciding each turn ---------------------------------------------------------------
+
+
+def echo(request: ModelRequest) -> str:
+    """A turn function (also loaded by name in test_make_provider)."""
+    return f"you said {request.messages[-1].content}"
+
+
+async def test_a_function_decides_each_turn_from_the_request_it_gets() -> None:
+    seen: list[list[str]] = []
+
+    def decide(request: ModelRequest) -> dict[str, object]:
+        seen.append([tool.name for tool in request.tools])
+        return {"text": "Looking.", "toolCalls": [{"name": "read_file", "arguments": {"p": 1}}]}
+
+    provider = FunctionProvider(decide)
+    request = ModelRequest(
+        model="m",
+        messages=ask("hi").messages,
+        tools=[ToolSpec(name="read_file", description="reads", parameters={})],
+    )
+    events = await events_of(provider, request)  # type: ignore[arg-type]
+    done = events[-1]
+    assert isinstance(done, Completion)
+    assert done.content == "Looking."
+    assert [(c.id, c.name, c.arguments) for c in done.tool_calls] == [
+        ("call_1_1", "read_file", '{"p":1}')
+    ]
+    assert seen == [["read_file"]]
+    assert [r.tools for r in provider.requests] == [tuple(request.tools)]
+    assert provider.calls == 1
+
+
+async def test_an_async_function_and_a_plain_string_make_a_text_turn() -> None:
+    async def decide(request: ModelRequest) -> str:
+        await asyncio.sleep(0)
+        return echo(request)
+
+    events = await events_of(FunctionProvider(decide), ask("hello"))  # type: ignore[arg-type]
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "you said hello"
+
+
+@pytest.mark.parametrize(
+    ("reply", "reason"),
+    [
+        (42, "returned no valid turn: expected a ScriptTurn, a mapping or a string, got int"),
+        ({"txt": "typo"}, "returned no valid turn"),
+    ],
+)
+async def test_a_function_that_returns_no_turn_fails_with_a_provider_error(
+    reply: object, reason: str
+) -> None:
+    provider = FunctionProvider(lambda request: reply)  # type: ignore[arg-type,return-value]
+    with pytest.raises(ProviderError) as raised:
+        await events_of(provider, ask("hi"))  # type: ignore[arg-type]
+    assert reason in raised.value.message
+    assert raised.value.code == ErrorCode.PROVIDER_ERROR
+
+
+async def test_a_turn_with_an_error_from_a_function_fails_like_a_scripted_one() -> None:
+    provider = FunctionProvider(lambda request: {"error": "overloaded", "status": 529})
+    with pytest.raises(ProviderError) as raised:
+        await events_of(provider, ask("hi"))  # type: ignore[arg-type]
+    assert raised.value.data == {"provider": "scripted", "status": 529}

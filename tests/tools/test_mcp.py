@@ -117,6 +117,7 @@ async def test_the_tools_of_a_server_are_offered_with_its_prefix_schemas_and_kin
         "fake__fail",
         "fake__slow",
         "fake__crash",
+        "fake__grow",
     ]
     assert {"read_file", "list_files", "search_text"} <= specs.keys()
     echo = specs["fake__echo"]

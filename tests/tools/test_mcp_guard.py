@@ -92,7 +92,7 @@ def test_lines_that_are_not_json_rpc_are_dropped_and_counted() -> None:
 def test_notifications_tether_does_not_use_are_dropped_before_validation() -> None:
     guard = Guard("s")
     assert guard.inbound(line(method="notifications/message", params={"level": 3})) is None
-    assert guard.inbound(line(method="notifications/tools/list_changed")) is None
+    assert guard.inbound(line(method="notifications/prompts/list_changed")) is None
     assert guard.invalid == 0
     cancelled = line(method="notifications/cancelled", params={"requestId": 1})
     assert guard.inbound(cancelled) is not None
@@ -112,6 +112,16 @@ def test_progress_passes_in_a_burst_then_at_the_rate() -> None:
     assert progress(2)  # another call has its own burst
     now[0] += 1.0
     assert [progress(1) for _ in range(20)].count(True) == 10
+
+
+def test_tool_list_changes_pass_in_a_burst_then_at_the_rate() -> None:
+    now = [0.0]
+    guard = Guard("s", clock=lambda: now[0])
+    changed = line(method="notifications/tools/list_changed")
+    passed = [guard.inbound(changed) is not None for _ in range(PROGRESS_BURST + 5)]
+    assert passed.count(True) == PROGRESS_BURST
+    now[0] += 1.0
+    assert [guard.inbound(changed) is not None for _ in range(20)].count(True) == 10
 
 
 def test_requests_from_the_server_pass_while_few_wait_for_an_answer() -> None:

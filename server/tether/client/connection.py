@@ -1,4 +1,5 @@
-"""A minimal JSON-RPC 2.0 client over LSP framing, talking to a spawned ``tether serve``.
+"""A minimal JSON-RPC 2.0 client over LSP framing, talking to a ``tether serve``: one it spawned
+(stdio), or one listening on TCP (``tether serve --tcp HOST:PORT``).
 
 It pipelines freely (many requests in flight), keeps every server notification in order, and
 answers server-to-client requests through an optional callback. Error responses raise the
@@ -39,14 +40,17 @@ __all__ = ["Connection", "NotificationHandler", "RequestHandler", "RpcError"]
 class Connection:
     def __init__(
         self,
-        process: asyncio.subprocess.Process,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        process: asyncio.subprocess.Process | None = None,
         on_request: RequestHandler | None = None,
         on_notification: NotificationHandler | None = None,
     ) -> None:
-        assert process.stdin is not None and process.stdout is not None
+        """Talk over ``reader``/``writer``; ``process`` is the server when this side spawned it
+        (waited for on :meth:`close`)."""
         self.process = process
-        self._stdin = process.stdin
-        self._stdout = process.stdout
+        self._stdin = writer
+        self._stdout = reader
         self._ids = itertools.count(1)
         self._pending: dict[int | str, asyncio.Future[Any]] = {}
         self.on_request = on_request
@@ -80,7 +84,21 @@ class Connection:
             # is left out of the terminal's process group, and ends when its stdin closes.
             start_new_session=True,
         )
-        return cls(process, on_request, on_notification)
+        assert process.stdin is not None and process.stdout is not None
+        return cls(process.stdout, process.stdin, process, on_request, on_notification)
+
+    @classmethod
+    async def connect(
+        cls,
+        host: str,
+        port: int,
+        *,
+        on_request: RequestHandler | None = None,
+        on_notification: NotificationHandler | None = None,
+    ) -> Connection:
+        """Connect to a server listening on TCP (``tether serve --tcp HOST:PORT``)."""
+        reader, writer = await asyncio.open_connection(host, port)
+        return cls(reader, writer, None, on_request, on_notification)
 
     async def request(self, method: str, params: Any = None) -> Any:
         """Send a request and wait for its result; an error response raises :class:`RpcError`
@@ -113,14 +131,20 @@ class Connection:
         """Write bytes as they are: for framing tests."""
         self._stdin.write(data)
 
-    async def close(self, grace: float = 5.0) -> int:
-        """Shut the server down politely (``shutdown`` then ``exit``); its exit code."""
-        if self.process.returncode is None:
+    async def close(self, grace: float = 5.0) -> int | None:
+        """Shut the server down politely (``shutdown`` then ``exit``); its exit code when this
+        side spawned it (None over TCP: the server ends when its one client leaves)."""
+        if self.process is None or self.process.returncode is None:
             with contextlib.suppress(RpcError, ConnectionError, asyncio.TimeoutError):
                 await asyncio.wait_for(self.request("shutdown"), grace)
                 self.notify("exit")
             with contextlib.suppress(ConnectionError):
                 self._stdin.close()
+        if self.process is None:
+            with contextlib.suppress(ConnectionError, asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._reader), grace)
+            self._reader.cancel()
+            return None
         try:
             code = await asyncio.wait_for(self.process.wait(), grace)
         except TimeoutError:
@@ -131,7 +155,7 @@ class Connection:
 
     async def _read(self) -> None:
         decoder = FrameDecoder(max_body=sys.maxsize)  # the server's answers may be big
-        while chunk := await self._stdout.read(65536):
+        while chunk := await self._read_some():
             for item in decoder.feed(chunk):
                 if isinstance(item, Frame):
                     self._receive(orjson.loads(item.body))
@@ -140,6 +164,13 @@ class Connection:
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(ConnectionError("server closed its output"))
+
+    async def _read_some(self) -> bytes:
+        """The next bytes from the server; empty at the end (a reset socket ends too)."""
+        try:
+            return await self._stdout.read(65536)
+        except ConnectionError:
+            return b""
 
     def _receive(self, message: dict[str, Any]) -> None:
         if "method" in message:

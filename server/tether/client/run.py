@@ -14,21 +14,22 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Generator
-from typing import Any, Final
+from typing import Any, Final, Generic
 
 from pydantic import BaseModel, ValidationError
 
 from tether.client.connection import Connection
 from tether.client.errors import SessionBusyError
-from tether.protocol.kernel import ProgressParams, RunResult
+from tether.protocol.kernel import OutputT, ProgressParams, RunResult
 
 logger = logging.getLogger(__name__)
 
 _END: Final = object()  # put in a run's queue once its response has arrived
 
 
-class Run:
-    """A ``kernel/run`` in flight (from :meth:`TetherClient.run`).
+class Run(Generic[OutputT]):
+    """A ``kernel/run`` in flight (from :meth:`TetherClient.run`); ``Run[Model]`` for a run
+    with ``output_schema=Model``, whose result's ``output`` is a ``Model``.
 
     - ``async for event in run`` yields the run's ``kernel/progress`` params
       (:class:`~tether.protocol.kernel.ProgressParams`) in ``seq`` order, ``run_started`` first
@@ -51,7 +52,7 @@ class Run:
         request_id: int,
         future: asyncio.Future[Any],
         *,
-        output_type: type[BaseModel] | None = None,
+        output_type: type[OutputT] | None = None,
     ) -> None:
         self.session_id = session_id
         self.output_type = output_type  # the result's output is made an instance of it
@@ -73,18 +74,19 @@ class Run:
         if not self._future.done():
             self._connection.notify("$/cancelRequest", {"id": self.request_id})
 
-    async def result(self) -> RunResult:
+    async def result(self) -> RunResult[OutputT]:
         """The result, once the run has ended; an error response raises its exception. With an
         ``output_type``, a valid ``output`` is an instance of it."""
-        result = RunResult.model_validate(await asyncio.shield(self._future))
+        result: RunResult[Any] = RunResult.model_validate(await asyncio.shield(self._future))
         if self.output_type is not None and result.output is not None:
+            assert issubclass(self.output_type, BaseModel)
             result.output = self.output_type.model_validate(result.output)
         return result
 
-    def __await__(self) -> Generator[Any, None, RunResult]:
+    def __await__(self) -> Generator[Any, None, RunResult[OutputT]]:
         return self.result().__await__()
 
-    def __aiter__(self) -> Run:
+    def __aiter__(self) -> Run[OutputT]:
         return self
 
     async def __anext__(self) -> ProgressParams:
@@ -110,9 +112,11 @@ class RunRouter:
     """Hands each ``kernel/progress`` notification to the :class:`Run` it belongs to."""
 
     def __init__(self) -> None:
-        self._by_run_id: dict[str, Run] = {}
-        self._waiting: dict[str, deque[Run]] = {}  # session id -> runs before their run_started
-        self.runs: set[Run] = set()  # every run whose response has not arrived
+        self._by_run_id: dict[str, Run[Any]] = {}
+        self._waiting: dict[
+            str, deque[Run[Any]]
+        ] = {}  # session id -> runs before their run_started
+        self.runs: set[Run[Any]] = set()  # every run whose response has not arrived
 
     def add(self, run: Run) -> None:
         """Follow ``run``: call before any notification sent after its request can be read."""

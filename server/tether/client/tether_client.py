@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel
+from typing_extensions import TypeVar
 
 from tether.client.connection import Connection
 from tether.client.errors import InvalidParamsError, MethodNotFoundError, SessionNotFoundError
@@ -52,6 +53,9 @@ from tether.protocol.sessions import (
 from tether.protocol.tools import McpServerSpec
 
 logger = logging.getLogger(__name__)
+
+ModelT = TypeVar("ModelT", bound=BaseModel, default=Any)
+"""The output model of a run (``Any`` without one)."""
 
 PermissionOutcome = Literal["allow", "allow_always", "reject", "reject_always"]
 PermissionHandler = Callable[[PermissionParams], Awaitable[PermissionOutcome] | PermissionOutcome]
@@ -88,7 +92,8 @@ def _params(**fields: Any) -> dict[str, Any]:
 
 
 class TetherClient:
-    """A client of one ``tether serve`` process; make it with :meth:`spawn`."""
+    """A client of one ``tether serve`` process; make it with :meth:`spawn` (or :meth:`connect`
+    for one listening on TCP)."""
 
     def __init__(
         self,
@@ -143,6 +148,33 @@ class TetherClient:
 
         return _Spawn(start)
 
+    @classmethod
+    def connect(
+        cls,
+        host: str,
+        port: int,
+        workspace: Path | str | None = None,
+        options: Mapping[str, Any] | None = None,
+        *,
+        on_permission: PermissionHandler | None = None,
+        client_name: str = "tether-python-client",
+    ) -> _Spawn:
+        """Connect to a server started with ``tether serve --tcp HOST:PORT`` and initialize it;
+        the rest as :meth:`spawn`. Such a server serves one client and ends when it leaves, so
+        :meth:`close` (or leaving ``async with``) ends it too."""
+
+        async def start() -> TetherClient:
+            connection = await Connection.connect(host, port)
+            client = cls(connection, on_permission)
+            try:
+                await client._initialize(workspace, options, client_name)
+            except BaseException:
+                await connection.close()
+                raise
+            return client
+
+        return _Spawn(start)
+
     async def _initialize(
         self, workspace: Path | str | None, options: Mapping[str, Any] | None, client_name: str
     ) -> None:
@@ -160,9 +192,9 @@ class TetherClient:
         self.initialize_result = InitializeResult.model_validate(result)
         self.connection.notify("initialized", {})
 
-    async def close(self) -> int:
+    async def close(self) -> int | None:
         """Cancel the runs still going, shut the server down (``shutdown``, ``exit``) and wait for
-        it to end; its exit code."""
+        it to end; its exit code (None for a server reached by :meth:`connect`)."""
         for run in list(self._router.runs):
             run.cancel()
         return await self.connection.close()
@@ -402,22 +434,23 @@ class TetherClient:
         max_iterations: int | None = None,
         model: str | None = None,
         tools: Sequence[str] | None = None,
-        output_schema: type[BaseModel] | Mapping[str, Any] | None = None,
+        output_schema: type[ModelT] | Mapping[str, Any] | None = None,
         output_retries: int | None = None,
         author: str | None = None,
         directory: Path | str | None = None,
         work_done_token: str | int | None = None,
-    ) -> Run:
+    ) -> Run[ModelT]:
         """Send ``kernel/run`` now; the :class:`Run` iterates its progress events and awaits to its
         :class:`~tether.protocol.kernel.RunResult`.
 
         ``output_schema`` is a JSON Schema, or a pydantic model class: its schema is sent, and
-        the result's ``output`` is then an instance of it (``None`` when the run ended without
+        the result's ``output`` is then an instance of it, typed so (``Run[Model]`` awaits to a
+        ``RunResult[Model]``; ``None`` when the run ended without
         a valid answer: see ``stop_reason`` and ``output_errors``). ``author`` names who writes
         the run's messages (default: the session's ``agentId``); ``directory`` the folder of
         the workspace the turn works in (its ``AGENTS.md`` files are read); with
         ``work_done_token`` the server also reports LSP ``$/progress`` on that token."""
-        model_class: type[BaseModel] | None = None
+        model_class: type[ModelT] | None = None
         schema: dict[str, Any] | None = None
         if isinstance(output_schema, type):
             model_class = output_schema
@@ -437,7 +470,9 @@ class TetherClient:
             workDoneToken=work_done_token,
         )
         request_id, future = self.connection.start_request("kernel/run", params)
-        run = Run(self.connection, session_id, request_id, future, output_type=model_class)
+        run: Run[ModelT] = Run(
+            self.connection, session_id, request_id, future, output_type=model_class
+        )
         self._router.add(run)  # before any await: no event of it can have been read yet
         return run
 
@@ -454,8 +489,9 @@ class TetherClient:
 
     @property
     def returncode(self) -> int | None:
-        """The server's exit code once it has ended."""
-        return self.connection.process.returncode
+        """The server's exit code once it has ended (None for one reached by :meth:`connect`)."""
+        process = self.connection.process
+        return None if process is None else process.returncode
 
     async def _answer(self, method: str, params: Any) -> Any:
         """Server-to-client requests."""
@@ -469,7 +505,8 @@ class TetherClient:
 
 
 class _Spawn:
-    """What :meth:`TetherClient.spawn` returns: awaitable, or an async context manager."""
+    """What :meth:`TetherClient.spawn` and :meth:`TetherClient.connect` return: awaitable, or an
+    async context manager."""
 
     def __init__(self, start: Callable[[], Awaitable[TetherClient]]) -> None:
         self._start = start

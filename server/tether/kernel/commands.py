@@ -1,11 +1,14 @@
 """Slash commands: a prompt that starts with ``/name`` runs the command of that name.
 
-Three sources, in this order of precedence:
+Four sources, in this order of precedence:
 
 - **built-in** (:data:`BUILTINS`): answered by the kernel itself, without a model call; their
   answer is shown (``message_delta`` events, the result's ``response``) but not stored, so the
   model never reads it;
 - **user**: ``<config>/tether/commands/NAME.md`` (the user's own);
+- **mcp**: the prompts of the session's MCP servers, ``/mcp__server__prompt`` (as Claude Code
+  names them); the text after the name gives the prompt's arguments (:func:`prompt_arguments`),
+  and the server's ``prompts/get`` gives the text the model reads;
 - **workspace**: ``<workspace>/.tether/commands/NAME.md`` (the repository's: untrusted input).
 
 A file in a nested folder is named ``dir:name`` (``git/commit.md`` is ``/git:commit``). Neither
@@ -34,7 +37,7 @@ import logging
 import os
 import re
 import shlex
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -74,6 +77,7 @@ from tether.repofiles import RepoFileError, read_repo_file
 from tether.sessions.ids import uuid7
 from tether.sessions.store import SessionStore
 from tether.sessions.workspaces import local_path
+from tether.tools.base import SourcePrompt, ToolError
 from tether.tools.plan import checklist
 
 if TYPE_CHECKING:
@@ -299,10 +303,14 @@ class Loaded:
     commands: dict[str, CustomCommand] = field(default_factory=dict)
     warnings: list[RunWarning] = field(default_factory=list)
 
-    def listing(self) -> list[CommandInfo]:
-        """Every command: the built-ins first, then the custom ones by name."""
-        custom = sorted(self.commands.values(), key=lambda command: command.name)
-        return [*_BUILTIN_INFOS, *(command.info() for command in custom)]
+    def listing(self, prompts: Sequence[SourcePrompt] = ()) -> list[CommandInfo]:
+        """Every command: the built-ins first, then the custom ones and the MCP prompts by name
+        (an MCP prompt hides a workspace file of its name, not a user's)."""
+        infos = {prompt.name: prompt_info(prompt) for prompt in prompts}
+        for command in self.commands.values():
+            if command.source == "user" or command.name not in infos:
+                infos[command.name] = command.info()
+        return [*_BUILTIN_INFOS, *(infos[name] for name in sorted(infos))]
 
 
 def user_commands_dir(environ: Mapping[str, str] = os.environ) -> Path | None:
@@ -522,15 +530,7 @@ def expanded(
     """``params`` with the command's text as the prompt (in place of the first text block's),
     its model (unless the request named one) and its tools narrowed to ``allowed-tools``: of
     the request's tools, else of the session's, else those it names."""
-    text = expand(command.body, called.arguments)
-    prompt: Content
-    if isinstance(params.prompt, str):
-        prompt = text
-    else:
-        blocks = list(params.prompt)
-        first = next(i for i, block in enumerate(blocks) if isinstance(block, TextBlock))
-        blocks[first] = TextBlock(text=text)
-        prompt = blocks
+    prompt = _with_text(params, expand(command.body, called.arguments))
     tools = params.tools
     if command.allowed_tools is not None:
         allowed = set(command.allowed_tools)
@@ -541,6 +541,85 @@ def expanded(
     update = {"prompt": prompt, "tools": tools, "model": params.model or command.model}
     source = {"name": command.name, "arguments": called.arguments, "source": command.source}
     return Expanded(params.model_copy(update=update), {COMMAND_KEY: source})
+
+
+# -- MCP prompts -------------------------------------------------------------------------------
+
+MCP_PREFIX = "mcp__"
+
+
+def prompt_info(prompt: SourcePrompt) -> CommandInfo:
+    hint = " ".join(
+        f"<{argument.name}>" if argument.required else f"[{argument.name}]"
+        for argument in prompt.arguments
+    )
+    return CommandInfo(
+        name=prompt.name, description=prompt.description, argument_hint=hint or None, source="mcp"
+    )
+
+
+def prompt_arguments(prompt: SourcePrompt, text: str) -> dict[str, str]:
+    """The arguments of ``/prompt text``: ``name=value`` words by name, the other words in the
+    order the prompt declares its arguments (quotes group words as in a shell; the last
+    argument takes the words left over). InvalidParams when a required one is missing, or
+    words are given to a prompt that takes none."""
+    try:
+        words = shlex.split(text)
+    except ValueError:  # an unbalanced quote: words as typed
+        words = text.split()
+    declared = [argument.name for argument in prompt.arguments]
+    values: dict[str, str] = {}
+    positional: list[str] = []
+    for word in words:
+        name, equals, value = word.partition("=")
+        if equals and name in declared and name not in values:
+            values[name] = value
+        else:
+            positional.append(word)
+    free = [name for name in declared if name not in values]
+    if positional and not free:
+        raise InvalidParams.field(
+            "prompt", f"/{prompt.name} takes no more arguments ({_usage(prompt)})"
+        )
+    for index, name in enumerate(free):
+        if index >= len(positional):
+            break
+        last = index == len(free) - 1
+        values[name] = " ".join(positional[index:]) if last else positional[index]
+    missing = [a.name for a in prompt.arguments if a.required and a.name not in values]
+    if missing:
+        raise InvalidParams.field(
+            "prompt", f"/{prompt.name} needs {', '.join(missing)} ({_usage(prompt)})"
+        )
+    return values
+
+
+def _usage(prompt: SourcePrompt) -> str:
+    hint = prompt_info(prompt).argument_hint
+    return f"usage: /{prompt.name}{' ' + hint if hint else ''}"
+
+
+def _with_text(params: RunParams, text: str) -> Content:
+    """``params``'s prompt with ``text`` in place of the first text block's (or the string)."""
+    if isinstance(params.prompt, str):
+        return text
+    blocks = list(params.prompt)
+    first = next(i for i, block in enumerate(blocks) if isinstance(block, TextBlock))
+    blocks[first] = TextBlock(text=text)
+    return blocks
+
+
+async def prompt_run(params: RunParams, prompt: SourcePrompt, called: Invocation) -> Expanded:
+    """The run of an MCP prompt: its text from the server as the prompt."""
+    arguments = prompt_arguments(prompt, called.arguments)
+    try:
+        text = await prompt.render(arguments)
+    except ToolError as exc:
+        raise InvalidParams.field("prompt", f"/{prompt.name}: {exc}") from None
+    source = {"name": prompt.name, "arguments": called.arguments, "source": "mcp"}
+    return Expanded(
+        params.model_copy(update={"prompt": _with_text(params, text)}), {COMMAND_KEY: source}
+    )
 
 
 # -- a built-in's run --------------------------------------------------------------------------
@@ -590,6 +669,12 @@ class BuiltinCall:
 
 Compactor = Callable[[CompactParams, Emit, str], Awaitable[CompactResult]]
 """The kernel's compaction of a session (params, emit, the run id), under a lease taken."""
+PromptLister = Callable[[Session], Awaitable[Sequence[SourcePrompt]]]
+"""The prompts of the session's sources of tools (its MCP servers, started as needed)."""
+
+
+async def _no_prompts(session: Session) -> Sequence[SourcePrompt]:
+    return ()
 
 
 class AgentChoice(Protocol):
@@ -609,17 +694,21 @@ class SlashCommands:
         compact: Compactor,
         agents: AgentChoice,
         checkpoints: Checkpoints | None = None,
+        prompts: PromptLister = _no_prompts,
     ) -> None:
-        """``checkpoints``: what ``/undo`` and ``/rewind`` use (None: checkpoints are off)."""
+        """``checkpoints``: what ``/undo`` and ``/rewind`` use (None: checkpoints are off);
+        ``prompts``: the session's MCP servers' prompts, its ``/mcp__server__prompt`` commands."""
         self._store = store
         self._compact = compact
         self._agents = agents
         self._checkpoints = checkpoints
+        self._prompts = prompts
         self._user_dir = user_commands_dir()  # the environment of the process, as it started
 
     async def listing(self, session: Session) -> CommandsResult:
         loaded = await self._load(session)
-        return CommandsResult(commands=loaded.listing(), warnings=loaded.warnings or None)
+        commands = loaded.listing(await self._prompts(session))
+        return CommandsResult(commands=commands, warnings=loaded.warnings or None)
 
     async def resolve(self, session: Session, params: RunParams) -> BuiltinCall | Expanded:
         """What a prompt asks for: a built-in, a custom command's run, else the prompt as
@@ -632,6 +721,11 @@ class SlashCommands:
         if found is not None:
             return BuiltinCall(found, called)
         command = (await self._load(session)).commands.get(called.name)
+        if called.name.startswith(MCP_PREFIX) and (command is None or command.source != "user"):
+            prompts = await self._prompts(session)
+            prompt = next((p for p in prompts if p.name == called.name), None)
+            if prompt is not None:
+                return await prompt_run(params, prompt, called)
         if command is None:
             return Expanded(params, None)
         return expanded(params, command, called, session.tools)
@@ -642,7 +736,7 @@ class SlashCommands:
         """Run a built-in under the lease the run took."""
 
         async def listing() -> list[CommandInfo]:
-            return (await self._load(session)).listing()
+            return (await self._load(session)).listing(await self._prompts(session))
 
         compact = CompactParams(session_id=session.session_id)
         host = CommandHost(

@@ -41,6 +41,7 @@ from tether.kernel.checkpoints import Checkpoints
 from tether.kernel.history import in_model_order
 from tether.kernel.hooks import Hooks
 from tether.kernel.plans import StorePlan
+from tether.kernel.resources import attach_resources
 from tether.kernel.run import Emit, LeaseState, Run, RunSetup, cancelling, not_cancelled
 from tether.kernel.state import StoreState
 from tether.kernel.subagents import (
@@ -89,7 +90,7 @@ from tether.secrets import Secrets, configured_secrets
 from tether.sessions.ids import uuid7
 from tether.sessions.store import SessionStore
 from tether.sessions.workspaces import local_path
-from tether.tools.base import ToolContext, ToolExecutor
+from tether.tools.base import SourcePrompt, ToolContext, ToolExecutor
 from tether.tools.confinement import SandboxPolicy
 
 logger = logging.getLogger(__name__)
@@ -167,7 +168,9 @@ class Kernel:
         self._handles: dict[str, list[RunHandle]] = {}
         # session -> the ends of its runs in this process (each done once the lease is given back)
         self._ends: dict[str, list[asyncio.Future[None]]] = {}
-        self._slash = slash.SlashCommands(store, self._compact, self, checkpoints)
+        self._slash = slash.SlashCommands(
+            store, self._compact, self, checkpoints, self._source_prompts
+        )
 
     def is_running(self, session_id: str) -> bool:
         return session_id in self._runs
@@ -419,6 +422,7 @@ class Kernel:
                 return await self._slash.answer(command, session, run_id, emit)
             plan = StorePlan(self._store, session.session_id)
             setup = await self._setup(session, command.params, run_id, emit, state, plan)
+            prompt = await attach_resources(command.params.prompt, setup.tools)
             run = Run(dataclasses.replace(setup, prompt_metadata=command.metadata))
             plan.bind(run.emit)
             # A prompt a hook may refuse names no session before it is let in.
@@ -437,7 +441,7 @@ class Kernel:
         except TetherError as exc:
             self._add_warnings(exc, None if session is None else _local_workspace(session))
             raise
-        result = await run.execute(command.params.prompt)
+        result = await run.execute(prompt)
         if title_later:
             await self._title(session.session_id, params.prompt)
         return result
@@ -450,6 +454,13 @@ class Kernel:
         if session.session_id in self._lineages:
             return slash.Expanded(params, None)
         return await self._slash.resolve(session, params)
+
+    async def _source_prompts(self, session: Session) -> Sequence[SourcePrompt]:
+        """The prompts of the session's MCP servers (started as a run would start them)."""
+        folder = _local_workspace(session)
+        config = await self._folder_config(folder)
+        executor = await self._tools(config, session.session_id, _workspace_root(session))
+        return executor.prompts()
 
     async def commands(self, params: CommandsParams) -> CommandsResult:
         """``session/commands``: the slash commands the session's prompts may start with."""
@@ -508,7 +519,8 @@ class Kernel:
             instructions.text,
             memory.text,
         )
-        specs = await self._specs(executor, session, params, config, profile, lineage)
+        offer = await self._offer(session, params, config, profile, lineage)
+        specs = offer(executor.list())
         context = ToolContext(
             workspace=workspace,
             session_id=session.session_id,
@@ -529,6 +541,7 @@ class Kernel:
             provider=provider,
             tools=executor,
             tool_specs=specs,
+            offer=offer,
             context=context,
             model=provider_config.model or "",
             system=system,
@@ -581,22 +594,28 @@ class Kernel:
             return None
         return await asyncio.to_thread(self._profiles.require, session.agent, folder)
 
-    async def _specs(
+    async def _offer(
         self,
-        executor: ToolExecutor,
         session: Session,
         params: RunParams,
         config: TetherConfig,
         profile: AgentProfile | None,
         lineage: Lineage | None,
-    ) -> list[ToolSpec]:
-        """The tools the run offers: the session's, the run's, the profile's and, for a
-        sub-agent, its parent's allow-lists all narrow them."""
-        specs = executor.list()
-        if _offers_task(config, lineage):
-            specs = [*specs, await self._task_spec(_local_workspace(session))]
-        allowed = narrowed(_allowed(specs, session.tools, params.tools), profile, lineage)
-        return offered(allowed, session.mode)
+    ) -> Callable[[list[ToolSpec]], list[ToolSpec]]:
+        """What the run offers of a tool list, at its start and again when a server's tools
+        change: the session's, the run's, the profile's and, for a sub-agent, its parent's
+        allow-lists all narrow it, then the mode; ``task`` joins it when sub-agents may run."""
+        task = (
+            [await self._task_spec(_local_workspace(session))]
+            if _offers_task(config, lineage)
+            else []
+        )
+
+        def offer(specs: list[ToolSpec]) -> list[ToolSpec]:
+            allowed = _allowed([*specs, *task], session.tools, params.tools)
+            return offered(narrowed(allowed, profile, lineage), session.mode)
+
+        return offer
 
     async def _task_spec(self, folder: Path | None) -> ToolSpec:
         """The ``task`` tool, naming the profiles (listed on a thread, when there may be any)."""

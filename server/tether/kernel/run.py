@@ -166,6 +166,9 @@ class RunSetup:
     parent: tuple[str, str] | None = None  # a sub-agent's: its parent's run and task call ids
     checkpoints: RunCheckpoints | None = None  # records what edit and execute calls change
     prompt_metadata: dict[str, Any] | None = None  # of the user message (a slash command's)
+    # Which of the executor's tools the run offers (the session's, the request's and the mode's
+    # choice), applied again when a source's tools change mid-run (ToolExecutor.refreshed).
+    offer: Callable[[list[ToolSpec]], list[ToolSpec]] = list
 
 
 class Run:
@@ -494,7 +497,17 @@ class Run:
         self._history.extend(stored)  # not in the view: the caller puts it in place
         return stored[0]
 
+    async def _offer_changed_tools(self) -> None:
+        """A source said its tools changed (MCP ``tools/list_changed``): the next model call
+        sees the new list."""
+        specs = await self._setup.tools.refreshed()
+        if specs is None:
+            return
+        self._setup.tool_specs = self._setup.offer(list(specs))
+        self._allowed = {spec.name: spec for spec in self._setup.tool_specs}
+
     async def _think(self, message_id: str) -> Completion:
+        await self._offer_changed_tools()
         setup = self._setup
         native = setup.output is not None and setup.provider.native_output
         request = ModelRequest(

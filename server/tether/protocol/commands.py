@@ -9,7 +9,7 @@ from pydantic import ConfigDict, Field
 from tether.protocol.base import Params, WireModel
 from tether.protocol.kernel import RunWarning
 
-CommandSource = Literal["builtin", "user", "workspace"]
+CommandSource = Literal["builtin", "user", "workspace", "mcp"]
 
 COMMAND_KEY = "command"
 """The ``metadata`` key of a user message a custom command wrote: ``{name, arguments, source}``
@@ -23,7 +23,10 @@ class CommandsParams(Params):
 class CommandInfo(WireModel):
     model_config = ConfigDict(**WireModel.model_config, frozen=True)  # hashable, shared
 
-    name: str = Field(description="typed after `/`; a nested file's is `dir:name`")
+    name: str = Field(
+        description="typed after `/`; a nested file's is `dir:name`, an MCP prompt's "
+        "`mcp__server__prompt`"
+    )
     description: str = ""
     argument_hint: str | None = Field(
         default=None, description="what to type after the name, e.g. `<file> [focus]`"

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Generic, Literal
 
 from pydantic import Field, JsonValue, field_validator
+from typing_extensions import TypeVar
 
 from tether.protocol.base import Params, WireModel
 from tether.protocol.messages import Content, Message
@@ -120,7 +121,13 @@ class Notice(WireModel):
     data: dict[str, Any] | None = None
 
 
-class RunResult(WireModel):
+OutputT = TypeVar("OutputT", default=Any)
+"""The type of a run's ``output``: ``Any`` on the wire, the output model in the client."""
+
+
+class RunResult(WireModel, Generic[OutputT]):
+    # RunResult[Model] (what the client returns for output_schema=Model) types output as Model
+
     run_id: str
     session_id: str
     stop_reason: StopReason
@@ -131,7 +138,7 @@ class RunResult(WireModel):
     warnings: list[RunWarning] | None = Field(
         default=None, description="problems to fix that did not stop the run (omitted: none)"
     )
-    output: Any = Field(
+    output: OutputT | None = Field(
         default=None, description="with outputSchema: the final answer, parsed and valid"
     )
     output_errors: list[str] | None = Field(

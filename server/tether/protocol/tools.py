@@ -62,6 +62,10 @@ class McpServerSpec(WireModel):
         description='HTTP: "streamable-http" (the default) or "sse" (HTTP+SSE)',
     )
     timeout: float = Field(default=120.0, gt=0, description="seconds allowed per tool call")
+    oauth: bool = Field(
+        default=False,
+        description="HTTP: sign in with OAuth 2.1 (tokens kept in the user's data directory)",
+    )
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerSpec:
@@ -72,8 +76,10 @@ class McpServerSpec(WireModel):
                 raise ValueError("`args`, `env` and `cwd` go with `command`, not with `url`")
             if not self.url.startswith(("http://", "https://")):
                 raise ValueError("`url` must be an http:// or https:// URL")
-        elif self.headers or self.transport is not None:
-            raise ValueError("`headers` and `transport` go with `url`, not with `command`")
+            if self.oauth and self.transport == "sse":
+                raise ValueError("`oauth` works with streamable HTTP only, not with `sse`")
+        elif self.headers or self.transport is not None or self.oauth:
+            raise ValueError("`headers`, `transport` and `oauth` go with `url`, not with `command`")
         return self
 
 

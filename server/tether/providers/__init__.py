@@ -38,7 +38,13 @@ from tether.providers.base import (
 )
 from tether.providers.errors import ScriptExhausted, ScriptNotUsedUp
 from tether.providers.retry import RetryPolicy, Sleep
-from tether.providers.scripted import ScriptedProvider, ScriptTurn
+from tether.providers.scripted import (
+    FunctionProvider,
+    ScriptedProvider,
+    ScriptTurn,
+    TurnFunction,
+    load_function,
+)
 from tether.secrets import PROVIDER_KEY_VARIABLES
 
 if TYPE_CHECKING:
@@ -52,6 +58,7 @@ if "httpx" not in sys.modules and "httpx._main" not in sys.modules:
 
 __all__ = [
     "Completion",
+    "FunctionProvider",
     "ModelRequest",
     "Provider",
     "ProviderEvent",
@@ -62,6 +69,7 @@ __all__ = [
     "ScriptedProvider",
     "TextDelta",
     "ThoughtDelta",
+    "TurnFunction",
     "make_provider",
     "warm",
 ]
@@ -107,6 +115,22 @@ def make_provider(
     return provider
 
 
+def _scripted(config: ProviderConfig, sleep: Sleep) -> Provider:
+    """A script file played back, or a function (``provider.function``) deciding each turn."""
+    if config.function and config.script:
+        raise _config_error(
+            "provider.function", "give the scripted provider a script or a function, not both"
+        )
+    if config.function:
+        function = load_function(config.function)
+        return FunctionProvider(function, model=config.model, sleep=sleep, record=False)
+    if not config.script:
+        raise _config_error(
+            "provider.script", "the scripted provider needs a script file (or provider.function)"
+        )
+    return ScriptedProvider.from_file(config.script, model=config.model, sleep=sleep, record=False)
+
+
 def _make(
     config: ProviderConfig,
     client: httpx.AsyncClient | Callable[[], httpx.AsyncClient] | None,
@@ -121,11 +145,7 @@ def _make(
             "provider.type", "no provider is configured (openai, anthropic, gemini or scripted)"
         )
     if kind == "scripted":
-        if not config.script:
-            raise _config_error("provider.script", "the scripted provider needs a script file")
-        return ScriptedProvider.from_file(
-            config.script, model=config.model, sleep=pause, record=False
-        )
+        return _scripted(config, pause)
     if not config.model:
         raise _config_error("provider.model", f"the {kind} provider needs a model name")
     retry = RetryPolicy(max_retries=config.max_retries, sleep=pause)

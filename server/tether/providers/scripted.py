@@ -1,37 +1,35 @@
-"""The scripted provider: plays back a script of turns, for tests and the headless harness.
+"""The scripted providers: a script of turns played back, or a Python function that decides each
+turn, for tests, demos and the headless harness.
 
-A script is a JSON list of turns (or ``{"turns": [...]}``)::
+The script format (turn fields, defaults, errors) is documented in ``docs/testing.md``; in
+short, a script is a JSON list of turns (or ``{"turns": [...]}``), each with ``text``,
+``toolCalls``, ``delay``, ``usage``, ``finishReason``, ``error`` and ``status``. Text streams as
+word-sized :class:`TextDelta` pieces, then one :class:`Completion` carries the text and calls.
 
-    [{"text": "Let me look.", "toolCalls": [{"id": "c1", "name": "read_file",
-                                            "arguments": {"path": "README.md"}}]},
-     {"text": "It is a README.", "delay": 0.5}]
+:class:`ScriptedProvider` plays a list of turns; each request takes the next, and a request past
+the end raises :class:`ScriptExhausted` (:meth:`ScriptedProvider.assert_used_up` raises when
+turns are left). :class:`FunctionProvider` asks a function (pydantic-ai's ``FunctionModel``): it
+gets each :class:`ModelRequest` (the messages and tools the model would see) and returns the
+turn, as a :class:`ScriptTurn`, a mapping in the script's format, or a plain string of text. The
+server loads one by name (``provider.function = "package.module:decide"``).
 
-Each request takes the next turn. Its ``text`` streams as word-sized :class:`TextDelta` pieces,
-then one :class:`Completion` carries the text and the tool calls (``id`` defaults to
-``call_<turn>_<n>``; ``arguments`` is an object or its JSON text). ``delay`` seconds are waited
-after the first piece (before the completion when there is no text), so a test can cancel in the
-middle of a turn. ``usage`` and ``finishReason`` are passed on when given; a turn with ``error``
-fails with a ProviderError instead.
-
-A compaction's summary request (:mod:`tether.kernel.compaction`) takes the next turn like any
-other, so a script plays a summary as the turn whose ``text`` is the summary; the recorded
-request tells it apart (its ``system`` is the summarizing prompt, and it offers no tools).
-
-Every request is recorded in ``requests`` (``record=True``, the default, for tests that hold the
-provider; a server's own provider, which nobody can read, records none: a copy of each request's
-history would make a long session's memory grow with the square of its length). A request past
-the end of the script raises :class:`ScriptExhausted`; :meth:`ScriptedProvider.assert_used_up`
-raises when turns are left.
+A compaction's summary request (:mod:`tether.kernel.compaction`) takes a turn like any other (its
+``system`` is the summarizing prompt, and it offers no tools). Every request is recorded in
+``requests`` (``record=True``, the default, for tests that hold the provider; a server's own
+provider, which nobody can read, records none: a copy of each request's history would make a
+long session's memory grow with the square of its length).
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
+import inspect
 import re
-from collections.abc import AsyncGenerator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -143,32 +141,137 @@ class ScriptedProvider(Provider):
     async def stream(self, request: ModelRequest) -> AsyncGenerator[TextDelta | Completion, None]:
         request = prepare(request, self.capabilities)
         if self.record:
-            self.requests.append(
-                replace(
-                    request,
-                    messages=tuple(request.messages),
-                    tools=tuple(request.tools),
-                    settings=dict(request.settings),
-                )
-            )
+            self.requests.append(_recorded(request))
         if self._next >= len(self.turns):
             raise ScriptExhausted(len(self.turns))
         number = self._next
-        turn = self.turns[number]
         self._next += 1
-        if turn.error is not None:
-            data: dict[str, Any] = {"provider": self.name}
-            if turn.status is not None:
-                data["status"] = turn.status
-            raise ProviderError(f"scripted: {turn.error}", data)
-        pieces = text_pieces(turn.text)
-        for index, piece in enumerate(pieces):
-            yield TextDelta(text=piece)
-            if index == 0 and turn.delay:
-                await self._sleep(turn.delay)
-        if not pieces and turn.delay:
-            await self._sleep(turn.delay)
-        yield _completion(turn, number)
+        async for event in _play(self.turns[number], number, self._sleep):
+            yield event
+
+
+TurnReply = ScriptTurn | Mapping[str, Any] | str
+"""What a turn function returns: a turn, a mapping in the script's format, or the text alone."""
+TurnFunction = Callable[[ModelRequest], TurnReply | Awaitable[TurnReply]]
+"""Decides the model's turn from the request (sync or async)."""
+
+
+class FunctionProvider(Provider):
+    """A scripted provider whose turns ``function`` decides, one call per request."""
+
+    name = "scripted"
+
+    def __init__(
+        self,
+        function: TurnFunction,
+        *,
+        model: str | None = None,
+        sleep: Sleep = asyncio.sleep,
+        record: bool = True,
+    ) -> None:
+        self.function = function
+        self.model = model
+        self.record = record
+        self.requests: list[ModelRequest] = []
+        self.calls = 0
+        self._sleep = sleep
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[TextDelta | Completion, None]:
+        request = prepare(request, self.capabilities)
+        if self.record:
+            self.requests.append(_recorded(request))
+        number = self.calls
+        self.calls += 1
+        turn = await self._decide(request)
+        async for event in _play(turn, number, self._sleep):
+            yield event
+
+    async def _decide(self, request: ModelRequest) -> ScriptTurn:
+        """The function's turn; ProviderError naming the function when it fails or returns
+        something that is not a turn (the run then fails with -32012, the reason in it)."""
+        name = getattr(self.function, "__qualname__", repr(self.function))
+        try:
+            reply = self.function(request)
+            if inspect.isawaitable(reply):
+                reply = await reply
+        except ProviderError:
+            raise
+        except Exception as exc:
+            raise ProviderError(
+                f"scripted function {name} failed: {type(exc).__name__}: {exc}",
+                {"provider": self.name},
+            ) from exc
+        try:
+            return as_turn(reply)
+        except (ValidationError, TypeError) as exc:
+            raise ProviderError(
+                f"scripted function {name} returned no valid turn: {exc}", {"provider": self.name}
+            ) from exc
+
+
+def as_turn(reply: object) -> ScriptTurn:
+    """A turn function's reply as a :class:`ScriptTurn`."""
+    if isinstance(reply, ScriptTurn):
+        return reply
+    if isinstance(reply, str):
+        return ScriptTurn(text=reply)
+    if isinstance(reply, Mapping):
+        return ScriptTurn.model_validate(reply)
+    raise TypeError(f"expected a ScriptTurn, a mapping or a string, got {type(reply).__name__}")
+
+
+def load_function(spec: str) -> TurnFunction:
+    """The turn function ``"package.module:name"`` names (``name`` may be dotted:
+    ``module:Class.method``); ConfigError naming ``provider.function`` when there is none."""
+    module_name, colon, attribute = spec.partition(":")
+    if not colon or not module_name or not attribute:
+        raise _function_error(f"{spec!r} is not of the form package.module:function")
+    try:
+        found: Any = importlib.import_module(module_name)
+    except Exception as exc:  # the module's own code may fail in any way
+        raise _function_error(f"cannot import {module_name}: {type(exc).__name__}: {exc}") from exc
+    for part in attribute.split("."):
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise _function_error(f"{module_name} has no {attribute}") from None
+    if not callable(found):
+        raise _function_error(f"{spec} is not callable")
+    return cast(TurnFunction, found)
+
+
+def _function_error(reason: str) -> ConfigError:
+    return ConfigError(f"provider.function: {reason}", {"key": "provider.function"})
+
+
+def _recorded(request: ModelRequest) -> ModelRequest:
+    """A copy of ``request`` that later changes to the session's lists do not reach."""
+    return replace(
+        request,
+        messages=tuple(request.messages),
+        tools=tuple(request.tools),
+        settings=dict(request.settings),
+    )
+
+
+async def _play(
+    turn: ScriptTurn, number: int, sleep: Sleep
+) -> AsyncGenerator[TextDelta | Completion, None]:
+    """One turn as a stream: its text piece by piece (``delay`` after the first), then the
+    completion; a turn with ``error`` fails instead."""
+    if turn.error is not None:
+        data: dict[str, Any] = {"provider": "scripted"}
+        if turn.status is not None:
+            data["status"] = turn.status
+        raise ProviderError(f"scripted: {turn.error}", data)
+    pieces = text_pieces(turn.text)
+    for index, piece in enumerate(pieces):
+        yield TextDelta(text=piece)
+        if index == 0 and turn.delay:
+            await sleep(turn.delay)
+    if not pieces and turn.delay:
+        await sleep(turn.delay)
+    yield _completion(turn, number)
 
 
 def _completion(turn: ScriptTurn, number: int) -> Completion:

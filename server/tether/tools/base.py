@@ -7,7 +7,7 @@ an error result that goes back to the model, never into a failed run.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -116,6 +116,36 @@ class SourceFailure:
         return f"{self.source} is not running ({self.reason})"
 
 
+@dataclass(frozen=True)
+class PromptArgument:
+    name: str
+    description: str = ""
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class SourcePrompt:
+    """A prompt a source of tools offers (an MCP server's ``prompts/list``), typed as the slash
+    command ``/name``; ``render`` gets the arguments by name and returns the prompt's text
+    (the server's ``prompts/get``), raising :class:`ToolError` when the source fails."""
+
+    name: str  # "mcp__github__review"
+    description: str
+    arguments: tuple[PromptArgument, ...]
+    render: Callable[[Mapping[str, str]], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class SourceResource:
+    """A resource a source read for a prompt (``resources/read``): its text as the model reads
+    it, or why it could not be read."""
+
+    uri: str
+    source: str  # "MCP server 'notes'"
+    text: str
+    is_error: bool = False
+
+
 class ToolError(Exception):
     """A failure the model should read (bad arguments, a missing file, a path outside)."""
 
@@ -166,6 +196,19 @@ class ToolExecutor(Protocol):
         edits no file or will fail anyway."""
         ...
 
+    async def refreshed(self) -> Sequence[ToolSpec] | None:
+        """The tools again when a source said its list changed since they were last read (MCP
+        ``notifications/tools/list_changed``); None when nothing changed."""
+        ...
+
+    def prompts(self) -> Sequence[SourcePrompt]:
+        """The prompts the sources offer (as slash commands)."""
+        ...
+
+    async def read_resource(self, uri: str) -> SourceResource | None:
+        """The resource ``uri`` read through the source that lists it; None when none does."""
+        ...
+
 
 class ToolLayer:
     """A :class:`ToolExecutor` over ``inner`` that changes how some calls run (``execute``)
@@ -190,3 +233,12 @@ class ToolLayer:
 
     async def execute(self, name: str, arguments: str, context: ToolContext) -> ToolResult:
         return await self._inner.execute(name, arguments, context)
+
+    async def refreshed(self) -> Sequence[ToolSpec] | None:
+        return await self._inner.refreshed()
+
+    def prompts(self) -> Sequence[SourcePrompt]:
+        return self._inner.prompts()
+
+    async def read_resource(self, uri: str) -> SourceResource | None:
+        return await self._inner.read_resource(uri)

@@ -18,7 +18,15 @@ from typing import Any
 
 from tether.protocol.limits import MAX_JSON_DEPTH, NESTED_TOO_DEEP, nested_deeper_than
 from tether.protocol.tools import ProposedChange, ToolKind, ToolSpec
-from tether.tools.base import SourceFailure, Tool, ToolContext, ToolError, ToolResult
+from tether.tools.base import (
+    SourceFailure,
+    SourcePrompt,
+    SourceResource,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolResult,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +102,18 @@ class ToolRegistry:
     def failures(self) -> Sequence[SourceFailure]:
         """Built-in tools always offer themselves."""
         return ()
+
+    async def refreshed(self) -> Sequence[ToolSpec] | None:
+        """Built-in tools do not change."""
+        return None
+
+    def prompts(self) -> Sequence[SourcePrompt]:
+        """Built-in tools offer no prompts."""
+        return ()
+
+    async def read_resource(self, uri: str) -> SourceResource | None:
+        """Built-in tools list no resources."""
+        return None
 
     async def proposed_change(
         self, name: str, arguments: str, context: ToolContext

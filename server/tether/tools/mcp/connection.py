@@ -13,6 +13,8 @@ its process group (every wait is bounded). A stdio server's messages pass a
 :class:`~tether.tools.mcp.guard.Guard` (:mod:`tether.tools.mcp.stdio`).
 
 The server's stderr goes to tether's stderr, never to its stdout (which carries protocol frames).
+A server's ``notifications/tools/list_changed`` calls ``on_tools_changed`` (the tools are listed
+again before the next model call).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
@@ -57,6 +59,8 @@ logger = logging.getLogger(__name__)
 
 PING_TIMEOUT = 5.0  # seconds a server has to answer a ping after one of its calls timed out
 MAX_TOOLS = 128  # tools taken from one server
+MAX_PROMPTS = 128  # prompts taken from one server
+MAX_RESOURCES = 1024  # resources taken from one server's list
 MAX_LIST_PAGES = 16  # pages of tools/list read from one server
 CLOSE_TIMEOUT = 10.0  # the SDK's own shutdown takes at most about 6 s
 HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
@@ -88,6 +92,7 @@ class McpConnection:
         self.sandbox = sandbox
         self.stopped = False
         self.guard = Guard(spec.name)
+        self.on_tools_changed: Callable[[], None] = _nothing
         self._session: ClientSession | None = None
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -130,6 +135,63 @@ class McpConnection:
             MAX_LIST_PAGES,
         )
         return tools
+
+    @property
+    def capabilities(self) -> types.ServerCapabilities | None:
+        return None if self._session is None else self._session.server_capabilities
+
+    async def list_prompts(self, seconds: float) -> list[types.Prompt]:
+        """The prompts the server offers (none when it declares no ``prompts`` capability): at
+        most :data:`MAX_PROMPTS`, read within ``seconds``."""
+        session = self._require()
+        capabilities = session.server_capabilities
+        if capabilities is None or capabilities.prompts is None:
+            return []
+        prompts: list[types.Prompt] = []
+        cursor: str | None = None
+        async with asyncio.timeout(seconds):
+            for _ in range(MAX_LIST_PAGES):
+                params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+                page = await self._watch(session.list_prompts(params=params))
+                prompts.extend(page.prompts)
+                cursor = page.next_cursor
+                if not cursor or len(prompts) >= MAX_PROMPTS:
+                    break
+        return prompts[:MAX_PROMPTS]
+
+    async def list_resources(self, seconds: float) -> list[types.Resource]:
+        """The resources the server lists (none without a ``resources`` capability): at most
+        :data:`MAX_RESOURCES`, read within ``seconds``."""
+        session = self._require()
+        capabilities = session.server_capabilities
+        if capabilities is None or capabilities.resources is None:
+            return []
+        resources: list[types.Resource] = []
+        cursor: str | None = None
+        async with asyncio.timeout(seconds):
+            for _ in range(MAX_LIST_PAGES):
+                params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+                page = await self._watch(session.list_resources(params=params))
+                resources.extend(page.resources)
+                cursor = page.next_cursor
+                if not cursor or len(resources) >= MAX_RESOURCES:
+                    break
+        return resources[:MAX_RESOURCES]
+
+    async def get_prompt(self, name: str, arguments: dict[str, str]) -> types.GetPromptResult:
+        session = self._require()
+        async with asyncio.timeout(self.spec.timeout):
+            return await self._watch(session.get_prompt(name, arguments))
+
+    async def read_resource(self, uri: str) -> types.ReadResourceResult:
+        session = self._require()
+        async with asyncio.timeout(self.spec.timeout):
+            return await self._watch(session.read_resource(uri))
+
+    async def _on_message(self, message: types.ServerNotification | Exception) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            logger.info("MCP server %s: its list of tools changed", self.spec.name)
+            self.on_tools_changed()
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], progress: Progress
@@ -194,6 +256,7 @@ class McpConnection:
                         read,
                         write,
                         client_info=types.Implementation(name="tether", version=__version__),
+                        message_handler=self._on_message,
                     )
                 )
                 await session.initialize()
@@ -222,8 +285,13 @@ class McpConnection:
                 yield streams
             return
         if spec.url is not None:
+            auth = None
+            if spec.oauth:
+                from tether.tools.mcp.oauth import oauth_provider
+
+                auth = await stack.enter_async_context(oauth_provider(spec.name, spec.url))
             http = await stack.enter_async_context(
-                httpx2.AsyncClient(headers=spec.headers, timeout=HTTP_TIMEOUT)
+                httpx2.AsyncClient(headers=spec.headers, timeout=HTTP_TIMEOUT, auth=auth)
             )
             async with streamable_http_client(spec.url, http_client=http) as streams:
                 yield streams
@@ -290,6 +358,10 @@ def _runnable(program: str, path: str, cwd: Path) -> None:
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
     if not (found.is_file() and os.access(found, os.X_OK)):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
+
+
+def _nothing() -> None:
+    pass
 
 
 def describe(exc: BaseException) -> str:

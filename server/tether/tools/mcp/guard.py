@@ -10,9 +10,10 @@ message, what reaches the SDK's session:
   was over the limit, becomes an error answer for its ``id`` when its ``id`` can be read, so the
   call that waits for it fails at once (code :data:`INVALID_ANSWER`) instead of waiting out its
   timeout;
-- of the notifications, only progress and cancellation pass, progress at a bounded rate (per
-  call, a burst of :data:`PROGRESS_BURST`, then :data:`PROGRESS_RATE` a second); tether has no
-  use for the others (log messages, list changes), so a flood of them costs a JSON parse each
+- of the notifications, only progress, cancellation and ``notifications/tools/list_changed``
+  pass, progress and list changes at a bounded rate (per call, and for list changes per server,
+  a burst of :data:`PROGRESS_BURST`, then :data:`PROGRESS_RATE` a second); tether has no use
+  for the others (log messages, other list changes), so a flood of them costs a JSON parse each
   and nothing more;
 - requests from the server (``ping``, ``roots/list``…) pass while fewer than
   ``max_server_requests`` of them await tether's answer; the others are dropped, so a server
@@ -42,6 +43,8 @@ logger = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 MAX_SERVER_REQUESTS = 16
+_TOOLS_CHANGED = "tools/list_changed"  # its bucket among the progress tokens' (those are keyed
+# by the JSON of the token, so never this bare text)
 PROGRESS_BURST = 32  # progress notifications of one call passed at once…
 PROGRESS_RATE = 10.0  # …and then per second
 INVALID_ANSWER = -32099  # made here, for an answer that could not be used; never on the wire
@@ -168,6 +171,8 @@ class Guard:
             return True
         if method == "notifications/progress":
             return self._progress_due(_key(params.get("progressToken")))
+        if method == "notifications/tools/list_changed":
+            return self._progress_due(_TOOLS_CHANGED)
         return False
 
     def _progress_due(self, token: str) -> bool:

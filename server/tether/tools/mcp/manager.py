@@ -6,12 +6,18 @@ latter are kept here, in memory, for the life of the process: they never enter t
 the store, since their ``env`` and ``headers`` may hold credentials.
 
 A session's servers start in the background when the session is made (:meth:`McpManager.start`),
-or else when a run first needs the tool list; each is asked for its tools at the start of every
-run, but for the first run after a start in the background, which takes what that start listed
-(waiting for it when it is still under way). A server that fails to start (or does not
-initialize within ``mcp.start_timeout``), or that stopped (it crashed), is logged and restarted
-at the next run; meanwhile its tools (as last listed) answer with an error result saying so,
-and the run goes on with the other tools. Nothing here raises but cancellation.
+or else when a run first needs the tool list; each is asked for its tools (and its prompts and
+resources, when it declares them) at the start of every run, but for the first run after a start
+in the background, which takes what that start listed (waiting for it when it is still under
+way). A server that says its tools changed (``notifications/tools/list_changed``) is asked again
+before the run's next model call. Its prompts are the session's slash commands
+``/mcp__server__prompt``; a prompt's resource link to a URI a server lists is read through that
+server.
+
+A server that fails to start (or does not initialize within ``mcp.start_timeout``), or that
+stopped (it crashed), is logged and restarted at the next run; meanwhile its tools (as last
+listed) answer with an error result saying so, and the run goes on with the other tools.
+Nothing here raises but cancellation.
 """
 
 from __future__ import annotations
@@ -19,11 +25,23 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 from tether.protocol.tools import McpServerSpec, ProposedChange, ToolSpec
-from tether.tools.base import SourceFailure, Tool, ToolContext, ToolResult
+from tether.tools.base import (
+    SourceFailure,
+    SourcePrompt,
+    SourceResource,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolResult,
+)
 from tether.tools.confinement import McpSandbox, SandboxPolicy
 from tether.tools.registry import ToolRegistry
 
@@ -48,6 +66,9 @@ class McpServer:
         self.error: str | None = None  # why it is not running, when it is not
         self._connection: McpConnection | None = None
         self._tools: list[types.Tool] = []
+        self.prompts: list[types.Prompt] = []
+        self.resources: list[types.Resource] = []
+        self.tools_changed = False  # the server said so since its tools were last listed
         self._lock = asyncio.Lock()
         self._closed = False
         self._stopping: set[asyncio.Future[None]] = set()  # connections being stopped
@@ -56,6 +77,11 @@ class McpServer:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def tools(self) -> list[types.Tool]:
+        """The tools it listed last."""
+        return self._tools
 
     @property
     def running(self) -> bool:
@@ -79,7 +105,9 @@ class McpServer:
             connection = self._connection
             if connection is not None and not connection.stopped:
                 try:
+                    self.tools_changed = False
                     self._tools = await connection.list_tools(start_timeout)
+                    await self._list_the_rest(connection, start_timeout)
                     return self._tools
                 except Exception as exc:
                     logger.warning("MCP server %s stopped answering (%s)", self.name, describe(exc))
@@ -103,6 +131,11 @@ class McpServer:
 
         logger.debug("starting MCP server %s (%s)", self.name, self._described())
         connection = McpConnection(self.spec, self.cwd, self.sandbox)
+        connection.on_tools_changed = self._note_tools_changed
+        if self.spec.oauth:  # a person may have to sign in first
+            from tether.tools.mcp.oauth import SIGN_IN_TIMEOUT
+
+            seconds = max(seconds, SIGN_IN_TIMEOUT)
         loop = asyncio.get_running_loop()
         started = loop.time()
         deadline = started + seconds  # for the start and the listing together
@@ -114,7 +147,9 @@ class McpServer:
                 raise
             return self._failed(exc, "did not initialize", "failed to start", seconds)
         try:
+            self.tools_changed = False
             self._tools = await connection.list_tools(max(0.0, deadline - loop.time()))
+            await self._list_the_rest(connection, max(0.0, deadline - loop.time()))
         except BaseException as exc:
             self._stop(connection)
             if not isinstance(exc, Exception):
@@ -141,6 +176,59 @@ class McpServer:
         sandbox = f", sandbox {mode}"
         program = Path(spec.command or "").name
         return f"stdio {program}, {len(spec.args)} args, cwd {self.cwd}{sandbox}"
+
+    def _note_tools_changed(self) -> None:
+        self.tools_changed = True
+
+    async def _list_the_rest(self, connection: McpConnection, seconds: float) -> None:
+        """The server's prompts and resources (kept as they were when it fails to list them:
+        its tools matter more, and go on)."""
+        from tether.tools.mcp.connection import describe
+
+        try:
+            self.prompts = await connection.list_prompts(seconds)
+            self.resources = await connection.list_resources(seconds)
+        except Exception as exc:
+            logger.warning(
+                "MCP server %s: could not list its prompts or resources: %s",
+                self.name,
+                describe(exc),
+            )
+
+    async def render_prompt(self, name: str, arguments: Mapping[str, str]) -> str:
+        """The prompt ``name`` of the server with ``arguments`` (``prompts/get``), as the text
+        of one user message; :class:`ToolError` saying why when the server fails."""
+        from tether.tools.mcp.connection import describe
+        from tether.tools.mcp.tools import prompt_text
+
+        connection = self._connection
+        if connection is None or connection.stopped:
+            raise ToolError(f"{self._unavailable()} ({self.error or 'it stopped'})")
+        try:
+            result = await connection.get_prompt(name, dict(arguments))
+        except Exception as exc:
+            raise ToolError(
+                f"MCP server {self.name!r} did not give its prompt {name!r}: {describe(exc)}"
+            ) from exc
+        return prompt_text(result)
+
+    async def read_resource(self, uri: str) -> SourceResource:
+        """The resource ``uri`` (``resources/read``) as text; an error resource saying why when
+        the server fails."""
+        from tether.tools.mcp.connection import describe
+        from tether.tools.mcp.tools import resource_text
+
+        source = f"MCP server {self.name!r}"
+        connection = self._connection
+        if connection is None or connection.stopped:
+            reason = f"{self._unavailable()} ({self.error or 'it stopped'})"
+            return SourceResource(uri=uri, source=source, text=reason, is_error=True)
+        try:
+            result = await connection.read_resource(uri)
+        except Exception as exc:
+            text = f"{source} could not read {uri}: {describe(exc)}"
+            return SourceResource(uri=uri, source=source, text=text, is_error=True)
+        return SourceResource(uri=uri, source=source, text=resource_text(result))
 
     def _failed(
         self, exc: Exception, timed_out: str, failed: str, timeout: float
@@ -266,14 +354,48 @@ class McpTool(Tool):
 
 
 class McpExecutor:
-    """The tool registry of a run, telling calls to a server that offered no tools why."""
+    """The tool registry of a run, telling calls to a server that offered no tools why; the
+    servers' prompts and resources; the tools listed again when a server says they changed."""
 
-    def __init__(self, registry: ToolRegistry, failures: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        failures: Mapping[str, str],
+        servers: Sequence[McpServer] = (),
+        rebuild: Callable[[], ToolRegistry] | None = None,
+        start_timeout: float = DEFAULT_START_TIMEOUT,
+    ) -> None:
         self.registry = registry
         self._failures = [
             SourceFailure(f"MCP server {server!r}", reason, f"{server}{SEPARATOR}")
             for server, reason in failures.items()
         ]
+        self._servers = servers
+        self._rebuild = rebuild
+        self._start_timeout = start_timeout
+
+    async def refreshed(self) -> Sequence[ToolSpec] | None:
+        changed = [server for server in self._servers if server.tools_changed]
+        if not changed or self._rebuild is None:
+            return None
+        await asyncio.gather(*(server.refresh(self._start_timeout) for server in changed))
+        self.registry = self._rebuild()
+        return self.registry.list()
+
+    def prompts(self) -> Sequence[SourcePrompt]:
+        from tether.tools.mcp.tools import prompt_command
+
+        return [
+            prompt_command(server.name, prompt, partial(server.render_prompt, prompt.name))
+            for server in self._servers
+            for prompt in server.prompts
+        ]
+
+    async def read_resource(self, uri: str) -> SourceResource | None:
+        for server in self._servers:
+            if any(resource.uri == uri for resource in server.resources):
+                return await server.read_resource(uri)
+        return None
 
     def list(self) -> list[ToolSpec]:
         return self.registry.list()
@@ -369,15 +491,18 @@ class McpManager:
         within ``start_timeout`` seconds), limited to ``enabled`` (``tools.enabled``; ``None``:
         all). A server none of whose tools could be enabled is not started."""
         chosen = self._chosen(servers, enabled, session_id, workspace, sandbox)
-        tools: list[Tool] = list(builtin)
-        taken = {tool.spec.name for tool in tools}
-        listings = await asyncio.gather(*(server.refresh(start_timeout) for server in chosen))
-        failures: dict[str, str] = {}
-        for server, listing in zip(chosen, listings, strict=True):
-            if server.error is not None:
-                failures[server.name] = server.error
-            tools.extend(_mcp_tools(server, listing, taken))
-        return McpExecutor(ToolRegistry(tools).restricted(enabled), failures)
+        builtin = list(builtin)
+        await asyncio.gather(*(server.refresh(start_timeout) for server in chosen))
+        failures = {server.name: server.error for server in chosen if server.error is not None}
+
+        def registry() -> ToolRegistry:
+            tools: list[Tool] = list(builtin)
+            taken = {tool.spec.name for tool in tools}
+            for server in chosen:
+                tools.extend(_mcp_tools(server, server.tools, taken))
+            return ToolRegistry(tools).restricted(enabled)
+
+        return McpExecutor(registry(), failures, chosen, registry, start_timeout)
 
     def _chosen(
         self,

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
 import mcp_types as types
 
 from tether.protocol.limits import MAX_JSON_DEPTH, nested_deeper_than
 from tether.protocol.tools import ToolKind, ToolSpec
-from tether.tools.base import ToolResult
+from tether.tools.base import PromptArgument, SourcePrompt, ToolResult
 from tether.tools.run_command import CappedOutput
 from tether.tools.sandbox import format_size
 
@@ -119,3 +119,57 @@ def _render(block: types.ContentBlock) -> str:
     if isinstance(resource, types.TextResourceContents):
         return resource.text
     return f"[resource {resource.uri} ({resource.mime_type or 'binary'})]"
+
+
+PROMPT_PREFIX = "mcp"
+
+
+def prompt_command(
+    server: str,
+    prompt: types.Prompt,
+    render: Callable[[Mapping[str, str]], Awaitable[str]],
+) -> SourcePrompt:
+    """A server's prompt as the slash command ``/mcp__server__prompt`` (as Claude Code names
+    them; characters a command name cannot hold become ``_``)."""
+    name = _UNSAFE.sub("_", f"{PROMPT_PREFIX}__{server}__{prompt.name}")
+    description = (prompt.description or prompt.title or "")[:MAX_DESCRIPTION_CHARS]
+    arguments = tuple(
+        PromptArgument(
+            name=argument.name,
+            description=(argument.description or "")[:MAX_DESCRIPTION_CHARS],
+            required=bool(argument.required),
+        )
+        for argument in prompt.arguments or ()
+    )
+    return SourcePrompt(name=name, description=description, arguments=arguments, render=render)
+
+
+def prompt_text(result: types.GetPromptResult) -> str:
+    """A prompt's messages as the text of one user message: each message's content as the model
+    reads a tool result's, a message of another role than the user's marked with it."""
+    parts: list[str] = []
+    for message in result.messages:
+        text = _render(message.content)
+        parts.append(text if message.role == "user" else f"[{message.role}] {text}")
+    return _capped("\n\n".join(parts))
+
+
+def resource_text(result: types.ReadResourceResult) -> str:
+    """A resource's contents as text: text contents as they are, binary ones described."""
+    parts = [
+        content.text
+        if isinstance(content, types.TextResourceContents)
+        else f"[resource {content.uri} ({content.mime_type or 'binary'}), "
+        f"{len(content.blob) * 3 // 4} bytes]"
+        for content in result.contents
+    ]
+    return _capped("\n".join(parts))
+
+
+def _capped(text: str) -> str:
+    """``text`` within :data:`MAX_RESULT_BYTES` (the first and last halves, the cut noted)."""
+    if len(text) <= MAX_RESULT_BYTES // 4:
+        return text
+    capped = CappedOutput(MAX_RESULT_BYTES)
+    capped.add(text.encode(errors="surrogatepass"))
+    return capped.text()
