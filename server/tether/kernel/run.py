@@ -66,6 +66,7 @@ from tether.protocol.messages import (
     USAGE_KEY,
 )
 from tether.protocol.tools import ProposedChange, ToolKind, ToolSpec
+from tether.providers import prices
 from tether.providers.base import Completion, ModelRequest, Provider, TextDelta, ThoughtDelta
 from tether.sessions.ids import uuid7
 from tether.sessions.store import SessionStore
@@ -179,6 +180,7 @@ class Run:
         self.response = ""
         self.records: list[ToolCallRecord] = []
         self.usage = Usage()
+        self._calls: list[Usage] = []  # the usage of each model call, priced as the run ends
         self.output: object = None
         self.output_errors: list[str] | None = None
         self._unanswered: list[ToolCall] = []  # persisted calls still waiting for their result
@@ -227,7 +229,7 @@ class Run:
         except BaseException as exc:
             await self._fail(exc)
         await self._add_usage()
-        self._emit(RunFinished(stop_reason=stop, iterations=self.iterations))
+        self._emit(RunFinished(stop_reason=stop, iterations=self.iterations, usage=self.usage))
         return self.result(stop)
 
     async def _start_turn(
@@ -301,7 +303,9 @@ class Run:
             except RunLeaseLost as lost:
                 error = lost
         await self._add_usage()
-        self._emit(RunFinished(stop_reason=StopReason.ERROR, iterations=self.iterations))
+        self._emit(
+            RunFinished(stop_reason=StopReason.ERROR, iterations=self.iterations, usage=self.usage)
+        )
         raise error
 
     def result(self, stop: StopReason) -> RunResult:
@@ -313,6 +317,7 @@ class Run:
             iterations=self.iterations,
             tool_calls=self.records,
             usage=self.usage,
+            model=self._setup.model or None,
             warnings=list(self._setup.warnings) or None,
             output=self.output,
             output_errors=self.output_errors if stop is StopReason.OUTPUT_INVALID else None,
@@ -449,6 +454,7 @@ class Run:
             stored = await compaction.compact(
                 plan, summarizer, self._persist_compaction, self._emit
             )
+            self._calls.extend(summarizer.calls)
         except (RunLeaseLost, asyncio.CancelledError):
             raise
         except Exception:
@@ -499,6 +505,7 @@ class Run:
             completion = setup.provider.structured_answer(completion, request.output)
         if completion.usage is not None:
             self.usage = add_usage(self.usage, completion.usage)
+            self._calls.append(completion.usage)
         return completion
 
     async def _act(self, calls: Sequence[ToolCall]) -> None:
@@ -804,9 +811,21 @@ class Run:
         return stored
 
     async def _add_usage(self) -> None:
-        """Add what the run used to the session's totals (whatever way it ended)."""
+        """Price what the run used, and add it to the session's totals (whatever way it
+        ended)."""
+        self.usage = self.usage.model_copy(update={"cost": await self._cost()})
         if self.usage.input_tokens or self.usage.output_tokens:
             await self._setup.store.add_usage(self._setup.session_id, self.usage)
+
+    async def _cost(self) -> float | None:
+        """What the run's model calls cost (None: unknown). The first pricing of a process
+        loads the price table: on a thread, so that other sessions' runs do not wait on it."""
+        source, calls = self._setup.provider.prices, self._calls
+        if source is None or not calls:
+            return None
+        if prices.loaded():
+            return prices.cost(source, self._setup.model, calls)
+        return await asyncio.to_thread(prices.cost, source, self._setup.model, list(calls))
 
     def emit(self, event: ProgressEvent) -> None:
         """Send an event of this run from outside its loop (the plan a tool stored)."""

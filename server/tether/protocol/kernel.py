@@ -101,6 +101,11 @@ class Usage(WireModel):
         default=None,
         description="the size of the context the last model call read (its input tokens)",
     )
+    cost: float | None = Field(
+        default=None,
+        description="what the model calls cost, in US dollars, from the genai-prices table; "
+        "absent when the provider and model are not in it",
+    )
 
 
 class ToolCallRecord(WireModel):
@@ -147,6 +152,9 @@ class RunResult(WireModel):
     iterations: int
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
     usage: Usage | None = None
+    model: str | None = Field(
+        default=None, description="the model the run asked (its usage.cost is for that model)"
+    )
     warnings: list[RunWarning] | None = Field(
         default=None, description="problems to fix that did not stop the run (omitted: none)"
     )
@@ -288,6 +296,9 @@ class RunFinished(WireModel):
     kind: Literal["run_finished"] = "run_finished"
     stop_reason: StopReason
     iterations: int
+    usage: Usage | None = Field(
+        default=None, description="what the run used (as in its result), with its cost if known"
+    )
 
 
 ProgressEvent = Annotated[

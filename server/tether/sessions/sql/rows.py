@@ -96,7 +96,7 @@ def _session(row: Row[Any], now: datetime) -> Session:
         parent_session_id=row.parent_session_id,
         forked_from_message_id=row.forked_from_message_id,
         message_count=row.base_count + row.own_count,
-        usage=Usage(input_tokens=row.input_tokens, output_tokens=row.output_tokens),
+        usage=Usage(input_tokens=row.input_tokens, output_tokens=row.output_tokens, cost=row.cost),
         created_at=row.created_at,
         updated_at=row.updated_at,
         running=lease is not None and lease.blocks(now),

@@ -14,6 +14,7 @@ from sqlalchemy import (
     Connection,
     Dialect,
     Engine,
+    Float,
     Index,
     Integer,
     MetaData,
@@ -34,7 +35,7 @@ from tether.protocol import (
     ConfigError,
 )
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 class _Micros(TypeDecorator[datetime]):
@@ -92,6 +93,7 @@ sessions_table = Table(
     Column("own_count", Integer, nullable=False),
     Column("input_tokens", BigInteger, nullable=False),
     Column("output_tokens", BigInteger, nullable=False),
+    Column("cost", Float),  # version 8: US dollars of the runs whose cost was known (NULL: none)
     Column("created_at", _Micros, nullable=False),
     Column("updated_at", _Micros, nullable=False),
     # the run lease (version 3): the run, its process, until when (all NULL: not leased)
@@ -164,6 +166,7 @@ _V2_INDEXES = [Index("ix_messages_run", messages_table.c.run_id)]
 _LATER_COLUMNS = {
     *(("messages", name) for name in ("kind", "replaces", "output")),
     ("sessions", "plan"),
+    ("sessions", "cost"),
 }
 
 
@@ -221,6 +224,11 @@ def _add_plan(connection: Connection) -> None:
     _add_columns(connection, sessions_table, ["plan"])
 
 
+def _add_cost(connection: Connection) -> None:
+    """Sessions learn ``cost`` (what their runs cost, when the price table knew the model)."""
+    _add_columns(connection, sessions_table, ["cost"])
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_v1,
     _add_run_index,
@@ -229,6 +237,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _add_message_output,
     _add_mode,
     _add_plan,
+    _add_cost,
 ]
 """Step ``i`` moves the schema from version ``i`` to ``i + 1`` (0: an empty database)."""
 
