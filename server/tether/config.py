@@ -57,6 +57,8 @@ ENV_VARS: Final[Mapping[str, str]] = MappingProxyType(
         "TETHER_SESSIONS_TTL": "sessions.ttl",
         "TETHER_SESSIONS_LEASE": "sessions.lease",
         "TETHER_MAX_FRAME_BYTES": "limits.max_frame_bytes",
+        "TETHER_TELEMETRY": "telemetry.enabled",
+        "TETHER_TELEMETRY_CAPTURE_CONTENT": "telemetry.capture_content",
     }
 )
 """The environment variables tether reads, each with the dotted key it sets."""
@@ -389,6 +391,42 @@ class CheckpointsConfig(_Section):
         return data_home(environ) / "checkpoints"
 
 
+OTEL_TRACE_VARIABLES: Final = (
+    "OTEL_TRACES_EXPORTER",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+)
+"""The standard OpenTelemetry variables that turn tracing on when ``telemetry.enabled`` is unset."""
+
+
+class TelemetryConfig(_Section):
+    """OpenTelemetry traces of runs, model calls and tool calls (the ``tether[otel]`` extra; see
+    :mod:`tether.telemetry`). User configuration only: a workspace file may not set it."""
+
+    enabled: bool | None = Field(
+        default=None,
+        description="trace runs; unset: when the standard OTEL_* variables ask for traces "
+        "(OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT)",
+    )
+    capture_content: bool = Field(
+        default=False,
+        description="put prompts, answers, tool arguments and tool results in the spans "
+        "(secrets redacted); off, spans carry names, models, tokens and errors only",
+    )
+
+    def tracing(self, environ: Mapping[str, str]) -> bool:
+        """Whether runs are traced: as ``enabled`` says, else as the ``OTEL_*`` variables do
+        (``OTEL_SDK_DISABLED=true`` and ``OTEL_TRACES_EXPORTER=none`` say no)."""
+        if self.enabled is not None:
+            return self.enabled
+        if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+            return False
+        exporter = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+        if exporter == "none":
+            return False
+        return any(environ.get(name, "").strip() for name in OTEL_TRACE_VARIABLES)
+
+
 class TetherConfig(_Section):
     provider: ProviderConfig = Field(default_factory=ProviderConfig)
     kernel: KernelConfig = Field(default_factory=KernelConfig)
@@ -403,6 +441,7 @@ class TetherConfig(_Section):
     mcp: McpConfig = Field(default_factory=McpConfig)
     hooks: HooksConfig = Field(default_factory=HooksConfig)
     checkpoints: CheckpointsConfig = Field(default_factory=CheckpointsConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
 
     def overlay(self, layer: Mapping[str, Any] | None, *, source: str = "overlay") -> TetherConfig:
         """This config with ``layer`` merged on top (nested like the TOML), validated again.
@@ -625,6 +664,9 @@ WORKSPACE_REFUSED: Final[Mapping[str, str]] = MappingProxyType(
         "checkpoints.path": "a repository could send your checkpoints elsewhere",
         "checkpoints.max_file_bytes": "a repository could keep its files out of the undo",
         "checkpoints.max_checkpoint_bytes": "a repository could keep its files out of the undo",
+        "telemetry.enabled": "a repository could send what your runs do to a trace collector, "
+        "or keep your runs out of your traces",
+        "telemetry.capture_content": "a repository could put your prompts and files in traces",
     }
 )
 """Every key a workspace file may not set (dotted, snake_case; camelCase is refused as well), with

@@ -35,6 +35,7 @@ from tether.kernel.hooks import Hooks
 from tether.kernel.plans import StorePlan
 from tether.kernel.run import Emit, LeaseState, Run, RunSetup, cancelling, not_cancelled
 from tether.kernel.state import StoreState
+from tether.kernel.tracing import run_telemetry
 from tether.kernel.window import EstimatingCounter, TokenCounter, window
 from tether.memory import Memory
 from tether.memory.instructions import InstructionLoader, Instructions
@@ -491,6 +492,14 @@ class Kernel:
             checkpoints=None
             if self._checkpoints is None
             else self._checkpoints.recorder(session.session_id, run_id, workspace),
+            telemetry=run_telemetry(
+                config.telemetry,
+                session_id=session.session_id,
+                run_id=run_id,
+                model=provider_config.model or "",
+                provider=provider,
+                redact=context.secrets.redact,
+            ),
         )
 
     async def _folder_config(self, folder: Path | None) -> TetherConfig:

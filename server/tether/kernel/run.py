@@ -20,7 +20,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, assert_never
+from typing import TYPE_CHECKING, Any, NoReturn, assert_never
 
 from tether.kernel import compaction, structured
 from tether.kernel.approval import Gate
@@ -72,6 +72,9 @@ from tether.sessions.ids import uuid7
 from tether.sessions.store import SessionStore
 from tether.tools.base import ToolContext, ToolExecutor, ToolResult
 from tether.tools.titles import call_title
+
+if TYPE_CHECKING:
+    from tether.telemetry import RunTelemetry
 
 logger = logging.getLogger(__name__)
 Emit = Callable[[ProgressParams], None]
@@ -163,6 +166,7 @@ class RunSetup:
     hooks: Hooks | None = None  # the user's [[hooks.*]]; None: none configured
     checkpoints: RunCheckpoints | None = None  # records what edit and execute calls change
     prompt_metadata: dict[str, Any] | None = None  # of the user message (a slash command's)
+    telemetry: RunTelemetry | None = None  # its spans (tether.kernel.tracing); None: untraced
 
 
 class Run:
@@ -200,6 +204,15 @@ class Run:
 
     async def execute(self, prompt: Content) -> RunResult:
         """The whole run; cancellation ends it with ``stopReason: "cancelled"``."""
+        telemetry = self._setup.telemetry
+        if telemetry is None:
+            return await self._execute(prompt)
+        with telemetry.run(prompt_text(prompt)) as span:
+            result = await self._execute(prompt)
+            span.finished(result)
+            return result
+
+    async def _execute(self, prompt: Content) -> RunResult:
         await self._answer_dangling_calls()
         self._history = self._view = in_model_order(self._history)
         user_id = self._prompt_id = uuid7()
@@ -475,6 +488,15 @@ class Run:
         return stored[0]
 
     async def _think(self, message_id: str) -> Completion:
+        telemetry = self._setup.telemetry
+        if telemetry is None:
+            return await self._ask_model(message_id)
+        with telemetry.chat() as span:
+            completion = await self._ask_model(message_id)
+            span.finished(completion)
+            return completion
+
+    async def _ask_model(self, message_id: str) -> Completion:
         setup = self._setup
         native = setup.output is not None and setup.provider.native_output
         request = ModelRequest(
@@ -627,7 +649,7 @@ class Run:
         end cancelled without a word.
         """
         try:
-            result = self._redacted(await self._outcome(call, change))
+            result = self._redacted(await self._traced_outcome(call, change))
         except asyncio.CancelledError:
             if cancelling():
                 raise
@@ -644,6 +666,15 @@ class Run:
                 diff=result.diff,
             )
         )
+
+    async def _traced_outcome(self, call: ToolCall, change: ProposedChange | None) -> ToolResult:
+        telemetry = self._setup.telemetry
+        if telemetry is None:
+            return await self._outcome(call, change)
+        with telemetry.tool(call) as span:
+            result = await self._outcome(call, change)
+            span.finished(result.content, result.is_error)
+            return result
 
     async def _outcome(self, call: ToolCall, change: ProposedChange | None) -> ToolResult:
         """Approved (when its kind needs it), then run; a refusal is its result."""
