@@ -246,3 +246,45 @@ def test_tether_run_exports_to_the_console_on_stderr_and_keeps_stdout_for_its_ou
     assert lines[-1]["result"]["response"] == "hello"
     assert '"name": "invoke_agent tether"' in done.stderr
     assert '"name": "chat' in done.stderr
+
+
+WITHOUT_SDK = """
+import asyncio, importlib.abc, json, logging, sys
+from pathlib import Path
+
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.startswith(("opentelemetry.sdk", "opentelemetry.exporter")):
+            raise ImportError(f"{name} is not installed here")
+
+sys.meta_path.insert(0, Refuse())
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+from tests.kernel.support import KernelHarness
+
+async def main():
+    harness = KernelHarness(Path(sys.argv[1]), [{"text": "a"}, {"text": "b"}],
+                            config={"telemetry": {"enabled": True}})
+    sid = await harness.session()
+    results = [await harness.run(sid, "go") for _ in range(2)]
+    print(json.dumps([r.response for r in results]))
+
+asyncio.run(main())
+"""
+
+
+def test_tracing_asked_for_without_the_otel_extra_is_reported_once_and_runs_go_on(
+    tmp_path: Path,
+):
+    """The OpenTelemetry API alone may be installed (the MCP SDK needs it), not the SDK."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_SDK, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=environ,
+        cwd=Path(__file__).parent.parent,
+        timeout=60,
+        check=True,
+    )
+    assert json.loads(done.stdout.splitlines()[-1]) == ["a", "b"]
+    assert done.stderr.count("install tether[otel]") == 1

@@ -45,13 +45,15 @@ def run_telemetry(
             return None
     elif not config.enabled and not _environment_asks():
         return None
-    try:
+    try:  # the API alone may be there (the MCP SDK needs it), without the SDK and exporters
         from tether import telemetry
+
+        tracer = telemetry.tracer(os.environ if environ is None else environ)
     except ImportError as exc:
         _report_missing(exc)
         return None
     return telemetry.RunTelemetry(
-        tracer=telemetry.tracer(os.environ if environ is None else environ),
+        tracer=tracer,
         session_id=session_id,
         run_id=run_id,
         model=model,
