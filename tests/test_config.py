@@ -22,6 +22,7 @@ from tether.config import (
     WORKSPACE_REFUSED,
     KernelConfig,
     ProviderConfig,
+    TelemetryConfig,
     TetherConfig,
     _parse_toml,
     load_config,
@@ -309,6 +310,8 @@ ENV_EXAMPLES: dict[str, tuple[str, Any]] = {
     "TETHER_SANDBOX_NETWORK": ("true", True),
     "TETHER_SESSIONS_LEASE": ("3s", "3s"),
     "TETHER_MAX_FRAME_BYTES": ("268435456", 268435456),
+    "TETHER_TELEMETRY": ("true", True),
+    "TETHER_TELEMETRY_CAPTURE_CONTENT": ("true", True),
 }
 
 
@@ -819,6 +822,8 @@ REFUSED_VALUES = {
     "log.file": '"/tmp/captured.log"',
     "log.max_bytes": "4096",
     "log.backups": "1",
+    "telemetry.enabled": "false",
+    "telemetry.capture_content": "true",
 }
 
 
@@ -1202,3 +1207,26 @@ def test_the_user_file_is_read_the_same_way(home: Path, environ: dict[str, str])
         load_config(workspace=None, environ=environ)
     assert config_error(excinfo) == (None, str(path))
     assert excinfo.value.data["reason"] == "not_regular"
+
+
+# --- telemetry ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("enabled", "environ", "traced"),
+    [
+        (None, {}, False),
+        (None, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, True),
+        (None, {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"}, True),
+        (None, {"OTEL_TRACES_EXPORTER": "console"}, True),
+        (None, {"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c"}, False),
+        (None, {"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}, False),
+        (None, {"OTEL_EXPORTER_OTLP_ENDPOINT": " "}, False),
+        (True, {}, True),
+        (False, {"OTEL_TRACES_EXPORTER": "otlp"}, False),
+    ],
+)
+def test_runs_are_traced_as_telemetry_enabled_says_else_as_the_otel_variables_do(
+    enabled: bool | None, environ: dict[str, str], traced: bool
+) -> None:
+    assert TelemetryConfig(enabled=enabled).tracing(environ) is traced

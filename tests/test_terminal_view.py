@@ -16,9 +16,11 @@ from tether.protocol.kernel import (
     ProgressParams,
     RunResult,
     RunWarning,
+    StopReason,
     ThoughtDelta,
     ToolCallStarted,
     ToolCallUpdate,
+    Usage,
 )
 from tether.protocol.plans import Plan, PlanEntry
 from tether.protocol.tools import ProposedChange
@@ -201,3 +203,33 @@ def test_a_markdown_answer_is_shown_inert_and_its_links_are_not_made_clickable()
         assert sequence not in written
     assert lines[0].startswith("Copied!\\x1b]52;c;SGVsbG8=\\x07 docs")
     assert lines[-1] == "next\\r"
+
+
+def finished(usage: Usage | None, model: str | None = "gpt-4o") -> list[str]:
+    screen = Screen()
+    view = TerminalView(io.StringIO(), screen, Path.cwd())
+    view.result(
+        RunResult(
+            run_id="r",
+            session_id="s",
+            stop_reason=StopReason.END_TURN,
+            iterations=1,
+            usage=usage,
+            model=model,
+        )
+    )
+    return screen.lines()
+
+
+def test_the_run_s_tokens_and_cost_are_shown_after_the_answer():
+    lines = finished(Usage(input_tokens=12_000, output_tokens=700, cost=0.037))
+    assert lines == ["tokens: 12,000 in, 700 out · $0.0370"]
+
+
+def test_a_model_without_a_known_price_says_its_cost_is_unknown_not_free():
+    lines = finished(Usage(input_tokens=12, output_tokens=7), model="my-local-model")
+    assert lines == ["tokens: 12 in, 7 out · cost unknown for my-local-model"]
+
+
+def test_a_run_without_tokens_shows_no_usage_line():
+    assert finished(Usage()) == [] and finished(None) == []

@@ -56,6 +56,7 @@ ENV_ALIASES: Final[Mapping[str, str]] = MappingProxyType(
         "TETHER_SANDBOX": "tools.sandbox",
         "TETHER_SANDBOX_NETWORK": "tools.sandbox_network",
         "TETHER_MAX_FRAME_BYTES": "limits.max_frame_bytes",
+        "TETHER_TELEMETRY": "telemetry.enabled",
     }
 )
 """Short names of a few keys, read besides their :func:`env_var` names (which win when both are
@@ -430,6 +431,42 @@ class LogConfig(_Section):
         return value.strip().lower() if isinstance(value, str) else value
 
 
+OTEL_TRACE_VARIABLES: Final = (
+    "OTEL_TRACES_EXPORTER",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+)
+"""The standard OpenTelemetry variables that turn tracing on when ``telemetry.enabled`` is unset."""
+
+
+class TelemetryConfig(_Section):
+    """OpenTelemetry traces of runs, model calls and tool calls (the ``tether[otel]`` extra; see
+    :mod:`tether.telemetry`). User configuration only: a workspace file may not set it."""
+
+    enabled: bool | None = Field(
+        default=None,
+        description="trace runs; unset: when the standard OTEL_* variables ask for traces "
+        "(OTEL_TRACES_EXPORTER, OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT)",
+    )
+    capture_content: bool = Field(
+        default=False,
+        description="put prompts, answers, tool arguments and tool results in the spans "
+        "(secrets redacted); off, spans carry names, models, tokens and errors only",
+    )
+
+    def tracing(self, environ: Mapping[str, str]) -> bool:
+        """Whether runs are traced: as ``enabled`` says, else as the ``OTEL_*`` variables do
+        (``OTEL_SDK_DISABLED=true`` and ``OTEL_TRACES_EXPORTER=none`` say no)."""
+        if self.enabled is not None:
+            return self.enabled
+        if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+            return False
+        exporter = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+        if exporter == "none":
+            return False
+        return any(environ.get(name, "").strip() for name in OTEL_TRACE_VARIABLES)
+
+
 def _empty_table() -> Any:
     """A section's default: validated into the section (``validate_default``)."""
     return {}
@@ -453,6 +490,7 @@ class TetherConfig(_Section):
     hooks: HooksConfig = Field(default_factory=_empty_table)
     checkpoints: CheckpointsConfig = Field(default_factory=_empty_table)
     log: LogConfig = Field(default_factory=_empty_table)
+    telemetry: TelemetryConfig = Field(default_factory=_empty_table)
 
     def overlay(self, layer: Mapping[str, Any] | None, *, source: str = "overlay") -> TetherConfig:
         """This config with ``layer`` merged on top (nested like the TOML), validated again.
@@ -671,6 +709,9 @@ WORKSPACE_REFUSED: Final[Mapping[str, str]] = MappingProxyType(
         "log.file": _LOG_REFUSED,
         "log.max_bytes": _LOG_REFUSED,
         "log.backups": _LOG_REFUSED,
+        "telemetry.enabled": "a repository could send what your runs do to a trace collector, "
+        "or keep your runs out of your traces",
+        "telemetry.capture_content": "a repository could put your prompts and files in traces",
     }
 )
 """Every key a workspace file may not set (dotted, snake_case; camelCase is refused as well), with

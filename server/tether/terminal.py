@@ -141,6 +141,9 @@ class TerminalView:
         self._end_line()
         if result.stop_reason is not StopReason.END_TURN:
             self._err.print(f"[stopped: {result.stop_reason}]", style="yellow")
+        spent = usage_line(result)
+        if spent is not None:
+            self._err.print(printable(spent), style="dim")
 
     def note(self, text: str, style: str = "") -> None:
         """A line on stderr, on a line of its own."""
@@ -294,6 +297,18 @@ class TerminalView:
 
 def _markdown(text: str) -> Markdown:
     return Markdown(text, hyperlinks=False)
+
+
+def usage_line(result: RunResult) -> str | None:
+    """What the run used, and what it cost (or that its model has no known price); None when
+    the provider reported no tokens."""
+    usage = result.usage
+    if usage is None or not (usage.input_tokens or usage.output_tokens):
+        return None
+    tokens = f"tokens: {usage.input_tokens:,} in, {usage.output_tokens:,} out"
+    if usage.cost is not None:
+        return f"{tokens} · ${usage.cost:.4f}"
+    return f"{tokens} · cost unknown for {result.model or 'this model'}"
 
 
 def diff_text(diff: str) -> Text:

@@ -362,3 +362,15 @@ async def test_a_session_in_each_workspace_folder_is_offered_only_its_folders_to
     bodies = [request.body for request in endpoint.requests[-2:]]
     offered = [[tool["function"]["name"] for tool in body.get("tools", [])] for body in bodies]
     assert offered == [folders["first"], folders["second"]]
+
+
+async def test_a_local_endpoint_has_no_price_so_the_run_and_session_cost_stay_unknown(
+    connection: Connection, endpoint: ModelServer
+):
+    endpoint.push(Reply(text="Hi.", usage=(1200, 30)))
+    sid = (await connection.request("session/create", {}))["sessionId"]
+    result = await connection.request("kernel/run", {"sessionId": sid, "prompt": "Hello"})
+    assert result["usage"]["inputTokens"] == 1200 and "cost" not in result["usage"]
+    assert result["model"] == "test-model"
+    session = await connection.request("session/get", {"sessionId": sid})
+    assert session["usage"] == {"inputTokens": 1200, "outputTokens": 30}

@@ -144,3 +144,16 @@ def test_tether_run_shows_control_sequences_from_the_model_inert(project: Path):
         "✗ Read \\x1b[2Jx: no such file or directory: \\x1b[2Jx",
         "Done.",
     ]
+
+
+def test_tether_run_ends_with_the_tokens_and_says_when_the_model_has_no_known_price(
+    project: Path,
+):
+    script = project.parent / "usage-script.json"
+    turn = {"text": "Hi.", "usage": {"inputTokens": 1200, "outputTokens": 30}}
+    script.write_text(json.dumps([turn]))
+    argv = [sys.executable, "-m", "tether", "run", "Hello", "--model", "my-local-model"]
+    code, screen = run_on_terminal([*argv, "--workspace", str(project), "--script", str(script)])
+    assert code == 0, "\n".join(screen)
+    shown = [line for line in screen if line]
+    assert shown == ["Hi.", "tokens: 1,200 in, 30 out · cost unknown for my-local-model"]

@@ -288,6 +288,19 @@ async def test_state_allowed_models_and_usage_are_kept(
         await store.add_usage("no-such-session", Usage())
 
 
+async def test_a_session_s_cost_sums_the_runs_whose_cost_was_known(
+    store: SessionStore, session: Session
+) -> None:
+    sid = session.session_id
+    await store.add_usage(sid, Usage(input_tokens=3, output_tokens=4))
+    assert (await store.get(sid)).usage.cost is None  # no run priced yet: unknown, not 0
+    await store.add_usage(sid, Usage(input_tokens=3, output_tokens=4, cost=0.25))
+    await store.add_usage(sid, Usage(input_tokens=1, output_tokens=1))  # a model not priced
+    await store.add_usage(sid, Usage(input_tokens=1, output_tokens=1, cost=0.5))
+    got = (await store.get(sid)).usage
+    assert got.cost == pytest.approx(0.75) and got.input_tokens == 8
+
+
 async def test_expire_deletes_sessions_idle_since_the_cutoff_but_not_the_kept_ones(
     store: SessionStore,
 ) -> None:

@@ -24,10 +24,12 @@ export interface ProposedDiff {
   newText: string;
 }
 
-/** The token counts of a run or of one model call (`Usage`). */
+/** The token counts of a run or of one model call (`Usage`); a run's `cost` in US dollars when its
+ * model has a known price (absent: unknown, never free). */
 export interface Usage {
   inputTokens: number;
   outputTokens: number;
+  cost?: number;
 }
 
 /** The `kernel/progress` events the view draws (docs/protocol.md, "Progress notifications"). */

@@ -20,7 +20,7 @@ is summarized a part at a time, each request carrying the summary so far.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tether.kernel.window import TokenCounter
 from tether.protocol import (
@@ -159,6 +159,7 @@ class Summarizer:
     counter: TokenCounter
     max_tokens: int | None  # the most one request may carry (None: the whole transcript)
     usage: Usage
+    calls: list[Usage] = field(default_factory=list)  # each summary request's own, for its price
 
     async def summarize(self, messages: Sequence[Message]) -> str:
         summary = ""
@@ -173,6 +174,7 @@ class Summarizer:
             if completion.usage is not None:
                 self.usage.input_tokens += completion.usage.input_tokens
                 self.usage.output_tokens += completion.usage.output_tokens
+                self.calls.append(completion.usage)
             text = (completion.content or "").strip()
             if not text:
                 raise RuntimeError("the model answered the summary request with no text")

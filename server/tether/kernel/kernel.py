@@ -54,6 +54,7 @@ from tether.kernel.subagents import (
     narrowed,
     task_spec,
 )
+from tether.kernel.tracing import run_telemetry
 from tether.kernel.window import EstimatingCounter, TokenCounter, window
 from tether.memory import Memory
 from tether.memory.instructions import InstructionLoader, Instructions
@@ -571,6 +572,14 @@ class Kernel:
             checkpoints=None
             if self._checkpoints is None
             else self._checkpoints.recorder(session.session_id, run_id, workspace),
+            telemetry=run_telemetry(
+                config.telemetry,
+                session_id=session.session_id,
+                run_id=run_id,
+                model=provider_config.model or "",
+                provider=provider,
+                redact=context.secrets.redact,
+            ),
         )
 
     async def _executor(

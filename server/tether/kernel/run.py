@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, assert_never
+from typing import TYPE_CHECKING, Any, NoReturn, assert_never
 
 from tether.kernel import compaction, structured
 from tether.kernel.approval import Gate
@@ -68,11 +68,15 @@ from tether.protocol.messages import (
 )
 from tether.protocol.tools import ProposedChange, ToolKind, ToolSpec
 from tether.protocol.usage import Usage
+from tether.providers import prices
 from tether.providers.base import Completion, ModelRequest, Provider, TextDelta, ThoughtDelta
 from tether.sessions.ids import uuid7
 from tether.sessions.store import SessionStore
 from tether.tools.base import ToolContext, ToolExecutor, ToolResult
 from tether.tools.titles import call_title
+
+if TYPE_CHECKING:
+    from tether.telemetry import RunTelemetry
 
 logger = logging.getLogger(__name__)
 Emit = Callable[[ProgressParams], None]
@@ -169,6 +173,7 @@ class RunSetup:
     # Which of the executor's tools the run offers (the session's, the request's and the mode's
     # choice), applied again when a source's tools change mid-run (ToolExecutor.refreshed).
     offer: Callable[[list[ToolSpec]], list[ToolSpec]] = list
+    telemetry: RunTelemetry | None = None  # its spans (tether.kernel.tracing); None: untraced
 
 
 class Run:
@@ -187,6 +192,7 @@ class Run:
         self.response = ""
         self.records: list[ToolCallRecord] = []
         self.usage = Usage()
+        self._calls: list[Usage] = []  # the usage of each model call, priced as the run ends
         self.output: object = None
         self.output_errors: list[str] | None = None
         self._unanswered: list[ToolCall] = []  # persisted calls still waiting for their result
@@ -206,6 +212,15 @@ class Run:
 
     async def execute(self, prompt: Content) -> RunResult:
         """The whole run; cancellation ends it with ``stopReason: "cancelled"``."""
+        telemetry = self._setup.telemetry
+        if telemetry is None:
+            return await self._execute(prompt)
+        with telemetry.run(prompt_text(prompt)) as span:
+            result = await self._execute(prompt)
+            span.finished(result)
+            return result
+
+    async def _execute(self, prompt: Content) -> RunResult:
         await self._answer_dangling_calls()
         self._history = self._view = in_model_order(self._history)
         user_id = self._prompt_id = uuid7()
@@ -244,7 +259,7 @@ class Run:
             await self._fail(exc)
         await self._add_usage()
         self._log_end(stop.value)
-        self._emit(RunFinished(stop_reason=stop, iterations=self.iterations))
+        self._emit(RunFinished(stop_reason=stop, iterations=self.iterations, usage=self.usage))
         return self.result(stop)
 
     def _log_end(self, stop: str, error: BaseException | None = None) -> None:
@@ -330,7 +345,9 @@ class Run:
                 error = lost
         await self._add_usage()
         self._log_end(StopReason.ERROR.value, error)
-        self._emit(RunFinished(stop_reason=StopReason.ERROR, iterations=self.iterations))
+        self._emit(
+            RunFinished(stop_reason=StopReason.ERROR, iterations=self.iterations, usage=self.usage)
+        )
         raise error
 
     def result(self, stop: StopReason) -> RunResult:
@@ -342,6 +359,7 @@ class Run:
             iterations=self.iterations,
             tool_calls=self.records,
             usage=self.usage,
+            model=self._setup.model or None,
             warnings=list(self._setup.warnings) or None,
             output=self.output,
             output_errors=self.output_errors if stop is StopReason.OUTPUT_INVALID else None,
@@ -478,6 +496,7 @@ class Run:
             stored = await compaction.compact(
                 plan, summarizer, self._persist_compaction, self._emit
             )
+            self._calls.extend(summarizer.calls)
         except (RunLeaseLost, asyncio.CancelledError):
             raise
         except Exception:
@@ -508,6 +527,15 @@ class Run:
 
     async def _think(self, message_id: str) -> Completion:
         await self._offer_changed_tools()
+        telemetry = self._setup.telemetry
+        if telemetry is None:
+            return await self._ask_model(message_id)
+        with telemetry.chat() as span:
+            completion = await self._ask_model(message_id)
+            span.finished(completion)
+            return completion
+
+    async def _ask_model(self, message_id: str) -> Completion:
         setup = self._setup
         native = setup.output is not None and setup.provider.native_output
         request = ModelRequest(
@@ -538,6 +566,7 @@ class Run:
             completion = setup.provider.structured_answer(completion, request.output)
         if completion.usage is not None:
             self.usage = add_usage(self.usage, completion.usage)
+            self._calls.append(completion.usage)
         return completion
 
     async def _act(self, calls: Sequence[ToolCall]) -> None:
@@ -676,7 +705,7 @@ class Run:
         end cancelled without a word.
         """
         try:
-            result = self._redacted(await self._outcome(call, change))
+            result = self._redacted(await self._traced_outcome(call, change))
         except asyncio.CancelledError:
             if cancelling():
                 raise
@@ -693,6 +722,15 @@ class Run:
                 diff=result.diff,
             )
         )
+
+    async def _traced_outcome(self, call: ToolCall, change: ProposedChange | None) -> ToolResult:
+        telemetry = self._setup.telemetry
+        if telemetry is None:
+            return await self._outcome(call, change)
+        with telemetry.tool(call) as span:
+            result = await self._outcome(call, change)
+            span.finished(result.content, result.is_error)
+            return result
 
     async def _outcome(self, call: ToolCall, change: ProposedChange | None) -> ToolResult:
         """Approved (when its kind needs it), then run; a refusal is its result."""
@@ -715,12 +753,12 @@ class Run:
             progress=self._progress_of(call),
             protected_approved=protected is not None,
         )
-        result = await self._execute(call, context)
+        result = await self._execute_call(call, context)
         if self._hooks is not None:
             result = await self._after_tool(self._hooks, call, result)
         return result
 
-    async def _execute(self, call: ToolCall, context: ToolContext) -> ToolResult:
+    async def _execute_call(self, call: ToolCall, context: ToolContext) -> ToolResult:
         """Run the call: a ``task`` by its sub-agent (whose usage joins the run's), any other
         by the tools."""
         subagents = self._setup.subagents
@@ -870,9 +908,21 @@ class Run:
         return stored
 
     async def _add_usage(self) -> None:
-        """Add what the run used to the session's totals (whatever way it ended)."""
+        """Price what the run used, and add it to the session's totals (whatever way it
+        ended)."""
+        self.usage = self.usage.model_copy(update={"cost": await self._cost()})
         if self.usage.input_tokens or self.usage.output_tokens:
             await self._setup.store.add_usage(self._setup.session_id, self.usage)
+
+    async def _cost(self) -> float | None:
+        """What the run's model calls cost (None: unknown). The first pricing of a process
+        loads the price table: on a thread, so that other sessions' runs do not wait on it."""
+        source, calls = self._setup.provider.prices, self._calls
+        if source is None or not calls:
+            return None
+        if prices.loaded():
+            return prices.cost(source, self._setup.model, calls)
+        return await asyncio.to_thread(prices.cost, source, self._setup.model, list(calls))
 
     def emit(self, event: ProgressEvent) -> None:
         """Send an event of this run from outside its loop (the plan a tool stored)."""

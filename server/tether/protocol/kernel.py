@@ -135,6 +135,9 @@ class RunResult(WireModel, Generic[OutputT]):
     iterations: int
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
     usage: Usage | None = None
+    model: str | None = Field(
+        default=None, description="the model the run asked (its usage.cost is for that model)"
+    )
     warnings: list[RunWarning] | None = Field(
         default=None, description="problems to fix that did not stop the run (omitted: none)"
     )
@@ -276,6 +279,9 @@ class RunFinished(WireModel):
     kind: Literal["run_finished"] = "run_finished"
     stop_reason: StopReason
     iterations: int
+    usage: Usage | None = Field(
+        default=None, description="what the run used (as in its result), with its cost if known"
+    )
 
 
 ProgressEvent = Annotated[

@@ -29,3 +29,8 @@ class Usage(WireModel):
         default=None,
         description="the size of the context the last model call read (its input tokens)",
     )
+    cost: float | None = Field(
+        default=None,
+        description="what the model calls cost, in US dollars, from the genai-prices table; "
+        "absent when the provider and model are not in it",
+    )

@@ -39,7 +39,7 @@ from tether.protocol import (
 from tether.protocol.tools import ToolSpec
 from tether.protocol.usage import Usage
 from tether.providers import output
-from tether.providers.base import Completion, ModelRequest, OutputSpec
+from tether.providers.base import Completion, ModelRequest, OutputSpec, PriceSource
 from tether.providers.content import (
     THINKING_BUDGETS,
     arguments_json,
@@ -76,6 +76,7 @@ THINKING_KEY = "thinking"  # the assistant message's metadata key that keeps thi
 
 class AnthropicProvider(HttpProvider):
     name = "anthropic"
+    genai_name = "anthropic"
     native_output = True  # a final tool the model must call (tether.providers.output)
 
     def __init__(
@@ -100,6 +101,7 @@ class AnthropicProvider(HttpProvider):
             timeout=timeout,
             retry=retry,
         )
+        self.prices = PriceSource.of("anthropic", base_url, DEFAULT_BASE_URL)
 
     def models_url(self) -> str:
         return self.url.removesuffix("/messages") + "/models"

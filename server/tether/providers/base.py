@@ -88,11 +88,31 @@ ProviderEvent = Annotated[TextDelta | ThoughtDelta | Completion, Field(discrimin
 StreamEvent = TextDelta | ThoughtDelta | Completion
 
 
+@dataclass(frozen=True)
+class PriceSource:
+    """Where the price table (:mod:`tether.providers.prices`) looks a model up: by the
+    provider's id when tether talks to the provider's own endpoint, else by the endpoint's URL
+    (a proxy or a compatible server the table knows, such as OpenRouter; a local one has no
+    price)."""
+
+    provider_id: str | None = None
+    api_url: str | None = None
+
+    @classmethod
+    def of(cls, provider_id: str, base_url: str, default_url: str) -> PriceSource:
+        if base_url.rstrip("/") == default_url.rstrip("/"):
+            return cls(provider_id=provider_id)
+        return cls(api_url=base_url)
+
+
 class Provider(ABC):
     """A model endpoint. ``stream`` yields text (and reasoning) deltas, then exactly one
     :class:`Completion`."""
 
     name: str
+    # gen_ai.provider.name in the OpenTelemetry GenAI semantic conventions (tether.telemetry)
+    genai_name: ClassVar[str] = "tether.scripted"
+    prices: PriceSource | None = None  # None: its calls cost nothing known (scripted)
     # Whether it enforces ModelRequest.output itself; the kernel tells the others in the prompt.
     native_output: ClassVar[bool] = False
     capabilities: Capabilities = Capabilities()

@@ -43,7 +43,7 @@ from tether.protocol.messages import MessageContent, is_blocks
 from tether.protocol.tools import ToolSpec
 from tether.protocol.usage import Usage
 from tether.providers import output
-from tether.providers.base import Completion, ModelRequest, OutputSpec
+from tether.providers.base import Completion, ModelRequest, OutputSpec, PriceSource
 from tether.providers.content import (
     THINKING_BUDGETS,
     arguments_json,
@@ -92,6 +92,7 @@ _VERSIONED = re.compile(r"/v\d+(?:alpha|beta)?\d*$")
 
 class GeminiProvider(HttpProvider):
     name = "gemini"
+    genai_name = "gcp.gemini"
     native_output = True  # a final function the model must call (tether.providers.output)
 
     def __init__(
@@ -114,6 +115,7 @@ class GeminiProvider(HttpProvider):
             timeout=timeout,
             retry=retry,
         )
+        self.prices = PriceSource.of("google", base_url, DEFAULT_BASE_URL)
 
     def model_url(self, model: str, *, stream: bool) -> str:
         """The endpoint of ``model``: ``models/{model}:streamGenerateContent?alt=sse`` or

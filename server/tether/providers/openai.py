@@ -35,7 +35,7 @@ from tether.protocol import (
 )
 from tether.protocol.tools import ToolSpec
 from tether.protocol.usage import Usage
-from tether.providers.base import Completion, ModelRequest
+from tether.providers.base import Completion, ModelRequest, PriceSource
 from tether.providers.content import (
     arguments_json,
     flatten_text,
@@ -67,6 +67,7 @@ SETTINGS = (
 
 class OpenAIProvider(HttpProvider):
     name = "openai"
+    genai_name = "openai"
     native_output = True  # response_format json_schema
 
     def __init__(
@@ -88,6 +89,7 @@ class OpenAIProvider(HttpProvider):
             timeout=timeout,
             retry=retry,
         )
+        self.prices = PriceSource.of("openai", base_url, DEFAULT_BASE_URL)
 
     def models_url(self) -> str:
         return self.url.removesuffix("/chat/completions") + "/models"

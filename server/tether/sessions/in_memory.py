@@ -384,6 +384,8 @@ class MemoryStore:
         total = record.session.usage
         total.input_tokens += usage.input_tokens
         total.output_tokens += usage.output_tokens
+        if usage.cost is not None:
+            total.cost = (total.cost or 0.0) + usage.cost
 
     async def clear(self, session_id: str) -> Session:
         record = self._record(session_id)

@@ -792,6 +792,7 @@ function runFooter(
   if (model) parts.push(model);
   if (usage) {
     parts.push(`${usage.inputTokens.toLocaleString()} in · ${usage.outputTokens.toLocaleString()} out tokens`);
+    if (typeof usage.cost === "number") parts.push(`$${usage.cost.toFixed(4)}`);
   }
   if (stopReason !== "end_turn") parts.push(stopReason.replace("_", " "));
   turn.footer.replaceChildren();

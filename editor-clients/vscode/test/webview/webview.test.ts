@@ -249,6 +249,26 @@ describe("the chat view's webview script in headless Chromium", { timeout: 300_0
     await clean();
   });
 
+  test("a run's cost follows its tokens when its model has a price, and nothing pretends one when not", async () => {
+    const answer = fixture("answer");
+    const started = answer.findIndex((message) => message.type === "turnStarted");
+    const turn = answer.slice(started).filter((message) => message.type !== "turnFinished");
+    const ended = (usage: { inputTokens: number; outputTokens: number; cost?: number }): ToWebview => ({
+      type: "turnFinished",
+      stopReason: "end_turn",
+      model: "gpt-4o",
+      usage,
+    });
+    await feed([...turn, ended({ inputTokens: 1200, outputTokens: 30, cost: 0.0033 })]);
+    await feed([...turn, ended({ inputTokens: 12, outputTokens: 7 })]);
+    const footers = await tab.locator(".turn-footer .meta").allTextContents();
+    assert.deepEqual(footers.slice(-2), [
+      "gpt-4o · 1,200 in · 30 out tokens · $0.0033",
+      "gpt-4o · 12 in · 7 out tokens",
+    ]);
+    await clean();
+  });
+
   test("a cut-off answer and a refusal are told apart from a normal end", async () => {
     await feed(fixture("cut-off"));
     assert.equal(await tab.getAttribute(".turn", "data-stop-reason"), "max_tokens");

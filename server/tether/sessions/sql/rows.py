@@ -98,7 +98,7 @@ def _session(row: Row[Any], now: datetime) -> Session:
         agent=row.agent,
         spawned_by=None if row.spawned_by is None else SpawnedBy.model_validate(row.spawned_by),
         message_count=row.base_count + row.own_count,
-        usage=Usage(input_tokens=row.input_tokens, output_tokens=row.output_tokens),
+        usage=Usage(input_tokens=row.input_tokens, output_tokens=row.output_tokens, cost=row.cost),
         created_at=row.created_at,
         updated_at=row.updated_at,
         running=lease is not None and lease.blocks(now),

@@ -14,6 +14,7 @@ from sqlalchemy import (
     Connection,
     Dialect,
     Engine,
+    Float,
     Index,
     Integer,
     MetaData,
@@ -34,7 +35,7 @@ from tether.protocol import (
     ConfigError,
 )
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 
 class _Micros(TypeDecorator[datetime]):
@@ -94,6 +95,7 @@ sessions_table = Table(
     Column("own_count", Integer, nullable=False),
     Column("input_tokens", BigInteger, nullable=False),
     Column("output_tokens", BigInteger, nullable=False),
+    Column("cost", Float),  # version 8: US dollars of the runs whose cost was known (NULL: none)
     Column("created_at", _Micros, nullable=False),
     Column("updated_at", _Micros, nullable=False),
     # the run lease (version 3): the run, its process, until when (all NULL: not leased)
@@ -168,6 +170,7 @@ _LATER_COLUMNS = {
     *(("messages", name) for name in ("kind", "replaces", "output")),
     ("sessions", "plan"),
     *(("sessions", name) for name in _AGENT_COLUMNS),
+    ("sessions", "cost"),
 }
 
 
@@ -230,6 +233,11 @@ def _add_agent(connection: Connection) -> None:
     _add_columns(connection, sessions_table, _AGENT_COLUMNS)
 
 
+def _add_cost(connection: Connection) -> None:
+    """Sessions learn ``cost`` (what their runs cost, when the price table knew the model)."""
+    _add_columns(connection, sessions_table, ["cost"])
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_v1,
     _add_run_index,
@@ -239,6 +247,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _add_mode,
     _add_plan,
     _add_agent,
+    _add_cost,
 ]
 """Step ``i`` moves the schema from version ``i`` to ``i + 1`` (0: an empty database)."""
 

@@ -18,6 +18,7 @@ from sqlalchemy import (
     Row,
     and_,
     delete,
+    func,
     insert,
     literal,
     or_,
@@ -446,6 +447,7 @@ class SqlStore:
                 .values(
                     input_tokens=col.input_tokens + usage.input_tokens,
                     output_tokens=col.output_tokens + usage.output_tokens,
+                    **_added_cost(usage),
                 )
             )
             if done.rowcount == 0:
@@ -823,3 +825,10 @@ class SqlStore:
         lease = _lease(parent)
         if lease is not None and point.run_id == lease.run_id and lease.blocks(self._clock()):
             raise lease.busy(parent.id, self.holder)
+
+
+def _added_cost(usage: Usage) -> dict[str, Any]:
+    """The update that adds a run's cost to its session's (none when it is unknown)."""
+    if usage.cost is None:
+        return {}
+    return {"cost": func.coalesce(sessions_table.c.cost, 0.0) + usage.cost}
