@@ -34,6 +34,8 @@ SAMPLES: dict[str, Any] = {
     "provider.model": "qwen2.5-coder:7b",
     "provider.api_key_env": "MY_KEY",
     "provider.script": "/tmp/script.json",
+    "provider.function": "turns:decide",
+    "telemetry.enabled": True,
     "provider.supports_tools": False,
     "provider.supports_system": True,
     "kernel.system_prompt": "Be brief.",
