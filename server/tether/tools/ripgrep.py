@@ -43,7 +43,7 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -133,7 +133,9 @@ def chosen(engine: SearchEngine, root: Path, start: Path) -> Ripgrep | None:
 class RgProcess:
     """One ``rg`` run whose output is read as it comes; killed (with anything it started) when
     ``stop`` is set or ``deadline`` passes, and by :meth:`close`; with ``guard``, also as soon
-    as it reads what no walk may (:func:`reads_what_no_walk_may`)."""
+    as it reads what no walk may (:func:`reads_what_no_walk_may`; ``searching``: it also reads
+    the files it searches). With ``on_stderr``, each line ``rg`` writes on stderr is handed to
+    it as it comes, in a thread of its own (``rg --debug`` writes much)."""
 
     def __init__(
         self,
@@ -144,6 +146,8 @@ class RgProcess:
         stop: threading.Event,
         deadline: float,
         guard: bool = False,
+        searching: bool = False,
+        on_stderr: Callable[[bytes], None] | None = None,
     ) -> None:
         self._mark = new_mark()
         environ = {**os.environ, MARK_VARIABLE: self._mark}
@@ -158,10 +162,22 @@ class RgProcess:
         )
         self.killed: Killed | None = None
         self._lock = threading.Lock()
+        self._searching = searching
+        self._stderr_reader: threading.Thread | None = None
+        if on_stderr is not None:
+            self._stderr_reader = threading.Thread(
+                target=self._read_stderr, args=(on_stderr,), daemon=True, name="rg-stderr"
+            )
+            self._stderr_reader.start()
         watcher = threading.Thread(
             target=self._watch, args=(stop, deadline, guard), daemon=True, name="rg-watch"
         )
         watcher.start()
+
+    def _read_stderr(self, on_line: Callable[[bytes], None]) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            on_line(line)
 
     @property
     def stdout(self) -> io.BufferedReader:
@@ -183,7 +199,7 @@ class RgProcess:
             if guard:
                 if self.process.poll() is not None:
                     return
-                if reads_what_no_walk_may(self.process.pid):
+                if reads_what_no_walk_may(self.process.pid, searching=self._searching):
                     self.kill("unsafe")
                     return
 
@@ -200,7 +216,11 @@ class RgProcess:
         self.kill()
         self.stdout.close()
         assert self.process.stderr is not None
-        error = self.process.stderr.read().decode(errors="replace")
+        if self._stderr_reader is not None:
+            self._stderr_reader.join()
+            error = ""
+        else:
+            error = self.process.stderr.read().decode(errors="replace")
         self.process.stderr.close()
         return self.process.wait(), error
 
@@ -240,7 +260,7 @@ def rg_walk(
     deadline = time.monotonic() + budget
     walk = Walk()
     prefix = "" if start == root else start.relative_to(root).as_posix() + "/"
-    if not include_ignored and _start_ignored(root, start, walk):
+    if not include_ignored and start_ignored(root, start, walk):
         return walk  # as the Python walk sees nothing below an ignored directory
     args = [*walk_args(include_ignored, parents=start != root), "--files", "--null"]
     run = RgProcess(rg, args, cwd=start, stop=stop, deadline=deadline, guard=not include_ignored)
@@ -293,7 +313,7 @@ def _read_names(run: RgProcess, max_entries: int, walk: Walk) -> list[str]:
     return names
 
 
-def _start_ignored(root: Path, start: Path, walk: Walk) -> bool:
+def start_ignored(root: Path, start: Path, walk: Walk) -> bool:
     """Whether the rules from the root down exclude ``start`` or a directory on the way to it
     (``rg`` applies no rule to the directory it starts in)."""
     if start == root:
@@ -331,11 +351,13 @@ def _walked(rel: str, path: str, stat: bool) -> WalkedFile:
     return WalkedFile.of(rel, path, info)
 
 
-def reads_what_no_walk_may(pid: int) -> bool:
+def reads_what_no_walk_may(pid: int, *, searching: bool = False) -> bool:
     """Whether the walk's ``rg`` (process ``pid``) waits to open a FIFO, or holds a FIFO, a
     device or a file larger than an ignore file may be open: ``rg --files`` opens nothing but
     directories and ignore files, and past its standard streams, so such a file is an ignore
-    file no walk may read. False when ``/proc`` does not tell."""
+    file no walk may read. An ``rg`` that is ``searching`` also opens the regular files it
+    searches (never a FIFO or a device: a walk searches regular files only), so a large regular
+    file counts only when it is named as an ignore file. False when ``/proc`` does not tell."""
     proc = f"/proc/{pid}"
     try:
         for task in os.listdir(f"{proc}/task"):
@@ -348,18 +370,26 @@ def reads_what_no_walk_may(pid: int) -> bool:
             info = os.stat(f"{proc}/fd/{fd}")  # of what is open: nothing is opened here
             if stats.S_ISDIR(info.st_mode):
                 continue
-            if not stats.S_ISREG(info.st_mode) or info.st_size > MAX_IGNORE_FILE_BYTES:
+            if not stats.S_ISREG(info.st_mode):
+                return True
+            if info.st_size > MAX_IGNORE_FILE_BYTES and (
+                not searching or _names_an_ignore_file(os.readlink(f"{proc}/fd/{fd}"))
+            ):
                 return True
     except (OSError, ValueError):
         return False
     return False
 
 
+def _names_an_ignore_file(path: str) -> bool:
+    return os.path.basename(path) in IGNORE_FILES or path.endswith("/.git/info/exclude")
+
+
 def _ignore_files_clean(root: Path, start: Path, names: list[str]) -> bool:
     """Whether every ignore file of the directories ``rg`` listed files in, from ``root`` down,
     is one a walk reads: a regular file (not a symlink) of at most
     :data:`MAX_IGNORE_FILE_BYTES`."""
-    if not _readable_ignore_file(os.path.join(root, ".git", "info", "exclude")):
+    if not readable_ignore_file(os.path.join(root, ".git", "info", "exclude")):
         return False
     directories = {str(root)}
     directory = start
@@ -374,13 +404,13 @@ def _ignore_files_clean(root: Path, start: Path, names: list[str]) -> bool:
             directories.add(path)
             parent = os.path.dirname(parent)
     return all(
-        _readable_ignore_file(os.path.join(directory, name))
+        readable_ignore_file(os.path.join(directory, name))
         for directory in directories
         for name in IGNORE_FILES
     )
 
 
-def _readable_ignore_file(path: str) -> bool:
+def readable_ignore_file(path: str) -> bool:
     """Whether ``path`` is missing or an ignore file a walk reads."""
     try:
         info = os.lstat(path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import os
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,13 +20,23 @@ import orjson
 from pydantic import Field
 
 from tether.protocol.tools import ToolKind
-from tether.tools.base import FileAccess, SearchEngine, ToolContext, ToolError, ToolResult
+from tether.tools.base import (
+    FileAccess,
+    ListsOpenFiles,
+    SearchEngine,
+    ToolContext,
+    ToolError,
+    ToolResult,
+)
 from tether.tools.dialect import rust_pattern
-from tether.tools.ripgrep import RgProcess, Ripgrep, chosen, rg_walk
+from tether.tools.ignores import IgnoreFiles, ignores_above
+from tether.tools.rg_search import Pass, count_files, search_pass
+from tether.tools.ripgrep import RgProcess, Ripgrep, chosen, rg_walk, start_ignored
 from tether.tools.sandbox import LinkedFileError, Sandbox, format_size
 from tether.tools.text import BINARY_SNIFF_BYTES, clip, decode, is_binary, split_lines
 from tether.tools.typed import ToolArguments, TypedTool
 from tether.tools.walk import (
+    IGNORED_DIRS,
     WALK_BUDGET_SECONDS,
     Glob,
     Walk,
@@ -119,6 +130,9 @@ class _Search:
         # many files (and lines) before it
         self.timed_out: Literal["pattern", "files"] | None = None
         self.searched = 0  # files whose every line was matched
+        # whether a file with hard links outside the workspace is counted as skipped: not when
+        # only matching files are looked at (the count would tell whether such a file matches)
+        self.count_linked = True
 
     def search(self, files: list[WalkedFile], stop: threading.Event) -> None:
         """Search ``files`` in order, until the limit, the deadline or ``stop``."""
@@ -143,7 +157,8 @@ class _Search:
         try:
             data = self.sandbox.read_bytes(file.path, max_bytes=MAX_SEARCH_FILE_BYTES)
         except LinkedFileError:
-            self.skipped["linked"] += 1
+            if self.count_linked:
+                self.skipped["linked"] += 1
             return
         except ToolError:
             self.skipped["unreadable"] += 1
@@ -242,6 +257,10 @@ def _search(
     translated = rust_pattern(args.pattern) if rg is not None else None
     if translated is None:  # no rg, or a pattern only Python reads right
         rg = None
+    if target.is_dir() and rg is not None and translated is not None and glob is None:
+        answer = _one_pass(rg, translated, args, sandbox, target, regex, stop, access)
+        if answer is not None:
+            return answer
     walk: Walk | None = None
     if target.is_dir():
         walk = _walk(rg, sandbox.root, target, glob, stop, args.include_ignored)
@@ -305,6 +324,231 @@ def _walk(
     )
 
 
+def _pattern_options(pattern: str, args: SearchTextArguments) -> list[str]:
+    """The options of every ``rg`` that matches ``pattern`` (Rust syntax) for ``args``."""
+    options = ["--crlf", "--max-count", str(args.limit + 1), "--regexp", pattern]
+    if args.ignore_case:
+        options.append("--ignore-case")
+    return options
+
+
+def _one_pass(
+    rg: Ripgrep,
+    pattern: str,
+    args: SearchTextArguments,
+    sandbox: Sandbox,
+    target: Path,
+    regex: re.Pattern[str],
+    stop: threading.Event,
+    access: FileAccess | None,
+) -> ToolResult | None:
+    """The search of the directory ``target`` by one ``rg`` that walks and searches
+    (:mod:`tether.tools.rg_search`), judged here file by file in path order as the Python
+    engine judges the files it reads; None when this cannot answer as that engine would (an
+    editor's buffers it cannot list, an ignored start, an ignore file no walk may read, too
+    many matches to sort, more files than a walk scans): the caller walks, then searches.
+
+    How many files the walk lists is said only without a match or past the deadline: an
+    ``rg --files`` counts them meanwhile, stopped at the first match."""
+    root = sandbox.root
+    if access is not None and not isinstance(access, ListsOpenFiles):
+        return None
+    if not args.include_ignored and start_ignored(root, target, Walk()):
+        return None
+    search = _Search(sandbox, regex, args.limit, access)
+    search.count_linked = False
+    found = Pass()
+    counter = _Counter(rg, target, args.include_ignored, target != root, found.matched)
+    try:
+        search_pass(
+            rg,
+            target,
+            _pattern_options(pattern, args),
+            include_ignored=args.include_ignored,
+            parents=target != root,
+            max_bytes=MAX_SEARCH_FILE_BYTES,
+            stop=stop,
+            deadline=search.deadline,
+            found=found,
+        )
+    finally:
+        if found.stopped is not None and found.stopped != "time":
+            found.matched.set()  # the count is of no use: stop it
+    if found.stopped in ("unsafe", "busy"):
+        return None
+    opened = _open_files(access, root, target, args.include_ignored)
+    if found.stopped == "time":
+        search.timed_out, search.full = "files", True
+    prefix = "" if target == root else target.relative_to(root).as_posix() + "/"
+    files = sorted({*found.paths(), *opened})
+    _judge(search, found, target, prefix, files, stop)
+    walk = Walk()
+    count = len(files)
+    if not search.matches or search.timed_out is not None:
+        counted = counter.result(stop)
+        if counted is not None and counted > MAX_SCANNED:
+            return None  # the Python walk stops there: as does the walk before a search
+        if counted is None:
+            walk.stopped = "time"
+        else:
+            count = counted
+    else:
+        found.matched.set()
+    lines = search.matches or [_no_matches(search, count, walk)]
+    lines += search.notes(count)
+    lines += walk.notes(
+        max_entries=MAX_SCANNED, budget=WALK_BUDGET_SECONDS, what="some files were not searched"
+    )
+    return ToolResult("\n".join(lines))
+
+
+class _Counter:
+    """How many files the walk lists, counted by ``rg --files`` in a thread of its own until
+    ``dropped`` is set (the count is of no use then, unless :meth:`result` asks again)."""
+
+    def __init__(
+        self,
+        rg: Ripgrep,
+        start: Path,
+        include_ignored: bool,
+        parents: bool,
+        dropped: threading.Event,
+    ) -> None:
+        self._rg, self._start = rg, start
+        self._include_ignored, self._parents = include_ignored, parents
+        self._dropped = dropped
+        self._count: int | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True, name="rg-count")
+        self._thread.start()
+
+    def _run(self, stop: threading.Event | None = None) -> None:
+        self._count = count_files(
+            self._rg,
+            self._start,
+            include_ignored=self._include_ignored,
+            parents=self._parents,
+            stop=self._dropped if stop is None else stop,
+            budget=WALK_BUDGET_SECONDS,
+        )
+
+    def result(self, stop: threading.Event) -> int | None:
+        """The count; counted again (until ``stop``) when it was dropped before its end (the
+        files that matched on disk no longer match in an editor's buffers); None when the walk
+        did not end."""
+        self._thread.join()
+        if self._count is None and self._dropped.is_set() and not stop.is_set():
+            self._run(stop)
+        return self._count
+
+
+def _open_files(
+    access: FileAccess | None, root: Path, target: Path, include_ignored: bool
+) -> set[str]:
+    """The files an editor holds that the walk of ``target`` lists (relative to it)."""
+    if not isinstance(access, ListsOpenFiles):
+        return set()
+    listed = (_listed(root, target, Path(path), include_ignored) for path in access.open_paths())
+    return {rel for rel in listed if rel is not None}
+
+
+def _listed(root: Path, start: Path, path: Path, include_ignored: bool) -> str | None:
+    """``path`` relative to ``start`` when the walk from ``start`` lists it (a regular file
+    reached through no symlink nor skipped directory, and, unless ``include_ignored``, one
+    no ignore rule leaves out), as :func:`tether.tools.walk.walk_files` decides; else None."""
+    try:
+        parts = path.relative_to(start).parts
+    except ValueError:
+        return None
+    if not parts:
+        return None
+    current = start
+    for depth, part in enumerate(parts):
+        current = current / part
+        try:
+            mode = os.lstat(current).st_mode
+        except OSError:
+            return None
+        if depth == len(parts) - 1:
+            if not stat.S_ISREG(mode):
+                return None
+        elif not stat.S_ISDIR(mode) or part in IGNORED_DIRS:
+            return None
+    if not include_ignored:
+        rules = ignores_above(root, path, IgnoreFiles())
+        from_root = path.relative_to(root).parts
+        first = len(from_root) - len(parts)
+        for depth in range(first, len(from_root)):
+            is_dir = depth < len(from_root) - 1
+            if rules.ignored("/".join(from_root[: depth + 1]), is_dir=is_dir):
+                return None
+    return "/".join(parts)
+
+
+def _judge(
+    search: _Search,
+    found: Pass,
+    target: Path,
+    prefix: str,
+    paths: list[str],
+    stop: threading.Event,
+) -> None:
+    """Add what one pass found to ``search``, for ``paths`` (relative to ``target``, sorted),
+    as the Python engine judges each file it reads: an editor's buffer first, then the size
+    cap, the hard links (a file linked outside shows nothing, and is not counted), whether it
+    could be read, a NUL within the sniff; a NUL past the sniff: the file is read as Python
+    reads it. A file gone or no longer regular is left out, as a walk leaves out what vanishes
+    under it."""
+    links_counted = False
+    for index, rel in enumerate(paths):
+        if stop.is_set() or search.full:
+            return
+        file = _walked_file(target, prefix, rel)
+        if file is None:
+            continue
+        if file.links > 1 and file.size <= MAX_SEARCH_FILE_BYTES and not links_counted:
+            _count_links(search.sandbox, target, prefix, paths[index:])
+            links_counted = True
+        opened = search.files is not None and search.files.read_text(Path(file.path)) is not None
+        if opened or rel in found.large or rel in found.unreadable:
+            search.file(file)  # the buffer, or the skip the Python engine counts
+        elif search.sandbox.links.found(file.key, file.links) < file.links:
+            pass  # linked outside the workspace: nothing of it is shown
+        elif (offset := found.binary.get(rel)) is not None:
+            if offset < BINARY_SNIFF_BYTES:
+                search.skipped["binary"] += 1
+            else:
+                search.file(file)
+        else:
+            for raw in found.matches.get(rel, ()):
+                data = orjson.loads(raw)["data"]
+                text = _text(data["lines"]).removesuffix("\n").removesuffix("\r")
+                if not search.add(file, data["line_number"], text):
+                    return
+        search.searched += 1
+
+
+def _walked_file(target: Path, prefix: str, rel: str) -> WalkedFile | None:
+    path = os.path.join(target, rel)
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return WalkedFile.of(prefix + rel, path, info) if stat.S_ISREG(info.st_mode) else None
+
+
+def _count_links(sandbox: Sandbox, target: Path, prefix: str, paths: list[str]) -> None:
+    """Count, in one walk of the workspace, the hard links of every file of ``paths`` that
+    has several (the first such file met counts them for the rest)."""
+    files = (_walked_file(target, prefix, rel) for rel in paths)
+    sandbox.links.count(
+        {
+            file.key: file.links
+            for file in files
+            if file is not None and file.links > 1 and file.size <= MAX_SEARCH_FILE_BYTES
+        }
+    )
+
+
 FIRST_CHUNK = 2048  # files in the first rg run; each later one takes twice as many
 MAX_CHUNK_ARG_BYTES = 512 * 1024  # of paths on one rg command line
 
@@ -320,10 +564,8 @@ def _rg_search(
     """Search ``files`` in path order with ``rg``, into ``search``, in runs over growing
     chunks of them until the limit is passed; False when ``rg`` refuses the pattern (the
     caller searches with Python then)."""
-    options = ["--json", "--no-config", "--no-ignore", "--hidden", "--crlf"]
-    options += ["--max-count", str(args.limit + 1), "--regexp", pattern]
-    if args.ignore_case:
-        options.append("--ignore-case")
+    options = ["--json", "--no-config", "--no-ignore", "--hidden"]
+    options += _pattern_options(pattern, args)
     start, size = 0, FIRST_CHUNK
     while start < len(files) and not (search.full or stop.is_set()):
         if time.monotonic() > search.deadline:
