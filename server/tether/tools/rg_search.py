@@ -6,12 +6,10 @@ parallel and unsorted. What it writes is gathered here, by path (relative to the
 
 - the raw JSON lines of each file's matches (parsed later, for the files that are shown only);
   rg writes each file's output at once, so a ``begin`` line names the file of the lines after it;
-- from its debug lines on stderr: each file it left out as binary and where its first NUL is
-  (``found binary data at offset``), each one over the size cap (``ignoring PATH: N bytes``),
-  and each ignore file it opened (``opened gitignore file``), so that the caller checks those
-  as the Python walk does (:func:`tether.tools.ripgrep.readable_ignore_file`): one it must
-  leave out means the pass is worthless (``unsafe``);
-- its error lines (``(os error N)``): files it could not read.
+- from its debug and error lines on stderr (:class:`tether.tools.ripgrep.RgLog`): each file
+  it left out as binary and where its first NUL is, each one over the size cap, each it could
+  not read, and each ignore file it opened, checked as the Python walk checks them: one it must
+  leave out means the pass is worthless (``unsafe``).
 
 The ``rg`` is guarded as the walk's is (:class:`tether.tools.ripgrep.RgProcess`), so a FIFO or
 a device read as an ignore file kills it (``unsafe``). A pass that finds more than
@@ -32,29 +30,19 @@ from typing import Literal
 
 import orjson
 
-from tether.tools.ripgrep import RgProcess, Ripgrep, readable_ignore_file, walk_args
+from tether.tools.ripgrep import RgLog, RgProcess, Ripgrep, walk_args
 
 MAX_PASS_LINES = 50_000
 """Matching lines one pass keeps; past them, it stops and the search runs in path order."""
 
 Stopped = Literal["time", "stop", "unsafe", "busy"]
 
-_OPENED = b"opened gitignore file: "
-_IGNORING = b": ignoring "
-_BINARY = "found binary data at offset "
-_DEBUG = (b"rg: DEBUG|", b"rg: TRACE|")
-_OS_ERROR = "(os error "
-
 
 @dataclass
-class Pass:
+class Pass(RgLog):
     """What one pass found, by path relative to its start directory."""
 
     matches: dict[str, list[bytes]] = field(default_factory=dict)  # raw JSON "match" lines
-    binary: dict[str, int] = field(default_factory=dict)  # the offset of the first NUL
-    large: set[str] = field(default_factory=set)
-    unreadable: set[str] = field(default_factory=set)
-    ignore_files: list[str] = field(default_factory=list)  # as rg names them
     stopped: Stopped | None = None
     lines: int = 0
     matched: threading.Event = field(default_factory=threading.Event)  # set at the first match
@@ -62,32 +50,6 @@ class Pass:
     def paths(self) -> set[str]:
         """Every path the pass has something to say of."""
         return {*self.matches, *self.binary, *self.large, *self.unreadable}
-
-    def on_stderr(self, line: bytes) -> None:
-        """One line of rg's stderr (called from the thread that reads it)."""
-        if line.startswith(_DEBUG):
-            self._debug(line)
-        elif line.startswith(b"rg: "):
-            text = os.fsdecode(line[4:].rstrip(b"\n"))
-            path, _, why = text.rpartition(": ")
-            if path and _OS_ERROR in why:
-                self.unreadable.add(path.removeprefix("./"))
-
-    def _debug(self, line: bytes) -> None:
-        opened = line.find(_OPENED)
-        if opened >= 0:
-            self.ignore_files.append(os.fsdecode(line[opened + len(_OPENED) :].rstrip(b"\n")))
-            return
-        ignoring = line.find(_IGNORING)
-        if ignoring < 0:
-            return
-        text = os.fsdecode(line[ignoring + len(_IGNORING) :].rstrip(b"\n"))
-        path, _, why = text.rpartition(": ")
-        path = path.removeprefix("./")
-        if why.startswith(_BINARY) and why[len(_BINARY) :].isdigit():
-            self.binary[path] = int(why[len(_BINARY) :])
-        elif why.endswith(" bytes") and why[:-6].isdigit() and b"ignore::walk" in line:
-            self.large.add(path)
 
 
 def search_pass(
@@ -124,7 +86,7 @@ def search_pass(
         deadline=deadline,
         guard=not include_ignored,
         searching=True,
-        on_stderr=found.on_stderr,
+        on_stderr=found.on_line,
     )
     try:
         _read(run, found)
@@ -132,9 +94,7 @@ def search_pass(
         run.close()
     if run.killed is not None and found.stopped is None:
         found.stopped = run.killed
-    if found.stopped is None and not all(
-        readable_ignore_file(os.path.join(start, name)) for name in found.ignore_files
-    ):
+    if found.stopped is None and not found.ignore_files_clean(start):
         found.stopped = "unsafe"
     return found
 

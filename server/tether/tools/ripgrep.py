@@ -19,11 +19,9 @@ walk (:mod:`tether.tools.walk`) gives:
   symlink, over :data:`MAX_IGNORE_FILE_BYTES`) ``rg`` would read as it is: block on a FIFO for
   good, read ``/dev/zero`` until memory runs out, apply a linked or huge file's rules. So the
   walk's ``rg`` is watched (:func:`reads_what_no_walk_may`: it waits to open a FIFO, or holds a
-  FIFO, a device or a file too large open) and killed at once, and the ignore files of the
-  directories it listed files in are checked when it is done (:func:`_ignore_files_clean`);
-  either way the call walks with Python, which leaves the file out and says so. Left: a
-  directory none of whose files ``rg`` lists (its own linked or huge ignore file excludes them
-  all) is not checked.
+  FIFO, a device or a file too large open) and killed at once, and the ignore files it opened
+  (``--debug`` names each: :class:`RgLog`) are checked when it is done; either way the call
+  walks with Python, which leaves the file out and says so.
 - ``rg`` is started in a session of its own, marked as commands are
   (:data:`tether.tools.processes.MARK_VARIABLE`), and its tree is killed
   (:func:`tether.tools.processes.kill_tree`) when the call is cancelled, at the deadline, or
@@ -44,7 +42,7 @@ import sysconfig
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -225,6 +223,57 @@ class RgProcess:
         return self.process.wait(), error
 
 
+_OPENED = b"opened gitignore file: "
+_IGNORING = b": ignoring "
+_BINARY = "found binary data at offset "
+_DEBUG = (b"rg: DEBUG|", b"rg: TRACE|")
+_OS_ERROR = "(os error "
+
+
+@dataclass
+class RgLog:
+    """What ``rg --debug`` says on stderr that tether uses, by path relative to where it ran:
+    the ignore files it opened (``opened gitignore file``), the files it left out as binary
+    with the offset of their first NUL (``found binary data at offset``), those over
+    ``--max-filesize`` (``ignoring PATH: N bytes``), and those it could not read (its error
+    lines, ``(os error N)``)."""
+
+    ignore_files: list[str] = field(default_factory=list)
+    binary: dict[str, int] = field(default_factory=dict)
+    large: set[str] = field(default_factory=set)
+    unreadable: set[str] = field(default_factory=set)
+
+    def on_line(self, line: bytes) -> None:
+        """One line of rg's stderr (called from the thread that reads it)."""
+        if line.startswith(_DEBUG):
+            self._debug(line)
+        elif line.startswith(b"rg: "):
+            text = os.fsdecode(line[4:].rstrip(b"\n"))
+            path, _, why = text.rpartition(": ")
+            if path and _OS_ERROR in why:
+                self.unreadable.add(path.removeprefix("./"))
+
+    def _debug(self, line: bytes) -> None:
+        opened = line.find(_OPENED)
+        if opened >= 0:
+            self.ignore_files.append(os.fsdecode(line[opened + len(_OPENED) :].rstrip(b"\n")))
+            return
+        ignoring = line.find(_IGNORING)
+        if ignoring < 0:
+            return
+        text = os.fsdecode(line[ignoring + len(_IGNORING) :].rstrip(b"\n"))
+        path, _, why = text.rpartition(": ")
+        path = path.removeprefix("./")
+        if why.startswith(_BINARY) and why[len(_BINARY) :].isdigit():
+            self.binary[path] = int(why[len(_BINARY) :])
+        elif why.endswith(" bytes") and why[:-6].isdigit() and b"ignore::walk" in line:
+            self.large.add(path)
+
+    def ignore_files_clean(self, start: Path) -> bool:
+        """Whether every ignore file ``rg`` (run from ``start``) opened is one a walk reads."""
+        return all(readable_ignore_file(os.path.join(start, name)) for name in self.ignore_files)
+
+
 def walk_args(include_ignored: bool, *, parents: bool) -> list[str]:
     """The ``rg`` options that walk as :func:`tether.tools.walk.walk_files` does; with
     ``parents``, the ignore files of the directories above the start apply (the caller has
@@ -262,15 +311,22 @@ def rg_walk(
     prefix = "" if start == root else start.relative_to(root).as_posix() + "/"
     if not include_ignored and start_ignored(root, start, walk):
         return walk  # as the Python walk sees nothing below an ignored directory
-    args = [*walk_args(include_ignored, parents=start != root), "--files", "--null"]
-    run = RgProcess(rg, args, cwd=start, stop=stop, deadline=deadline, guard=not include_ignored)
+    args = [*walk_args(include_ignored, parents=start != root), "--files", "--null", "--debug"]
+    log = RgLog()
+    run = RgProcess(
+        rg,
+        args,
+        cwd=start,
+        stop=stop,
+        deadline=deadline,
+        guard=not include_ignored,
+        on_stderr=log.on_line,
+    )
     try:
         names = _read_names(run, max_entries, walk)
     finally:
         run.close()
-    if run.killed == "unsafe" or not (
-        include_ignored or run.killed or _ignore_files_clean(root, start, names)
-    ):
+    if run.killed == "unsafe" or not (run.killed or log.ignore_files_clean(start)):
         # an ignore file rg read as no walk may: the Python walk leaves it out and says so
         return walk_files(
             root,
@@ -284,6 +340,7 @@ def rg_walk(
     if run.killed == "time":
         walk.stopped = "time"
     walk.scanned = len(names)
+    directory = os.fspath(start)
     for name in names:
         rel = name.removeprefix("./")
         try:
@@ -292,8 +349,7 @@ def rg_walk(
         except TimeoutError:
             walk.stopped = "time"
             break
-        path = os.path.join(start, rel)
-        walk.files.append(_walked(prefix + rel, path, stat))
+        walk.files.append(_walked(prefix + rel, f"{directory}/{rel}", stat))
     walk.files = [file for file in walk.files if file.size >= 0]
     walk.files.sort(key=lambda file: file.rel)
     return walk
@@ -383,31 +439,6 @@ def reads_what_no_walk_may(pid: int, *, searching: bool = False) -> bool:
 
 def _names_an_ignore_file(path: str) -> bool:
     return os.path.basename(path) in IGNORE_FILES or path.endswith("/.git/info/exclude")
-
-
-def _ignore_files_clean(root: Path, start: Path, names: list[str]) -> bool:
-    """Whether every ignore file of the directories ``rg`` listed files in, from ``root`` down,
-    is one a walk reads: a regular file (not a symlink) of at most
-    :data:`MAX_IGNORE_FILE_BYTES`."""
-    if not readable_ignore_file(os.path.join(root, ".git", "info", "exclude")):
-        return False
-    directories = {str(root)}
-    directory = start
-    while directory != root:
-        directories.add(str(directory))
-        directory = directory.parent
-    for parent in {name.removeprefix("./").rpartition("/")[0] for name in names}:
-        while parent:
-            path = os.path.join(start, parent)
-            if path in directories:
-                break
-            directories.add(path)
-            parent = os.path.dirname(parent)
-    return all(
-        readable_ignore_file(os.path.join(directory, name))
-        for directory in directories
-        for name in IGNORE_FILES
-    )
 
 
 def readable_ignore_file(path: str) -> bool:
