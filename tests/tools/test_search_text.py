@@ -284,3 +284,56 @@ async def test_a_buffer_of_a_file_the_walk_leaves_out_is_not_searched(
         "run.log:1: needle in an ignored file",
         "src/a.py:1: needle = 1",
     ]
+
+
+# --- what the ripgrep engine's first pass must judge as Python does, on each engine ---------------
+
+
+@pytest.mark.parametrize("nul_at", [9_000, 70_000])
+async def test_a_file_with_a_nul_past_the_first_8_kib_is_searched_as_text(
+    call: Call, workspace: Path, nul_at: int
+) -> None:
+    """rg leaves such a file out as binary (a NUL in what it read first) or stops at the NUL:
+    the Python engine reads it as text, so both engines do."""
+    head = b"needle before\n" + b"x\n" * ((nul_at - 14) // 2)
+    write(workspace, "late.dat", head + b"\x00\nneedle after\n")
+    write(workspace, "early.dat", b"needle\x00\n")
+    result = await call("search_text", {"pattern": "needle"})
+    lines = result.content.splitlines()
+    after = head.count(b"\n") + 2
+    assert lines == [
+        "late.dat:1: needle before",
+        f"late.dat:{after}: needle after",
+        "[skipped files: 1 binary]",
+    ]
+
+
+async def test_the_first_matches_in_path_order_across_many_files(
+    call: Call, workspace: Path
+) -> None:
+    for n in range(40):
+        write(workspace, f"d{n % 4}/f{n:02d}.txt", "hit\nmiss\nhit\n" if n % 3 else "miss\n")
+    write(workspace, "d0/blob.bin", b"hit\x00")
+    result = await call("search_text", {"pattern": "hit", "limit": 7})
+    lines = result.content.splitlines()
+    assert lines[:7] == [
+        "d0/f04.txt:1: hit",
+        "d0/f04.txt:3: hit",
+        "d0/f08.txt:1: hit",
+        "d0/f08.txt:3: hit",
+        "d0/f16.txt:1: hit",
+        "d0/f16.txt:3: hit",
+        "d0/f20.txt:1: hit",
+    ]
+    assert "there may be more" in lines[7]
+    assert lines[8:] == ["[skipped files: 1 binary]"]
+
+
+async def test_a_search_of_more_files_than_a_walk_scans_says_so_with_matches_too(
+    call: Call, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(search_text, "MAX_SCANNED", 2)
+    for n in range(5):
+        write(workspace, f"f{n}.txt", "needle\n")
+    result = await call("search_text", {"pattern": "needle"})
+    assert result.content.splitlines()[-1].startswith("[stopped after scanning 2 entries")

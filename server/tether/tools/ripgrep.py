@@ -61,6 +61,7 @@ GUARD_INTERVAL = 0.02  # seconds between two looks at what a walk's rg has open
 # "pipe_wait", as for any pipe: such an rg is left to the deadline)
 _FIFO_WAITS = frozenset({"wait_for_partner", "fifo_open"})
 Killed = Literal["stop", "time", "unsafe"]
+Stopped = Literal[Killed, "refused"]  # refused: rg refused the pattern
 
 
 @dataclass(frozen=True)
@@ -242,16 +243,19 @@ class RgLog:
     binary: dict[str, int] = field(default_factory=dict)
     large: set[str] = field(default_factory=set)
     unreadable: set[str] = field(default_factory=set)
+    errors: list[str] = field(default_factory=list)  # the other lines (the pattern's error...)
 
     def on_line(self, line: bytes) -> None:
         """One line of rg's stderr (called from the thread that reads it)."""
         if line.startswith(_DEBUG):
             self._debug(line)
-        elif line.startswith(b"rg: "):
-            text = os.fsdecode(line[4:].rstrip(b"\n"))
-            path, _, why = text.rpartition(": ")
-            if path and _OS_ERROR in why:
-                self.unreadable.add(path.removeprefix("./"))
+            return
+        text = os.fsdecode(line.rstrip(b"\n"))
+        path, _, why = text.removeprefix("rg: ").rpartition(": ")
+        if text.startswith("rg: ") and path and _OS_ERROR in why:
+            self.unreadable.add(path.removeprefix("./"))
+        elif len(self.errors) < 100:
+            self.errors.append(text)
 
     def _debug(self, line: bytes) -> None:
         opened = line.find(_OPENED)

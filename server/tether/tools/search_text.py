@@ -342,14 +342,12 @@ def _one_pass(
     stop: threading.Event,
     access: FileAccess | None,
 ) -> ToolResult | None:
-    """The search of the directory ``target`` by one ``rg`` that walks and searches
-    (:mod:`tether.tools.rg_search`), judged here file by file in path order as the Python
-    engine judges the files it reads; None when this cannot answer as that engine would (an
-    editor's buffers it cannot list, an ignored start, an ignore file no walk may read, too
-    many matches to sort, more files than a walk scans): the caller walks, then searches.
-
-    How many files the walk lists is said only without a match or past the deadline: an
-    ``rg --files`` counts them meanwhile, stopped at the first match."""
+    """The search of the directory ``target`` by one ``rg`` that walks and counts the
+    matching lines of each file (:mod:`tether.tools.rg_search`), then judged here file by
+    file in path order as the Python engine judges the files it reads, reading the lines of
+    just enough matching files; None when this cannot answer as that engine would (an
+    editor's buffers it cannot list, an ignored start, an ignore file no walk may read, a
+    pattern rg refuses, more files than a walk scans): the caller walks, then searches."""
     root = sandbox.root
     if access is not None and not isinstance(access, ListsOpenFiles):
         return None
@@ -357,88 +355,83 @@ def _one_pass(
         return None
     search = _Search(sandbox, regex, args.limit, access)
     search.count_linked = False
-    found = Pass()
-    counter = _Counter(rg, target, args.include_ignored, target != root, found.matched)
-    try:
-        search_pass(
-            rg,
-            target,
-            _pattern_options(pattern, args),
-            include_ignored=args.include_ignored,
-            parents=target != root,
-            max_bytes=MAX_SEARCH_FILE_BYTES,
-            stop=stop,
-            deadline=search.deadline,
-            found=found,
-        )
-    finally:
-        if found.stopped is not None and found.stopped != "time":
-            found.matched.set()  # the count is of no use: stop it
-    if found.stopped in ("unsafe", "busy"):
-        return None
-    opened = _open_files(access, root, target, args.include_ignored)
+    found = search_pass(
+        rg,
+        target,
+        _pattern_options(pattern, args),
+        include_ignored=args.include_ignored,
+        parents=target != root,
+        max_bytes=MAX_SEARCH_FILE_BYTES,
+        stop=stop,
+        deadline=search.deadline,
+    )
+    if found.stopped in ("unsafe", "refused") or found.files() > MAX_SCANNED:
+        return None  # the Python walk leaves out that ignore file, or stops at the cap
+    walk = Walk()
+    count: int | None = found.files()
     if found.stopped == "time":
         search.timed_out, search.full = "files", True
-    prefix = "" if target == root else target.relative_to(root).as_posix() + "/"
-    files = sorted({*found.paths(), *opened})
-    _judge(search, found, target, prefix, files, stop)
-    walk = Walk()
-    count = len(files)
-    if not search.matches or search.timed_out is not None:
-        counted = counter.result(stop)
-        if counted is not None and counted > MAX_SCANNED:
-            return None  # the Python walk stops there: as does the walk before a search
-        if counted is None:
+        count = count_files(
+            rg,
+            target,
+            include_ignored=args.include_ignored,
+            parents=target != root,
+            stop=stop,
+            budget=WALK_BUDGET_SECONDS,
+        )
+        if count is None:
             walk.stopped = "time"
-        else:
-            count = counted
-    else:
-        found.matched.set()
-    lines = search.matches or [_no_matches(search, count, walk)]
-    lines += search.notes(count)
-    lines += walk.notes(
+    opened = _open_files(access, root, target, args.include_ignored)
+    prefix = "" if target == root else target.relative_to(root).as_posix() + "/"
+    lines = _Lines(rg, pattern, args, search, found, stop)
+    _judge(search, found, lines, target, prefix, sorted({*found.paths(), *opened}), stop)
+    total = count if count is not None else found.files()
+    answer = search.matches or [_no_matches(search, total, walk)]
+    answer += search.notes(total)
+    answer += walk.notes(
         max_entries=MAX_SCANNED, budget=WALK_BUDGET_SECONDS, what="some files were not searched"
     )
-    return ToolResult("\n".join(lines))
+    return ToolResult("\n".join(answer))
 
 
-class _Counter:
-    """How many files the walk lists, counted by ``rg --files`` in a thread of its own until
-    ``dropped`` is set (the count is of no use then, unless :meth:`result` asks again)."""
+class _Lines:
+    """The matching lines of the files the first pass counted some in, read by ``rg --json``
+    over a batch of them at a time: from the file asked about on, in path order, as many as
+    the matches still wanted need."""
 
     def __init__(
         self,
         rg: Ripgrep,
-        start: Path,
-        include_ignored: bool,
-        parents: bool,
-        dropped: threading.Event,
+        pattern: str,
+        args: SearchTextArguments,
+        search: _Search,
+        found: Pass,
+        stop: threading.Event,
     ) -> None:
-        self._rg, self._start = rg, start
-        self._include_ignored, self._parents = include_ignored, parents
-        self._dropped = dropped
-        self._count: int | None = None
-        self._thread = threading.Thread(target=self._run, daemon=True, name="rg-count")
-        self._thread.start()
+        self._rg, self._search, self._found, self._stop = rg, search, found, stop
+        self._options = ["--json", "--no-config", "--no-ignore", "--hidden"]
+        self._options += _pattern_options(pattern, args)
+        self._read: dict[str, _Found] = {}
 
-    def _run(self, stop: threading.Event | None = None) -> None:
-        self._count = count_files(
-            self._rg,
-            self._start,
-            include_ignored=self._include_ignored,
-            parents=self._parents,
-            stop=self._dropped if stop is None else stop,
-            budget=WALK_BUDGET_SECONDS,
-        )
-
-    def result(self, stop: threading.Event) -> int | None:
-        """The count; counted again (until ``stop``) when it was dropped before its end (the
-        files that matched on disk no longer match in an editor's buffers); None when the walk
-        did not end."""
-        self._thread.join()
-        if self._count is None and self._dropped.is_set() and not stop.is_set():
-            self._run(stop)
-        return self._count
+    def of(self, file: WalkedFile, rel: str, ahead: list[WalkedFile]) -> _Found | None:
+        """What ``rg`` finds in ``file`` (``rel`` to the start); ``ahead``: the files after it
+        in path order, read in the same batch while matches are still wanted. None when
+        ``rg`` refuses the pattern."""
+        if rel not in self._read:
+            wanted = self._search.limit + 1 - len(self._search.matches)
+            batch = [file]
+            used = self._found.counts[rel]
+            for other in ahead:
+                if used >= wanted or len(batch) >= FIRST_CHUNK:
+                    break
+                batch.append(other)
+                used += self._found.counts[other.rel[len(file.rel) - len(rel) :]]
+            result = _rg_chunk(self._rg, self._options, self._search, batch, self._stop)
+            if result is None:
+                return None
+            for member in batch:
+                self._read[member.rel[len(file.rel) - len(rel) :]] = result
+        return self._read[rel]
 
 
 def _open_files(
@@ -487,27 +480,29 @@ def _listed(root: Path, start: Path, path: Path, include_ignored: bool) -> str |
 def _judge(
     search: _Search,
     found: Pass,
+    lines: _Lines,
     target: Path,
     prefix: str,
     paths: list[str],
     stop: threading.Event,
 ) -> None:
-    """Add what one pass found to ``search``, for ``paths`` (relative to ``target``, sorted),
-    as the Python engine judges each file it reads: an editor's buffer first, then the size
-    cap, the hard links (a file linked outside shows nothing, and is not counted), whether it
-    could be read, a NUL within the sniff; a NUL past the sniff: the file is read as Python
-    reads it. A file gone or no longer regular is left out, as a walk leaves out what vanishes
-    under it."""
-    links_counted = False
-    for index, rel in enumerate(paths):
+    """Add what the first pass found to ``search``, for ``paths`` (relative to ``target``,
+    sorted), as the Python engine judges each file it reads: an editor's buffer first, then
+    the size cap, the hard links (a file linked outside shows nothing, and is not counted),
+    whether it could be read, a NUL within the sniff; a NUL past the sniff: the file is read as
+    Python reads it. A file gone or no longer regular is left out, as a walk leaves out what
+    vanishes under it."""
+    files = [(rel, file) for rel in paths if (file := _walked_file(target, prefix, rel))]
+    search.sandbox.links.count(
+        {
+            file.key: file.links
+            for _, file in files
+            if file.links > 1 and file.size <= MAX_SEARCH_FILE_BYTES
+        }
+    )
+    for index, (rel, file) in enumerate(files):
         if stop.is_set() or search.full:
             return
-        file = _walked_file(target, prefix, rel)
-        if file is None:
-            continue
-        if file.links > 1 and file.size <= MAX_SEARCH_FILE_BYTES and not links_counted:
-            _count_links(search.sandbox, target, prefix, paths[index:])
-            links_counted = True
         opened = search.files is not None and search.files.read_text(Path(file.path)) is not None
         if opened or rel in found.large or rel in found.unreadable:
             search.file(file)  # the buffer, or the skip the Python engine counts
@@ -519,12 +514,14 @@ def _judge(
             else:
                 search.file(file)
         else:
-            for raw in found.matches.get(rel, ()):
-                data = orjson.loads(raw)["data"]
-                text = _text(data["lines"]).removesuffix("\n").removesuffix("\r")
-                if not search.add(file, data["line_number"], text):
-                    return
-        search.searched += 1
+            ahead = [other for name, other in files[index + 1 :] if name in found.counts]
+            read = lines.of(file, rel, ahead)
+            if read is None:  # rg refuses the pattern: Python reads the file
+                search.file(file)
+            else:
+                _take_file(search, file, read)
+        if search.timed_out is None:
+            search.searched += 1
 
 
 def _walked_file(target: Path, prefix: str, rel: str) -> WalkedFile | None:
@@ -534,19 +531,6 @@ def _walked_file(target: Path, prefix: str, rel: str) -> WalkedFile | None:
     except OSError:
         return None
     return WalkedFile.of(prefix + rel, path, info) if stat.S_ISREG(info.st_mode) else None
-
-
-def _count_links(sandbox: Sandbox, target: Path, prefix: str, paths: list[str]) -> None:
-    """Count, in one walk of the workspace, the hard links of every file of ``paths`` that
-    has several (the first such file met counts them for the rest)."""
-    files = (_walked_file(target, prefix, rel) for rel in paths)
-    sandbox.links.count(
-        {
-            file.key: file.links
-            for file in files
-            if file is not None and file.links > 1 and file.size <= MAX_SEARCH_FILE_BYTES
-        }
-    )
 
 
 FIRST_CHUNK = 2048  # files in the first rg run; each later one takes twice as many
@@ -655,6 +639,24 @@ def _text(value: dict[str, str]) -> str:
     if "text" in value:
         return value["text"]
     return base64.b64decode(value["bytes"]).decode("utf-8", errors="replace")
+
+
+def _take_file(search: _Search, file: WalkedFile, found: _Found) -> None:
+    """Add what ``rg`` found in ``file`` (read in a batch of the first pass's matching files)
+    to ``search``. A NUL within the sniff: binary; past it, a skip, or no line where the first
+    pass counted some (the file changed meanwhile, or could not be read): as Python does it."""
+    key = "./" + file.rel
+    offset = found.binary.get(key)
+    if offset is not None and offset < BINARY_SNIFF_BYTES:
+        search.skipped["binary"] += 1
+    elif found.timed_out and key not in found.lines:
+        search.timed_out, search.full = "files", True
+    elif offset is not None or file.rel not in found.read or key not in found.lines:
+        search.file(file)
+    else:
+        for number, text in found.lines[key]:
+            if not search.add(file, number, text):
+                return
 
 
 def _take(search: _Search, chunk: list[WalkedFile], found: _Found) -> None:
