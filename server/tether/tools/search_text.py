@@ -12,6 +12,7 @@ import os
 import stat
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -365,12 +366,13 @@ def _one_pass(
         stop=stop,
         deadline=search.deadline,
     )
-    if found.stopped in ("unsafe", "refused") or found.files() > MAX_SCANNED:
+    count = found.files()
+    if found.stopped in ("unsafe", "refused") or (count or 0) > MAX_SCANNED:
         return None  # the Python walk leaves out that ignore file, or stops at the cap
     walk = Walk()
-    count: int | None = found.files()
     if found.stopped == "time":
         search.timed_out, search.full = "files", True
+    if count is None:
         count = count_files(
             rg,
             target,
@@ -385,7 +387,7 @@ def _one_pass(
     prefix = "" if target == root else target.relative_to(root).as_posix() + "/"
     lines = _Lines(rg, pattern, args, search, found, stop)
     _judge(search, found, lines, target, prefix, sorted({*found.paths(), *opened}), stop)
-    total = count if count is not None else found.files()
+    total = count if count is not None else len(found.paths())
     answer = search.matches or [_no_matches(search, total, walk)]
     answer += search.notes(total)
     answer += walk.notes(
@@ -413,24 +415,26 @@ class _Lines:
         self._options += _pattern_options(pattern, args)
         self._read: dict[str, _Found] = {}
 
-    def of(self, file: WalkedFile, rel: str, ahead: list[WalkedFile]) -> _Found | None:
-        """What ``rg`` finds in ``file`` (``rel`` to the start); ``ahead``: the files after it
-        in path order, read in the same batch while matches are still wanted. None when
-        ``rg`` refuses the pattern."""
+    def of(
+        self, file: WalkedFile, rel: str, ahead: Iterator[tuple[str, WalkedFile]]
+    ) -> _Found | None:
+        """What ``rg`` finds in ``file`` (``rel`` to the start); ``ahead``: the matching files
+        after it in path order, read in the same batch while matches are still wanted. None
+        when ``rg`` refuses the pattern."""
         if rel not in self._read:
             wanted = self._search.limit + 1 - len(self._search.matches)
-            batch = [file]
+            batch = [(rel, file)]
             used = self._found.counts[rel]
             for other in ahead:
                 if used >= wanted or len(batch) >= FIRST_CHUNK:
                     break
                 batch.append(other)
-                used += self._found.counts[other.rel[len(file.rel) - len(rel) :]]
-            result = _rg_chunk(self._rg, self._options, self._search, batch, self._stop)
+                used += self._found.counts[other[0]]
+            files = [member for _, member in batch]
+            result = _rg_chunk(self._rg, self._options, self._search, files, self._stop)
             if result is None:
                 return None
-            for member in batch:
-                self._read[member.rel[len(file.rel) - len(rel) :]] = result
+            self._read.update((name, result) for name, _ in batch)
         return self._read[rel]
 
 
@@ -487,22 +491,24 @@ def _judge(
     stop: threading.Event,
 ) -> None:
     """Add what the first pass found to ``search``, for ``paths`` (relative to ``target``,
-    sorted), as the Python engine judges each file it reads: an editor's buffer first, then
-    the size cap, the hard links (a file linked outside shows nothing, and is not counted),
-    whether it could be read, a NUL within the sniff; a NUL past the sniff: the file is read as
-    Python reads it. A file gone or no longer regular is left out, as a walk leaves out what
-    vanishes under it."""
-    files = [(rel, file) for rel in paths if (file := _walked_file(target, prefix, rel))]
-    search.sandbox.links.count(
-        {
-            file.key: file.links
-            for _, file in files
-            if file.links > 1 and file.size <= MAX_SEARCH_FILE_BYTES
-        }
-    )
-    for index, (rel, file) in enumerate(files):
+    sorted), as the Python engine judges each file it reads, until the limit: an editor's
+    buffer first, then the size cap, the hard links (a file linked outside shows nothing, and
+    is not counted), whether it could be read, a NUL within the sniff; a NUL past the sniff:
+    the file is read as Python reads it. A file gone or no longer regular is left out, as a
+    walk leaves out what vanishes under it."""
+    directory = os.fspath(target)
+    matching = [rel for rel in paths if rel in found.counts]
+    place = {rel: index for index, rel in enumerate(matching)}
+    links_counted = False
+    for index, rel in enumerate(paths):
         if stop.is_set() or search.full:
             return
+        file = _walked_file(directory, prefix, rel)
+        if file is None:
+            continue
+        if file.links > 1 and file.size <= MAX_SEARCH_FILE_BYTES and not links_counted:
+            _count_links(search.sandbox, directory, prefix, paths[index:])
+            links_counted = True
         opened = search.files is not None and search.files.read_text(Path(file.path)) is not None
         if opened or rel in found.large or rel in found.unreadable:
             search.file(file)  # the buffer, or the skip the Python engine counts
@@ -514,7 +520,11 @@ def _judge(
             else:
                 search.file(file)
         else:
-            ahead = [other for name, other in files[index + 1 :] if name in found.counts]
+            ahead = (
+                (name, other)
+                for name in matching[place[rel] + 1 :]
+                if (other := _walked_file(directory, prefix, name)) is not None
+            )
             read = lines.of(file, rel, ahead)
             if read is None:  # rg refuses the pattern: Python reads the file
                 search.file(file)
@@ -524,13 +534,26 @@ def _judge(
             search.searched += 1
 
 
-def _walked_file(target: Path, prefix: str, rel: str) -> WalkedFile | None:
-    path = os.path.join(target, rel)
+def _walked_file(directory: str, prefix: str, rel: str) -> WalkedFile | None:
+    path = f"{directory}/{rel}"
     try:
         info = os.lstat(path)
     except OSError:
         return None
     return WalkedFile.of(prefix + rel, path, info) if stat.S_ISREG(info.st_mode) else None
+
+
+def _count_links(sandbox: Sandbox, directory: str, prefix: str, paths: list[str]) -> None:
+    """Count, in one walk of the workspace, the hard links of every file of ``paths`` that
+    has several (the first such file met counts them for the rest)."""
+    files = (_walked_file(directory, prefix, rel) for rel in paths)
+    sandbox.links.count(
+        {
+            file.key: file.links
+            for file in files
+            if file is not None and file.links > 1 and file.size <= MAX_SEARCH_FILE_BYTES
+        }
+    )
 
 
 FIRST_CHUNK = 2048  # files in the first rg run; each later one takes twice as many
