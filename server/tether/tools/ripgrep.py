@@ -39,6 +39,7 @@ import stat as stats
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -133,8 +134,9 @@ class RgProcess:
     """One ``rg`` run whose output is read as it comes; killed (with anything it started) when
     ``stop`` is set or ``deadline`` passes, and by :meth:`close`; with ``guard``, also as soon
     as it reads what no walk may (:func:`reads_what_no_walk_may`; ``searching``: it also reads
-    the files it searches). With ``on_stderr``, each line ``rg`` writes on stderr is handed to
-    it as it comes, in a thread of its own (``rg --debug`` writes much)."""
+    the files it searches). With ``on_stderr``, ``rg`` writes its stderr to a file in memory
+    (no pipe to wake a reader at each of the many lines of ``rg --debug``), each line of which
+    is handed to it by :meth:`close`."""
 
     def __init__(
         self,
@@ -150,33 +152,29 @@ class RgProcess:
     ) -> None:
         self._mark = new_mark()
         environ = {**os.environ, MARK_VARIABLE: self._mark}
-        self.process = subprocess.Popen(
-            [rg.path, *args],
-            cwd=cwd,
-            env=environ,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
+        self._on_stderr = on_stderr
+        self._stderr_file = _memory_file() if on_stderr is not None else None
+        try:
+            self.process = subprocess.Popen(
+                [rg.path, *args],
+                cwd=cwd,
+                env=environ,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE if self._stderr_file is None else self._stderr_file,
+                start_new_session=True,
+            )
+        except BaseException:
+            if self._stderr_file is not None:
+                os.close(self._stderr_file)
+            raise
         self.killed: Killed | None = None
         self._lock = threading.Lock()
         self._searching = searching
-        self._stderr_reader: threading.Thread | None = None
-        if on_stderr is not None:
-            self._stderr_reader = threading.Thread(
-                target=self._read_stderr, args=(on_stderr,), daemon=True, name="rg-stderr"
-            )
-            self._stderr_reader.start()
         watcher = threading.Thread(
             target=self._watch, args=(stop, deadline, guard), daemon=True, name="rg-watch"
         )
         watcher.start()
-
-    def _read_stderr(self, on_line: Callable[[bytes], None]) -> None:
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
-            on_line(line)
 
     @property
     def stdout(self) -> io.BufferedReader:
@@ -214,14 +212,18 @@ class RgProcess:
         """Kill what still runs, reap it; its exit status and what it wrote on stderr."""
         self.kill()
         self.stdout.close()
-        assert self.process.stderr is not None
-        if self._stderr_reader is not None:
-            self._stderr_reader.join()
-            error = ""
-        else:
+        status = self.process.wait()
+        if self._stderr_file is None:
+            assert self.process.stderr is not None
             error = self.process.stderr.read().decode(errors="replace")
-        self.process.stderr.close()
-        return self.process.wait(), error
+            self.process.stderr.close()
+            return status, error
+        assert self._on_stderr is not None
+        with open(self._stderr_file, "rb") as written:  # closes the descriptor
+            written.seek(0)
+            for line in written:
+                self._on_stderr(line)
+        return status, ""
 
 
 _OPENED = b"opened gitignore file: "
@@ -276,6 +278,13 @@ class RgLog:
     def ignore_files_clean(self, start: Path) -> bool:
         """Whether every ignore file ``rg`` (run from ``start``) opened is one a walk reads."""
         return all(readable_ignore_file(os.path.join(start, name)) for name in self.ignore_files)
+
+
+def _memory_file() -> int:
+    """A descriptor of a file in memory (a temporary file where there is no ``memfd``)."""
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create("rg-stderr")
+    return os.dup(tempfile.TemporaryFile().fileno())
 
 
 def walk_args(include_ignored: bool, *, parents: bool) -> list[str]:
@@ -344,28 +353,41 @@ def rg_walk(
     if run.killed == "time":
         walk.stopped = "time"
     walk.scanned = len(names)
+    rels = [name.removeprefix("./") for name in names]
+    if glob is not None:
+        rels = _matching(glob, rels, deadline, walk)
+    rels.sort()
     directory = os.fspath(start)
-    for name in names:
-        rel = name.removeprefix("./")
+    if stat:
+        walked = (_walked(prefix + rel, f"{directory}/{rel}") for rel in rels)
+        walk.files = [file for file in walked if file.size >= 0]
+    else:
+        walk.files = [WalkedFile(prefix + rel, f"{directory}/{rel}", 0) for rel in rels]
+    return walk
+
+
+def _matching(glob: Glob, rels: list[str], deadline: float, walk: Walk) -> list[str]:
+    """The paths of ``rels`` that ``glob`` matches (those before the deadline, if it passes)."""
+    kept: list[str] = []
+    for rel in rels:
         try:
-            if glob is not None and not glob.matches(rel, deadline):
-                continue
+            if glob.matches(rel, deadline):
+                kept.append(rel)
         except TimeoutError:
             walk.stopped = "time"
             break
-        walk.files.append(_walked(prefix + rel, f"{directory}/{rel}", stat))
-    walk.files = [file for file in walk.files if file.size >= 0]
-    walk.files.sort(key=lambda file: file.rel)
-    return walk
+    return kept
 
 
 def _read_names(run: RgProcess, max_entries: int, walk: Walk) -> list[str]:
     names: list[str] = []
     pending = b""
     while chunk := run.stdout.read1(1 << 16):
-        parts = (pending + chunk).split(b"\0")
-        pending = parts.pop()
-        names += map(os.fsdecode, parts)
+        data = pending + chunk
+        end = data.rfind(b"\0") + 1
+        pending = data[end:]
+        if end:  # one decoding per chunk (surrogateescape is per byte: the same as per name)
+            names += os.fsdecode(data[: end - 1]).split("\0")
         if len(names) > max_entries:
             walk.stopped = "entries"
             run.kill()
@@ -397,11 +419,9 @@ def parents_clean(root: Path) -> bool:
     )
 
 
-def _walked(rel: str, path: str, stat: bool) -> WalkedFile:
-    """The file as the walk lists it; size -1 when it vanished or is no longer a regular file
-    (left out, as the Python walk leaves out what vanishes under it)."""
-    if not stat:
-        return WalkedFile(rel, path, 0)
+def _walked(rel: str, path: str) -> WalkedFile:
+    """The file as the walk lists it, with its size and links; size -1 when it vanished or is
+    no longer a regular file (left out, as the Python walk leaves out what vanishes under it)."""
     try:
         info = os.lstat(path)
     except OSError:
