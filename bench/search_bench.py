@@ -133,12 +133,13 @@ class Served:
         run_once(self.client, self.session)
         self.times.setdefault(label, []).append(time.perf_counter() - began)
 
-    def medians(self) -> dict[str, float]:
-        """Median seconds of each case's tool call (minus the median run without one)."""
+    def calls(self) -> dict[str, list[float]]:
+        """Seconds of each case's tool call, round by round (minus the median run without
+        one)."""
         base = statistics.median(self.times["baseline"])
         return {
-            label: max(0.0, statistics.median(spent) - base)
-            for label, spent in self.times.items()
+            label: [max(0.0, spent - base) for spent in times]
+            for label, times in self.times.items()
             if label != "baseline"
         }
 
@@ -155,10 +156,10 @@ def run_once(client: RawClient, session: str) -> None:
 
 def served_seconds(
     root: Path, columns: dict[str, tuple[str, str | None]], rounds: int
-) -> dict[str, dict[str, float]]:
-    """Each column's (engine, ``--before`` tree) median seconds per case, and plain ``rg``'s
-    ("rg"): the servers run at once and take turns call by call with ``rg``, so load from
-    outside falls on all of them alike."""
+) -> dict[str, dict[str, list[float]]]:
+    """Each column's (engine, ``--before`` tree) seconds per case, round by round, and plain
+    ``rg``'s ("rg"): the servers run at once and take turns call by call with ``rg``, so load
+    from outside falls on all of them alike."""
     rg_args = {label: arguments for label, _, _, arguments in CASES}
     plain: dict[str, list[float]] = {}
     plan = [label for _ in range(rounds) for label in ["baseline", *(c[0] for c in CASES)]]
@@ -176,9 +177,9 @@ def served_seconds(
         finally:
             for server in servers.values():
                 server.client.kill()
-    medians = {column: server.medians() for column, server in servers.items()}
-    medians["rg"] = {label: statistics.median(spent) for label, spent in plain.items()}
-    return medians
+    calls = {column: server.calls() for column, server in servers.items()}
+    calls["rg"] = plain
+    return calls
 
 
 def main() -> None:
@@ -209,17 +210,22 @@ def main() -> None:
             print(f"\n{title}")
             same_answers(root)
             served = served_seconds(root, columns, args.rounds)
-            print(f"{title} ({root}); median of {args.rounds}, ms")
+            print(f"{title} ({root}); medians of {args.rounds} rounds, ms; ratio: the median")
+            print("of each round's ratio to the rg run beside it")
             header = f"{'case':18} {'rg':>8}"
             for column in columns:
                 header += f" {column:>10} {'ratio':>6}"
             print(header)
             for label, _, _, _ in CASES:
                 plain = served["rg"][label]
-                row = f"{label:18} {plain * 1e3:8.1f}"
+                row = f"{label:18} {statistics.median(plain) * 1e3:8.1f}"
                 for column in columns:
                     spent = served[column][label]
-                    row += f" {spent * 1e3:10.1f} {spent / plain:6.2f}"
+                    # the median of each round's ratio: rg ran right after, on the same load
+                    ratio = statistics.median(
+                        mine / max(theirs, 1e-9) for mine, theirs in zip(spent, plain, strict=True)
+                    )
+                    row += f" {statistics.median(spent) * 1e3:10.1f} {ratio:6.2f}"
                 print(row)
     print(f"load average at the end: {os.getloadavg()}")
 

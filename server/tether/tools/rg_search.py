@@ -22,6 +22,7 @@ order and reads the lines of the matching ones it shows (:mod:`tether.tools.sear
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import time
 from collections.abc import Sequence
@@ -45,12 +46,20 @@ class Pass(RgLog):
         """Every path the pass has something to say of."""
         return {*self.counts, *self.binary, *self.large, *self.unreadable}
 
-    def files(self) -> int | None:
-        """How many files the walk listed (as the Python walk counts them); None when ``rg``
-        did not end."""
+    def files(self, start: Path) -> int | None:
+        """How many files the walk from ``start`` listed (as the Python walk counts them: an
+        unreadable directory is no file); None when ``rg`` did not end."""
         if self.searched is None:
             return None
-        return self.searched + len({*self.large, *self.unreadable})
+        unreadable = {rel for rel in self.unreadable if _regular(os.path.join(start, rel))}
+        return self.searched + len(self.large | unreadable)
+
+
+def _regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def search_pass(

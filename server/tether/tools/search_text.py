@@ -366,13 +366,13 @@ def _one_pass(
         stop=stop,
         deadline=search.deadline,
     )
-    count = found.files()
+    count = found.files(target)
     if found.stopped in ("unsafe", "refused") or (count or 0) > MAX_SCANNED:
         return None  # the Python walk leaves out that ignore file, or stops at the cap
     walk = Walk()
     if found.stopped == "time":
         search.timed_out, search.full = "files", True
-    if count is None:
+    if count is None and not stop.is_set():  # rg did not end: count (cancelled: no one reads)
         count = count_files(
             rg,
             target,
@@ -381,8 +381,7 @@ def _one_pass(
             stop=stop,
             budget=WALK_BUDGET_SECONDS,
         )
-        if count is None:
-            walk.stopped = "time"
+        walk.stopped = None if count is not None else "time"
     opened = _open_files(access, root, target, args.include_ignored)
     prefix = "" if target == root else target.relative_to(root).as_posix() + "/"
     lines = _Lines(rg, pattern, args, search, found, stop)
