@@ -37,6 +37,9 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
     ("TODO, first 100", "search_text", {"pattern": "TODO"}, ["TODO"]),
     ("list_files", "list_files", {"limit": 5000}, ["--files"]),
 ]
+# a call refused before any work (limit 0): what any tool call costs through the server (the
+# extra model turn, the result's message and events), the floor under every case above
+FLOOR = ("floor: any tool call", "search_text", {"pattern": "x", "limit": 0}, [])
 
 
 def make_tree(root: Path, files: int) -> None:
@@ -96,7 +99,7 @@ class Served:
         self, root: Path, engine: str, plan: list[str], tmp: Path, before: str | None
     ) -> None:
         turns: list[dict[str, Any]] = []
-        calls = {label: (name, arguments) for label, name, arguments, _ in CASES}
+        calls = {label: (name, arguments) for label, name, arguments, _ in [*CASES, FLOOR]}
         for label in plan:
             if label != "baseline":
                 name, arguments = calls[label]
@@ -162,7 +165,8 @@ def served_seconds(
     from outside falls on all of them alike."""
     rg_args = {label: arguments for label, _, _, arguments in CASES}
     plain: dict[str, list[float]] = {}
-    plan = [label for _ in range(rounds) for label in ["baseline", *(c[0] for c in CASES)]]
+    labels = ["baseline", FLOOR[0], *(case[0] for case in CASES)]
+    plan = [label for _ in range(rounds) for label in labels]
     with tempfile.TemporaryDirectory() as tmp:
         servers = {
             column: Served(root, engine, plan, Path(tmp), before)
@@ -216,6 +220,10 @@ def main() -> None:
             for column in columns:
                 header += f" {column:>10} {'ratio':>6}"
             print(header)
+            floor = f"{FLOOR[0]:18} {'':8}"
+            for column in columns:
+                floor += f" {statistics.median(served[column][FLOOR[0]]) * 1e3:10.1f} {'':6}"
+            print(floor)
             for label, _, _, _ in CASES:
                 plain = served["rg"][label]
                 row = f"{label:18} {statistics.median(plain) * 1e3:8.1f}"
