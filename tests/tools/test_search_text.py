@@ -337,3 +337,12 @@ async def test_a_search_of_more_files_than_a_walk_scans_says_so_with_matches_too
         write(workspace, f"f{n}.txt", "needle\n")
     result = await call("search_text", {"pattern": "needle"})
     assert result.content.splitlines()[-1].startswith("[stopped after scanning 2 entries")
+
+
+async def test_a_file_name_with_a_line_end_is_searched(call: Call, workspace: Path) -> None:
+    write(workspace, "a\nb.txt", "needle\n")
+    write(workspace, "c.txt", "needle\n")
+    result = await call("search_text", {"pattern": "needle"})
+    assert result.content.splitlines() == ["a", "b.txt:1: needle", "c.txt:1: needle"]
+    nothing = await call("search_text", {"pattern": "zq_nowhere"})
+    assert nothing.content == "no matches in 2 files"

@@ -104,12 +104,20 @@ def search_pass(
 
 
 def _read(run: RgProcess, found: Pass) -> None:
-    for line in run.stdout:
-        path, nul, count = line.rstrip(b"\r\n").rpartition(b"\0")
-        if nul:
+    """Parse ``path NUL count`` lines, then the statistics. Split at the NULs: a count and its
+    line end come first in each part after the first, and the rest of the part is the next
+    path (which may hold a line end) or, in the last part, the statistics."""
+    parts = run.stdout.read().split(b"\0")
+    path = parts[0]
+    for part in parts[1:]:
+        count, _, rest = part.partition(b"\n")
+        count = count.removesuffix(b"\r")  # --crlf ends rg's lines with CRLF
+        if count.isdigit():
             found.counts[os.fsdecode(path).removeprefix("./")] = int(count)
-        elif count.endswith(_SEARCHED) and count.split()[0].isdigit():
-            found.searched = int(count.split()[0])
+        path = rest
+    for line in path.splitlines():
+        if line.endswith(_SEARCHED) and line.split()[0].isdigit():
+            found.searched = int(line.split()[0])
 
 
 def count_files(
