@@ -324,8 +324,10 @@ def rg_walk(
     prefix = "" if start == root else start.relative_to(root).as_posix() + "/"
     if not include_ignored and start_ignored(root, start, walk):
         return walk  # as the Python walk sees nothing below an ignored directory
-    args = [*walk_args(include_ignored, parents=start != root), "--files", "--null", "--debug"]
+    args = [*walk_args(include_ignored, parents=start != root), "--files", "--null"]
     log = RgLog()
+    if not include_ignored:  # else rg reads no ignore file: nothing to check
+        args.append("--debug")
     run = RgProcess(
         rg,
         args,
@@ -333,7 +335,7 @@ def rg_walk(
         stop=stop,
         deadline=deadline,
         guard=not include_ignored,
-        on_stderr=log.on_line,
+        on_stderr=None if include_ignored else log.on_line,
     )
     try:
         names = _read_names(run, max_entries, walk)
