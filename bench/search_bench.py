@@ -7,7 +7,8 @@ time of a run without a tool call is the call's time through the server. ``rg`` 
 tree in the same process, the way a person would type it. Before timing, both engines' answers
 are compared in-process: they must be the same text.
 
-    .venv/bin/python bench/search_bench.py [--rounds 5] [--files 10000]
+    .venv/bin/python bench/search_bench.py [--rounds 5] [--files 10000] [--no-python]
+        [--before /tmp/before/server]   # an older tree's ripgrep engine, in the same run
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
     ("TODO, first 100", "search_text", {"pattern": "TODO"}, ["TODO"]),
     ("list_files", "list_files", {"limit": 5000}, ["--files"]),
 ]
+# a call refused before any work (limit 0): what any tool call costs through the server (the
+# extra model turn, the result's message and events), the floor under every case above
+FLOOR = ("floor: any tool call", "search_text", {"pattern": "x", "limit": 0}, [])
 
 
 def make_tree(root: Path, files: int) -> None:
@@ -56,7 +60,13 @@ def rg_seconds(root: Path, args: list[str], rounds: int) -> float:
     times = []
     for _ in range(rounds):
         began = time.perf_counter()
-        subprocess.run([found.path, *args], cwd=root, capture_output=True, check=False)
+        subprocess.run(
+            [found.path, *args],
+            cwd=root,
+            capture_output=True,
+            stdin=subprocess.DEVNULL,  # else a readable stdin is what rg searches
+            check=False,
+        )
         times.append(time.perf_counter() - began)
     return statistics.median(times)
 
@@ -81,45 +91,60 @@ def notes(answer: str) -> list[str]:
     return [line for line in answer.splitlines() if line.startswith("[")]
 
 
-def served_seconds(root: Path, engine: str, rounds: int) -> dict[str, float]:
-    """Median seconds of each case's tool call through ``tether serve`` on ``engine``."""
-    turns: list[dict[str, Any]] = []
-    plan: list[str] = []
-    for _ in range(rounds):
-        for label, name, arguments, _ in [("baseline", "", {}, []), *CASES]:
-            if name:
-                call = {"name": name, "arguments": arguments}
-                turns.append({"toolCalls": [call]})
+class Served:
+    """One ``tether serve`` on ``root`` whose scripted provider answers every other turn with
+    the next tool call of ``plan`` (``--before``: a tree's ``server/`` put on ``PYTHONPATH``)."""
+
+    def __init__(
+        self, root: Path, engine: str, plan: list[str], tmp: Path, before: str | None
+    ) -> None:
+        turns: list[dict[str, Any]] = []
+        calls = {label: (name, arguments) for label, name, arguments, _ in [*CASES, FLOOR]}
+        for label in plan:
+            if label != "baseline":
+                name, arguments = calls[label]
+                turns.append({"toolCalls": [{"name": name, "arguments": arguments}]})
             turns.append({"text": "done"})
-            plan.append(label)
-    with tempfile.TemporaryDirectory() as tmp:
-        script = Path(tmp) / "script.json"
+        script = tmp / f"script-{engine}-{bool(before)}.json"
         script.write_text(json.dumps(turns))
-        client = RawClient(TETHER, stderr=subprocess.DEVNULL, timeout=120)
+        saved = dict(os.environ)
+        if before:
+            os.environ["PYTHONPATH"] = before
         try:
-            client.call(
-                "initialize",
-                {
-                    "processId": os.getpid(),
-                    "capabilities": {},
-                    "workspaceFolders": [{"uri": root.as_uri(), "name": "bench"}],
-                    "initializationOptions": {
-                        "provider": {"type": "scripted", "script": str(script)},
-                        "tools": {"search": engine},
-                    },
-                },
-            )
-            client.write(frame({"jsonrpc": "2.0", "method": "initialized", "params": {}}))
-            session = client.call("session/create", {})["sessionId"]
-            times: dict[str, list[float]] = {}
-            for label in plan:
-                began = time.perf_counter()
-                run_once(client, session)
-                times.setdefault(label, []).append(time.perf_counter() - began)
+            self.client = RawClient(TETHER, stderr=subprocess.DEVNULL, timeout=120)
         finally:
-            client.kill()
-    base = statistics.median(times.pop("baseline"))
-    return {label: max(0.0, statistics.median(spent) - base) for label, spent in times.items()}
+            os.environ.clear()
+            os.environ.update(saved)
+        self.client.call(
+            "initialize",
+            {
+                "processId": os.getpid(),
+                "capabilities": {},
+                "workspaceFolders": [{"uri": root.as_uri(), "name": "bench"}],
+                "initializationOptions": {
+                    "provider": {"type": "scripted", "script": str(script)},
+                    "tools": {"search": engine},
+                },
+            },
+        )
+        self.client.write(frame({"jsonrpc": "2.0", "method": "initialized", "params": {}}))
+        self.session = self.client.call("session/create", {})["sessionId"]
+        self.times: dict[str, list[float]] = {}
+
+    def run(self, label: str) -> None:
+        began = time.perf_counter()
+        run_once(self.client, self.session)
+        self.times.setdefault(label, []).append(time.perf_counter() - began)
+
+    def calls(self) -> dict[str, list[float]]:
+        """Seconds of each case's tool call, round by round (minus the median run without
+        one)."""
+        base = statistics.median(self.times["baseline"])
+        return {
+            label: [max(0.0, spent - base) for spent in times]
+            for label, times in self.times.items()
+            if label != "baseline"
+        }
 
 
 def run_once(client: RawClient, session: str) -> None:
@@ -132,13 +157,52 @@ def run_once(client: RawClient, session: str) -> None:
             return
 
 
+def served_seconds(
+    root: Path, columns: dict[str, tuple[str, str | None]], rounds: int
+) -> dict[str, dict[str, list[float]]]:
+    """Each column's (engine, ``--before`` tree) seconds per case, round by round, and plain
+    ``rg``'s ("rg"): the servers run at once and take turns call by call with ``rg``, so load
+    from outside falls on all of them alike."""
+    rg_args = {label: arguments for label, _, _, arguments in CASES}
+    plain: dict[str, list[float]] = {}
+    labels = ["baseline", FLOOR[0], *(case[0] for case in CASES)]
+    plan = [label for _ in range(rounds) for label in labels]
+    with tempfile.TemporaryDirectory() as tmp:
+        servers = {
+            column: Served(root, engine, plan, Path(tmp), before)
+            for column, (engine, before) in columns.items()
+        }
+        try:
+            for label in plan:
+                for server in servers.values():
+                    server.run(label)
+                if label in rg_args:
+                    plain.setdefault(label, []).append(rg_seconds(root, rg_args[label], 1))
+        finally:
+            for server in servers.values():
+                server.client.kill()
+    calls = {column: server.calls() for column, server in servers.items()}
+    calls["rg"] = plain
+    return calls
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--files", type=int, default=10_000)
+    parser.add_argument(
+        "--before", help="a tree's server/ (on PYTHONPATH): its ripgrep engine beside this one"
+    )
+    parser.add_argument("--no-python", action="store_true", help="leave the Python engine out")
     args = parser.parse_args()
     found = ripgrep()
     print(f"rg: {found.path if found else None} {found.version if found else ''}")
+    print(f"load average at the start: {os.getloadavg()}")
+    columns: dict[str, tuple[str, str | None]] = {"tether rg": ("ripgrep", None)}
+    if args.before:
+        columns["before rg"] = ("ripgrep", os.path.abspath(args.before))
+    if not args.no_python:
+        columns["python"] = ("python", None)
     with tempfile.TemporaryDirectory() as tmp:
         generated = Path(tmp) / "tree"
         make_tree(generated, args.files)
@@ -149,19 +213,29 @@ def main() -> None:
         for title, root in trees:
             print(f"\n{title}")
             same_answers(root)
-            engines = {
-                engine: served_seconds(root, engine, args.rounds)
-                for engine in ("ripgrep", "python")
-            }
-            print(f"{title} ({root}); median of {args.rounds}, ms")
-            print(f"{'case':18} {'rg':>8} {'tether rg':>10} {'ratio':>6} {'python':>8}")
-            for label, _, _, rg_args in CASES:
-                plain = rg_seconds(root, [*rg_args], args.rounds)
-                mine, python = engines["ripgrep"][label], engines["python"][label]
-                print(
-                    f"{label:18} {plain * 1e3:8.1f} {mine * 1e3:10.1f} "
-                    f"{mine / plain:6.2f} {python * 1e3:8.1f}"
-                )
+            served = served_seconds(root, columns, args.rounds)
+            print(f"{title} ({root}); medians of {args.rounds} rounds, ms; ratio: the median")
+            print("of each round's ratio to the rg run beside it")
+            header = f"{'case':18} {'rg':>8}"
+            for column in columns:
+                header += f" {column:>10} {'ratio':>6}"
+            print(header)
+            floor = f"{FLOOR[0]:18} {'':8}"
+            for column in columns:
+                floor += f" {statistics.median(served[column][FLOOR[0]]) * 1e3:10.1f} {'':6}"
+            print(floor)
+            for label, _, _, _ in CASES:
+                plain = served["rg"][label]
+                row = f"{label:18} {statistics.median(plain) * 1e3:8.1f}"
+                for column in columns:
+                    spent = served[column][label]
+                    # the median of each round's ratio: rg ran right after, on the same load
+                    ratio = statistics.median(
+                        mine / max(theirs, 1e-9) for mine, theirs in zip(spent, plain, strict=True)
+                    )
+                    row += f" {statistics.median(spent) * 1e3:10.1f} {ratio:6.2f}"
+                print(row)
+    print(f"load average at the end: {os.getloadavg()}")
 
 
 if __name__ == "__main__":

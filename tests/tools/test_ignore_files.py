@@ -258,3 +258,18 @@ async def test_a_fifo_for_the_repositorys_exclude_file_is_left_out(
     result = await asyncio.wait_for(call("list_files", {}), 5)
     assert result.content.splitlines()[0] == "a.log"
     assert ".git/info/exclude: " in left_out_note(result.content)
+
+
+@pytest.mark.parametrize("tool", ["list_files", "search_text"])
+async def test_such_an_ignore_file_that_would_leave_out_all_of_its_directory_is_left_out(
+    call: Call, workspace: Path, tool: str
+) -> None:
+    """No file of ``hidden/`` is listed if rg applies the linked file's rules: the ignore files
+    rg opened are checked, not only those of the directories it listed files in."""
+    write(workspace, "rules.txt", "*\n")
+    write(workspace, "hidden/a.py", "TOKEN = 1\n")
+    (workspace / "hidden" / ".ignore").symlink_to(workspace / "rules.txt")
+    arguments = {"pattern": "TOKEN"} if tool == "search_text" else {}
+    result = await asyncio.wait_for(call(tool, arguments), 5)
+    assert result.content.splitlines()[0].startswith("hidden/a.py")
+    assert "hidden/.ignore: " in left_out_note(result.content)

@@ -51,7 +51,7 @@ def rg_children(*, searching: bool = False) -> list[int]:
 
 def _searches(pid: str) -> bool:
     try:
-        return b"--json" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        return b"--files" not in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
 

@@ -179,7 +179,7 @@ async def test_a_search_whose_walk_stopped_early_claims_no_full_search(
 
 
 class Buffers:
-    """An editor's open buffers as the LSP and ACP faces give them: their text, by path."""
+    """An editor's open buffers as the ACP face gives them: their text, by path."""
 
     def __init__(self, texts: dict[Path, str]) -> None:
         self.texts = texts
@@ -196,15 +196,30 @@ class Buffers:
         return None
 
 
+class ListedBuffers(Buffers):
+    """Buffers as the LSP face gives them: it also lists which files it holds, so the ripgrep
+    engine searches the others in one pass."""
+
+    def open_paths(self) -> list[Path]:
+        return list(self.texts)
+
+
+@pytest.fixture(params=[Buffers, ListedBuffers], ids=["unlisted", "listed"])
+def kind(request: pytest.FixtureRequest) -> type[Buffers]:
+    return request.param  # type: ignore[no-any-return]
+
+
 def with_buffers(call: Call, buffers: Buffers) -> Call:
     return Call(call.registry, dataclasses.replace(call.context, files=buffers))
 
 
-async def test_an_open_buffer_is_searched_instead_of_the_disk(call: Call, workspace: Path) -> None:
+async def test_an_open_buffer_is_searched_instead_of_the_disk(
+    call: Call, workspace: Path, kind: type[Buffers]
+) -> None:
     write(workspace, "a.py", "value = 1  # saved\n")
     write(workspace, "b.py", "value = 2  # saved\n")
     write(workspace, "c.py", "value = 3  # saved\n")
-    buffers = Buffers({workspace / "b.py": "first = 0\nvalue = 20  # unsaved\n"})
+    buffers = kind({workspace / "b.py": "first = 0\nvalue = 20  # unsaved\n"})
     result = await with_buffers(call, buffers)("search_text", {"pattern": r"value = \d+"})
     assert result.content.splitlines() == [
         "a.py:1: value = 1  # saved",
@@ -215,12 +230,12 @@ async def test_an_open_buffer_is_searched_instead_of_the_disk(call: Call, worksp
 
 
 async def test_a_buffer_of_a_file_binary_or_too_large_on_disk_is_searched(
-    call: Call, workspace: Path
+    call: Call, workspace: Path, kind: type[Buffers]
 ) -> None:
     write(workspace, "blob.dat", b"needle\x00\x01")
     write(workspace, "huge.txt", "needle\n" + "x" * MAX_SEARCH_FILE_BYTES)
     write(workspace, "plain.txt", "needle on disk\n")
-    buffers = Buffers(
+    buffers = kind(
         {workspace / "blob.dat": "needle in the buffer\n", workspace / "huge.txt": "a needle\n"}
     )
     result = await with_buffers(call, buffers)("search_text", {"pattern": "needle"})
@@ -232,9 +247,102 @@ async def test_a_buffer_of_a_file_binary_or_too_large_on_disk_is_searched(
 
 
 async def test_a_buffer_that_no_longer_matches_hides_what_the_disk_says(
-    call: Call, workspace: Path
+    call: Call, workspace: Path, kind: type[Buffers]
 ) -> None:
     write(workspace, "a.py", "TODO: saved\n")
-    buffers = Buffers({workspace / "a.py": "done\n"})
+    buffers = kind({workspace / "a.py": "done\n"})
     result = await with_buffers(call, buffers)("search_text", {"pattern": "TODO"})
     assert result.content == "no matches in 1 files"
+
+
+async def test_a_buffer_of_a_file_the_walk_leaves_out_is_not_searched(
+    call: Call, workspace: Path, kind: type[Buffers]
+) -> None:
+    write(workspace, ".gitignore", "build/\n*.log\n")
+    write(workspace, "src/a.py", "needle = 1\n")
+    write(workspace, "build/out.py", "plain\n")
+    write(workspace, "run.log", "plain\n")
+    write(workspace, "node_modules/m/index.js", "plain\n")
+    write(workspace, "docs/b.md", "plain\n")
+    texts = {
+        workspace / "build" / "out.py": "needle in an ignored directory\n",
+        workspace / "run.log": "needle in an ignored file\n",
+        workspace / "node_modules" / "m" / "index.js": "needle in a skipped directory\n",
+        workspace / "docs" / "b.md": "needle outside the path searched\n",
+        workspace / "src" / "gone.py": "needle in a file no longer on disk\n",
+    }
+    result = await with_buffers(call, kind(texts))(
+        "search_text", {"pattern": "needle", "path": "src"}
+    )
+    assert result.content.splitlines() == ["src/a.py:1: needle = 1"]
+    everything = await with_buffers(call, kind(texts))(
+        "search_text", {"pattern": "needle", "include_ignored": True}
+    )
+    assert everything.content.splitlines() == [
+        "build/out.py:1: needle in an ignored directory",
+        "docs/b.md:1: needle outside the path searched",
+        "run.log:1: needle in an ignored file",
+        "src/a.py:1: needle = 1",
+    ]
+
+
+# --- what the ripgrep engine's first pass must judge as Python does, on each engine ---------------
+
+
+@pytest.mark.parametrize("nul_at", [9_000, 70_000])
+async def test_a_file_with_a_nul_past_the_first_8_kib_is_searched_as_text(
+    call: Call, workspace: Path, nul_at: int
+) -> None:
+    """rg leaves such a file out as binary (a NUL in what it read first) or stops at the NUL:
+    the Python engine reads it as text, so both engines do."""
+    head = b"needle before\n" + b"x\n" * ((nul_at - 14) // 2)
+    write(workspace, "late.dat", head + b"\x00\nneedle after\n")
+    write(workspace, "early.dat", b"needle\x00\n")
+    result = await call("search_text", {"pattern": "needle"})
+    lines = result.content.splitlines()
+    after = head.count(b"\n") + 2
+    assert lines == [
+        "late.dat:1: needle before",
+        f"late.dat:{after}: needle after",
+        "[skipped files: 1 binary]",
+    ]
+
+
+async def test_the_first_matches_in_path_order_across_many_files(
+    call: Call, workspace: Path
+) -> None:
+    for n in range(40):
+        write(workspace, f"d{n % 4}/f{n:02d}.txt", "hit\nmiss\nhit\n" if n % 3 else "miss\n")
+    write(workspace, "d0/blob.bin", b"hit\x00")
+    result = await call("search_text", {"pattern": "hit", "limit": 7})
+    lines = result.content.splitlines()
+    assert lines[:7] == [
+        "d0/f04.txt:1: hit",
+        "d0/f04.txt:3: hit",
+        "d0/f08.txt:1: hit",
+        "d0/f08.txt:3: hit",
+        "d0/f16.txt:1: hit",
+        "d0/f16.txt:3: hit",
+        "d0/f20.txt:1: hit",
+    ]
+    assert "there may be more" in lines[7]
+    assert lines[8:] == ["[skipped files: 1 binary]"]
+
+
+async def test_a_search_of_more_files_than_a_walk_scans_says_so_with_matches_too(
+    call: Call, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(search_text, "MAX_SCANNED", 2)
+    for n in range(5):
+        write(workspace, f"f{n}.txt", "needle\n")
+    result = await call("search_text", {"pattern": "needle"})
+    assert result.content.splitlines()[-1].startswith("[stopped after scanning 2 entries")
+
+
+async def test_a_file_name_with_a_line_end_is_searched(call: Call, workspace: Path) -> None:
+    write(workspace, "a\nb.txt", "needle\n")
+    write(workspace, "c.txt", "needle\n")
+    result = await call("search_text", {"pattern": "needle"})
+    assert result.content.splitlines() == ["a", "b.txt:1: needle", "c.txt:1: needle"]
+    nothing = await call("search_text", {"pattern": "zq_nowhere"})
+    assert nothing.content == "no matches in 2 files"

@@ -53,6 +53,11 @@ class Buffers:
         document = self._document(path)
         return None if document is None else document.source
 
+    def paths(self) -> list[Path]:
+        """The files of the open documents and of the edits not reported back yet."""
+        opened = (_path_of(document.uri) for document in self.workspace.text_documents.values())
+        return [*{*(Path(path) for path in self._applied), *filter(None, opened)}]
+
     def uri(self, path: Path) -> str:
         """The URI the client knows ``path`` by (its own spelling when the file is open)."""
         document = self._document(path)
@@ -106,6 +111,9 @@ class BufferAccess:
 
     def read_text(self, path: Path) -> str | None:
         return self._buffers.text(path)
+
+    def open_paths(self) -> list[Path]:
+        return self._buffers.paths()
 
     def interrupt(self) -> None:
         self._requests.interrupt()

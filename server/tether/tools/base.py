@@ -7,10 +7,10 @@ an error result that goes back to the model, never into a failed run.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from tether.protocol.plans import PlanEntry
 from tether.protocol.tools import ProposedChange, ToolSpec
@@ -66,6 +66,16 @@ class FileAccess(Protocol):
         """The call was cancelled while its thread may be waiting in :meth:`read_text` or
         :meth:`write_text` (for an editor's answer): that wait, and any later one, ends at once
         with a :class:`ToolError`. Called on the event loop."""
+        ...
+
+
+@runtime_checkable
+class ListsOpenFiles(Protocol):
+    """A :class:`FileAccess` that can tell which files it holds text of (an editor's open
+    buffers), so that ``search_text`` asks it of those files only, not of every file it walks."""
+
+    def open_paths(self) -> Collection[Path]:
+        """The files (absolute, resolved) whose :meth:`FileAccess.read_text` may not be None."""
         ...
 
 

@@ -19,11 +19,9 @@ walk (:mod:`tether.tools.walk`) gives:
   symlink, over :data:`MAX_IGNORE_FILE_BYTES`) ``rg`` would read as it is: block on a FIFO for
   good, read ``/dev/zero`` until memory runs out, apply a linked or huge file's rules. So the
   walk's ``rg`` is watched (:func:`reads_what_no_walk_may`: it waits to open a FIFO, or holds a
-  FIFO, a device or a file too large open) and killed at once, and the ignore files of the
-  directories it listed files in are checked when it is done (:func:`_ignore_files_clean`);
-  either way the call walks with Python, which leaves the file out and says so. Left: a
-  directory none of whose files ``rg`` lists (its own linked or huge ignore file excludes them
-  all) is not checked.
+  FIFO, a device or a file too large open) and killed at once, and the ignore files it opened
+  (``--debug`` names each: :class:`RgLog`) are checked when it is done; either way the call
+  walks with Python, which leaves the file out and says so.
 - ``rg`` is started in a session of its own, marked as commands are
   (:data:`tether.tools.processes.MARK_VARIABLE`), and its tree is killed
   (:func:`tether.tools.processes.kill_tree`) when the call is cancelled, at the deadline, or
@@ -41,10 +39,11 @@ import stat as stats
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -63,6 +62,7 @@ GUARD_INTERVAL = 0.02  # seconds between two looks at what a walk's rg has open
 # "pipe_wait", as for any pipe: such an rg is left to the deadline)
 _FIFO_WAITS = frozenset({"wait_for_partner", "fifo_open"})
 Killed = Literal["stop", "time", "unsafe"]
+Stopped = Literal[Killed, "refused"]  # refused: rg refused the pattern
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,10 @@ def chosen(engine: SearchEngine, root: Path, start: Path) -> Ripgrep | None:
 class RgProcess:
     """One ``rg`` run whose output is read as it comes; killed (with anything it started) when
     ``stop`` is set or ``deadline`` passes, and by :meth:`close`; with ``guard``, also as soon
-    as it reads what no walk may (:func:`reads_what_no_walk_may`)."""
+    as it reads what no walk may (:func:`reads_what_no_walk_may`; ``searching``: it also reads
+    the files it searches). With ``on_stderr``, ``rg`` writes its stderr to a file in memory
+    (no pipe to wake a reader at each of the many lines of ``rg --debug``), each line of which
+    is handed to it by :meth:`close`."""
 
     def __init__(
         self,
@@ -144,20 +147,30 @@ class RgProcess:
         stop: threading.Event,
         deadline: float,
         guard: bool = False,
+        searching: bool = False,
+        on_stderr: Callable[[bytes], None] | None = None,
     ) -> None:
         self._mark = new_mark()
         environ = {**os.environ, MARK_VARIABLE: self._mark}
-        self.process = subprocess.Popen(
-            [rg.path, *args],
-            cwd=cwd,
-            env=environ,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
+        self._on_stderr = on_stderr
+        self._stderr_file = _memory_file() if on_stderr is not None else None
+        try:
+            self.process = subprocess.Popen(
+                [rg.path, *args],
+                cwd=cwd,
+                env=environ,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE if self._stderr_file is None else self._stderr_file,
+                start_new_session=True,
+            )
+        except BaseException:
+            if self._stderr_file is not None:
+                os.close(self._stderr_file)
+            raise
         self.killed: Killed | None = None
         self._lock = threading.Lock()
+        self._searching = searching
         watcher = threading.Thread(
             target=self._watch, args=(stop, deadline, guard), daemon=True, name="rg-watch"
         )
@@ -183,7 +196,7 @@ class RgProcess:
             if guard:
                 if self.process.poll() is not None:
                     return
-                if reads_what_no_walk_may(self.process.pid):
+                if reads_what_no_walk_may(self.process.pid, searching=self._searching):
                     self.kill("unsafe")
                     return
 
@@ -199,10 +212,79 @@ class RgProcess:
         """Kill what still runs, reap it; its exit status and what it wrote on stderr."""
         self.kill()
         self.stdout.close()
-        assert self.process.stderr is not None
-        error = self.process.stderr.read().decode(errors="replace")
-        self.process.stderr.close()
-        return self.process.wait(), error
+        status = self.process.wait()
+        if self._stderr_file is None:
+            assert self.process.stderr is not None
+            error = self.process.stderr.read().decode(errors="replace")
+            self.process.stderr.close()
+            return status, error
+        assert self._on_stderr is not None
+        with open(self._stderr_file, "rb") as written:  # closes the descriptor
+            written.seek(0)
+            for line in written:
+                self._on_stderr(line)
+        return status, ""
+
+
+_OPENED = b"opened gitignore file: "
+_IGNORING = b": ignoring "
+_BINARY = "found binary data at offset "
+_DEBUG = (b"rg: DEBUG|", b"rg: TRACE|")
+_OS_ERROR = "(os error "
+
+
+@dataclass
+class RgLog:
+    """What ``rg --debug`` says on stderr that tether uses, by path relative to where it ran:
+    the ignore files it opened (``opened gitignore file``), the files it left out as binary
+    with the offset of their first NUL (``found binary data at offset``), those over
+    ``--max-filesize`` (``ignoring PATH: N bytes``), and those it could not read (its error
+    lines, ``(os error N)``)."""
+
+    ignore_files: list[str] = field(default_factory=list)
+    binary: dict[str, int] = field(default_factory=dict)
+    large: set[str] = field(default_factory=set)
+    unreadable: set[str] = field(default_factory=set)
+    errors: list[str] = field(default_factory=list)  # the other lines (the pattern's error...)
+
+    def on_line(self, line: bytes) -> None:
+        """One line of rg's stderr (called from the thread that reads it)."""
+        if line.startswith(_DEBUG):
+            self._debug(line)
+            return
+        text = os.fsdecode(line.rstrip(b"\n"))
+        path, _, why = text.removeprefix("rg: ").rpartition(": ")
+        if text.startswith("rg: ") and path and _OS_ERROR in why:
+            self.unreadable.add(path.removeprefix("./"))
+        elif len(self.errors) < 100:
+            self.errors.append(text)
+
+    def _debug(self, line: bytes) -> None:
+        opened = line.find(_OPENED)
+        if opened >= 0:
+            self.ignore_files.append(os.fsdecode(line[opened + len(_OPENED) :].rstrip(b"\n")))
+            return
+        ignoring = line.find(_IGNORING)
+        if ignoring < 0:
+            return
+        text = os.fsdecode(line[ignoring + len(_IGNORING) :].rstrip(b"\n"))
+        path, _, why = text.rpartition(": ")
+        path = path.removeprefix("./")
+        if why.startswith(_BINARY) and why[len(_BINARY) :].isdigit():
+            self.binary[path] = int(why[len(_BINARY) :])
+        elif why.endswith(" bytes") and why[:-6].isdigit() and b"ignore::walk" in line:
+            self.large.add(path)
+
+    def ignore_files_clean(self, start: Path) -> bool:
+        """Whether every ignore file ``rg`` (run from ``start``) opened is one a walk reads."""
+        return all(readable_ignore_file(os.path.join(start, name)) for name in self.ignore_files)
+
+
+def _memory_file() -> int:
+    """A descriptor of a file in memory (a temporary file where there is no ``memfd``)."""
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create("rg-stderr")
+    return os.dup(tempfile.TemporaryFile().fileno())
 
 
 def walk_args(include_ignored: bool, *, parents: bool) -> list[str]:
@@ -240,17 +322,26 @@ def rg_walk(
     deadline = time.monotonic() + budget
     walk = Walk()
     prefix = "" if start == root else start.relative_to(root).as_posix() + "/"
-    if not include_ignored and _start_ignored(root, start, walk):
+    if not include_ignored and start_ignored(root, start, walk):
         return walk  # as the Python walk sees nothing below an ignored directory
     args = [*walk_args(include_ignored, parents=start != root), "--files", "--null"]
-    run = RgProcess(rg, args, cwd=start, stop=stop, deadline=deadline, guard=not include_ignored)
+    log = RgLog()
+    if not include_ignored:  # else rg reads no ignore file: nothing to check
+        args.append("--debug")
+    run = RgProcess(
+        rg,
+        args,
+        cwd=start,
+        stop=stop,
+        deadline=deadline,
+        guard=not include_ignored,
+        on_stderr=None if include_ignored else log.on_line,
+    )
     try:
         names = _read_names(run, max_entries, walk)
     finally:
         run.close()
-    if run.killed == "unsafe" or not (
-        include_ignored or run.killed or _ignore_files_clean(root, start, names)
-    ):
+    if run.killed == "unsafe" or not (run.killed or log.ignore_files_clean(start)):
         # an ignore file rg read as no walk may: the Python walk leaves it out and says so
         return walk_files(
             root,
@@ -264,28 +355,41 @@ def rg_walk(
     if run.killed == "time":
         walk.stopped = "time"
     walk.scanned = len(names)
-    for name in names:
-        rel = name.removeprefix("./")
+    rels = [name.removeprefix("./") for name in names]
+    if glob is not None:
+        rels = _matching(glob, rels, deadline, walk)
+    rels.sort()
+    directory = os.fspath(start)
+    if stat:
+        walked = (_walked(prefix + rel, f"{directory}/{rel}") for rel in rels)
+        walk.files = [file for file in walked if file.size >= 0]
+    else:
+        walk.files = [WalkedFile(prefix + rel, f"{directory}/{rel}", 0) for rel in rels]
+    return walk
+
+
+def _matching(glob: Glob, rels: list[str], deadline: float, walk: Walk) -> list[str]:
+    """The paths of ``rels`` that ``glob`` matches (those before the deadline, if it passes)."""
+    kept: list[str] = []
+    for rel in rels:
         try:
-            if glob is not None and not glob.matches(rel, deadline):
-                continue
+            if glob.matches(rel, deadline):
+                kept.append(rel)
         except TimeoutError:
             walk.stopped = "time"
             break
-        path = os.path.join(start, rel)
-        walk.files.append(_walked(prefix + rel, path, stat))
-    walk.files = [file for file in walk.files if file.size >= 0]
-    walk.files.sort(key=lambda file: file.rel)
-    return walk
+    return kept
 
 
 def _read_names(run: RgProcess, max_entries: int, walk: Walk) -> list[str]:
     names: list[str] = []
     pending = b""
     while chunk := run.stdout.read1(1 << 16):
-        parts = (pending + chunk).split(b"\0")
-        pending = parts.pop()
-        names += map(os.fsdecode, parts)
+        data = pending + chunk
+        end = data.rfind(b"\0") + 1
+        pending = data[end:]
+        if end:  # one decoding per chunk (surrogateescape is per byte: the same as per name)
+            names += os.fsdecode(data[: end - 1]).split("\0")
         if len(names) > max_entries:
             walk.stopped = "entries"
             run.kill()
@@ -293,7 +397,7 @@ def _read_names(run: RgProcess, max_entries: int, walk: Walk) -> list[str]:
     return names
 
 
-def _start_ignored(root: Path, start: Path, walk: Walk) -> bool:
+def start_ignored(root: Path, start: Path, walk: Walk) -> bool:
     """Whether the rules from the root down exclude ``start`` or a directory on the way to it
     (``rg`` applies no rule to the directory it starts in)."""
     if start == root:
@@ -317,11 +421,9 @@ def parents_clean(root: Path) -> bool:
     )
 
 
-def _walked(rel: str, path: str, stat: bool) -> WalkedFile:
-    """The file as the walk lists it; size -1 when it vanished or is no longer a regular file
-    (left out, as the Python walk leaves out what vanishes under it)."""
-    if not stat:
-        return WalkedFile(rel, path, 0)
+def _walked(rel: str, path: str) -> WalkedFile:
+    """The file as the walk lists it, with its size and links; size -1 when it vanished or is
+    no longer a regular file (left out, as the Python walk leaves out what vanishes under it)."""
     try:
         info = os.lstat(path)
     except OSError:
@@ -331,11 +433,13 @@ def _walked(rel: str, path: str, stat: bool) -> WalkedFile:
     return WalkedFile.of(rel, path, info)
 
 
-def reads_what_no_walk_may(pid: int) -> bool:
+def reads_what_no_walk_may(pid: int, *, searching: bool = False) -> bool:
     """Whether the walk's ``rg`` (process ``pid``) waits to open a FIFO, or holds a FIFO, a
     device or a file larger than an ignore file may be open: ``rg --files`` opens nothing but
     directories and ignore files, and past its standard streams, so such a file is an ignore
-    file no walk may read. False when ``/proc`` does not tell."""
+    file no walk may read. An ``rg`` that is ``searching`` also opens the regular files it
+    searches (never a FIFO or a device: a walk searches regular files only), so a large regular
+    file counts only when it is named as an ignore file. False when ``/proc`` does not tell."""
     proc = f"/proc/{pid}"
     try:
         for task in os.listdir(f"{proc}/task"):
@@ -348,39 +452,22 @@ def reads_what_no_walk_may(pid: int) -> bool:
             info = os.stat(f"{proc}/fd/{fd}")  # of what is open: nothing is opened here
             if stats.S_ISDIR(info.st_mode):
                 continue
-            if not stats.S_ISREG(info.st_mode) or info.st_size > MAX_IGNORE_FILE_BYTES:
+            if not stats.S_ISREG(info.st_mode):
+                return True
+            if info.st_size > MAX_IGNORE_FILE_BYTES and (
+                not searching or _names_an_ignore_file(os.readlink(f"{proc}/fd/{fd}"))
+            ):
                 return True
     except (OSError, ValueError):
         return False
     return False
 
 
-def _ignore_files_clean(root: Path, start: Path, names: list[str]) -> bool:
-    """Whether every ignore file of the directories ``rg`` listed files in, from ``root`` down,
-    is one a walk reads: a regular file (not a symlink) of at most
-    :data:`MAX_IGNORE_FILE_BYTES`."""
-    if not _readable_ignore_file(os.path.join(root, ".git", "info", "exclude")):
-        return False
-    directories = {str(root)}
-    directory = start
-    while directory != root:
-        directories.add(str(directory))
-        directory = directory.parent
-    for parent in {name.removeprefix("./").rpartition("/")[0] for name in names}:
-        while parent:
-            path = os.path.join(start, parent)
-            if path in directories:
-                break
-            directories.add(path)
-            parent = os.path.dirname(parent)
-    return all(
-        _readable_ignore_file(os.path.join(directory, name))
-        for directory in directories
-        for name in IGNORE_FILES
-    )
+def _names_an_ignore_file(path: str) -> bool:
+    return os.path.basename(path) in IGNORE_FILES or path.endswith("/.git/info/exclude")
 
 
-def _readable_ignore_file(path: str) -> bool:
+def readable_ignore_file(path: str) -> bool:
     """Whether ``path`` is missing or an ignore file a walk reads."""
     try:
         info = os.lstat(path)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import base64
 import os
+import stat
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -19,13 +21,23 @@ import orjson
 from pydantic import Field
 
 from tether.protocol.tools import ToolKind
-from tether.tools.base import FileAccess, SearchEngine, ToolContext, ToolError, ToolResult
+from tether.tools.base import (
+    FileAccess,
+    ListsOpenFiles,
+    SearchEngine,
+    ToolContext,
+    ToolError,
+    ToolResult,
+)
 from tether.tools.dialect import rust_pattern
-from tether.tools.ripgrep import RgProcess, Ripgrep, chosen, rg_walk
+from tether.tools.ignores import IgnoreFiles, ignores_above
+from tether.tools.rg_search import Pass, count_files, search_pass
+from tether.tools.ripgrep import RgProcess, Ripgrep, chosen, rg_walk, start_ignored
 from tether.tools.sandbox import LinkedFileError, Sandbox, format_size
 from tether.tools.text import BINARY_SNIFF_BYTES, clip, decode, is_binary, split_lines
 from tether.tools.typed import ToolArguments, TypedTool
 from tether.tools.walk import (
+    IGNORED_DIRS,
     WALK_BUDGET_SECONDS,
     Glob,
     Walk,
@@ -119,6 +131,9 @@ class _Search:
         # many files (and lines) before it
         self.timed_out: Literal["pattern", "files"] | None = None
         self.searched = 0  # files whose every line was matched
+        # whether a file with hard links outside the workspace is counted as skipped: not when
+        # only matching files are looked at (the count would tell whether such a file matches)
+        self.count_linked = True
 
     def search(self, files: list[WalkedFile], stop: threading.Event) -> None:
         """Search ``files`` in order, until the limit, the deadline or ``stop``."""
@@ -143,7 +158,8 @@ class _Search:
         try:
             data = self.sandbox.read_bytes(file.path, max_bytes=MAX_SEARCH_FILE_BYTES)
         except LinkedFileError:
-            self.skipped["linked"] += 1
+            if self.count_linked:
+                self.skipped["linked"] += 1
             return
         except ToolError:
             self.skipped["unreadable"] += 1
@@ -242,6 +258,10 @@ def _search(
     translated = rust_pattern(args.pattern) if rg is not None else None
     if translated is None:  # no rg, or a pattern only Python reads right
         rg = None
+    if target.is_dir() and rg is not None and translated is not None and glob is None:
+        answer = _one_pass(rg, translated, args, sandbox, target, regex, stop, access)
+        if answer is not None:
+            return answer
     walk: Walk | None = None
     if target.is_dir():
         walk = _walk(rg, sandbox.root, target, glob, stop, args.include_ignored)
@@ -305,6 +325,236 @@ def _walk(
     )
 
 
+def _pattern_options(pattern: str, args: SearchTextArguments) -> list[str]:
+    """The options of every ``rg`` that matches ``pattern`` (Rust syntax) for ``args``."""
+    options = ["--crlf", "--max-count", str(args.limit + 1), "--regexp", pattern]
+    if args.ignore_case:
+        options.append("--ignore-case")
+    return options
+
+
+def _one_pass(
+    rg: Ripgrep,
+    pattern: str,
+    args: SearchTextArguments,
+    sandbox: Sandbox,
+    target: Path,
+    regex: re.Pattern[str],
+    stop: threading.Event,
+    access: FileAccess | None,
+) -> ToolResult | None:
+    """The search of the directory ``target`` by one ``rg`` that walks and counts the
+    matching lines of each file (:mod:`tether.tools.rg_search`), then judged here file by
+    file in path order as the Python engine judges the files it reads, reading the lines of
+    just enough matching files; None when this cannot answer as that engine would (an
+    editor's buffers it cannot list, an ignored start, an ignore file no walk may read, a
+    pattern rg refuses, more files than a walk scans): the caller walks, then searches."""
+    root = sandbox.root
+    if access is not None and not isinstance(access, ListsOpenFiles):
+        return None
+    if not args.include_ignored and start_ignored(root, target, Walk()):
+        return None
+    search = _Search(sandbox, regex, args.limit, access)
+    search.count_linked = False
+    found = search_pass(
+        rg,
+        target,
+        _pattern_options(pattern, args),
+        include_ignored=args.include_ignored,
+        parents=target != root,
+        max_bytes=MAX_SEARCH_FILE_BYTES,
+        stop=stop,
+        deadline=search.deadline,
+    )
+    count = found.files(target)
+    if found.stopped in ("unsafe", "refused") or (count or 0) > MAX_SCANNED:
+        return None  # the Python walk leaves out that ignore file, or stops at the cap
+    walk = Walk()
+    if found.stopped == "time":
+        search.timed_out, search.full = "files", True
+    if count is None and not stop.is_set():  # rg did not end: count (cancelled: no one reads)
+        count = count_files(
+            rg,
+            target,
+            include_ignored=args.include_ignored,
+            parents=target != root,
+            stop=stop,
+            budget=WALK_BUDGET_SECONDS,
+        )
+        walk.stopped = None if count is not None else "time"
+    opened = _open_files(access, root, target, args.include_ignored)
+    prefix = "" if target == root else target.relative_to(root).as_posix() + "/"
+    lines = _Lines(rg, pattern, args, search, found, stop)
+    _judge(search, found, lines, target, prefix, sorted({*found.paths(), *opened}), stop)
+    total = count if count is not None else len(found.paths())
+    answer = search.matches or [_no_matches(search, total, walk)]
+    answer += search.notes(total)
+    answer += walk.notes(
+        max_entries=MAX_SCANNED, budget=WALK_BUDGET_SECONDS, what="some files were not searched"
+    )
+    return ToolResult("\n".join(answer))
+
+
+class _Lines:
+    """The matching lines of the files the first pass counted some in, read by ``rg --json``
+    over a batch of them at a time: from the file asked about on, in path order, as many as
+    the matches still wanted need."""
+
+    def __init__(
+        self,
+        rg: Ripgrep,
+        pattern: str,
+        args: SearchTextArguments,
+        search: _Search,
+        found: Pass,
+        stop: threading.Event,
+    ) -> None:
+        self._rg, self._search, self._found, self._stop = rg, search, found, stop
+        self._options = ["--json", "--no-config", "--no-ignore", "--hidden"]
+        self._options += _pattern_options(pattern, args)
+        self._read: dict[str, _Found] = {}
+
+    def of(
+        self, file: WalkedFile, rel: str, ahead: Iterator[tuple[str, WalkedFile]]
+    ) -> _Found | None:
+        """What ``rg`` finds in ``file`` (``rel`` to the start); ``ahead``: the matching files
+        after it in path order, read in the same batch while matches are still wanted. None
+        when ``rg`` refuses the pattern."""
+        if rel not in self._read:
+            wanted = self._search.limit + 1 - len(self._search.matches)
+            batch = [(rel, file)]
+            used = self._found.counts[rel]
+            for other in ahead:
+                if used >= wanted or len(batch) >= FIRST_CHUNK:
+                    break
+                batch.append(other)
+                used += self._found.counts[other[0]]
+            files = [member for _, member in batch]
+            result = _rg_chunk(self._rg, self._options, self._search, files, self._stop)
+            if result is None:
+                return None
+            self._read.update((name, result) for name, _ in batch)
+        return self._read[rel]
+
+
+def _open_files(
+    access: FileAccess | None, root: Path, target: Path, include_ignored: bool
+) -> set[str]:
+    """The files an editor holds that the walk of ``target`` lists (relative to it)."""
+    if not isinstance(access, ListsOpenFiles):
+        return set()
+    listed = (_listed(root, target, Path(path), include_ignored) for path in access.open_paths())
+    return {rel for rel in listed if rel is not None}
+
+
+def _listed(root: Path, start: Path, path: Path, include_ignored: bool) -> str | None:
+    """``path`` relative to ``start`` when the walk from ``start`` lists it (a regular file
+    reached through no symlink nor skipped directory, and, unless ``include_ignored``, one
+    no ignore rule leaves out), as :func:`tether.tools.walk.walk_files` decides; else None."""
+    try:
+        parts = path.relative_to(start).parts
+    except ValueError:
+        return None
+    if not parts:
+        return None
+    current = start
+    for depth, part in enumerate(parts):
+        current = current / part
+        try:
+            mode = os.lstat(current).st_mode
+        except OSError:
+            return None
+        if depth == len(parts) - 1:
+            if not stat.S_ISREG(mode):
+                return None
+        elif not stat.S_ISDIR(mode) or part in IGNORED_DIRS:
+            return None
+    if not include_ignored:
+        rules = ignores_above(root, path, IgnoreFiles())
+        from_root = path.relative_to(root).parts
+        first = len(from_root) - len(parts)
+        for depth in range(first, len(from_root)):
+            is_dir = depth < len(from_root) - 1
+            if rules.ignored("/".join(from_root[: depth + 1]), is_dir=is_dir):
+                return None
+    return "/".join(parts)
+
+
+def _judge(
+    search: _Search,
+    found: Pass,
+    lines: _Lines,
+    target: Path,
+    prefix: str,
+    paths: list[str],
+    stop: threading.Event,
+) -> None:
+    """Add what the first pass found to ``search``, for ``paths`` (relative to ``target``,
+    sorted), as the Python engine judges each file it reads, until the limit: an editor's
+    buffer first, then the size cap, the hard links (a file linked outside shows nothing, and
+    is not counted), whether it could be read, a NUL within the sniff; a NUL past the sniff:
+    the file is read as Python reads it. A file gone or no longer regular is left out, as a
+    walk leaves out what vanishes under it."""
+    directory = os.fspath(target)
+    matching = [rel for rel in paths if rel in found.counts]
+    place = {rel: index for index, rel in enumerate(matching)}
+    links_counted = False
+    for index, rel in enumerate(paths):
+        if stop.is_set() or search.full:
+            return
+        file = _walked_file(directory, prefix, rel)
+        if file is None:
+            continue
+        if file.links > 1 and file.size <= MAX_SEARCH_FILE_BYTES and not links_counted:
+            _count_links(search.sandbox, directory, prefix, paths[index:])
+            links_counted = True
+        opened = search.files is not None and search.files.read_text(Path(file.path)) is not None
+        if opened or rel in found.large or rel in found.unreadable:
+            search.file(file)  # the buffer, or the skip the Python engine counts
+        elif search.sandbox.links.found(file.key, file.links) < file.links:
+            pass  # linked outside the workspace: nothing of it is shown
+        elif (offset := found.binary.get(rel)) is not None:
+            if offset < BINARY_SNIFF_BYTES:
+                search.skipped["binary"] += 1
+            else:
+                search.file(file)
+        else:
+            ahead = (
+                (name, other)
+                for name in matching[place[rel] + 1 :]
+                if (other := _walked_file(directory, prefix, name)) is not None
+            )
+            read = lines.of(file, rel, ahead)
+            if read is None:  # rg refuses the pattern: Python reads the file
+                search.file(file)
+            else:
+                _take_file(search, file, read)
+        if search.timed_out is None:
+            search.searched += 1
+
+
+def _walked_file(directory: str, prefix: str, rel: str) -> WalkedFile | None:
+    path = f"{directory}/{rel}"
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return WalkedFile.of(prefix + rel, path, info) if stat.S_ISREG(info.st_mode) else None
+
+
+def _count_links(sandbox: Sandbox, directory: str, prefix: str, paths: list[str]) -> None:
+    """Count, in one walk of the workspace, the hard links of every file of ``paths`` that
+    has several (the first such file met counts them for the rest)."""
+    files = (_walked_file(directory, prefix, rel) for rel in paths)
+    sandbox.links.count(
+        {
+            file.key: file.links
+            for file in files
+            if file is not None and file.links > 1 and file.size <= MAX_SEARCH_FILE_BYTES
+        }
+    )
+
+
 FIRST_CHUNK = 2048  # files in the first rg run; each later one takes twice as many
 MAX_CHUNK_ARG_BYTES = 512 * 1024  # of paths on one rg command line
 
@@ -320,10 +570,8 @@ def _rg_search(
     """Search ``files`` in path order with ``rg``, into ``search``, in runs over growing
     chunks of them until the limit is passed; False when ``rg`` refuses the pattern (the
     caller searches with Python then)."""
-    options = ["--json", "--no-config", "--no-ignore", "--hidden", "--crlf"]
-    options += ["--max-count", str(args.limit + 1), "--regexp", pattern]
-    if args.ignore_case:
-        options.append("--ignore-case")
+    options = ["--json", "--no-config", "--no-ignore", "--hidden"]
+    options += _pattern_options(pattern, args)
     start, size = 0, FIRST_CHUNK
     while start < len(files) and not (search.full or stop.is_set()):
         if time.monotonic() > search.deadline:
@@ -413,6 +661,24 @@ def _text(value: dict[str, str]) -> str:
     if "text" in value:
         return value["text"]
     return base64.b64decode(value["bytes"]).decode("utf-8", errors="replace")
+
+
+def _take_file(search: _Search, file: WalkedFile, found: _Found) -> None:
+    """Add what ``rg`` found in ``file`` (read in a batch of the first pass's matching files)
+    to ``search``. A NUL within the sniff: binary; past it, a skip, or no line where the first
+    pass counted some (the file changed meanwhile, or could not be read): as Python does it."""
+    key = "./" + file.rel
+    offset = found.binary.get(key)
+    if offset is not None and offset < BINARY_SNIFF_BYTES:
+        search.skipped["binary"] += 1
+    elif found.timed_out and key not in found.lines:
+        search.timed_out, search.full = "files", True
+    elif offset is not None or file.rel not in found.read or key not in found.lines:
+        search.file(file)
+    else:
+        for number, text in found.lines[key]:
+            if not search.add(file, number, text):
+                return
 
 
 def _take(search: _Search, chunk: list[WalkedFile], found: _Found) -> None:
