@@ -605,6 +605,32 @@ function M.ago(iso, now)
   return string.format('%d d ago', seconds / 86400)
 end
 
+--- session/configure of the current session (a new one when there is none) with `fields`; the
+--- views follow, and `key`'s new value is said.
+local function configure_current(fields, key, on_done)
+  local function configure(session)
+    local params = vim.tbl_extend('force', { sessionId = session.sessionId }, fields)
+    request('session/configure', params, function(updated)
+      if state.session and state.session.sessionId == updated.sessionId then
+        state.session = updated
+      end
+      local view = ui.get(updated.sessionId)
+      if view then
+        view.session = updated
+      end
+      notify(key .. ' ' .. tostring(updated[key]))
+      if on_done then
+        on_done(updated)
+      end
+    end)
+  end
+  if state.session then
+    configure(state.session)
+  else
+    M.new_session(nil, configure)
+  end
+end
+
 --- :TetherMode [mode] — set the current session's mode (session/configure {mode}; a new session
 --- when there is none); without a mode, pick one. The server keeps it with the session.
 function M.mode(mode, on_done)
@@ -623,26 +649,7 @@ function M.mode(mode, on_done)
     notify(string.format("unknown mode '%s': one of %s", mode, table.concat(M.modes, ', ')), vim.log.levels.ERROR)
     return
   end
-  local function configure(session)
-    request('session/configure', { sessionId = session.sessionId, mode = mode }, function(updated)
-      if state.session and state.session.sessionId == updated.sessionId then
-        state.session = updated
-      end
-      local view = ui.get(updated.sessionId)
-      if view then
-        view.session = updated
-      end
-      notify('mode ' .. tostring(updated.mode))
-      if on_done then
-        on_done(updated)
-      end
-    end)
-  end
-  if state.session then
-    configure(state.session)
-  else
-    M.new_session(nil, configure)
-  end
+  configure_current({ mode = mode }, 'mode', on_done)
 end
 
 --- :TetherModel [model] — the model of the current session's next runs (session/configure
@@ -657,26 +664,7 @@ function M.model(model, on_done)
     end)
     return
   end
-  local function configure(session)
-    request('session/configure', { sessionId = session.sessionId, model = model }, function(updated)
-      if state.session and state.session.sessionId == updated.sessionId then
-        state.session = updated
-      end
-      local view = ui.get(updated.sessionId)
-      if view then
-        view.session = updated
-      end
-      notify('model ' .. tostring(updated.model))
-      if on_done then
-        on_done(updated)
-      end
-    end)
-  end
-  if state.session then
-    configure(state.session)
-  else
-    M.new_session(nil, configure)
-  end
+  configure_current({ model = model }, 'model', on_done)
 end
 
 --- The models to complete :TetherModel with: the session's allow-list and its current model.

@@ -134,19 +134,12 @@ class TetherClient:
         invalid ``options`` raises ``ConfigInvalidError``, with the server stopped.
         """
 
-        async def start() -> TetherClient:
-            connection = await Connection.spawn(
+        def opened() -> Awaitable[Connection]:
+            return Connection.spawn(
                 argv, env=dict(env or {}), cwd=None if cwd is None else str(cwd)
             )
-            client = cls(connection, on_permission)
-            try:
-                await client._initialize(workspace, options, client_name)
-            except BaseException:
-                await connection.close()
-                raise
-            return client
 
-        return _Spawn(start)
+        return cls._started(opened, on_permission, workspace, options, client_name)
 
     @classmethod
     def connect(
@@ -163,8 +156,23 @@ class TetherClient:
         the rest as :meth:`spawn`. Such a server serves one client and ends when it leaves, so
         :meth:`close` (or leaving ``async with``) ends it too."""
 
+        return cls._started(
+            lambda: Connection.connect(host, port), on_permission, workspace, options, client_name
+        )
+
+    @classmethod
+    def _started(
+        cls,
+        opened: Callable[[], Awaitable[Connection]],
+        on_permission: PermissionHandler | None,
+        workspace: Path | str | None,
+        options: Mapping[str, Any] | None,
+        client_name: str,
+    ) -> _Spawn:
+        """A client on the connection ``opened`` makes, initialized (closed when that fails)."""
+
         async def start() -> TetherClient:
-            connection = await Connection.connect(host, port)
+            connection = await opened()
             client = cls(connection, on_permission)
             try:
                 await client._initialize(workspace, options, client_name)
