@@ -472,6 +472,7 @@ local function run(session, prompt)
     state.client:request('kernel/run', { sessionId = session.sessionId, prompt = prompt }, function(err, result)
       state.runs[session.sessionId] = nil
       view = ui.get(session.sessionId) or view
+      view.commands = nil -- a command file may have come or gone: asked again at the next `/`
       if err and err.code == SESSION_NOT_FOUND then
         return unresumable(session, view)
       elseif err then
@@ -902,6 +903,79 @@ function M.stop()
   end
 end
 
+-- `/` completion ------------------------------------------------------------------------------
+
+local COMMANDS_WAIT_MS = 5000 -- how long <C-x><C-o> waits for session/commands the first time
+
+--- The session's slash commands (session/commands), fetched once per chat buffer and again after
+--- each run (a command file may have been added meanwhile); nil when the server does not answer.
+local function session_commands(view)
+  if view.commands then
+    return view.commands
+  end
+  local done = false
+  with_client(function(client)
+    client:request('session/commands', { sessionId = view.session.sessionId }, function(err, result)
+      done = true
+      if err then
+        notify('session/commands: ' .. tostring(err.message), vim.log.levels.ERROR)
+      else
+        view.commands = result.commands
+      end
+    end)
+  end)
+  vim.wait(COMMANDS_WAIT_MS, function()
+    return done
+  end, 10)
+  return view.commands
+end
+
+--- Where the `/name` typed on row (0-based) starts (0-based byte column), or nil: only on the
+--- first line of the prompt area that holds text (the prompt's start is where a command goes).
+local function command_start(view, row, col)
+  local separator = ui.separator_row(view)
+  if row <= separator then
+    return nil
+  end
+  local above = vim.api.nvim_buf_get_lines(view.buf, separator + 1, row, false)
+  for _, line in ipairs(above) do
+    if line:match('%S') then
+      return nil
+    end
+  end
+  local line = vim.api.nvim_buf_get_lines(view.buf, row, row + 1, false)[1] or ''
+  local indent = line:sub(1, col):match('^(%s*)/[^%s]*$')
+  return indent and #indent or nil
+end
+
+--- The completion items of the commands whose `/name` starts with `base`.
+function M.command_items(commands, base)
+  local items = {}
+  for _, command in ipairs(commands or {}) do
+    local word = '/' .. command.name
+    if word:sub(1, #base) == base then
+      local hint = command.argumentHint and (command.argumentHint .. '  ') or ''
+      table.insert(items, { word = word, menu = hint .. (command.description or ''),
+        kind = command.source, info = command.description or '', icase = 0 })
+    end
+  end
+  return items
+end
+
+--- 'omnifunc' of the chat buffers (<C-x><C-o>): `/` completes the session's slash commands at
+--- the start of the prompt area.
+function M.omnifunc(findstart, base)
+  local view = ui.by_buffer(vim.api.nvim_get_current_buf())
+  if not view then
+    return findstart == 1 and -3 or {}
+  end
+  if findstart == 1 then
+    local cursor = vim.api.nvim_win_get_cursor(0)
+    return command_start(view, cursor[1] - 1, cursor[2]) or -3
+  end
+  return M.command_items(session_commands(view), base)
+end
+
 -- Keys of a chat buffer -----------------------------------------------------------------------
 
 local function map(buf, spec, fn, desc)
@@ -919,6 +993,7 @@ local function map(buf, spec, fn, desc)
 end
 
 ui.on_create = function(view)
+  vim.bo[view.buf].omnifunc = "v:lua.require'tether'.omnifunc"
   local keys = config.options.keymaps or {}
   map(view.buf, keys.send, function()
     if vim.fn.mode() ~= 'n' then

@@ -174,6 +174,11 @@ function M.by_buffer(buf)
   end
 end
 
+--- The row (0-based) of the separator line: the prompt area is every line below it.
+function M.separator_row(view)
+  return end_row(view)
+end
+
 --- The text of the prompt area (below the separator), which is emptied.
 function M.take_prompt(view)
   local row = end_row(view)
