@@ -13,6 +13,7 @@ local state = {
   prompts = {}, -- request id -> a permission question waiting for the user's answer
   workspaces = {}, -- sessionId -> the workspace of a session that ran here (to reload its files)
   edits = {}, -- toolCallId -> the path an edit call of a running turn writes
+  run_views = {}, -- runId -> { view, call_id, depth }: where a running run (or sub-agent) is drawn
   context = {}, -- what :TetherAdd added for the next prompt: { label, text }
 }
 M._state = state
@@ -187,11 +188,34 @@ local function reload_edited(params)
   end
 end
 
+--- A sub-agent's event (its run's `parentRunId` is a run drawn here, or one of its sub-agents'):
+--- drawn under the `task` call that started it, in the chat buffer of the run at the top.
+local function nest_subagent(params)
+  local parent = state.run_views[params.parentRunId]
+  if not parent then
+    return
+  end
+  local origin = state.run_views[params.runId]
+  if not origin then
+    origin = { view = parent.view, call_id = parent.call_id or params.parentToolCallId, depth = parent.depth + 1 }
+    state.run_views[params.runId] = origin
+    if origin.depth == 1 then
+      ui.subagent(origin.view, origin.call_id, params.sessionId)
+    end
+  end
+  if not origin.view.gone then
+    ui.subagent_event(origin.view, origin.call_id, origin.depth, params.runId, params.event)
+  end
+end
+
 local function on_progress(params)
   local event = params.event
   local kind = event.kind
   withdraw_settled(params)
   reload_edited(params)
+  if params.parentRunId then
+    nest_subagent(params)
+  end
   if kind == 'iteration_started' then
     progress('iteration ' .. event.iteration)
   elseif kind == 'tool_call' then
@@ -200,9 +224,15 @@ local function on_progress(params)
     -- Something to show a person, never part of the answer's text.
     notify(tostring(event.message), vim.log.levels.WARN)
   end
+  if kind == 'run_finished' then
+    state.run_views[params.runId] = nil
+  end
   local view = ui.get(params.sessionId)
   if not view then
     return
+  end
+  if not state.run_views[params.runId] and kind ~= 'run_finished' then
+    state.run_views[params.runId] = { view = view, depth = 0 }
   end
   if kind == 'run_started' then
     ui.set_prompt_id(view, event.userMessageId)
@@ -885,6 +915,23 @@ function M.restore(buf, row)
   end)
 end
 
+--- :TetherOpen [ID] — open a session's chat buffer (the session becomes the current one): ID,
+--- else the sub-agent of the `task` call under the cursor in a chat buffer.
+function M.open_session(session_id, buf, row)
+  if not session_id or session_id == '' then
+    local view = ui.by_buffer(buf or vim.api.nvim_get_current_buf())
+    row = row or (vim.api.nvim_win_get_cursor(0)[1] - 1)
+    session_id = view and ui.child_at(view, row)
+    if not session_id then
+      notify('put the cursor on a task call (or its sub-agent\'s lines), or give a session id', vim.log.levels.WARN)
+      return
+    end
+  end
+  request('session/get', { sessionId = session_id }, function(session)
+    open(session)
+  end)
+end
+
 --- The chat buffer of the current session, if any.
 function M.buffer()
   local view = state.session and ui.get(state.session.sessionId)
@@ -1007,6 +1054,9 @@ ui.on_create = function(view)
   map(view.buf, keys.yank, function()
     M.yank_code_block(view.buf, vim.v.register)
   end, 'tether: yank the code block under the cursor')
+  map(view.buf, keys.open, function()
+    M.open_session(nil, view.buf)
+  end, 'tether: open the sub-agent session of the task call under the cursor')
   map(view.buf, keys.restore, function()
     M.restore(view.buf)
   end, 'tether: restore to before the prompt under the cursor')

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .conftest import Editor
+from .test_plugin import call
 
 StartEditor = Callable[..., Editor]
 
@@ -90,3 +91,75 @@ def test_slash_completes_the_sessions_commands_at_the_start_of_the_prompt(
     # Typed for real: <C-x><C-o> in insert mode completes the only match.
     type_keys(editor, "Go/gi<C-x><C-o><Esc>")
     assert editor.prompt_area()[-1] == "/git:commit"
+
+
+def cursor_on(editor: Editor, text: str) -> None:
+    """Put the cursor on the first line of the current chat buffer that is `text`."""
+    row = editor.lines().index(text) + 1
+    editor.lua(
+        "local win = vim.fn.bufwinid(require('tether').buffer())"
+        " vim.api.nvim_set_current_win(win) vim.api.nvim_win_set_cursor(win, { ..., 0 })",
+        row,
+    )
+
+
+TASK = call("t1", "task", prompt="What does main return?", description="Read the app")
+
+
+def test_a_sub_agent_is_drawn_under_its_task_call_and_opened_from_it(
+    start_editor: StartEditor,
+) -> None:
+    # Each model request takes the next turn: the parent's, the sub-agent's two, the parent's last.
+    editor = start_editor(
+        [
+            {"toolCalls": [TASK]},
+            {"text": "Reading it.", "toolCalls": [call("c1", "read_file", path="src/app.py")]},
+            {"text": "It returns 42.\nThat is all."},
+            {"text": "The sub-agent found 42."},
+        ],
+        approval="auto",
+    )
+    editor.nvim.command("TetherNew parent")
+    editor.wait("require('tether').buffer() ~= nil")
+    parent = editor.lua("return require('tether')._state.session.sessionId")
+    editor.nvim.command("TetherAsk Ask a sub-agent")
+    editor.wait_text("-- end_turn")
+
+    lines = editor.transcript()
+    task = next(i for i, line in enumerate(lines) if line.startswith("  [completed] Task"))
+    heading = lines[task + 1]
+    assert heading.startswith("    sub-agent ") and heading.endswith(" — end_turn"), lines
+    child = heading.removeprefix("    sub-agent ").removesuffix(" — end_turn")
+    assert child != parent
+    assert lines[task + 2 : task + 7] == [
+        "    Reading it.",
+        "    [completed] Read src/app.py",
+        "    It returns 42.",
+        "    That is all.",
+        "The sub-agent found 42.",
+    ]
+    # Nothing of the sub-agent is drawn as the parent's own (no line of its own at the top level).
+    assert "  [completed] Read src/app.py" not in lines
+
+    # The open key on a line of the sub-agent opens its session (session/get + session/messages).
+    cursor_on(editor, "    [completed] Read src/app.py")
+    editor.nvim.input("go")
+    editor.wait(f"require('tether')._state.session.sessionId == '{child}'")
+    editor.wait_text("It returns 42.")
+    child_lines = editor.transcript()
+    assert child_lines[0] == "# tether: Read the app"
+    assert "> What does main return?" in child_lines
+    assert "  [completed] Read src/app.py" in child_lines
+
+    # The parent's buffer made anew from session/messages: its task call still opens the child.
+    editor.nvim.command(f"TetherOpen {parent}")
+    editor.wait(f"require('tether')._state.session.sessionId == '{parent}'")
+    editor.nvim.command("bdelete!")
+    editor.nvim.command(f"TetherOpen {parent}")
+    editor.wait_text("The sub-agent found 42.")
+    task_line = next(line for line in editor.lines() if line.startswith("  [completed] Task"))
+    assert task_line == lines[task] == "  [completed] Task: Read the app"
+    cursor_on(editor, task_line)
+    editor.nvim.command("TetherOpen")
+    editor.wait(f"require('tether')._state.session.sessionId == '{child}'")
+    assert editor.transcript()[0] == "# tether: Read the app"
