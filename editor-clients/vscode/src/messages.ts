@@ -127,6 +127,8 @@ export type TranscriptItem =
       output?: string;
       /** The unified diff of what an edit changed. */
       diff?: string;
+      /** A `task` call: its sub-agent's session. */
+      childSessionId?: string;
     }
   /** The end of a run, as the line under a live answer says it (`turnFinished`). */
   | { type: "runEnd"; stopReason: StopReason; usage: Usage; model?: string };

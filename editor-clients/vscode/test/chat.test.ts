@@ -564,6 +564,17 @@ describe("a sub-agent in the chat view against the real server", { timeout: 300_
       shown.items.flatMap((item) => (item.type === "user" ? [item.text] : item.type === "assistant" ? [item.text] : [])),
       ["What does main return?", "Reading it.", "It returns **42**."],
     );
+    // The parent opened again: its task call, titled as live, names the sub-agent's session.
+    from = webview.received.length;
+    webview.send({ type: "switchSession", sessionId: parentId });
+    const parent = await webview.next("session", from);
+    record("subagent-stored", [parent]);
+    const task = parent.items.find((item) => item.type === "tool" && item.toolCallId === "t1");
+    const liveTask = progress.find((m) => !m.subagent && m.event.kind === "tool_call" && m.event.toolCallId === "t1");
+    assert.ok(task?.type === "tool" && liveTask?.event.kind === "tool_call");
+    assert.equal(task.title, liveTask.event.title);
+    assert.equal(task.title, "Task: Read the app");
+    assert.equal(task.childSessionId, childId);
   });
 
   test("Open while the view's run goes on shows the sub-agent's transcript beside it", { timeout: 60_000 }, async () => {

@@ -983,6 +983,12 @@ function replay(item: TranscriptItem): void {
   if (item.status === "completed" && item.diff) setOutput(card, item.diff, "Diff", "diff");
   else if (item.status === "failed") setOutput(card, item.output ?? "failed", "Error", undefined, true);
   else if (item.output && item.status === "completed") setOutput(card, item.output, "Output");
+  const child = item.childSessionId;
+  if (child) {
+    const open = button("Open sub-agent", "go-to-file", "secondary subagent-open", () => post({ type: "openSession", sessionId: child }));
+    open.title = "Open the sub-agent's session";
+    card.actions.append(open);
+  }
 }
 
 function chip(item: ContextItem, index?: number): HTMLElement {

@@ -706,4 +706,19 @@ describe("the chat view's webview script in headless Chromium", { timeout: 300_0
     assert.deepEqual((await posted()).at(-1), { type: "openSession", sessionId: childId });
     await clean();
   });
+
+  test("a stored task call offers to open its sub-agent's session", async () => {
+    const [stored] = fixture("subagent-stored");
+    assert.ok(stored?.type === "session");
+    const child = stored.items.find((item) => item.type === "tool" && item.childSessionId);
+    assert.ok(child?.type === "tool" && child.childSessionId);
+    await feed([stored]);
+    const card = tab.locator('.tool-card[data-tool-call-id="t1"]');
+    assert.equal(await card.locator(".tool-title").textContent(), "Task: Read the app");
+    await card.locator("button.subagent-open").click();
+    assert.deepEqual((await posted()).at(-1), { type: "openSession", sessionId: child.childSessionId });
+    // Other calls have no such action.
+    assert.equal(await tab.locator("button.subagent-open").count(), 1);
+    await clean();
+  });
 });
