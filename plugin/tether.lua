@@ -39,6 +39,10 @@ vim.api.nvim_create_user_command('TetherChat', function()
   tether().chat()
 end, { desc = 'tether: open the chat buffer of the current session (a new session if none)' })
 
+vim.api.nvim_create_user_command('TetherOpen', function(opts)
+  tether().open_session(opts.args)
+end, { nargs = '?', desc = 'tether: open a session (default: the sub-agent of the task call under the cursor)' })
+
 vim.api.nvim_create_user_command('TetherUndo', function()
   tether().undo()
 end, { desc = "tether: put back the files the session's last turn changed" })

@@ -27,6 +27,7 @@ M.defaults = {
     cancel = { n = '<C-c>' }, -- cancel the running turn
     restore = { n = 'gR' }, -- on a prompt line: put back its turn's files, the conversation, or both
     yank = { n = 'gy' }, -- in a code block of an answer: yank it (into the register given, "x gy)
+    open = { n = 'go' }, -- on a task call: open its sub-agent's session
   },
 }
 

@@ -13,6 +13,7 @@ local state = {
   prompts = {}, -- request id -> a permission question waiting for the user's answer
   workspaces = {}, -- sessionId -> the workspace of a session that ran here (to reload its files)
   edits = {}, -- toolCallId -> the path an edit call of a running turn writes
+  run_views = {}, -- runId -> { view, call_id, depth }: where a running run (or sub-agent) is drawn
   context = {}, -- what :TetherAdd added for the next prompt: { label, text }
 }
 M._state = state
@@ -187,11 +188,34 @@ local function reload_edited(params)
   end
 end
 
+--- A sub-agent's event (its run's `parentRunId` is a run drawn here, or one of its sub-agents'):
+--- drawn under the `task` call that started it, in the chat buffer of the run at the top.
+local function nest_subagent(params)
+  local parent = state.run_views[params.parentRunId]
+  if not parent then
+    return
+  end
+  local origin = state.run_views[params.runId]
+  if not origin then
+    origin = { view = parent.view, call_id = parent.call_id or params.parentToolCallId, depth = parent.depth + 1 }
+    state.run_views[params.runId] = origin
+    if origin.depth == 1 then
+      ui.subagent(origin.view, origin.call_id, params.sessionId)
+    end
+  end
+  if not origin.view.gone then
+    ui.subagent_event(origin.view, origin.call_id, origin.depth, params.runId, params.event)
+  end
+end
+
 local function on_progress(params)
   local event = params.event
   local kind = event.kind
   withdraw_settled(params)
   reload_edited(params)
+  if params.parentRunId then
+    nest_subagent(params)
+  end
   if kind == 'iteration_started' then
     progress('iteration ' .. event.iteration)
   elseif kind == 'tool_call' then
@@ -200,9 +224,15 @@ local function on_progress(params)
     -- Something to show a person, never part of the answer's text.
     notify(tostring(event.message), vim.log.levels.WARN)
   end
+  if kind == 'run_finished' then
+    state.run_views[params.runId] = nil
+  end
   local view = ui.get(params.sessionId)
   if not view then
     return
+  end
+  if not state.run_views[params.runId] and kind ~= 'run_finished' then
+    state.run_views[params.runId] = { view = view, depth = 0 }
   end
   if kind == 'run_started' then
     ui.set_prompt_id(view, event.userMessageId)
@@ -472,6 +502,7 @@ local function run(session, prompt)
     state.client:request('kernel/run', { sessionId = session.sessionId, prompt = prompt }, function(err, result)
       state.runs[session.sessionId] = nil
       view = ui.get(session.sessionId) or view
+      view.commands = nil -- a command file may have come or gone: asked again at the next `/`
       if err and err.code == SESSION_NOT_FOUND then
         return unresumable(session, view)
       elseif err then
@@ -872,6 +903,23 @@ function M.restore(buf, row)
   end)
 end
 
+--- :TetherOpen [ID] — open a session's chat buffer (the session becomes the current one): ID,
+--- else the sub-agent of the `task` call under the cursor in a chat buffer.
+function M.open_session(session_id, buf, row)
+  if not session_id or session_id == '' then
+    local view = ui.by_buffer(buf or vim.api.nvim_get_current_buf())
+    row = row or (vim.api.nvim_win_get_cursor(0)[1] - 1)
+    session_id = view and ui.child_at(view, row)
+    if not session_id then
+      notify('put the cursor on a task call (or its sub-agent\'s lines), or give a session id', vim.log.levels.WARN)
+      return
+    end
+  end
+  request('session/get', { sessionId = session_id }, function(session)
+    open(session)
+  end)
+end
+
 --- The chat buffer of the current session, if any.
 function M.buffer()
   local view = state.session and ui.get(state.session.sessionId)
@@ -888,6 +936,79 @@ function M.stop()
     state.client:stop()
     state.client = nil
   end
+end
+
+-- `/` completion ------------------------------------------------------------------------------
+
+local COMMANDS_WAIT_MS = 5000 -- how long <C-x><C-o> waits for session/commands the first time
+
+--- The session's slash commands (session/commands), fetched once per chat buffer and again after
+--- each run (a command file may have been added meanwhile); nil when the server does not answer.
+local function session_commands(view)
+  if view.commands then
+    return view.commands
+  end
+  local done = false
+  with_client(function(client)
+    client:request('session/commands', { sessionId = view.session.sessionId }, function(err, result)
+      done = true
+      if err then
+        notify('session/commands: ' .. tostring(err.message), vim.log.levels.ERROR)
+      else
+        view.commands = result.commands
+      end
+    end)
+  end)
+  vim.wait(COMMANDS_WAIT_MS, function()
+    return done
+  end, 10)
+  return view.commands
+end
+
+--- Where the `/name` typed on row (0-based) starts (0-based byte column), or nil: only on the
+--- first line of the prompt area that holds text (the prompt's start is where a command goes).
+local function command_start(view, row, col)
+  local separator = ui.separator_row(view)
+  if row <= separator then
+    return nil
+  end
+  local above = vim.api.nvim_buf_get_lines(view.buf, separator + 1, row, false)
+  for _, line in ipairs(above) do
+    if line:match('%S') then
+      return nil
+    end
+  end
+  local line = vim.api.nvim_buf_get_lines(view.buf, row, row + 1, false)[1] or ''
+  local indent = line:sub(1, col):match('^(%s*)/[^%s]*$')
+  return indent and #indent or nil
+end
+
+--- The completion items of the commands whose `/name` starts with `base`.
+function M.command_items(commands, base)
+  local items = {}
+  for _, command in ipairs(commands or {}) do
+    local word = '/' .. command.name
+    if word:sub(1, #base) == base then
+      local hint = command.argumentHint and (command.argumentHint .. '  ') or ''
+      table.insert(items, { word = word, menu = hint .. (command.description or ''),
+        kind = command.source, info = command.description or '', icase = 0 })
+    end
+  end
+  return items
+end
+
+--- 'omnifunc' of the chat buffers (<C-x><C-o>): `/` completes the session's slash commands at
+--- the start of the prompt area.
+function M.omnifunc(findstart, base)
+  local view = ui.by_buffer(vim.api.nvim_get_current_buf())
+  if not view then
+    return findstart == 1 and -3 or {}
+  end
+  if findstart == 1 then
+    local cursor = vim.api.nvim_win_get_cursor(0)
+    return command_start(view, cursor[1] - 1, cursor[2]) or -3
+  end
+  return M.command_items(session_commands(view), base)
 end
 
 -- Keys of a chat buffer -----------------------------------------------------------------------
@@ -907,6 +1028,7 @@ local function map(buf, spec, fn, desc)
 end
 
 ui.on_create = function(view)
+  vim.bo[view.buf].omnifunc = "v:lua.require'tether'.omnifunc"
   local keys = config.options.keymaps or {}
   map(view.buf, keys.send, function()
     if vim.fn.mode() ~= 'n' then
@@ -920,6 +1042,9 @@ ui.on_create = function(view)
   map(view.buf, keys.yank, function()
     M.yank_code_block(view.buf, vim.v.register)
   end, 'tether: yank the code block under the cursor')
+  map(view.buf, keys.open, function()
+    M.open_session(nil, view.buf)
+  end, 'tether: open the sub-agent session of the task call under the cursor')
   map(view.buf, keys.restore, function()
     M.restore(view.buf)
   end, 'tether: restore to before the prompt under the cursor')

@@ -174,6 +174,11 @@ function M.by_buffer(buf)
   end
 end
 
+--- The row (0-based) of the separator line: the prompt area is every line below it.
+function M.separator_row(view)
+  return end_row(view)
+end
+
 --- The text of the prompt area (below the separator), which is emptied.
 function M.take_prompt(view)
   local row = end_row(view)
@@ -332,6 +337,14 @@ function M.title(name, arguments)
     edit_file = 'Edit ' .. path,
     run_command = 'Run ' .. ((command and command ~= '') and command or 'a command'),
   }
+  if name == 'task' then
+    local function given(value)
+      return type(value) == 'string' and vim.trim(value) ~= '' and value or nil
+    end
+    local agent = given(args.agent) and (' (' .. args.agent .. ')') or ''
+    local about = given(args.description) or given(args.prompt)
+    titles.task = 'Task' .. agent .. (about and (': ' .. vim.split(vim.trim(about), '\n', { plain = true })[1]) or '')
+  end
   local text = titles[name]
   if not text then
     local server, tool = (name or '?'):match('^(.-)__(.+)$')
@@ -424,6 +437,94 @@ function M.tool_call(view, event)
   return tool
 end
 
+-- Sub-agents: a `task` call's child run, drawn indented under the call's line -----------------
+
+--- The lines of a call's sub-agent (without the body's indent): a heading naming its session
+--- (what :TetherOpen takes), then its streamed text and its calls, each level indented further.
+local function subagent_lines(sub)
+  local lines = { 'sub-agent ' .. sub.session_id .. (sub.status and (' — ' .. sub.status) or '') }
+  for _, entry in ipairs(sub.entries) do
+    local indent = string.rep('  ', entry.depth - 1)
+    if entry.kind == 'text' then
+      for _, line in ipairs(vim.split(entry.text, '\n', { plain = true })) do
+        table.insert(lines, indent .. line)
+      end
+    else
+      local line = string.format('%s[%s] %s', indent, entry.status, entry.title)
+      if entry.error then
+        line = line .. ' — ' .. vim.split(entry.error, '\n', { plain = true })[1]
+      end
+      table.insert(lines, line)
+    end
+  end
+  return lines
+end
+
+local function draw_subagent(view, tool, error)
+  local lines = subagent_lines(tool.sub)
+  if error and error ~= '' then
+    vim.list_extend(lines, vim.split(error, '\n', { plain = true }))
+  end
+  set_body(view, tool, 'subagent', table.concat(lines, '\n'))
+end
+
+--- The sub-agent of the call `call_id` started, in session `session_id` (its first event).
+function M.subagent(view, call_id, session_id)
+  local tool = view.tools[call_id]
+  if not tool or tool.sub then
+    return
+  end
+  tool.child = session_id
+  tool.sub = { session_id = session_id, entries = {}, calls = {} }
+  draw_subagent(view, tool)
+end
+
+--- An event of the sub-agent (at `depth`: 1 for the call's own, 2 for its sub-agent's) under the
+--- call `call_id`: streamed text, its calls and their status, its end.
+function M.subagent_event(view, call_id, depth, run_id, event)
+  local tool = view.tools[call_id]
+  local sub = tool and tool.sub
+  if not sub then
+    return
+  end
+  local last = sub.entries[#sub.entries]
+  if event.kind == 'message_delta' then
+    if last and last.kind == 'text' and last.message_id == event.messageId then
+      last.text = last.text .. event.text
+    else
+      table.insert(sub.entries, { kind = 'text', depth = depth, message_id = event.messageId, text = event.text })
+    end
+  elseif event.kind == 'tool_call' then
+    local entry = { kind = 'tool', depth = depth, status = event.status or 'pending',
+      title = event.title or M.title(event.name, event.arguments) }
+    sub.calls[run_id .. ' ' .. event.toolCallId] = entry
+    table.insert(sub.entries, entry)
+  elseif event.kind == 'tool_call_update' then
+    local entry = sub.calls[run_id .. ' ' .. event.toolCallId]
+    if not entry then
+      return
+    end
+    entry.status, entry.error = event.status, event.error
+  elseif event.kind == 'run_finished' and depth == 1 then
+    sub.status = event.stopReason
+  else
+    return
+  end
+  draw_subagent(view, tool)
+end
+
+--- The session of the sub-agent whose call's line (or its lines under it) is on row (0-based).
+function M.child_at(view, row)
+  for _, tool in pairs(view.tools) do
+    if tool.child then
+      local first = mark_row(view, tool.mark)
+      if row >= first and row <= first + (tool.body_count or 0) then
+        return tool.child
+      end
+    end
+  end
+end
+
 ---@param event tether.ToolCallUpdateEvent
 function M.tool_update(view, event)
   local tool = view.tools[event.toolCallId]
@@ -440,7 +541,10 @@ function M.tool_update(view, event)
   set_lines(view, row, row + 1, { tool_line(tool) })
   vim.api.nvim_buf_set_extmark(view.buf, ns, row, 0, { id = tool.mark })
   view.text_open = open
-  if event.diff and event.diff ~= '' then
+  if tool.sub then
+    -- The sub-agent's lines stay (its answer, the call's result, is their last text).
+    draw_subagent(view, tool, event.status ~= 'completed' and event.error or nil)
+  elseif event.diff and event.diff ~= '' then
     set_body(view, tool, 'diff', event.diff)
   elseif event.status == 'completed' and event.result then
     set_body(view, tool, 'output', event.result)
@@ -646,6 +750,10 @@ function M.transcript(view, messages)
       end
     elseif message.role == 'tool' and view.tools[message.toolCallId] then
       local diff = type(metadata.diff) == 'string' and metadata.diff or nil
+      -- A `task` call's result names its sub-agent's session (`output.sessionId`): the open key's.
+      if type(message.output) == 'table' and type(message.output.sessionId) == 'string' then
+        view.tools[message.toolCallId].child = message.output.sessionId
+      end
       if message.isError and content == CANCELLED_RESULT then
         M.tool_update(view, { toolCallId = message.toolCallId, status = 'cancelled' })
       elseif message.isError then

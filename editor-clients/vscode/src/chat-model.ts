@@ -68,8 +68,17 @@ export function callTitle(name: string, argumentsText: string): string {
     edit_file: `Edit ${path}`,
     run_command: `Run ${command.split(/\s+/).join(" ")}`,
   };
+  if (name === "task") titles.task = taskTitle(args);
   const [server, tool] = name.split("__", 2);
   return titles[name] ?? (tool ? `${server}: ${tool}` : name);
+}
+
+/** A sub-agent's call, as the server titles it: `Task (reviewer): Check the notes`. */
+function taskTitle(args: Record<string, unknown>): string {
+  const given = (value: unknown): string | undefined => (typeof value === "string" && value.trim() ? value : undefined);
+  const agent = given(args.agent) ? ` (${String(args.agent)})` : "";
+  const first = (given(args.description) ?? given(args.prompt))?.trim().split("\n", 1)[0];
+  return first ? `Task${agent}: ${first}` : `Task${agent}`;
 }
 
 function textOf(content: Message["content"]): string {
@@ -184,6 +193,9 @@ export function transcriptItems(messages: Message[], checkpoints: readonly Check
         item.output = output;
         const diff = metadataOf(message).diff;
         if (typeof diff === "string" && diff) item.diff = diff;
+        // A `task` call's result names its sub-agent's session: the card offers to open it.
+        const child = objectOf(message.output)?.sessionId;
+        if (typeof child === "string") item.childSessionId = child;
       }
     }
   }

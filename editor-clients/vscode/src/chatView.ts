@@ -23,6 +23,7 @@ import {
   ErrorCodes,
   ResponseError,
   type Checkpoint,
+  type Message,
   type PermissionParams,
   type ProgressParams,
   type RewindParams,
@@ -50,6 +51,8 @@ export interface ChatHost {
   turnEnded?(): void;
   /** The view left its session for good (a new one, deleted, or gone from the store). */
   sessionForgotten?(): void;
+  /** Show a session's transcript in an editor (a sub-agent's, opened while the view runs). */
+  showTranscript?(session: Session, messages: Message[]): Promise<void>;
   /** The session the view showed when VS Code last closed this workspace: resumed when it opens. */
   lastSessionId?: string;
 }
@@ -74,6 +77,8 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
   private context: ContextItem[] = [];
   /** The last prompt sent: Retry sends it again after a run that ended in an error. */
   private lastPrompt: { text: string; context: ContextItem[]; messageId?: string; failed: boolean } | undefined;
+  /** The runs whose progress the view shows: its run's, and its sub-agents' (whose children it shows too). */
+  private readonly runIds = new Set<string>();
   private readonly questions = new Map<string, Question>();
   private readonly documents = new Map<string, string>();
   private readonly documentChanged = new vscode.EventEmitter<vscode.Uri>();
@@ -212,6 +217,9 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
         case "attachFile":
           await this.attachFile(message.path);
           break;
+        case "openSession":
+          await this.openSession(message.sessionId);
+          break;
         case "copy":
           await vscode.env.clipboard.writeText(message.text);
           break;
@@ -239,9 +247,33 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
   }
 
   onProgress(params: ProgressParams): void {
+    const { parentRunId, parentToolCallId } = params;
+    if (parentRunId !== undefined && parentToolCallId !== undefined && this.runIds.has(parentRunId)) {
+      // A sub-agent of the view's run (or of one of its sub-agents): shown under its `task` call.
+      this.runIds.add(params.runId);
+      const subagent = { sessionId: params.sessionId, runId: params.runId, parentRunId, parentToolCallId };
+      this.post({ type: "progress", event: params.event, subagent });
+      return;
+    }
     if (!this.owns(params.sessionId)) return;
+    this.runIds.add(params.runId);
     if (params.event.kind === "run_started" && this.lastPrompt) this.lastPrompt.messageId = params.event.userMessageId;
     this.post({ type: "progress", event: params.event });
+  }
+
+  /**
+   * A sub-agent's Open: its session (`session/get` + `session/messages`) in the view; while a run is
+   * going (the view stays on it), as a read-only transcript beside it.
+   */
+  async openSession(sessionId: string): Promise<void> {
+    if (!this.run) {
+      await this.switchSession(sessionId);
+      return;
+    }
+    const connection = await this.host.server();
+    const [session, messages] = await Promise.all([connection.getSession(sessionId), connection.allMessages(sessionId)]);
+    if (!this.host.showTranscript) throw new Error("a run is going: open the sub-agent's session once it ends");
+    await this.host.showTranscript(session, messages);
   }
 
   /** Put the keyboard focus in the prompt (after Send Selection to Chat). */
@@ -275,6 +307,7 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
       title: summary(session, text).title,
     });
     this.host.log(`[chat] > ${text}`);
+    this.runIds.clear();
     const run = connection.run({ sessionId: session.sessionId, prompt: promptWithContext(text, context) });
     this.run = run;
     try {

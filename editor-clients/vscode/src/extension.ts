@@ -8,6 +8,7 @@ import {
   ErrorCodes,
   TetherConnection,
   errorCode,
+  type Message,
   type PermissionOutcome,
   type PermissionParams,
   type ProgressParams,
@@ -76,6 +77,7 @@ class TetherExtension implements vscode.Disposable {
         void this.restartForSettings();
       },
       sessionForgotten: () => void context.workspaceState?.update(CHAT_SESSION_KEY, undefined),
+      showTranscript: (session, messages) => this.showTranscript(session, messages),
       lastSessionId: context.workspaceState?.get<string>(CHAT_SESSION_KEY),
     });
     this.modeItem.command = "tether.pickMode";
@@ -383,17 +385,21 @@ class TetherExtension implements vscode.Disposable {
       const connection = await this.server();
       const picked = await this.pickSession(connection, "Open the transcript of a session");
       if (!picked) return undefined;
-      const messages = await connection.allMessages(picked.sessionId);
-      const path = `/${picked.sessionId}.md`;
-      this.transcripts.set(path, transcript(picked, messages));
-      const uri = vscode.Uri.parse(`${TRANSCRIPT_SCHEME}:${path}`);
-      this.transcriptChanged.fire(uri);
-      const document = await vscode.workspace.openTextDocument(uri);
-      await vscode.window.showTextDocument(document, { preview: true });
+      await this.showTranscript(picked, await connection.allMessages(picked.sessionId));
       // The picked session becomes the chat's (unless a turn runs there now).
       if (!this.chat?.running) await this.chat?.switchSession(picked.sessionId);
       return picked;
     });
+  }
+
+  /** A session and its messages as a read-only Markdown document. */
+  private async showTranscript(session: Session, messages: Message[]): Promise<void> {
+    const path = `/${session.sessionId}.md`;
+    this.transcripts.set(path, transcript(session, messages));
+    const uri = vscode.Uri.parse(`${TRANSCRIPT_SCHEME}:${path}`);
+    this.transcriptChanged.fire(uri);
+    const document = await vscode.workspace.openTextDocument(uri);
+    await vscode.window.showTextDocument(document, { preview: true });
   }
 
   async forkSession(): Promise<Session | undefined> {

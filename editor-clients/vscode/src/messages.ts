@@ -74,6 +74,18 @@ export interface PlanEntry {
   priority?: "high" | "medium" | "low";
 }
 
+/**
+ * Where a sub-agent's progress belongs: its own session and run, and the `task` call that started it
+ * (`parentRunId`, `parentToolCallId` of its `kernel/progress`; the parent is the view's run or one
+ * of its sub-agents).
+ */
+export interface SubagentOrigin {
+  sessionId: string;
+  runId: string;
+  parentRunId: string;
+  parentToolCallId: string;
+}
+
 /** Context attached to the next prompt (the selection, or a whole file), shown as a chip. */
 export interface ContextItem {
   /** What the chip says: `src/app.py:3-7`, `src/app.py`. */
@@ -115,6 +127,8 @@ export type TranscriptItem =
       output?: string;
       /** The unified diff of what an edit changed. */
       diff?: string;
+      /** A `task` call: its sub-agent's session. */
+      childSessionId?: string;
     }
   /** The end of a run, as the line under a live answer says it (`turnFinished`). */
   | { type: "runEnd"; stopReason: StopReason; usage: Usage; model?: string };
@@ -135,7 +149,8 @@ export type ToWebview =
   | { type: "context"; items: ContextItem[] }
   /** A prompt was sent: echo it with its context before the progress of its run arrives. */
   | { type: "turnStarted"; prompt: string; context: ContextItem[]; sessionId: string; title: string }
-  | { type: "progress"; event: ProgressEvent }
+  /** `subagent`: the event is a sub-agent's, to be shown under the `task` call that started it. */
+  | { type: "progress"; event: ProgressEvent; subagent?: SubagentOrigin }
   /** The run's answer: which model, tokens used. */
   | {
       type: "turnFinished";
@@ -195,6 +210,8 @@ export type FromWebview =
   | { type: "attachFile"; path: string }
   /** The slash commands, asked when the user first types `/` in a session. */
   | { type: "commands" }
+  /** A sub-agent's Open: show its session (in the view when no run is going, else as a transcript). */
+  | { type: "openSession"; sessionId: string }
   /** A code block's Copy: put `text` on the clipboard. */
   | { type: "copy"; text: string }
   /** A code block's Insert: put `text` at the cursor of the editor (replacing its selection). */

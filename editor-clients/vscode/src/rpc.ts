@@ -149,6 +149,9 @@ export interface ProgressParams {
   runId: string;
   seq: number;
   event: ProgressEvent;
+  /** A sub-agent's event: the run, and the `task` call of that run, that started it. */
+  parentRunId?: string;
+  parentToolCallId?: string;
 }
 
 export interface PermissionParams {

@@ -484,3 +484,112 @@ describe("Restore on a prompt of the chat view against the real server", { timeo
     assert.deepEqual(rebuilt.items, []);
   });
 });
+
+describe("a sub-agent in the chat view against the real server", { timeout: 300_000 }, () => {
+  let ws: Workspace;
+  let extension: Extension;
+  let webview: FakeWebview;
+  const context = { subscriptions: [] as { dispose(): unknown }[], extensionUri: stub.Uri.file("/ext") };
+
+  before(() => {
+    ws = workspace();
+    stub.setWorkspace(ws.root);
+    stub.settings["tether.serverCommand"] = SERVER_COMMAND;
+    stub.settings["tether.approval"] = "auto";
+    // Each model request takes the next turn: the parent's, the sub-agent's two, the parent's last.
+    stub.settings["tether.provider"] = ws.provider([
+      { toolCalls: [call("t1", "task", { prompt: "What does main return?", description: "Read the app" })] },
+      { text: "Reading it.", toolCalls: [call("c1", "read_file", { path: "src/app.py" })] },
+      { text: "It returns **42**." },
+      { text: "The sub-agent found 42." },
+      { toolCalls: [call("t2", "task", { prompt: "Take a slow look", description: "Slow look" })] },
+      { text: "Looking slowly.", delay: 2 },
+      { text: "Both done." },
+    ]);
+    stub.commands.set("tether.chat.focus", () => undefined);
+    extension = require(join(__dirname, "..", "..", "dist", "extension.js")) as Extension;
+    extension.activate(context);
+    webview = new FakeWebview();
+    (stub.webviewProviders.get("tether.chat") as Provider).resolveWebviewView(webview.view());
+  });
+
+  after(async () => {
+    await within(extension.deactivate(), "deactivate", 15_000);
+    for (const item of context.subscriptions) item.dispose();
+    stub.settings["tether.approval"] = "ask";
+    ws.remove();
+  });
+
+  test("its progress is posted under the task call; Open shows its session in the view", { timeout: 60_000 }, async () => {
+    webview.send({ type: "ready" });
+    let from = webview.received.length;
+    webview.send({ type: "send", text: "Ask a sub-agent" });
+    const finished = await webview.next("turnFinished", from);
+    assert.equal(finished.stopReason, "end_turn", JSON.stringify(finished));
+    const stream = webview.received.slice(from);
+    record("subagent", stream);
+    const started = stream.find((m) => m.type === "turnStarted");
+    const parentId = started?.type === "turnStarted" ? started.sessionId : "";
+    const progress = stream.flatMap((m) => (m.type === "progress" ? [m] : []));
+    const nested = progress.filter((m) => m.subagent);
+    assert.ok(nested.length > 0, "the sub-agent's progress reaches the view");
+    const [first] = nested;
+    const childId = first.subagent?.sessionId ?? "";
+    assert.notEqual(childId, parentId);
+    const parentRun = progress.find((m) => !m.subagent && m.event.kind === "run_started");
+    for (const m of nested) {
+      assert.equal(m.subagent?.sessionId, childId);
+      assert.equal(m.subagent?.parentToolCallId, "t1");
+      assert.notEqual(m.subagent?.runId, m.subagent?.parentRunId);
+    }
+    assert.ok(parentRun, "the view's own run");
+    const text = nested.flatMap((m) => (m.event.kind === "message_delta" ? [m.event.text] : [])).join("");
+    assert.equal(text, "Reading it.It returns **42**.");
+    assert.deepEqual(
+      nested.flatMap((m) => (m.event.kind === "tool_call" ? [m.event.title] : [])),
+      ["Read src/app.py"],
+    );
+    // The task call itself is the view's own: its result is the sub-agent's answer.
+    const taskDone = progress.find(
+      (m) => !m.subagent && m.event.kind === "tool_call_update" && m.event.toolCallId === "t1" && m.event.status === "completed",
+    );
+    assert.ok(taskDone?.event.kind === "tool_call_update" && /It returns \*\*42\*\*/.test(taskDone.event.result ?? ""));
+
+    from = webview.received.length;
+    webview.send({ type: "openSession", sessionId: childId });
+    const shown = await webview.next("session", from);
+    assert.equal(shown.sessionId, childId);
+    assert.equal(shown.title, "Read the app");
+    assert.deepEqual(
+      shown.items.flatMap((item) => (item.type === "user" ? [item.text] : item.type === "assistant" ? [item.text] : [])),
+      ["What does main return?", "Reading it.", "It returns **42**."],
+    );
+    // The parent opened again: its task call, titled as live, names the sub-agent's session.
+    from = webview.received.length;
+    webview.send({ type: "switchSession", sessionId: parentId });
+    const parent = await webview.next("session", from);
+    record("subagent-stored", [parent]);
+    const task = parent.items.find((item) => item.type === "tool" && item.toolCallId === "t1");
+    const liveTask = progress.find((m) => !m.subagent && m.event.kind === "tool_call" && m.event.toolCallId === "t1");
+    assert.ok(task?.type === "tool" && liveTask?.event.kind === "tool_call");
+    assert.equal(task.title, liveTask.event.title);
+    assert.equal(task.title, "Task: Read the app");
+    assert.equal(task.childSessionId, childId);
+  });
+
+  test("Open while the view's run goes on shows the sub-agent's transcript beside it", { timeout: 60_000 }, async () => {
+    const from = webview.received.length;
+    const documents = stub.shown.documents.length;
+    webview.send({ type: "send", text: "Another look" });
+    const delta = await webview.next("progress", from, (m) => m.subagent !== undefined && m.event.kind === "message_delta");
+    webview.send({ type: "openSession", sessionId: delta.subagent?.sessionId ?? "" });
+    await within(stub.when(() => stub.shown.documents.length > documents), "the transcript");
+    const [document] = stub.shown.documents.slice(documents);
+    assert.match(document, /^# Slow look\n/);
+    assert.match(document, /Take a slow look/);
+    const finished = await webview.next("turnFinished", from);
+    assert.equal(finished.stopReason, "end_turn");
+    // The view stayed on its own session and run.
+    assert.ok(!webview.received.slice(from).some((m) => m.type === "session"));
+  });
+});

@@ -16,6 +16,7 @@ import type {
   ProgressEvent,
   SessionSummary,
   StopReason,
+  SubagentOrigin,
   ToWebview,
   ToolKind,
   TranscriptItem,
@@ -574,6 +575,7 @@ function toolCard(
   title: string,
   kind: ToolKind,
   name: string,
+  register = true,
 ): Card {
   const node = el("div", "tool-card");
   node.dataset.toolCallId = toolCallId;
@@ -591,7 +593,7 @@ function toolCard(
   parent.insertBefore(node, before);
   const card: Card = { node, statusNode, body, actions, toolKind: kind, status: "pending" };
   setStatus(card, "pending");
-  state.cards.set(toolCallId, card);
+  if (register) state.cards.set(toolCallId, card);
   return card;
 }
 
@@ -603,6 +605,109 @@ function setOutput(card: Card, output: string, label: string, language?: string,
   details.append(summary, language ? highlighted(output, language) : el("pre", "output", output));
   card.body.querySelector(".tool-output")?.remove();
   card.body.append(details);
+}
+
+/** A call's card after its `tool_call_update`: status, progress lines, output or diff or error. */
+function updateCard(card: Card, event: Extract<ProgressEvent, { kind: "tool_call_update" }>): void {
+  clearApproval(card);
+  setStatus(card, event.status);
+  if (event.progress) {
+    let lines = card.body.querySelector<HTMLElement>(":scope > .tool-progress");
+    if (!lines) {
+      lines = el("pre", "tool-progress");
+      card.body.prepend(lines);
+    }
+    lines.textContent = `${lines.textContent ?? ""}${event.progress}\n`;
+  }
+  if (event.status === "completed") {
+    card.body.querySelector(":scope > .proposal")?.remove();
+    if (event.diff) setOutput(card, event.diff, "Diff", "diff");
+    else if (event.result) setOutput(card, event.result, "Output");
+  } else if (event.status === "failed") {
+    setOutput(card, event.error ?? event.result ?? "failed", "Error", undefined, true);
+  }
+}
+
+// -- sub-agents: a `task` call's child run, nested in the call's card -------------------------
+
+interface Subagent {
+  node: HTMLElement;
+  log: HTMLElement;
+  /** messageId → its text block. */
+  texts: Map<string, { node: HTMLElement; text: string }>;
+  /** toolCallId → the card of one of its calls. */
+  cards: Map<string, Card>;
+}
+
+/** runId → the sub-agent shown for it. */
+const subagents = new Map<string, Subagent>();
+
+/** The card of the `task` call that started a sub-agent: the view's run's, or a sub-agent's. */
+function parentCard(origin: SubagentOrigin): Card | undefined {
+  return subagents.get(origin.parentRunId)?.cards.get(origin.parentToolCallId) ?? state.cards.get(origin.parentToolCallId);
+}
+
+/** The box of a sub-agent under its `task` call, with Open (its session), made on its first event. */
+function subagentBox(origin: SubagentOrigin): Subagent | undefined {
+  const known = subagents.get(origin.runId);
+  if (known) return known;
+  const card = parentCard(origin);
+  if (!card) return undefined;
+  const node = el("div", "subagent");
+  node.dataset.sessionId = origin.sessionId;
+  node.dataset.status = "in_progress";
+  const head = el("div", "subagent-head");
+  const open = button("Open", "go-to-file", "secondary subagent-open", () =>
+    post({ type: "openSession", sessionId: origin.sessionId }),
+  );
+  open.title = "Open the sub-agent's session";
+  head.append(icon("hubot"), el("span", "subagent-label", "Sub-agent"), open);
+  const log = el("div", "subagent-log");
+  node.append(head, log);
+  // Above the call's result (the sub-agent's final answer), which comes when it ends.
+  card.body.insertBefore(node, card.body.querySelector(":scope > .tool-output"));
+  const subagent: Subagent = { node, log, texts: new Map(), cards: new Map() };
+  subagents.set(origin.runId, subagent);
+  return subagent;
+}
+
+/** A sub-agent's event, drawn in its box: its streamed text and its calls; the rest is its own. */
+function subagentProgress(event: ProgressEvent, origin: SubagentOrigin): void {
+  const box = subagentBox(origin);
+  if (!box) return;
+  switch (event.kind) {
+    case "message_delta": {
+      let block = box.texts.get(event.messageId);
+      if (!block) {
+        block = { node: el("div", "subagent-text markdown"), text: "" };
+        box.texts.set(event.messageId, block);
+        box.log.append(block.node);
+      }
+      block.text += event.text;
+      scheduleRender(block);
+      break;
+    }
+    case "tool_call": {
+      const card = toolCard(box.log, null, event.toolCallId, event.title ?? event.name, event.toolKind, event.name, false);
+      card.node.classList.add("sub");
+      box.cards.set(event.toolCallId, card);
+      break;
+    }
+    case "tool_call_update": {
+      const card = box.cards.get(event.toolCallId);
+      if (card) updateCard(card, event);
+      break;
+    }
+    case "run_finished":
+      box.node.dataset.status = event.stopReason;
+      for (const card of box.cards.values()) {
+        if (card.status === "pending" || card.status === "approval" || card.status === "in_progress") setStatus(card, "cancelled");
+      }
+      break;
+    default:
+      break;
+  }
+  scrollToEnd();
 }
 
 function progress(event: ProgressEvent): void {
@@ -653,24 +758,7 @@ function progress(event: ProgressEvent): void {
     }
     case "tool_call_update": {
       const card = state.cards.get(event.toolCallId);
-      if (!card) break;
-      clearApproval(card);
-      setStatus(card, event.status);
-      if (event.progress) {
-        let lines = card.body.querySelector<HTMLElement>(".tool-progress");
-        if (!lines) {
-          lines = el("pre", "tool-progress");
-          card.body.prepend(lines);
-        }
-        lines.textContent = `${lines.textContent ?? ""}${event.progress}\n`;
-      }
-      if (event.status === "completed") {
-        card.body.querySelector(".proposal")?.remove();
-        if (event.diff) setOutput(card, event.diff, "Diff", "diff");
-        else if (event.result) setOutput(card, event.result, "Output");
-      } else if (event.status === "failed") {
-        setOutput(card, event.error ?? event.result ?? "failed", "Error", undefined, true);
-      }
+      if (card) updateCard(card, event);
       break;
     }
     case "plan":
@@ -836,6 +924,7 @@ function showSession(message: Extract<ToWebview, { type: "session" }>): void {
   state.sessionId = message.sessionId;
   state.turn = undefined;
   state.cards.clear();
+  subagents.clear();
   state.permissions.clear();
   titleNode.textContent = message.title ?? "New session";
   log.replaceChildren();
@@ -894,6 +983,12 @@ function replay(item: TranscriptItem): void {
   if (item.status === "completed" && item.diff) setOutput(card, item.diff, "Diff", "diff");
   else if (item.status === "failed") setOutput(card, item.output ?? "failed", "Error", undefined, true);
   else if (item.output && item.status === "completed") setOutput(card, item.output, "Output");
+  const child = item.childSessionId;
+  if (child) {
+    const open = button("Open sub-agent", "go-to-file", "secondary subagent-open", () => post({ type: "openSession", sessionId: child }));
+    open.title = "Open the sub-agent's session";
+    card.actions.append(open);
+  }
 }
 
 function chip(item: ContextItem, index?: number): HTMLElement {
@@ -1008,7 +1103,8 @@ function receive(message: ToWebview): void {
       setRunning(true);
       break;
     case "progress":
-      progress(message.event);
+      if (message.subagent) subagentProgress(message.event, message.subagent);
+      else progress(message.event);
       break;
     case "turnFinished":
       turnFinished(message);

@@ -675,4 +675,50 @@ describe("the chat view's webview script in headless Chromium", { timeout: 300_0
     assert.equal(await tab.isVisible(".session-nomatch"), false);
     await clean();
   });
+
+  test("a sub-agent's text and calls are nested under its task call; Open posts its session", async () => {
+    const stream = fixture("subagent");
+    await feed(stream);
+    const nested = stream.flatMap((m) => (m.type === "progress" && m.subagent ? [m.subagent] : []));
+    const childId = nested[0]?.sessionId;
+    assert.ok(childId, "the fixture has a sub-agent's progress");
+    const task = tab.locator('.log > * .tool-card[data-tool-call-id="t1"]').first();
+    const box = task.locator(".subagent");
+    assert.equal(await box.count(), 1);
+    assert.equal(await box.getAttribute("data-status"), "end_turn");
+    assert.deepEqual(
+      (await box.locator(".subagent-text").allInnerTexts()).map((text) => text.trim()),
+      ["Reading it.", "It returns 42."],
+    );
+    assert.equal(await box.locator(".subagent-text strong").textContent(), "42");
+    const read = box.locator(".tool-card.sub");
+    assert.equal(await read.count(), 1);
+    assert.equal(await read.locator(".tool-title").textContent(), "Read src/app.py");
+    assert.equal(await read.getAttribute("data-status"), "completed");
+    // Only the task call is a card of the view's own turn; the sub-agent's call is not.
+    assert.equal(await tab.locator(".tool-card:not(.sub)").count(), 1);
+    assert.equal(await task.getAttribute("data-status"), "completed");
+    // The answer of the parent follows, outside the box.
+    assert.match((await tab.locator(".log").innerText()) ?? "", /The sub-agent found 42\./);
+    assert.doesNotMatch((await box.innerText()) ?? "", /The sub-agent found 42/);
+    await tab.screenshot({ path: join(ARTIFACTS, "webview-subagent.png") });
+    await box.locator("button.subagent-open").click();
+    assert.deepEqual((await posted()).at(-1), { type: "openSession", sessionId: childId });
+    await clean();
+  });
+
+  test("a stored task call offers to open its sub-agent's session", async () => {
+    const [stored] = fixture("subagent-stored");
+    assert.ok(stored?.type === "session");
+    const child = stored.items.find((item) => item.type === "tool" && item.childSessionId);
+    assert.ok(child?.type === "tool" && child.childSessionId);
+    await feed([stored]);
+    const card = tab.locator('.tool-card[data-tool-call-id="t1"]');
+    assert.equal(await card.locator(".tool-title").textContent(), "Task: Read the app");
+    await card.locator("button.subagent-open").click();
+    assert.deepEqual((await posted()).at(-1), { type: "openSession", sessionId: child.childSessionId });
+    // Other calls have no such action.
+    assert.equal(await tab.locator("button.subagent-open").count(), 1);
+    await clean();
+  });
 });
