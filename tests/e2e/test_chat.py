@@ -125,6 +125,22 @@ def test_a_conversation_of_turns_with_an_edit_asked_with_its_diff_and_a_cancelle
     ]
 
 
+def test_undo_puts_back_the_files_of_the_last_turn_that_changed_them(
+    terminals: list[PtyTerminal], project: Path, environment: dict[str, str]
+) -> None:
+    edit = call("c1", "edit_file", path="src/app.py", oldString="42", newString="43")
+    turns = [{"text": "Changing it.", "toolCalls": [edit]}, {"text": "Done."}]
+    terminal = chat(terminals, project, environment, turns, "--approval", "auto")
+    say(terminal, "Make main return 43.")
+    terminal.wait_for("Done.")
+    assert (project / "src" / "app.py").read_text() == "def main():\n    return 43\n"
+    say(terminal, "/undo")
+    terminal.wait_for(" • restored src/app.py")
+    assert (project / "src" / "app.py").read_text() == "def main():\n    return 42\n"
+    say(terminal, "/exit")
+    assert terminal.wait() == 0
+
+
 def test_esc_cancels_a_turn_and_the_chat_goes_on(
     terminals: list[PtyTerminal], project: Path, environment: dict[str, str]
 ) -> None:
