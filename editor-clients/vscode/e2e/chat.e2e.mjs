@@ -461,6 +461,9 @@ describe("the tether chat view in code-server", { timeout: 900_000 }, () => {
 
   test("Tether: Ask from the command palette sends into the chat view", async () => {
     const turns = await chat().locator(".turn").count();
+    // The toasts of earlier tests (a restore's) may still show: none is this ask's.
+    await runCommand("Notifications: Clear All Notifications");
+    await page.locator(".notifications-toasts .notification-toast").first().waitFor({ state: "detached", timeout: WAIT });
     await runCommand("Tether: Ask");
     const input = page.locator(".quick-input-widget input");
     await page.locator(".quick-input-widget", { hasText: "What should tether do?" }).waitFor({ timeout: WAIT });
