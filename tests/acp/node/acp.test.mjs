@@ -36,8 +36,12 @@ function start(turns) {
     stdio: ["pipe", "pipe", "inherit"],
   });
   const stream = acp.ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
-  const stop = () => {
+  const exited = new Promise((done) => child.once("exit", done));
+  // The agent's end of stdin closed, it is waited for before its home goes: it may still be
+  // writing there (a checkpoint store prepared in the background) as it exits.
+  const stop = async () => {
     child.stdin.end();
+    await within(exited, "tether acp exits");
     rmSync(base, { recursive: true, force: true });
   };
   return { project, stream, stop };
@@ -125,7 +129,7 @@ test("a turn reads a file, asks before writing, and the session can be listed an
       "the turn",
     );
   } finally {
-    stop();
+    await stop();
   }
 });
 
@@ -150,7 +154,7 @@ test("an unknown session is an error response, never silence", async () => {
       "the error",
     );
   } finally {
-    stop();
+    await stop();
   }
 });
 
@@ -194,6 +198,6 @@ test("modes are offered as the config option of category mode, kept in sync with
       "the modes",
     );
   } finally {
-    stop();
+    await stop();
   }
 });
