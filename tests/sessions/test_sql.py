@@ -6,6 +6,7 @@ import asyncio
 import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Connection, create_engine, insert, inspect, select
@@ -336,37 +337,45 @@ async def test_a_version_3_database_gets_the_compaction_and_output_columns_and_k
         await store.aclose()
 
 
+def store_url(kind: str, path: Path, request: pytest.FixtureRequest) -> str:
+    """A SQLite file at ``path``, or the test PostgreSQL server."""
+    return sqlite_url(path) if kind == "sqlite" else request.getfixturevalue("postgres_url")
+
+
+def insert_old_session(connection: Connection, **columns: Any) -> None:
+    """A session ``old`` as an older schema holds it: the columns every version has, and
+    ``columns``."""
+    now = datetime.now(UTC)
+    connection.execute(
+        insert(sessions_table).values(
+            id="old",
+            workspace=WORKSPACE,
+            settings={},
+            metadata={},
+            state={},
+            owner="old",
+            base_count=0,
+            own_count=0,
+            input_tokens=0,
+            output_tokens=0,
+            created_at=now,
+            updated_at=now,
+            **columns,
+        )
+    )
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 async def test_a_version_5_database_gets_the_mode_columns_and_its_sessions_read_ask(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    url = (
-        sqlite_url(tmp_path / "v5.db")
-        if kind == "sqlite"
-        else request.getfixturevalue("postgres_url")
-    )
+    url = store_url(kind, tmp_path / "v5.db", request)
     engine = create_engine(url)
     with engine.begin() as connection:
         migrate(connection, target=5)
         columns = {c["name"] for c in inspect(connection).get_columns("sessions")}
         assert not {"mode", "permissions"} & columns
-        now = datetime.now(UTC)
-        connection.execute(
-            insert(sessions_table).values(
-                id="old",
-                workspace=WORKSPACE,
-                settings={},
-                metadata={},
-                state={},
-                owner="old",
-                base_count=0,
-                own_count=0,
-                input_tokens=0,
-                output_tokens=0,
-                created_at=now,
-                updated_at=now,
-            )
-        )
+        insert_old_session(connection)
     engine.dispose()
     store = await SqlStore.open(url)  # migrates
     try:
@@ -386,32 +395,12 @@ async def test_a_version_5_database_gets_the_mode_columns_and_its_sessions_read_
 async def test_a_version_6_database_gets_the_plan_column_and_its_sessions_have_no_plan(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    url = (
-        sqlite_url(tmp_path / "v6.db")
-        if kind == "sqlite"
-        else request.getfixturevalue("postgres_url")
-    )
+    url = store_url(kind, tmp_path / "v6.db", request)
     engine = create_engine(url)
     with engine.begin() as connection:
         migrate(connection, target=6)
         assert "plan" not in {c["name"] for c in inspect(connection).get_columns("sessions")}
-        now = datetime.now(UTC)
-        connection.execute(
-            insert(sessions_table).values(
-                id="old",
-                workspace=WORKSPACE,
-                settings={},
-                metadata={},
-                state={},
-                owner="old",
-                base_count=0,
-                own_count=0,
-                input_tokens=0,
-                output_tokens=0,
-                created_at=now,
-                updated_at=now,
-            )
-        )
+        insert_old_session(connection)
     engine.dispose()
     store = await SqlStore.open(url)  # migrates
     try:
@@ -429,35 +418,14 @@ async def test_a_version_6_database_gets_the_plan_column_and_its_sessions_have_n
 async def test_a_version_7_database_gets_the_agent_columns_and_keeps_its_plans(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    url = (
-        sqlite_url(tmp_path / "v7.db")
-        if kind == "sqlite"
-        else request.getfixturevalue("postgres_url")
-    )
+    url = store_url(kind, tmp_path / "v7.db", request)
     engine = create_engine(url)
     plan = [PlanEntry(content="Migrate", status="in_progress")]
     with engine.begin() as connection:
         migrate(connection, target=7)
         columns = {c["name"] for c in inspect(connection).get_columns("sessions")}
         assert "plan" in columns and not {"agent", "spawned_by"} & columns
-        now = datetime.now(UTC)
-        connection.execute(
-            insert(sessions_table).values(
-                id="old",
-                workspace=WORKSPACE,
-                settings={},
-                metadata={},
-                state={},
-                plan=[entry.to_wire() for entry in plan],
-                owner="old",
-                base_count=0,
-                own_count=0,
-                input_tokens=0,
-                output_tokens=0,
-                created_at=now,
-                updated_at=now,
-            )
-        )
+        insert_old_session(connection, plan=[entry.to_wire() for entry in plan])
     engine.dispose()
     store = await SqlStore.open(url)  # migrates
     try:
