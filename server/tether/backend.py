@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from tether.checkpoints import CheckpointStore
     from tether.config import ProviderConfig, ProviderType, TetherConfig
+    from tether.kernel.agents import AgentProfile
     from tether.kernel.approval import Approver
     from tether.kernel.checkpoints import Checkpoints
     from tether.kernel.kernel import Kernel
@@ -146,6 +147,12 @@ class Backend:
         from tether.kernel.agents import Profiles
 
         await asyncio.to_thread(Profiles(self._environ).require, fields.agent, _local(workspace))
+
+    async def agent_profiles(self, workspace: str) -> list[AgentProfile]:
+        """The agent profiles a session of ``workspace`` may run under."""
+        from tether.kernel.agents import Profiles
+
+        return await Profiles(self._environ).listed(_local(workspace))
 
     def build_kernel(self, approver: Approver | None) -> Kernel:
         """The kernel over this backend's store, providers and tools (imports a lot)."""

@@ -210,3 +210,76 @@ async def test_the_python_sdk_client_sees_the_mode_config_option(
     [mode] = [option for option in options if option.category == "mode"]
     assert (mode.id, mode.current_value) == ("mode", "ask")
     assert session.modes is not None and session.modes.current_mode_id == "ask"
+
+
+def _profile(project: Path, name: str, description: str) -> None:
+    folder = project / ".tether" / "agents"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.md").write_text(f"---\ndescription: {description}\n---\nYou {name}.\n")
+
+
+async def test_the_agent_profiles_are_an_option_whose_choice_is_kept_in_the_store(
+    durable: Setup, project: Path
+) -> None:
+    _profile(project, "reviewer", "Reviews, never edits")
+    _profile(project, "writer", "Writes the docs")
+    durable.script([])
+    async with durable.agent() as first:
+        session = await first.request("session/new", {"cwd": str(project), "mcpServers": []})
+        agent = session["configOptions"][-1]
+        chosen = await first.request(
+            "session/set_config_option",
+            {"sessionId": session["sessionId"], "configId": "agent", "value": "reviewer"},
+        )
+    assert agent["id"] == "agent" and agent["currentValue"] == "_none"
+    assert [(value["value"], value.get("description")) for value in agent["options"]] == [
+        ("_none", "tether's own prompt"),
+        ("reviewer", "Reviews, never edits"),
+        ("writer", "Writes the docs"),
+    ]
+    assert _current(chosen["configOptions"])["agent"] == "reviewer"
+    async with durable.agent() as second:
+        params = {"sessionId": session["sessionId"], "cwd": str(project), "mcpServers": []}
+        loaded = await second.request("session/load", params)
+        shown = await second.conn.prompt(
+            session_id=session["sessionId"], prompt=[text_block("/agent")]
+        )
+        cleared = await second.request(
+            "session/set_config_option",
+            {"sessionId": session["sessionId"], "configId": "agent", "value": "_none"},
+        )
+        chunks = [
+            update["content"]["text"]
+            for update in second.wire.updates(session["sessionId"])
+            if update["sessionUpdate"] == "agent_message_chunk"
+        ]
+    assert _current(loaded["configOptions"])["agent"] == "reviewer"
+    assert shown.stop_reason == "end_turn"
+    assert chunks[-1].startswith("The session runs under reviewer.")
+    assert _current(cleared["configOptions"])["agent"] == "_none"
+
+
+async def test_a_profile_added_or_chosen_by_a_command_is_announced_to_the_client(
+    setup: Setup, project: Path
+) -> None:
+    setup.script([])
+    async with setup.agent() as agent:
+        session = await agent.request("session/new", {"cwd": str(project), "mcpServers": []})
+        sid = session["sessionId"]
+        _profile(project, "reviewer", "Reviews")
+        await agent.conn.prompt(session_id=sid, prompt=[text_block("/agent reviewer")])
+        updates = agent.wire.updates(sid)
+        with pytest.raises(RequestError) as unknown:
+            await agent.conn.set_config_option(session_id=sid, config_id="agent", value="nobody")
+    assert [option["id"] for option in session["configOptions"]] == ["mode", "thinkingLevel"]
+    offered, chosen = [u for u in updates if u["sessionUpdate"] == "config_option_update"]
+    assert _current(offered["configOptions"])["agent"] == "_none"  # offered before the turn
+    assert _current(chosen["configOptions"])["agent"] == "reviewer"  # chosen by it
+    assert unknown.value.code == -32602
+    assert unknown.value.data["fields"][0]["field"] == "value"
+
+
+def test_a_session_s_missing_profile_is_shown_as_it_is() -> None:
+    [*_, agent] = config_options(_session(agent="gone"), None, [("reviewer", None)])
+    assert agent.current_value == "gone"
+    assert [value.value for value in agent.options] == ["_none", "reviewer", "gone"]

@@ -104,6 +104,7 @@ class AcpSessionState:
     options: list[ConfigOption] | None = None  # the config options the client last got
     title: str | None = None  # the title the client was last told
     commands: list[AvailableCommand] | None = None  # the slash commands the client last got
+    profiles: list[tuple[str, str | None]] = field(default_factory=list)  # agent profiles, as read
 
 
 class AcpAgent(Backend):
@@ -194,6 +195,7 @@ class AcpAgent(Backend):
         session = await self.sessions.create(
             CreateSessionParams(workspace=request.cwd, mcp_servers=mcp_servers(request.mcp_servers))
         )
+        await self._read_profiles(session)
         self._list_commands(session.session_id)
         return NewSessionResponse(
             session_id=session.session_id,
@@ -238,6 +240,7 @@ class AcpAgent(Backend):
     async def _resume(self, request: LoadSessionRequest) -> Session:
         session = await self.sessions.get(GetSessionParams(session_id=request.session_id))
         self._prewarm_checkpoints(session)  # its next run's first edit need not wait
+        await self._read_profiles(session)
         servers = mcp_servers(request.mcp_servers)
         if servers:
             self.mcp.set_session_servers(session.session_id, servers)
@@ -275,6 +278,7 @@ class AcpAgent(Backend):
         servers = mcp_servers(request.mcp_servers)
         if servers:
             self.mcp.set_session_servers(session.session_id, servers)
+        await self._read_profiles(session)
         self._list_commands(session.session_id)
         return NewSessionResponse(
             session_id=session.session_id,
@@ -306,14 +310,14 @@ class AcpAgent(Backend):
         return Empty()
 
     async def set_config_option(self, params: Any) -> SetConfigOptionResponse:
-        """Sets the session's mode, model or thinking level, in the store."""
+        """Sets the session's mode, model, thinking level or agent profile, in the store."""
         from tether.acp.config_options import configure
 
         request = SetConfigOptionRequest.model_validate(params)
         session = await self.sessions.get(GetSessionParams(session_id=request.session_id))
-        change = configure(
-            session, self._configured_model(session), request.config_id, request.value
-        )
+        profiles = await self._read_profiles(session)
+        model = self._configured_model(session)
+        change = configure(session, model, request.config_id, request.value, profiles)
         configured = await self.sessions.configure(change)
         self._mode_changed(session, configured)
         return SetConfigOptionResponse(config_options=self._options(configured))
@@ -352,6 +356,7 @@ class AcpAgent(Backend):
             if not known:  # made for this request: nothing to keep
                 self._states.pop(session_id, None)
             raise
+        await self._read_profiles(session)  # a profile added or removed since
         self._options_changed(session, state)
         updates.attach(
             RunUpdates(
@@ -381,6 +386,7 @@ class AcpAgent(Backend):
             session = await self.sessions.get(GetSessionParams(session_id=session_id))
         except TetherError:  # deleted meanwhile, say: the turn itself went well
             return
+        await self._read_profiles(session)
         self._options_changed(session, state)
 
     def _list_commands(self, session_id: str, *, changed: bool = False) -> None:
@@ -515,9 +521,17 @@ class AcpAgent(Backend):
         """The session's config options, remembered as the ones the client has."""
         from tether.acp.config_options import config_options
 
-        options = config_options(session, self._configured_model(session))
-        self._state(session.session_id).options = options
+        state = self._state(session.session_id)
+        options = config_options(session, self._configured_model(session), state.profiles)
+        state.options = options
         return options
+
+    async def _read_profiles(self, session: Session) -> list[tuple[str, str | None]]:
+        """Read the agent profiles ``session`` may run under, which its ``agent`` option offers."""
+        listed = await self.agent_profiles(session.workspace)
+        profiles = [(profile.name, profile.description) for profile in listed]
+        self._state(session.session_id).profiles = profiles
+        return profiles
 
     def _options_changed(self, session: Session, state: AcpSessionState) -> None:
         """Tell the client of options changed elsewhere (another process, ``tether serve``)

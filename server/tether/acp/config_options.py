@@ -8,12 +8,17 @@
   session's ``model``, as ``session/configure {model}`` does.
 - ``thinkingLevel`` (category ``thought_level``): ``off``, ``low``, ``medium``, ``high``, kept in
   the session's ``settings.thinkingLevel`` (unset reads as ``off``); the other settings are kept.
+- ``agent`` (no category): the agent profile the session runs under (``Session.agent``), offered
+  when the session's workspace or the user has a profile (or the session names one). ACP's modes
+  are tether's approval modes, as other agents' are, so a profile is a selector of its own.
+  :data:`NO_AGENT` stands for none: no profile name can be it.
 
-Both are stored in the session, so they hold in every process that shares the store.
+All are stored in the session, so they hold in every process that shares the store.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from tether.acp.models import ConfigOption, ConfigOptionValue
@@ -29,24 +34,41 @@ THINKING_LEVELS = {
     "high": "High",
 }
 THINKING_DEFAULT = "off"
+AGENT = "agent"
+NO_AGENT = "_none"
+"""The ``agent`` value of no profile (a profile's name starts with a letter or a digit)."""
+
+Profile = tuple[str, str | None]
+"""An agent profile as the ``agent`` option offers it: its name and description."""
 
 
-def config_options(session: Session, configured_model: str | None) -> list[ConfigOption]:
-    """The options of ``session`` (``configured_model``: ``provider.model``)."""
+def config_options(
+    session: Session, configured_model: str | None, profiles: Sequence[Profile] = ()
+) -> list[ConfigOption]:
+    """The options of ``session`` (``configured_model``: ``provider.model``; ``profiles``: the
+    agent profiles it may run under)."""
     options = [mode_option(session.mode)]
     model = _model_option(session, configured_model)
     if model is not None:
         options.append(model)
     options.append(_thinking_option(session))
+    agent = _agent_option(session, profiles)
+    if agent is not None:
+        options.append(agent)
     return options
 
 
 def configure(
-    session: Session, configured_model: str | None, config_id: str, value: Any
+    session: Session,
+    configured_model: str | None,
+    config_id: str,
+    value: Any,
+    profiles: Sequence[Profile] = (),
 ) -> ConfigureSessionParams:
     """What setting ``config_id`` to ``value`` changes in the session; ``-32602`` naming
     ``configId`` or ``value`` for an option or a value that is not offered."""
-    offered = {option.id: option for option in config_options(session, configured_model)}
+    options = config_options(session, configured_model, profiles)
+    offered = {option.id: option for option in options}
     option = offered.get(config_id)
     if option is None:
         raise InvalidParams.field("configId", f"unknown configuration option {config_id!r}")
@@ -59,6 +81,9 @@ def configure(
         if session.allowed_models is not None and value not in session.allowed_models:
             raise InvalidParams.field("value", f"{value!r} is outside this session's allowedModels")
         return ConfigureSessionParams(session_id=session.session_id, model=value)
+    if config_id == AGENT:
+        agent = None if value == NO_AGENT else value
+        return ConfigureSessionParams(session_id=session.session_id, agent=agent)
     settings = {**session.settings, THINKING_LEVEL: value}
     return ConfigureSessionParams(session_id=session.session_id, settings=settings)
 
@@ -106,5 +131,26 @@ def _thinking_option(session: Session) -> ConfigOption:
         description="How much the model reasons before it answers (settings.thinkingLevel)",
         category="thought_level",
         current_value=current,
+        options=values,
+    )
+
+
+def _agent_option(session: Session, profiles: Sequence[Profile]) -> ConfigOption | None:
+    if not profiles and session.agent is None:
+        return None
+    values = [ConfigOptionValue(value=NO_AGENT, name="None", description="tether's own prompt")]
+    values += [
+        ConfigOptionValue(value=name, name=name, description=description)
+        for name, description in profiles
+    ]
+    if session.agent is not None and all(name != session.agent for name, _ in profiles):
+        values.append(  # set while it existed, or elsewhere: shown as it is
+            ConfigOptionValue(value=session.agent, name=session.agent, description="not found")
+        )
+    return ConfigOption(
+        id=AGENT,
+        name="Agent",
+        description="The agent profile the session runs under (.tether/agents/NAME.md)",
+        current_value=session.agent or NO_AGENT,
         options=values,
     )

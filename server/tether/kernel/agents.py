@@ -16,6 +16,7 @@ When the user and the workspace both have a profile of a name, the user's is the
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -192,6 +193,12 @@ class Profiles:
 
     def require(self, name: str, workspace: Path | None) -> AgentProfile:
         return require_profile(name, workspace, self._environ)
+
+    async def listed(self, workspace: Path | None) -> list[AgentProfile]:
+        """:meth:`list`, read on a thread when there may be any profile."""
+        if self.surely_none(workspace):
+            return []
+        return await asyncio.to_thread(self.list, workspace)
 
     def list(self, workspace: Path | None) -> list[AgentProfile]:
         return list_profiles(workspace, self._environ)

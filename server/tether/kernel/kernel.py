@@ -333,10 +333,7 @@ class Kernel:
 
     async def session_profiles(self, session: Session) -> list[AgentProfile]:
         """The profiles ``session`` may run under (read on a thread, when there may be any)."""
-        folder = _local_workspace(session)
-        if self._profiles.surely_none(folder):
-            return []
-        return await asyncio.to_thread(self._profiles.list, folder)
+        return await self._profiles.listed(_local_workspace(session))
 
     async def compact(self, params: CompactParams, emit: Emit) -> CompactResult:
         """``session/compact``: summarize the session's older turns now, under a lease like a
