@@ -191,6 +191,34 @@ async def test_code_actions_offer_ask_explain_fix_and_a_fix_per_diagnostic(serve
     assert fix["action"] == "fix" and fix["diagnostics"][0]["message"] == "undefined name 'foo'"
 
 
+@pytest.mark.parametrize("script", [[{"text": "Looks fine."}]])
+async def test_the_custom_commands_are_code_actions_run_on_the_selection(server: Server) -> None:
+    commands = server.workspace / ".tether" / "commands"
+    commands.mkdir(parents=True)
+    (commands / "review.md").write_text(
+        "---\ndescription: Review for bugs\n---\nReview this code: $ARGUMENTS\n"
+    )
+    path = server.workspace / "app.py"
+    path.write_text("import os\nx = 1\n")
+    uri = open_document(server, path, "import os\nx = 1\n")
+    actions = await server.client.text_document_code_action_async(
+        lsp.CodeActionParams(
+            text_document=lsp.TextDocumentIdentifier(uri=uri),
+            range=lsp.Range(lsp.Position(1, 0), lsp.Position(2, 0)),
+            context=lsp.CodeActionContext(diagnostics=[]),
+        )
+    )
+    [review] = [a for a in actions if a.kind == "source.tether.command"]
+    assert review.title == "/review: Review for bugs"
+    answer, _ = await answered(server, review.command.arguments[0])
+    messages = await request(server, "session/messages", {"sessionId": answer["sessionId"]})
+    [asked] = [m for m in messages["messages"] if m["role"] == "user"]
+    assert asked["metadata"]["command"]["name"] == "review"
+    text = asked["content"] if isinstance(asked["content"], str) else asked["content"][0]["text"]
+    assert text.startswith("Review this code: It is about app.py (line 2).")
+    assert "```\nx = 1\n```" in text
+
+
 @pytest.mark.parametrize(
     "script",
     [

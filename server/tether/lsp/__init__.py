@@ -66,7 +66,7 @@ def register(server: TetherServer) -> Runs:
     for method in REPLACED:
         protocol.drop_builtin(method)
     _documents(server, buffers)
-    server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION)(_code_actions(server))
+    server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION)(_code_actions(server, runs))
     server.feature(lsp.WORKSPACE_EXECUTE_COMMAND)(_commands(runs))
 
     def progress_cancel(params: lsp.WorkDoneProgressCancelParams) -> None:
@@ -111,15 +111,18 @@ def _documents(server: TetherServer, buffers: Buffers) -> None:
     server.feature(lsp.SET_TRACE)(set_trace)
 
 
-def _code_actions(server: TetherServer) -> Callable[[lsp.CodeActionParams], list[dict[str, Any]]]:
+def _code_actions(
+    server: TetherServer, runs: Runs
+) -> Callable[[lsp.CodeActionParams], Awaitable[list[dict[str, Any]]]]:
     converter = server.protocol.converter
 
-    def code_action(params: lsp.CodeActionParams) -> list[dict[str, Any]]:
+    async def code_action(params: lsp.CodeActionParams) -> list[dict[str, Any]]:
+        uri = params.text_document.uri
         selection = Range.model_validate(converter.unstructure(params.range))
         diagnostics = [
             Diagnostic.model_validate(converter.unstructure(d)) for d in params.context.diagnostics
         ]
-        return code_actions(params.text_document.uri, selection, diagnostics)
+        return code_actions(uri, selection, diagnostics, await runs.commands(uri))
 
     return code_action
 

@@ -1,8 +1,11 @@
-"""Code actions ("Ask tether…", "Explain", "Fix") and the prompts of the turns they start.
+"""Code actions ("Ask tether…", "Explain", "Fix", the custom slash commands) and the prompts
+of the turns they start.
 
 A code action carries a ``tether.ask`` command whose one argument says what was selected (and,
 for "Fix", which diagnostics); the prompt is made when the command runs, from the buffer's text
-then.
+then. A custom command's action (kind :data:`COMMAND_KIND`, a group of its own in the editors
+that group source actions) prompts ``/name`` followed by where the selection is and its lines,
+which the command's body gets as ``$ARGUMENTS``.
 """
 
 from __future__ import annotations
@@ -13,10 +16,13 @@ from typing import Any, Literal
 from pydantic import Field
 
 from tether.protocol.base import WireModel
+from tether.protocol.commands import CommandInfo
 
 Action = Literal["ask", "explain", "fix"]
 
 MAX_SELECTION_CHARS = 20_000
+COMMAND_KIND = "source.tether.command"
+MAX_COMMAND_ACTIONS = 20
 
 
 class Position(WireModel):
@@ -46,13 +52,14 @@ class AskArguments(WireModel):
     diagnostics: list[Diagnostic] = Field(default_factory=list)
 
 
-def code_actions(uri: str, selection: Range, diagnostics: list[Diagnostic]) -> list[dict[str, Any]]:
-    """The actions offered for a selection (and the diagnostics the client sent with it)."""
-
-    def action(title: str, kind: str, arguments: AskArguments, **extra: Any) -> dict[str, Any]:
-        command = {"title": title, "command": "tether.ask", "arguments": [arguments.to_wire()]}
-        return {"title": title, "kind": kind, "command": command, **extra}
-
+def code_actions(
+    uri: str,
+    selection: Range,
+    diagnostics: list[Diagnostic],
+    commands: list[CommandInfo] | None = None,
+) -> list[dict[str, Any]]:
+    """The actions offered for a selection (and the diagnostics the client sent with it), then
+    one per custom command (``commands``, at most :data:`MAX_COMMAND_ACTIONS`)."""
     actions = []
     for diagnostic in diagnostics[:3]:
         fix = AskArguments(action="fix", uri=uri, range=diagnostic.range, diagnostics=[diagnostic])
@@ -66,7 +73,18 @@ def code_actions(uri: str, selection: Range, diagnostics: list[Diagnostic]) -> l
     )
     fix = AskArguments(action="fix", uri=uri, range=selection, diagnostics=diagnostics)
     actions.append(action("Fix", "refactor.rewrite", fix))
+    for info in (commands or [])[:MAX_COMMAND_ACTIONS]:
+        described = f": {info.description}" if info.description else ""
+        title = _one_line(f"/{info.name}{described}", 60)
+        asked = AskArguments(prompt=f"/{info.name}", uri=uri, range=selection)
+        actions.append(action(title, COMMAND_KIND, asked))
     return actions
+
+
+def action(title: str, kind: str, arguments: AskArguments, **extra: Any) -> dict[str, Any]:
+    """A code action running ``tether.ask`` with ``arguments``."""
+    command = {"title": title, "command": "tether.ask", "arguments": [arguments.to_wire()]}
+    return {"title": title, "kind": kind, "command": command, **extra}
 
 
 def prompt_of(arguments: AskArguments, text: str | None, path: Path | None, root: Path) -> str:

@@ -53,6 +53,7 @@ from tether.tools.editor_requests import Bound, bounded_request
 
 if TYPE_CHECKING:
     from tether.config import TetherConfig
+    from tether.protocol.commands import CommandInfo
     from tether.rpc.app import App
     from tether.tools.base import ToolExecutor
 
@@ -317,6 +318,19 @@ class Runs:
             session = await sessions.create(CreateSessionParams(workspace=folder))
         self.current[folder] = session.session_id
         return session.session_id, local_path(session.workspace)
+
+    async def commands(self, uri: str) -> list[CommandInfo]:
+        """The custom commands (the user's, and those of the workspace folder of the document
+        ``uri``) that code actions offer to run on a selection, by name."""
+        from tether.kernel.commands import WORKSPACE_COMMANDS, load_commands, user_commands_dir
+
+        root = _local(self._folder_of(uri) or self.app.sessions.default_workspace)
+        user = user_commands_dir(self.app.environ)
+        folders = [user, None if root is None else root / WORKSPACE_COMMANDS]
+        if not any(folder is not None and folder.is_dir() for folder in folders):
+            return []  # asked at every move of the cursor by some editors: no thread then
+        loaded = await asyncio.to_thread(load_commands, user, root)
+        return [loaded.commands[name].info() for name in sorted(loaded.commands)]
 
     def _folder_of(self, uri: str | None) -> str | None:
         """The workspace folder (its URI) that holds the document ``uri``, the innermost when
