@@ -242,6 +242,11 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
     return this.view !== undefined && this.run?.sessionId === sessionId;
   }
 
+  /** Whether a question belongs to the view: one of its run's, or of a sub-agent it shows. */
+  asks(params: PermissionParams): boolean {
+    return this.owns(params.sessionId) || (this.view !== undefined && this.runIds.has(params.runId));
+  }
+
   get running(): boolean {
     return this.run !== undefined;
   }
@@ -408,7 +413,7 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
     return this.session;
   }
 
-  /** `tool/requestPermission` for a run of the view: asked in the tool's card. */
+  /** `tool/requestPermission` for a run of the view (or a sub-agent's): asked in the tool's card. */
   async askPermission(params: PermissionParams, token: vscode.CancellationToken): Promise<PermissionOutcome> {
     const requestId = `q${this.nextQuestion++}`;
     const { name, arguments: args } = params.toolCall;
@@ -427,6 +432,8 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
       this.post({
         type: "permission",
         requestId,
+        // A sub-agent's question is asked in its box, where its calls are.
+        subagentRunId: this.owns(params.sessionId) ? undefined : params.runId,
         toolCallId: params.toolCall.id,
         title,
         toolKind: name === "run_command" ? "execute" : "edit",

@@ -151,7 +151,7 @@ class TetherExtension implements vscode.Disposable {
       onPermission:
         approval === "ask"
           ? (params, token) =>
-              this.chat?.owns(params.sessionId)
+              this.chat?.asks(params)
                 ? this.chat.askPermission(params, token)
                 : this.askPermission(params, token)
           : undefined,

@@ -166,6 +166,8 @@ export type ToWebview =
   | {
       type: "permission";
       requestId: string;
+      /** The sub-agent's run whose call asks (its card is in the sub-agent's box). */
+      subagentRunId?: string;
       toolCallId: string;
       title: string;
       toolKind: ToolKind;

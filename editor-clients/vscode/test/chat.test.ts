@@ -593,3 +593,55 @@ describe("a sub-agent in the chat view against the real server", { timeout: 300_
     assert.ok(!webview.received.slice(from).some((m) => m.type === "session"));
   });
 });
+
+describe("a sub-agent's question in the chat view against the real server", { timeout: 300_000 }, () => {
+  let ws: Workspace;
+  let extension: Extension;
+  let webview: FakeWebview;
+  const context = { subscriptions: [] as { dispose(): unknown }[], extensionUri: stub.Uri.file("/ext") };
+
+  before(() => {
+    ws = workspace();
+    stub.setWorkspace(ws.root);
+    stub.settings["tether.serverCommand"] = SERVER_COMMAND;
+    stub.settings["tether.approval"] = "ask";
+    stub.settings["tether.provider"] = ws.provider([
+      { toolCalls: [call("t1", "task", { prompt: "Write the note", description: "Note" })] },
+      { toolCalls: [call("c1", "write_file", { path: "note.txt", content: "from the sub-agent\n" })] },
+      { text: "Wrote it." },
+      { text: "The sub-agent wrote the note." },
+    ]);
+    stub.commands.set("tether.chat.focus", () => undefined);
+    extension = require(join(__dirname, "..", "..", "dist", "extension.js")) as Extension;
+    extension.activate(context);
+    webview = new FakeWebview();
+    (stub.webviewProviders.get("tether.chat") as Provider).resolveWebviewView(webview.view());
+  });
+
+  after(async () => {
+    await within(extension.deactivate(), "deactivate", 15_000);
+    for (const item of context.subscriptions) item.dispose();
+    ws.remove();
+  });
+
+  test("is asked in the sub-agent's box, not in a dialog; Allow writes the file", { timeout: 60_000 }, async () => {
+    webview.send({ type: "ready" });
+    const from = webview.received.length;
+    const modals = stub.shown.modals.length;
+    webview.send({ type: "send", text: "Have a sub-agent write the note" });
+    const asked = await webview.next("permission", from);
+    const child = webview.received
+      .slice(from)
+      .find((m) => m.type === "progress" && m.subagent !== undefined && m.event.kind === "tool_call");
+    assert.ok(child?.type === "progress" && child.subagent, "the sub-agent's call came first");
+    assert.equal(asked.subagentRunId, child.subagent.runId);
+    assert.equal(asked.toolCallId, "c1");
+    assert.match(asked.diff ?? "", /^\+from the sub-agent$/m);
+    assert.equal(stub.shown.modals.length, modals, "no modal dialog");
+    webview.send({ type: "answer", requestId: asked.requestId, outcome: "allow" });
+    const finished = await webview.next("turnFinished", from);
+    assert.equal(finished.stopReason, "end_turn", JSON.stringify(finished));
+    assert.equal(readFileSync(join(ws.root, "note.txt"), "utf8"), "from the sub-agent\n");
+    record("subagent-permission", webview.received.slice(from));
+  });
+});

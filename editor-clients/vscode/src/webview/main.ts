@@ -214,7 +214,8 @@ const state: {
   sessionsShown: boolean;
   /** toolCallId → its card, across turns (permission requests find them here). */
   cards: Map<string, Card>;
-  permissions: Map<string, string>;
+  /** requestId → the card that asks it. */
+  permissions: Map<string, Card>;
 } = { running: false, context: [], sessionsShown: false, cards: new Map(), permissions: new Map() };
 
 function setRunning(running: boolean): void {
@@ -808,13 +809,25 @@ function clearApproval(card: Card): void {
   card.node.classList.remove("asking");
 }
 
-function permission(message: Extract<ToWebview, { type: "permission" }>): void {
-  let card = state.cards.get(message.toolCallId);
-  if (!card) {
-    const turn = state.turn ?? newTurn("", []);
-    card = toolCard(turn.node, turn.footer, message.toolCallId, message.title, message.toolKind, message.title);
+/** The card a question is asked in: its call's (in the sub-agent's box for a sub-agent's), made if missing. */
+function askingCard(message: Extract<ToWebview, { type: "permission" }>): Card {
+  const box = message.subagentRunId ? subagents.get(message.subagentRunId) : undefined;
+  const known = (box ? box.cards : state.cards).get(message.toolCallId);
+  if (known) return known;
+  const { toolCallId, title, toolKind } = message;
+  if (box) {
+    const card = toolCard(box.log, null, toolCallId, title, toolKind, title, false);
+    card.node.classList.add("sub");
+    box.cards.set(toolCallId, card);
+    return card;
   }
-  state.permissions.set(message.requestId, message.toolCallId);
+  const turn = state.turn ?? newTurn("", []);
+  return toolCard(turn.node, turn.footer, toolCallId, title, toolKind, title);
+}
+
+function permission(message: Extract<ToWebview, { type: "permission" }>): void {
+  const card = askingCard(message);
+  state.permissions.set(message.requestId, card);
   setStatus(card, "approval");
   card.node.classList.add("asking");
   if (message.reason) {
@@ -852,9 +865,8 @@ function permission(message: Extract<ToWebview, { type: "permission" }>): void {
 }
 
 function permissionClosed(requestId: string): void {
-  const toolCallId = state.permissions.get(requestId);
+  const card = state.permissions.get(requestId);
   state.permissions.delete(requestId);
-  const card = toolCallId ? state.cards.get(toolCallId) : undefined;
   if (!card) return;
   clearApproval(card);
   if (card.status === "approval") setStatus(card, "pending");

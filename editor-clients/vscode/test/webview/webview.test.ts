@@ -707,6 +707,27 @@ describe("the chat view's webview script in headless Chromium", { timeout: 300_0
     await clean();
   });
 
+  test("a sub-agent's question is asked in its call's card, inside the sub-agent's box", async () => {
+    const stream = fixture("subagent-permission");
+    const at = stream.findIndex((m) => m.type === "permission");
+    const asked = stream[at];
+    assert.ok(asked?.type === "permission" && asked.subagentRunId, "the fixture has a sub-agent's question");
+    await feed(stream.slice(0, at + 1));
+    const box = tab.locator(".subagent");
+    const card = box.locator('.tool-card.sub[data-tool-call-id="c1"]');
+    assert.equal(await card.count(), 1);
+    assert.equal(await card.getAttribute("data-status"), "approval");
+    assert.match((await card.locator(".proposal").innerText()) ?? "", /from the sub-agent/);
+    // Only the task call is a card of the view's own turn: the question is not asked there.
+    assert.equal(await tab.locator(".tool-card:not(.sub)").count(), 1);
+    await card.locator("button.allow").click();
+    assert.deepEqual((await posted()).at(-1), { type: "answer", requestId: asked.requestId, outcome: "allow" });
+    await feed(stream.slice(at + 1));
+    assert.equal(await card.locator("button.allow").count(), 0);
+    assert.equal(await card.getAttribute("data-status"), "completed");
+    await clean();
+  });
+
   test("a stored task call offers to open its sub-agent's session", async () => {
     const [stored] = fixture("subagent-stored");
     assert.ok(stored?.type === "session");
