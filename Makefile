@@ -108,10 +108,11 @@ $(E2E_STAMP): $(E2E)/package.json $(E2E)/package-lock.json
 vscode-e2e: compile vscode-package vscode-webview-test $(E2E_STAMP)
 	cd $(E2E) && node --test --test-concurrency=1 chat.e2e.mjs
 
-# Screenshots of the terminal front ends: `tether chat`, and Neovim 0.11 with the plugin, each the
-# real program on a pseudo-terminal against a loopback model endpoint, its screen (pyte) drawn to
-# PNG by Pillow in a dark and a light palette (tests/screenshots/; the font is DejaVu Sans Mono,
-# Debian's fonts-dejavu-core). SCREENSHOTS=dir writes them elsewhere.
+# Screenshots of the terminal front ends: `tether chat`, and Neovim 0.11 with the plugin (and 0.7
+# where Debian's is `nvim` on PATH), each the real program on a pseudo-terminal against a loopback
+# model endpoint, its screen (pyte) drawn to PNG by Pillow in a dark and a light palette
+# (tests/screenshots/; the font is DejaVu Sans Mono, Debian's fonts-dejavu-core).
+# SCREENSHOTS=dir writes them elsewhere.
 SCREENSHOTS ?= docs/screenshots
 
 screenshots: compile

@@ -4,7 +4,9 @@ chat``, and Neovim with the plugin, both against a loopback model endpoint
 reasoning and usage as a real one sends them). The screen is kept by pyte and drawn to PNG by
 :mod:`tests.screenshots.render`, in a dark and a light palette.
 
-    python -m tests.screenshots.shoot [OUT_DIR]        # default: docs/screenshots
+    python -m tests.screenshots.shoot [OUT_DIR] [--scene NAME]   # default: docs/screenshots
+
+Neovim 0.7 (Debian's) is shot too where it is ``nvim`` on PATH, as tests/neovim finds it.
 
 Each scene returns the pyte screens it took, by name, so a test can read what they show.
 """
@@ -16,6 +18,7 @@ import contextlib
 import copy
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -182,15 +185,32 @@ def neovim_binary() -> str:
     return str(binary)
 
 
+def system_nvim_07() -> str | None:
+    """``nvim`` on PATH when it is a 0.7 release (Debian's 0.7.2), as tests/neovim finds it."""
+    path = shutil.which("nvim")
+    if path is None:
+        return None
+    version = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
+    return path if version.stdout.startswith("NVIM v0.7.") else None
+
+
 def neovim_scene(root: Path) -> dict[str, Shot]:
     """The same conversation in Neovim, in each theme (the colour scheme follows 'background')."""
     shots: dict[str, Shot] = {}
     for theme in THEMES:
-        shots |= _neovim(root / theme, theme)
+        shots |= _neovim(root / theme, theme, neovim_binary(), "neovim")
     return shots
 
 
-def _neovim(root: Path, theme: str) -> dict[str, Shot]:
+def neovim_07_scene(root: Path) -> dict[str, Shot]:
+    """The conversation on Neovim 0.7 (Debian's, ``nvim`` on PATH), dark."""
+    binary = system_nvim_07()
+    if binary is None:
+        raise RuntimeError("no Neovim 0.7 as `nvim` on PATH (Debian: apt-get install neovim)")
+    return _neovim(root, "dark", binary, "neovim-0.7")
+
+
+def _neovim(root: Path, theme: str, binary: str, name: str) -> dict[str, Shot]:
     project = workspace(root)
     read = Call("read_file", {"path": "src/app.py"}, id="r1")
     edit = {"path": "src/app.py", "oldString": "return 42", "newString": "return 43"}
@@ -211,31 +231,31 @@ def _neovim(root: Path, theme: str) -> dict[str, Shot]:
             Reply(text="Done: `main()` now returns **43**.", usage=(2510, 12)),
         )
         terminal = PtyTerminal(
-            [neovim_binary(), "-u", str(init), "-i", "NONE", "-n", "src/app.py"],
+            [binary, "-u", str(init), "-i", "NONE", "-n", "src/app.py"],
             cwd=project,
             env=environment(root, endpoint),
             columns=110,
             lines=50,
         )
         try:
-            return _edit_in_neovim(terminal, theme)
+            return _edit_in_neovim(terminal, theme, name)
         finally:
             terminal.close()
 
 
-def _edit_in_neovim(terminal: PtyTerminal, theme: str) -> dict[str, Shot]:
+def _edit_in_neovim(terminal: PtyTerminal, theme: str, name: str) -> dict[str, Shot]:
     terminal.wait_for("return 42")
     terminal.type(b":TetherAsk What is this project?\r")
     terminal.wait_for("-- end_turn")
     terminal.type(b":wincmd j | resize 38\r")  # the chat window below the file, taller
     terminal.type(b":TetherAsk Make main return 43.\r")
     terminal.wait_for("Type number")
-    shots = {f"neovim-approval-{theme}": Shot(snapshot(terminal), theme)}
+    shots = {f"{name}-approval-{theme}": Shot(snapshot(terminal), theme)}
     terminal.type(b"1\r")
     terminal.wait_for("-- end_turn", count=2)
     # The open file, reloaded after the edit (:checktime).
     terminal.wait_until(lambda screen: "    return 43" in screen[:8], "the file reloaded")
-    shots[f"neovim-{theme}"] = Shot(snapshot(terminal), theme)
+    shots[f"{name}-{theme}"] = Shot(snapshot(terminal), theme)
     terminal.type(b":qa!\r")
     terminal.wait()
     return shots
@@ -251,22 +271,32 @@ def _lua(text: str) -> str:
 SCENES: dict[str, Callable[[Path], dict[str, Shot]]] = {
     "chat": chat_scene,
     "neovim": neovim_scene,
+    "neovim-0.7": neovim_07_scene,
 }
 
 
-def shoot(out: Path, scenes: Sequence[str] = tuple(SCENES)) -> dict[str, Shot]:
+def default_scenes() -> tuple[str, ...]:
+    """Every scene; Neovim 0.7's only where it is ``nvim`` on PATH."""
+    return tuple(name for name in SCENES if name != "neovim-0.7" or system_nvim_07())
+
+
+def shoot(out: Path, scenes: Sequence[str]) -> dict[str, Shot]:
     """Every scene's screens, drawn to PNGs in ``out``."""
     taken: dict[str, Shot] = {}
     for scene in scenes:
         with _scratch() as root:
             taken |= SCENES[scene](root)
     for name, shot in taken.items():
-        if shot.theme:
-            render(shot.screen, out / f"{name}.png", THEMES[shot.theme])
-            continue
-        for theme in THEMES:
-            render(shot.screen, out / f"{name}-{theme}.png", THEMES[theme])
+        for theme, path in pictures(out, name, shot).items():
+            render(shot.screen, path, THEMES[theme])
     return taken
+
+
+def pictures(out: Path, name: str, shot: Shot) -> dict[str, Path]:
+    """Where ``shot`` is drawn, by theme."""
+    if shot.theme:
+        return {shot.theme: out / f"{name}.png"}
+    return {theme: out / f"{name}-{theme}.png" for theme in THEMES}
 
 
 @contextlib.contextmanager
@@ -284,7 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scene", action="append", choices=sorted(SCENES))
     arguments = parser.parse_args(argv)
     os.chdir(REPO)
-    shoot(arguments.out, arguments.scene or tuple(SCENES))
+    shoot(arguments.out, arguments.scene or default_scenes())
     for path in sorted(arguments.out.glob("*.png")):
         print(path)
     return 0
