@@ -7,7 +7,7 @@ RUN_STAMP := $(VENV)/.installed-run
 ACP_TESTS := tests/acp
 ACP_STAMP := $(ACP_TESTS)/node_modules/.installed
 
-.PHONY: install compile test package-test lint typecheck unit acp-schema acp-node-test lsp-node-test pygls-matrix vscode-test vscode-package vscode-webview-test vscode-e2e run bench fuzz schema clean
+.PHONY: install compile test package-test lint typecheck unit acp-schema acp-node-test lsp-node-test pygls-matrix vscode-test vscode-package vscode-webview-test vscode-e2e screenshots run bench fuzz schema clean
 
 install: $(STAMP)
 
@@ -107,6 +107,16 @@ $(E2E_STAMP): $(E2E)/package.json $(E2E)/package-lock.json
 
 vscode-e2e: compile vscode-package vscode-webview-test $(E2E_STAMP)
 	cd $(E2E) && node --test --test-concurrency=1 chat.e2e.mjs
+
+# Screenshots of the terminal front ends: `tether chat`, and Neovim 0.11 with the plugin (and 0.7
+# where Debian's is `nvim` on PATH), each the real program on a pseudo-terminal against a loopback
+# model endpoint, its screen (pyte) drawn to PNG by Pillow in a dark and a light palette
+# (tests/screenshots/; the font is DejaVu Sans Mono, Debian's fonts-dejavu-core).
+# SCREENSHOTS=dir writes them elsewhere.
+SCREENSHOTS ?= docs/screenshots
+
+screenshots: compile
+	$(BIN)/python -m tests.screenshots.shoot $(SCREENSHOTS)
 
 test: lint typecheck unit acp-node-test lsp-node-test vscode-test
 

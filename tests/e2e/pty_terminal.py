@@ -13,7 +13,8 @@ import subprocess
 import termios
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyte
@@ -77,6 +78,12 @@ class PtyTerminal:
                     row, column = self.screen.cursor.y + 1, self.screen.cursor.x + 1
                     os.write(self._controller, f"\x1b[{row};{column}R".encode())
                 self._changed.notify_all()
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """The screen, unchanged while the block runs (what arrives meanwhile waits)."""
+        with self._lock:
+            yield
 
     def lines(self) -> list[str]:
         with self._lock:
