@@ -29,6 +29,21 @@ CANCELLED_KEY = (
 STOP_REASON_KEY = "stopReason"  # an answer the model cut short: max_tokens or refusal
 DIFF_KEY = "diff"  # a tool message: the unified diff of what an edit changed
 HOOK_KEY = "hook"  # a message a hook's answer added: the event ("stop", "user_prompt_submit"...)
+REASONING_KEY = "reasoning"  # an assistant message: the reasoning the model streamed before it
+MAX_REASONING_CHARS = 100_000
+"""The most reasoning kept on one message: longer reasoning keeps its start and its end, with a
+line saying how much was left out between them."""
+
+
+def kept_reasoning(text: str) -> str:
+    """``text`` as an assistant message's ``metadata.reasoning`` keeps it (within
+    :data:`MAX_REASONING_CHARS`)."""
+    if len(text) <= MAX_REASONING_CHARS:
+        return text
+    half = MAX_REASONING_CHARS // 2
+    left_out = len(text) - 2 * half
+    gap = f"\n\n[... {left_out} characters of reasoning left out ...]\n\n"
+    return f"{text[:half]}{gap}{text[-half:]}"
 
 
 class Role(StrEnum):
