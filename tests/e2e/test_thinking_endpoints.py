@@ -146,7 +146,8 @@ async def test_the_thinking_level_reaches_the_endpoint_and_reasoning_streams_as_
 async def test_the_reasoning_is_kept_with_its_message_and_read_back_from_the_session(
     connection: Connection, endpoint: ModelServer
 ) -> None:
-    """session/messages returns each assistant message's reasoning in ``metadata.reasoning``, as it streamed; a later turn does not send it as text."""
+    """session/messages returns each assistant message's reasoning in ``metadata.reasoning``,
+    as it streamed; a later turn does not send it as text."""
     endpoint.push(
         Reply(
             thinking="The notes will say.",
