@@ -180,7 +180,14 @@ class _MessageFields(WireModel):
     is_error: bool | None = Field(default=None, description="a tool message: the call failed")
     name: str | None = Field(default=None, description="a tool message: the tool's name")
     author: str | None = Field(default=None, description="the agent that wrote it (agentId)")
-    metadata: Annotated[dict[str, Any] | None, BeforeValidator(shallow_json)] = None
+    metadata: Annotated[dict[str, Any] | None, BeforeValidator(shallow_json)] = Field(
+        default=None,
+        description=(
+            "free-form; on the messages a run writes, what a client needs to show it again "
+            "(an assistant message's reasoning, toolKinds, usage, cancelled, stopReason; a tool "
+            "message's diff) and a provider's own keys (thinking, thoughtSignatures)"
+        ),
+    )
     kind: Literal["compaction"] | None = Field(
         default=None,
         description="compaction: a summary sent to the model in place of the messages it replaces",
