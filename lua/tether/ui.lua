@@ -719,8 +719,9 @@ local function add_to_run(run, message, metadata)
 end
 
 --- A transcript from session/messages (oldest first), added to the transcript the way the live
---- turns drew it, from what the server keeps in the messages' metadata: each call's kind, an
---- edit's diff, a cancelled answer's partial text, and each run's end line with its tokens.
+--- turns drew it, from what the server keeps in the messages' metadata: each answer's reasoning
+--- (folded), each call's kind, an edit's diff, a cancelled answer's partial text, and each run's
+--- end line with its tokens.
 function M.transcript(view, messages)
   local run
   local function close_run()
@@ -740,6 +741,10 @@ function M.transcript(view, messages)
       M.prompt(view, content or '', message.id)
     elseif message.role == 'assistant' then
       add_to_run(run, message, metadata)
+      if type(metadata.reasoning) == 'string' and metadata.reasoning ~= '' then
+        M.thought(view, metadata.reasoning) -- folded under its line, as it streamed
+        view.reasoning = nil
+      end
       if content and content ~= '' then
         M.text(view, content)
       end

@@ -40,7 +40,7 @@ from tether.escapes import printable
 from tether.headless import initialization_options, server_env, unknown_session
 from tether.protocol.commands import CommandInfo
 from tether.protocol.kernel import PermissionParams
-from tether.protocol.messages import Message, Role
+from tether.protocol.messages import REASONING_KEY, Message, Role
 from tether.protocol.sessions import Session
 from tether.protocol.usage import Usage
 from tether.terminal import TerminalView
@@ -214,13 +214,25 @@ class _Chat:
         self.view.note("Esc or Ctrl-C cancels a turn; /help lists the commands", "dim")
 
     def _recall(self, message: Message) -> None:
-        text = _text_of(message).strip()
-        if not text or message.role not in (Role.USER, Role.ASSISTANT):
+        """A message of the conversation's end, dimmed and cut to a few lines; an answer after
+        the reasoning that led to it (dimmed in italics, as it streamed)."""
+        if message.role not in (Role.USER, Role.ASSISTANT):
             return
+        reasoning = (message.metadata or {}).get(REASONING_KEY)
+        if message.role is Role.ASSISTANT and isinstance(reasoning, str) and reasoning.strip():
+            self._note_lines("tether thought: ", reasoning.strip(), 3, "dim italic")
+        text = _text_of(message).strip()
+        if text:
+            who = "you" if message.role is Role.USER else "tether"
+            self._note_lines(f"{who}: ", text, 6, "dim")
+
+    def _note_lines(self, label: str, text: str, most: int, style: str) -> None:
+        """``text``'s first ``most`` lines, each a note of its own (a note escapes line breaks),
+        the first after ``label``; a line ``…`` says that more was left out."""
         lines = text.splitlines()
-        shown = "\n".join(lines[:6]) + ("\n…" if len(lines) > 6 else "")
-        who = "you" if message.role is Role.USER else "tether"
-        self.view.note(f"{who}: {shown}", "dim")
+        shown = lines[:most] + (["…"] if len(lines) > most else [])
+        for index, line in enumerate(shown):
+            self.view.note(f"{label if index == 0 else ''}{line}", style)
 
     # -- the conversation ----------------------------------------------------------------------
 

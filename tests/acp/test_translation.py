@@ -335,3 +335,35 @@ def test_every_kind_of_event_is_translated_into_valid_updates(
     for update in sent:
         notification = {"sessionId": "s", "update": update}
         assert not list(validator("SessionNotification", unstable=True).iter_errors(notification))
+
+
+def test_a_replayed_answer_gives_its_kept_reasoning_as_a_thought_first() -> None:
+    from tether.acp.updates import replay
+    from tether.protocol import Message, Role
+    from tether.sessions.ids import utcnow
+
+    from .conftest import validator
+
+    answer = Message(
+        id="m2",
+        role=Role.ASSISTANT,
+        content="Hello.",
+        metadata={"reasoning": "They greet me."},
+        created_at=utcnow(),
+    )
+    sent = [update.to_wire() for update in replay([answer], None)]
+    assert sent == [
+        {
+            "sessionUpdate": "agent_thought_chunk",
+            "content": {"type": "text", "text": "They greet me."},
+            "messageId": "m2",
+        },
+        {
+            "sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": "Hello."},
+            "messageId": "m2",
+        },
+    ]
+    for update in sent:
+        notification = {"sessionId": "s", "update": update}
+        assert not list(validator("SessionNotification").iter_errors(notification))

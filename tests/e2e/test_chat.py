@@ -159,9 +159,15 @@ def test_esc_cancels_a_turn_and_the_chat_goes_on(
 def test_continue_goes_on_with_the_workspace_last_session_after_the_chat_ended(
     terminals: list[PtyTerminal], project: Path, environment: dict[str, str]
 ) -> None:
-    first = chat(terminals, project, environment, [{"text": "The answer is 42."}])
+    thought = "They want the answer.\nIt is 42.\nSay it plainly.\nNo more."
+    first = chat(
+        terminals, project, environment, [{"thinking": thought, "text": "The answer is 42."}]
+    )
     say(first, "What is the answer?")
     first.wait_for("The answer is 42.")
+    live = [line for line in first.lines() if line]
+    said = live.index("> What is the answer?")
+    assert live[said + 1 : said + 6] == [*thought.splitlines(), "The answer is 42."]
     say(first, "/exit")
     assert first.wait() == 0
     session_id = session_of(first.lines())
@@ -170,7 +176,14 @@ def test_continue_goes_on_with_the_workspace_last_session_after_the_chat_ended(
     screen = again.wait_until(at_prompt, "the prompt")
     assert session_of(screen) == session_id
     assert "you: What is the answer?" in screen
-    assert "tether: The answer is 42." in screen
+    # The answer after the reasoning that led to it, cut to its first lines as the answer is.
+    recalled = screen.index("tether: The answer is 42.")
+    assert screen[recalled - 4 : recalled] == [
+        "tether thought: They want the answer.",
+        "It is 42.",
+        "Say it plainly.",
+        "…",
+    ]
     say(again, "Sure?")
     again.wait_for("Still 42.")
     say(again, "/cost")

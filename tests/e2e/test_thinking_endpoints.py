@@ -139,6 +139,49 @@ async def test_the_thinking_level_reaches_the_endpoint_and_reasoning_streams_as_
             "signature": SIGNATURE,
         }
         assert assistant["content"][1]["type"] == "tool_use"
+    else:  # the reasoning is not sent back, as text or as a reasoning field
+        assert "The notes will say." not in json.dumps(second.body)
+
+
+async def test_the_reasoning_is_kept_with_its_message_and_read_back_from_the_session(
+    connection: Connection, endpoint: ModelServer
+) -> None:
+    """session/messages returns each assistant message's reasoning in ``metadata.reasoning``,
+    as it streamed; a later turn does not send it as text."""
+    endpoint.push(
+        Reply(
+            thinking="The notes will say.",
+            tool_calls=[Call("read_file", {"path": "notes.txt"}, id="t1")],
+        ),
+        Reply(thinking="It is 42.", text="The answer is 42."),
+        Reply(text="You are welcome."),
+    )
+    session = await connection.request("session/create", {"settings": {"thinkingLevel": "low"}})
+    sid = session["sessionId"]
+    await connection.request("kernel/run", {"sessionId": sid, "prompt": "What is it?"})
+    await connection.request("kernel/run", {"sessionId": sid, "prompt": "Thanks."})
+
+    messages = (await connection.request("session/messages", {"sessionId": sid}))["messages"]
+    answers = [m for m in messages if m["role"] == "assistant"]
+    kept = [(m.get("metadata") or {}).get("reasoning") for m in answers]
+    assert kept == ["The notes will say.", "It is 42.", None]
+    thoughts = [e for e in progress_events(connection) if e["kind"] == "thought_delta"]
+    by_message = {
+        m["id"]: "".join(e["text"] for e in thoughts if e["messageId"] == m["id"])
+        for m in answers[:2]
+    }
+    assert list(by_message.values()) == kept[:2]
+
+    third = endpoint.requests[-1].body
+    assert "The answer is 42." in json.dumps(third)
+    if connection.kind == "anthropic":  # type: ignore[attr-defined]
+        # only inside its signed thinking block (metadata.thinking), never as a text block
+        blocks = [
+            b for m in third["messages"] if isinstance(m["content"], list) for b in m["content"]
+        ]
+        assert [b["type"] for b in blocks if "It is 42." in json.dumps(b)] == ["thinking"]
+    else:
+        assert "It is 42." not in json.dumps(third)
 
 
 async def test_a_gemini_run_sends_images_calls_a_tool_and_answers_it_by_name(

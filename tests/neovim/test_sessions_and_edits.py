@@ -1,7 +1,7 @@
 """The Neovim plugin's sessions that outlive the server (the user's SQLite store by default, and
 a session that cannot be resumed said so), buffers reloaded after an applied edit, session titles,
-context added with :TetherAdd, :TetherModel, the code-block yank and folded reasoning: on Neovim
-0.11 and 0.7, against the real ``tether serve``."""
+context added with :TetherAdd, :TetherModel, the code-block yank and folded reasoning (live and
+reopened): on Neovim 0.11 and 0.7, against the real ``tether serve``."""
 
 from __future__ import annotations
 
@@ -229,6 +229,59 @@ def test_reasoning_is_folded_under_its_line_and_the_answer_follows(
         "Hello!",
     ]
     assert lines[1] == [3, 4, -1]
+
+
+CLOSED_FOLDS = """
+local win = vim.fn.bufwinid(require('tether').buffer())
+return vim.api.nvim_win_call(win, function()
+  local closed, lnum = {}, 1
+  while lnum <= vim.fn.line('$') do
+    local last = vim.fn.foldclosedend(lnum)
+    if last ~= -1 then
+      table.insert(closed, { lnum, last })
+      lnum = last
+    end
+    lnum = lnum + 1
+  end
+  return closed
+end)
+"""
+
+
+def test_a_reopened_session_folds_each_answers_reasoning_as_the_live_one_did(
+    start_editor: StartEditor,
+) -> None:
+    editor = start_editor(
+        [
+            {
+                "thinking": "The readme will say.",
+                "toolCalls": [call("c1", "read_file", path="README.md")],
+            },
+            {"thinking": "It is a demo.\nSay so.", "text": "A demo project."},
+        ]
+    )
+    editor.nvim.command("TetherNew reasoned")
+    editor.wait("require('tether').buffer() ~= nil")
+    editor.nvim.command("TetherAsk What is it?")
+    editor.wait_text("-- end_turn")
+    live, live_folds = editor.transcript(), editor.lua(CLOSED_FOLDS)
+    assert live.count("  [reasoning]") == 2
+    assert live[live.index("  [reasoning]") + 1] == "    The readme will say."
+    second = live.index("    It is a demo.")
+    assert live[second - 1 : second + 3] == [
+        "  [reasoning]",
+        "    It is a demo.",
+        "    Say so.",
+        "A demo project.",
+    ]
+    assert [second + 1, second + 2] in live_folds  # folded under its line (1-based rows)
+    chat = editor.lua("return require('tether').buffer()")
+    editor.nvim.command(f"bdelete {chat}")
+    editor.nvim.command("TetherChat")
+    editor.wait_text("A demo project.")
+    # Rebuilt from session/messages (metadata.reasoning): the same lines, folded the same way.
+    assert editor.transcript() == live
+    assert editor.lua(CLOSED_FOLDS) == live_folds
 
 
 def test_a_store_is_seen_however_config_toml_spells_it(

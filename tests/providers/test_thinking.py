@@ -185,6 +185,27 @@ async def test_anthropic_thinking_blocks_are_kept_with_their_signature_and_sent_
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
+async def test_the_reasoning_kept_for_replay_is_never_sent_back_to_the_model(
+    kind: Kind, server: ModelServer, client: httpx.AsyncClient
+) -> None:
+    """``metadata.reasoning`` is for the faces: no format sends it, as answer text or as its
+    own reasoning field (what a format needs echoed lives under its own key, as above)."""
+    server.push(Reply(text="ok"))
+    thought = "SECRET-PLAN weighing the options"
+    kept = {"reasoning": thought, "usage": {"inputTokens": 1, "outputTokens": 1}}
+    history = (
+        message(Role.USER, "hi"),
+        message(Role.ASSISTANT, "Hello.", metadata=kept),
+        message(Role.USER, "again"),
+    )
+    await collect(make(kind, server, client), ask(*history, thinkingLevel="low"))
+    body = server.requests[0].body
+    assert "SECRET-PLAN" not in str(body)
+    assert "reasoning_content" not in str(body)
+    assert "Hello." in str(body)
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
 async def test_usage_reports_reasoning_and_cached_tokens_when_the_endpoint_does(
     kind: Kind, server: ModelServer, client: httpx.AsyncClient
 ) -> None:

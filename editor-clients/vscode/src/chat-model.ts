@@ -141,8 +141,8 @@ class RunEnd {
 
 /**
  * A session's messages as the items of the chat view, the way the live turn showed them: the
- * answers (a cancelled one's partial text marked), each call with its kind, its result or the diff
- * of its edit, and each run's end with the tokens it used.
+ * answers with the reasoning before them (a cancelled one's partial text marked), each call with
+ * its kind, its result or the diff of its edit, and each run's end with the tokens it used.
  */
 export function transcriptItems(messages: Message[], checkpoints: readonly Checkpoint[] = []): TranscriptItem[] {
   const changed = new Map(checkpoints.map((checkpoint) => [checkpoint.messageId, checkpoint.files]));
@@ -171,7 +171,13 @@ export function transcriptItems(messages: Message[], checkpoints: readonly Check
       run?.end.add(message);
       const metadata = metadataOf(message);
       const text = textOf(message.content);
-      if (text) items.push(metadata.cancelled === true ? { type: "assistant", text, cancelled: true } : { type: "assistant", text });
+      const reasoning = typeof metadata.reasoning === "string" ? metadata.reasoning : "";
+      if (text || reasoning) {
+        const item: Extract<TranscriptItem, { type: "assistant" }> = { type: "assistant", text };
+        if (metadata.cancelled === true) item.cancelled = true;
+        if (reasoning) item.reasoning = reasoning;
+        items.push(item);
+      }
       const kinds = objectOf(metadata.toolKinds);
       for (const call of message.toolCalls ?? []) {
         const item: Extract<TranscriptItem, { type: "tool" }> = {

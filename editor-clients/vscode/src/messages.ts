@@ -115,8 +115,11 @@ export type TranscriptItem =
    * (the user message then offers Restore).
    */
   | { type: "user"; text: string; context?: ContextItem[]; messageId?: string; files?: string[] }
-  /** `cancelled`: the partial text of an answer cut short by a cancellation. */
-  | { type: "assistant"; text: string; cancelled?: boolean }
+  /**
+   * `cancelled`: the partial text of an answer cut short by a cancellation; `reasoning`: what the
+   * model reasoned before it (`metadata.reasoning`), folded as the live view folds it.
+   */
+  | { type: "assistant"; text: string; cancelled?: boolean; reasoning?: string }
   | {
       type: "tool";
       toolCallId: string;

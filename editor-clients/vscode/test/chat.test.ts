@@ -60,6 +60,7 @@ describe("the chat view's extension side against the real server", { timeout: 30
     const usage = (inputTokens: number, outputTokens: number) => ({ inputTokens, outputTokens });
     stub.settings["tether.provider"] = ws.provider([
       {
+        thinking: "The entry point is in src/app.py; read it first.",
         text: "Let me look.",
         toolCalls: [call("c1", "read_file", { path: "src/app.py" })],
         usage: usage(100, 10),
@@ -350,6 +351,13 @@ describe("the chat view's extension side against the real server", { timeout: 30
       switched.items.some((item) => item.type === "assistant" && item.cancelled === true && item.text === "too "),
       JSON.stringify(switched.items.filter((item) => item.type === "assistant")),
     );
+    // The reasoning streamed live comes back with the answer it led to, and only with it.
+    const thought = webview.received
+      .flatMap((m) => (m.type === "progress" && m.event.kind === "thought_delta" ? [m.event.text] : []))
+      .join("");
+    assert.equal(thought, "The entry point is in src/app.py; read it first.");
+    const reasoned = switched.items.flatMap((item) => (item.type === "assistant" && item.reasoning ? [item] : []));
+    assert.deepEqual(reasoned, [{ type: "assistant", text: "Let me look.", reasoning: thought }]);
   });
 
   test("a server command that fails to start shows its exit and stderr in the view", { timeout: 60_000 }, async () => {

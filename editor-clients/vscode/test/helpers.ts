@@ -16,6 +16,8 @@ export const WAIT_MS = 20_000;
 
 export interface Turn {
   text?: string;
+  /** Reasoning streamed before the text (`thought_delta`), kept in `metadata.reasoning`. */
+  thinking?: string;
   toolCalls?: { id: string; name: string; arguments: string }[];
   delay?: number;
   usage?: { inputTokens: number; outputTokens: number };

@@ -59,7 +59,7 @@ from tether.protocol.kernel import (
     ToolCallStatus,
     ToolCallUpdate,
 )
-from tether.protocol.messages import DIFF_KEY, TOOL_KINDS_KEY, USAGE_KEY
+from tether.protocol.messages import DIFF_KEY, REASONING_KEY, TOOL_KINDS_KEY, USAGE_KEY
 from tether.protocol.plans import Plan, PlanEntry
 from tether.protocol.usage import Usage
 
@@ -282,10 +282,11 @@ def replay(
 ) -> Iterator[SessionUpdate]:
     """A stored history as the updates a client saw while it was made (the user's messages
     too, which the client showed itself), from what the kernel stored with each message: the
-    kinds of the tools called, each edit's diff, the text of an answer cut by a cancellation,
-    and the usage of each run (a ``usage_update`` after it, when ``context_size`` is known, as
-    live). A compaction summary is a ``compaction_update`` for a client that takes them
-    (``compaction``), and left out for the others (the turns it replaced are replayed anyway)."""
+    reasoning before an answer, the kinds of the tools called, each edit's diff, the text of an
+    answer cut by a cancellation, and the usage of each run (a ``usage_update`` after it, when
+    ``context_size`` is known, as live). A compaction summary is a ``compaction_update`` for a
+    client that takes them (``compaction``), and left out for the others (the turns it replaced
+    are replayed anyway)."""
     usage = _RunUsage(context_size)
     for message in messages:
         yield from usage.next_message(message)
@@ -307,6 +308,13 @@ def _replayed(
                 session_update="user_message_chunk", content=content, message_id=message.id
             )
     elif message.role is Role.ASSISTANT:
+        reasoning = _metadata(message, REASONING_KEY)
+        if isinstance(reasoning, str) and reasoning:
+            yield ContentChunk(
+                session_update="agent_thought_chunk",
+                content=TextOut(text=reasoning),
+                message_id=message.id,
+            )
         for content in _blocks(message):
             yield ContentChunk(
                 session_update="agent_message_chunk", content=content, message_id=message.id

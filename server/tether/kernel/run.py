@@ -62,9 +62,11 @@ from tether.protocol.messages import (
     CANCELLED_KEY,
     DIFF_KEY,
     HOOK_KEY,
+    REASONING_KEY,
     STOP_REASON_KEY,
     TOOL_KINDS_KEY,
     USAGE_KEY,
+    kept_reasoning,
 )
 from tether.protocol.tools import ProposedChange, ToolKind, ToolSpec
 from tether.protocol.usage import Usage
@@ -80,6 +82,16 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 Emit = Callable[[ProgressParams], None]
+
+
+@dataclass
+class _Streaming:
+    """The model call under way: its message's id, and the answer and reasoning streamed so far
+    (kept when the run is cancelled before the call completes)."""
+
+    message_id: str
+    text: list[str] = field(default_factory=list)
+    thoughts: list[str] = field(default_factory=list)
 
 
 def add_usage(total: Usage, turn: Usage) -> Usage:
@@ -198,7 +210,7 @@ class Run:
         self._unanswered: list[ToolCall] = []  # persisted calls still waiting for their result
         self._results: dict[str, ToolResult] = {}
         self._kinds: dict[str, ToolKind] = {}  # tool call id -> the kind its tool_call said
-        self._streaming: tuple[str, list[str]] | None = None  # an answer not yet persisted
+        self._streaming: _Streaming | None = None  # an answer not yet persisted
         self._prompt_id = ""  # the run's user message
         self._hooks = setup.hooks
         self._hook_blocked: dict[str, ToolResult] = {}  # call id -> a pre_tool_use block
@@ -323,16 +335,18 @@ class Run:
         """The text an answer streamed before the run was cancelled is kept, as the user saw
         it: an assistant message with ``metadata.cancelled`` (its id the one the deltas named)."""
         streaming, self._streaming = self._streaming, None
-        if streaming is None or not "".join(streaming[1]):
+        if streaming is None or not "".join(streaming.text):
             return
-        message_id, pieces = streaming
+        metadata: dict[str, Any] = {CANCELLED_KEY: True}
+        if reasoning := "".join(streaming.thoughts):
+            metadata[REASONING_KEY] = kept_reasoning(reasoning)
         cut = MessageInput(
             role=Role.ASSISTANT,
-            content="".join(pieces),
-            metadata={CANCELLED_KEY: True},
+            content="".join(streaming.text),
+            metadata=metadata,
             author=self._setup.author,
         )
-        await self._persist([cut], ids=[message_id])
+        await self._persist([cut], ids=[streaming.message_id])
 
     async def _fail(self, error: BaseException) -> NoReturn:
         """End with ``error``: the calls get results (unless the lease is lost: the run's writes
@@ -410,9 +424,12 @@ class Run:
 
     def _assistant_metadata(self, completion: Completion) -> dict[str, Any] | None:
         """What the provider needs sent back (thinking blocks), and what a replay needs: the
-        kind of each tool called (``toolKinds``, but ``other``), the usage of this model call, and
-        why the run ends on it when the model cut it short (``stopReason``)."""
+        reasoning that streamed (``reasoning``, never sent to a model), the kind of each tool
+        called (``toolKinds``, but ``other``), the usage of this model call, and why the run ends
+        on it when the model cut it short (``stopReason``)."""
         metadata = dict(completion.metadata or {})
+        if completion.reasoning:
+            metadata[REASONING_KEY] = kept_reasoning(completion.reasoning)
         for call in completion.tool_calls:
             spec = self._allowed.get(call.name)
             self._kinds[call.id] = spec.kind if spec is not None else ToolKind.OTHER
@@ -548,15 +565,15 @@ class Run:
         )
         completion: Completion | None = None
         async with contextlib.aclosing(setup.provider.stream(request)) as events:
-            streamed: list[str] = []
-            self._streaming = (message_id, streamed)
+            streamed = self._streaming = _Streaming(message_id)
             async for event in events:  # closed at once, even when the run is cancelled
                 if isinstance(event, TextDelta):
                     if event.text:
-                        streamed.append(event.text)
+                        streamed.text.append(event.text)
                         self._emit(MessageDelta(message_id=message_id, text=event.text))
                 elif isinstance(event, ThoughtDelta):
                     if event.text:
+                        streamed.thoughts.append(event.text)
                         self._emit(Thought(message_id=message_id, text=event.text))
                 else:
                     completion = event

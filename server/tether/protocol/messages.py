@@ -29,6 +29,21 @@ CANCELLED_KEY = (
 STOP_REASON_KEY = "stopReason"  # an answer the model cut short: max_tokens or refusal
 DIFF_KEY = "diff"  # a tool message: the unified diff of what an edit changed
 HOOK_KEY = "hook"  # a message a hook's answer added: the event ("stop", "user_prompt_submit"...)
+REASONING_KEY = "reasoning"  # an assistant message: the reasoning the model streamed before it
+MAX_REASONING_CHARS = 100_000
+"""The most reasoning kept on one message: longer reasoning keeps its start and its end, with a
+line saying how much was left out between them."""
+
+
+def kept_reasoning(text: str) -> str:
+    """``text`` as an assistant message's ``metadata.reasoning`` keeps it (within
+    :data:`MAX_REASONING_CHARS`)."""
+    if len(text) <= MAX_REASONING_CHARS:
+        return text
+    half = MAX_REASONING_CHARS // 2
+    left_out = len(text) - 2 * half
+    gap = f"\n\n[... {left_out} characters of reasoning left out ...]\n\n"
+    return f"{text[:half]}{gap}{text[-half:]}"
 
 
 class Role(StrEnum):
@@ -165,7 +180,14 @@ class _MessageFields(WireModel):
     is_error: bool | None = Field(default=None, description="a tool message: the call failed")
     name: str | None = Field(default=None, description="a tool message: the tool's name")
     author: str | None = Field(default=None, description="the agent that wrote it (agentId)")
-    metadata: Annotated[dict[str, Any] | None, BeforeValidator(shallow_json)] = None
+    metadata: Annotated[dict[str, Any] | None, BeforeValidator(shallow_json)] = Field(
+        default=None,
+        description=(
+            "free-form; on the messages a run writes, what a client needs to show it again "
+            "(an assistant message's reasoning, toolKinds, usage, cancelled, stopReason; a tool "
+            "message's diff) and a provider's own keys (thinking, thoughtSignatures)"
+        ),
+    )
     kind: Literal["compaction"] | None = Field(
         default=None,
         description="compaction: a summary sent to the model in place of the messages it replaces",

@@ -3,8 +3,9 @@ turn, for tests, demos and the headless harness.
 
 The script format (turn fields, defaults, errors) is documented in ``docs/testing.md``; in
 short, a script is a JSON list of turns (or ``{"turns": [...]}``), each with ``text``,
-``toolCalls``, ``delay``, ``usage``, ``finishReason``, ``error`` and ``status``. Text streams as
-word-sized :class:`TextDelta` pieces, then one :class:`Completion` carries the text and calls.
+``thinking``, ``toolCalls``, ``delay``, ``usage``, ``finishReason``, ``error`` and ``status``.
+The thinking streams first as word-sized :class:`ThoughtDelta` pieces, the text as word-sized
+:class:`TextDelta` pieces, then one :class:`Completion` carries the text, reasoning and calls.
 
 :class:`ScriptedProvider` plays a list of turns; each request takes the next, and a request past
 the end raises :class:`ScriptExhausted` (:meth:`ScriptedProvider.assert_used_up` raises when
@@ -37,7 +38,14 @@ from pydantic.alias_generators import to_camel
 
 from tether.protocol import ConfigError, ProviderError, ToolCall
 from tether.protocol.usage import Usage
-from tether.providers.base import Completion, ModelRequest, Provider, TextDelta
+from tether.providers.base import (
+    Completion,
+    ModelRequest,
+    Provider,
+    StreamEvent,
+    TextDelta,
+    ThoughtDelta,
+)
 from tether.providers.content import arguments_json
 from tether.providers.errors import ScriptExhausted, ScriptNotUsedUp
 from tether.providers.prepare import prepare
@@ -58,6 +66,7 @@ class ScriptCall(_ScriptModel):
 
 class ScriptTurn(_ScriptModel):
     text: str = ""
+    thinking: str = Field(default="", description="reasoning streamed before the text")
     tool_calls: list[ScriptCall] = Field(default_factory=list)
     delay: float | None = Field(default=None, ge=0)
     usage: Usage | None = None
@@ -138,7 +147,7 @@ class ScriptedProvider(Provider):
                 f"scripted provider: {self.remaining} of {len(self.turns)} turns were never used"
             )
 
-    async def stream(self, request: ModelRequest) -> AsyncGenerator[TextDelta | Completion, None]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         request = prepare(request, self.capabilities)
         if self.record:
             self.requests.append(_recorded(request))
@@ -176,7 +185,7 @@ class FunctionProvider(Provider):
         self.calls = 0
         self._sleep = sleep
 
-    async def stream(self, request: ModelRequest) -> AsyncGenerator[TextDelta | Completion, None]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         request = prepare(request, self.capabilities)
         if self.record:
             self.requests.append(_recorded(request))
@@ -254,16 +263,16 @@ def _recorded(request: ModelRequest) -> ModelRequest:
     )
 
 
-async def _play(
-    turn: ScriptTurn, number: int, sleep: Sleep
-) -> AsyncGenerator[TextDelta | Completion, None]:
-    """One turn as a stream: its text piece by piece (``delay`` after the first), then the
-    completion; a turn with ``error`` fails instead."""
+async def _play(turn: ScriptTurn, number: int, sleep: Sleep) -> AsyncGenerator[StreamEvent, None]:
+    """One turn as a stream: its thinking then its text piece by piece (``delay`` after the
+    first piece of text), then the completion; a turn with ``error`` fails instead."""
     if turn.error is not None:
         data: dict[str, Any] = {"provider": "scripted"}
         if turn.status is not None:
             data["status"] = turn.status
         raise ProviderError(f"scripted: {turn.error}", data)
+    for thought in text_pieces(turn.thinking):
+        yield ThoughtDelta(text=thought)
     pieces = text_pieces(turn.text)
     for index, piece in enumerate(pieces):
         yield TextDelta(text=piece)
@@ -290,4 +299,5 @@ def _completion(turn: ScriptTurn, number: int) -> Completion:
         tool_calls=calls,
         usage=turn.usage,
         finish_reason=turn.finish_reason or ("tool_calls" if calls else "stop"),
+        reasoning=turn.thinking or None,
     )

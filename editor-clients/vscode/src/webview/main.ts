@@ -979,7 +979,16 @@ function replay(item: TranscriptItem): void {
   }
   const turn = state.turn ?? newTurn("", []);
   if (item.type === "assistant") {
-    const block = assistantBlock(turn, `stored-${turn.texts.size}`);
+    // Each stored model call is its own message element, as each live one was.
+    const key = `stored-${turn.node.querySelectorAll(".message.assistant").length}`;
+    if (item.reasoning) {
+      const thought = reasoningBlock(turn, key);
+      thought.text = item.reasoning;
+      thought.node.textContent = item.reasoning;
+      settleReasoning(turn);
+    }
+    if (!item.text && !item.cancelled) return;
+    const block = assistantBlock(turn, key);
     block.text = item.text;
     renderMarkdown(block.node, item.text);
     if (item.cancelled) markCancelled(block.node);

@@ -535,6 +535,42 @@ describe("the chat view's webview script in headless Chromium", { timeout: 300_0
     await clean();
   });
 
+  test("a reopened session shows each answer's reasoning folded before it, as live", async () => {
+    await feed([
+      {
+        type: "session",
+        sessionId: "s1",
+        title: "Reasoned",
+        running: false,
+        items: [
+          { type: "user", text: "What does main return?" },
+          { type: "assistant", text: "", reasoning: "Read the file first." },
+          { type: "tool", toolCallId: "c1", name: "read_file", title: "Read src/app.py", toolKind: "read", status: "completed", output: "return 42" },
+          { type: "assistant", text: "It returns **42**.", reasoning: "The file says 42." },
+          { type: "runEnd", stopReason: "end_turn", usage: { inputTokens: 10, outputTokens: 5 } },
+        ],
+      },
+    ]);
+    const reasoning = tab.locator(".message.assistant details.reasoning");
+    assert.equal(await reasoning.count(), 2);
+    for (const index of [0, 1]) {
+      const details = reasoning.nth(index);
+      assert.equal(await details.getAttribute("open"), null, "folded");
+      assert.equal(await details.locator("summary").textContent(), "Reasoning");
+    }
+    await reasoning.nth(1).locator("summary").click();
+    assert.equal(await reasoning.nth(1).locator(".reasoning-text").textContent(), "The file says 42.");
+    assert.equal(await reasoning.nth(0).locator(".reasoning-text").textContent(), "Read the file first.");
+    // Each before its own answer, and never part of an answer's text.
+    const second = tab.locator(".message.assistant").filter({ has: tab.locator("details.reasoning") }).nth(1);
+    assert.equal((await second.locator(".markdown").textContent())?.trim(), "It returns 42.");
+    const order = await second.evaluate((node) => [...node.children].map((child) => child.className));
+    assert.deepEqual(order.slice(-2), ["reasoning", "markdown"]);
+    assert.doesNotMatch((await tab.textContent(".message.assistant .markdown")) ?? "", /file says/);
+    await tab.screenshot({ path: join(ARTIFACTS, "webview-replayed-reasoning.png") });
+    await clean();
+  });
+
   test("one tether header per answer, however many model calls it took", async () => {
     await feed(fixture("answer"));
     assert.ok((await tab.locator(".message.assistant").count()) >= 2, "two model calls");
