@@ -641,14 +641,14 @@ describe("the chat view's webview script in headless Chromium", { timeout: 300_0
     await prompt.click();
     await tab.keyboard.type("Explain @ap");
     assert.deepEqual((await posted()).at(-1), { type: "mentions", query: "ap" });
-    await feed([{ type: "mentions", query: "ap", files: ["src/app.py", "src/apply.py"] }]);
+    await feed([{ type: "mentions", query: "ap", files: ["src/app.py", "src/apply.py"], symbols: [] }]);
     const menu = tab.locator(".command-menu");
     assert.deepEqual(await menu.locator(".command-name").allTextContents(), ["@src/app.py", "@src/apply.py"]);
     // An answer for an older word is not shown over the newer one.
     await tab.keyboard.type("p");
-    await feed([{ type: "mentions", query: "ap", files: ["stale.py"] }]);
+    await feed([{ type: "mentions", query: "ap", files: ["stale.py"], symbols: [] }]);
     assert.equal(await menu.isVisible(), false);
-    await feed([{ type: "mentions", query: "app", files: ["src/app.py"] }]);
+    await feed([{ type: "mentions", query: "app", files: ["src/app.py"], symbols: [] }]);
     await tab.screenshot({ path: join(ARTIFACTS, "webview-mention.png") });
     await tab.keyboard.press("Enter");
     assert.equal(await prompt.inputValue(), "Explain @src/app.py ");
