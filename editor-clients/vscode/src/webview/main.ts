@@ -166,7 +166,7 @@ function buildPage(): void {
   empty.append(
     el("h2", "", "Ask tether"),
     el("p", "", "Ask about this workspace or ask for a change. Edits are shown as a diff and wait for your approval."),
-    el("p", "hint", "Enter sends, Shift+Enter starts a new line. / lists commands, @ attaches a file; or attach the selection or the current file."),
+    el("p", "hint", "Enter sends, Shift+Enter starts a new line. / lists commands, @ attaches a file or a symbol; or attach the selection or the current file."),
   );
   input.placeholder = "Ask tether… (Enter to send, Shift+Enter for a new line)";
   input.rows = 3;
@@ -187,18 +187,19 @@ function buildPage(): void {
       send();
     }
   });
-  const tools = el("div", "composer-tools");
-  tools.append(
+  // Two groups: what goes with the prompt, and how it runs (mode, model, Send); a narrow view
+  // puts the second on a line of its own.
+  const attachments = el("div", "composer-group");
+  attachments.append(
     button("Selection", "list-selection", "chip-button attach-selection", () =>
       post({ type: "attach", what: "selection" }),
     ),
     button("Current file", "file-add", "chip-button attach-file", () => post({ type: "attach", what: "file" })),
-    el("span", "spacer"),
-    modePicker,
-    modelButton,
-    stopButton,
-    sendButton,
   );
+  const runs = el("div", "composer-group run-group");
+  runs.append(modePicker, modelButton, stopButton, sendButton);
+  const tools = el("div", "composer-tools");
+  tools.append(attachments, runs);
   for (const { mode, label, detail } of MODES) {
     const option = el("option", "", label);
     option.value = mode;
