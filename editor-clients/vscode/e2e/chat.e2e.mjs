@@ -494,9 +494,18 @@ describe("the tether chat view in code-server", { timeout: 900_000 }, () => {
   });
 
   test("@ lists the workspace's symbols too; the picked one attaches its lines", async () => {
+    // The Markdown extension offers README.md's heading as a symbol once it runs: a Markdown file open.
+    await page.locator(".statusbar").click({ position: { x: 5, y: 5 } });
+    await page.keyboard.press("Control+P");
+    const quickOpen = page.locator(".quick-input-widget input");
+    await quickOpen.waitFor({ state: "visible", timeout: WAIT });
+    await quickOpen.fill("README.md");
+    await page.locator(".quick-input-widget .monaco-list-row", { hasText: "README.md" }).first().waitFor({ timeout: WAIT });
+    await quickOpen.press("Enter");
+    await page.locator('.tabs-container .tab[aria-label*="README.md"]').first().waitFor({ timeout: WAIT });
     const prompt = chat().locator("textarea.prompt");
     await prompt.click();
-    // The Markdown extension's symbols (README.md's heading); its index may come after the first ask.
+    // Its index may come after the first ask: the word is typed again until a symbol is offered.
     const symbol = chat().locator(".command-menu .command", { has: chat().locator(".command-icon:not(.codicon-file)") });
     const deadline = Date.now() + WAIT;
     await prompt.pressSequentially("Explain @Demo");

@@ -70,10 +70,13 @@ export async function workspaceSymbols(query: string): Promise<SymbolMention[]> 
 }
 
 async function mention(symbol: vscode.SymbolInformation): Promise<SymbolMention> {
-  const { uri, range } = symbol.location;
+  const { uri } = symbol.location;
+  // A provider that resolves symbols lazily may leave the range out: its document's symbols tell.
+  const range = symbol.location.range as LineRange | undefined;
   const [first, last] = await definitionLines(uri, symbol.name, range);
   return {
-    name: symbol.name,
+    // A Markdown heading's symbol is named as written (`# Demo`): offered as its text.
+    name: symbol.name.replace(/^#+\s+/, ""),
     kind: KINDS[symbol.kind] ?? "misc",
     file: vscode.workspace.asRelativePath(uri, false),
     lines: [first + 1, last + 1],
@@ -85,27 +88,30 @@ async function mention(symbol: vscode.SymbolInformation): Promise<SymbolMention>
  * The 0-based lines of a symbol's whole definition. Some providers give only its name's range: the
  * document's own symbols then give the definition that starts there.
  */
-async function definitionLines(uri: vscode.Uri, name: string, range: LineRange): Promise<[number, number]> {
-  if (range.end.line > range.start.line) return [range.start.line, range.end.line];
+async function definitionLines(uri: vscode.Uri, name: string, range: LineRange | undefined): Promise<[number, number]> {
+  if (range && range.end.line > range.start.line) return [range.start.line, range.end.line];
   let tree: DocumentSymbolLike[] | undefined;
   try {
     tree = await vscode.commands.executeCommand<DocumentSymbolLike[]>("vscode.executeDocumentSymbolProvider", uri);
   } catch {
     tree = undefined;
   }
-  const line = range.start.line;
+  const line = range?.start.line;
   const match = findDefinition(tree ?? [], name, line);
-  return match ? [Math.min(match.start.line, line), Math.max(match.end.line, line)] : [line, line];
+  if (!match) return [line ?? 0, line ?? 0];
+  return line === undefined ? [match.start.line, match.end.line] : [Math.min(match.start.line, line), Math.max(match.end.line, line)];
 }
 
-function findDefinition(symbols: DocumentSymbolLike[], name: string, line: number): LineRange | undefined {
+/** The definition of `name` whose head is on `line` (any line: the first of that name), innermost first. */
+function findDefinition(symbols: DocumentSymbolLike[], name: string, line: number | undefined): LineRange | undefined {
+  const on = (range: LineRange) => line === undefined || (range.start.line <= line && line <= range.end.line);
   for (const symbol of symbols) {
     const whole = symbol.range ?? symbol.location?.range;
     const head = symbol.selectionRange ?? whole;
-    if (!whole || whole.start.line > line || whole.end.line < line) continue;
+    if (!whole || !on(whole)) continue;
     const inner = findDefinition(symbol.children ?? [], name, line);
     if (inner) return inner;
-    if (symbol.name === name && head && head.start.line <= line && line <= head.end.line) return whole;
+    if (symbol.name === name && head && on(head)) return whole;
   }
   return undefined;
 }

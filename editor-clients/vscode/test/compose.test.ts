@@ -177,6 +177,7 @@ describe("the chat view's Apply, @ symbols and mode picker", { timeout: 120_000 
       { name: "main", kind: 11, containerName: "", location: { uri: stub.Uri.file(app()), range: at(2) } },
       { name: "main", kind: 11, containerName: "", location: { uri: stub.Uri.file("/elsewhere/lib.py"), range: at(0) } },
       { name: `${String(query)}_not`, kind: 4, containerName: "x", location: { uri: stub.Uri.file(app()), range: at(9) } },
+      { name: "## Domain", kind: 14, containerName: "", location: { uri: stub.Uri.file(join(ws.root, "README.md")), range: at(0) } },
     ]);
     // The provider gave the name's line only: the document's symbols give the whole definition.
     stub.commands.set("vscode.executeDocumentSymbolProvider", () => [
@@ -188,6 +189,7 @@ describe("the chat view's Apply, @ symbols and mode picker", { timeout: 120_000 
     assert.deepEqual(offered.symbols, [
       { name: "main", kind: "function", file: "src/app.py", lines: [3, 4] },
       { name: "mai_not", kind: "class", file: "src/app.py", lines: [10, 10], container: "x" },
+      { name: "Domain", kind: "string", file: "README.md", lines: [1, 1] },
     ]);
     assert.deepEqual(offered.files, []);
     from = webview.received.length;
