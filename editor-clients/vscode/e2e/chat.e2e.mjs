@@ -72,6 +72,8 @@ const SCRIPT_AFTER_RESTART = [
   { text: "Recovered after the retry." },
   // Tether: Ask from the command palette
   { text: "Asked from the palette, answered in the chat." },
+  // "Show me the new app" (its code block applied)
+  { text: "Here is `src/app.py`:\n\n```python\ndef main():\n    return 44\n```" },
 ];
 
 function freePort() {
@@ -491,11 +493,78 @@ describe("the tether chat view in code-server", { timeout: 900_000 }, () => {
     await prompt.fill("");
   });
 
+  test("@ lists the workspace's symbols too; the picked one attaches its lines", async () => {
+    // The Markdown extension offers README.md's heading as a symbol once it runs: a Markdown file open.
+    await page.locator(".statusbar").click({ position: { x: 5, y: 5 } });
+    await page.keyboard.press("Control+P");
+    const quickOpen = page.locator(".quick-input-widget input");
+    await quickOpen.waitFor({ state: "visible", timeout: WAIT });
+    await quickOpen.fill("README.md");
+    await page.locator(".quick-input-widget .monaco-list-row", { hasText: "README.md" }).first().waitFor({ timeout: WAIT });
+    await quickOpen.press("Enter");
+    await page.locator('.tabs-container .tab[aria-label*="README.md"]').first().waitFor({ timeout: WAIT });
+    const prompt = chat().locator("textarea.prompt");
+    await prompt.click();
+    // Its index may come after the first ask: the word is typed again until a symbol is offered.
+    const symbol = chat().locator(".command-menu .command", { has: chat().locator(".command-icon:not(.codicon-file)") });
+    const deadline = Date.now() + WAIT;
+    await prompt.pressSequentially("Explain @Demo");
+    while (!(await symbol.first().isVisible())) {
+      assert.ok(Date.now() < deadline, "no workspace symbol offered for @Demo");
+      await prompt.press("Backspace");
+      await prompt.pressSequentially("o");
+      await symbol.first().waitFor({ timeout: 2_000 }).catch(() => undefined);
+    }
+    assert.match(await symbol.first().locator(".command-description").textContent(), /^README\.md:1$/);
+    await screenshot("mention-symbol-menu");
+    await symbol.first().dispatchEvent("mousedown");
+    const chip = chat().locator(".composer .chips .chip", { hasText: "README.md:1-" });
+    await chip.waitFor({ timeout: WAIT });
+    await chip.locator("button").click();
+    await chip.waitFor({ state: "detached", timeout: WAIT });
+    await prompt.fill("");
+  });
+
+  test("the view's mode picker sets the session's mode; the status bar shows it", async () => {
+    const picker = chat().locator("select.mode-picker");
+    assert.equal(await picker.inputValue(), "ask");
+    await picker.selectOption("read_only");
+    await page.locator(".statusbar-item", { hasText: "Read only" }).waitFor({ timeout: WAIT });
+    await screenshot("mode-read-only");
+    await picker.selectOption("ask");
+    await page.locator(".statusbar-item", { hasText: /\bAsk\b/ }).waitFor({ timeout: WAIT });
+  });
+
+  test("Apply on a code block shows the diff; Accept writes the file", async () => {
+    await sendPrompt("Show me the new app");
+    const turn = await finishedTurn();
+    const block = turn.locator(".code-block", { hasText: "return 44" });
+    await block.hover();
+    const apply = block.locator("button.apply");
+    assert.equal(await apply.getAttribute("title"), "Apply to src/app.py");
+    await apply.click();
+    const diffEditor = page.locator(".monaco-diff-editor").first();
+    await diffEditor.locator(".editor.modified .view-line", { hasText: "return 44" }).waitFor({ timeout: WAIT });
+    await diffEditor.locator(".editor.original .view-line", { hasText: "return 42" }).waitFor({ timeout: WAIT });
+    const toast = page.locator(".notifications-toasts .notification-toast", { hasText: "apply the code block to src/app.py" });
+    await toast.waitFor({ timeout: WAIT });
+    const tab = page.locator('.tabs-container .tab[aria-label*="Apply"]').first();
+    await tab.waitFor({ timeout: WAIT });
+    assert.equal(readFileSync(join(project, "src", "app.py"), "utf8"), "def main():\n    return 42\n", "nothing written yet");
+    await screenshot("apply-diff");
+    await toast.getByRole("button", { name: "Accept" }).click();
+    // The diff editor closes once the file is written.
+    await tab.waitFor({ state: "detached", timeout: WAIT });
+    assert.equal(readFileSync(join(project, "src", "app.py"), "utf8"), "def main():\n    return 44\n");
+  });
+
   test("light and dark themes", async () => {
     await chat().locator(".log").evaluate((node) => (node.scrollTop = 0));
+    await chat().locator(".code-block").first().hover(); // its Copy, Insert and Apply
     await screenshot("theme-light");
     await changeSettings({ "workbench.colorTheme": "Default Dark Modern" });
     await page.locator(".monaco-workbench.vs-dark").waitFor({ timeout: WAIT });
+    await chat().locator(".code-block").first().hover();
     await screenshot("theme-dark");
   });
 });

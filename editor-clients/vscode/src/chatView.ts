@@ -7,6 +7,7 @@ import { randomBytes } from "node:crypto";
 
 import * as vscode from "vscode";
 
+import { applyTarget, writeTarget } from "./apply";
 import { filesFrom, firstPrompt, proposal, shortTitle, summary, transcriptItems, type Proposal } from "./chat-model";
 import {
   promptWithContext,
@@ -14,6 +15,7 @@ import {
   type FromWebview,
   type PermissionOutcome,
   type SessionMode,
+  type SymbolMention,
   type ToWebview,
 } from "./messages";
 import { describe } from "./render";
@@ -33,6 +35,7 @@ import {
   type Session,
   type TetherConnection,
 } from "./rpc";
+import { symbolContext, workspaceSymbols } from "./symbols";
 
 export const PROPOSAL_SCHEME = "tether-proposal";
 
@@ -83,6 +86,7 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
   private readonly documents = new Map<string, string>();
   private readonly documentChanged = new vscode.EventEmitter<vscode.Uri>();
   private nextQuestion = 1;
+  private nextApply = 1;
   private readonly disposables: vscode.Disposable[] = [];
 
   constructor(
@@ -107,6 +111,12 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
   private set session(session: Session | undefined) {
     this.current = session;
     this.host.sessionChanged?.(session);
+    this.postConfig();
+  }
+
+  /** The session's mode and model, for the picker beside the prompt (a session not made yet: `ask`). */
+  private postConfig(): void {
+    this.post({ type: "sessionConfig", mode: this.current?.mode ?? "ask", model: this.host.model(this.current) });
   }
 
   // -- the webview ---------------------------------------------------------------------------
@@ -167,6 +177,7 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
           if (this.resumeId && !this.current) await this.resume();
           else await this.showCurrent();
           this.post({ type: "context", items: this.context });
+          this.postConfig();
           break;
         case "send":
           await this.send(message.text);
@@ -225,6 +236,18 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
           break;
         case "insert":
           await this.insert(message.text);
+          break;
+        case "apply":
+          await this.apply(message.text, message.path);
+          break;
+        case "attachSymbol":
+          await this.attachSymbol(message.symbol);
+          break;
+        case "setMode":
+          await this.setModeFromView(message.mode);
+          break;
+        case "pickModel":
+          await vscode.commands.executeCommand("tether.pickModel");
           break;
         default:
           break;
@@ -386,6 +409,45 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
     await vscode.window.showTextDocument(editor.document, editor.viewColumn);
   }
 
+  /**
+   * A code block's Apply (the rule: ./apply): the change opens in VS Code's diff editor (current ↔
+   * proposed, two read-only documents) and is written only once the user accepts it. Whether it was.
+   */
+  async apply(text: string, path?: string): Promise<boolean> {
+    const target = await applyTarget(text, path);
+    const id = `apply-${this.nextApply++}`;
+    const current = vscode.Uri.from({ scheme: PROPOSAL_SCHEME, path: `/${id}/current/${target.path}` });
+    const proposed = vscode.Uri.from({ scheme: PROPOSAL_SCHEME, path: `/${id}/proposed/${target.path}` });
+    this.documents.set(current.path, target.before);
+    this.documents.set(proposed.path, target.after);
+    const what = target.range ? `the selection in ${target.path}` : target.created ? `a new file, ${target.path}` : target.path;
+    try {
+      const label = target.created ? "new file" : target.range ? "selection replaced" : "current ↔ proposed";
+      await vscode.commands.executeCommand("vscode.diff", current, proposed, `${target.path} (${label}, Apply)`, { preview: true });
+      const answer = await vscode.window.showInformationMessage(`Tether: apply the code block to ${what}?`, "Accept", "Discard");
+      if (answer !== "Accept") {
+        this.host.log(`[chat] apply to ${target.path}: discarded`);
+        return false;
+      }
+      await writeTarget(target);
+      this.host.log(`[chat] apply to ${target.path}: applied`);
+      return true;
+    } finally {
+      await this.closeDiff(id);
+      this.forget(id);
+    }
+  }
+
+  /** The view's mode picker; the picker shows the session's mode again whether or not it changed. */
+  private async setModeFromView(mode: SessionMode): Promise<void> {
+    try {
+      const session = await this.setMode(mode);
+      this.host.log(`[chat] mode: ${session.mode ?? mode}`);
+    } finally {
+      this.postConfig();
+    }
+  }
+
   async stop(): Promise<boolean> {
     return (await this.run?.cancel()) ?? false;
   }
@@ -396,6 +458,7 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
    */
   async setMode(mode: SessionMode): Promise<Session> {
     const connection = await this.host.server();
+    if (this.resumeId && !this.current) await this.resume();
     const session = this.session ?? (await connection.createSession({}));
     this.session = await connection.configure({ sessionId: session.sessionId, mode });
     return this.session;
@@ -514,17 +577,29 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
     this.post({ type: "context", items: this.context });
   }
 
-  /** Files of the workspace whose path contains `query` (at most 20, shortest first), for `@`. */
+  /**
+   * Files of the workspace whose path contains `query` (at most 20, shortest first), and its
+   * symbols whose name does (./symbols), for `@`.
+   */
   async mentions(query: string): Promise<void> {
     const pattern = query ? `**/*${query.replace(/[[\]{}*?!]/g, "")}*` : "**/*";
-    const found = await vscode.workspace.findFiles(pattern, MENTION_EXCLUDE, 200);
+    const [found, symbols] = await Promise.all([
+      vscode.workspace.findFiles(pattern, MENTION_EXCLUDE, 200),
+      workspaceSymbols(query),
+    ]);
     const needle = query.toLowerCase();
     const files = found
       .map((uri) => vscode.workspace.asRelativePath(uri, false))
       .filter((path) => path.toLowerCase().includes(needle))
       .sort((a, b) => a.length - b.length || a.localeCompare(b))
       .slice(0, 20);
-    this.post({ type: "mentions", query, files });
+    this.post({ type: "mentions", query, files, symbols });
+  }
+
+  /** A symbol picked after `@`: the lines of its definition, as a chip, go with the next prompt. */
+  async attachSymbol(symbol: SymbolMention): Promise<void> {
+    this.context.push(await symbolContext(symbol));
+    this.post({ type: "context", items: this.context });
   }
 
   /** A file picked after `@`: its text, as a chip, goes with the next prompt. */

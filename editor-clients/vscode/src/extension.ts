@@ -1,6 +1,7 @@
 import * as vscode from "vscode";
 import { firstPrompt, summary } from "./chat-model";
 import { ChatView } from "./chatView";
+import { MODES } from "./messages";
 import { relativeTime } from "./relative-time";
 import { describe, diffFile, kindMarker, permissionDetail, transcript } from "./render";
 import {
@@ -35,13 +36,6 @@ const DIALOG_ANSWERS: { title: string; outcome: PermissionOutcome }[] = [
   { title: "Allow", outcome: "allow" },
   { title: "Always allow", outcome: "allow_always" },
   { title: "Always reject", outcome: "reject_always" },
-];
-
-/** The modes a session runs in, as the picker offers them (docs/protocol.md, modes). */
-const MODES: { mode: SessionMode; label: string; detail: string }[] = [
-  { mode: "ask", label: "Ask", detail: "Edits and commands wait for your approval" },
-  { mode: "accept_edits", label: "Accept edits", detail: "Edits apply without asking; commands are still asked" },
-  { mode: "read_only", label: "Read only", detail: "Only tools that read: nothing is written or run" },
 ];
 
 class TetherExtension implements vscode.Disposable {

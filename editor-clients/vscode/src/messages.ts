@@ -13,6 +13,13 @@ export type PermissionOutcome = "allow" | "allow_always" | "reject" | "reject_al
 /** A session's mode (docs/protocol.md, `session/configure {mode}`). */
 export type SessionMode = "ask" | "accept_edits" | "read_only";
 
+/** The modes a session runs in, as the pickers offer them (the status bar's and the view's). */
+export const MODES: { mode: SessionMode; label: string; detail: string }[] = [
+  { mode: "ask", label: "Ask", detail: "Edits and commands wait for your approval" },
+  { mode: "accept_edits", label: "Accept edits", detail: "Edits apply without asking; commands are still asked" },
+  { mode: "read_only", label: "Read only", detail: "Only tools that read: nothing is written or run" },
+];
+
 /**
  * The change an edit proposes, as the server computes it before asking (`tool/requestPermission`
  * and the pending `tool_call`): the whole file before (absent: a new file) and after.
@@ -95,6 +102,22 @@ export interface ContextItem {
   /** 1-based inclusive line range; absent for a whole file. */
   lines?: [number, number];
   text: string;
+}
+
+/**
+ * A workspace symbol offered after `@` (`vscode.executeWorkspaceSymbolProvider`): picked, its lines
+ * of its file are attached as context.
+ */
+export interface SymbolMention {
+  name: string;
+  /** The symbol's kind as a codicon name's suffix (`function`, `class`, `method`, …). */
+  kind: string;
+  /** Workspace-relative path of its file. */
+  file: string;
+  /** 1-based inclusive line range of its definition. */
+  lines: [number, number];
+  /** The symbol it is declared in (a method's class). */
+  container?: string;
 }
 
 /** A session as the list shows it. */
@@ -182,8 +205,13 @@ export type ToWebview =
   /** The question is answered (here or elsewhere) or withdrawn by the server. */
   | { type: "permissionClosed"; requestId: string; outcome?: PermissionOutcome }
   | { type: "error"; message: string }
-  /** The workspace's files whose path matches `query` (the `@` word being typed), for completion. */
-  | { type: "mentions"; query: string; files: string[] }
+  /**
+   * The workspace's files whose path matches `query` (the `@` word being typed), and its symbols
+   * whose name does, for completion.
+   */
+  | { type: "mentions"; query: string; files: string[]; symbols: SymbolMention[] }
+  /** The mode and model of the view's session (the picker beside the prompt shows them). */
+  | { type: "sessionConfig"; mode: SessionMode; model?: string }
   /** Put the keyboard focus in the prompt. */
   | { type: "focus" }
   /** The slash commands of the view's session (`session/commands`), for `/` completion. */
@@ -213,6 +241,12 @@ export type FromWebview =
   | { type: "mentions"; query: string }
   /** Attach a workspace file (picked after `@`) as context of the next prompt. */
   | { type: "attachFile"; path: string }
+  /** Attach the lines of a workspace symbol (picked after `@`) as context of the next prompt. */
+  | { type: "attachSymbol"; symbol: SymbolMention }
+  /** The mode picker of the view: `session/configure {mode}` on the view's session. */
+  | { type: "setMode"; mode: SessionMode }
+  /** The model button of the view: the Set Model picker. */
+  | { type: "pickModel" }
   /** The slash commands, asked when the user first types `/` in a session. */
   | { type: "commands" }
   /** A sub-agent's Open: show its session (in the view when no run is going, else as a transcript). */
@@ -220,7 +254,12 @@ export type FromWebview =
   /** A code block's Copy: put `text` on the clipboard. */
   | { type: "copy"; text: string }
   /** A code block's Insert: put `text` at the cursor of the editor (replacing its selection). */
-  | { type: "insert"; text: string };
+  | { type: "insert"; text: string }
+  /**
+   * A code block's Apply: the change shown as a diff, written once accepted. `path`: the file the
+   * block names (its fence's info after the language, or the file named just before it).
+   */
+  | { type: "apply"; text: string; path?: string };
 
 /** The model text of a prompt with its context appended (what `kernel/run` is sent). */
 export function promptWithContext(text: string, context: ContextItem[]): string {

@@ -244,7 +244,7 @@ describe("the chat view keeps its conversation when the server restarts", { time
     let from = webview.received.length;
     webview.send({ type: "mentions", query: "app" });
     const offered = await webview.next("mentions", from);
-    assert.deepEqual(offered, { type: "mentions", query: "app", files: ["src/app.py"] });
+    assert.deepEqual(offered, { type: "mentions", query: "app", files: ["src/app.py"], symbols: [] });
     from = webview.received.length;
     webview.send({ type: "attachFile", path: "src/app.py" });
     const { items } = await webview.next("context", from);

@@ -3,9 +3,9 @@
  * run its commands under plain Node. Tests script the user's answers through `ui` and read what
  * the extension showed from `shown`.
  */
-import { readdirSync, readFileSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import Module from "node:module";
-import { join, relative } from "node:path";
+import { dirname, join, relative } from "node:path";
 
 type Listener<T> = (value: T) => unknown;
 
@@ -48,6 +48,34 @@ export class Uri {
     return this.scheme === "file" ? `file://${encodeURI(this.path)}` : `${this.scheme}:${this.path}`;
   }
 }
+
+export class Position {
+  constructor(
+    readonly line: number,
+    readonly character: number,
+  ) {}
+}
+
+export class Range {
+  constructor(
+    readonly start: Position,
+    readonly end: Position,
+  ) {}
+}
+
+/** The replacements of a workspace edit, as `applyEdit` records them in `edits`. */
+export class WorkspaceEdit {
+  readonly replacements: { uri: Uri; range: Range; text: string }[] = [];
+  replace(uri: Uri, range: Range, text: string): void {
+    this.replacements.push({ uri, range, text });
+  }
+}
+
+/** The workspace edits the extension applied, in order (the test's documents apply them). */
+export const edits: WorkspaceEdit[] = [];
+
+/** The documents open in the "editor" (`workspace.textDocuments`), set by the tests. */
+export const textDocuments: unknown[] = [];
 
 interface ContentProvider {
   provideTextDocumentContent(uri: Uri): string;
@@ -153,6 +181,9 @@ export const vscode = {
   },
   EventEmitter,
   Uri,
+  Position,
+  Range,
+  WorkspaceEdit,
   StatusBarAlignment: { Left: 1, Right: 2 },
   ProgressLocation: { SourceControl: 1, Window: 10, Notification: 15 },
   commands: {
@@ -257,6 +288,12 @@ export const vscode = {
         (settings[`${section}.${key}`] as T | undefined) ?? fallback,
     }),
     onDidChangeConfiguration: configurationChanged.event,
+    textDocuments,
+    async applyEdit(edit: WorkspaceEdit) {
+      edits.push(edit);
+      changed.fire();
+      return true;
+    },
     registerTextDocumentContentProvider(scheme: string, provider: ContentProvider) {
       providers.set(scheme, provider);
       return { dispose: () => providers.delete(scheme) };
@@ -287,6 +324,11 @@ export const vscode = {
     },
     fs: {
       readFile: async (uri: Uri) => new Uint8Array(readFileSync(uri.fsPath)),
+      writeFile: async (uri: Uri, bytes: Uint8Array) => {
+        mkdirSync(dirname(uri.fsPath), { recursive: true });
+        writeFileSync(uri.fsPath, bytes);
+        changed.fire();
+      },
     },
   },
   Disposable: { from: () => disposable },

@@ -8,19 +8,22 @@
 import hljs from "highlight.js/lib/common";
 import MarkdownIt from "markdown-it";
 
-import type {
-  ContextItem,
-  FromWebview,
-  PermissionOutcome,
-  PlanEntry,
-  ProgressEvent,
-  SessionSummary,
-  StopReason,
-  SubagentOrigin,
-  ToWebview,
-  ToolKind,
-  TranscriptItem,
-  Usage,
+import {
+  MODES,
+  type ContextItem,
+  type FromWebview,
+  type PermissionOutcome,
+  type PlanEntry,
+  type ProgressEvent,
+  type SessionMode,
+  type SessionSummary,
+  type StopReason,
+  type SubagentOrigin,
+  type SymbolMention,
+  type ToWebview,
+  type ToolKind,
+  type TranscriptItem,
+  type Usage,
 } from "../messages";
 import { relativeTime } from "../relative-time";
 
@@ -33,12 +36,32 @@ const markdown: MarkdownIt = new MarkdownIt({
   html: false,
   linkify: true,
   breaks: false,
-  highlight: (code: string, language: string): string => {
-    const lang = language && hljs.getLanguage(language) ? language : undefined;
+  highlight: (code: string, language: string, attrs: string): string => {
+    const fence = fenceInfo(language, attrs);
+    const lang = fence.language && hljs.getLanguage(fence.language) ? fence.language : undefined;
     const html = lang ? hljs.highlight(code, { language: lang }).value : hljs.highlightAuto(code).value;
-    return `<pre class="hljs"><code>${html}</code></pre>`;
+    const path = fence.path ? ` data-path="${markdown.utils.escapeHtml(fence.path)}"` : "";
+    return `<pre class="hljs"${path}><code>${html}</code></pre>`;
   },
 });
+/** What looks like a file path: `src/app.py`, `Makefile.am`, `./a/b` (no spaces, no scheme). */
+const PATH = /^(?![a-z]+:\/\/)[\w.\-/]*[\w-]\.[\w]+$|^(?![a-z]+:\/\/)[\w.\-]+\/[\w.\-/]+$/i;
+
+/**
+ * A fence's language and the file it names: ```` ```py src/app.py ````, ```` ```py:src/app.py ````, or
+ * a path alone (```` ```src/app.py ````).
+ */
+function fenceInfo(language: string, attrs: string): { language?: string; path?: string } {
+  const named = attrs.trim().split(/\s+/)[0] ?? "";
+  if (named && PATH.test(named)) return { language, path: named };
+  const colon = language.indexOf(":");
+  if (colon > 0 && PATH.test(language.slice(colon + 1))) return { language: language.slice(0, colon), path: language.slice(colon + 1) };
+  if (language && !hljs.getLanguage(language) && PATH.test(language)) {
+    return { language: language.split(".").pop(), path: language };
+  }
+  return { language };
+}
+
 // Links only where the text says so: `app.py` is a file name, not a Paraguayan domain.
 markdown.linkify.set({ fuzzyLink: false });
 
@@ -125,6 +148,10 @@ const stopButton = button("Stop", "debug-stop", "secondary stop hidden", () => p
 const commandMenu = el("ul", "command-menu hidden");
 commandMenu.setAttribute("role", "listbox");
 commandMenu.setAttribute("aria-label", "Commands");
+const modePicker = el("select", "mode-picker");
+modePicker.title = "The session's mode";
+modePicker.setAttribute("aria-label", "Mode");
+const modelButton = button("Model", "hubot", "chip-button model-picker", () => post({ type: "pickModel" }));
 const jumpButton = button("Latest", "arrow-down", "secondary jump-latest hidden", () => scrollToEnd(true));
 
 function buildPage(): void {
@@ -139,7 +166,7 @@ function buildPage(): void {
   empty.append(
     el("h2", "", "Ask tether"),
     el("p", "", "Ask about this workspace or ask for a change. Edits are shown as a diff and wait for your approval."),
-    el("p", "hint", "Enter sends, Shift+Enter starts a new line. / lists commands, @ attaches a file; or attach the selection or the current file."),
+    el("p", "hint", "Enter sends, Shift+Enter starts a new line. / lists commands, @ attaches a file or a symbol; or attach the selection or the current file."),
   );
   input.placeholder = "Ask tether… (Enter to send, Shift+Enter for a new line)";
   input.rows = 3;
@@ -160,16 +187,26 @@ function buildPage(): void {
       send();
     }
   });
-  const tools = el("div", "composer-tools");
-  tools.append(
+  // Two groups: what goes with the prompt, and how it runs (mode, model, Send); a narrow view
+  // puts the second on a line of its own.
+  const attachments = el("div", "composer-group");
+  attachments.append(
     button("Selection", "list-selection", "chip-button attach-selection", () =>
       post({ type: "attach", what: "selection" }),
     ),
     button("Current file", "file-add", "chip-button attach-file", () => post({ type: "attach", what: "file" })),
-    el("span", "spacer"),
-    stopButton,
-    sendButton,
   );
+  const runs = el("div", "composer-group run-group");
+  runs.append(modePicker, modelButton, stopButton, sendButton);
+  const tools = el("div", "composer-tools");
+  tools.append(attachments, runs);
+  for (const { mode, label, detail } of MODES) {
+    const option = el("option", "", label);
+    option.value = mode;
+    option.title = detail;
+    modePicker.append(option);
+  }
+  modePicker.addEventListener("change", () => post({ type: "setMode", mode: modePicker.value as SessionMode }));
   composer.append(commandMenu, chips, input, tools);
   log.append(empty);
   planPanel.setAttribute("aria-label", "Plan");
@@ -269,6 +306,8 @@ const commands: { list?: Command[]; asked: boolean } = { asked: false };
 /** A choice of the completion menu. */
 interface Choice {
   name: string;
+  /** A codicon shown before the label (a symbol's kind). */
+  icon?: string;
   label: string;
   hint?: string;
   description?: string;
@@ -323,19 +362,30 @@ function offerCommands(prefix: string): void {
   );
 }
 
-/** The files the extension found for the `@` word being typed. */
-function offerFiles(query: string, files: string[]): void {
+/** The files and symbols the extension found for the `@` word being typed. */
+function offerMentions(query: string, files: string[], symbols: SymbolMention[]): void {
   if (query !== mentions.query) return; // typed on meanwhile: a newer answer comes
-  showMenu(
-    files.map((file) => ({
-      name: file,
-      label: `@${file}`,
-      pick: () => {
-        replacePrompt(/@[^\s@]*$/, `@${file} `);
-        post({ type: "attachFile", path: file });
-      },
-    })),
-  );
+  const fileChoices: Choice[] = files.map((file) => ({
+    name: file,
+    icon: "file",
+    label: `@${file}`,
+    pick: () => {
+      replacePrompt(/@[^\s@]*$/, `@${file} `);
+      post({ type: "attachFile", path: file });
+    },
+  }));
+  const symbolChoices: Choice[] = symbols.map((symbol) => ({
+    name: `${symbol.file}#${symbol.name}`,
+    icon: `symbol-${symbol.kind}`,
+    label: `@${symbol.name}`,
+    hint: symbol.container,
+    description: `${symbol.file}:${symbol.lines[0]}`,
+    pick: () => {
+      replacePrompt(/@[^\s@]*$/, `@${symbol.name} `);
+      post({ type: "attachSymbol", symbol });
+    },
+  }));
+  showMenu([...fileChoices, ...symbolChoices]);
 }
 
 function replacePrompt(pattern: RegExp, text: string): void {
@@ -360,6 +410,7 @@ function drawCommandMenu(): void {
       item.setAttribute("role", "option");
       item.setAttribute("aria-selected", String(index === menu.active));
       item.dataset.name = choice.name;
+      if (choice.icon) item.append(icon(choice.icon, "command-icon"));
       item.append(el("span", "command-name", choice.label));
       if (choice.hint) item.append(el("span", "command-hint", choice.hint));
       if (choice.description) item.append(el("span", "command-description", choice.description));
@@ -425,8 +476,29 @@ function decorateCodeBlock(pre: HTMLElement): void {
   );
   bar.children[bar.children.length - 2]?.classList.add("copy");
   bar.lastElementChild?.classList.add("insert");
+  const path = pre.dataset.path ?? mentionedPath(pre);
+  const apply = iconButton(path ? `Apply to ${path}` : "Apply to the active editor", "diff", () =>
+    post({ type: "apply", text: code(), path }),
+  );
+  apply.classList.add("apply");
+  if (path) apply.dataset.path = path;
+  bar.append(apply);
   pre.replaceWith(block);
   block.append(bar, pre);
+}
+
+/**
+ * The file the text just before a code block names in code at its very end ("In `src/app.py`:"),
+ * which the block is then applied to.
+ */
+function mentionedPath(pre: HTMLElement): string | undefined {
+  const before = pre.previousElementSibling;
+  if (!(before instanceof HTMLParagraphElement)) return undefined;
+  const codes = before.querySelectorAll("code");
+  const last = codes[codes.length - 1]?.textContent?.trim();
+  if (!last || !PATH.test(last)) return undefined;
+  const text = (before.textContent ?? "").trimEnd().replace(/[:.]$/, "").trimEnd();
+  return text.endsWith(last) ? last : undefined;
 }
 
 function newTurn(prompt: string, context: ContextItem[], messageId?: string): Turn {
@@ -1023,6 +1095,16 @@ function chip(item: ContextItem, index?: number): HTMLElement {
   return node;
 }
 
+/** The session's mode in the picker, its model on the button beside it. */
+function showConfig(mode: SessionMode, model: string | undefined): void {
+  modePicker.value = mode;
+  const entry = MODES.find((item) => item.mode === mode);
+  modePicker.title = entry ? `Mode: ${entry.detail}` : "The session's mode";
+  const label = modelButton.querySelector(".label");
+  if (label) label.textContent = model ?? "Model";
+  modelButton.title = model ? `Model: ${model} (click to change it)` : "Set the model";
+}
+
 function showContext(items: ContextItem[]): void {
   state.context = items;
   chips.replaceChildren(...items.map((item, index) => chip(item, index)));
@@ -1150,7 +1232,10 @@ function receive(message: ToWebview): void {
       updateCommandMenu();
       break;
     case "mentions":
-      offerFiles(message.query, message.files);
+      offerMentions(message.query, message.files, message.symbols);
+      break;
+    case "sessionConfig":
+      showConfig(message.mode, message.model);
       break;
     default:
       break;

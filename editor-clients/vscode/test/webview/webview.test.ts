@@ -603,6 +603,59 @@ describe("the chat view's webview script in headless Chromium", { timeout: 300_0
     await clean();
   });
 
+  test("code blocks: Apply posts the code and the file the fence or the text just before names", async () => {
+    const answer = [
+      "In `src/app.py`:",
+      "",
+      "```python",
+      "def main():",
+      "    return 43",
+      "```",
+      "",
+      "The whole file:",
+      "",
+      "```python src/other.py",
+      "x = 1",
+      "```",
+      "",
+      "```ts:src/a.ts",
+      "let a = 1;",
+      "```",
+      "",
+      "See `src/app.py` for more. Or this:",
+      "",
+      "```",
+      "plain",
+      "```",
+    ].join("\n");
+    await feed([...started, { type: "progress", event: { kind: "message_delta", messageId: "a1", text: answer } }]);
+    const applies = tab.locator(".message.assistant .code-block button.apply");
+    assert.equal(await applies.count(), 4);
+    assert.deepEqual(
+      await applies.evaluateAll((nodes) => nodes.map((node) => node.getAttribute("title"))),
+      ["Apply to src/app.py", "Apply to src/other.py", "Apply to src/a.ts", "Apply to the active editor"],
+    );
+    // The fence's file does not hide its language.
+    assert.ok((await tab.locator(".code-block").nth(1).locator(".hljs-number").count()) > 0, "python highlighted");
+    const sent: { text: string; path?: string }[] = [];
+    for (let index = 0; index < 4; index += 1) {
+      await tab.locator(".code-block").nth(index).hover();
+      await applies.nth(index).click();
+      const last = (await posted()).at(-1);
+      assert.ok(last?.type === "apply", JSON.stringify(last));
+      sent.push({ text: last.text, path: last.path ?? undefined });
+    }
+    assert.deepEqual(sent, [
+      { text: "def main():\n    return 43", path: "src/app.py" },
+      { text: "x = 1", path: "src/other.py" },
+      { text: "let a = 1;", path: "src/a.ts" },
+      { text: "plain", path: undefined },
+    ]);
+    await tab.locator(".code-block").first().hover();
+    await tab.screenshot({ path: join(ARTIFACTS, "webview-apply.png") });
+    await clean();
+  });
+
   test("an error is scrolled into view with Retry, which posts retry", async () => {
     await feed([...started, ...streamed(60)]);
     await tab.locator(".log").evaluate((node) => {
@@ -677,19 +730,57 @@ describe("the chat view's webview script in headless Chromium", { timeout: 300_0
     await prompt.click();
     await tab.keyboard.type("Explain @ap");
     assert.deepEqual((await posted()).at(-1), { type: "mentions", query: "ap" });
-    await feed([{ type: "mentions", query: "ap", files: ["src/app.py", "src/apply.py"] }]);
+    await feed([{ type: "mentions", query: "ap", files: ["src/app.py", "src/apply.py"], symbols: [] }]);
     const menu = tab.locator(".command-menu");
     assert.deepEqual(await menu.locator(".command-name").allTextContents(), ["@src/app.py", "@src/apply.py"]);
     // An answer for an older word is not shown over the newer one.
     await tab.keyboard.type("p");
-    await feed([{ type: "mentions", query: "ap", files: ["stale.py"] }]);
+    await feed([{ type: "mentions", query: "ap", files: ["stale.py"], symbols: [] }]);
     assert.equal(await menu.isVisible(), false);
-    await feed([{ type: "mentions", query: "app", files: ["src/app.py"] }]);
+    await feed([{ type: "mentions", query: "app", files: ["src/app.py"], symbols: [] }]);
     await tab.screenshot({ path: join(ARTIFACTS, "webview-mention.png") });
     await tab.keyboard.press("Enter");
     assert.equal(await prompt.inputValue(), "Explain @src/app.py ");
     assert.deepEqual((await posted()).at(-1), { type: "attachFile", path: "src/app.py" });
     assert.ok(!(await posted()).some((m) => m.type === "send"), "Enter picked, did not send");
+    await clean();
+  });
+
+  test("`@` offers workspace symbols after the files; a picked one is attached by its lines", async () => {
+    const prompt = tab.locator(".composer .prompt");
+    await prompt.click();
+    await tab.keyboard.type("Explain @mai");
+    const symbol = { name: "main", kind: "function", file: "src/app.py", lines: [1, 2] as [number, number] };
+    const method = { name: "main_loop", kind: "method", file: "src/app.py", lines: [5, 9] as [number, number], container: "App" };
+    await feed([{ type: "mentions", query: "mai", files: ["src/main.py"], symbols: [symbol, method] }]);
+    const menu = tab.locator(".command-menu");
+    assert.deepEqual(await menu.locator(".command-name").allTextContents(), ["@src/main.py", "@main", "@main_loop"]);
+    assert.equal(await menu.locator(".command").nth(1).locator(".codicon-symbol-function").count(), 1);
+    assert.deepEqual(await menu.locator(".command").nth(2).locator(".command-hint, .command-description").allTextContents(), [
+      "App",
+      "src/app.py:5",
+    ]);
+    await tab.screenshot({ path: join(ARTIFACTS, "webview-mention-symbol.png") });
+    await tab.keyboard.press("ArrowDown");
+    await tab.keyboard.press("Enter");
+    assert.equal(await prompt.inputValue(), "Explain @main ");
+    assert.deepEqual((await posted()).at(-1), { type: "attachSymbol", symbol });
+    await clean();
+  });
+
+  test("the mode picker beside the prompt shows the session's mode and sets another; the model button picks", async () => {
+    const picker = tab.locator(".composer select.mode-picker");
+    assert.equal(await picker.inputValue(), "ask");
+    assert.deepEqual(await picker.locator("option").allTextContents(), ["Ask", "Accept edits", "Read only"]);
+    await feed([{ type: "sessionConfig", mode: "read_only", model: "gpt-test" }]);
+    assert.equal(await picker.inputValue(), "read_only");
+    const model = tab.locator(".composer button.model-picker");
+    assert.equal(await model.innerText(), "gpt-test");
+    await tab.screenshot({ path: join(ARTIFACTS, "webview-mode-picker.png") });
+    await picker.selectOption("accept_edits");
+    assert.deepEqual((await posted()).at(-1), { type: "setMode", mode: "accept_edits" });
+    await model.click();
+    assert.deepEqual((await posted()).at(-1), { type: "pickModel" });
     await clean();
   });
 
