@@ -102,6 +102,23 @@ async def test_the_http_client_is_made_again_only_when_max_connections_changes(
     assert [r.body["model"] for r in endpoint.requests] == ["model-a", "model-b", "model-b"]
 
 
+async def test_the_approval_policy_changed_in_the_settings_holds_from_the_next_run(
+    connection: Connection, endpoint: ModelServer, project: Path
+):
+    """The client declared no permissions: under ``ask`` a write is refused, under ``auto`` made."""
+    write = [Call("write_file", {"path": "out.txt", "content": "written\n"})]
+    endpoint.push(Reply(tool_calls=write), Reply(text="Refused."))
+    endpoint.push(Reply(tool_calls=write), Reply(text="Done."))
+    sid = (await connection.request("session/create", {}))["sessionId"]
+    refused = await run(connection, sid, "write it")
+    assert refused["toolCalls"][0]["isError"] and not (project / "out.txt").exists()
+    auto = layer(endpoint, "model-a", tools={"approval": "auto"})
+    connection.notify(SETTINGS, {"settings": auto})
+    made = await run(connection, sid, "write it now")
+    assert not made["toolCalls"][0]["isError"]
+    assert (project / "out.txt").read_text() == "written\n"
+
+
 async def test_invalid_settings_warn_and_the_previous_configuration_stays(
     connection: Connection, endpoint: ModelServer
 ):
