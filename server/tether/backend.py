@@ -379,6 +379,7 @@ class Backend:
             logger.warning("%s", message)
             self.warn(message)
         logger.info("settings changed by the client: the next runs use them")
+        preload_provider(self.config().provider.type)  # a provider not used yet: loaded now
         return held
 
     def _keep(self, key: Path | None, read: _Read) -> None:
