@@ -407,7 +407,7 @@ describe("the tether chat view in code-server", { timeout: 900_000 }, () => {
     await chat().locator(".session-item").first().waitFor({ timeout: WAIT });
     assert.equal(await chat().locator(".session-item").count(), sessions);
     await chat().locator('.sessions button[title="Close"]').click();
-    await screenshot("resumed-after-setting-change");
+    await screenshot("setting-changed-mid-chat");
   });
 
   test("the view stays where the user reads while an answer streams on", async () => {
