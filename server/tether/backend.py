@@ -101,7 +101,10 @@ class Backend:
         self._workspace: Path | None = None  # the default workspace (a local folder)
         self._folders: dict[Path | None, _Folder] = {}  # each workspace's configuration
         self._init_options: Mapping[str, Any] | None = None
+        self._init_source: str | None = None  # the layer's name in errors (None: initialize's)
         self._http: httpx.AsyncClient | None = None
+        self._http_limit = 0  # the max_connections of _http
+        self._old_http: list[httpx.AsyncClient] = []  # replaced, still serving runs begun on them
         self._providers: dict[str, Provider] = {}
         self._mcp: McpManager | None = None  # made when a session or a run first needs it
         self._mcp_starts: dict[str, asyncio.Task[None]] = {}  # a new session's servers starting
@@ -313,23 +316,78 @@ class Backend:
         files = [] if user is None else [user]
         return files if workspace is None else [*files, workspace_config_path(workspace)]
 
-    def _read_folder(self, workspace: Path | None) -> _Read:
+    def _read_folder(self, workspace: Path | None, settings: _Settings | None = None) -> _Read:
         """Every layer but a workspace file that cannot be used, which is kept as the error
-        (reads files: on a thread, or the first time outside a run)."""
-        from tether.config import load_config
+        (reads files: on a thread, or the first time outside a run). ``settings``: the client's
+        layer and its name, when not the one in force."""
+        from tether.config import INIT_OPTIONS_SOURCE, load_config
 
+        options, source = settings or (self._init_options, self._init_source)
         identity = _identity(self._files(workspace))  # first: a change while reading is seen
         errors: list[ConfigError] = []
         try:
             config = load_config(
                 workspace=workspace,
                 environ=self._environ,
-                init_options=self._init_options,
+                init_options=options,
                 on_workspace_error=errors.append,
+                init_source=source or INIT_OPTIONS_SOURCE,
             )
         except ConfigError as exc:  # the user's own layers
             return _Read(identity, None, exc)
         return _Read(identity, config, errors[0] if errors else None)
+
+    def settings_changed(self, settings: object) -> None:
+        """``workspace/didChangeConfiguration`` (a notification: nothing to answer) by
+        :meth:`reconfigure`; settings that cannot be used are a warning to the user, and the
+        configuration in force stays."""
+        try:
+            self.reconfigure(settings)
+        except ConfigError as exc:
+            message = f"the new settings were not applied (the previous ones stay): {exc.message}"
+            logger.warning("%s", message)
+            self.warn(message)
+
+    def reconfigure(self, settings: object) -> list[str]:
+        """``workspace/didChangeConfiguration``: ``settings`` (:func:`tether.config.settings_layer`)
+        replace the client's layer that ``initializationOptions`` set, validated as that layer
+        is, over the same files and environment. Runs in progress keep the configuration they
+        began with; the next ones read the new one. What a running server keeps
+        (:data:`tether.config.RESTART_SECTIONS`) stays as it started: the keys whose change
+        was held back are returned, and the user is told. Invalid settings change nothing and
+        raise :class:`ConfigError`. Reads the configuration files on the calling thread, so
+        that changes apply in the order they come."""
+        from tether.config import SETTINGS_SOURCE, held_for_restart, keep_restart_sections
+        from tether.config import settings_layer as layer_of
+
+        layer = layer_of(settings)
+        if layer is None:
+            return []
+        key = self._workspace
+        before = self.config()
+        read = self._read_folder(key, (layer, SETTINGS_SOURCE))
+        if read.config is None:
+            assert read.error is not None
+            raise read.error
+        held = held_for_restart(before, read.config)
+        if held:
+            layer = keep_restart_sections(layer, self._init_options)
+            read = self._read_folder(key, (layer, SETTINGS_SOURCE))
+            assert read.config is not None  # the layers that loaded, with sections that did
+        self._init_options, self._init_source = layer, SETTINGS_SOURCE
+        self._folders.clear()  # each other folder is read again when next asked for
+        self._instructions_listed.clear()
+        self._keep(key, read)
+        if held:
+            message = (
+                f"{', '.join(held)}: changed in the settings, but the server keeps the value "
+                "it started with until it restarts (the other settings apply now)"
+            )
+            logger.warning("%s", message)
+            self.warn(message)
+        logger.info("settings changed by the client: the next runs use them")
+        preload_provider(self.config().provider.type)  # a provider not used yet: loaded now
+        return held
 
     def _keep(self, key: Path | None, read: _Read) -> None:
         """Keep what :meth:`_read_folder` read; the user's own layers broken since the folder
@@ -410,8 +468,8 @@ class Backend:
             await self._mcp.aclose()
         for provider in self._providers.values():
             await provider.aclose()
-        if self._http is not None:
-            await self._http.aclose()
+        for http in [*self._old_http, *([self._http] if self._http is not None else [])]:
+            await http.aclose()
         await self.sessions.store.aclose()
 
     def _provider(self, config: ProviderConfig) -> Provider:
@@ -422,19 +480,23 @@ class Backend:
         key = config.model_dump_json()
         provider = self._providers.get(key)
         if provider is None:
-            provider = self._providers[key] = make_provider(config, self._shared_http)
+            limit = config.max_connections  # not a workspace file's key: the same everywhere
+            provider = make_provider(config, lambda: self._shared_http(limit))
+            self._providers[key] = provider
         return provider
 
-    def _shared_http(self) -> httpx.AsyncClient:
+    def _shared_http(self, max_connections: int) -> httpx.AsyncClient:
         """The one HTTP client every provider shares, made on first use with the configured
-        ``provider.max_connections`` and closed by :meth:`aclose`."""
-        if self._http is None:
-            from tether.providers.client import DEFAULT_MAX_CONNECTIONS, make_client
+        ``provider.max_connections``, made again when the settings change that (the providers
+        made before keep theirs, and the runs on them too), and closed by :meth:`aclose`."""
+        from tether.providers.client import make_client
 
-            limit = DEFAULT_MAX_CONNECTIONS
-            if (folder := self._folders.get(self._workspace)) is not None:
-                limit = folder.config.provider.max_connections  # not a workspace file's key
-            self._http = make_client(limit)
+        if self._http is not None and self._http_limit != max_connections:
+            self._old_http.append(self._http)
+            self._http = None
+        if self._http is None:
+            self._http = make_client(max_connections)
+            self._http_limit = max_connections
         return self._http
 
     @property
@@ -567,6 +629,7 @@ class _McpArguments(TypedDict):
 
 
 _Identity = tuple[tuple[int, ...] | None, ...]
+_Settings = tuple["Mapping[str, Any] | None", "str | None"]  # a client layer and its name
 
 
 def _identity(files: list[Path]) -> _Identity:

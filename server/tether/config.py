@@ -63,6 +63,13 @@ ENV_ALIASES: Final[Mapping[str, str]] = MappingProxyType(
 set): the variables tether read before every key had one."""
 
 INIT_OPTIONS_SOURCE: Final = "initializationOptions"
+SETTINGS_SOURCE: Final = "workspace/didChangeConfiguration"
+"""The client's layer as ``workspace/didChangeConfiguration`` replaces it on a running server."""
+
+RESTART_SECTIONS: Final = ("sessions", "limits", "log", "checkpoints")
+"""The sections a running server keeps as it started with (its store and the sweep of it, the
+wire's limits, the log, the checkpoint store): a change of the client's layer to them waits for
+a restart (:func:`held_for_restart`)."""
 
 _SECRET_WORDS: Final = ("key", "token", "secret")
 _MAX_ECHO: Final = 80
@@ -511,6 +518,7 @@ def load_config(
     environ: Mapping[str, str] = os.environ,
     init_options: Mapping[str, Any] | None = None,
     on_workspace_error: Callable[[ConfigError], None] | None = None,
+    init_source: str = INIT_OPTIONS_SOURCE,
 ) -> TetherConfig:
     """Defaults < user file < workspace file < environment < ``initializationOptions``.
 
@@ -521,6 +529,8 @@ def load_config(
     A workspace file that is invalid, or sets what a workspace file may not, is a
     :class:`ConfigError`; with ``on_workspace_error`` it is handed there instead and the file is
     left out whole (a repository's mistake does not stop the user's own configuration).
+    ``init_source`` names the client's layer in errors (it may come from
+    ``workspace/didChangeConfiguration``: :data:`SETTINGS_SOURCE`).
     """
     config = TetherConfig()
     user_file = user_config_path(environ)
@@ -535,7 +545,49 @@ def load_config(
             on_workspace_error(exc)
     for source, layer in _environment_layers(environ):
         config = _overlay(config, layer, source, strict=False)
-    return config.overlay(init_options, source=INIT_OPTIONS_SOURCE)
+    return config.overlay(init_options, source=init_source)
+
+
+def settings_layer(settings: object) -> dict[str, Any] | None:
+    """The client's layer that ``workspace/didChangeConfiguration`` carries in ``settings``: the
+    table itself, or the one under its only key ``tether`` (how editors group settings by
+    server). None when it carries none (null, or an empty table: eglot sends ``{}`` right after
+    the handshake), so that the layer ``initializationOptions`` set stays. Anything but a table
+    is a :class:`ConfigError`."""
+    if settings is None:
+        return None
+    if not isinstance(settings, Mapping):
+        raise _error(SETTINGS_SOURCE, None, "settings must be an object of configuration keys")
+    inner = settings.get("tether")
+    if len(settings) == 1 and isinstance(inner, Mapping):
+        settings = inner
+    return dict(settings) or None
+
+
+def held_for_restart(before: TetherConfig, after: TetherConfig) -> list[str]:
+    """The dotted keys of :data:`RESTART_SECTIONS` whose values differ from ``before`` to
+    ``after`` (what a running server cannot take)."""
+    changed = []
+    for section in RESTART_SECTIONS:
+        old, new = getattr(before, section), getattr(after, section)
+        changed += [
+            f"{section}.{name}"
+            for name in type(old).model_fields
+            if getattr(old, name) != getattr(new, name)
+        ]
+    return changed
+
+
+def keep_restart_sections(
+    layer: Mapping[str, Any], previous: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """``layer`` with :data:`RESTART_SECTIONS` as ``previous`` (the layer the server started
+    with) has them: what a running server takes of a new client layer."""
+    kept = {key: value for key, value in layer.items() if key not in RESTART_SECTIONS}
+    for section in RESTART_SECTIONS:
+        if previous is not None and section in previous:
+            kept[section] = previous[section]
+    return kept
 
 
 def _with_workspace_file(trusted: TetherConfig, workspace: Path) -> TetherConfig:

@@ -59,9 +59,9 @@ const SCRIPT = [
 const paragraphs = (count, what) =>
   Array.from({ length: count }, (_, index) => `${what} paragraph ${index + 1}: the story goes on.`).join("\n\n");
 
-/** The script of the server that a settings change starts mid-chat (tether.provider points to it). */
-const SCRIPT_AFTER_RESTART = [
-  // "Do you remember?" (the session resumed on the new server)
+/** The script a settings change mid-chat points tether.provider to (the running server takes it). */
+const SCRIPT_AFTER_CHANGE = [
+  // "Do you remember?" (the same session, on the same server, with the new provider)
   { text: "Yes: you asked what is in app.py." },
   // "Tell me a long story"
   { text: paragraphs(60, "Long") },
@@ -187,8 +187,8 @@ describe("the tether chat view in code-server", { timeout: 900_000 }, () => {
     writeFileSync(join(project, "src", "app.py"), "def main():\n    return 42\n");
     const script = join(base, "script.json");
     writeFileSync(script, JSON.stringify(SCRIPT));
-    script2 = join(base, "script-after-restart.json");
-    writeFileSync(script2, JSON.stringify(SCRIPT_AFTER_RESTART));
+    script2 = join(base, "script-after-change.json");
+    writeFileSync(script2, JSON.stringify(SCRIPT_AFTER_CHANGE));
     userData = join(base, "user-data");
     const extensions = join(base, "extensions");
     mkdirSync(join(userData, "User"), { recursive: true });
@@ -387,16 +387,17 @@ describe("the tether chat view in code-server", { timeout: 900_000 }, () => {
     await screenshot("restored");
   });
 
-  test("a setting changed mid-chat restarts the server and keeps the conversation", async () => {
+  test("a setting changed mid-chat goes to the running server and keeps the conversation", async () => {
     const title = await chat().locator(".session-title").textContent();
     const turns = await chat().locator(".turn").count();
     await chat().locator('.header button[title="Sessions"]').click();
     await chat().locator(".session-item").first().waitFor({ timeout: WAIT });
     const sessions = await chat().locator(".session-item").count();
     await chat().locator('.sessions button[title="Close"]').click();
-    // The user points tether.provider elsewhere (settings.json): the server restarts.
+    // The user points tether.provider elsewhere (settings.json): the running server takes it.
     await changeSettings({ "tether.provider": { type: "scripted", script: script2 } });
-    await chat().locator(".notice.info", { hasText: "restarted with the new settings" }).waitFor({ timeout: WAIT });
+    await chat().locator(".notice.info", { hasText: "Settings changed: the next turn uses them" }).waitFor({ timeout: WAIT });
+    assert.equal(await chat().locator(".notice", { hasText: "restarted" }).count(), 0, "no restart");
     await sendPrompt("Do you remember?");
     const turn = await finishedTurn();
     assert.match(await turn.locator(".message.assistant .markdown").textContent(), /you asked what is in app\.py/);
@@ -408,7 +409,7 @@ describe("the tether chat view in code-server", { timeout: 900_000 }, () => {
     await chat().locator(".session-item").first().waitFor({ timeout: WAIT });
     assert.equal(await chat().locator(".session-item").count(), sessions);
     await chat().locator('.sessions button[title="Close"]').click();
-    await screenshot("resumed-after-setting-change");
+    await screenshot("setting-changed-mid-chat");
   });
 
   test("the view stays where the user reads while an answer streams on", async () => {

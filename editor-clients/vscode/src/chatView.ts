@@ -165,6 +165,11 @@ export class ChatView implements vscode.WebviewViewProvider, vscode.Disposable {
     void this.view?.webview.postMessage(message);
   }
 
+  /** An information line in the view (nothing when it is not shown). */
+  notice(message: string): void {
+    this.post({ type: "notice", level: "info", message });
+  }
+
   /** Show the view (and create it if it never was). */
   async reveal(): Promise<void> {
     await vscode.commands.executeCommand(`${ChatView.viewType}.focus`);

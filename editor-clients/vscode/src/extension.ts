@@ -22,12 +22,17 @@ const TRANSCRIPT_SCHEME = "tether-transcript";
 const MAX_RESTARTS = 3;
 
 /**
- * The settings the server reads when it starts (its command line and `initializationOptions`): a
- * change restarts it, and the chat view resumes its session on the new one. The server takes
- * `workspace/didChangeConfiguration` without acting on it (docs/protocol.md), so none of these can
- * be changed on a running server.
+ * The settings the server reads only when it starts (its command line, its session store): a change
+ * restarts it, and the chat view resumes its session on the new one.
  */
-const RESTART_SETTINGS = ["tether.serverCommand", "tether.provider", "tether.approval", "tether.sessions.store"];
+const RESTART_SETTINGS = ["tether.serverCommand", "tether.sessions.store"];
+/**
+ * The settings a running server takes (`workspace/didChangeConfiguration`, docs/protocol.md): a
+ * change is sent to it; the turn in progress keeps the ones it began with, the next turn uses them.
+ */
+const LIVE_SETTINGS = ["tether.provider", "tether.approval"];
+/** What the chat view says once changed settings went to the running server. */
+const SETTINGS_SENT = "Settings changed: the next turn uses them; this conversation goes on.";
 /** The workspace state key of the chat view's session, resumed when VS Code opens the workspace again. */
 const CHAT_SESSION_KEY = "tether.chatSession";
 
@@ -108,6 +113,7 @@ class TetherExtension implements vscode.Disposable {
       }),
       vscode.workspace.onDidChangeConfiguration((event) => {
         if (RESTART_SETTINGS.some((name) => event.affectsConfiguration(name))) void this.restartForSettings();
+        else if (LIVE_SETTINGS.some((name) => event.affectsConfiguration(name))) void this.sendSettings();
       }),
       this,
     );
@@ -128,13 +134,7 @@ class TetherExtension implements vscode.Disposable {
     const configured = config.get<string[]>("serverCommand") ?? [];
     const python = vscode.workspace.getConfiguration("python").get<string>("defaultInterpreterPath");
     const command = configured.length > 0 ? configured : defaultCommand(python || undefined);
-    const provider = config.get<Record<string, unknown>>("provider") ?? {};
-    const approval = config.get<string>("approval") ?? "ask";
-    const store = config.get<string>("sessions.store") ?? "sqlite";
-    const initializationOptions: Record<string, unknown> = { tools: { approval } };
-    if (Object.keys(provider).length > 0) initializationOptions.provider = provider;
-    // Empty: the store tether's own configuration names (config.toml, TETHER_SESSIONS_STORE).
-    if (store.trim()) initializationOptions.sessions = { store: store.trim() };
+    const initializationOptions = settingsLayer();
     const folders = vscode.workspace.workspaceFolders ?? [];
     this.output.appendLine(`[tether] starting ${command.join(" ")}`);
     const connection = await TetherConnection.start({
@@ -142,13 +142,9 @@ class TetherExtension implements vscode.Disposable {
       cwd: folders[0]?.uri.fsPath,
       workspaceFolders: folders.map((folder) => folder.uri.toString()),
       initializationOptions,
-      onPermission:
-        approval === "ask"
-          ? (params, token) =>
-              this.chat?.asks(params)
-                ? this.chat.askPermission(params, token)
-                : this.askPermission(params, token)
-          : undefined,
+      // Always: the server asks only while `tether.approval` is "ask", which may change live.
+      onPermission: (params, token) =>
+        this.chat?.asks(params) ? this.chat.askPermission(params, token) : this.askPermission(params, token),
       onStderr: (text) => this.output.append(text),
     });
     connection.onProgress((params) => {
@@ -212,6 +208,23 @@ class TetherExtension implements vscode.Disposable {
       await this.server();
       await this.chat?.resume("The server restarted with the new settings: this conversation goes on.");
     });
+  }
+
+  /**
+   * A setting the running server takes changed: send all of them (they replace the layer
+   * `initializationOptions` set). No server yet: the one started next reads them.
+   */
+  private async sendSettings(): Promise<void> {
+    const connection = this.live ?? (await this.connection?.catch(() => undefined));
+    if (!connection?.running) return;
+    try {
+      await connection.changeSettings(settingsLayer());
+    } catch (error) {
+      this.output.appendLine(`[tether] could not send the settings: ${describe(error)}`);
+      return;
+    }
+    this.output.appendLine("[tether] settings changed: sent to the server, the next turn uses them");
+    this.chat?.notice(SETTINGS_SENT);
   }
 
   private async stopServer(): Promise<void> {
@@ -543,4 +556,17 @@ export function activate(context: vscode.ExtensionContext): void {
 export async function deactivate(): Promise<void> {
   await extension?.stop();
   extension = undefined;
+}
+
+/** The client's layer of the server's configuration (`initializationOptions`), from the `tether.*` settings. */
+function settingsLayer(): Record<string, unknown> {
+  const config = vscode.workspace.getConfiguration("tether");
+  const provider = config.get<Record<string, unknown>>("provider") ?? {};
+  const approval = config.get<string>("approval") ?? "ask";
+  const store = config.get<string>("sessions.store") ?? "sqlite";
+  const layer: Record<string, unknown> = { tools: { approval } };
+  if (Object.keys(provider).length > 0) layer.provider = provider;
+  // Empty: the store tether's own configuration names (config.toml, TETHER_SESSIONS_STORE).
+  if (store.trim()) layer.sessions = { store: store.trim() };
+  return layer;
 }

@@ -421,6 +421,12 @@ export class TetherConnection implements Disposable {
       : this.connection.sendRequest<R>(method, params);
   }
 
+  /** `workspace/didChangeConfiguration`: `settings` replace the layer `initializationOptions` set. */
+  async changeSettings(settings: Record<string, unknown>): Promise<void> {
+    if (this.exitInfo) return;
+    await this.connection.sendNotification("workspace/didChangeConfiguration", { settings });
+  }
+
   onProgress(handler: (params: ProgressParams) => void): Disposable {
     return this.progressEmitter.event(handler);
   }

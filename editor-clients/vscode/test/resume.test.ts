@@ -1,7 +1,7 @@
 /**
- * The chat view's conversation outlives the server: a setting that restarts it, VS Code reopening
- * the workspace, and, when the store cannot give the session back, a notice in the view. Against
- * the real server, with its default store (SQLite, here in the test's own data directory).
+ * The chat view's conversation outlives a change of settings (sent to the running server, or a
+ * restart for those it cannot take), VS Code reopening the workspace, and, when the store cannot
+ * give the session back, a notice in the view. Against the real server, with its default store (SQLite, here in the test's own data directory).
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
@@ -77,7 +77,15 @@ describe("the chat view keeps its conversation when the server restarts", { time
     ws.remove();
   });
 
-  test("a setting changed mid-chat restarts the server; the view and the next prompt stay in the session", { timeout: 60_000 }, async () => {
+  /** The text the view was streamed from `from` on. */
+  function answered(from: number): string {
+    return webview.received
+      .slice(from)
+      .flatMap((m) => (m.type === "progress" && m.event.kind === "message_delta" ? [m.event.text] : []))
+      .join("");
+  }
+
+  test("a provider changed mid-chat goes to the running server; the next prompt uses it in the same session", { timeout: 60_000 }, async () => {
     webview.send({ type: "ready" });
     webview.send({ type: "send", text: "Remember 7." });
     sessionId = (await webview.next("turnStarted")).sessionId;
@@ -87,23 +95,15 @@ describe("the chat view keeps its conversation when the server restarts", { time
     const from = webview.received.length;
     stub.settings["tether.provider"] = ws.provider([{ text: "You said 7." }]);
     stub.changeConfiguration("tether.provider");
-    const shown = await webview.next("session", from);
-    assert.equal(shown.sessionId, sessionId);
-    assert.deepEqual(
-      shown.items.filter((item) => item.type === "user" || item.type === "assistant").map((item) => item.text),
-      ["Remember 7.", "Noted: 7."],
-    );
-    assert.equal(serverPids().length, pids + 1, "a new server");
-    const notice = await webview.next("notice", from);
-    assert.deepEqual(notice, {
-      type: "notice",
-      level: "info",
-      message: "The server restarted with the new settings: this conversation goes on.",
-    });
-
-    webview.send({ type: "send", text: "What did I say?" });
+    webview.send({ type: "send", text: "What did I say?" }); // at once: the settings went first
     assert.equal((await webview.next("turnStarted", from)).sessionId, sessionId);
     assert.equal((await webview.next("turnFinished", from)).stopReason, "end_turn");
+    assert.equal(answered(from), "You said 7.", "the new provider answered");
+    assert.equal(serverPids().length, pids, "the same server");
+    assert.deepEqual(
+      webview.received.slice(from).filter((m) => m.type === "notice"),
+      [{ type: "notice", level: "info", message: "Settings changed: the next turn uses them; this conversation goes on." }],
+    );
     webview.send({ type: "listSessions" });
     const { sessions } = await webview.next("sessions", from);
     assert.deepEqual(
@@ -112,19 +112,38 @@ describe("the chat view keeps its conversation when the server restarts", { time
     );
   });
 
-  test("a setting changed while a turn runs restarts the server once the turn has ended", { timeout: 60_000 }, async () => {
+  test("a provider changed while a turn runs leaves that turn as it began; the next turn uses it", { timeout: 60_000 }, async () => {
     stub.settings["tether.provider"] = ws.provider([{ text: "Slow answer.", delay: 1.5 }]);
     stub.changeConfiguration("tether.provider");
     let from = webview.received.length;
     webview.send({ type: "send", text: "Take a moment." });
     await webview.next("progress", from, (m) => m.event.kind === "message_delta");
     const pids = serverPids().length;
-    stub.settings["tether.provider"] = ws.provider([{ text: "After the restart." }]);
+    stub.settings["tether.provider"] = ws.provider([{ text: "After the change." }]);
     stub.changeConfiguration("tether.provider");
+    assert.equal((await webview.next("turnFinished", from)).stopReason, "end_turn", "the turn was not cut short");
+    assert.equal(answered(from), "Slow answer.");
+    from = webview.received.length;
+    webview.send({ type: "send", text: "And now?" });
+    assert.equal((await webview.next("turnStarted", from)).sessionId, sessionId);
+    assert.equal((await webview.next("turnFinished", from)).stopReason, "end_turn");
+    assert.equal(answered(from), "After the change.");
+    assert.equal(serverPids().length, pids, "the same server");
+  });
+
+  test("a setting that needs a restart, changed while a turn runs, restarts the server once the turn has ended", { timeout: 60_000 }, async () => {
+    stub.settings["tether.provider"] = ws.provider([{ text: "Slow answer.", delay: 1.5 }, { text: "On the new server." }]);
+    stub.changeConfiguration("tether.provider");
+    let from = webview.received.length;
+    webview.send({ type: "send", text: "Take a moment." });
+    await webview.next("progress", from, (m) => m.event.kind === "message_delta");
+    const pids = serverPids().length;
+    stub.changeConfiguration("tether.serverCommand");
     const finished = await webview.next("turnFinished", from);
     assert.equal(finished.stopReason, "end_turn", "the turn was not cut short");
     from = webview.received.length;
-    await webview.next("notice", from);
+    const notice = await webview.next("notice", from);
+    assert.equal(notice.message, "The server restarted with the new settings: this conversation goes on.");
     assert.equal(serverPids().length, pids + 1);
     const shown = await webview.next("session", from);
     assert.equal(shown.sessionId, sessionId);
@@ -136,7 +155,7 @@ describe("the chat view keeps its conversation when the server restarts", { time
     webview.send({ type: "ready" });
     const shown = await webview.next("session");
     assert.equal(shown.sessionId, sessionId);
-    assert.equal(shown.items.filter((item) => item.type === "user").length, 3);
+    assert.equal(shown.items.filter((item) => item.type === "user").length, 5);
   });
 
   test("a server that crashes is started again and the view shows its session again", { timeout: 60_000 }, async () => {

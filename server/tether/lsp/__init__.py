@@ -4,8 +4,9 @@
 itself, with the standard capabilities beside its own: :mod:`tether.protocol.lifecycle`):
 
 - text sync: ``didOpen``/``didChange``/``didClose`` keep the client's buffers, which the file
-  tools read (:mod:`tether.lsp.documents`); ``didSave``, configuration, watched files and other
-  notifications are taken quietly;
+  tools read (:mod:`tether.lsp.documents`); ``didSave``, watched files and other notifications
+  are taken quietly (``workspace/didChangeConfiguration`` never comes here: the wire hands it to
+  the App, :meth:`tether.backend.Backend.reconfigure`, before pygls could see it);
 - ``textDocument/codeAction``: "Ask tether…", "Explain", "Fix" on a selection or a diagnostic;
 - ``workspace/executeCommand``: ``tether.ask``, ``tether.cancel``, ``tether.newSession``,
   ``tether.undo``
@@ -45,7 +46,6 @@ __all__ = ["register"]
 QUIET = (
     lsp.TEXT_DOCUMENT_DID_SAVE,
     lsp.TEXT_DOCUMENT_WILL_SAVE,
-    lsp.WORKSPACE_DID_CHANGE_CONFIGURATION,
     lsp.WORKSPACE_DID_CHANGE_WATCHED_FILES,
     lsp.WORKSPACE_DID_CREATE_FILES,
     lsp.WORKSPACE_DID_RENAME_FILES,

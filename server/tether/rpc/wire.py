@@ -3,7 +3,9 @@
 Built on the JSON-RPC core both faces share (:mod:`tether.jsonrpc`: envelope checks, the router,
 our requests to the client, the exception -> error map); what is this face's is here: the
 framing, the output batched per loop turn, ``initialize``/``shutdown``/``exit``,
-``$/cancelRequest {id}``, and the hand-over of the standard LSP methods to pygls.
+``$/cancelRequest {id}``, ``workspace/didChangeConfiguration`` (the App applies the new settings
+before the next message is read, so a request sent after it runs with them), and the hand-over
+of the standard LSP methods to pygls.
 
 Nothing here imports pygls. tether's own methods (``App.methods``: ``session/*``, and
 ``kernel/*`` once the kernel is loaded, on first use if need be) are dispatched here: params
@@ -65,6 +67,7 @@ WriteParts = Callable[[Iterator[bytes]], None]
 Default = Callable[[Any], Any]
 
 _CANCEL = "$/cancelRequest"
+_SETTINGS = "workspace/didChangeConfiguration"
 
 
 class Dispatcher(Protocol):
@@ -225,6 +228,9 @@ class Wire:
             logger.info("ignored notification %r outside the session", method)
         elif method == _CANCEL:
             self._cancel(params, message)
+        elif method == _SETTINGS:  # here, not in pygls: applied before the next request
+            settings = params.get("settings") if isinstance(params, dict) else params
+            self._app.settings_changed(settings)
         else:
             self._forward(message)
 
