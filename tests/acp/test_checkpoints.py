@@ -105,8 +105,7 @@ async def test_an_agent_that_exits_during_the_first_snapshot_leaves_no_git_behin
     try:
         async with setup.agent(argv=AGENT_TERMINABLE) as agent:
             await agent.conn.new_session(cwd=str(project), mcp_servers=[])
-            await stalled.wait_started()  # the first snapshot is under way, and stays so
-            [git] = with_argument(stalled.seconds)
+            git = await stalled.stalling()  # the first snapshot is under way, and stays so
             process = agent.process
             if how == "SIGTERM":
                 process.send_signal(signal.SIGTERM)

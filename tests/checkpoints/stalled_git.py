@@ -1,27 +1,24 @@
 """A ``git`` that stalls: put first on ``PATH``, it runs the real git for every command but
 ``update-index`` (the one a snapshot spends its time in, hashing the workspace's files), which
-takes git's lock on the index, says it has started (a file), and then sleeps: a first snapshot
-still under way, for as long as a test needs it. Whatever ends it (``SIGTERM``, ``SIGKILL``)
-leaves the lock behind, as a git killed midway does.
+takes git's lock on the index and then sleeps: a first snapshot still under way, for as long as
+a test needs it. Whatever ends it (``SIGTERM``, ``SIGKILL``) leaves the lock behind, as a git
+killed midway does.
 
 Its processes carry the test's tag (:mod:`tests.processes`), so a test finds any that is left.
 """
 
 from __future__ import annotations
 
-import asyncio
 import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.processes import TAG_VARIABLE, new_tag, unique_seconds
+from tests.processes import TAG_VARIABLE, appear, new_tag, unique_seconds, with_argument
 
 
 @dataclass(frozen=True)
 class StalledGit:
     path: str  # the PATH that finds it first
-    started: Path  # made once update-index stalls
     tag: str
     seconds: str  # the sleep's argument, found on no other command line
 
@@ -29,12 +26,10 @@ class StalledGit:
         """The environment of a tether process whose snapshots stall."""
         return {"PATH": self.path, TAG_VARIABLE: self.tag}
 
-    async def wait_started(self, within: float = 20.0) -> None:
-        """Until a snapshot stalls (a bounded poll: it is another process's doing)."""
-        deadline = time.monotonic() + within
-        while not self.started.exists():
-            assert time.monotonic() < deadline, "no snapshot started"
-            await asyncio.sleep(0.02)
+    async def stalling(self) -> int:
+        """The pid of the git that stalls, once one does (a bounded wait)."""
+        [pid] = await appear(lambda: with_argument(self.seconds), 1)
+        return pid
 
 
 def stalled_git(folder: Path, path: str) -> StalledGit:
@@ -42,7 +37,6 @@ def stalled_git(folder: Path, path: str) -> StalledGit:
     real = shutil.which("git")
     assert real is not None
     folder.mkdir(parents=True, exist_ok=True)
-    started = folder / "started"
     seconds = unique_seconds()
     script = folder / "git"
     script.write_text(
@@ -50,11 +44,10 @@ def stalled_git(folder: Path, path: str) -> StalledGit:
         'for arg in "$@"; do\n'
         '  if [ "$arg" = update-index ]; then\n'
         '    : > "$GIT_INDEX_FILE.lock"\n'
-        f"    : > {started}\n"
         f"    exec sleep {seconds}\n"
         "  fi\n"
         "done\n"
         f'exec {real} "$@"\n'
     )
     script.chmod(0o755)
-    return StalledGit(f"{folder}:{path}", started, new_tag(), seconds)
+    return StalledGit(f"{folder}:{path}", new_tag(), seconds)

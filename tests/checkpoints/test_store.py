@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.checkpoints.stalled_git import stalled_git
-from tests.processes import with_argument
 from tether.checkpoints import Checkpoint, CheckpointError, CheckpointStore, RewindConflict
 from tether.tools.processes import is_alive
 
@@ -239,11 +238,7 @@ def test_a_closing_store_ends_a_snapshot_still_running_and_the_next_one_finds_it
     monkeypatch.setenv("PATH", stalled.path)
     store = CheckpointStore(tmp_path / "store")
     store.prewarm(workspace)
-    deadline = time.monotonic() + 20
-    while not stalled.started.exists():
-        assert time.monotonic() < deadline, "the first snapshot did not start"
-        time.sleep(0.02)
-    [git] = with_argument(stalled.seconds)
+    git = asyncio.run(stalled.stalling())
     home = next((tmp_path / "store" / "workspaces").iterdir())
     assert (home / "index.lock").exists()
 

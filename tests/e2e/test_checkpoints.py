@@ -492,8 +492,7 @@ async def test_a_server_that_exits_during_the_first_snapshot_leaves_no_git_behin
     try:
         await initialized(first, project, options)
         await first.request("session/create", {})
-        await until(stalled.started.exists)  # the first snapshot is under way, and stays so
-        [git] = with_argument(stalled.seconds)
+        git = await stalled.stalling()  # the first snapshot is under way, and stays so
 
         assert await end_server(first, how) == code
     finally:

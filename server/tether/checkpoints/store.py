@@ -30,7 +30,7 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,25 +117,25 @@ class CheckpointStore:
         git, lock = self._git(workspace)
         with open(lock, "a+b") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                with self._active():
-                    _clear_stale(git)
-                    git.ensure()
-                    yield git
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+            with self._active(release=lambda: fcntl.flock(handle, fcntl.LOCK_UN)):
+                _clear_stale(git)
+                git.ensure()
+                yield git
 
     @contextmanager
-    def _active(self) -> Iterator[None]:
+    def _active(self, release: Callable[[], object] = lambda: None) -> Iterator[None]:
         """An operation under way (:meth:`close` waits for it); CheckpointError once the store
-        is closing."""
+        is closing. ``release``: what it holds, let go of before it counts as over (the lock of
+        the workspace's store, which a closing store then takes to clear it)."""
         with self._idle:
             if self._closing:
+                release()
                 raise CheckpointError("the checkpoint store is closed")
             self._busy += 1
         try:
             yield
         finally:
+            release()
             with self._idle:
                 self._busy -= 1
                 self._idle.notify_all()
