@@ -355,8 +355,8 @@ class CheckpointStore:
         return targets, modes
 
 
-def _clear_stale(git: Git) -> None:
-    for path in git.clear_stale_locks():
+def _clear_stale(git: Git, *, packs: bool = False) -> None:
+    for path in git.clear_stale_locks(packs=packs):
         logger.info("removed %s, left by a git command ended midway", path)
 
 
@@ -369,7 +369,7 @@ def _clear_stale_under_lock(home: Path) -> None:
             except BlockingIOError:
                 return
             try:
-                _clear_stale(Git(home / "git", home, home / "index"))
+                _clear_stale(Git(home / "git", home, home / "index"), packs=True)
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
     except OSError as exc:
