@@ -14,9 +14,7 @@ from acp import RequestError, text_block
 
 from tests.acp.conftest import Setup
 from tests.checkpoints.stalled_git import stalled_git
-from tests.processes import kill_all, tagged, with_argument
 from tether.testing import tool_call
-from tether.tools.processes import is_alive
 
 
 async def test_rewind_without_a_message_undoes_the_last_turns_files(
@@ -105,7 +103,7 @@ async def test_an_agent_that_exits_during_the_first_snapshot_leaves_no_git_behin
     try:
         async with setup.agent(argv=AGENT_TERMINABLE) as agent:
             await agent.conn.new_session(cwd=str(project), mcp_servers=[])
-            git = await stalled.stalling()  # the first snapshot is under way, and stays so
+            await stalled.stalling()  # the first snapshot is under way, and stays so
             process = agent.process
             if how == "SIGTERM":
                 process.send_signal(signal.SIGTERM)
@@ -114,10 +112,8 @@ async def test_an_agent_that_exits_during_the_first_snapshot_leaves_no_git_behin
                 process.stdin.close()
             assert await asyncio.wait_for(process.wait(), 20) == code
     finally:
-        kill_all(tagged(stalled.tag) | with_argument(stalled.seconds))  # after a failure
-
-    assert not is_alive(git)
-    assert not tagged(stalled.tag)  # nothing the agent started is left
+        left = stalled.sweep()
+    assert not left  # nothing the agent started is left
     assert not list(setup.home.rglob("index.lock"))
     setup.env = {}
     async with setup.agent() as agent:

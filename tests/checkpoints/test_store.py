@@ -238,13 +238,16 @@ def test_a_closing_store_ends_a_snapshot_still_running_and_the_next_one_finds_it
     monkeypatch.setenv("PATH", stalled.path)
     store = CheckpointStore(tmp_path / "store")
     store.prewarm(workspace)
-    git = asyncio.run(stalled.stalling())
-    home = next((tmp_path / "store" / "workspaces").iterdir())
-    assert (home / "index.lock").exists()
+    try:
+        git = asyncio.run(stalled.stalling())
+        home = next((tmp_path / "store" / "workspaces").iterdir())
+        assert (home / "index.lock").exists()
 
-    store.close(wait=0.1)
+        store.close(wait=0.1)
 
-    assert not is_alive(git)
+        assert not is_alive(git)
+    finally:
+        stalled.sweep()
     assert not (home / "index.lock").exists()
     with pytest.raises(CheckpointError):
         store.snapshot(workspace)  # closed: nothing starts any more

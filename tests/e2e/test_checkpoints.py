@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import signal
 import stat
@@ -21,11 +22,9 @@ from typing import Any, Protocol
 import pytest
 
 from tests.checkpoints.stalled_git import stalled_git
-from tests.processes import kill_all, tagged, with_argument
 from tether.client import Connection, RpcError
 from tether.protocol import ErrorCode
 from tether.testing import tool_call
-from tether.tools.processes import is_alive
 
 from .conftest import SERVER, initialized, script_options
 from .test_leases import BLOCKING_TURNS, open_gate, start_blocked_run
@@ -492,15 +491,13 @@ async def test_a_server_that_exits_during_the_first_snapshot_leaves_no_git_behin
     try:
         await initialized(first, project, options)
         await first.request("session/create", {})
-        git = await stalled.stalling()  # the first snapshot is under way, and stays so
+        await stalled.stalling()  # the first snapshot is under way, and stays so
 
         assert await end_server(first, how) == code
     finally:
         await first.close()
-        kill_all(tagged(stalled.tag) | with_argument(stalled.seconds))  # after a failure
-
-    assert not is_alive(git)
-    assert not tagged(stalled.tag)  # nothing the server started is left
+        left = stalled.sweep()
+    assert not left  # nothing the server started is left
     assert not list((tmp_path / "checkpoints").glob("workspaces/*/index.lock"))
     second = await Connection.spawn(SERVER, env=env)
     try:
@@ -511,3 +508,33 @@ async def test_a_server_that_exits_during_the_first_snapshot_leaves_no_git_behin
         assert [c["files"] for c in checkpoints["checkpoints"]] == [["new.txt"]]
     finally:
         await second.close()
+
+
+async def test_tether_run_leaves_no_git_of_its_server_behind(project: Path, tmp_path: Path) -> None:
+    stalled = stalled_git(tmp_path / "bin", os.environ["PATH"])
+    script = tmp_path / "answer.json"
+    script.write_text(json.dumps([{"text": "Done."}]))
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TETHER_"))}
+    env = {
+        **environ,
+        **stalled.env(),
+        "TETHER_SESSIONS_STORE": "sqlite",
+        "TETHER_SESSIONS_PATH": str(tmp_path / "s.db"),
+        "TETHER_CHECKPOINTS_PATH": str(tmp_path / "checkpoints"),
+    }
+    run = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tether", "run", "hi", "--script", str(script),
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        out, err = await asyncio.wait_for(run.communicate(), WAIT)
+    finally:
+        left = stalled.sweep()
+    assert run.returncode == 0, err.decode()
+    assert b"Done." in out
+    assert stalled.started.exists()  # the server's first snapshot was under way as it ended
+    assert not left  # nothing the server started is left
+    assert not list((tmp_path / "checkpoints").glob("workspaces/*/index.lock"))
