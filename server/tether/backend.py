@@ -110,6 +110,7 @@ class Backend:
         self._mcp_starts: dict[str, asyncio.Task[None]] = {}  # a new session's servers starting
         self._checkpoints: Checkpoints | None = None  # made on first use
         self._checkpoint_store: CheckpointStore | None = None
+        self._checkpoint_stores: list[CheckpointStore] = []  # every one made: closed at exit
         self._background: set[asyncio.Future[None]] = set()  # kept until done
         self._instruction_loader: InstructionLoader | None = None
         self._workspace_folders: dict[str, Path] = {}  # a session's workspace URI -> its folder
@@ -204,6 +205,7 @@ class Backend:
                 max_file_bytes=config.checkpoints.max_file_bytes,
                 max_checkpoint_bytes=config.checkpoints.max_checkpoint_bytes,
             )
+            self._checkpoint_stores.append(self._checkpoint_store)
         return self._checkpoint_store
 
     def _prewarm_checkpoints(self, session: Session) -> None:
@@ -459,7 +461,11 @@ class Backend:
 
     async def aclose(self) -> None:
         """Stop the sweep and the MCP servers; release the providers, the shared HTTP client and
-        the store."""
+        the store; close the checkpoint stores (what they do in the background is waited for a
+        few seconds, then ended: no git outlives the process)."""
+        if self._checkpoint_stores:
+            stores, self._checkpoint_stores = self._checkpoint_stores, []
+            await asyncio.gather(*(asyncio.to_thread(store.close) for store in stores))
         if self._sweeper is not None:
             self._sweeper.cancel()
         for starting in list(self._mcp_starts.values()):

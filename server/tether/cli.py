@@ -11,11 +11,12 @@ import contextlib
 import logging
 import os
 import re
+import signal
 import stat
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from tether import __version__
 from tether.escapes import inert
@@ -365,10 +366,10 @@ def _serve(tcp: tuple[str, int] | None) -> int:
     logger.debug("tether %s serving on %s", __version__, "stdio" if tcp is None else "TCP")
     if tcp is None:
         _check_stdin_is_a_stream()
-        return asyncio.run(serve_stdio(App(), lsp))
+        return asyncio.run(_until_terminated(serve_stdio(App(), lsp)))
     host, port = tcp
     try:
-        return asyncio.run(serve_tcp(App(), lsp, host, port))
+        return asyncio.run(_until_terminated(serve_tcp(App(), lsp, host, port)))
     except OSError as exc:  # the port is taken, the host unknown or not this machine's
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         print(f"tether serve: error: cannot listen on {host}:{port}: {reason}", file=sys.stderr)
@@ -405,7 +406,35 @@ def _acp() -> int:
     from tether.acp.agent import AcpAgent
     from tether.acp.stdio import serve_acp
 
-    return asyncio.run(serve_acp(AcpAgent()))
+    return asyncio.run(_until_terminated(serve_acp(AcpAgent())))
+
+
+async def _until_terminated(serving: Coroutine[Any, Any, int]) -> int:
+    """Serve until done; on ``SIGTERM``, stop as at the end of input (what runs is cancelled
+    and answered, the stores closed) and exit 143. A second ``SIGTERM`` ends the process at
+    once. A ``SIGTERM`` ignored when tether started stays ignored."""
+    task = asyncio.ensure_future(serving)
+    loop = asyncio.get_running_loop()
+    terminated = False
+
+    def terminate() -> None:
+        nonlocal terminated
+        terminated = True
+        loop.remove_signal_handler(signal.SIGTERM)  # the default again: the next one ends it
+        task.cancel()
+
+    handled = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    if handled:
+        loop.add_signal_handler(signal.SIGTERM, terminate)
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if not terminated:
+            raise
+        return 128 + signal.SIGTERM
+    finally:
+        if handled and not terminated:
+            loop.remove_signal_handler(signal.SIGTERM)
 
 
 def _schema() -> int:

@@ -12,7 +12,7 @@ import asyncio
 import json
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import cache
@@ -377,11 +377,13 @@ class Setup:
         buffers: dict[str, str] | None = None,
         terminal: bool = False,
         writes: bool = False,
+        argv: Sequence[str] = AGENT,
     ) -> AsyncIterator[Agent]:
         """A started agent, initialized unless told not to; with ``buffers``, the client
         declares ``fs.readTextFile`` and answers it with them; with ``terminal``, it declares
         ``terminal`` and runs the commands it is asked to; with ``writes``, it declares
-        ``fs.writeTextFile`` and keeps what it is asked to write in its buffers."""
+        ``fs.writeTextFile`` and keeps what it is asked to write in its buffers; ``argv``: the
+        command that starts it."""
         client = Client()
         client.buffers = buffers or {}
         wire = Wire()
@@ -391,7 +393,7 @@ class Setup:
             "XDG_DATA_HOME": str(self.home / "data"),
             **self.env,
         }
-        async with spawn_stdio_transport(*AGENT, env=env, cwd=self.project, stderr=None) as (
+        async with spawn_stdio_transport(*argv, env=env, cwd=self.project, stderr=None) as (
             reader,
             writer,
             process,

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
 
+from tests.checkpoints.stalled_git import stalled_git
 from tether.checkpoints import Checkpoint, CheckpointError, CheckpointStore, RewindConflict
+from tether.tools.processes import is_alive
 
 pytestmark = pytest.mark.skipif(
     subprocess.run(["git", "--version"], capture_output=True).returncode != 0,
     reason="checkpoints need git",
 )
+
+
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 
 
 @pytest.fixture
@@ -221,3 +228,58 @@ def test_the_home_folder_and_the_root_are_not_prepared_ahead_but_a_project_is(
             thread.join(10)
 
     assert snapshots == [workspace]
+
+
+def test_a_closing_store_ends_a_snapshot_still_running_and_the_next_one_finds_it_clean(
+    tmp_path: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (workspace / "a.txt").write_text("a\n")
+    stalled = stalled_git(tmp_path / "bin", os.environ["PATH"])
+    monkeypatch.setenv("PATH", stalled.path)
+    store = CheckpointStore(tmp_path / "store")
+    store.prewarm(workspace)
+    try:
+        git = asyncio.run(stalled.stalling())
+        home = next((tmp_path / "store" / "workspaces").iterdir())
+        assert (home / "index.lock").exists()
+
+        store.close(wait=0.1)
+
+        assert not is_alive(git)
+    finally:
+        stalled.sweep()
+    assert not (home / "index.lock").exists()
+    with pytest.raises(CheckpointError):
+        store.snapshot(workspace)  # closed: nothing starts any more
+    monkeypatch.undo()
+    again = CheckpointStore(tmp_path / "store")
+    snapshot = again.snapshot(workspace)
+    assert again.changed(workspace, EMPTY_TREE, snapshot.tree) == ["a.txt"]
+
+
+def test_a_lock_left_by_a_process_killed_midway_is_cleared_by_the_next_snapshot(
+    tmp_path: Path, workspace: Path
+) -> None:
+    (workspace / "a.txt").write_text("a\n")
+    store = CheckpointStore(tmp_path / "store")
+    store.snapshot(workspace)
+    home = next((tmp_path / "store" / "workspaces").iterdir())
+    left = [home / "index.lock", home / "git" / "objects" / "pack" / "tmp_pack_x"]
+    for path in left:
+        path.write_bytes(b"half")
+    (workspace / "b.txt").write_text("b\n")
+
+    snapshot = store.snapshot(workspace)
+
+    assert not any(path.exists() for path in left)
+    assert store.changed(workspace, EMPTY_TREE, snapshot.tree) == ["a.txt", "b.txt"]
+
+
+def test_a_closing_store_waits_for_nothing_when_nothing_runs(
+    tmp_path: Path, workspace: Path
+) -> None:
+    store = CheckpointStore(tmp_path / "store")
+    store.snapshot(workspace)
+    store.close()
+    store.prewarm(workspace / "other")  # closed: not started
+    assert not [t for t in threading.enumerate() if t.name == "tether-checkpoints"]

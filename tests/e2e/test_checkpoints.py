@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
+import signal
 import stat
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
 
+from tests.checkpoints.stalled_git import stalled_git
 from tether.client import Connection, RpcError
 from tether.protocol import ErrorCode
 from tether.testing import tool_call
@@ -440,3 +444,97 @@ async def test_a_deleted_sessions_checkpoints_are_dropped_and_its_objects_pruned
     [inherited] = (await a.request("session/checkpoints", {"sessionId": fork}))["checkpoints"]
     assert inherited["messageId"] == first
     assert has_object(tmp_path, b"version = 1\n")  # what a rewind of the fork's turn needs
+
+
+# `tether serve` with SIGTERM's default disposition set in the child: a test run in the background
+# may have inherited it ignored, and tether leaves an ignored SIGTERM ignored.
+SERVER_TERMINABLE = [
+    sys.executable,
+    "-c",
+    "import signal, sys; signal.signal(signal.SIGTERM, signal.SIG_DFL); "
+    "from tether.cli import main; sys.exit(main(['serve']))",
+]
+
+
+async def end_server(server: Connection, how: str) -> int:
+    """End the server ``how``; its exit code."""
+    process = server.process
+    assert process is not None and process.stdin is not None
+    if how == "shutdown and exit":
+        await server.request("shutdown")
+        server.notify("exit")
+    elif how == "SIGTERM":
+        process.send_signal(signal.SIGTERM)
+    else:
+        process.stdin.close()
+    return await asyncio.wait_for(process.wait(), WAIT)
+
+
+@pytest.mark.parametrize(
+    ("how", "code"), [("end of input", 1), ("shutdown and exit", 0), ("SIGTERM", 143)]
+)
+async def test_a_server_that_exits_during_the_first_snapshot_leaves_no_git_behind(
+    project: Path, tmp_path: Path, how: str, code: int
+) -> None:
+    stalled = stalled_git(tmp_path / "bin", os.environ["PATH"])
+    env = {"TETHER_SESSIONS_STORE": "sqlite", "TETHER_SESSIONS_PATH": str(tmp_path / "s.db")}
+    options = script_options(
+        project,
+        [
+            {"toolCalls": [tool_call("write_file", "w", path="new.txt", content="new\n")]},
+            {"text": "done"},
+        ],
+        tools={"approval": "auto", "sandbox": "off"},
+        checkpoints={"path": str(tmp_path / "checkpoints")},
+    )
+    first = await Connection.spawn(SERVER_TERMINABLE, env={**env, **stalled.env()})
+    try:
+        await initialized(first, project, options)
+        await first.request("session/create", {})
+        await stalled.stalling()  # the first snapshot is under way, and stays so
+
+        assert await end_server(first, how) == code
+    finally:
+        await first.close()
+        left = stalled.sweep()
+    assert not left  # nothing the server started is left
+    assert not list((tmp_path / "checkpoints").glob("workspaces/*/index.lock"))
+    second = await Connection.spawn(SERVER, env=env)
+    try:
+        await initialized(second, project, options)
+        sid = (await second.request("session/create", {}))["sessionId"]
+        await run_turn(second, sid, "write")
+        checkpoints = await second.request("session/checkpoints", {"sessionId": sid})
+        assert [c["files"] for c in checkpoints["checkpoints"]] == [["new.txt"]]
+    finally:
+        await second.close()
+
+
+async def test_tether_run_leaves_no_git_of_its_server_behind(project: Path, tmp_path: Path) -> None:
+    stalled = stalled_git(tmp_path / "bin", os.environ["PATH"])
+    script = tmp_path / "answer.json"
+    script.write_text(json.dumps([{"text": "Done."}]))
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TETHER_"))}
+    env = {
+        **environ,
+        **stalled.env(),
+        "TETHER_SESSIONS_STORE": "sqlite",
+        "TETHER_SESSIONS_PATH": str(tmp_path / "s.db"),
+        "TETHER_CHECKPOINTS_PATH": str(tmp_path / "checkpoints"),
+    }
+    run = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tether", "run", "hi", "--script", str(script),
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        out, err = await asyncio.wait_for(run.communicate(), WAIT)
+    finally:
+        left = stalled.sweep()
+    assert run.returncode == 0, err.decode()
+    assert b"Done." in out
+    assert stalled.started.exists()  # the server's first snapshot was under way as it ended
+    assert not left  # nothing the server started is left
+    assert not list((tmp_path / "checkpoints").glob("workspaces/*/index.lock"))

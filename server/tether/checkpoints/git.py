@@ -6,12 +6,20 @@ tether's files, without the user's or the system's configuration, without hooks,
 ``GIT_*`` variable of the environment left out: nothing of the workspace's own ``.git`` (HEAD,
 index, stash, refs, hooks, config) is read or written. The workspace's ``.gitattributes`` are
 overridden (no filter, no end-of-line conversion), so a blob is the file's bytes exactly.
+
+Each command is the leader of a process group of its own, kept in :class:`Children` while it
+runs: a store that closes ends the groups still running (what git started, such as the repack
+of ``git gc``, with them), so that no git outlives tether.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
+import threading
+import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +49,58 @@ _OPTIONS = (
 )
 
 
+class Children:
+    """The git commands of one checkpoint store that are running, each the leader of its own
+    process group. :meth:`end` ends them all; no command starts after it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen[bytes]] = set()
+        self._ended = False
+
+    def start(
+        self, argv: Sequence[str], env: Mapping[str, str], cwd: Path
+    ) -> subprocess.Popen[bytes]:
+        with self._lock:
+            if self._ended:
+                raise CheckpointError("the checkpoint store is closed")
+            process = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd=cwd,
+                process_group=0,
+            )
+            self._running.add(process)
+        return process
+
+    def done(self, process: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            self._running.discard(process)
+
+    def end(self, grace: float) -> int:
+        """End every group still running: ``SIGTERM`` (git removes its lock files as it dies),
+        then ``SIGKILL`` for what is left after ``grace`` seconds. How many were running."""
+        with self._lock:
+            self._ended = True
+            running = list(self._running)
+        for process in running:
+            _signal_group(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for process in running:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(max(0.0, deadline - time.monotonic()))
+            _signal_group(process.pid, signal.SIGKILL)  # the leader's children too
+        return len(running)
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
 @dataclass(frozen=True)
 class Entry:
     """A file in a tree: its git mode (``100644``, ``100755``, ``120000``) and blob id."""
@@ -52,8 +112,16 @@ class Entry:
 class Git:
     """The commands of one workspace's checkpoint repository (synchronous: call on a thread)."""
 
-    def __init__(self, git_dir: Path, workspace: Path, index_file: Path) -> None:
+    def __init__(
+        self,
+        git_dir: Path,
+        workspace: Path,
+        index_file: Path,
+        children: Children | None = None,
+    ) -> None:
         self.git_dir = git_dir
+        self.index_file = index_file
+        self.children = Children() if children is None else children
         self.workspace = workspace
         self._env = _environment(git_dir, workspace, index_file)
         options = list(_OPTIONS)
@@ -74,23 +142,40 @@ class Git:
         info.mkdir(exist_ok=True)
         (info / "attributes").write_bytes(_ATTRIBUTES)
 
+    def clear_stale_locks(self, *, packs: bool = False) -> list[Path]:
+        """Remove what a git command ended midway left behind: its lock files, and with
+        ``packs`` (or when a lock was left) the packs it was writing; the paths removed. Only
+        while the store's lock is held: no other command that writes them can be running then.
+        The packs' directory is only listed then: it holds a pack per snapshot until a
+        collection, and listing it on every snapshot cost ~10% of a snapshot's own CPU."""
+        found = [self.index_file.with_name(f"{self.index_file.name}.lock")]
+        found += self.git_dir.glob("*.lock")
+        found += self.git_dir.glob("refs/tether/keep/*.lock")
+        removed = _unlink(found)
+        if packs or removed:
+            removed += _unlink(self.git_dir.glob("objects/pack/tmp_*"))
+        return removed
+
     def run(self, args: Sequence[str], stdin: bytes | None = None) -> bytes:
         """The command's stdout; CheckpointError with its stderr when it fails."""
         try:
-            done = subprocess.run(
-                [*self._prefix, *args],
-                input=stdin,
-                capture_output=True,
-                env=self._env,
-                cwd=self.workspace,
-                check=False,
-            )
+            process = self.children.start([*self._prefix, *args], self._env, self.workspace)
         except FileNotFoundError as exc:
             raise CheckpointError("git is not installed: checkpoints need it") from exc
-        if done.returncode != 0:
-            reason = done.stderr.decode(errors="replace").strip()
+        try:
+            out, err = process.communicate(stdin)
+        except BaseException:
+            process.kill()
+            process.wait()
+            raise
+        finally:
+            self.children.done(process)
+        if process.returncode < 0:
+            raise CheckpointError(f"git {args[0]} was ended (signal {-process.returncode})")
+        if process.returncode != 0:
+            reason = err.decode(errors="replace").strip()
             raise CheckpointError(f"git {args[0]} failed: {reason}")
-        return done.stdout
+        return out
 
     def changed_candidates(self, paths: Collection[str] | None = None) -> list[str]:
         """Paths that may differ from the index: untracked ones that no ignore file excludes,
@@ -132,7 +217,7 @@ class Git:
     def with_index(self, index_file: Path) -> Git:
         """The same repository over another index file (a scratch one: the shared index and
         its stat cache are left alone)."""
-        return Git(self.git_dir, self.workspace, index_file)
+        return Git(self.git_dir, self.workspace, index_file, self.children)
 
     def update_refs(self, refs: Mapping[str, str | None]) -> None:
         """Point these refs at these objects (None: delete the ref), in one command."""
@@ -187,6 +272,16 @@ class Git:
             found[blob] = out[end + 1 : end + 1 + size]
             at = end + 1 + size + 1
         return found
+
+
+def _unlink(paths: Iterable[Path]) -> list[Path]:
+    """Remove these files; those that were there."""
+    removed = []
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed.append(path)
+    return removed
 
 
 def _split(out: bytes) -> list[str]:

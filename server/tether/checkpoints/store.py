@@ -9,6 +9,13 @@ the first snapshot of a workspace (:meth:`CheckpointStore.prewarm`) and the prun
 no checkpoint refers to any more (:meth:`CheckpointStore.collect`) run on threads of their own.
 Git objects are referenced by the trees in the index of checkpoints, not by refs: a collection
 points temporary refs at those trees for the time of its ``git gc``.
+
+A process that exits closes its store (:meth:`CheckpointStore.close`): what is under way (a
+first snapshot, most often) is waited for a few seconds, then its git commands are ended. What a
+git ended midway leaves (its lock files, a half-written pack) is removed under the workspace's
+lock, by the closing process or by the next one to take it; git writes its index through a lock
+file it renames, so the index is the old one or the new one, never half of each; the index of
+checkpoints is SQLite (one transaction per change).
 """
 
 from __future__ import annotations
@@ -23,19 +30,23 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tether.checkpoints.errors import CheckpointError, RewindConflict
-from tether.checkpoints.git import EXECUTABLE, GITLINK, REGULAR, SYMLINK, Entry, Git
+from tether.checkpoints.git import EXECUTABLE, GITLINK, REGULAR, SYMLINK, Children, Entry, Git
 from tether.checkpoints.index import Checkpoint, Index
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
 DEFAULT_MAX_CHECKPOINT_BYTES = 200 * 1024 * 1024
+CLOSE_WAIT = 3.0
+"""How long a closing store waits for what is under way before it ends its git commands (below
+the 5 s a client such as ``tether run`` gives its server to exit)."""
+END_GRACE = 0.5  # from SIGTERM to SIGKILL of a git command
 
 
 Stat = tuple[int, int]  # a file's size and modification time (ns)
@@ -79,6 +90,11 @@ class CheckpointStore:
         self._prewarmed: set[Path] = set()
         self._trees: dict[Path, tuple[tuple[int, ...] | None, str]] = {}  # by git directory
         self._prewarm_lock = threading.Lock()
+        self._children = Children()
+        self._idle = threading.Condition()
+        self._busy = 0  # operations under way
+        self._closing = False
+        self._homes: set[Path] = set()  # the workspaces' stores this one used
 
     @property
     def index(self) -> Index:
@@ -91,20 +107,53 @@ class CheckpointStore:
         key = hashlib.sha256(os.fsencode(workspace)).hexdigest()[:24]
         home = self.root / "workspaces" / key
         home.mkdir(parents=True, exist_ok=True)
-        return Git(home / "git", workspace, home / "index"), home / "lock"
+        self._homes.add(home)
+        return Git(home / "git", workspace, home / "index", self._children), home / "lock"
 
     @contextmanager
     def _locked(self, workspace: Path) -> Iterator[Git]:
         """The workspace's repository (made on first use), its lock held: the other processes
-        wait for it."""
+        wait for it. What a git ended midway left in it is removed first."""
         git, lock = self._git(workspace)
         with open(lock, "a+b") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
+            with self._active(release=lambda: fcntl.flock(handle, fcntl.LOCK_UN)):
+                _clear_stale(git)
                 git.ensure()
                 yield git
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    @contextmanager
+    def _active(self, release: Callable[[], object] = lambda: None) -> Iterator[None]:
+        """An operation under way (:meth:`close` waits for it); CheckpointError once the store
+        is closing. ``release``: what it holds, let go of before it counts as over (the lock of
+        the workspace's store, which a closing store then takes to clear it)."""
+        with self._idle:
+            if self._closing:
+                release()
+                raise CheckpointError("the checkpoint store is closed")
+            self._busy += 1
+        try:
+            yield
+        finally:
+            release()
+            with self._idle:
+                self._busy -= 1
+                self._idle.notify_all()
+
+    def close(self, wait: float = CLOSE_WAIT) -> None:
+        """The process is exiting: no operation starts any more; those under way get ``wait``
+        seconds, then their git commands are ended and what those left is removed."""
+        with self._idle:
+            self._closing = True
+            idle = self._idle.wait_for(lambda: self._busy == 0, wait)
+        ended = self._children.end(END_GRACE)  # also a read that runs outside any operation
+        if idle and not ended:
+            return
+        logger.info("ended %d checkpoint command(s) still running at exit", ended)
+        with self._idle:
+            self._idle.wait_for(lambda: self._busy == 0, 1.0)  # they fail, and let go
+        for home in sorted(self._homes):
+            _clear_stale_under_lock(home)
 
     # -- recording -------------------------------------------------------------------------
 
@@ -144,7 +193,7 @@ class CheckpointStore:
         is logged (the run's own snapshot reports it). The filesystem's root and the user's
         home (an editor opened there) are never prepared ahead: far more than any project to
         read for a session that may edit nothing; a run that edits there records it then."""
-        if _too_wide(workspace):
+        if _too_wide(workspace) or self._closing:
             return
         with self._prewarm_lock:
             if workspace in self._prewarmed:
@@ -191,18 +240,20 @@ class CheckpointStore:
 
     def changed(self, workspace: Path, before: str, after: str) -> list[str]:
         git, _ = self._git(workspace)
-        return git.changed_paths(before, after)
+        with self._active():
+            return git.changed_paths(before, after)
 
     def entries(self, workspace: Path, tree: str, paths: Iterable[str]) -> dict[str, Entry]:
         """The entries of ``tree`` among ``paths`` (a path not in the tree is absent)."""
         git, _ = self._git(workspace)
-        return git.entries(tree, paths)
+        with self._active():
+            return git.entries(tree, paths)
 
     def patched(self, workspace: Path, tree: str, entries: Mapping[str, Entry | None]) -> str:
         """``tree`` with these entries in place of its own (None: left out), written through a
         scratch index: the workspace's index is not touched."""
         git, _ = self._git(workspace)
-        with tempfile.TemporaryDirectory(dir=git.git_dir.parent) as scratch:
+        with self._active(), tempfile.TemporaryDirectory(dir=git.git_dir.parent) as scratch:
             other = git.with_index(Path(scratch) / "index")
             other.read_tree(tree)
             other.set_entries(entries)
@@ -302,6 +353,27 @@ class CheckpointStore:
                 if path in checkpoint.modes:
                     modes[path] = checkpoint.modes[path]
         return targets, modes
+
+
+def _clear_stale(git: Git, *, packs: bool = False) -> None:
+    for path in git.clear_stale_locks(packs=packs):
+        logger.info("removed %s, left by a git command ended midway", path)
+
+
+def _clear_stale_under_lock(home: Path) -> None:
+    """Clear a workspace's store if its lock is free now (else its holder does as it takes it)."""
+    try:
+        with open(home / "lock", "a+b") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return
+            try:
+                _clear_stale(Git(home / "git", home, home / "index"), packs=True)
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+    except OSError as exc:
+        logger.info("checkpoint store %s not cleared: %s", home, exc)
 
 
 def _identity(path: Path) -> tuple[int, ...] | None:
