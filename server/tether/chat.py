@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -133,6 +134,9 @@ class _Chat:
         self._run_model = options.model
         self._configured_model, self._context_limit = _configured(options.workspace, layer)
         self._cancelling: asyncio.Task[bool] | None = None
+        self._in_turn = False
+        self._pending_interrupt = False
+        self._was_interrupted = False
         self._prompt: PromptSession[str] = PromptSession(
             history=_history(),
             completer=_SlashCompleter(self),
@@ -238,20 +242,41 @@ class _Chat:
 
     async def converse(self) -> None:
         interrupted = False
-        while True:
-            try:
-                text = await self._prompt.prompt_async("> ")
-            except KeyboardInterrupt:
-                if interrupted:
+        with _on_sigint(self._interrupted):
+            while True:
+                if not await self._exchange(interrupted):
                     return
-                interrupted = True
-                self.view.note("(Ctrl-C again to leave, or /exit)", "dim")
-                continue
-            except EOFError:
-                return
-            interrupted = False
-            if not await self._handle(text.strip()):
-                return
+                interrupted = self._was_interrupted
+
+    async def _exchange(self, interrupted: bool) -> bool:
+        """One prompt and what it asks for; False to leave."""
+        self._was_interrupted = False
+        try:
+            if self._pending_interrupt:  # a Ctrl-C between two prompts
+                self._pending_interrupt = False
+                raise KeyboardInterrupt
+            text = await self._prompt.prompt_async("> ")
+        except KeyboardInterrupt:
+            if interrupted:
+                return False
+            self._was_interrupted = True
+            self.view.note("(Ctrl-C again to leave, or /exit)", "dim")
+            return True
+        except EOFError:
+            return False
+        return await self._handle(text.strip())
+
+    def _interrupted(self) -> None:
+        """A Ctrl-C that came as SIGINT (the terminal was not in raw mode: between two prompts,
+        say) counts as the key would: at the prompt, or cancelling the turn, or for the next
+        prompt."""
+        app = self._prompt.app
+        if app.is_running and app.future is not None and not app.future.done():
+            app.exit(exception=KeyboardInterrupt())
+        elif self._in_turn:
+            self._cancel_turn()
+        else:
+            self._pending_interrupt = True
 
     async def _handle(self, text: str) -> bool:
         """One line typed at the prompt; False to leave."""
@@ -290,6 +315,7 @@ class _Chat:
             model=self._run_model,
         )
         self._cancelling = None
+        self._in_turn = True
         try:
             with self.keys.watching():
                 async for progress in run:
@@ -297,6 +323,8 @@ class _Chat:
         except TetherClientError as exc:
             self.view.note(f"tether: error {exc.code}: {printable(exc.message)}", "red")
             return
+        finally:
+            self._in_turn = False
         result = await run
         self.view.result(result)
         self.spent.add(result.usage)
@@ -446,6 +474,22 @@ class _Keys:
             return await self._waiting
         finally:
             self._waiting = None
+
+
+@contextlib.contextmanager
+def _on_sigint(handler: Callable[[], None]) -> Iterator[None]:
+    """``handler`` for SIGINT on the running loop, instead of the KeyboardInterrupt that would
+    end the chat wherever it is (where the loop cannot take signals: as before)."""
+    loop = asyncio.get_running_loop()
+    try:
+        loop.add_signal_handler(signal.SIGINT, handler)
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread; Windows
+        yield
+        return
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
 
 
 def _configured(workspace: Path, layer: dict[str, Any]) -> tuple[str | None, int | None]:
