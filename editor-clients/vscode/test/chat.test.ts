@@ -9,20 +9,11 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 
 import type { ContextItem, FromWebview, ToWebview } from "../src/messages";
-import { FakeWebview } from "./fake-webview";
+import { closeChat, openChat, type Extension, FakeWebview } from "./fake-webview";
 import { SERVER_COMMAND, call, within, workspace, type Workspace } from "./helpers";
 import * as stub from "./vscode-stub";
 
 stub.install();
-
-interface Extension {
-  activate(context: { subscriptions: { dispose(): unknown }[]; extensionUri: unknown }): void;
-  deactivate(): Promise<void>;
-}
-
-interface Provider {
-  resolveWebviewView(view: unknown): void;
-}
 
 const FIXTURES = join(__dirname, "..", "..", "test", "webview", "fixtures");
 
@@ -83,17 +74,11 @@ describe("the chat view's extension side against the real server", { timeout: 30
       { text: "I cannot help with that.", finishReason: "content_filter" },
     ]);
     stub.commands.set("vscode.diff", (...args: unknown[]) => diffs.push(args));
-    stub.commands.set("tether.chat.focus", () => undefined);
-    extension = require(join(__dirname, "..", "..", "dist", "extension.js")) as Extension;
-    extension.activate(context);
-    const provider = stub.webviewProviders.get("tether.chat") as Provider;
-    webview = new FakeWebview();
-    provider.resolveWebviewView(webview.view());
+    ({ extension, webview } = openChat(context));
   });
 
   after(async () => {
-    await within(extension.deactivate(), "deactivate", 15_000);
-    for (const item of context.subscriptions) item.dispose();
+    await closeChat(extension, context);
     ws.remove();
   });
 
@@ -394,16 +379,11 @@ describe("Restore on a prompt of the chat view against the real server", { timeo
       { text: "Changed." },
       { text: "Nothing to change." },
     ]);
-    stub.commands.set("tether.chat.focus", () => undefined);
-    extension = require(join(__dirname, "..", "..", "dist", "extension.js")) as Extension;
-    extension.activate(context);
-    webview = new FakeWebview();
-    (stub.webviewProviders.get("tether.chat") as Provider).resolveWebviewView(webview.view());
+    ({ extension, webview } = openChat(context));
   });
 
   after(async () => {
-    await within(extension.deactivate(), "deactivate", 15_000);
-    for (const item of context.subscriptions) item.dispose();
+    await closeChat(extension, context);
     stub.settings["tether.approval"] = "ask";
     stub.ui.quickPick = <T>(items: T[]) => items[0];
     stub.ui.modal = (_message, ...buttons) => buttons[0];
@@ -514,16 +494,11 @@ describe("a sub-agent in the chat view against the real server", { timeout: 300_
       { text: "Looking slowly.", delay: 2 },
       { text: "Both done." },
     ]);
-    stub.commands.set("tether.chat.focus", () => undefined);
-    extension = require(join(__dirname, "..", "..", "dist", "extension.js")) as Extension;
-    extension.activate(context);
-    webview = new FakeWebview();
-    (stub.webviewProviders.get("tether.chat") as Provider).resolveWebviewView(webview.view());
+    ({ extension, webview } = openChat(context));
   });
 
   after(async () => {
-    await within(extension.deactivate(), "deactivate", 15_000);
-    for (const item of context.subscriptions) item.dispose();
+    await closeChat(extension, context);
     stub.settings["tether.approval"] = "ask";
     ws.remove();
   });
@@ -619,16 +594,11 @@ describe("a sub-agent's question in the chat view against the real server", { ti
       { text: "Wrote it." },
       { text: "The sub-agent wrote the note." },
     ]);
-    stub.commands.set("tether.chat.focus", () => undefined);
-    extension = require(join(__dirname, "..", "..", "dist", "extension.js")) as Extension;
-    extension.activate(context);
-    webview = new FakeWebview();
-    (stub.webviewProviders.get("tether.chat") as Provider).resolveWebviewView(webview.view());
+    ({ extension, webview } = openChat(context));
   });
 
   after(async () => {
-    await within(extension.deactivate(), "deactivate", 15_000);
-    for (const item of context.subscriptions) item.dispose();
+    await closeChat(extension, context);
     ws.remove();
   });
 

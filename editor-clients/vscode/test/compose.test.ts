@@ -8,20 +8,11 @@ import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 
-import { FakeWebview } from "./fake-webview";
+import { closeChat, openChat, type Extension, FakeWebview } from "./fake-webview";
 import { SERVER_COMMAND, within, workspace, type Workspace } from "./helpers";
 import * as stub from "./vscode-stub";
 
 stub.install();
-
-interface Extension {
-  activate(context: { subscriptions: { dispose(): unknown }[]; extensionUri: unknown }): void;
-  deactivate(): Promise<void>;
-}
-
-interface Provider {
-  resolveWebviewView(view: unknown): void;
-}
 
 /** A document open in an editor: its text, positions as VS Code counts them, and saves. */
 function openDocument(uri: stub.Uri, text: string) {
@@ -97,16 +88,11 @@ describe("the chat view's Apply, @ symbols and mode picker", { timeout: 120_000 
     stub.settings["tether.serverCommand"] = SERVER_COMMAND;
     stub.settings["tether.provider"] = ws.provider([]);
     stub.commands.set("vscode.diff", (...args: unknown[]) => diffs.push(args));
-    stub.commands.set("tether.chat.focus", () => undefined);
-    extension = require(join(__dirname, "..", "..", "dist", "extension.js")) as Extension;
-    extension.activate(context);
-    webview = new FakeWebview();
-    (stub.webviewProviders.get("tether.chat") as Provider).resolveWebviewView(webview.view());
+    ({ extension, webview } = openChat(context));
   });
 
   after(async () => {
-    await within(extension.deactivate(), "deactivate", 15_000);
-    for (const item of context.subscriptions) item.dispose();
+    await closeChat(extension, context);
     ws.remove();
   });
 

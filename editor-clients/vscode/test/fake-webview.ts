@@ -1,4 +1,5 @@
 /** A stand-in for the chat view's webview: it records what the extension posts and speaks for the user. */
+import { join } from "node:path";
 import type { FromWebview, ToWebview } from "../src/messages";
 import { within } from "./helpers";
 import * as stub from "./vscode-stub";
@@ -67,3 +68,35 @@ export class FakeWebview {
   }
 }
 
+
+/** What the tests use of the built extension. */
+export interface Extension {
+  activate(context: { subscriptions: { dispose(): unknown }[]; extensionUri: unknown }): void;
+  deactivate(): Promise<void>;
+}
+
+interface Provider {
+  resolveWebviewView(view: unknown): void;
+}
+
+/**
+ * The built extension activated with `context`, its chat view resolved into a new FakeWebview
+ * (`tether.chat.focus` answered as VS Code does once the view is shown).
+ */
+export function openChat(context: { subscriptions: { dispose(): unknown }[]; extensionUri: unknown }): {
+  extension: Extension;
+  webview: FakeWebview;
+} {
+  stub.commands.set("tether.chat.focus", () => undefined);
+  const extension = require(join(__dirname, "..", "..", "dist", "extension.js")) as Extension;
+  extension.activate(context);
+  const webview = new FakeWebview();
+  (stub.webviewProviders.get("tether.chat") as Provider).resolveWebviewView(webview.view());
+  return { extension, webview };
+}
+
+/** Deactivate what {@link openChat} activated and dispose what it registered. */
+export async function closeChat(extension: Extension, context: { subscriptions: { dispose(): unknown }[] }): Promise<void> {
+  await within(extension.deactivate(), "deactivate", 15_000);
+  for (const item of context.subscriptions) item.dispose();
+}
