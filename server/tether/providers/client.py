@@ -207,7 +207,7 @@ class Client(httpx.AsyncClient):
         self._cookies = ResponseCookies(cookies)
 
     async def post_direct(
-        self, url: httpx.URL, body: bytes, headers: httpx.Headers, limits: aiohttp.ClientTimeout
+        self, url: httpx.URL, body: bytes, headers: Mapping[str, str], limits: aiohttp.ClientTimeout
     ) -> DirectResponse | None:
         """``body`` POSTed to ``url`` straight through aiohttp, streamed, when that sends what
         ``send(build_request(...))`` would; ``None`` when httpx's path is needed (the client has

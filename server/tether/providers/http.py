@@ -28,6 +28,7 @@ from typing import Any, Protocol, cast
 import aiohttp
 import httpx
 import orjson
+from multidict import CIMultiDict
 
 from tether.providers.base import (
     Completion,
@@ -242,6 +243,7 @@ class HttpProvider(Provider):
             connect=self._timeout.pool,
         )
         self._merged: httpx.Headers | None = None  # the client's headers, then these
+        self._merged_direct: CIMultiDict[str] | None = None  # the same, as aiohttp takes them
         self._urls: dict[str, httpx.URL] = {}  # parsed once: parsing costs ~40 µs per request
         self.retry = retry if retry is not None else RetryPolicy()
 
