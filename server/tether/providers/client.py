@@ -127,6 +127,10 @@ class DirectResponse:
     def is_success(self) -> bool:
         return 200 <= self.status_code < 300
 
+    def at_end(self) -> bool:
+        """Whether the whole body has arrived (its connection can go back to the pool as is)."""
+        return self._response.content.is_eof()
+
     async def aiter_bytes(self) -> AsyncGenerator[bytes, None]:
         """The body, a chunk per read of the socket (what has arrived, decoded)."""
         content = self._response.content

@@ -10,7 +10,8 @@ read brings go on together (:func:`read_pieces`), and none waits for the next re
 
 ``timeout`` bounds each wait on the network: connecting, sending, and the gap between two pieces
 of the answer (a slow but steady stream is not cut off). Once a turn is complete, what is left of
-the body is read (briefly: :func:`finish_body`), so that its connection is reused.
+the body is read (briefly: :func:`finish_body`; not at all when it has all arrived), so that its
+connection is reused.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from tether.providers.base import (
     TextDelta,
     ThoughtDelta,
 )
-from tether.providers.client import Client, make_client
+from tether.providers.client import Client, DirectResponse, make_client
 from tether.providers.errors import AttemptFailed
 from tether.providers.prepare import prepare
 from tether.providers.retry import BODY_LIMIT, RetryPolicy, parse_retry_after, with_retries
@@ -344,7 +345,8 @@ class HttpProvider(Provider):
                             if reader.done:
                                 break
                         completion = reader.completion()
-                        await finish_body(chunks)
+                        if not (isinstance(response, DirectResponse) and response.at_end()):
+                            await finish_body(chunks)
                 else:
                     completion = reader.whole(decode_json(await response.aread()))
                     if completion.reasoning:
