@@ -302,26 +302,22 @@ class HttpProvider(Provider):
             names = ()
         return ModelListing(url=url, status=response.status_code, models=names)
 
-    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
-        async with aclosing(
-            self.turn(self.request_url(request), self.payload(prepare(request, self.capabilities)))
-        ) as events:
-            async for event in events:
-                yield event
+    def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
+        """The turn's events (see :meth:`turn`); its payload is built as this is called."""
+        return self.turn(
+            self.request_url(request), self.payload(prepare(request, self.capabilities))
+        )
 
-    async def turn(self, url: str, payload: dict[str, Any]) -> AsyncGenerator[StreamEvent, None]:
-        """One turn POSTed to ``url``, with retries."""
+    def turn(self, url: str, payload: dict[str, Any]) -> AsyncGenerator[StreamEvent, None]:
+        """One turn POSTed to ``url``, with retries: the events of :func:`with_retries` itself,
+        not re-yielded by a generator of its own (each layer costs every event a step)."""
         body = orjson.dumps(payload)
-        async with aclosing(
-            with_retries(
-                lambda: self._attempt(url, body),
-                self.retry,
-                provider=self.name,
-                secret=self._secret,
-            )
-        ) as events:
-            async for event in events:
-                yield event
+        return with_retries(
+            lambda: self._attempt(url, body),
+            self.retry,
+            provider=self.name,
+            secret=self._secret,
+        )
 
     async def aclose(self) -> None:
         if self._own_client:
