@@ -365,7 +365,7 @@ def _event_loop(command: str) -> tuple[str, LoopFactory | None]:
     """The event loop a server runs on: uvloop when it is installed (the ``tether[fast]``
     extra), else asyncio's own; ``TETHER_EVENT_LOOP`` (``asyncio`` or ``uvloop``) chooses.
     uvloop's loop and transports are written in C: with many runs at once the server spends
-    ~6-10% less CPU per run (``bench/http_bench.py``)."""
+    0-7% less CPU per run (``bench/http_bench.py``)."""
     wanted = os.environ.get(EVENT_LOOP_VARIABLE, "").strip().lower()
     if wanted not in ("", "asyncio", "uvloop"):
         raise UsageError(
