@@ -291,3 +291,25 @@ def test_what_httpx_aiohttp_calls_a_connect_timeout_is_named_as_httpx_would(
     reported = httpx.ConnectTimeout("as httpx-aiohttp reports it")
     reported.__cause__ = cause
     assert type(lost_connection(reported)) is kind
+
+
+async def test_a_proxy_from_the_environment_carries_the_streamed_calls(
+    server: ModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The provider's POST goes to aiohttp straight, through the proxy httpx picks for the URL:
+    here the endpoint is the proxy, and the model's own host does not resolve."""
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", server.url)
+    async with make_client() as client:
+        provider = OpenAIProvider(
+            base_url="http://model.invalid/v1",
+            api_key="sk-test",
+            client=client,
+            timeout=10.0,
+            retry=RetryPolicy(max_retries=0),
+        )
+        assert await answer(provider) == "pong from the endpoint"
+    (request,) = server.requests
+    assert request.path == "http://model.invalid/v1/chat/completions"  # as a proxy is asked
+    assert request.headers["authorization"] == "Bearer sk-test"
