@@ -313,3 +313,19 @@ async def test_a_proxy_from_the_environment_carries_the_streamed_calls(
     (request,) = server.requests
     assert request.path == "http://model.invalid/v1/chat/completions"  # as a proxy is asked
     assert request.headers["authorization"] == "Bearer sk-test"
+
+
+async def test_a_client_with_event_hooks_sends_through_httpx_so_that_they_run(
+    server: ModelServer,
+) -> None:
+    """The direct POST is only taken where httpx's layer would change nothing."""
+    seen: list[str] = []
+
+    async def hook(request: httpx.Request) -> None:
+        seen.append(request.url.path)
+
+    async with make_client() as client:
+        client.event_hooks = {"request": [hook], "response": []}
+        provider = provider_over(client, server)
+        assert await answer(provider) == "pong from the endpoint"
+    assert seen == ["/v1/chat/completions"]
