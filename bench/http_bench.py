@@ -3,8 +3,9 @@ the real server.
 
 1. **Transport**: ``--concurrent`` (100) streamed requests at once against the loopback endpoint
    (``model_endpoint.py`` in a process of its own, ``--latency`` 50 ms before each answer), each
-   answer's SSE lines read and their JSON decoded, over: tether's client
-   (``tether.providers.client.make_client``: httpx over aiohttp's pool), httpx with its default
+   answer's SSE lines read and their JSON decoded, over: tether's client as a provider sends on
+   it (``Client.post_direct``: straight to aiohttp's pool), the same client through its httpx API
+   ("tether httpx": what a client with cookies, auth or hooks takes), httpx with its default
    transport as tether used it before (``max_connections=200``, httpx's default 20 kept-alive
    connections for 5 s), httpx with every connection kept alive, and aiohttp alone (the floor).
    The clients other than "httpx before" keep idle connections for 5 minutes, so that they
@@ -50,9 +51,11 @@ from pathlib import Path
 import aiohttp
 import httpx
 import orjson
+from multidict import CIMultiDict
 
 from sample_serve import report
 from served import SYSTEM_PROMPT, Endpoint, Served, endpoint
+from tether.providers.client import Client as TetherClient
 from tether.providers.client import make_client
 
 PROMPT = "What is this project?"
@@ -123,6 +126,39 @@ class Httpx(Client):
         await self.client.aclose()
 
 
+class Direct(Client):
+    """tether's client as a provider sends on it: ``Client.post_direct``, straight to aiohttp."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        assert isinstance(client, TetherClient)
+        self.client = client
+        self.headers = CIMultiDict(httpx.Headers(client.headers).multi_items())
+        self.headers.update(HEADERS)
+        self.limits = aiohttp.ClientTimeout(sock_connect=60.0, sock_read=60.0, connect=60.0)
+
+    async def request(self, url: str) -> int:
+        events = 0
+        response = await self.client.post_direct(httpx.URL(url), BODY, self.headers, self.limits)
+        assert response is not None, "the direct POST was not taken"
+        try:
+            if not response.is_success:
+                raise RuntimeError(f"HTTP {response.status_code}")
+            rest = b""
+            async for chunk in response.aiter_bytes():
+                lines = (rest + chunk).split(b"\n")
+                rest = lines.pop()  # the start of a line the next chunk ends
+                for line in lines:
+                    if line.startswith(b"data: {"):
+                        orjson.loads(line[6:])
+                        events += 1
+        finally:
+            await response.aclose()
+        return events
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
 class Aiohttp(Client):
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -148,7 +184,8 @@ class Aiohttp(Client):
 
 def clients(limit: int) -> dict[str, Callable[[], Client]]:
     return {
-        "tether": lambda: Httpx(make_client(limit, keepalive=KEEPALIVE)),
+        "tether": lambda: Direct(make_client(limit, keepalive=KEEPALIVE)),
+        "tether httpx": lambda: Httpx(make_client(limit, keepalive=KEEPALIVE)),
         "httpx before": lambda: Httpx(
             httpx.AsyncClient(limits=httpx.Limits(max_connections=limit))  # keeps 20, for 5 s
         ),

@@ -1,10 +1,11 @@
 """What one streamed model turn costs tether's process, layer by layer, in one process.
 
 The OpenAI provider's ``stream`` against ``model_endpoint.py`` (in a process of its own, no
-latency) for a turn that answers in text (59 SSE events, ~10.7 KB), beside the same POST through
-the provider's httpx client with the body read as bytes (the provider's own request, without
-reading its events), and through aiohttp alone. The differences are tether's reading (SSE,
-JSON, the OpenAI reader, the provider's generators) and httpx's layer over aiohttp's. CPU of
+latency) for a turn that answers in text (59 SSE events, ~10.7 KB), beside the same POST as the
+provider sends it with the body read as bytes (its own request, straight to aiohttp's session
+as ``Client.post_direct`` sends it, without reading its events), and through aiohttp alone. The
+differences are tether's reading (SSE, JSON, the OpenAI reader, the provider's generators) and
+what the provider's request adds to aiohttp's (its headers, its read and connect timeouts). CPU of
 this process per turn, ``--concurrent`` turns at once, the kinds alternating; min and median
 over ``--rounds``. It prints a report and asserts nothing::
 
@@ -65,7 +66,7 @@ async def measure(args: argparse.Namespace) -> dict[str, list[float]]:
             async for _ in provider.stream(REQUEST):
                 pass
 
-        async def httpx_bytes() -> None:
+        async def post_bytes() -> None:
             async with provider._open(provider.url, body) as response:
                 async for _ in response.aiter_bytes():
                     pass
@@ -77,7 +78,7 @@ async def measure(args: argparse.Namespace) -> dict[str, list[float]]:
 
         kinds: dict[str, Callable[[], Awaitable[None]]] = {
             "provider.stream (all of it)": provider_turn,
-            "httpx client, body as bytes": httpx_bytes,
+            "provider's POST, body as bytes": post_bytes,
             "aiohttp alone, body as bytes": aiohttp_bytes,
         }
         got: dict[str, list[float]] = {name: [] for name in kinds}

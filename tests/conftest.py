@@ -20,6 +20,10 @@ settings.register_profile(
 )
 settings.load_profile("tether")
 
+# The servers the tests start run on asyncio's own loop, as a plain `pip install tether` does;
+# the dev group also installs uvloop (the `fast` extra), which tests/e2e/test_cli.py asks for.
+os.environ.setdefault("TETHER_EVENT_LOOP", "asyncio")
+
 
 @pytest.fixture(scope="session", autouse=True)
 def tether_data_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:

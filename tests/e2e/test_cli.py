@@ -248,3 +248,69 @@ def test_a_write_without_a_terminal_in_json_says_why_on_stderr(project: Path, tm
         "tether: Write new.txt: refused: approval needs a terminal (use --approval auto)"
     )
     assert all(json.loads(line) for line in done.stdout.splitlines())  # stdout: JSON only
+
+
+REFUSING = Path(__file__).with_name("imports_refused.py")
+
+
+def test_the_server_runs_on_uvloop_when_it_is_installed(project: Path, script: Path) -> None:
+    """uvloop is installed here (the dev group has the ``fast`` extra's package)."""
+    done = tether(
+        "run",
+        "hi",
+        "--script",
+        str(script),
+        "--log-level",
+        "debug",
+        cwd=project,
+        env={"TETHER_EVENT_LOOP": ""},  # unset: the suite's own choice (asyncio) left aside
+    )
+    assert done.returncode == 0, done.stderr
+    assert "serving on stdio (event loop: uvloop)" in done.stderr
+    assert "Done." in done.stdout
+
+
+def test_tether_event_loop_asyncio_keeps_asyncio_s_own_loop(project: Path, script: Path) -> None:
+    done = tether(
+        "run",
+        "hi",
+        "--script",
+        str(script),
+        "--log-level",
+        "debug",
+        cwd=project,
+        env={"TETHER_EVENT_LOOP": "asyncio"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "serving on stdio (event loop: asyncio)" in done.stderr
+    assert "Done." in done.stdout
+
+
+def test_an_unknown_event_loop_is_one_line() -> None:
+    for command in ("serve", "acp"):
+        done = tether(command, env={"TETHER_EVENT_LOOP": "tokio"})
+        assert done.returncode == 2
+        assert one_line_error(done) == (
+            f"tether {command}: error: TETHER_EVENT_LOOP is 'tokio'; expected asyncio or uvloop"
+        )
+
+
+def test_without_uvloop_the_server_serves_on_asyncio_unless_uvloop_is_asked_for() -> None:
+    server = [sys.executable, "-P", str(REFUSING), "uvloop"]
+    environ = {**os.environ, "TETHER_LOG_LEVEL": "debug", "TETHER_EVENT_LOOP": ""}
+    done = subprocess.run(server, input="", capture_output=True, text=True, env=environ, timeout=30)
+    assert "(event loop: asyncio)" in done.stderr  # then stdin ends, before any initialize
+    assert "Traceback" not in done.stderr
+    asked = subprocess.run(
+        server,
+        input="",
+        capture_output=True,
+        text=True,
+        env={**environ, "TETHER_EVENT_LOOP": "uvloop"},
+        timeout=30,
+    )
+    assert asked.returncode == 2
+    assert one_line_error(asked) == (
+        "tether serve: error: TETHER_EVENT_LOOP=uvloop, but uvloop is not installed "
+        "(pip install 'tether[fast]')"
+    )

@@ -8,6 +8,7 @@ what the client does on the wire rather than what its pool says of itself.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import socket
 import ssl
@@ -291,3 +292,81 @@ def test_what_httpx_aiohttp_calls_a_connect_timeout_is_named_as_httpx_would(
     reported = httpx.ConnectTimeout("as httpx-aiohttp reports it")
     reported.__cause__ = cause
     assert type(lost_connection(reported)) is kind
+
+
+async def test_a_proxy_from_the_environment_carries_the_streamed_calls(
+    server: ModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The provider's POST goes to aiohttp straight, through the proxy httpx picks for the URL:
+    here the endpoint is the proxy, and the model's own host does not resolve."""
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", server.url)
+    async with make_client() as client:
+        provider = OpenAIProvider(
+            base_url="http://model.invalid/v1",
+            api_key="sk-test",
+            client=client,
+            timeout=10.0,
+            retry=RetryPolicy(max_retries=0),
+        )
+        assert await answer(provider) == "pong from the endpoint"
+    (request,) = server.requests
+    assert request.path == "http://model.invalid/v1/chat/completions"  # as a proxy is asked
+    assert request.headers["authorization"] == "Bearer sk-test"
+
+
+async def test_a_client_with_event_hooks_sends_through_httpx_so_that_they_run(
+    server: ModelServer,
+) -> None:
+    """The direct POST is only taken where httpx's layer would change nothing."""
+    seen: list[str] = []
+
+    async def hook(request: httpx.Request) -> None:
+        seen.append(request.url.path)
+
+    async with make_client() as client:
+        client.event_hooks = {"request": [hook], "response": []}
+        provider = provider_over(client, server)
+        assert await answer(provider) == "pong from the endpoint"
+    assert seen == ["/v1/chat/completions"]
+
+
+async def test_a_gzipped_stream_is_read_as_httpx_would_decode_it() -> None:
+    """The direct POST asks for the codings httpx asks for, and aiohttp decodes them."""
+    from aiohttp import web
+
+    events = (
+        b'data: {"choices":[{"index":0,"delta":{"content":"hello, gzipped"}}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+        b"data: [DONE]\n\n"
+    )
+    asked: list[str] = []
+
+    async def answer_gzipped(request: web.Request) -> web.Response:
+        asked.append(request.headers.get("accept-encoding", ""))
+        return web.Response(
+            body=gzip.compress(events),
+            headers={"content-type": "text/event-stream", "content-encoding": "gzip"},
+        )
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", answer_gzipped)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    listening = socket.create_server(("127.0.0.1", 0))
+    port = listening.getsockname()[1]
+    await web.SockSite(runner, listening).start()
+    try:
+        async with make_client() as client:
+            wanted = client.headers["accept-encoding"]
+            provider = OpenAIProvider(
+                base_url=f"http://127.0.0.1:{port}/v1",
+                api_key="sk-test",
+                client=client,
+                retry=RetryPolicy(max_retries=0),
+            )
+            assert await answer(provider) == "hello, gzipped"
+    finally:
+        await runner.cleanup()
+    assert asked == [wanted]

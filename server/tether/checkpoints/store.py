@@ -193,12 +193,14 @@ class CheckpointStore:
         is logged (the run's own snapshot reports it). The filesystem's root and the user's
         home (an editor opened there) are never prepared ahead: far more than any project to
         read for a session that may edit nothing; a run that edits there records it then."""
-        if _too_wide(workspace) or self._closing:
+        if self._closing:
             return
         with self._prewarm_lock:
             if workspace in self._prewarmed:
                 return
-            self._prewarmed.add(workspace)
+            self._prewarmed.add(workspace)  # a root or home too: looked at once per process
+        if _too_wide(workspace):
+            return
         threading.Thread(
             target=self._prewarm, args=(workspace,), name="tether-checkpoints", daemon=True
         ).start()

@@ -21,6 +21,7 @@ passes it, and the problem names that file.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import time
@@ -71,18 +72,23 @@ def surely_no_memory(workspace: Path, paths: Sequence[str]) -> bool:
     the event loop, where a run would otherwise hand :func:`load_memory` to a thread for
     nothing). False means "ask :func:`load_memory`", which decides everything else, problems
     included."""
-    default = PurePath(DEFAULT_MEMORY_PATH)
-    if any(PurePath(configured) != default for configured in paths):
+    if any(not _is_default(configured) for configured in paths):
         return False
     if not paths:
         return True
     try:
-        os.lstat(workspace / DEFAULT_MEMORY_PATH)
+        os.lstat(os.path.join(workspace, DEFAULT_MEMORY_PATH))
     except (FileNotFoundError, NotADirectoryError):
         return True  # what load_memory says of an absent default
     except (OSError, ValueError):
         return False  # load_memory reports it
     return False
+
+
+@functools.lru_cache(maxsize=64)
+def _is_default(configured: str) -> bool:
+    """Whether a configured memory path names the default one (asked by every run)."""
+    return PurePath(configured) == PurePath(DEFAULT_MEMORY_PATH)
 
 
 def render_memory(entries: Sequence[MemoryEntry]) -> str:

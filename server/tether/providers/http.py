@@ -10,7 +10,8 @@ read brings go on together (:func:`read_pieces`), and none waits for the next re
 
 ``timeout`` bounds each wait on the network: connecting, sending, and the gap between two pieces
 of the answer (a slow but steady stream is not cut off). Once a turn is complete, what is left of
-the body is read (briefly: :func:`finish_body`), so that its connection is reused.
+the body is read (briefly: :func:`finish_body`; not at all when it has all arrived), so that its
+connection is reused.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
+import aiohttp
 import httpx
 import orjson
+from multidict import CIMultiDict
 
 from tether.providers.base import (
     Completion,
@@ -36,7 +39,7 @@ from tether.providers.base import (
     TextDelta,
     ThoughtDelta,
 )
-from tether.providers.client import make_client
+from tether.providers.client import Client, DirectResponse, make_client
 from tether.providers.errors import AttemptFailed
 from tether.providers.prepare import prepare
 from tether.providers.retry import BODY_LIMIT, RetryPolicy, parse_retry_after, with_retries
@@ -57,6 +60,26 @@ log = logging.getLogger(__name__)
 
 FINISH_SECONDS = 0.5  # the most a finished turn waits for the rest of its body
 URLS_KEPT = 64  # parsed request URLs a provider keeps
+
+
+class Answer(Protocol):
+    """What a provider reads of a response: an ``httpx.Response``, or a
+    :class:`~tether.providers.client.DirectResponse` when the POST went to aiohttp straight."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def is_success(self) -> bool: ...
+
+    def aiter_bytes(self) -> AsyncIterator[bytes]: ...
+
+    async def aread(self) -> bytes: ...
+
+    async def aclose(self) -> None: ...
 
 
 class TurnReader(ABC):
@@ -127,7 +150,7 @@ async def finish_body(rest: AsyncIterator[object]) -> None:
                 pass
 
 
-async def read_head(response: httpx.Response) -> str:
+async def read_head(response: Answer) -> str:
     """The first ``BODY_LIMIT`` bytes of a response body, as text."""
     head = bytearray()
     try:
@@ -215,7 +238,13 @@ class HttpProvider(Provider):
         self._client = client if client is not None else make_client()
         self._timeout = httpx.Timeout(timeout)
         self._extensions = {"timeout": self._timeout.as_dict()}
+        self._direct_timeout = aiohttp.ClientTimeout(  # as httpx-aiohttp maps httpx's
+            sock_connect=self._timeout.connect,
+            sock_read=self._timeout.read,
+            connect=self._timeout.pool,
+        )
         self._merged: httpx.Headers | None = None  # the client's headers, then these
+        self._merged_direct: CIMultiDict[str] | None = None  # the same, as aiohttp takes them
         self._urls: dict[str, httpx.URL] = {}  # parsed once: parsing costs ~40 µs per request
         self.retry = retry if retry is not None else RetryPolicy()
 
@@ -273,26 +302,22 @@ class HttpProvider(Provider):
             names = ()
         return ModelListing(url=url, status=response.status_code, models=names)
 
-    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
-        async with aclosing(
-            self.turn(self.request_url(request), self.payload(prepare(request, self.capabilities)))
-        ) as events:
-            async for event in events:
-                yield event
+    def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
+        """The turn's events (see :meth:`turn`); its payload is built as this is called."""
+        return self.turn(
+            self.request_url(request), self.payload(prepare(request, self.capabilities))
+        )
 
-    async def turn(self, url: str, payload: dict[str, Any]) -> AsyncGenerator[StreamEvent, None]:
-        """One turn POSTed to ``url``, with retries."""
+    def turn(self, url: str, payload: dict[str, Any]) -> AsyncGenerator[StreamEvent, None]:
+        """One turn POSTed to ``url``, with retries: the events of :func:`with_retries` itself,
+        not re-yielded by a generator of its own (each layer costs every event a step)."""
         body = orjson.dumps(payload)
-        async with aclosing(
-            with_retries(
-                lambda: self._attempt(url, body),
-                self.retry,
-                provider=self.name,
-                secret=self._secret,
-            )
-        ) as events:
-            async for event in events:
-                yield event
+        return with_retries(
+            lambda: self._attempt(url, body),
+            self.retry,
+            provider=self.name,
+            secret=self._secret,
+        )
 
     async def aclose(self) -> None:
         if self._own_client:
@@ -316,7 +341,8 @@ class HttpProvider(Provider):
                             if reader.done:
                                 break
                         completion = reader.completion()
-                        await finish_body(chunks)
+                        if not (isinstance(response, DirectResponse) and response.at_end()):
+                            await finish_body(chunks)
                 else:
                     completion = reader.whole(decode_json(await response.aread()))
                     if completion.reasoning:
@@ -333,22 +359,35 @@ class HttpProvider(Provider):
                 failure.message,
             )
             raise failure from exc
-        log.debug(
-            "%s: POST %s: the turn was read in %.0f ms", self.name, shown_url(url), _millis(started)
-        )
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "%s: POST %s: the turn was read in %.0f ms",
+                self.name,
+                shown_url(url),
+                _millis(started),
+            )
         yield completion  # after the response is closed: a caller may stop at the completion
 
-    def _request(self, url: httpx.URL, body: bytes) -> httpx.Request:
-        """The POST of one try, as ``client.build_request`` makes it (the client's headers, then
-        the provider's; its cookies; the timeout), with the headers merged once per provider
-        instead of per request (~40 µs of a request's ~60 µs there). The client has no base URL
-        or query parameters to merge, and its headers do not change once it is made."""
+    def _merged_headers(self) -> httpx.Headers:
+        """The client's headers, then the provider's, merged once per provider instead of per
+        request (~40 µs of a request's ~60 µs there): the client's headers do not change once it
+        is made."""
         merged = self._merged
         if merged is None:
             merged = self._merged = httpx.Headers(self._client.headers)
             merged.update(self._headers)
+        return merged
+
+    def _request(self, url: httpx.URL, body: bytes) -> httpx.Request:
+        """The POST of one try, as ``client.build_request`` makes it (the client's headers, then
+        the provider's; its cookies; the timeout). The client has no base URL or query
+        parameters to merge."""
         request = httpx.Request(
-            "POST", url, content=body, headers=merged, extensions=dict(self._extensions)
+            "POST",
+            url,
+            content=body,
+            headers=self._merged_headers(),
+            extensions=dict(self._extensions),
         )
         cookies = self._client.cookies
         if cookies:
@@ -356,14 +395,14 @@ class HttpProvider(Provider):
         return request
 
     @asynccontextmanager
-    async def _open(self, url: str, body: bytes) -> AsyncIterator[httpx.Response]:
+    async def _open(self, url: str, body: bytes) -> AsyncIterator[Answer]:
         parsed = self._urls.get(url)
         if parsed is None:
             if len(self._urls) >= URLS_KEPT:  # a format that names the model in the URL
                 self._urls.clear()
             parsed = self._urls[url] = httpx.URL(url)
         started = time.perf_counter()
-        response = await self._client.send(self._request(parsed, body), stream=True)
+        response = await self._send(parsed, body)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "%s: POST %s (%d bytes) -> %d in %.0f ms",
@@ -386,3 +425,16 @@ class HttpProvider(Provider):
             yield response
         finally:
             await response.aclose()
+
+    async def _send(self, url: httpx.URL, body: bytes) -> Answer:
+        """The POST of one try, streamed: straight through aiohttp when the client is tether's
+        own and nothing of httpx's would change the request (:meth:`Client.post_direct`), else
+        sent by httpx."""
+        client = self._client
+        if isinstance(client, Client):
+            direct = await client.post_direct(
+                url, body, self._merged_headers(), self._direct_timeout
+            )
+            if direct is not None:
+                return direct
+        return await client.send(self._request(url, body), stream=True)

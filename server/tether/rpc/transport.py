@@ -31,7 +31,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from tether.rpc.app import App
 from tether.rpc.wire import Wire
@@ -318,7 +318,8 @@ class _TcpClient(_WireInput):
         self._output: _Output | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # a socket's transport; uvloop's do not derive from asyncio's classes
+        transport = cast(asyncio.Transport, transport)
         if self._listener.taken:
             logger.warning("refused a second client: this server serves one")
             transport.close()

@@ -6,6 +6,7 @@ spelling must be found with the other. URIs of other schemes (remote workspaces)
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -41,8 +42,10 @@ def existing_workspace(value: str) -> str:
     return canonical
 
 
+@functools.lru_cache(maxsize=256)
 def local_path(canonical: str) -> Path:
-    """The filesystem path of a canonical ``file://`` workspace."""
+    """The filesystem path of a canonical ``file://`` workspace (a pure function of the URI:
+    kept, as every run asks it several times)."""
     return Path(unquote(urlparse(canonical).path))
 
 
