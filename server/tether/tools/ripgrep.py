@@ -58,6 +58,7 @@ excludes."""
 
 _VERSION = re.compile(rb"ripgrep (\d+)\.(\d+)\.(\d+)")
 GUARD_INTERVAL = 0.02  # seconds between two looks at what a walk's rg has open
+EXIT_GRACE = 0.2  # seconds an rg whose output is closed has to exit before its tree is killed
 # where the kernel holds a thread opening a FIFO no one writes to (older kernels than 5.5 show
 # "pipe_wait", as for any pipe: such an rg is left to the deadline)
 _FIFO_WAITS = frozenset({"wait_for_partner", "fifo_open"})
@@ -209,9 +210,17 @@ class RgProcess:
             kill_tree(self.process.pid, self._mark)
 
     def close(self) -> tuple[int, str]:
-        """Kill what still runs, reap it; its exit status and what it wrote on stderr."""
-        self.kill()
+        """Reap ``rg`` (killing what still runs); its exit status and what it wrote on stderr.
+        Its output is closed first: an ``rg`` read to the end is exiting, one still writing
+        ends at its next write; either is waited for a moment before its tree is killed
+        (which looks through every process of ``/proc``: several milliseconds)."""
         self.stdout.close()
+        if self.killed is None:
+            try:
+                self.process.wait(EXIT_GRACE)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
         status = self.process.wait()
         if self._stderr_file is None:
             assert self.process.stderr is not None
@@ -318,7 +327,8 @@ def rg_walk(
     stat: bool,
 ) -> Walk:
     """:func:`tether.tools.walk.walk_files` on ``rg --files``: the same files, sorted by path.
-    With ``stat``, each file's size and links are read (``lstat``) for the search."""
+    With ``stat``, each file's size and links are read (``lstat``) for the search; without,
+    only the paths are kept (:attr:`Walk.names`: no object per file)."""
     deadline = time.monotonic() + budget
     walk = Walk()
     prefix = "" if start == root else start.relative_to(root).as_posix() + "/"
@@ -355,7 +365,8 @@ def rg_walk(
     if run.killed == "time":
         walk.stopped = "time"
     walk.scanned = len(names)
-    rels = [name.removeprefix("./") for name in names]
+    # rg names every file as it names the first (from "./" when run on ".")
+    rels = [name[2:] for name in names] if names and names[0].startswith("./") else names
     if glob is not None:
         rels = _matching(glob, rels, deadline, walk)
     rels.sort()
@@ -364,7 +375,7 @@ def rg_walk(
         walked = (_walked(prefix + rel, f"{directory}/{rel}") for rel in rels)
         walk.files = [file for file in walked if file.size >= 0]
     else:
-        walk.files = [WalkedFile(prefix + rel, f"{directory}/{rel}", 0) for rel in rels]
+        walk.names = [prefix + rel for rel in rels] if prefix else rels
     return walk
 
 
