@@ -30,6 +30,7 @@ walk (:mod:`tether.tools.walk`) gives:
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import io
 import os
@@ -39,7 +40,6 @@ import stat as stats
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -135,9 +135,11 @@ class RgProcess:
     """One ``rg`` run whose output is read as it comes; killed (with anything it started) when
     ``stop`` is set or ``deadline`` passes, and by :meth:`close`; with ``guard``, also as soon
     as it reads what no walk may (:func:`reads_what_no_walk_may`; ``searching``: it also reads
-    the files it searches). With ``on_stderr``, ``rg`` writes its stderr to a file in memory
-    (no pipe to wake a reader at each of the many lines of ``rg --debug``), each line of which
-    is handed to it by :meth:`close`."""
+    the files it searches). With ``on_stderr``, ``rg`` writes its stderr to a pipe that the
+    watching thread empties at each look (:data:`GUARD_INTERVAL`), not a reader woken at each
+    of the many small writes of ``rg --debug``; each line is handed to ``on_stderr`` by
+    :meth:`close`. A pipe costs ``rg`` less per write than a file in memory (``rg``'s stderr
+    is unbuffered: some 50 writes per line of ``--debug``)."""
 
     def __init__(
         self,
@@ -154,7 +156,7 @@ class RgProcess:
         self._mark = new_mark()
         environ = {**os.environ, MARK_VARIABLE: self._mark}
         self._on_stderr = on_stderr
-        self._stderr_file = _memory_file() if on_stderr is not None else None
+        self._stderr = _StderrPipe() if on_stderr is not None else None
         try:
             self.process = subprocess.Popen(
                 [rg.path, *args],
@@ -162,13 +164,16 @@ class RgProcess:
                 env=environ,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE if self._stderr_file is None else self._stderr_file,
+                stderr=subprocess.PIPE if self._stderr is None else self._stderr.write_end,
                 start_new_session=True,
             )
         except BaseException:
-            if self._stderr_file is not None:
-                os.close(self._stderr_file)
+            if self._stderr is not None:
+                self._stderr.close()
             raise
+        finally:
+            if self._stderr is not None:
+                self._stderr.close_write_end()  # rg holds it: EOF once rg is gone
         self.killed: Killed | None = None
         self._lock = threading.Lock()
         self._searching = searching
@@ -184,22 +189,24 @@ class RgProcess:
 
     def _watch(self, stop: threading.Event, deadline: float, guard: bool) -> None:
         """Kill ``rg`` once the call is cancelled or over time, or (``guard``) once it reads
-        what no walk may (set ``stop`` ends this thread: the caller sets it when the call ends,
-        however it ends)."""
+        what no walk may; empty its stderr pipe at each look (set ``stop`` ends this thread:
+        the caller sets it when the call ends, however it ends)."""
+        ticking = guard or self._stderr is not None
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 self.kill("time")
                 return
-            if stop.wait(min(left, GUARD_INTERVAL) if guard else left):
+            if stop.wait(min(left, GUARD_INTERVAL) if ticking else left):
                 self.kill("stop")
                 return
-            if guard:
-                if self.process.poll() is not None:
-                    return
-                if reads_what_no_walk_may(self.process.pid, searching=self._searching):
-                    self.kill("unsafe")
-                    return
+            if self._stderr is not None:
+                self._stderr.drain()
+            if self.process.poll() is not None:
+                return
+            if guard and reads_what_no_walk_may(self.process.pid, searching=self._searching):
+                self.kill("unsafe")
+                return
 
     def kill(self, why: Killed | None = None) -> None:
         with self._lock:
@@ -217,22 +224,92 @@ class RgProcess:
         self.stdout.close()
         if self.killed is None:
             try:
-                self.process.wait(EXIT_GRACE)
+                self._wait(EXIT_GRACE)
             except subprocess.TimeoutExpired:
                 pass
         self.kill()
-        status = self.process.wait()
-        if self._stderr_file is None:
+        status = self._wait(None)
+        if self._stderr is None:
             assert self.process.stderr is not None
             error = self.process.stderr.read().decode(errors="replace")
             self.process.stderr.close()
             return status, error
         assert self._on_stderr is not None
-        with open(self._stderr_file, "rb") as written:  # closes the descriptor
-            written.seek(0)
-            for line in written:
-                self._on_stderr(line)
+        written = self._stderr.rest()
+        for line in written.splitlines(keepends=True):
+            self._on_stderr(line)
         return status, ""
+
+    def _wait(self, timeout: float | None) -> int:
+        """Wait for ``rg`` to exit, emptying its stderr pipe meanwhile (else an ``rg`` that
+        fills it would wait for it to be emptied)."""
+        if self._stderr is None:
+            return self.process.wait(timeout)
+        limit = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self._stderr.drain()
+            left = GUARD_INTERVAL
+            if limit is not None:
+                left = min(left, limit - time.monotonic())
+            try:
+                return self.process.wait(max(0.0, left))
+            except subprocess.TimeoutExpired:
+                if limit is not None and time.monotonic() >= limit:
+                    raise
+
+
+PIPE_BYTES = 1 << 20  # asked of the kernel for rg's stderr pipe (its default is 64 KiB)
+
+
+class _StderrPipe:
+    """The pipe ``rg`` writes its stderr to, read without blocking into memory."""
+
+    def __init__(self) -> None:
+        self._read, self.write_end = os.pipe()
+        os.set_blocking(self._read, False)
+        if hasattr(fcntl, "F_SETPIPE_SZ"):
+            try:
+                fcntl.fcntl(self.write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+            except OSError:
+                pass  # over the user's pipe quota: the default size, emptied as often
+        self._chunks: list[bytes] = []
+        self._lock = threading.Lock()
+        self._write_open = True
+
+    def close_write_end(self) -> None:
+        if self._write_open:
+            os.close(self.write_end)
+            self._write_open = False
+
+    def drain(self) -> bool:
+        """Read what the pipe holds; False at its end (every writer gone)."""
+        with self._lock:
+            while True:
+                try:
+                    chunk = os.read(self._read, PIPE_BYTES)
+                except BlockingIOError:
+                    return True
+                except OSError:  # closed by rest()
+                    return False
+                if not chunk:
+                    return False
+                self._chunks.append(chunk)
+
+    def rest(self) -> bytes:
+        """Everything written, once ``rg`` has exited (what it started is killed: the pipe
+        ends); the pipe is closed."""
+        until = time.monotonic() + EXIT_GRACE
+        while self.drain() and time.monotonic() < until:
+            time.sleep(0.001)  # a writer that outlived rg, being killed: not waited for long
+        self.close()
+        return b"".join(self._chunks)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._read >= 0:
+                os.close(self._read)
+                self._read = -1
+        self.close_write_end()
 
 
 _OPENED = b"opened gitignore file: "
@@ -287,13 +364,6 @@ class RgLog:
     def ignore_files_clean(self, start: Path) -> bool:
         """Whether every ignore file ``rg`` (run from ``start``) opened is one a walk reads."""
         return all(readable_ignore_file(os.path.join(start, name)) for name in self.ignore_files)
-
-
-def _memory_file() -> int:
-    """A descriptor of a file in memory (a temporary file where there is no ``memfd``)."""
-    if hasattr(os, "memfd_create"):
-        return os.memfd_create("rg-stderr")
-    return os.dup(tempfile.TemporaryFile().fileno())
 
 
 def walk_args(include_ignored: bool, *, parents: bool) -> list[str]:
