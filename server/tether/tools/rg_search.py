@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tether.tools.ripgrep import RgLog, RgProcess, Ripgrep, Stopped, walk_args
+from tether.tools.ripgrep import PIPE_BYTES, RgLog, RgProcess, Ripgrep, Stopped, walk_args
 
 _SEARCHED = b" files searched"
 
@@ -142,7 +142,7 @@ def count_files(
     )
     count = 0
     try:
-        while chunk := run.stdout.read1(1 << 16):
+        while chunk := run.stdout.read1(PIPE_BYTES):
             count += chunk.count(b"\0")
     finally:
         run.close()

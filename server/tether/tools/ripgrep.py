@@ -174,6 +174,7 @@ class RgProcess:
         finally:
             if self._stderr is not None:
                 self._stderr.close_write_end()  # rg holds it: EOF once rg is gone
+        _widen(self.stdout.fileno())  # rg writes on while the reader waits its turn
         self.killed: Killed | None = None
         self._lock = threading.Lock()
         self._searching = searching
@@ -261,17 +262,25 @@ class RgProcess:
 PIPE_BYTES = 1 << 20  # asked of the kernel for rg's stderr pipe (its default is 64 KiB)
 
 
+def _widen(pipe: int) -> None:
+    """Ask for :data:`PIPE_BYTES` of buffer for ``pipe``: ``rg`` then writes a walk's list or
+    its log without waiting for tether to read each 64 KiB, which on a loaded machine may
+    wait for a turn on a core. Where the user's pipe quota is spent, the default size stays
+    (the reader empties it as often)."""
+    if hasattr(fcntl, "F_SETPIPE_SZ"):
+        try:
+            fcntl.fcntl(pipe, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        except OSError:
+            pass
+
+
 class _StderrPipe:
     """The pipe ``rg`` writes its stderr to, read without blocking into memory."""
 
     def __init__(self) -> None:
         self._read, self.write_end = os.pipe()
         os.set_blocking(self._read, False)
-        if hasattr(fcntl, "F_SETPIPE_SZ"):
-            try:
-                fcntl.fcntl(self.write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-            except OSError:
-                pass  # over the user's pipe quota: the default size, emptied as often
+        _widen(self.write_end)
         self._chunks: list[bytes] = []
         self._lock = threading.Lock()
         self._write_open = True
@@ -465,7 +474,7 @@ def _matching(glob: Glob, rels: list[str], deadline: float, walk: Walk) -> list[
 def _read_names(run: RgProcess, max_entries: int, walk: Walk) -> list[str]:
     names: list[str] = []
     pending = b""
-    while chunk := run.stdout.read1(1 << 16):
+    while chunk := run.stdout.read1(PIPE_BYTES):
         data = pending + chunk
         end = data.rfind(b"\0") + 1
         pending = data[end:]
