@@ -236,8 +236,8 @@ class RgProcess:
             self.process.stderr.close()
             return status, error
         assert self._on_stderr is not None
-        written = self._stderr.rest()
-        for line in written.splitlines(keepends=True):
+        lines = self._stderr.rest().split(b"\n")  # at line ends only: a path may hold a \r
+        for line in lines[:-1] if lines[-1] == b"" else lines:
             self._on_stderr(line)
         return status, ""
 
@@ -343,7 +343,7 @@ class RgLog:
     errors: list[str] = field(default_factory=list)  # the other lines (the pattern's error...)
 
     def on_line(self, line: bytes) -> None:
-        """One line of rg's stderr (called from the thread that reads it)."""
+        """One line of rg's stderr, with or without its line end."""
         if line.startswith(_DEBUG):
             self._debug(line)
             return
@@ -359,6 +359,8 @@ class RgLog:
         if opened >= 0:
             self.ignore_files.append(os.fsdecode(line[opened + len(_OPENED) :].rstrip(b"\n")))
             return
+        if line.rstrip(b"\n").endswith(b")"):
+            return  # "ignoring PATH: Ignore(...)" and the like, most of the log: not used
         ignoring = line.find(_IGNORING)
         if ignoring < 0:
             return
