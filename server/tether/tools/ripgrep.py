@@ -177,6 +177,8 @@ class RgProcess:
             if self._stderr is not None:
                 self._stderr.close_write_end()  # rg holds it: EOF once rg is gone
         _widen(self.stdout.fileno())  # rg writes on while the reader waits its turn
+        if self.process.stderr is not None:  # read once rg is done: room for its messages
+            _widen(self.process.stderr.fileno())
         self.killed: Killed | None = None
         self._lock = threading.Lock()
         self._searching = searching
