@@ -4,8 +4,10 @@ Trees: a generated one (``--files`` files in directories of 50, a third with a T
 running environment's site-packages. For each tree and each engine (``tools.search``), one server
 runs a scripted provider whose every other turn is one tool call; a run's time minus the median
 time of a run without a tool call is the call's time through the server. ``rg`` runs on the same
-tree in the same process, the way a person would type it. Before timing, both engines' answers
-are compared in-process: they must be the same text.
+tree in the same process, the way a person would type it. Beside the wall time, the CPU time:
+the server's with its children's (the ``rg`` it ran and reaped), against plain ``rg``'s, which
+a loaded machine moves much less. Before timing, both engines' answers are compared in-process:
+they must be the same text.
 
     .venv/bin/python bench/search_bench.py [--rounds 5] [--files 10000] [--no-python]
         [--before /tmp/before/server]   # an older tree's ripgrep engine, in the same run
@@ -17,6 +19,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -54,11 +57,23 @@ def make_tree(root: Path, files: int) -> None:
         (directory / f"mod{index % 50:02d}.py").write_text("".join(lines))
 
 
-def rg_seconds(root: Path, args: list[str], rounds: int) -> float:
+def cpu_of(pid: int) -> float:
+    """CPU seconds of process ``pid`` and of the children it reaped (``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def rg_seconds(root: Path, args: list[str], rounds: int, cpu: list[float] | None = None) -> float:
     found = ripgrep()
     assert found is not None, "no rg runs here"
     times = []
     for _ in range(rounds):
+        spent = children_cpu()
         began = time.perf_counter()
         subprocess.run(
             [found.path, *args],
@@ -68,6 +83,8 @@ def rg_seconds(root: Path, args: list[str], rounds: int) -> float:
             check=False,
         )
         times.append(time.perf_counter() - began)
+        if cpu is not None:
+            cpu.append(children_cpu() - spent)
     return statistics.median(times)
 
 
@@ -130,21 +147,32 @@ class Served:
         self.client.write(frame({"jsonrpc": "2.0", "method": "initialized", "params": {}}))
         self.session = self.client.call("session/create", {})["sessionId"]
         self.times: dict[str, list[float]] = {}
+        self.cpu: dict[str, list[float]] = {}
 
     def run(self, label: str) -> None:
+        spent = cpu_of(self.client.process.pid)
         began = time.perf_counter()
         run_once(self.client, self.session)
         self.times.setdefault(label, []).append(time.perf_counter() - began)
+        self.cpu.setdefault(label, []).append(cpu_of(self.client.process.pid) - spent)
 
     def calls(self) -> dict[str, list[float]]:
         """Seconds of each case's tool call, round by round (minus the median run without
         one)."""
-        base = statistics.median(self.times["baseline"])
-        return {
-            label: [max(0.0, spent - base) for spent in times]
-            for label, times in self.times.items()
-            if label != "baseline"
-        }
+        return _minus_baseline(self.times)
+
+    def cpu_calls(self) -> dict[str, list[float]]:
+        """CPU seconds of each case's tool call (the server's and its ``rg``'s), likewise."""
+        return _minus_baseline(self.cpu)
+
+
+def _minus_baseline(times: dict[str, list[float]]) -> dict[str, list[float]]:
+    base = statistics.median(times["baseline"])
+    return {
+        label: [max(0.0, spent - base) for spent in each]
+        for label, each in times.items()
+        if label != "baseline"
+    }
 
 
 def run_once(client: RawClient, session: str) -> None:
@@ -157,14 +185,18 @@ def run_once(client: RawClient, session: str) -> None:
             return
 
 
+Times = dict[str, dict[str, list[float]]]
+
+
 def served_seconds(
     root: Path, columns: dict[str, tuple[str, str | None]], rounds: int
-) -> dict[str, dict[str, list[float]]]:
+) -> tuple[Times, Times]:
     """Each column's (engine, ``--before`` tree) seconds per case, round by round, and plain
-    ``rg``'s ("rg"): the servers run at once and take turns call by call with ``rg``, so load
-    from outside falls on all of them alike."""
+    ``rg``'s ("rg"), wall and CPU: the servers run at once and take turns call by call with
+    ``rg``, so load from outside falls on all of them alike."""
     rg_args = {label: arguments for label, _, _, arguments in CASES}
     plain: dict[str, list[float]] = {}
+    plain_cpu: dict[str, list[float]] = {}
     labels = ["baseline", FLOOR[0], *(case[0] for case in CASES)]
     plan = [label for _ in range(rounds) for label in labels]
     with tempfile.TemporaryDirectory() as tmp:
@@ -177,13 +209,48 @@ def served_seconds(
                 for server in servers.values():
                     server.run(label)
                 if label in rg_args:
-                    plain.setdefault(label, []).append(rg_seconds(root, rg_args[label], 1))
+                    cpu = plain_cpu.setdefault(label, [])
+                    plain.setdefault(label, []).append(rg_seconds(root, rg_args[label], 1, cpu))
         finally:
             for server in servers.values():
                 server.client.kill()
     calls = {column: server.calls() for column, server in servers.items()}
     calls["rg"] = plain
-    return calls
+    cpu_calls = {column: server.cpu_calls() for column, server in servers.items()}
+    cpu_calls["rg"] = plain_cpu
+    return calls, cpu_calls
+
+
+def trimmed_mean(values: list[float]) -> float:
+    """The mean without the highest and lowest value (one round's import or stray job): CPU
+    read in clock ticks needs a mean, and one outlier moves a mean of a few rounds."""
+    kept = sorted(values)[1:-1] if len(values) >= 5 else values
+    return statistics.mean(kept)
+
+
+def report(columns: dict[str, tuple[str, str | None]], served: Times, cpu: Times) -> None:
+    header = f"{'case':18} {'rg':>8} {'cpu':>6}"
+    for column in columns:
+        header += f" {column:>10} {'ratio':>6} {'cpu':>6} {'x rg':>5}"
+    print(header)
+    floor = f"{FLOOR[0]:18} {'':8} {'':6}"
+    for column in columns:
+        floor += f" {statistics.median(served[column][FLOOR[0]]) * 1e3:10.1f} {'':6}"
+        floor += f" {trimmed_mean(cpu[column][FLOOR[0]]) * 1e3:6.1f} {'':5}"
+    print(floor)
+    for label, _, _, _ in CASES:
+        plain, plain_cpu = served["rg"][label], trimmed_mean(cpu["rg"][label])
+        row = f"{label:18} {statistics.median(plain) * 1e3:8.1f} {plain_cpu * 1e3:6.1f}"
+        for column in columns:
+            spent = served[column][label]
+            # the median of each round's ratio: rg ran right after, on the same load
+            ratio = statistics.median(
+                mine / max(theirs, 1e-9) for mine, theirs in zip(spent, plain, strict=True)
+            )
+            used = trimmed_mean(cpu[column][label])
+            row += f" {statistics.median(spent) * 1e3:10.1f} {ratio:6.2f}"
+            row += f" {used * 1e3:6.1f} {used / max(plain_cpu, 1e-9):5.2f}"
+        print(row)
 
 
 def main() -> None:
@@ -213,28 +280,11 @@ def main() -> None:
         for title, root in trees:
             print(f"\n{title}")
             same_answers(root)
-            served = served_seconds(root, columns, args.rounds)
+            served, cpu = served_seconds(root, columns, args.rounds)
             print(f"{title} ({root}); medians of {args.rounds} rounds, ms; ratio: the median")
-            print("of each round's ratio to the rg run beside it")
-            header = f"{'case':18} {'rg':>8}"
-            for column in columns:
-                header += f" {column:>10} {'ratio':>6}"
-            print(header)
-            floor = f"{FLOOR[0]:18} {'':8}"
-            for column in columns:
-                floor += f" {statistics.median(served[column][FLOOR[0]]) * 1e3:10.1f} {'':6}"
-            print(floor)
-            for label, _, _, _ in CASES:
-                plain = served["rg"][label]
-                row = f"{label:18} {statistics.median(plain) * 1e3:8.1f}"
-                for column in columns:
-                    spent = served[column][label]
-                    # the median of each round's ratio: rg ran right after, on the same load
-                    ratio = statistics.median(
-                        mine / max(theirs, 1e-9) for mine, theirs in zip(spent, plain, strict=True)
-                    )
-                    row += f" {statistics.median(spent) * 1e3:10.1f} {ratio:6.2f}"
-                print(row)
+            print("of each round's ratio to the rg run beside it; cpu: CPU ms per call, a mean")
+            print("without the extremes (the server's in clock ticks, from /proc); x rg: over rg's")
+            report(columns, served, cpu)
     print(f"load average at the end: {os.getloadavg()}")
 
 

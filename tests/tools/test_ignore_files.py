@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.files import write
-from tether.tools import ToolContext
+from tether.tools import ToolContext, ripgrep
 from tether.tools.ignores import MAX_IGNORE_FILE_BYTES
 
 from .conftest import Call
@@ -273,3 +273,47 @@ async def test_such_an_ignore_file_that_would_leave_out_all_of_its_directory_is_
     result = await asyncio.wait_for(call(tool, arguments), 5)
     assert result.content.splitlines()[0].startswith("hidden/a.py")
     assert "hidden/.ignore: " in left_out_note(result.content)
+
+
+@pytest.fixture
+def small_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rg``'s stderr pipe at its smallest (one page): the ``--debug`` log of the trees below
+    fills it many times over, so the pipe is emptied while ``rg`` runs, not only at its end."""
+    monkeypatch.setattr(ripgrep, "PIPE_BYTES", 4096)
+
+
+def crowded(workspace: Path) -> None:
+    """A tree whose ``rg --debug`` log runs to some 150 KB (a line for each skipped
+    directory and binary file), with a symlinked ignore file among them."""
+    for index in range(300):
+        write(workspace, f"pkg{index:03d}/__pycache__/m.pyc", b"\x00")
+        write(workspace, f"pkg{index:03d}/blob.bin", b"TOKEN\x00")
+    write(workspace, "pkg150/rules.txt", "*.log\n")
+    write(workspace, "pkg150/debug.log", "TOKEN logged\n")
+    write(workspace, "pkg299/app.py", "TOKEN = 1\n")
+    (workspace / "pkg150" / ".gitignore").symlink_to("rules.txt")
+
+
+async def test_a_long_rg_log_through_a_small_pipe_loses_no_ignore_file(
+    call: Call, workspace: Path, small_pipe: None
+) -> None:
+    crowded(workspace)
+    result = await asyncio.wait_for(call("list_files", {"limit": 5000}), 30)
+    lines = [line for line in result.content.splitlines() if not line.startswith("[")]
+    assert len(lines) == 300 + 3 and "pkg150/debug.log" in lines
+    assert left_out_note(result.content).startswith(
+        "[ignore files left out (their rules do not apply): pkg150/.gitignore: "
+    )
+
+
+async def test_a_long_rg_log_through_a_small_pipe_loses_no_skip(
+    call: Call, workspace: Path, small_pipe: None
+) -> None:
+    crowded(workspace)
+    (workspace / "pkg150" / ".gitignore").unlink()
+    write(workspace, "pkg150/.gitignore", "*.log\n")
+    result = await asyncio.wait_for(call("search_text", {"pattern": "TOKEN"}), 30)
+    assert result.content.splitlines() == [
+        "pkg299/app.py:1: TOKEN = 1",
+        "[skipped files: 300 binary]",
+    ]

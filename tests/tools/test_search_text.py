@@ -346,3 +346,13 @@ async def test_a_file_name_with_a_line_end_is_searched(call: Call, workspace: Pa
     assert result.content.splitlines() == ["a", "b.txt:1: needle", "c.txt:1: needle"]
     nothing = await call("search_text", {"pattern": "zq_nowhere"})
     assert nothing.content == "no matches in 2 files"
+
+
+async def test_a_binary_file_whose_name_holds_a_carriage_return_is_counted(
+    call: Call, workspace: Path
+) -> None:
+    """rg names it in its log on a line of its own: the line is not cut at the \\r."""
+    write(workspace, "a\rb.bin", b"needle\x00")
+    write(workspace, "c.txt", "needle\n")
+    result = await call("search_text", {"pattern": "needle"})
+    assert result.content.splitlines() == ["c.txt:1: needle", "[skipped files: 1 binary]"]

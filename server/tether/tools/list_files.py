@@ -88,12 +88,13 @@ def _list(
             budget=WALK_BUDGET_SECONDS,
             stat=False,
         )
-    lines = [file.rel for file in walk.files[: args.limit]]
+    paths = walk.paths()
+    lines = paths[: args.limit]
     if not lines:
         lines.append("no files match" if glob else "no files")
-    if len(walk.files) > args.limit:
+    if len(paths) > args.limit:
         lines.append(
-            f"[showing {args.limit} of {len(walk.files)} files: narrow with path or glob, "
+            f"[showing {args.limit} of {len(paths)} files: narrow with path or glob, "
             f"or raise limit (at most {MAX_LIMIT})]"
         )
     lines += walk.notes(

@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tether.tools.ripgrep import RgLog, RgProcess, Ripgrep, Stopped, walk_args
+from tether.tools.ripgrep import PIPE_BYTES, RgLog, RgProcess, Ripgrep, Stopped, walk_args
 
-_SEARCHED = b" files searched"
+_SEARCHED = " files searched"
 
 
 @dataclass
@@ -106,14 +106,15 @@ def search_pass(
 def _read(run: RgProcess, found: Pass) -> None:
     """Parse ``path NUL count`` lines, then the statistics. Split at the NULs: a count and its
     line end come first in each part after the first, and the rest of the part is the next
-    path (which may hold a line end) or, in the last part, the statistics."""
-    parts = run.stdout.read().split(b"\0")
+    path (which may hold a line end) or, in the last part, the statistics. Decoded once, not
+    per path (surrogateescape decodes byte by byte: the same paths)."""
+    parts = os.fsdecode(run.stdout.read()).split("\0")
     path = parts[0]
     for part in parts[1:]:
-        count, _, rest = part.partition(b"\n")
-        count = count.removesuffix(b"\r")  # --crlf ends rg's lines with CRLF
-        if count.isdigit():
-            found.counts[os.fsdecode(path).removeprefix("./")] = int(count)
+        count, _, rest = part.partition("\n")
+        count = count.removesuffix("\r")  # --crlf ends rg's lines with CRLF
+        if count.isascii() and count.isdigit():
+            found.counts[path.removeprefix("./")] = int(count)
         path = rest
     for line in path.splitlines():
         if line.endswith(_SEARCHED) and line.split()[0].isdigit():
@@ -142,7 +143,7 @@ def count_files(
     )
     count = 0
     try:
-        while chunk := run.stdout.read1(1 << 16):
+        while chunk := run.stdout.read1(PIPE_BYTES):
             count += chunk.count(b"\0")
     finally:
         run.close()

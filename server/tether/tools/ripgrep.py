@@ -22,14 +22,17 @@ walk (:mod:`tether.tools.walk`) gives:
   FIFO, a device or a file too large open) and killed at once, and the ignore files it opened
   (``--debug`` names each: :class:`RgLog`) are checked when it is done; either way the call
   walks with Python, which leaves the file out and says so.
-- ``rg`` is started in a session of its own, marked as commands are
+- ``rg`` is started in a process group of its own, marked as commands are
   (:data:`tether.tools.processes.MARK_VARIABLE`), and its tree is killed
   (:func:`tether.tools.processes.kill_tree`) when the call is cancelled, at the deadline, or
-  once enough is read; it reads nothing from tether (stdin is ``/dev/null``).
+  once enough is read; it reads nothing from tether (stdin is ``/dev/null``). Not a session
+  of its own: where the kernel groups scheduling by session (autogroup), each new session is
+  a group of its own, and on a loaded machine an ``rg`` in one took 1.5-1.9 times as long.
 """
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import io
 import os
@@ -39,7 +42,6 @@ import stat as stats
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -58,6 +60,7 @@ excludes."""
 
 _VERSION = re.compile(rb"ripgrep (\d+)\.(\d+)\.(\d+)")
 GUARD_INTERVAL = 0.02  # seconds between two looks at what a walk's rg has open
+EXIT_GRACE = 0.2  # seconds an rg whose output is closed has to exit before its tree is killed
 # where the kernel holds a thread opening a FIFO no one writes to (older kernels than 5.5 show
 # "pipe_wait", as for any pipe: such an rg is left to the deadline)
 _FIFO_WAITS = frozenset({"wait_for_partner", "fifo_open"})
@@ -134,9 +137,11 @@ class RgProcess:
     """One ``rg`` run whose output is read as it comes; killed (with anything it started) when
     ``stop`` is set or ``deadline`` passes, and by :meth:`close`; with ``guard``, also as soon
     as it reads what no walk may (:func:`reads_what_no_walk_may`; ``searching``: it also reads
-    the files it searches). With ``on_stderr``, ``rg`` writes its stderr to a file in memory
-    (no pipe to wake a reader at each of the many lines of ``rg --debug``), each line of which
-    is handed to it by :meth:`close`."""
+    the files it searches). With ``on_stderr``, ``rg`` writes its stderr to a pipe that the
+    watching thread empties at each look (:data:`GUARD_INTERVAL`), not a reader woken at each
+    of the many small writes of ``rg --debug``; each line is handed to ``on_stderr`` by
+    :meth:`close`. A pipe costs ``rg`` less per write than a file in memory (``rg``'s stderr
+    is unbuffered: some 50 writes per line of ``--debug``)."""
 
     def __init__(
         self,
@@ -153,7 +158,7 @@ class RgProcess:
         self._mark = new_mark()
         environ = {**os.environ, MARK_VARIABLE: self._mark}
         self._on_stderr = on_stderr
-        self._stderr_file = _memory_file() if on_stderr is not None else None
+        self._stderr = _StderrPipe() if on_stderr is not None else None
         try:
             self.process = subprocess.Popen(
                 [rg.path, *args],
@@ -161,13 +166,19 @@ class RgProcess:
                 env=environ,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE if self._stderr_file is None else self._stderr_file,
-                start_new_session=True,
+                stderr=subprocess.PIPE if self._stderr is None else self._stderr.write_end,
+                process_group=0,
             )
         except BaseException:
-            if self._stderr_file is not None:
-                os.close(self._stderr_file)
+            if self._stderr is not None:
+                self._stderr.close()
             raise
+        finally:
+            if self._stderr is not None:
+                self._stderr.close_write_end()  # rg holds it: EOF once rg is gone
+        _widen(self.stdout.fileno())  # rg writes on while the reader waits its turn
+        if self.process.stderr is not None:  # read once rg is done: room for its messages
+            _widen(self.process.stderr.fileno())
         self.killed: Killed | None = None
         self._lock = threading.Lock()
         self._searching = searching
@@ -183,22 +194,24 @@ class RgProcess:
 
     def _watch(self, stop: threading.Event, deadline: float, guard: bool) -> None:
         """Kill ``rg`` once the call is cancelled or over time, or (``guard``) once it reads
-        what no walk may (set ``stop`` ends this thread: the caller sets it when the call ends,
-        however it ends)."""
+        what no walk may; empty its stderr pipe at each look (set ``stop`` ends this thread:
+        the caller sets it when the call ends, however it ends)."""
+        ticking = guard or self._stderr is not None
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 self.kill("time")
                 return
-            if stop.wait(min(left, GUARD_INTERVAL) if guard else left):
+            if stop.wait(min(left, GUARD_INTERVAL) if ticking else left):
                 self.kill("stop")
                 return
-            if guard:
-                if self.process.poll() is not None:
-                    return
-                if reads_what_no_walk_may(self.process.pid, searching=self._searching):
-                    self.kill("unsafe")
-                    return
+            if self._stderr is not None:
+                self._stderr.drain()
+            if self.process.poll() is not None:
+                return
+            if guard and reads_what_no_walk_may(self.process.pid, searching=self._searching):
+                self.kill("unsafe")
+                return
 
     def kill(self, why: Killed | None = None) -> None:
         with self._lock:
@@ -209,21 +222,107 @@ class RgProcess:
             kill_tree(self.process.pid, self._mark)
 
     def close(self) -> tuple[int, str]:
-        """Kill what still runs, reap it; its exit status and what it wrote on stderr."""
-        self.kill()
+        """Reap ``rg`` (killing what still runs); its exit status and what it wrote on stderr.
+        Its output is closed first: an ``rg`` read to the end is exiting, one still writing
+        ends at its next write; either is waited for a moment before its tree is killed
+        (which looks through every process of ``/proc``: several milliseconds)."""
         self.stdout.close()
-        status = self.process.wait()
-        if self._stderr_file is None:
+        if self.killed is None:
+            try:
+                self._wait(EXIT_GRACE)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+        status = self._wait(None)
+        if self._stderr is None:
             assert self.process.stderr is not None
             error = self.process.stderr.read().decode(errors="replace")
             self.process.stderr.close()
             return status, error
         assert self._on_stderr is not None
-        with open(self._stderr_file, "rb") as written:  # closes the descriptor
-            written.seek(0)
-            for line in written:
-                self._on_stderr(line)
+        lines = self._stderr.rest().split(b"\n")  # at line ends only: a path may hold a \r
+        for line in lines[:-1] if lines[-1] == b"" else lines:
+            self._on_stderr(line)
         return status, ""
+
+    def _wait(self, timeout: float | None) -> int:
+        """Wait for ``rg`` to exit, emptying its stderr pipe meanwhile (else an ``rg`` that
+        fills it would wait for it to be emptied)."""
+        if self._stderr is None:
+            return self.process.wait(timeout)
+        limit = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self._stderr.drain()
+            left = GUARD_INTERVAL
+            if limit is not None:
+                left = min(left, limit - time.monotonic())
+            try:
+                return self.process.wait(max(0.0, left))
+            except subprocess.TimeoutExpired:
+                if limit is not None and time.monotonic() >= limit:
+                    raise
+
+
+PIPE_BYTES = 1 << 20  # asked of the kernel for rg's stderr pipe (its default is 64 KiB)
+
+
+def _widen(pipe: int) -> None:
+    """Ask for :data:`PIPE_BYTES` of buffer for ``pipe``: ``rg`` then writes a walk's list or
+    its log without waiting for tether to read each 64 KiB, which on a loaded machine may
+    wait for a turn on a core. Where the user's pipe quota is spent, the default size stays
+    (the reader empties it as often)."""
+    if hasattr(fcntl, "F_SETPIPE_SZ"):
+        try:
+            fcntl.fcntl(pipe, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        except OSError:
+            pass
+
+
+class _StderrPipe:
+    """The pipe ``rg`` writes its stderr to, read without blocking into memory."""
+
+    def __init__(self) -> None:
+        self._read, self.write_end = os.pipe()
+        os.set_blocking(self._read, False)
+        _widen(self.write_end)
+        self._chunks: list[bytes] = []
+        self._lock = threading.Lock()
+        self._write_open = True
+
+    def close_write_end(self) -> None:
+        if self._write_open:
+            os.close(self.write_end)
+            self._write_open = False
+
+    def drain(self) -> bool:
+        """Read what the pipe holds; False at its end (every writer gone)."""
+        with self._lock:
+            while True:
+                try:
+                    chunk = os.read(self._read, PIPE_BYTES)
+                except BlockingIOError:
+                    return True
+                except OSError:  # closed by rest()
+                    return False
+                if not chunk:
+                    return False
+                self._chunks.append(chunk)
+
+    def rest(self) -> bytes:
+        """Everything written, once ``rg`` has exited (what it started is killed: the pipe
+        ends); the pipe is closed."""
+        until = time.monotonic() + EXIT_GRACE
+        while self.drain() and time.monotonic() < until:
+            time.sleep(0.001)  # a writer that outlived rg, being killed: not waited for long
+        self.close()
+        return b"".join(self._chunks)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._read >= 0:
+                os.close(self._read)
+                self._read = -1
+        self.close_write_end()
 
 
 _OPENED = b"opened gitignore file: "
@@ -248,7 +347,7 @@ class RgLog:
     errors: list[str] = field(default_factory=list)  # the other lines (the pattern's error...)
 
     def on_line(self, line: bytes) -> None:
-        """One line of rg's stderr (called from the thread that reads it)."""
+        """One line of rg's stderr, with or without its line end."""
         if line.startswith(_DEBUG):
             self._debug(line)
             return
@@ -264,6 +363,8 @@ class RgLog:
         if opened >= 0:
             self.ignore_files.append(os.fsdecode(line[opened + len(_OPENED) :].rstrip(b"\n")))
             return
+        if line.rstrip(b"\n").endswith(b")"):
+            return  # "ignoring PATH: Ignore(...)" and the like, most of the log: not used
         ignoring = line.find(_IGNORING)
         if ignoring < 0:
             return
@@ -278,13 +379,6 @@ class RgLog:
     def ignore_files_clean(self, start: Path) -> bool:
         """Whether every ignore file ``rg`` (run from ``start``) opened is one a walk reads."""
         return all(readable_ignore_file(os.path.join(start, name)) for name in self.ignore_files)
-
-
-def _memory_file() -> int:
-    """A descriptor of a file in memory (a temporary file where there is no ``memfd``)."""
-    if hasattr(os, "memfd_create"):
-        return os.memfd_create("rg-stderr")
-    return os.dup(tempfile.TemporaryFile().fileno())
 
 
 def walk_args(include_ignored: bool, *, parents: bool) -> list[str]:
@@ -318,7 +412,8 @@ def rg_walk(
     stat: bool,
 ) -> Walk:
     """:func:`tether.tools.walk.walk_files` on ``rg --files``: the same files, sorted by path.
-    With ``stat``, each file's size and links are read (``lstat``) for the search."""
+    With ``stat``, each file's size and links are read (``lstat``) for the search; without,
+    only the paths are kept (:attr:`Walk.names`: no object per file)."""
     deadline = time.monotonic() + budget
     walk = Walk()
     prefix = "" if start == root else start.relative_to(root).as_posix() + "/"
@@ -355,7 +450,8 @@ def rg_walk(
     if run.killed == "time":
         walk.stopped = "time"
     walk.scanned = len(names)
-    rels = [name.removeprefix("./") for name in names]
+    # rg names every file as it names the first (from "./" when run on ".")
+    rels = [name[2:] for name in names] if names and names[0].startswith("./") else names
     if glob is not None:
         rels = _matching(glob, rels, deadline, walk)
     rels.sort()
@@ -364,7 +460,7 @@ def rg_walk(
         walked = (_walked(prefix + rel, f"{directory}/{rel}") for rel in rels)
         walk.files = [file for file in walked if file.size >= 0]
     else:
-        walk.files = [WalkedFile(prefix + rel, f"{directory}/{rel}", 0) for rel in rels]
+        walk.names = [prefix + rel for rel in rels] if prefix else rels
     return walk
 
 
@@ -384,7 +480,7 @@ def _matching(glob: Glob, rels: list[str], deadline: float, walk: Walk) -> list[
 def _read_names(run: RgProcess, max_entries: int, walk: Walk) -> list[str]:
     names: list[str] = []
     pending = b""
-    while chunk := run.stdout.read1(1 << 16):
+    while chunk := run.stdout.read1(PIPE_BYTES):
         data = pending + chunk
         end = data.rfind(b"\0") + 1
         pending = data[end:]

@@ -237,6 +237,13 @@ class Walk:
     stopped: Literal["entries", "time"] | None = None  # why the walk was cut short, if it was
     scanned: int = 0
     ignore_files: IgnoreFiles = field(default_factory=IgnoreFiles)
+    # the paths (relative to the workspace root, sorted) of a walk that read no file's metadata,
+    # in place of ``files``: what ``list_files`` needs, without an object per file
+    names: list[str] | None = None
+
+    def paths(self) -> list[str]:
+        """The paths of the files walked, relative to the workspace root, sorted."""
+        return self.names if self.names is not None else [file.rel for file in self.files]
 
     @property
     def complete(self) -> bool:
