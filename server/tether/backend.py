@@ -55,20 +55,24 @@ INSTRUCTIONS_LISTED_FOR = 1.0
 """Seconds ``session/get`` lists the instruction files it found without looking again."""
 
 
-def preload_provider(kind: ProviderType | None) -> None:
-    """Load the configured provider's stack (its module, httpx, aiohttp, the TLS context: a few
-    hundred ms) on a daemon thread, so that the first run does not wait for it; a run that needs
-    it first waits on the import lock rather than importing twice."""
+def preload_provider(kind: ProviderType | None, base_url: str | None = None) -> None:
+    """Load the configured provider's stack (its module, httpx, aiohttp, the TLS roots unless
+    ``base_url`` is a plain ``http://`` one: a few hundred ms) on a daemon thread, so that the
+    first run does not wait for it; a run that needs it first waits on the import lock rather
+    than importing twice."""
     if kind is None or kind == "scripted" or f"tether.providers.{kind}" in sys.modules:
         return
     threading.Thread(
-        target=_warm_provider, args=(kind,), name="tether-preload-provider", daemon=True
+        target=_warm_provider,
+        args=(kind, base_url),
+        name="tether-preload-provider",
+        daemon=True,
     ).start()
 
 
-def _warm_provider(kind: ProviderType) -> None:
+def _warm_provider(kind: ProviderType, base_url: str | None) -> None:
     try:
-        importlib.import_module("tether.providers").warm(kind)
+        importlib.import_module("tether.providers").warm(kind, base_url)
     except Exception:  # loaded again by the first run, which reports the error there
         logger.exception("could not load the %s provider in the background", kind)
 
@@ -416,7 +420,8 @@ class Backend:
             self._tell(self.workspace_error)
         if self.config().sessions.ttl is not None and self._sweeper is None:
             self._sweeper = asyncio.ensure_future(self._sweep_forever())
-        preload_provider(self.config().provider.type)
+        provider = self.config().provider
+        preload_provider(provider.type, provider.base_url)
 
     async def sweep(self) -> list[str]:
         """Delete the sessions idle for longer than ``sessions.ttl`` (none without a TTL)."""
