@@ -164,10 +164,14 @@ class App(Backend):
         self.limits = config.limits.limits()
         self._log_to_client(params)
         kind, durable = self.store_kind()
-        return InitializeResult(
-            server_info=ServerInfo(name="tether", version=__version__),
-            capabilities=ServerCapabilities(
-                sessions=SessionCapabilities(store=kind, fork=True, durable=durable),
+        # model_construct: the server's own answer, not validated (that would build a validator
+        # per model for the one answer; its serializer is built as it is sent)
+        return InitializeResult.model_construct(
+            server_info=ServerInfo.model_construct(name="tether", version=__version__),
+            capabilities=ServerCapabilities.model_construct(
+                sessions=SessionCapabilities.model_construct(
+                    store=kind, fork=True, durable=durable
+                ),
                 methods=sorted({*self.methods, *SESSION_METHODS, *KERNEL_METHODS}),
                 providers=list(PROVIDER_TYPES),
                 tools=[
