@@ -23,10 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from tether.protocol import ConfigError
-from tether.sessions import MemoryStore, SessionService, SessionStore
 from tether.sessions.ids import utcnow
-from tether.sessions.opening import OpeningStore
-from tether.sessions.service import SessionHooks
 from tether.sessions.workspaces import canonical_workspace, local_path
 
 if TYPE_CHECKING:
@@ -45,30 +42,38 @@ if TYPE_CHECKING:
     from tether.protocol.tools import McpServerSpec
     from tether.providers.base import Provider
     from tether.secrets import Secrets
+    from tether.sessions import SessionService, SessionStore
     from tether.tools.base import ToolExecutor
     from tether.tools.confinement import SandboxPolicy
     from tether.tools.mcp import McpManager
 
 logger = logging.getLogger(__name__)
 
+MEMORY_STORE_KIND = "memory"
+""":class:`tether.sessions.MemoryStore`'s kind, said at ``initialize`` without importing it."""
+
 INSTRUCTIONS_LISTED_FOR = 1.0
 """Seconds ``session/get`` lists the instruction files it found without looking again."""
 
 
-def preload_provider(kind: ProviderType | None) -> None:
-    """Load the configured provider's stack (its module, httpx, aiohttp, the TLS context: a few
-    hundred ms) on a daemon thread, so that the first run does not wait for it; a run that needs
-    it first waits on the import lock rather than importing twice."""
+def preload_provider(kind: ProviderType | None, base_url: str | None = None) -> None:
+    """Load the configured provider's stack (its module, httpx, aiohttp, the TLS roots unless
+    ``base_url`` is a plain ``http://`` one: a few hundred ms) on a daemon thread, so that the
+    first run does not wait for it; a run that needs it first waits on the import lock rather
+    than importing twice."""
     if kind is None or kind == "scripted" or f"tether.providers.{kind}" in sys.modules:
         return
     threading.Thread(
-        target=_warm_provider, args=(kind,), name="tether-preload-provider", daemon=True
+        target=_warm_provider,
+        args=(kind, base_url),
+        name="tether-preload-provider",
+        daemon=True,
     ).start()
 
 
-def _warm_provider(kind: ProviderType) -> None:
+def _warm_provider(kind: ProviderType, base_url: str | None) -> None:
     try:
-        importlib.import_module("tether.providers").warm(kind)
+        importlib.import_module("tether.providers").warm(kind, base_url)
     except Exception:  # loaded again by the first run, which reports the error there
         logger.exception("could not load the %s provider in the background", kind)
 
@@ -83,16 +88,12 @@ class Backend:
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         """``store``: the session store to use whatever the configuration says (tests)."""
-        self.sessions = SessionService(
-            store or MemoryStore(),
-            SessionHooks(
-                created=self._session_created,
-                forked=self._session_forked,
-                deleted=self._session_deleted,
-                check=self._check_fields,
-                instructions=self.instruction_paths,
-            ),
-        )
+        self._sessions: SessionService | None = None  # made on first use (:attr:`sessions`)
+        self._store = store  # the store to serve from; None: a memory store
+        self._default_workspace: str | None = None
+        self.before_sessions: Callable[[], None] = lambda: None
+        """Called before the session service is first made (a face's background imports of
+        its modules must be done: see :attr:`sessions`)."""
         self._store_given = store is not None
         self._clock = clock
         self._sweeper: asyncio.Task[None] | None = None
@@ -118,6 +119,49 @@ class Backend:
         self._instructions_listed: dict[str, tuple[list[str] | None, float]] = {}
 
     @property
+    def sessions(self) -> SessionService:
+        """The session service, made on first use: its modules and the session and message
+        models it imports are not the handshake's to wait for (:meth:`load_config` only notes
+        the default workspace and the store). A server imports them in the background right
+        after the handshake; :attr:`before_sessions` waits for that."""
+        if self._sessions is None:
+            self.before_sessions()
+            from tether.sessions import MemoryStore, SessionService
+            from tether.sessions.service import SessionHooks
+
+            service = SessionService(
+                self._store or MemoryStore(),
+                SessionHooks(
+                    created=self._session_created,
+                    forked=self._session_forked,
+                    deleted=self._session_deleted,
+                    check=self._check_fields,
+                    instructions=self.instruction_paths,
+                ),
+            )
+            service.set_default_workspace(self._default_workspace)
+            self._sessions = service
+        return self._sessions
+
+    def store_kind(self) -> tuple[str, bool]:
+        """The kind of the session store and whether it is durable, known without making the
+        session service (``initialize`` says them)."""
+        store = self._current_store()
+        if store is None:
+            return MEMORY_STORE_KIND, False
+        return store.kind, store.durable
+
+    def _current_store(self) -> SessionStore | None:
+        """The store served from; None for the memory store a session service not made yet
+        will make."""
+        return self._sessions.store if self._sessions is not None else self._store
+
+    def _use_store(self, store: SessionStore) -> None:
+        self._store = store
+        if self._sessions is not None:
+            self._sessions.use_store(store)
+
+    @property
     def environ(self) -> Mapping[str, str]:
         """The environment the configuration is read from."""
         return self._environ
@@ -128,8 +172,10 @@ class Backend:
         """Load the configuration (``workspace`` is the default workspace of new sessions, and
         the one whose ``.tether/config.toml`` the server's own settings come from), pick the
         configured store, and schedule :meth:`start` on the running loop."""
-        self.sessions.set_default_workspace(workspace)
-        self._workspace = _local(self.sessions.default_workspace)
+        self._default_workspace = canonical_workspace(workspace) if workspace else None
+        if self._sessions is not None:
+            self._sessions.set_default_workspace(workspace)
+        self._workspace = _local(self._default_workspace)
         self._init_options = init_options
         self._folders.clear()
         self._checkpoints = None  # over the store configured now
@@ -137,7 +183,9 @@ class Backend:
         config = self.config()
         url = config.sessions.url(self._environ)
         if url is not None and not self._store_given:
-            self.sessions.use_store(OpeningStore(url))
+            from tether.sessions.opening import OpeningStore
+
+            self._use_store(OpeningStore(url))
         try:
             asyncio.get_running_loop().call_soon(self.start)
         except RuntimeError:  # no event loop: the store opens on first use, nothing is swept
@@ -429,14 +477,18 @@ class Backend:
 
     def start(self) -> None:
         """After the handshake: open the configured store, start sweeping expired sessions."""
-        store = self.sessions.store
-        if isinstance(store, OpeningStore):
-            store.start()
+        store = self._current_store()
+        if store is not None:  # a memory store (None) has nothing to open
+            from tether.sessions.opening import OpeningStore  # loaded with the store already
+
+            if isinstance(store, OpeningStore):
+                store.start()
         if self.workspace_error is not None:
             self._tell(self.workspace_error)
         if self.config().sessions.ttl is not None and self._sweeper is None:
             self._sweeper = asyncio.ensure_future(self._sweep_forever())
-        preload_provider(self.config().provider.type)
+        provider = self.config().provider
+        preload_provider(provider.type, provider.base_url)
 
     async def sweep(self) -> list[str]:
         """Delete the sessions idle for longer than ``sessions.ttl`` (none without a TTL)."""
@@ -476,7 +528,9 @@ class Backend:
             await provider.aclose()
         for http in [*self._old_http, *([self._http] if self._http is not None else [])]:
             await http.aclose()
-        await self.sessions.store.aclose()
+        store = self._current_store()
+        if store is not None:
+            await store.aclose()
 
     def _provider(self, config: ProviderConfig) -> Provider:
         """One provider per distinct configuration, kept for the life of the server (a scripted

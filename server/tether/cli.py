@@ -5,7 +5,6 @@ chats on a terminal and serves on a pipe."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
@@ -16,18 +15,22 @@ import stat
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from tether import __version__
 from tether.escapes import inert
 
 if TYPE_CHECKING:
+    import argparse
+
     from tether.config import LogConfig
     from tether.rpc.app import App
     from tether.rpc.wire import Wire
 
 
 logger = logging.getLogger(__name__)
+
+_AnyParser = TypeVar("_AnyParser", bound="argparse.ArgumentParser")
 
 
 class UsageError(Exception):
@@ -225,14 +228,17 @@ class InertFormatter(logging.Formatter):
         return inert(super().format(record))
 
 
-class _Parser(argparse.ArgumentParser):
-    """Misuse said in one line (``tether run: error: …``), the way to the help named."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: error: {message} (see {self.prog} --help)")
-
-
 def _parser() -> argparse.ArgumentParser:
+    """The command line's parser (argparse is imported here: an editor's ``tether serve`` or
+    ``tether acp`` needs none of it)."""
+    import argparse
+
+    class _Parser(argparse.ArgumentParser):
+        """Misuse said in one line (``tether run: error: …``), the way to the help named."""
+
+        def error(self, message: str) -> NoReturn:
+            raise UsageError(f"{self.prog}: error: {message} (see {self.prog} --help)")
+
     parser = _Parser(prog="tether", description=__doc__)
     parser.add_argument("--version", action="version", version=f"tether {__version__}")
     _add_log_level(parser)
@@ -286,6 +292,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_log_level(parser: argparse.ArgumentParser) -> None:
+    import argparse
+
     parser.add_argument(
         "--log-level",
         default=argparse.SUPPRESS,
@@ -330,6 +338,8 @@ def _add_turn_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _host_port(value: str) -> tuple[str, int]:
+    import argparse
+
     host, colon, port = value.rpartition(":")
     if not port.isdigit() or not 1 <= int(port) <= 65535 or (colon and not host):
         raise argparse.ArgumentTypeError(
@@ -339,12 +349,16 @@ def _host_port(value: str) -> tuple[str, int]:
 
 
 def _iterations(value: str) -> int:
+    import argparse
+
     if not value.strip().isdigit() or not 1 <= int(value) <= 1000:
         raise argparse.ArgumentTypeError(f"expected a whole number from 1 to 1000, got {value!r}")
     return int(value)
 
 
 def _directory(value: str) -> Path:
+    import argparse
+
     path = Path(value).expanduser()
     if not path.is_dir():
         raise argparse.ArgumentTypeError(f"{value!r} is not a directory")
@@ -352,6 +366,8 @@ def _directory(value: str) -> Path:
 
 
 def _file(value: str) -> Path:
+    import argparse
+
     path = Path(value).expanduser()
     if not path.is_file():
         raise argparse.ArgumentTypeError(f"{value!r} is not a file")
@@ -552,7 +568,7 @@ def demo_script() -> Path:
 # --- setup: doctor, config show -------------------------------------------------------------------
 
 
-def _add_setup_commands(commands: argparse._SubParsersAction[_Parser]) -> None:
+def _add_setup_commands(commands: argparse._SubParsersAction[_AnyParser]) -> None:
     doctor = commands.add_parser(
         "doctor", help="check the provider, key, endpoint, model, store, sandbox and MCP servers"
     )
@@ -663,6 +679,8 @@ def _completion(args: argparse.Namespace) -> int:
 
 def _actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     """Every action of ``parser`` and of its subcommands, at any depth."""
+    import argparse
+
     found: list[argparse.Action] = []
     for action in parser._actions:
         found.append(action)

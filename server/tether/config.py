@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tomllib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -644,6 +643,8 @@ def _parse_toml(text: str, source: str) -> dict[str, Any]:
     )
     if _nesting_depth(text) > MAX_CONFIG_DEPTH:
         raise too_deep
+    import tomllib  # here: a start without a configuration file does without it
+
     try:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -655,16 +656,20 @@ def _parse_toml(text: str, source: str) -> dict[str, Any]:
     return table
 
 
-# A token of TOML for _nesting_depth: a string's or a comment's opening, a bracket, a separator,
-# or a word (a bare key, or a value's text). What follows an opening is matched by _SKIP.
-_TOKEN = re.compile(r"""\"\"\"|'''|["'#\[\]{}.=,\n]|[^\s"'#\[\]{}.=,]+""")
-_SKIP = {
-    '"""': re.compile(r'(?:[^"\\]|\\.|"(?!""))*"{3,5}', re.DOTALL),  # up to 2 quotes at its end
-    "'''": re.compile(r"(?:[^']|'(?!''))*'{3,5}"),
-    '"': re.compile(r'(?:[^"\\\n]|\\.)*"'),
-    "'": re.compile(r"[^'\n]*'"),
-    "#": re.compile(r"[^\n]*"),
-}
+@cache
+def _toml_tokens() -> tuple[re.Pattern[str], dict[str, re.Pattern[str]]]:
+    """A token of TOML for :func:`_nesting_depth`: a string's or a comment's opening, a bracket,
+    a separator, or a word (a bare key, or a value's text); and, by opening, what follows it
+    (compiled on first use: a start without a configuration file needs none of them)."""
+    token = re.compile(r"""\"\"\"|'''|["'#\[\]{}.=,\n]|[^\s"'#\[\]{}.=,]+""")
+    skip = {
+        '"""': re.compile(r'(?:[^"\\]|\\.|"(?!""))*"{3,5}', re.DOTALL),  # up to 2 quotes at its end
+        "'''": re.compile(r"(?:[^']|'(?!''))*'{3,5}"),
+        '"': re.compile(r'(?:[^"\\\n]|\\.)*"'),
+        "'": re.compile(r"[^'\n]*'"),
+        "#": re.compile(r"[^\n]*"),
+    }
+    return token, skip
 
 
 def _nesting_depth(text: str) -> int:
@@ -672,12 +677,13 @@ def _nesting_depth(text: str) -> int:
     key counting as a level too; stops once past :data:`MAX_CONFIG_DEPTH`. Linear: each token is
     looked at once, and a string that does not end stops the scan (the parser stops there too,
     before anything after it could nest)."""
+    tokens, skips = _toml_tokens()
     depth = deepest = parts = 0
     dot = False
     position = 0
-    while deepest <= MAX_CONFIG_DEPTH and (token := _TOKEN.search(text, position)):
+    while deepest <= MAX_CONFIG_DEPTH and (token := tokens.search(text, position)):
         kind, position = token.group(), token.end()
-        skip = _SKIP.get(kind)
+        skip = skips.get(kind)
         if skip is not None:
             rest = skip.match(text, position)
             if rest is None:

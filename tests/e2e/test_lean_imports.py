@@ -100,3 +100,27 @@ async def test_the_handshake_imports_neither_the_kernel_nor_its_models_nor_a_pro
         ) as client:
             session = await client.create_session()
     assert session.session_id
+
+
+SESSION_LAYER = (
+    "tether.protocol.sessions,tether.protocol.messages,tether.protocol.checkpoints,"
+    "tether.sessions.service,tether.sessions.in_memory,tether.rpc.handlers"
+)
+
+
+async def test_the_handshake_makes_no_session_service_nor_builds_the_session_models(
+    tmp_path: Path,
+) -> None:
+    """``initialize`` is answered (the session methods and the store named) without the session
+    service, its store and the session, message and checkpoint models: they load after it, in
+    the background, and the first ``session/*`` request waits for them."""
+    script = tmp_path / "script.json"
+    script.write_text("[]")
+    argv = [sys.executable, "-P", str(Path(__file__).with_name("imports_refused.py"))]
+    async with asyncio.timeout(30):
+        async with TetherClient.spawn(
+            workspace=tmp_path, options=scripted_options(script), argv=[*argv, SESSION_LAYER]
+        ) as client:
+            capabilities = client.initialize_result.capabilities
+    assert {"session/create", "session/get", "session/rewind"} <= set(capabilities.methods)
+    assert (capabilities.sessions.store, capabilities.sessions.durable) == ("memory", False)

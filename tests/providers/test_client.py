@@ -8,8 +8,10 @@ what the client does on the wire rather than what its pool says of itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
+import shutil
 import socket
 import ssl
 import subprocess
@@ -17,6 +19,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from datetime import UTC, datetime
+from pathlib import Path
 
 import aiohttp
 import httpx
@@ -26,7 +29,7 @@ from tests.fakes import Hang, ModelServer, Reply, Reset, Status
 from tests.providers.streams import cancel_after_first_piece
 from tether.protocol import Message, ProviderError, Role
 from tether.providers import Completion, ModelRequest, RetryPolicy, TextDelta
-from tether.providers.client import lost_connection, make_client
+from tether.providers.client import Client, LazyTLSContext, lost_connection, make_client
 from tether.providers.openai import OpenAIProvider
 
 
@@ -211,12 +214,93 @@ def test_preloading_loads_the_configured_provider_on_a_thread_of_its_own() -> No
         "[t.join(30) for t in threading.enumerate() if t.name == 'tether-preload-provider']\n"
         "import tether.providers.client as client\n"
         "print('tether.providers.openai' in sys.modules, 'aiohttp' in sys.modules,\n"
-        "      client._tls_context is not None, 'tether.providers.anthropic' in sys.modules)\n"
+        "      client._tls_context._loaded is not None,\n"
+        "      'tether.providers.anthropic' in sys.modules)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.split() == ["True", "True", "True", "False"]
+
+
+def test_preloading_for_a_plain_http_endpoint_loads_no_tls_roots() -> None:
+    code = (
+        "import sys, threading\n"
+        "from tether.backend import preload_provider\n"
+        "preload_provider('openai', 'http://127.0.0.1:8080/v1')\n"
+        "[t.join(30) for t in threading.enumerate() if t.name == 'tether-preload-provider']\n"
+        "import tether.providers.client as client\n"
+        "print('tether.providers.openai' in sys.modules,\n"
+        "      getattr(client._tls_context, '_loaded', None) is not None)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split() == ["True", "False"]
+
+
+@pytest.fixture
+def self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, signed by nobody the usual roots know."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1"),
+            *("-addext", "subjectAltName=IP:127.0.0.1"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return cert, key
+
+
+@contextlib.asynccontextmanager
+async def https_hello(cert: Path, key: Path) -> AsyncIterator[str]:
+    """An HTTPS server on loopback that answers every request with ``hello``; its URL."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError, ssl.SSLError, asyncio.IncompleteReadError):
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello")
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=context)
+    try:
+        yield f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+    finally:
+        server.close()
+
+
+async def test_the_tls_roots_load_on_the_first_tls_connection_and_verify_it(
+    self_signed: tuple[Path, Path], server: ModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cert, key = self_signed
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the roots httpx's context trusts
+    context = LazyTLSContext()
+    async with Client(verify=context) as client, https_hello(cert, key) as url:
+        assert await answer(provider_over(client, server)) == "pong from the endpoint"
+        assert context._loaded is None  # plain http: no roots loaded
+        response = await client.get(url)
+        assert response.text == "hello"
+        assert context._loaded is not None
+
+
+async def test_a_tls_server_the_roots_do_not_vouch_for_is_refused(
+    self_signed: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)  # certifi's roots
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    async with Client(verify=LazyTLSContext()) as client, https_hello(*self_signed) as url:
+        with pytest.raises(httpx.ConnectError) as refused:
+            await client.get(url)
+    assert isinstance(refused.value.__cause__, aiohttp.ClientConnectorCertificateError)
 
 
 def test_the_scripted_provider_preloads_nothing() -> None:

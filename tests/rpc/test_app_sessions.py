@@ -136,3 +136,40 @@ async def test_a_store_that_could_not_be_opened_is_opened_by_a_later_call(tmp_pa
         assert session.title == "now"
     finally:
         await app.aclose()
+
+
+async def test_initialize_names_the_store_the_session_service_will_serve_from(
+    tmp_path: Path,
+) -> None:
+    """The handshake says the store's kind without making the session service (its models
+    load after it); what it says is what the service, once made, serves from."""
+    app = App(environ={"HOME": str(tmp_path)})
+    result = app.initialize(init(tmp_path))
+    try:
+        said = result.capabilities.sessions
+        assert app._sessions is None  # not made by the handshake
+        store = app.sessions.store
+        assert (said.store, said.durable) == (store.kind, store.durable) == ("memory", False)
+    finally:
+        await app.aclose()
+
+
+async def test_the_session_methods_are_served_once_their_table_is_made(tmp_path: Path) -> None:
+    """Every session method ``initialize`` lists is in the table made on the first of them,
+    and a method put there before (a test's own) stays."""
+    app = App(environ={"HOME": str(tmp_path)})
+    listed = set(app.initialize(init(tmp_path)).capabilities.methods)
+
+    async def own(params: object) -> None:
+        return None
+
+    app.methods["session/get"] = own
+    try:
+        app.load_session_methods()
+        assert {m for m in listed if m.startswith("session/")} - {
+            "session/commands",
+            "session/compact",
+        } == {m for m in app.methods if m.startswith("session/")}
+        assert app.methods["session/get"] is own
+    finally:
+        await app.aclose()

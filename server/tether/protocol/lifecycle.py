@@ -1,4 +1,8 @@
-"""``initialize`` params and result, and the capabilities both sides declare."""
+"""``initialize`` params and result, and the capabilities both sides declare.
+
+A nested default is made by ``model_construct`` (its defaults, not validated again): a model's
+validator is built on its first validation, and the handshake would otherwise build one per
+nested capability model it leaves out, for nothing."""
 
 from __future__ import annotations
 
@@ -42,9 +46,15 @@ class WorkspaceClientCapabilities(WireModel):
 
 
 class ClientCapabilities(WireModel):
-    window: WindowClientCapabilities = Field(default_factory=WindowClientCapabilities)
-    workspace: WorkspaceClientCapabilities = Field(default_factory=WorkspaceClientCapabilities)
-    tether: TetherClientCapabilities = Field(default_factory=TetherClientCapabilities)
+    window: WindowClientCapabilities = Field(
+        default_factory=WindowClientCapabilities.model_construct
+    )
+    workspace: WorkspaceClientCapabilities = Field(
+        default_factory=WorkspaceClientCapabilities.model_construct
+    )
+    tether: TetherClientCapabilities = Field(
+        default_factory=TetherClientCapabilities.model_construct
+    )
 
 
 class InitializeParams(Params):
@@ -54,7 +64,7 @@ class InitializeParams(Params):
     root_uri: str | None = None
     root_path: str | None = None
     workspace_folders: list[WorkspaceFolder] | None = None
-    capabilities: ClientCapabilities = Field(default_factory=ClientCapabilities)
+    capabilities: ClientCapabilities = Field(default_factory=ClientCapabilities.model_construct)
     initialization_options: dict[str, Any] | None = Field(
         default=None, description="a config overlay, same keys as the config file"
     )
@@ -86,7 +96,7 @@ class TextDocumentSyncOptions(WireModel):
 
     open_close: bool = True
     change: int = Field(default=2, description="2: incremental")
-    save: SaveOptions = Field(default_factory=SaveOptions)
+    save: SaveOptions = Field(default_factory=SaveOptions.model_construct)
 
 
 class ExecuteCommandOptions(WireModel):
@@ -104,7 +114,7 @@ class WorkspaceFoldersCapabilities(WireModel):
 
 class WorkspaceCapabilities(WireModel):
     workspace_folders: WorkspaceFoldersCapabilities = Field(
-        default_factory=WorkspaceFoldersCapabilities
+        default_factory=WorkspaceFoldersCapabilities.model_construct
     )
 
 
@@ -117,10 +127,16 @@ class ServerCapabilities(WireModel):
     providers: list[str] = Field(default_factory=list)
     tools: list[str] = Field(default_factory=list)
     progress: bool = True
-    text_document_sync: TextDocumentSyncOptions = Field(default_factory=TextDocumentSyncOptions)
-    execute_command_provider: ExecuteCommandOptions = Field(default_factory=ExecuteCommandOptions)
-    code_action_provider: CodeActionOptions = Field(default_factory=CodeActionOptions)
-    workspace: WorkspaceCapabilities = Field(default_factory=WorkspaceCapabilities)
+    text_document_sync: TextDocumentSyncOptions = Field(
+        default_factory=TextDocumentSyncOptions.model_construct
+    )
+    execute_command_provider: ExecuteCommandOptions = Field(
+        default_factory=ExecuteCommandOptions.model_construct
+    )
+    code_action_provider: CodeActionOptions = Field(
+        default_factory=CodeActionOptions.model_construct
+    )
+    workspace: WorkspaceCapabilities = Field(default_factory=WorkspaceCapabilities.model_construct)
 
 
 class InitializeResult(WireModel):

@@ -75,16 +75,18 @@ __all__ = [
 ]
 
 
-def warm(kind: ProviderType | None) -> None:
+def warm(kind: ProviderType | None, base_url: str | None = None) -> None:
     """Load what the first request of a ``kind`` provider would: its module, the HTTP stack
-    (httpx, aiohttp) and the TLS context with its root certificates. Blocking; a server calls
-    it on a thread of its own right after its handshake, so that the first run does not pay for
-    it (a run that needs a module still loading waits on the import lock, not twice)."""
+    (httpx, aiohttp) and, unless ``base_url`` is a plain ``http://`` one, the TLS context's
+    root certificates. Blocking; a server calls it on a thread of its own right after its
+    handshake, so that the first run does not pay for it (a run that needs a module still
+    loading waits on the import lock, not twice)."""
     if kind is None or kind == "scripted":
         return
     from tether.providers.client import tls_context
 
-    tls_context()
+    if not (base_url or "").lower().startswith("http://"):
+        tls_context().loaded()
     importlib.import_module(f"tether.providers.{kind}")
 
 

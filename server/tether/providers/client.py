@@ -47,19 +47,46 @@ KEEPALIVE_SECONDS = 15.0  # idle connections are closed after this long (aiohttp
 DEFAULT_LIMITS = httpx.Limits(max_connections=DEFAULT_MAX_CONNECTIONS)
 DECODED = frozenset({"gzip", "deflate", "identity"})  # codings aiohttp decodes without extras
 
-_tls_context: ssl.SSLContext | None = None
+_tls_context: LazyTLSContext | None = None
 _tls_lock = threading.Lock()
 
 
-def tls_context() -> ssl.SSLContext:
-    """The TLS context every provider connection verifies servers with, made once per process:
-    httpx's default (certifi's roots, or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` when set). Loading
-    the roots costs 20-40 ms, which a transport made per client (and per proxy) would pay again.
-    Safe from any thread (:func:`tether.providers.warm` makes it on one of its own)."""
+class LazyTLSContext(ssl.SSLContext):
+    """A client TLS context whose roots are loaded on its first TLS connection, not before.
+
+    Its connections are made by :meth:`loaded`: httpx's default context (certifi's roots, or
+    ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` when set), made once. Loading the roots costs 20-40 ms
+    of CPU, which a server that talks only to a plain ``http://`` endpoint (a model on this
+    machine or on the local network) never needs to pay, nor its first run to wait for.
+    """
+
+    _loaded: ssl.SSLContext | None = None
+
+    def __new__(cls) -> LazyTLSContext:
+        return super().__new__(cls, ssl.PROTOCOL_TLS_CLIENT)
+
+    def loaded(self) -> ssl.SSLContext:
+        """The context with its roots, made on first use; safe from any thread."""
+        with _tls_lock:
+            if self._loaded is None:
+                self._loaded = httpx.create_ssl_context()
+            return self._loaded
+
+    def wrap_bio(self, *args: Any, **kwargs: Any) -> ssl.SSLObject:  # asyncio's connections
+        return self.loaded().wrap_bio(*args, **kwargs)
+
+    def wrap_socket(self, *args: Any, **kwargs: Any) -> ssl.SSLSocket:
+        return self.loaded().wrap_socket(*args, **kwargs)
+
+
+def tls_context() -> LazyTLSContext:
+    """The TLS context every provider connection verifies servers with, made once per process
+    (a transport made per client, and per proxy, would load the roots again) and loaded on its
+    first TLS connection (:class:`LazyTLSContext`). Safe from any thread."""
     global _tls_context
     with _tls_lock:
         if _tls_context is None:
-            _tls_context = httpx.create_ssl_context()
+            _tls_context = LazyTLSContext()
         return _tls_context
 
 

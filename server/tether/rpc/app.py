@@ -27,9 +27,7 @@ from tether.protocol import (
 )
 from tether.protocol.limits import DEFAULT_LIMITS
 from tether.rpc import client_log
-from tether.rpc.checkpoint_methods import checkpoint_methods
-from tether.rpc.handlers import Handler, session_methods
-from tether.sessions import SessionStore
+from tether.rpc.calls import Handler
 from tether.sessions.ids import utcnow
 
 if TYPE_CHECKING:
@@ -38,11 +36,27 @@ if TYPE_CHECKING:
     from tether.config import TetherConfig
     from tether.protocol.kernel import PermissionParams, PermissionResult
     from tether.rpc.progress import Notify
+    from tether.sessions import SessionStore
     from tether.tools.base import ToolExecutor
 
 logger = logging.getLogger(__name__)
 
 KERNEL_METHODS = ("kernel/cancel", "kernel/run", "session/commands", "session/compact")
+SESSION_METHODS = (
+    "session/append",
+    "session/checkpoints",
+    "session/clear",
+    "session/configure",
+    "session/create",
+    "session/delete",
+    "session/fork",
+    "session/get",
+    "session/list",
+    "session/messages",
+    "session/rewind",
+)
+"""The session methods, served once their table is made (:meth:`App.load_session_methods`, on
+the first of them): the session models they validate are not the handshake's to build."""
 
 RequestClient = Callable[[str, Any], Awaitable[Any]]
 """Sends a request to the client and returns its result (cancelling the await withdraws it)."""
@@ -63,6 +77,9 @@ class ClientChannel:
     request: RequestClient
     before_kernel: Callable[[], None] = lambda: None
     """Called before the kernel is loaded (the background loader's imports must be done)."""
+    before_sessions: Callable[[], None] = lambda: None
+    """Called before the session service is made (the background loader's imports of its
+    modules must be done)."""
 
 
 @dataclass(frozen=True)
@@ -101,12 +118,10 @@ class App(Backend):
         super().__init__(store, environ, clock)
         self._face = face
         self.limits = DEFAULT_LIMITS  # the configuration's, once initialize has loaded it
-        self.methods: dict[str, Handler] = session_methods(self.sessions, lambda: self.limits)
-        self.methods.update(
-            checkpoint_methods(self.checkpoints, self.sessions, lambda: self.limits)
-        )
+        self.methods: dict[str, Handler] = {}  # SESSION_METHODS and KERNEL_METHODS join it
         self.client: InitializeParams | None = None
         self._client: ClientChannel | None = None  # the wire's, once it is made
+        self._session_methods_loaded = False
         self._kernel_loaded = False
         self.run_tokens: dict[str | int, str] = {}  # work-done token -> session of its run
 
@@ -115,6 +130,7 @@ class App(Backend):
         if self._client is not None:
             raise RuntimeError("the App already has a wire to its client")
         self._client = channel
+        self.before_sessions = channel.before_sessions
 
     def notify(self, method: str, params: Any) -> None:
         """A notification to the client (dropped while no wire carries the App)."""
@@ -147,12 +163,16 @@ class App(Backend):
         self.client = params
         self.limits = config.limits.limits()
         self._log_to_client(params)
-        store = self.sessions.store
-        return InitializeResult(
-            server_info=ServerInfo(name="tether", version=__version__),
-            capabilities=ServerCapabilities(
-                sessions=SessionCapabilities(store=store.kind, fork=True, durable=store.durable),
-                methods=sorted([*self.methods, *KERNEL_METHODS]),
+        kind, durable = self.store_kind()
+        # model_construct: the server's own answer, not validated (that would build a validator
+        # per model for the one answer; its serializer is built as it is sent)
+        return InitializeResult.model_construct(
+            server_info=ServerInfo.model_construct(name="tether", version=__version__),
+            capabilities=ServerCapabilities.model_construct(
+                sessions=SessionCapabilities.model_construct(
+                    store=kind, fork=True, durable=durable
+                ),
+                methods=sorted({*self.methods, *SESSION_METHODS, *KERNEL_METHODS}),
                 providers=list(PROVIDER_TYPES),
                 tools=[
                     name
@@ -180,6 +200,21 @@ class App(Backend):
             await self._face.stop()
         await super().aclose()
 
+    def load_session_methods(self) -> None:
+        """Make the session methods' table (:data:`SESSION_METHODS`): on the first of them, or
+        as the kernel loads. Once: later calls do nothing; a method already in the table (a
+        test's) stays."""
+        if self._session_methods_loaded:
+            return
+        from tether.rpc.checkpoint_methods import checkpoint_methods
+        from tether.rpc.handlers import session_methods
+
+        methods = session_methods(self.sessions, lambda: self.limits)
+        methods.update(checkpoint_methods(self.checkpoints, self.sessions, lambda: self.limits))
+        for name, method in methods.items():
+            self.methods.setdefault(name, method)
+        self._session_methods_loaded = True
+
     def load_kernel(self) -> None:
         """Build the kernel and add its methods (after the handshake: this imports a lot).
         Once: later calls do nothing."""
@@ -187,6 +222,7 @@ class App(Backend):
             return
         if self._client is not None:
             self._client.before_kernel()
+        self.load_session_methods()
         from tether.rpc.kernel_methods import kernel_methods
 
         kernel = self.build_kernel(self._ask_permission)

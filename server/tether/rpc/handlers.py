@@ -11,17 +11,14 @@ import asyncio
 import functools
 from collections.abc import (
     AsyncIterator,
-    Awaitable,
     Callable,
-    Coroutine,
-    Iterable,
     Iterator,
     Sequence,
 )
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from tether.protocol import (
     AppendParams,
@@ -38,16 +35,32 @@ from tether.protocol import (
 )
 from tether.protocol.limits import DEFAULT_LIMITS, Limits
 from tether.protocol.sessions import AppendedMessage, plain_append, plain_session_id
+from tether.rpc.calls import (
+    SLICE,
+    Encoded,
+    Handler,
+    LimitsOf,
+    encode_in_slices,
+    handler,
+    validate_params,
+)
 from tether.rpc.errors import invalid_params
 from tether.sessions import SessionService
 
-P = TypeVar("P", bound=BaseModel)
-Handler = Callable[[dict[str, Any] | None], Coroutine[Any, Any, Any]]
-"""A request method: ``async def``, so the wire can start it eagerly (:mod:`tether.rpc.eager`)."""
-LimitsOf = Callable[[], Limits]
-
-SLICE = 250
-"""Items validated or encoded between two turns of the event loop (a few ms of work)."""
+__all__ = [
+    "SLICE",
+    "Encoded",
+    "Handler",
+    "LimitsOf",
+    "append_handler",
+    "encode_in_slices",
+    "encode_messages",
+    "get_handler",
+    "handler",
+    "session_methods",
+    "validate_params",
+    "validated_slices",
+]
 
 
 @functools.cache
@@ -63,57 +76,6 @@ def _append_params() -> Callable[..., AppendParams]:
     schema is completed then, not while the server starts)."""
     AppendParams.model_rebuild()
     return AppendParams.__pydantic_validator__.validate_python
-
-
-class Encoded:
-    """A result already encoded as JSON, in pieces that are written one after the other.
-
-    With ``length`` (the size of them all), ``parts`` is an iterator that encodes each piece only
-    when the output can take it: a big answer is never held whole."""
-
-    __slots__ = ("length", "parts")
-
-    def __init__(self, parts: Iterable[bytes], length: int | None = None) -> None:
-        self.parts = parts
-        self.length = length
-
-
-def validate_params(
-    params_model: type[P], params: dict[str, Any] | None, limits: Limits = DEFAULT_LIMITS
-) -> P:
-    """The params as a model (absent params count as ``{}``); InvalidParams naming the fields."""
-    try:
-        return params_model.model_validate(params or {}, context={"limits": limits})
-    except ValidationError as exc:
-        raise invalid_params(exc) from None
-
-
-def handler(
-    params_model: type[P],
-    call: Callable[[P], Awaitable[BaseModel]],
-    limits: LimitsOf = lambda: DEFAULT_LIMITS,
-) -> Handler:
-    """A pygls handler: plain-dict params in (absent params count as ``{}``), a model out."""
-
-    validate: Callable[..., P] | None = None  # the model's own, built on first use
-    context: dict[str, Limits] = {"limits": DEFAULT_LIMITS}
-
-    async def handle(params: dict[str, Any] | None) -> Any:
-        nonlocal context, validate
-        if context["limits"] is not (current := limits()):  # the configuration's, once loaded
-            context = {"limits": current}
-        if validate is None:  # not before: building it is ~5 ms the handshake need not wait for
-            validate = params_model.__pydantic_validator__.validate_python
-        try:
-            valid: P = validate(params or {}, context=context)
-        except ValidationError as exc:
-            raise invalid_params(exc) from None
-        result = await call(valid)
-        del valid
-        return await encode_in_slices(result)
-
-    handle.__name__ = handle.__qualname__ = f"handle_{params_model.__name__}"
-    return handle
 
 
 def get_handler(sessions: SessionService, limits: LimitsOf) -> Handler:
@@ -268,50 +230,6 @@ def _dump_slice(messages: Sequence[Message], start: int) -> list[dict[str, Any]]
     if dump is not None:  # a DumpedMessages (isinstance of a runtime protocol costs ~8 µs)
         return dump(start, start + SLICE)
     return [m.model_dump(by_alias=True, exclude_none=True) for m in messages[start : start + SLICE]]
-
-
-async def encode_in_slices(result: BaseModel) -> BaseModel | Encoded:
-    """``result`` as it is, or encoded a slice at a time when one of its fields is a long list
-    of models. That list is consumed: each slice is let go once encoded, so the models and their
-    JSON are not both held whole."""
-    fields = result.__dict__
-    long = [
-        name
-        for name in _list_fields(type(result))
-        if len(value := fields[name] or []) > SLICE and isinstance(value[0], BaseModel)
-    ]
-    if not long:
-        return result
-    name = long[0]
-    items: list[BaseModel] = getattr(result, name)
-    rest = result.model_dump(by_alias=True, exclude_none=True, exclude={name})
-    parts = [orjson.dumps(rest, option=orjson.OPT_UTC_Z)[:-1]]  # the object without its "}"
-    alias = type(result).model_fields[name].alias or name
-    parts.append(b'%s"%s":[' % (b"," if rest else b"", alias.encode()))
-    for start in range(0, len(items), SLICE):
-        await asyncio.sleep(0)
-        window = slice(start, start + SLICE)
-        dumped = [m.model_dump(by_alias=True, exclude_none=True) for m in items[window]]
-        items[window] = [None] * len(dumped)  # type: ignore[list-item]
-        parts.append(orjson.dumps(dumped, option=orjson.OPT_UTC_Z)[1:-1])
-        parts.append(b",")
-    parts[-1] = b"]}"
-    return Encoded(parts)
-
-
-_LIST_FIELDS: dict[type[BaseModel], tuple[str, ...]] = {}
-
-
-def _list_fields(model: type[BaseModel]) -> tuple[str, ...]:
-    """The fields of ``model`` that may hold a list, found once per model."""
-    found = _LIST_FIELDS.get(model)
-    if found is None:
-        found = _LIST_FIELDS[model] = tuple(
-            name
-            for name, field in model.model_fields.items()
-            if "list[" in repr(field.annotation).lower()
-        )
-    return found
 
 
 def session_methods(sessions: SessionService, limits: LimitsOf) -> dict[str, Handler]:

@@ -39,6 +39,15 @@ from tether.rpc.wire import Wire
 logger = logging.getLogger(__name__)
 
 
+SESSION_MODULES = (
+    "tether.sessions.service",
+    "tether.sessions.in_memory",
+    "tether.rpc.handlers",
+    "tether.rpc.checkpoint_methods",
+)
+"""What the session methods need (their models), imported in the background first after the
+handshake: the first ``session/*`` request waits for these alone."""
+
 KERNEL_MODULES = (
     "tether.rpc.kernel_methods",
     "tether.kernel.approval",
@@ -90,7 +99,11 @@ _BACKGROUND_SWITCH_INTERVAL = 0.001
 def open_wire(app: App, lsp: LspFace) -> Wire:
     """A wire whose kernel modules are imported in the background after the handshake, and
     whose pygls server (``lsp``) is loaded in the background on first use."""
-    wire = Wire(app, before_kernel=lambda: loader.wait_for_kernel_modules())
+    wire = Wire(
+        app,
+        before_kernel=lambda: loader.wait_for_kernel_modules(),
+        before_sessions=lambda: loader.wait_for_session_modules(),
+    )
     loader = _Loader(app, wire, lsp)
     wire.on_initialized = loader.start
     wire.on_waiting = loader.want_pygls
@@ -109,6 +122,7 @@ class _Loader:
     def __init__(self, app: App, wire: Wire, lsp: LspFace) -> None:
         self._app, self._wire, self._lsp = app, wire, lsp
         self._pygls_wanted = threading.Event()
+        self._sessions_imported = threading.Event()
         self._kernel_imported = threading.Event()
         self._started = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -128,6 +142,12 @@ class _Loader:
         if self._started and not self._kernel_imported.wait(_KERNEL_IMPORT_TIMEOUT):
             logger.warning("the kernel's modules are still being imported; going on")
 
+    def wait_for_session_modules(self) -> None:
+        """Block until the thread has imported the session service's modules (the first of
+        its imports), for the same reason."""
+        if self._started and not self._sessions_imported.wait(_KERNEL_IMPORT_TIMEOUT):
+            logger.warning("the session modules are still being imported; going on")
+
     def want_pygls(self, message: dict[str, Any]) -> None:
         """A message waits for pygls: load it (``initialized`` alone does not ask for it)."""
         if message.get("method") != "initialized":
@@ -135,6 +155,8 @@ class _Loader:
 
     def _run(self) -> None:
         with _switching_often():
+            _import(SESSION_MODULES)
+            self._sessions_imported.set()
             _import(KERNEL_MODULES)
             _warm_tools()
         self._kernel_imported.set()

@@ -50,14 +50,14 @@ from tether.jsonrpc.router import Router
 from tether.protocol import ErrorCode, InitializeParams
 from tether.protocol.framing import Frame, FrameDecoder, FrameError
 from tether.rpc import splitparse
-from tether.rpc.app import KERNEL_METHODS, App, ClientChannel
+from tether.rpc.app import KERNEL_METHODS, SESSION_METHODS, App, ClientChannel
+from tether.rpc.calls import Encoded, Handler, validate_params
 from tether.rpc.errors import (
     TETHER_ERRORS,
     ErrorObject,
     error_from_exception,
     error_object,
 )
-from tether.rpc.handlers import Encoded, Handler, validate_params
 from tether.rpc.ndjson import looks_like_ndjson, ndjson_refusal
 
 logger = logging.getLogger(__name__)
@@ -86,14 +86,19 @@ class Wire:
         app: App,
         on_initialized: Callable[[], None] | None = None,
         before_kernel: Callable[[], None] | None = None,
+        before_sessions: Callable[[], None] | None = None,
     ) -> None:
         """``on_initialized`` is called once ``initialize`` has been answered, ``before_kernel``
-        before the App loads the kernel."""
+        before the App loads the kernel, ``before_sessions`` before it makes its session
+        service."""
         self._app = app
-        self._methods = app.methods  # the same dict: the kernel's methods join it when loaded
+        self._methods = app.methods  # the same dict: the session and kernel methods join it
         app.attach_client(
             ClientChannel(
-                self.send_notification, self.request_client, before_kernel or (lambda: None)
+                self.send_notification,
+                self.request_client,
+                before_kernel or (lambda: None),
+                before_sessions or (lambda: None),
             )
         )
         self.on_initialized = on_initialized
@@ -213,9 +218,13 @@ class Wire:
                 self._router.start(msg_id, handler, params)
 
     def _handler(self, method: str) -> Handler | None:
-        """tether's handler of ``method``; the kernel is loaded on the first ``kernel/*``."""
+        """tether's handler of ``method``; the session methods' table is made on the first of
+        them, the kernel loaded on the first ``kernel/*``."""
         handler = self._methods.get(method)
-        if handler is None and method in KERNEL_METHODS:
+        if handler is None and method in SESSION_METHODS:
+            self._app.load_session_methods()
+            handler = self._methods.get(method)
+        elif handler is None and method in KERNEL_METHODS:
             self._app.load_kernel()
             handler = self._methods.get(method)
         return handler
