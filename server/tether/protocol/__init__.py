@@ -10,8 +10,9 @@ checkpoint models it does not need (they load after it, with the kernel).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tether.protocol.lazy import lazy_names
 
 if TYPE_CHECKING:
     from tether.protocol.base import Params, WireModel
@@ -177,14 +178,4 @@ _WHERE: dict[str, str] = {
 """The module of :mod:`tether.protocol` each name of ``__all__`` is defined in."""
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # found directly from now on
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(__name__, _WHERE)
