@@ -253,7 +253,16 @@ def test_a_write_without_a_terminal_in_json_says_why_on_stderr(project: Path, tm
 REFUSING = Path(__file__).with_name("imports_refused.py")
 
 
-def test_the_server_runs_on_uvloop_when_it_is_installed(project: Path, script: Path) -> None:
+@pytest.mark.parametrize(
+    ("chosen", "loop"),
+    [
+        ("", "uvloop"),  # unset (the suite's own asyncio left aside): uvloop, installed here
+        ("asyncio", "asyncio"),
+    ],
+)
+def test_the_server_runs_on_uvloop_when_it_is_installed_unless_asyncio_is_chosen(
+    project: Path, script: Path, chosen: str, loop: str
+) -> None:
     """uvloop is installed here (the dev group has the ``fast`` extra's package)."""
     done = tether(
         "run",
@@ -263,26 +272,10 @@ def test_the_server_runs_on_uvloop_when_it_is_installed(project: Path, script: P
         "--log-level",
         "debug",
         cwd=project,
-        env={"TETHER_EVENT_LOOP": ""},  # unset: the suite's own choice (asyncio) left aside
+        env={"TETHER_EVENT_LOOP": chosen},
     )
     assert done.returncode == 0, done.stderr
-    assert "serving on stdio (event loop: uvloop)" in done.stderr
-    assert "Done." in done.stdout
-
-
-def test_tether_event_loop_asyncio_keeps_asyncio_s_own_loop(project: Path, script: Path) -> None:
-    done = tether(
-        "run",
-        "hi",
-        "--script",
-        str(script),
-        "--log-level",
-        "debug",
-        cwd=project,
-        env={"TETHER_EVENT_LOOP": "asyncio"},
-    )
-    assert done.returncode == 0, done.stderr
-    assert "serving on stdio (event loop: asyncio)" in done.stderr
+    assert f"serving on stdio (event loop: {loop})" in done.stderr
     assert "Done." in done.stdout
 
 
